@@ -1,0 +1,75 @@
+# Magnetar: `make run` starts a standalone server; `make test` proves everything.
+# Both set up what they need: a venv in .venv, Python deps from pyproject.toml, and
+# (for tests) ZooKeeper and a JDK from Debian packages when they are missing.
+
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP_SERVER := $(VENV)/.stamp-server
+STAMP_ALL := $(VENV)/.stamp-all
+ZK_JAR := /usr/share/zookeeper/zookeeper.jar
+DATA_DIR ?= data/standalone
+PROTO_OUT := build/proto-check
+PYTEST_ARGS ?=
+
+.PHONY: run test venv venv-all system-deps proto proto-check lint typecheck imports unit bench clean
+
+run: $(STAMP_SERVER)
+	@echo "Starting Magnetar standalone: service URL pulsar://localhost:6650, admin URL http://localhost:8080"
+	$(VENV)/bin/magnetar standalone --data-dir $(DATA_DIR)
+
+$(VENV)/bin/python:
+	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) (set PYTHON=...)"; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip setuptools wheel
+
+$(STAMP_SERVER): pyproject.toml | $(VENV)/bin/python
+	$(PY) -m pip install -q -e '.[server]'
+	@touch $@
+
+$(STAMP_ALL): pyproject.toml | $(VENV)/bin/python
+	$(PY) -m pip install -q -e '.[server,spark,dev]'
+	@touch $@ $(STAMP_SERVER)
+
+venv: $(STAMP_SERVER)
+venv-all: $(STAMP_ALL)
+
+# ZooKeeper (real server for the contract/integration tiers) and Java, from Debian.
+system-deps:
+	@if [ ! -f $(ZK_JAR) ] || ! command -v java >/dev/null 2>&1; then \
+	  echo "Installing ZooKeeper and a JDK from Debian packages"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -q >/dev/null && \
+	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q --no-install-recommends zookeeper default-jre-headless >/dev/null; \
+	fi
+	@test -f $(ZK_JAR) && command -v java >/dev/null && echo "ZooKeeper and Java: present"
+
+test: $(STAMP_ALL) system-deps proto-check lint typecheck imports
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+unit: $(STAMP_ALL)
+	$(PY) -m pytest -m "unit or contract" $(PYTEST_ARGS)
+
+# Regenerate protobuf / gRPC code from our .proto files.
+proto: $(STAMP_ALL)
+	$(PY) tools/gen_proto.py .
+
+# CI fails when committed generated code is stale.
+proto-check: $(STAMP_ALL)
+	@rm -rf $(PROTO_OUT) && mkdir -p $(PROTO_OUT)
+	@$(PY) tools/gen_proto.py $(PROTO_OUT) --check .
+
+lint: $(STAMP_ALL)
+	$(VENV)/bin/ruff check .
+
+typecheck: $(STAMP_ALL)
+	$(VENV)/bin/mypy magnetar
+
+imports: $(STAMP_ALL)
+	$(VENV)/bin/lint-imports --no-cache
+
+bench: $(STAMP_ALL)
+	$(PY) bench/run_all.py
+
+clean:
+	rm -rf $(VENV) build .mypy_cache .ruff_cache .pytest_cache .import_linter_cache

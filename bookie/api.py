@@ -1,0 +1,139 @@
+"""The contracts between the bookie's parts and its users.
+
+Owns: the value types that cross the bookie boundary (``Entry``, ``AddResult``,
+``BookieInfo``) and two protocols:
+- ``BookieStorage``: what the gRPC service (``server.py``) calls on the storage node
+  (``core.py``); implemented by the real storage engine and by test fakes.
+- ``BookieClientAPI``: what brokers (``broker/ledger``) call on one remote bookie; implemented
+  by ``client.BookieClient`` over gRPC and by in-memory fakes in unit tiers.
+Must not know: gRPC, files, RocksDB.
+
+Entry integrity: every entry carries ``crc32c`` of its payload, computed by the writer. The
+bookie verifies it on receipt and stores it; readers verify it again (pair assertions).
+``lac`` is the writer's last-add-confirmed when it sent the entry (it rides on every add).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+NO_ENTRY_ID = -1
+"""LAC / last-entry value meaning 'nothing yet'."""
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    ledger_id: int
+    entry_id: int
+    lac: int
+    crc32c: int
+    payload: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class AddRequest:
+    """One entry to add. ``recovery`` adds are accepted on fenced ledgers (ledger recovery)."""
+
+    ledger_id: int
+    entry_id: int
+    lac: int
+    crc32c: int
+    payload: bytes
+    master_key: bytes
+    recovery: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class BookieInfo:
+    bookie_id: str
+    read_only: bool
+    total_disk_bytes: int
+    free_disk_bytes: int
+    journal_lag_bytes: int = 0
+
+
+class BookieStorage(Protocol):
+    """The storage node as seen by its service layer.
+
+    ``add_entries`` validates every request synchronously (fence, master key, size, checksum),
+    appends the valid ones to the journal and returns an awaitable that resolves, after the
+    journal group holding them is fsync'd, to one status code per request (0 = OK, else a
+    ``StatusCode``). Invalid requests resolve with their error code without waiting.
+    """
+
+    def add_entries(self, requests: Sequence[AddRequest]) -> Awaitable[list[int]]: ...
+
+    async def read_entry(self, ledger_id: int, entry_id: int) -> Entry:
+        """``entry_id == -1`` reads the last entry. Raises ``NoLedger`` / ``NoEntry``."""
+        ...
+
+    async def read_range(
+        self, ledger_id: int, first_entry_id: int, last_entry_id: int, max_bytes: int
+    ) -> list[Entry]:
+        """Entries first..last (inclusive) that exist, in order, stopping at a gap or max_bytes
+        (at least one entry is returned if the first exists)."""
+        ...
+
+    async def wait_for_lac(self, ledger_id: int, previous_lac: int, timeout_ms: int) -> int:
+        """Long poll: return the ledger's LAC as soon as it is > previous_lac, or at the timeout."""
+        ...
+
+    def read_lac(self, ledger_id: int) -> int:
+        """Highest LAC this bookie knows (from adds and explicit LAC); -1 if none."""
+        ...
+
+    async def fence(self, ledger_id: int, master_key: bytes) -> int:
+        """Fence durably (journaled before returning); returns the bookie's last entry id or -1."""
+        ...
+
+    async def write_lac(self, ledger_id: int, master_key: bytes, lac: int) -> None: ...
+
+    async def force_ledger(self, ledger_id: int) -> None: ...
+
+    def info(self) -> BookieInfo: ...
+
+
+class BookieClientAPI(Protocol):
+    """One remote bookie, as the broker's ledger layer uses it.
+
+    ``add`` is not a coroutine: it queues the entry (adds issued in the same loop iteration
+    travel in one message) and returns a future resolving when the bookie has it durably,
+    or failing with a ``BookieError``. Futures of one ledger resolve in entry order.
+    """
+
+    @property
+    def address(self) -> str: ...
+
+    def add(self, request: AddRequest) -> Awaitable[None]: ...
+
+    async def read_entry(self, ledger_id: int, entry_id: int) -> Entry: ...
+
+    async def read_range(
+        self, ledger_id: int, first_entry_id: int, last_entry_id: int, max_bytes: int = 4 << 20
+    ) -> list[Entry]: ...
+
+    async def read_lac(self, ledger_id: int) -> int: ...
+
+    async def wait_for_lac(self, ledger_id: int, previous_lac: int, timeout_ms: int) -> int: ...
+
+    async def fence(self, ledger_id: int, master_key: bytes) -> int: ...
+
+    async def write_lac(self, ledger_id: int, master_key: bytes, lac: int) -> None: ...
+
+    async def force_ledger(self, ledger_id: int) -> None: ...
+
+    async def info(self) -> BookieInfo: ...
+
+    async def close(self) -> None: ...
+
+
+__all__ = [
+    "NO_ENTRY_ID",
+    "AddRequest",
+    "BookieClientAPI",
+    "BookieInfo",
+    "BookieStorage",
+    "Entry",
+]

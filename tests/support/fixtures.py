@@ -1,0 +1,7 @@
+"""Shared fixtures, registered as a pytest plugin by ``tests/conftest.py``.
+
+Each support module owns one real dependency (a ZooKeeper server, bookie processes, a
+standalone broker) and exposes it as a fixture here.
+"""
+
+from __future__ import annotations

@@ -1,0 +1,82 @@
+"""The metadata path layout, following Pulsar and BookKeeper so operators recognise it.
+
+Owns: every path string used in the metadata store. Other packages build paths only
+through these functions. Must not know: what is stored at the paths (each owner encodes
+its own values).
+"""
+
+from __future__ import annotations
+
+LEDGERS_ROOT = "/ledgers"
+AVAILABLE_BOOKIES = "/ledgers/available"
+READONLY_BOOKIES = "/ledgers/available/readonly"
+COOKIES = "/ledgers/cookies"
+LEDGER_IDGEN = "/ledgers/idgen"
+LEDGER_META_ROOT = "/ledgers/meta"
+CLUSTERS = "/admin/clusters"
+POLICIES = "/admin/policies"
+PARTITIONED_TOPICS = "/admin/partitioned-topics"
+MANAGED_LEDGERS = "/managed-ledgers"
+NAMESPACE_OWNERSHIP = "/namespace"
+LOADBALANCE_BROKERS = "/loadbalance/brokers"
+LOADBALANCE_LEADER = "/loadbalance/leader"
+
+
+def bookie_registration(bookie_id: str) -> str:
+    """Ephemeral node announcing a writable bookie."""
+    return f"{AVAILABLE_BOOKIES}/{bookie_id}"
+
+
+def readonly_bookie_registration(bookie_id: str) -> str:
+    return f"{READONLY_BOOKIES}/{bookie_id}"
+
+
+def bookie_cookie(bookie_id: str) -> str:
+    return f"{COOKIES}/{bookie_id}"
+
+
+def ledger_metadata(ledger_id: int) -> str:
+    """Ledger metadata; ids are zero-padded so lexical order is numeric order."""
+    if ledger_id < 0:
+        raise ValueError(f"ledger id must be >= 0, got {ledger_id}")
+    return f"{LEDGER_META_ROOT}/L{ledger_id:020d}"
+
+
+def ledger_id_of(name: str) -> int | None:
+    """Parse a child name of ``LEDGER_META_ROOT``; None for anything else."""
+    if len(name) == 21 and name[0] == "L" and name[1:].isdigit():
+        return int(name[1:])
+    return None
+
+
+def cluster(name: str) -> str:
+    return f"{CLUSTERS}/{name}"
+
+
+def tenant_policies(tenant: str) -> str:
+    return f"{POLICIES}/{tenant}"
+
+
+def namespace_policies(tenant: str, namespace: str) -> str:
+    return f"{POLICIES}/{tenant}/{namespace}"
+
+
+def partitioned_topic(tenant: str, namespace: str, domain: str, local_name: str) -> str:
+    return f"{PARTITIONED_TOPICS}/{tenant}/{namespace}/{domain}/{local_name}"
+
+
+def managed_ledger(name: str) -> str:
+    """``name`` is the managed ledger's name, e.g. ``tenant/ns/persistent/topic``."""
+    return f"{MANAGED_LEDGERS}/{name}"
+
+
+def managed_cursor(ledger_name: str, cursor: str) -> str:
+    return f"{MANAGED_LEDGERS}/{ledger_name}/{cursor}"
+
+
+def bundle_ownership(tenant: str, namespace: str, bundle_range: str) -> str:
+    return f"{NAMESPACE_OWNERSHIP}/{tenant}/{namespace}/{bundle_range}"
+
+
+def broker_load(broker_id: str) -> str:
+    return f"{LOADBALANCE_BROKERS}/{broker_id}"
