@@ -65,6 +65,10 @@ def partitioned_topic(tenant: str, namespace: str, domain: str, local_name: str)
     return f"{PARTITIONED_TOPICS}/{tenant}/{namespace}/{domain}/{local_name}"
 
 
+def partitioned_topics_of(tenant: str, namespace: str, domain: str) -> str:
+    return f"{PARTITIONED_TOPICS}/{tenant}/{namespace}/{domain}"
+
+
 def managed_ledger(name: str) -> str:
     """``name`` is the managed ledger's name, e.g. ``tenant/ns/persistent/topic``."""
     return f"{MANAGED_LEDGERS}/{name}"

@@ -1,0 +1,152 @@
+"""Bundle ownership: a broker serves a topic only while it holds its bundle's ephemeral node.
+
+Owns: acquiring, checking and releasing ``/namespace/<tenant>/<ns>/<bundle-range>``
+(ephemeral, value = Pulsar's ``NamespaceEphemeralData`` JSON: ``nativeUrl``, ``nativeUrlTls``,
+``httpUrl``, ``httpUrlTls``, ``disabled``), and the local cache of bundles this broker owns.
+On metadata-session loss every owned bundle is dropped at once and ``on_lost`` listeners run,
+so the broker stops serving before another broker can take over (ARCHITECTURE §7).
+Must not know: topics, the protocol, load.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from magnetar.broker.bundles import BundleRange
+from magnetar.zk import paths
+from magnetar.zk.errors import AlreadyExists, BadVersion, NotFound
+from magnetar.zk.store import CREATE_ONLY, MetadataStore, SessionEvent
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class NamespaceBundle:
+    tenant: str
+    namespace: str
+    range: BundleRange
+
+    @property
+    def path(self) -> str:
+        return paths.bundle_ownership(self.tenant, self.namespace, self.range.name)
+
+    def __str__(self) -> str:
+        return f"{self.tenant}/{self.namespace}/{self.range.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class OwnerInfo:
+    native_url: str
+    http_url: str
+    disabled: bool = False
+
+    def to_bytes(self) -> bytes:
+        return json.dumps(
+            {
+                "nativeUrl": self.native_url,
+                "nativeUrlTls": "",
+                "httpUrl": self.http_url,
+                "httpUrlTls": "",
+                "disabled": self.disabled,
+            }
+        ).encode()
+
+    @classmethod
+    def from_bytes(cls, raw: bytes) -> OwnerInfo:
+        data = json.loads(raw or b"{}")
+        return cls(
+            str(data.get("nativeUrl", "")),
+            str(data.get("httpUrl", "")),
+            bool(data.get("disabled", False)),
+        )
+
+
+class OwnershipCache:
+    """This broker's view of bundle ownership."""
+
+    def __init__(self, store: MetadataStore, me: OwnerInfo) -> None:
+        self._store = store
+        self.me = me
+        self._owned: dict[NamespaceBundle, int] = {}  # bundle -> node version
+        self._on_lost: list[Callable[[list[NamespaceBundle]], None]] = []
+        store.add_session_listener(self._on_session_event)
+
+    def __repr__(self) -> str:
+        return f"<OwnershipCache {self.me.native_url} owns={len(self._owned)}>"
+
+    @property
+    def owned(self) -> list[NamespaceBundle]:
+        return list(self._owned)
+
+    def is_owned(self, bundle: NamespaceBundle) -> bool:
+        return bundle in self._owned
+
+    def add_lost_listener(self, listener: Callable[[list[NamespaceBundle]], None]) -> None:
+        self._on_lost.append(listener)
+
+    async def get_owner(self, bundle: NamespaceBundle) -> OwnerInfo | None:
+        if bundle in self._owned:
+            return self.me
+        got = await self._store.get(bundle.path)
+        return None if got is None else OwnerInfo.from_bytes(got.value)
+
+    async def try_acquire(self, bundle: NamespaceBundle) -> OwnerInfo:
+        """Take the bundle if nobody owns it; return whoever owns it afterwards."""
+        if bundle in self._owned:
+            return self.me
+        try:
+            result = await self._store.put(
+                bundle.path, self.me.to_bytes(), expected_version=CREATE_ONLY, ephemeral=True
+            )
+        except AlreadyExists:
+            got = await self._store.get(bundle.path)
+            if got is None:  # released in between: try once more
+                return await self.try_acquire(bundle)
+            owner = OwnerInfo.from_bytes(got.value)
+            if got.stat.ephemeral_owner == self._store.session_id:
+                self._owned[bundle] = got.stat.version
+                return self.me
+            return owner
+        self._owned[bundle] = result.stat.version
+        log.info("acquired bundle %s", bundle)
+        return self.me
+
+    async def set_disabled(self, bundle: NamespaceBundle) -> None:
+        """Mark an owned bundle as being unloaded, so lookups stop pointing at it."""
+        version = self._owned.get(bundle)
+        if version is None:
+            return
+        disabled = OwnerInfo(self.me.native_url, self.me.http_url, disabled=True)
+        try:
+            res = await self._store.put(bundle.path, disabled.to_bytes(), expected_version=version)
+            self._owned[bundle] = res.stat.version
+        except (BadVersion, NotFound):
+            self._owned.pop(bundle, None)
+
+    async def release(self, bundle: NamespaceBundle) -> None:
+        version = self._owned.pop(bundle, None)
+        if version is None:
+            return
+        try:
+            await self._store.delete(bundle.path, expected_version=version)
+        except (NotFound, BadVersion):
+            pass
+        log.info("released bundle %s", bundle)
+
+    async def release_all(self) -> None:
+        for bundle in list(self._owned):
+            await self.release(bundle)
+
+    def _on_session_event(self, event: SessionEvent) -> None:
+        if event is SessionEvent.LOST and self._owned:
+            lost = list(self._owned)
+            self._owned.clear()
+            log.warning("metadata session lost: dropping ownership of %d bundles", len(lost))
+            for listener in list(self._on_lost):
+                listener(lost)
+
+
+__all__ = ["NamespaceBundle", "OwnerInfo", "OwnershipCache"]
