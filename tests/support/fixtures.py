@@ -5,3 +5,5 @@ standalone broker) and exposes it as a fixture here.
 """
 
 from __future__ import annotations
+
+from support.zookeeper import zookeeper_server, zookeeper_server_factory  # noqa: F401
