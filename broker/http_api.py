@@ -1,0 +1,372 @@
+"""The broker's HTTP side on 8080: Pulsar's admin REST paths, HTTP lookup, health, metrics.
+
+Owns: routing and JSON shapes of ``/admin/v2/...`` (tenants, namespaces, policies,
+partitioned and non-partitioned topics, subscriptions, stats), ``/lookup/v2/topic/...``,
+``/admin/v2/brokers/health`` and ``/metrics``. Errors are answered as Pulsar does: a status
+code and ``{"reason": "..."}``. Must not know: how topics are served; it talks to the admin
+metadata through ``Resources`` and to the topic layer through the small ``TopicAdmin``
+protocol that ``BrokerService`` implements.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+from urllib.parse import unquote
+
+from aiohttp import web
+
+from magnetar.broker.resources import (
+    InvalidResource,
+    PreconditionFailed,
+    ResourceConflict,
+    ResourceError,
+    ResourceNotFound,
+    Resources,
+    TenantInfo,
+)
+
+log = logging.getLogger(__name__)
+
+DOMAINS = ("persistent", "non-persistent")
+
+
+class TopicAdmin(Protocol):
+    """What the HTTP API needs from the topic layer (implemented by ``BrokerService``)."""
+
+    async def lookup_urls(self, topic: str) -> tuple[str, str]:
+        """(binary service URL, HTTP URL) of the broker owning ``topic``, assigning it if needed."""
+        ...
+
+    async def list_topics(self, tenant: str, namespace: str, domain: str) -> list[str]:
+        """Full names of the namespace's non-partitioned topics (partitions included)."""
+        ...
+
+    async def create_topic(self, topic: str) -> None: ...
+
+    async def delete_topic(self, topic: str, *, force: bool) -> None: ...
+
+    async def list_subscriptions(self, topic: str) -> list[str]: ...
+
+    async def delete_subscription(self, topic: str, subscription: str, *, force: bool) -> None: ...
+
+    async def topic_stats(self, topic: str) -> dict[str, Any]: ...
+
+    async def unload_topic(self, topic: str) -> None: ...
+
+    def metrics_text(self) -> str:
+        """Prometheus exposition text of the topic layer."""
+        ...
+
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def _json(data: Any, status: int = 200) -> web.Response:
+    return web.Response(
+        status=status, body=json.dumps(data).encode(), content_type="application/json"
+    )
+
+
+def _no_content() -> web.Response:
+    return web.Response(status=204)
+
+
+def _error(status: int, reason: str) -> web.Response:
+    return _json({"reason": reason}, status=status)
+
+
+@web.middleware
+async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except ResourceError as exc:
+        return _error(exc.http_status, exc.reason)
+    except web.HTTPException:
+        raise
+    except Exception as exc:  # a bug must not take the HTTP server down; it is logged
+        log.exception("admin request %s %s failed", request.method, request.path)
+        return _error(500, f"{type(exc).__name__}: {exc}")
+
+
+async def _body_json(request: web.Request, default: Any = None) -> Any:
+    raw = await request.read()
+    if not raw.strip():
+        return default
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise InvalidResource(f"Invalid JSON body: {exc}") from None
+
+
+def _topic_name(request: web.Request) -> str:
+    m = request.match_info
+    domain = m["domain"]
+    if domain not in DOMAINS:
+        raise ResourceNotFound(f"Unknown topic domain {domain}")
+    local = unquote(m["topic"])
+    if not local or "/" in local:
+        raise PreconditionFailed(f"Invalid topic name {local!r}")
+    return f"{domain}://{m['tenant']}/{m['namespace']}/{local}"
+
+
+class AdminApi:
+    """Builds the aiohttp application."""
+
+    def __init__(
+        self,
+        resources: Resources,
+        topics: TopicAdmin,
+        *,
+        default_bundles: int = 4,
+        extra_metrics: Callable[[], str] | None = None,
+    ) -> None:
+        self.resources = resources
+        self.topics = topics
+        self.default_bundles = default_bundles
+        self.extra_metrics = extra_metrics
+
+    def app(self) -> web.Application:
+        app = web.Application(middlewares=[_errors], client_max_size=8 << 20)
+        r = app.router
+        r.add_get("/admin/v2/brokers/health", self.health)
+        r.add_get("/metrics", self.metrics)
+        r.add_get("/metrics/", self.metrics)
+        r.add_get("/admin/v2/clusters", self.list_clusters)
+        # tenants
+        r.add_get("/admin/v2/tenants", self.list_tenants)
+        r.add_get("/admin/v2/tenants/{tenant}", self.get_tenant)
+        r.add_put("/admin/v2/tenants/{tenant}", self.create_tenant)
+        r.add_post("/admin/v2/tenants/{tenant}", self.update_tenant)
+        r.add_delete("/admin/v2/tenants/{tenant}", self.delete_tenant)
+        # namespaces
+        r.add_get("/admin/v2/namespaces/{tenant}", self.list_namespaces)
+        r.add_get("/admin/v2/namespaces/{tenant}/{namespace}", self.get_namespace)
+        r.add_put("/admin/v2/namespaces/{tenant}/{namespace}", self.create_namespace)
+        r.add_delete("/admin/v2/namespaces/{tenant}/{namespace}", self.delete_namespace)
+        r.add_get("/admin/v2/namespaces/{tenant}/{namespace}/topics", self.namespace_topics)
+        r.add_get("/admin/v2/namespaces/{tenant}/{namespace}/bundles", self.namespace_bundles)
+        # topics
+        base = "/admin/v2/{domain}/{tenant}/{namespace}"
+        r.add_get(base, self.list_topics)
+        r.add_get(base + "/partitioned", self.list_partitioned)
+        r.add_get(base + "/{topic}/partitions", self.get_partitions)
+        r.add_put(base + "/{topic}/partitions", self.create_partitioned)
+        r.add_post(base + "/{topic}/partitions", self.update_partitions)
+        r.add_delete(base + "/{topic}/partitions", self.delete_partitioned)
+        r.add_put(base + "/{topic}", self.create_topic)
+        r.add_delete(base + "/{topic}", self.delete_topic)
+        r.add_get(base + "/{topic}/subscriptions", self.list_subscriptions)
+        r.add_delete(base + "/{topic}/subscription/{subscription}", self.delete_subscription)
+        r.add_get(base + "/{topic}/stats", self.topic_stats)
+        r.add_put(base + "/{topic}/unload", self.unload_topic)
+        # lookup
+        r.add_get("/lookup/v2/topic/{domain}/{tenant}/{namespace}/{topic}", self.lookup)
+        return app
+
+    # -- broker -----------------------------------------------------------------------------
+    async def health(self, request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        text = self.topics.metrics_text()
+        if self.extra_metrics is not None:
+            text += self.extra_metrics()
+        return web.Response(text=text, content_type="text/plain", charset="utf-8")
+
+    async def list_clusters(self, request: web.Request) -> web.Response:
+        return _json(await self.resources.list_clusters())
+
+    # -- tenants ----------------------------------------------------------------------------
+    async def list_tenants(self, request: web.Request) -> web.Response:
+        return _json(await self.resources.list_tenants())
+
+    async def get_tenant(self, request: web.Request) -> web.Response:
+        info = await self.resources.get_tenant(request.match_info["tenant"])
+        return _json(info.to_json())
+
+    async def create_tenant(self, request: web.Request) -> web.Response:
+        body = await _body_json(request, {}) or {}
+        if not isinstance(body, dict):
+            raise InvalidResource("TenantInfo must be a JSON object")
+        info = TenantInfo.from_json(body)
+        if not info.allowed_clusters:
+            info.allowed_clusters = [self.resources.cluster]
+        await self.resources.create_tenant(request.match_info["tenant"], info)
+        return _no_content()
+
+    async def update_tenant(self, request: web.Request) -> web.Response:
+        body = await _body_json(request, {}) or {}
+        if not isinstance(body, dict):
+            raise InvalidResource("TenantInfo must be a JSON object")
+        await self.resources.update_tenant(request.match_info["tenant"], TenantInfo.from_json(body))
+        return _no_content()
+
+    async def delete_tenant(self, request: web.Request) -> web.Response:
+        await self.resources.delete_tenant(request.match_info["tenant"])
+        return _no_content()
+
+    # -- namespaces -------------------------------------------------------------------------
+    async def list_namespaces(self, request: web.Request) -> web.Response:
+        return _json(await self.resources.list_namespaces(request.match_info["tenant"]))
+
+    async def get_namespace(self, request: web.Request) -> web.Response:
+        m = request.match_info
+        return _json(await self.resources.get_policies(m["tenant"], m["namespace"]))
+
+    async def create_namespace(self, request: web.Request) -> web.Response:
+        m = request.match_info
+        body = await _body_json(request, {}) or {}
+        if not isinstance(body, dict):
+            raise InvalidResource("Policies must be a JSON object")
+        await self.resources.create_namespace(
+            m["tenant"], m["namespace"], body, default_bundles=self.default_bundles
+        )
+        return _no_content()
+
+    async def delete_namespace(self, request: web.Request) -> web.Response:
+        m = request.match_info
+        for domain in DOMAINS:
+            if await self.topics.list_topics(m["tenant"], m["namespace"], domain):
+                raise ResourceConflict("Cannot delete non empty namespace")
+        await self.resources.delete_namespace(m["tenant"], m["namespace"])
+        return _no_content()
+
+    async def namespace_topics(self, request: web.Request) -> web.Response:
+        m = request.match_info
+        if not await self.resources.namespace_exists(m["tenant"], m["namespace"]):
+            raise ResourceNotFound("Namespace does not exist")
+        mode = request.query.get("mode", "PERSISTENT").upper()
+        domains = {"PERSISTENT": ["persistent"], "NON_PERSISTENT": ["non-persistent"]}.get(
+            mode, list(DOMAINS)
+        )
+        topics: list[str] = []
+        for domain in domains:
+            topics += await self.topics.list_topics(m["tenant"], m["namespace"], domain)
+        return _json(sorted(topics))
+
+    async def namespace_bundles(self, request: web.Request) -> web.Response:
+        m = request.match_info
+        policies = await self.resources.get_policies(m["tenant"], m["namespace"])
+        return _json(policies.get("bundles") or {})
+
+    # -- topics -----------------------------------------------------------------------------
+    async def list_topics(self, request: web.Request) -> web.Response:
+        m = request.match_info
+        if m["domain"] not in DOMAINS:
+            raise ResourceNotFound(f"Unknown topic domain {m['domain']}")
+        if not await self.resources.namespace_exists(m["tenant"], m["namespace"]):
+            raise ResourceNotFound("Namespace does not exist")
+        return _json(
+            sorted(await self.topics.list_topics(m["tenant"], m["namespace"], m["domain"]))
+        )
+
+    async def list_partitioned(self, request: web.Request) -> web.Response:
+        m = request.match_info
+        if not await self.resources.namespace_exists(m["tenant"], m["namespace"]):
+            raise ResourceNotFound("Namespace does not exist")
+        names = await self.resources.list_partitioned(m["tenant"], m["namespace"], m["domain"])
+        return _json(sorted(names))
+
+    async def get_partitions(self, request: web.Request) -> web.Response:
+        topic = _topic_name(request)
+        m = request.match_info
+        n = await self.resources.get_partitions(
+            m["tenant"], m["namespace"], m["domain"], topic.rsplit("/", 1)[1]
+        )
+        return _json({"partitions": n, "properties": {}, "deleted": False})
+
+    async def create_partitioned(self, request: web.Request) -> web.Response:
+        topic = _topic_name(request)
+        m = request.match_info
+        n = await _body_json(request)
+        if not isinstance(n, int) or isinstance(n, bool):
+            raise InvalidResource("The body must be the number of partitions (an integer)")
+        local = topic.rsplit("/", 1)[1]
+        existing = await self.topics.list_topics(m["tenant"], m["namespace"], m["domain"])
+        if topic in existing:
+            raise ResourceConflict("This topic already exists")
+        await self.resources.create_partitioned(m["tenant"], m["namespace"], m["domain"], local, n)
+        return _no_content()
+
+    async def update_partitions(self, request: web.Request) -> web.Response:
+        topic = _topic_name(request)
+        m = request.match_info
+        n = await _body_json(request)
+        if not isinstance(n, int) or isinstance(n, bool):
+            raise InvalidResource("The body must be the number of partitions (an integer)")
+        await self.resources.update_partitions(
+            m["tenant"], m["namespace"], m["domain"], topic.rsplit("/", 1)[1], n
+        )
+        return _no_content()
+
+    async def delete_partitioned(self, request: web.Request) -> web.Response:
+        topic = _topic_name(request)
+        m = request.match_info
+        local = topic.rsplit("/", 1)[1]
+        n = await self.resources.get_partitions(m["tenant"], m["namespace"], m["domain"], local)
+        if n == 0:
+            raise ResourceNotFound("Partitioned topic does not exist")
+        force = request.query.get("force", "false") == "true"
+        for i in range(n):
+            partition = f"{topic}-partition-{i}"
+            if partition in await self.topics.list_topics(m["tenant"], m["namespace"], m["domain"]):
+                await self.topics.delete_topic(partition, force=force)
+        await self.resources.delete_partitioned(m["tenant"], m["namespace"], m["domain"], local)
+        return _no_content()
+
+    async def create_topic(self, request: web.Request) -> web.Response:
+        topic = _topic_name(request)
+        m = request.match_info
+        if not await self.resources.namespace_exists(m["tenant"], m["namespace"]):
+            raise ResourceNotFound("Namespace does not exist")
+        local = topic.rsplit("/", 1)[1]
+        if await self.resources.get_partitions(m["tenant"], m["namespace"], m["domain"], local):
+            raise ResourceConflict("This topic already exists")
+        if topic in await self.topics.list_topics(m["tenant"], m["namespace"], m["domain"]):
+            raise ResourceConflict("This topic already exists")
+        await self.topics.create_topic(topic)
+        return _no_content()
+
+    async def delete_topic(self, request: web.Request) -> web.Response:
+        topic = _topic_name(request)
+        await self.topics.delete_topic(topic, force=request.query.get("force", "false") == "true")
+        return _no_content()
+
+    async def list_subscriptions(self, request: web.Request) -> web.Response:
+        topic = _topic_name(request)
+        return _json(sorted(await self.topics.list_subscriptions(topic)))
+
+    async def delete_subscription(self, request: web.Request) -> web.Response:
+        topic = _topic_name(request)
+        force = request.query.get("force", "false") == "true"
+        await self.topics.delete_subscription(
+            topic, unquote(request.match_info["subscription"]), force=force
+        )
+        return _no_content()
+
+    async def topic_stats(self, request: web.Request) -> web.Response:
+        return _json(await self.topics.topic_stats(_topic_name(request)))
+
+    async def unload_topic(self, request: web.Request) -> web.Response:
+        await self.topics.unload_topic(_topic_name(request))
+        return _no_content()
+
+    async def lookup(self, request: web.Request) -> web.Response:
+        topic = _topic_name(request)
+        broker_url, http_url = await self.topics.lookup_urls(topic)
+        return _json(
+            {
+                "brokerUrl": broker_url,
+                "brokerUrlTls": "",
+                "brokerUrlSsl": "",
+                "httpUrl": http_url,
+                "httpUrlTls": "",
+                "nativeUrl": broker_url,
+            }
+        )
+
+
+__all__ = ["AdminApi", "TopicAdmin"]
