@@ -1,0 +1,516 @@
+"""``BookieClient``: one remote bookie over gRPC, as the broker's ledger layer uses it.
+
+Owns: the channel to one bookie, its long-lived ``Add`` stream, batching of adds into
+``AddBatch`` messages, matching batched acks to per-entry futures, translation of gRPC
+failures into ``magnetar.bookie.errors`` types, and checksum verification of what it reads.
+Must not know: ledgers' ensembles, quorums or metadata (that is ``broker/ledger``).
+
+Batching (the accumulator is separate from the sender, as in aiokafka): ``add`` is not a
+coroutine; it appends the entry to the current stream's queue and wakes the sender task,
+which runs on a later loop iteration, so every add issued in the same iteration (and every
+add issued while the previous message was being written) travels in one message, up to
+``max_batch_entries`` / ``max_batch_bytes``.
+
+Invariants: futures resolve in the order their adds were issued (acks are in batch order and
+batches are sent in order); when a stream breaks, every add queued or in flight on it fails
+with ``BookieUnavailable`` (or ``BookieTimeout``) and the next ``add`` opens a new stream;
+a read result is returned only if each entry's crc32c matches its payload (``CorruptEntry``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import crc32c
+import grpc
+
+from magnetar.bookie.api import NO_ENTRY_ID, AddRequest, BookieInfo, Entry
+from magnetar.bookie.errors import (
+    BookieError,
+    BookieTimeout,
+    BookieUnavailable,
+    CorruptEntry,
+    StatusCode,
+    TooManyRequests,
+)
+from magnetar.bookie.proto import bookie_pb2 as pb
+from magnetar.bookie.proto import bookie_pb2_grpc as pb_grpc
+from magnetar.zk.clock import Clock, SystemClock
+
+log = logging.getLogger(__name__)
+
+CHANNEL_OPTIONS: list[tuple[str, Any]] = [
+    ("grpc.max_receive_message_length", 32 * 1024 * 1024),
+    ("grpc.max_send_message_length", 32 * 1024 * 1024),
+    ("grpc.keepalive_time_ms", 10_000),
+    ("grpc.keepalive_timeout_ms", 5_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.max_pings_without_data", 0),
+    # Reconnect promptly after a bookie restart.
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 2_000),
+]
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class BookieClientStatistics:
+    address: str
+    adds_queued: int
+    adds_inflight: int
+    batches_sent: int
+    entries_sent: int
+    acks_received: int
+    streams_opened: int
+    stream_failures: int
+
+
+class _Stream:
+    """One Add stream: queued adds, in-flight batches, its sender and receiver tasks."""
+
+    def __init__(self, owner: BookieClient, call: Any) -> None:
+        self.owner = owner
+        self.call = call
+        self.queue: collections.deque[tuple[AddRequest, asyncio.Future[None]]] = collections.deque()
+        self.queued_bytes = 0
+        # (batch_id, futures in entry order, send time ms)
+        self.inflight: collections.deque[tuple[int, list[asyncio.Future[None]], float]] = (
+            collections.deque()
+        )
+        self.inflight_entries = 0
+        self.next_batch_id = 1
+        self.wake = asyncio.Event()
+        self.broken: BookieError | None = None
+        self.sender = asyncio.create_task(self._send_loop(), name=f"bookie-add-send {owner}")
+        self.receiver = asyncio.create_task(self._recv_loop(), name=f"bookie-add-recv {owner}")
+
+    # -- sending ----------------------------------------------------------------------------
+
+    def _build(self) -> pb.AddBatch:
+        owner = self.owner
+        max_entries = owner.max_batch_entries
+        max_bytes = owner.max_batch_bytes
+        queue = self.queue
+        batch = pb.AddBatch(batch_id=self.next_batch_id)
+        self.next_batch_id += 1
+        first_req = queue[0][0]
+        shared_key = first_req.master_key
+        batch.master_key = shared_key
+        add = batch.entries.add
+        futures: list[asyncio.Future[None]] = []
+        size = 0
+        while queue and len(futures) < max_entries:
+            req, fut = queue[0]
+            n = len(req.payload)
+            if futures and size + n > max_bytes:
+                break
+            queue.popleft()
+            size += n
+            if req.master_key == shared_key:
+                add(
+                    ledger_id=req.ledger_id,
+                    entry_id=req.entry_id,
+                    lac=req.lac,
+                    crc32c=req.crc32c,
+                    payload=req.payload,
+                    recovery=req.recovery,
+                )
+            else:
+                add(
+                    ledger_id=req.ledger_id,
+                    entry_id=req.entry_id,
+                    lac=req.lac,
+                    crc32c=req.crc32c,
+                    payload=req.payload,
+                    recovery=req.recovery,
+                    master_key=req.master_key,
+                )
+            futures.append(fut)
+        self.queued_bytes -= size
+        self.inflight.append((batch.batch_id, futures, owner.clock.monotonic_ms()))
+        self.inflight_entries += len(futures)
+        owner._batches_sent += 1
+        owner._entries_sent += len(futures)
+        return batch
+
+    async def _send_loop(self) -> None:
+        try:
+            while self.broken is None:
+                if not self.queue:
+                    self.wake.clear()
+                    await self.wake.wait()
+                    continue
+                batch = self._build()
+                await self.call.write(batch)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self.fail(_translate(exc))
+
+    # -- receiving --------------------------------------------------------------------------
+
+    async def _recv_loop(self) -> None:
+        try:
+            while True:
+                resp = await self.call.read()
+                if resp is grpc.aio.EOF:  # type: ignore[attr-defined]
+                    self.fail(BookieUnavailable(f"bookie {self.owner.address} closed the stream"))
+                    return
+                self._on_response(resp)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self.fail(_translate(exc))
+
+    def _on_response(self, resp: pb.AddResponse) -> None:
+        failures: dict[tuple[int, int], tuple[int, str]] = {}
+        for f in resp.failures:
+            failures[(f.batch_id, f.index)] = (f.status, f.message)
+        last = resp.last_batch_id
+        inflight = self.inflight
+        acked = 0
+        while inflight and inflight[0][0] <= last:
+            batch_id, futures, _ = inflight.popleft()
+            self.inflight_entries -= len(futures)
+            acked += len(futures)
+            if not failures:
+                for fut in futures:
+                    if not fut.done():
+                        fut.set_result(None)
+                continue
+            for i, fut in enumerate(futures):
+                if fut.done():
+                    continue
+                failure = failures.get((batch_id, i))
+                if failure is None:
+                    fut.set_result(None)
+                else:
+                    fut.set_exception(BookieError.for_code(failure[0], failure[1]))
+        self.owner._acks += acked
+
+    # -- failure ----------------------------------------------------------------------------
+
+    def fail(self, error: BookieError) -> None:
+        """Break the stream: fail every queued and in-flight add with ``error``."""
+        if self.broken is not None:
+            return
+        self.broken = error
+        self.owner._stream_failures += 1
+        if self.owner._stream is self:
+            self.owner._stream = None
+        count = 0
+        for _, futures, _ in self.inflight:
+            for fut in futures:
+                if not fut.done():
+                    fut.set_exception(type(error)(str(error)))
+                    count += 1
+        self.inflight.clear()
+        self.inflight_entries = 0
+        for _, fut in self.queue:
+            if not fut.done():
+                fut.set_exception(type(error)(str(error)))
+                count += 1
+        self.queue.clear()
+        self.queued_bytes = 0
+        if count:
+            log.warning(
+                "add stream failed bookie=%s failed_adds=%d error=%r",
+                self.owner.address,
+                count,
+                error,
+            )
+        self.wake.set()
+        self.call.cancel()
+        current = asyncio.current_task()
+        for task in (self.sender, self.receiver):
+            if task is not current:
+                task.cancel()
+
+    def oldest_inflight_ms(self) -> float | None:
+        if self.inflight:
+            return self.inflight[0][2]
+        if self.queue:
+            return None
+        return None
+
+
+class BookieClient:
+    """``BookieClientAPI`` over gRPC to the bookie at ``address`` ("host:port")."""
+
+    def __init__(
+        self,
+        address: str,
+        *,
+        timeout_ms: int = 10_000,
+        add_timeout_ms: int = 30_000,
+        max_batch_entries: int = 1_000,
+        max_batch_bytes: int = 4 * 1024 * 1024,
+        max_pending_adds: int = 200_000,
+        clock: Clock | None = None,
+    ) -> None:
+        self._address = address
+        self.timeout_ms = timeout_ms
+        self.add_timeout_ms = add_timeout_ms
+        self.max_batch_entries = max_batch_entries
+        self.max_batch_bytes = max_batch_bytes
+        self.max_pending_adds = max_pending_adds
+        self.clock: Clock = clock or SystemClock()
+        self._channel: grpc.aio.Channel | None = None
+        self._stub: pb_grpc.BookieStub | None = None
+        self._stream: _Stream | None = None
+        self._watchdog: asyncio.Task[None] | None = None
+        self._closed = False
+        self._batches_sent = 0
+        self._entries_sent = 0
+        self._acks = 0
+        self._streams_opened = 0
+        self._stream_failures = 0
+
+    def __repr__(self) -> str:
+        return f"BookieClient({self._address!r})"
+
+    @property
+    def address(self) -> str:
+        return self._address
+
+    def statistics(self) -> BookieClientStatistics:
+        s = self._stream
+        return BookieClientStatistics(
+            address=self._address,
+            adds_queued=len(s.queue) if s else 0,
+            adds_inflight=s.inflight_entries if s else 0,
+            batches_sent=self._batches_sent,
+            entries_sent=self._entries_sent,
+            acks_received=self._acks,
+            streams_opened=self._streams_opened,
+            stream_failures=self._stream_failures,
+        )
+
+    def _get_stub(self) -> pb_grpc.BookieStub:
+        if self._closed:
+            raise BookieUnavailable(f"client for {self._address} is closed")
+        if self._stub is None:
+            self._channel = grpc.aio.insecure_channel(self._address, options=CHANNEL_OPTIONS)
+            self._stub = pb_grpc.BookieStub(self._channel)
+        return self._stub
+
+    # -- adds -------------------------------------------------------------------------------
+
+    def add(self, request: AddRequest) -> asyncio.Future[None]:
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[None] = loop.create_future()
+        try:
+            stream = self._stream
+            if stream is None:
+                stream = self._open_stream()
+        except BookieError as exc:
+            fut.set_exception(exc)
+            return fut
+        if len(stream.queue) + stream.inflight_entries >= self.max_pending_adds:
+            fut.set_exception(TooManyRequests(f"{self.max_pending_adds} adds pending"))
+            return fut
+        stream.queue.append((request, fut))
+        stream.queued_bytes += len(request.payload)
+        stream.wake.set()
+        return fut
+
+    def _open_stream(self) -> _Stream:
+        stub = self._get_stub()
+        call = stub.Add()
+        stream = _Stream(self, call)
+        self._stream = stream
+        self._streams_opened += 1
+        if self._watchdog is None or self._watchdog.done():
+            self._watchdog = asyncio.create_task(self._watch_adds())
+        return stream
+
+    async def _watch_adds(self) -> None:
+        """Fail the stream when its oldest in-flight batch is older than add_timeout_ms."""
+        period_s = max(0.05, min(1.0, self.add_timeout_ms / 4000.0))
+        while not self._closed:
+            await self.clock.sleep(period_s)
+            stream = self._stream
+            if stream is None:
+                continue
+            oldest = stream.oldest_inflight_ms()
+            if oldest is not None and self.clock.monotonic_ms() - oldest > self.add_timeout_ms:
+                stream.fail(
+                    BookieTimeout(f"add to {self._address} not acked in {self.add_timeout_ms} ms")
+                )
+
+    # -- unary calls ------------------------------------------------------------------------
+
+    async def _call(
+        self, method: Callable[..., Awaitable[T]], request: Any, timeout_ms: int | None = None
+    ) -> T:
+        self._get_stub()
+        timeout_s = (timeout_ms if timeout_ms is not None else self.timeout_ms) / 1000.0
+        try:
+            return await method(request, timeout=timeout_s)
+        except grpc.aio.AioRpcError as exc:
+            raise _translate(exc) from None
+
+    def _check_entry(self, e: pb.Entry, ledger_id: int) -> Entry:
+        payload = e.payload
+        if e.ledger_id != ledger_id:
+            raise CorruptEntry(f"asked ledger {ledger_id}, got {e.ledger_id}")
+        if crc32c.crc32c(payload) != e.crc32c:
+            raise CorruptEntry(
+                f"checksum mismatch on {e.ledger_id}:{e.entry_id} from {self._address}"
+            )
+        return Entry(e.ledger_id, e.entry_id, e.lac, e.crc32c, payload)
+
+    async def read_entry(self, ledger_id: int, entry_id: int) -> Entry:
+        stub = self._get_stub()
+        resp = await self._call(
+            stub.Read,
+            pb.ReadRequest(ledger_id=ledger_id, first_entry_id=entry_id, last_entry_id=entry_id),
+        )
+        _raise_for(resp.status, resp.message)
+        if len(resp.entries) != 1:
+            raise CorruptEntry(f"read of {ledger_id}:{entry_id} returned {len(resp.entries)}")
+        entry = self._check_entry(resp.entries[0], ledger_id)
+        if entry_id not in (NO_ENTRY_ID, entry.entry_id):
+            raise CorruptEntry(f"asked entry {entry_id}, got {entry.entry_id}")
+        return entry
+
+    async def read_range(
+        self, ledger_id: int, first_entry_id: int, last_entry_id: int, max_bytes: int = 4 << 20
+    ) -> list[Entry]:
+        if last_entry_id == first_entry_id:
+            return [await self.read_entry(ledger_id, first_entry_id)]
+        stub = self._get_stub()
+        resp = await self._call(
+            stub.Read,
+            pb.ReadRequest(
+                ledger_id=ledger_id,
+                first_entry_id=first_entry_id,
+                last_entry_id=last_entry_id,
+                max_bytes=max_bytes,
+            ),
+        )
+        _raise_for(resp.status, resp.message)
+        out = [self._check_entry(e, ledger_id) for e in resp.entries]
+        for i, entry in enumerate(out):
+            if entry.entry_id != first_entry_id + i:
+                raise CorruptEntry(f"range read out of order at {entry.entry_id}")
+        return out
+
+    async def long_poll(
+        self, ledger_id: int, previous_lac: int, timeout_ms: int
+    ) -> tuple[int, Entry | None]:
+        """Wait up to ``timeout_ms`` for the LAC to pass ``previous_lac``; return the LAC and
+        entry ``previous_lac + 1`` if the bookie has it (tailing without a second round trip)."""
+        stub = self._get_stub()
+        resp = await self._call(
+            stub.Read,
+            pb.ReadRequest(
+                ledger_id=ledger_id,
+                long_poll=True,
+                previous_lac=previous_lac,
+                timeout_ms=timeout_ms,
+            ),
+            timeout_ms=timeout_ms + self.timeout_ms,
+        )
+        _raise_for(resp.status, resp.message)
+        entry = self._check_entry(resp.entries[0], ledger_id) if resp.entries else None
+        return resp.lac, entry
+
+    async def wait_for_lac(self, ledger_id: int, previous_lac: int, timeout_ms: int) -> int:
+        lac, _ = await self.long_poll(ledger_id, previous_lac, timeout_ms)
+        return lac
+
+    async def read_lac(self, ledger_id: int) -> int:
+        stub = self._get_stub()
+        resp = await self._call(stub.ReadLac, pb.LedgerRequest(ledger_id=ledger_id))
+        _raise_for(resp.status, resp.message)
+        return resp.lac
+
+    async def fence(self, ledger_id: int, master_key: bytes) -> int:
+        stub = self._get_stub()
+        resp = await self._call(
+            stub.Fence, pb.FenceRequest(ledger_id=ledger_id, master_key=master_key)
+        )
+        _raise_for(resp.status, resp.message)
+        return resp.last_entry_id
+
+    async def write_lac(self, ledger_id: int, master_key: bytes, lac: int) -> None:
+        stub = self._get_stub()
+        resp = await self._call(
+            stub.WriteLac,
+            pb.WriteLacRequest(ledger_id=ledger_id, master_key=master_key, lac=lac),
+        )
+        _raise_for(resp.status, resp.message)
+
+    async def force_ledger(self, ledger_id: int) -> None:
+        stub = self._get_stub()
+        resp = await self._call(stub.ForceLedger, pb.LedgerRequest(ledger_id=ledger_id))
+        _raise_for(resp.status, resp.message)
+
+    async def info(self) -> BookieInfo:
+        stub = self._get_stub()
+        resp = await self._call(stub.Info, pb.InfoRequest())
+        _raise_for(resp.status, resp.message)
+        return BookieInfo(
+            bookie_id=resp.bookie_id,
+            read_only=resp.read_only,
+            total_disk_bytes=resp.total_disk_bytes,
+            free_disk_bytes=resp.free_disk_bytes,
+            journal_lag_bytes=resp.journal_lag_bytes,
+        )
+
+    async def health(self, timeout_ms: int | None = None) -> bool:
+        """True if the bookie answers its health check and is serving."""
+        stub = self._get_stub()
+        try:
+            resp = await self._call(stub.Health, pb.HealthRequest(), timeout_ms=timeout_ms)
+        except BookieError:
+            return False
+        return bool(resp.serving)
+
+    async def close(self) -> None:
+        """Fail pending adds with ``BookieUnavailable`` and close the channel. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        stream = self._stream
+        if stream is not None:
+            stream.fail(BookieUnavailable(f"client for {self._address} closed"))
+            for task in (stream.sender, stream.receiver):
+                try:
+                    await task
+                except BaseException:
+                    pass
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+        if self._channel is not None:
+            await self._channel.close(None)
+
+
+def _raise_for(status: int, message: str) -> None:
+    if status != StatusCode.OK:
+        raise BookieError.for_code(status, message)
+
+
+def _translate(exc: BaseException) -> BookieError:
+    """grpc exceptions never escape this module."""
+    if isinstance(exc, BookieError):
+        return exc
+    if isinstance(exc, grpc.aio.AioRpcError):
+        code = exc.code()
+        if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+            return BookieTimeout(f"bookie call timed out: {exc.details()}")
+        if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+            return TooManyRequests(f"bookie refused: {exc.details()}")
+        return BookieUnavailable(f"bookie unreachable ({code.name}): {exc.details()}")
+    return BookieUnavailable(f"bookie stream failed: {exc!r}")
+
+
+__all__ = ["CHANNEL_OPTIONS", "BookieClient", "BookieClientStatistics"]
