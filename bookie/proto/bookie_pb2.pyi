@@ -22,16 +22,7 @@ class AddEntry(_message.Message):
     payload: bytes
     master_key: bytes
     recovery: bool
-    def __init__(
-        self,
-        ledger_id: _Optional[int] = ...,
-        entry_id: _Optional[int] = ...,
-        lac: _Optional[int] = ...,
-        crc32c: _Optional[int] = ...,
-        payload: _Optional[bytes] = ...,
-        master_key: _Optional[bytes] = ...,
-        recovery: _Optional[bool] = ...,
-    ) -> None: ...
+    def __init__(self, ledger_id: _Optional[int] = ..., entry_id: _Optional[int] = ..., lac: _Optional[int] = ..., crc32c: _Optional[int] = ..., payload: _Optional[bytes] = ..., master_key: _Optional[bytes] = ..., recovery: _Optional[bool] = ...) -> None: ...
 
 class AddBatch(_message.Message):
     __slots__ = ("batch_id", "master_key", "entries")
@@ -41,12 +32,7 @@ class AddBatch(_message.Message):
     batch_id: int
     master_key: bytes
     entries: _containers.RepeatedCompositeFieldContainer[AddEntry]
-    def __init__(
-        self,
-        batch_id: _Optional[int] = ...,
-        master_key: _Optional[bytes] = ...,
-        entries: _Optional[_Iterable[_Union[AddEntry, _Mapping]]] = ...,
-    ) -> None: ...
+    def __init__(self, batch_id: _Optional[int] = ..., master_key: _Optional[bytes] = ..., entries: _Optional[_Iterable[_Union[AddEntry, _Mapping]]] = ...) -> None: ...
 
 class AddFailure(_message.Message):
     __slots__ = ("batch_id", "index", "status", "message")
@@ -58,13 +44,7 @@ class AddFailure(_message.Message):
     index: int
     status: int
     message: str
-    def __init__(
-        self,
-        batch_id: _Optional[int] = ...,
-        index: _Optional[int] = ...,
-        status: _Optional[int] = ...,
-        message: _Optional[str] = ...,
-    ) -> None: ...
+    def __init__(self, batch_id: _Optional[int] = ..., index: _Optional[int] = ..., status: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...
 
 class AddResponse(_message.Message):
     __slots__ = ("first_batch_id", "last_batch_id", "failures")
@@ -74,12 +54,7 @@ class AddResponse(_message.Message):
     first_batch_id: int
     last_batch_id: int
     failures: _containers.RepeatedCompositeFieldContainer[AddFailure]
-    def __init__(
-        self,
-        first_batch_id: _Optional[int] = ...,
-        last_batch_id: _Optional[int] = ...,
-        failures: _Optional[_Iterable[_Union[AddFailure, _Mapping]]] = ...,
-    ) -> None: ...
+    def __init__(self, first_batch_id: _Optional[int] = ..., last_batch_id: _Optional[int] = ..., failures: _Optional[_Iterable[_Union[AddFailure, _Mapping]]] = ...) -> None: ...
 
 class Entry(_message.Message):
     __slots__ = ("ledger_id", "entry_id", "lac", "crc32c", "payload")
@@ -93,25 +68,10 @@ class Entry(_message.Message):
     lac: int
     crc32c: int
     payload: bytes
-    def __init__(
-        self,
-        ledger_id: _Optional[int] = ...,
-        entry_id: _Optional[int] = ...,
-        lac: _Optional[int] = ...,
-        crc32c: _Optional[int] = ...,
-        payload: _Optional[bytes] = ...,
-    ) -> None: ...
+    def __init__(self, ledger_id: _Optional[int] = ..., entry_id: _Optional[int] = ..., lac: _Optional[int] = ..., crc32c: _Optional[int] = ..., payload: _Optional[bytes] = ...) -> None: ...
 
 class ReadRequest(_message.Message):
-    __slots__ = (
-        "ledger_id",
-        "first_entry_id",
-        "last_entry_id",
-        "max_bytes",
-        "long_poll",
-        "previous_lac",
-        "timeout_ms",
-    )
+    __slots__ = ("ledger_id", "first_entry_id", "last_entry_id", "max_bytes", "long_poll", "previous_lac", "timeout_ms")
     LEDGER_ID_FIELD_NUMBER: _ClassVar[int]
     FIRST_ENTRY_ID_FIELD_NUMBER: _ClassVar[int]
     LAST_ENTRY_ID_FIELD_NUMBER: _ClassVar[int]
@@ -126,16 +86,7 @@ class ReadRequest(_message.Message):
     long_poll: bool
     previous_lac: int
     timeout_ms: int
-    def __init__(
-        self,
-        ledger_id: _Optional[int] = ...,
-        first_entry_id: _Optional[int] = ...,
-        last_entry_id: _Optional[int] = ...,
-        max_bytes: _Optional[int] = ...,
-        long_poll: _Optional[bool] = ...,
-        previous_lac: _Optional[int] = ...,
-        timeout_ms: _Optional[int] = ...,
-    ) -> None: ...
+    def __init__(self, ledger_id: _Optional[int] = ..., first_entry_id: _Optional[int] = ..., last_entry_id: _Optional[int] = ..., max_bytes: _Optional[int] = ..., long_poll: _Optional[bool] = ..., previous_lac: _Optional[int] = ..., timeout_ms: _Optional[int] = ...) -> None: ...
 
 class ReadResponse(_message.Message):
     __slots__ = ("status", "message", "entries", "lac")
@@ -147,13 +98,7 @@ class ReadResponse(_message.Message):
     message: str
     entries: _containers.RepeatedCompositeFieldContainer[Entry]
     lac: int
-    def __init__(
-        self,
-        status: _Optional[int] = ...,
-        message: _Optional[str] = ...,
-        entries: _Optional[_Iterable[_Union[Entry, _Mapping]]] = ...,
-        lac: _Optional[int] = ...,
-    ) -> None: ...
+    def __init__(self, status: _Optional[int] = ..., message: _Optional[str] = ..., entries: _Optional[_Iterable[_Union[Entry, _Mapping]]] = ..., lac: _Optional[int] = ...) -> None: ...
 
 class LedgerRequest(_message.Message):
     __slots__ = ("ledger_id",)
@@ -169,9 +114,7 @@ class ReadLacResponse(_message.Message):
     status: int
     message: str
     lac: int
-    def __init__(
-        self, status: _Optional[int] = ..., message: _Optional[str] = ..., lac: _Optional[int] = ...
-    ) -> None: ...
+    def __init__(self, status: _Optional[int] = ..., message: _Optional[str] = ..., lac: _Optional[int] = ...) -> None: ...
 
 class FenceRequest(_message.Message):
     __slots__ = ("ledger_id", "master_key")
@@ -179,9 +122,7 @@ class FenceRequest(_message.Message):
     MASTER_KEY_FIELD_NUMBER: _ClassVar[int]
     ledger_id: int
     master_key: bytes
-    def __init__(
-        self, ledger_id: _Optional[int] = ..., master_key: _Optional[bytes] = ...
-    ) -> None: ...
+    def __init__(self, ledger_id: _Optional[int] = ..., master_key: _Optional[bytes] = ...) -> None: ...
 
 class FenceResponse(_message.Message):
     __slots__ = ("status", "message", "last_entry_id")
@@ -191,12 +132,7 @@ class FenceResponse(_message.Message):
     status: int
     message: str
     last_entry_id: int
-    def __init__(
-        self,
-        status: _Optional[int] = ...,
-        message: _Optional[str] = ...,
-        last_entry_id: _Optional[int] = ...,
-    ) -> None: ...
+    def __init__(self, status: _Optional[int] = ..., message: _Optional[str] = ..., last_entry_id: _Optional[int] = ...) -> None: ...
 
 class WriteLacRequest(_message.Message):
     __slots__ = ("ledger_id", "master_key", "lac")
@@ -206,12 +142,7 @@ class WriteLacRequest(_message.Message):
     ledger_id: int
     master_key: bytes
     lac: int
-    def __init__(
-        self,
-        ledger_id: _Optional[int] = ...,
-        master_key: _Optional[bytes] = ...,
-        lac: _Optional[int] = ...,
-    ) -> None: ...
+    def __init__(self, ledger_id: _Optional[int] = ..., master_key: _Optional[bytes] = ..., lac: _Optional[int] = ...) -> None: ...
 
 class StatusResponse(_message.Message):
     __slots__ = ("status", "message")
@@ -233,27 +164,14 @@ class HealthResponse(_message.Message):
     serving: bool
     read_only: bool
     bookie_id: str
-    def __init__(
-        self,
-        serving: _Optional[bool] = ...,
-        read_only: _Optional[bool] = ...,
-        bookie_id: _Optional[str] = ...,
-    ) -> None: ...
+    def __init__(self, serving: _Optional[bool] = ..., read_only: _Optional[bool] = ..., bookie_id: _Optional[str] = ...) -> None: ...
 
 class InfoRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
 class InfoResponse(_message.Message):
-    __slots__ = (
-        "status",
-        "message",
-        "bookie_id",
-        "read_only",
-        "total_disk_bytes",
-        "free_disk_bytes",
-        "journal_lag_bytes",
-    )
+    __slots__ = ("status", "message", "bookie_id", "read_only", "total_disk_bytes", "free_disk_bytes", "journal_lag_bytes")
     STATUS_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     BOOKIE_ID_FIELD_NUMBER: _ClassVar[int]
@@ -268,13 +186,4 @@ class InfoResponse(_message.Message):
     total_disk_bytes: int
     free_disk_bytes: int
     journal_lag_bytes: int
-    def __init__(
-        self,
-        status: _Optional[int] = ...,
-        message: _Optional[str] = ...,
-        bookie_id: _Optional[str] = ...,
-        read_only: _Optional[bool] = ...,
-        total_disk_bytes: _Optional[int] = ...,
-        free_disk_bytes: _Optional[int] = ...,
-        journal_lag_bytes: _Optional[int] = ...,
-    ) -> None: ...
+    def __init__(self, status: _Optional[int] = ..., message: _Optional[str] = ..., bookie_id: _Optional[str] = ..., read_only: _Optional[bool] = ..., total_disk_bytes: _Optional[int] = ..., free_disk_bytes: _Optional[int] = ..., journal_lag_bytes: _Optional[int] = ...) -> None: ...
