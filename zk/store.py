@@ -159,6 +159,14 @@ class MetadataStore(abc.ABC):
     def add_session_listener(self, listener: SessionListener) -> None:
         """Register a session-event listener."""
 
+    def remove_listener(self, listener: Listener) -> None:
+        """Unregister a change listener (absent: ignored). Recipes use this on close."""
+        raise NotImplementedError
+
+    def remove_session_listener(self, listener: SessionListener) -> None:
+        """Unregister a session-event listener (absent: ignored)."""
+        raise NotImplementedError
+
     @abc.abstractmethod
     async def close(self) -> None:
         """Close the session; its ephemeral nodes are removed. Idempotent."""
