@@ -1,0 +1,257 @@
+"""The ledger client (BookKeeper's client role): create, open (with recovery), delete.
+
+Owns: ledger creation (id, ensemble placement, create-only metadata), opening for read,
+open-with-recovery (BookKeeper's protocol, reference/bookkeeper.md section 2.2) and deletion
+(metadata only; bookies reclaim the space in their GC).
+Recovery: CAS the metadata OPEN -> IN_RECOVERY; fence every bookie of the last fragment
+until every write set has answered from at least Qw - Qa + 1 bookies (so the old writer can
+never again gather Qa acks); read forward from max(LAC, fragment start - 1) until an entry
+is known missing (Qw - Qa + 1 bookies of its write set say NoEntry); re-write the found tail
+to full write sets with recovery adds; CAS to CLOSED at the last found entry.
+Must not know: managed ledgers, topics.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from dataclasses import dataclass
+
+from magnetar.bookie.errors import BookieError, NoEntry, NoLedger
+from magnetar.broker.ledger.errors import (
+    BookieFailure,
+    EntryCorrupt,
+    LedgerNotFound,
+    NotEnoughBookies,
+)
+from magnetar.broker.ledger.handle import LedgerEntry, ReadHandle, WriteHandle, unframe
+from magnetar.broker.ledger.idgen import LedgerIdAllocator
+from magnetar.broker.ledger.metadata import LedgerMetadata, master_key_for, write_set, write_sets
+from magnetar.broker.ledger.placement import BookieClientFactory, BookieRegistry
+from magnetar.broker.ledger.states import LedgerState
+from magnetar.zk import paths
+from magnetar.zk.clock import Clock, SystemClock
+from magnetar.zk.errors import AlreadyExists, BadVersion, NotFound
+from magnetar.zk.store import CREATE_ONLY, MetadataStore
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerClientConfig:
+    ensemble_size: int = 2
+    write_quorum: int = 2
+    ack_quorum: int = 2
+    password: bytes = b""
+    add_timeout_ms: int = 3_000
+    """A bookie that has not acked the oldest pending add within this is replaced."""
+    ensemble_change_timeout_ms: int = 10_000
+    """Give up (handle ERRORED) when no ensemble can be formed for this long."""
+    max_pending_adds: int = 100_000
+    quarantine_ms: int = 30_000
+    allow_ensemble_shrink: bool = True
+    recovery_read_batch: int = 64
+    fence_timeout_ms: int = 5_000
+
+
+class LedgerClient:
+    """Creates, opens, recovers and deletes ledgers."""
+
+    def __init__(
+        self,
+        store: MetadataStore,
+        client_factory: BookieClientFactory,
+        config: LedgerClientConfig | None = None,
+        *,
+        clock: Clock | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.store = store
+        self.config = config or LedgerClientConfig()
+        self.clock: Clock = clock or SystemClock()
+        self.rng = rng or random.Random()
+        self.registry = BookieRegistry(
+            store, client_factory, self.clock, quarantine_ms=self.config.quarantine_ms, rng=self.rng
+        )
+        self._ids = LedgerIdAllocator(store)
+        self.master_key = master_key_for(self.config.password)
+
+    async def create_ledger(
+        self,
+        *,
+        ensemble_size: int | None = None,
+        write_quorum: int | None = None,
+        ack_quorum: int | None = None,
+        custom: dict[str, str] | None = None,
+    ) -> WriteHandle:
+        cfg = self.config
+        e = ensemble_size or cfg.ensemble_size
+        qw = write_quorum or cfg.write_quorum
+        qa = ack_quorum or cfg.ack_quorum
+        ensemble = await self.registry.choose_ensemble(e)
+        await self.registry.resolve(ensemble)
+        while True:
+            ledger_id = await self._ids.next_id()
+            meta = LedgerMetadata(
+                ledger_id=ledger_id,
+                ensemble_size=e,
+                write_quorum=qw,
+                ack_quorum=qa,
+                state=LedgerState.OPEN,
+                ensembles=((0, ensemble),),
+                master_key=self.master_key,
+                ctime_ms=self.clock.now_ms(),
+                custom=tuple(sorted((custom or {}).items())),
+            )
+            try:
+                result = await self.store.put(
+                    paths.ledger_metadata(ledger_id), meta.to_bytes(), expected_version=CREATE_ONLY
+                )
+            except AlreadyExists:
+                continue
+            log.debug("created ledger %d on %s", ledger_id, ensemble)
+            return WriteHandle(self, meta, result.stat.version)
+
+    async def read_metadata(self, ledger_id: int) -> tuple[LedgerMetadata, int]:
+        got = await self.store.get(paths.ledger_metadata(ledger_id))
+        if got is None:
+            raise LedgerNotFound(f"ledger {ledger_id} has no metadata")
+        return LedgerMetadata.from_bytes(got.value), got.stat.version
+
+    async def open_ledger(self, ledger_id: int, *, recovery: bool = True) -> ReadHandle:
+        """Open for reading. With ``recovery``, a ledger that is not closed is fenced,
+        recovered and closed first (the previous writer can no longer add)."""
+        meta, version = await self.read_metadata(ledger_id)
+        await self.registry.resolve(meta.all_bookies)
+        if meta.state is LedgerState.CLOSED or not recovery:
+            handle = ReadHandle(self, meta, version)
+            if not handle.is_closed:
+                await handle.read_lac()
+            return handle
+        return await self._recover(ledger_id)
+
+    async def delete_ledger(self, ledger_id: int) -> None:
+        try:
+            await self.store.delete(paths.ledger_metadata(ledger_id))
+        except NotFound:
+            pass
+
+    async def close(self) -> None:
+        await self.registry.close()
+
+    # -- recovery -------------------------------------------------------------------------------
+    async def _recover(self, ledger_id: int) -> ReadHandle:
+        path = paths.ledger_metadata(ledger_id)
+        while True:
+            meta, version = await self.read_metadata(ledger_id)
+            if meta.state is LedgerState.CLOSED:
+                return ReadHandle(self, meta, version)
+            recovering = meta.in_recovery()
+            try:
+                result = await self.store.put(path, recovering.to_bytes(), expected_version=version)
+            except BadVersion:
+                continue
+            meta, version = recovering, result.stat.version
+            break
+        lac = await self._fence(meta)
+        start = max(lac, meta.last_fragment_first_entry - 1)
+        length = 0
+        if start >= 0:
+            length = (await self._recovery_read(meta, start)).cumulative_length
+        handle = WriteHandle(
+            self, meta, version, recovery=True, last_add_confirmed=start, length=length
+        )
+        try:
+            futures: list[asyncio.Future[int]] = []
+            entry_id = start + 1
+            done = False
+            batch = self.config.recovery_read_batch
+            while not done:
+                results = await asyncio.gather(
+                    *(
+                        self._recovery_read_or_none(meta, e)
+                        for e in range(entry_id, entry_id + batch)
+                    )
+                )
+                for found in results:
+                    if found is None:
+                        done = True
+                        break
+                    entry, stored = found
+                    futures.append(handle.add_recovered(entry, stored))
+                    entry_id += 1
+            if futures:
+                await asyncio.gather(*futures)
+            await handle.close()
+        except BaseException:
+            await handle.abort()
+            raise
+        log.info(
+            "recovered ledger %d: last entry %d (LAC seen %d), length %d",
+            ledger_id,
+            handle.last_add_confirmed,
+            lac,
+            handle.length,
+        )
+        return ReadHandle(self, handle.metadata, handle.version)
+
+    async def _fence(self, meta: LedgerMetadata) -> int:
+        """Fence the last fragment's bookies until every write set is covered; the max LAC."""
+        ensemble = meta.last_ensemble
+        timeout_s = self.config.fence_timeout_ms / 1000.0
+
+        async def fence_one(bookie: str) -> int:
+            client = self.registry.client(bookie)
+            await asyncio.wait_for(client.fence(meta.ledger_id, meta.master_key), timeout_s)
+            try:
+                return await asyncio.wait_for(client.read_lac(meta.ledger_id), timeout_s)
+            except (NoLedger, NoEntry):
+                return -1
+
+        results = await asyncio.gather(*(fence_one(b) for b in ensemble), return_exceptions=True)
+        answered = {b for b, r in zip(ensemble, results, strict=True) if isinstance(r, int)} | {
+            b for b, r in zip(ensemble, results, strict=True) if isinstance(r, NoLedger | NoEntry)
+        }
+        need = meta.write_quorum - meta.ack_quorum + 1
+        for ws in write_sets(ensemble, meta.write_quorum):
+            if sum(1 for b in ws if b in answered) < need:
+                raise BookieFailure(
+                    f"ledger {meta.ledger_id}: cannot fence write set {ws}: "
+                    f"{dict(zip(ensemble, results, strict=True))}"
+                )
+        lacs = [r for r in results if isinstance(r, int)]
+        return max([-1, *lacs])
+
+    async def _recovery_read(self, meta: LedgerMetadata, entry_id: int) -> LedgerEntry:
+        found = await self._recovery_read_or_none(meta, entry_id)
+        if found is None:
+            raise BookieFailure(f"ledger {meta.ledger_id}: confirmed entry {entry_id} missing")
+        return found[0]
+
+    async def _recovery_read_or_none(
+        self, meta: LedgerMetadata, entry_id: int
+    ) -> tuple[LedgerEntry, bytes] | None:
+        """The entry if any replica has it; None if enough replicas say it does not exist."""
+        ws = write_set(meta.ensemble_for(entry_id), meta.write_quorum, entry_id)
+        need_missing = meta.write_quorum - meta.ack_quorum + 1
+        missing = 0
+        errors: list[Exception] = []
+        for bookie in ws:
+            try:
+                raw = await self.registry.client(bookie).read_entry(meta.ledger_id, entry_id)
+                return unframe(raw), raw.payload
+            except (NoEntry, NoLedger):
+                missing += 1
+            except (BookieError, EntryCorrupt) as exc:
+                errors.append(exc)
+        if missing >= need_missing:
+            return None
+        if missing + len(errors) == len(ws) and not errors:
+            return None
+        raise BookieFailure(
+            f"ledger {meta.ledger_id}: entry {entry_id}: {missing} missing, errors {errors}"
+        )
+
+
+__all__ = ["LedgerClient", "LedgerClientConfig", "NotEnoughBookies"]

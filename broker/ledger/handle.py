@@ -1,0 +1,712 @@
+"""Handles on one ledger: the single writer (``WriteHandle``) and readers (``ReadHandle``).
+
+Owns the client side of BookKeeper replication for one ledger:
+- Entry framing: the stored bytes are an 8-byte big-endian cumulative ledger length followed
+  by the payload; ``crc32c`` of the stored bytes is computed by the writer and verified by
+  every reader (the bookie verifies it too).
+- Add path: entry e goes to the Qw bookies of its write set; it completes when Qa of them
+  acked AND every earlier entry completed; LAC then moves to e (only forward) and rides on
+  every later add. ``add_nowait`` decides synchronously (assigns the id, sends) and returns
+  a future; completions are delivered strictly in entry order.
+- Bookie failure (error or no ack within ``add_timeout_ms``): the bookie is replaced by an
+  ensemble change (new fragment from LAC+1, metadata CAS), unacknowledged entries are
+  re-sent; no completion is delivered while a change is in progress. When no spare bookie
+  exists the ensemble may shrink to the healthy members if at least Qw remain.
+- ``Fenced`` from any bookie, or a CAS that finds the ledger IN_RECOVERY/CLOSED by someone
+  else, puts the handle in FENCED: every pending and later add fails with ``LedgerFenced``.
+- Reads come from any replica holding the entry (falling back to the others) and never go
+  past the last add confirmed.
+Must not know: managed ledgers, topics, gRPC.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import functools
+import logging
+import struct
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import crc32c
+
+from magnetar.bookie.api import AddRequest, Entry
+from magnetar.bookie.errors import (
+    BookieError,
+    BookieUnavailable,
+    Fenced,
+    Unauthorized,
+)
+from magnetar.broker.ledger.errors import (
+    BookieFailure,
+    EntryCorrupt,
+    LedgerClosed,
+    LedgerError,
+    LedgerFenced,
+    NotEnoughBookies,
+    ReadBeyondLastConfirmed,
+    TooManyPendingAdds,
+)
+from magnetar.broker.ledger.metadata import LedgerMetadata, write_set
+from magnetar.broker.ledger.states import HANDLE_FSM, HandleEvent, HandleState, LedgerState
+from magnetar.zk import paths
+from magnetar.zk.errors import BadVersion, MetadataError
+
+if TYPE_CHECKING:
+    from magnetar.broker.ledger.client import LedgerClient
+
+log = logging.getLogger(__name__)
+
+HEADER = struct.Struct(">q")
+HEADER_BYTES = HEADER.size
+
+
+def frame(cumulative_length: int, payload: bytes) -> bytes:
+    return HEADER.pack(cumulative_length) + payload
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerEntry:
+    """An entry as read back: its id, the application payload and the cumulative length."""
+
+    ledger_id: int
+    entry_id: int
+    payload: bytes
+    cumulative_length: int
+
+
+def unframe(entry: Entry) -> LedgerEntry:
+    """Verify the checksum and strip the header; raises ``EntryCorrupt``."""
+    data = entry.payload
+    if crc32c.crc32c(data) != entry.crc32c or len(data) < HEADER_BYTES:
+        raise EntryCorrupt(f"checksum mismatch for {entry.ledger_id}:{entry.entry_id}")
+    (cumulative,) = HEADER.unpack_from(data)
+    return LedgerEntry(entry.ledger_id, entry.entry_id, data[HEADER_BYTES:], cumulative)
+
+
+@dataclass(frozen=True, slots=True)
+class HandleStatistics:
+    ledger_id: int
+    state: str
+    last_add_confirmed: int
+    next_entry_id: int
+    pending_adds: int
+    length: int
+    ensemble_changes: int
+    ensemble: tuple[str, ...]
+
+
+class _PendingAdd:
+    __slots__ = ("acked", "data_len", "entry_id", "future", "request", "sent", "sent_ms", "ws")
+
+    def __init__(
+        self,
+        entry_id: int,
+        request: AddRequest,
+        *,
+        data_len: int,
+        future: asyncio.Future[int],
+        ws: tuple[str, ...],
+        sent_ms: float,
+    ) -> None:
+        self.entry_id = entry_id
+        self.request = request
+        self.data_len = data_len
+        self.future = future
+        self.ws = ws
+        self.acked: set[str] = set()
+        self.sent: set[str] = set()
+        self.sent_ms = sent_ms
+
+
+class ReadHandle:
+    """Reads of one ledger, up to its last add confirmed, from any replica."""
+
+    def __init__(self, client: LedgerClient, metadata: LedgerMetadata, version: int) -> None:
+        self._client = client
+        self.metadata = metadata
+        self.version = version
+        self._lac = metadata.last_entry_id if metadata.state is LedgerState.CLOSED else -1
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} ledger={self.ledger_id} lac={self.last_add_confirmed}>"
+
+    @property
+    def ledger_id(self) -> int:
+        return self.metadata.ledger_id
+
+    @property
+    def last_add_confirmed(self) -> int:
+        return self._lac
+
+    @property
+    def is_closed(self) -> bool:
+        return self.metadata.state is LedgerState.CLOSED
+
+    @property
+    def length(self) -> int:
+        return self.metadata.length
+
+    async def read_lac(self) -> int:
+        """Ask the last fragment's bookies for the LAC they learned (non-owner readers)."""
+        if self.is_closed:
+            return self._lac
+        ens = self.metadata.last_ensemble
+        results = await asyncio.gather(
+            *(self._client.registry.client(b).read_lac(self.ledger_id) for b in ens),
+            return_exceptions=True,
+        )
+        seen = [r for r in results if isinstance(r, int)]
+        if seen:
+            self._lac = max(self._lac, *seen)
+        return self._lac
+
+    async def wait_for_lac(self, previous_lac: int, timeout_ms: int) -> int:
+        """Long poll: returns once LAC > previous_lac, or at the timeout."""
+        if self._lac > previous_lac or self.is_closed:
+            return self._lac
+        ens = self.metadata.last_ensemble
+        tasks = [
+            asyncio.ensure_future(
+                self._client.registry.client(b).wait_for_lac(
+                    self.ledger_id, previous_lac, timeout_ms
+                )
+            )
+            for b in ens
+        ]
+        try:
+            for done in asyncio.as_completed(tasks):
+                try:
+                    lac = await done
+                except BookieError:
+                    continue
+                if lac > previous_lac:
+                    self._lac = max(self._lac, lac)
+                    break
+        finally:
+            for task in tasks:
+                task.cancel()
+        return self._lac
+
+    async def read(self, first_entry_id: int, last_entry_id: int) -> list[LedgerEntry]:
+        """Entries first..last inclusive; never past the last add confirmed."""
+        if first_entry_id < 0 or last_entry_id < first_entry_id:
+            raise ValueError(f"bad range {first_entry_id}..{last_entry_id}")
+        if last_entry_id > self.last_add_confirmed:
+            raise ReadBeyondLastConfirmed(
+                f"ledger {self.ledger_id}: {last_entry_id} > LAC {self.last_add_confirmed}"
+            )
+        return await read_entries(self._client, self.metadata, first_entry_id, last_entry_id)
+
+
+async def read_entries(
+    client: LedgerClient, meta: LedgerMetadata, first: int, last: int
+) -> list[LedgerEntry]:
+    out: list[LedgerEntry] = []
+    entry_id = first
+    while entry_id <= last:
+        idx = meta.fragment_index(entry_id)
+        _frag_first, ensemble = meta.ensembles[idx]
+        frag_last = meta.ensembles[idx + 1][0] - 1 if idx + 1 < len(meta.ensembles) else last
+        stop = min(last, frag_last)
+        if len(ensemble) == meta.write_quorum:
+            got = await _read_range_any(client, meta.ledger_id, ensemble, entry_id, stop)
+        else:
+            got = list(
+                await asyncio.gather(
+                    *(
+                        _read_one(
+                            client, meta.ledger_id, write_set(ensemble, meta.write_quorum, e), e
+                        )
+                        for e in range(entry_id, stop + 1)
+                    )
+                )
+            )
+        out.extend(got)
+        entry_id = stop + 1
+    return out
+
+
+async def _read_range_any(
+    client: LedgerClient, ledger_id: int, ensemble: tuple[str, ...], first: int, last: int
+) -> list[LedgerEntry]:
+    """Every bookie of an unstriped fragment holds every entry: read ranges, falling back."""
+    out: list[LedgerEntry] = []
+    start = first
+    order = list(ensemble)
+    errors: list[Exception] = []
+    while start <= last:
+        progressed = False
+        for bookie in order:
+            try:
+                raw = await client.registry.client(bookie).read_range(ledger_id, start, last)
+                chunk = [unframe(e) for e in raw]
+            except (BookieError, EntryCorrupt) as exc:
+                errors.append(exc)
+                continue
+            if chunk and chunk[0].entry_id == start:
+                out.extend(chunk)
+                start = chunk[-1].entry_id + 1
+                progressed = True
+                break
+        if not progressed:
+            # fall back to entry-by-entry reads on the replicas
+            ws = tuple(ensemble)
+            out.append(await _read_one(client, ledger_id, ws, start))
+            start += 1
+    return out
+
+
+async def _read_one(
+    client: LedgerClient, ledger_id: int, ws: tuple[str, ...], entry_id: int
+) -> LedgerEntry:
+    errors: list[Exception] = []
+    for bookie in ws:
+        try:
+            entry = await client.registry.client(bookie).read_entry(ledger_id, entry_id)
+            return unframe(entry)
+        except (BookieError, EntryCorrupt) as exc:
+            errors.append(exc)
+    if errors and all(isinstance(e, EntryCorrupt) for e in errors):
+        raise EntryCorrupt(f"{ledger_id}:{entry_id} corrupt on every replica")
+    raise BookieFailure(f"cannot read {ledger_id}:{entry_id} from {ws}: {errors}")
+
+
+class WriteHandle(ReadHandle):
+    """The single writer of an OPEN ledger (or the recoverer of an IN_RECOVERY one)."""
+
+    def __init__(
+        self,
+        client: LedgerClient,
+        metadata: LedgerMetadata,
+        version: int,
+        *,
+        recovery: bool = False,
+        last_add_confirmed: int = -1,
+        length: int = 0,
+    ) -> None:
+        super().__init__(client, metadata, version)
+        cfg = client.config
+        self._recovery = recovery
+        self._expected_state = LedgerState.IN_RECOVERY if recovery else LedgerState.OPEN
+        self._lac = last_add_confirmed
+        self._next_entry_id = last_add_confirmed + 1
+        self._length = length
+        self._confirmed_length = length
+        self._pending: collections.deque[_PendingAdd] = collections.deque()
+        self._max_pending = cfg.max_pending_adds
+        self._add_timeout_ms = cfg.add_timeout_ms
+        self.state = HandleState.OPEN
+        self._failed: set[str] = set()
+        self._changing = False
+        self._change_task: asyncio.Task[None] | None = None
+        self._ensemble_changes = 0
+        self._error: LedgerError | None = None
+        self._drained: asyncio.Event = asyncio.Event()
+        self._drained.set()
+        self._timer = client.clock.call_later(self._add_timeout_ms / 2000.0, self._on_timer)
+        self._lac_listeners: list[Callable[[int], None]] = []
+
+    def __repr__(self) -> str:
+        return (
+            f"<WriteHandle ledger={self.ledger_id} {self.state.name} lac={self._lac} "
+            f"pending={len(self._pending)} ensemble={self.metadata.last_ensemble}>"
+        )
+
+    # -- read side ----------------------------------------------------------------------------
+    @property
+    def length(self) -> int:
+        return self._confirmed_length
+
+    @property
+    def next_entry_id(self) -> int:
+        return self._next_entry_id
+
+    @property
+    def pending_adds(self) -> int:
+        return len(self._pending)
+
+    @property
+    def is_closed(self) -> bool:
+        return self.state is HandleState.CLOSED
+
+    async def read_lac(self) -> int:
+        return self._lac
+
+    async def wait_for_lac(self, previous_lac: int, timeout_ms: int) -> int:
+        if self._lac > previous_lac or self.state is not HandleState.OPEN:
+            return self._lac
+        fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+
+        def on_lac(lac: int) -> None:
+            if not fut.done():
+                fut.set_result(lac)
+
+        self._lac_listeners.append(on_lac)
+        try:
+            return await asyncio.wait_for(fut, timeout_ms / 1000.0)
+        except TimeoutError:
+            return self._lac
+        finally:
+            if on_lac in self._lac_listeners:
+                self._lac_listeners.remove(on_lac)
+
+    def add_lac_listener(self, listener: Callable[[int], None]) -> None:
+        """``listener(lac)`` runs on every LAC advance (used by tailing readers)."""
+        self._lac_listeners.append(listener)
+
+    # -- add path -------------------------------------------------------------------------------
+    def add_nowait(self, payload: bytes) -> asyncio.Future[int]:
+        """Queue an add; the future resolves to the entry id once it is acknowledged."""
+        if self.state is not HandleState.OPEN:
+            raise self._state_error()
+        if len(self._pending) >= self._max_pending:
+            raise TooManyPendingAdds(f"{len(self._pending)} adds pending on {self.ledger_id}")
+        if self._recovery:
+            raise LedgerClosed("a recovery handle only re-writes recovered entries")
+        return self._add(
+            self._next_entry_id, frame(self._length + len(payload), payload), len(payload)
+        )
+
+    async def add(self, payload: bytes) -> int:
+        return await self.add_nowait(payload)
+
+    def add_recovered(self, entry: LedgerEntry, stored: bytes) -> asyncio.Future[int]:
+        """Recovery: re-write an entry found on some bookie to its whole write set."""
+        if entry.entry_id != self._next_entry_id:
+            raise ValueError(f"recovered entry {entry.entry_id} != next {self._next_entry_id}")
+        if self.state is not HandleState.OPEN:
+            raise self._state_error()
+        return self._add(entry.entry_id, stored, entry.cumulative_length - self._length)
+
+    def _add(self, entry_id: int, stored: bytes, data_len: int) -> asyncio.Future[int]:
+        HANDLE_FSM.next(self.state, HandleEvent.ADD)
+        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        request = AddRequest(
+            ledger_id=self.ledger_id,
+            entry_id=entry_id,
+            lac=self._lac,
+            crc32c=crc32c.crc32c(stored),
+            payload=stored,
+            master_key=self.metadata.master_key,
+            recovery=self._recovery,
+        )
+        ws = self.metadata.write_set(entry_id)
+        pending = _PendingAdd(
+            entry_id,
+            request,
+            data_len=data_len,
+            future=future,
+            ws=ws,
+            sent_ms=self._client.clock.monotonic_ms(),
+        )
+        self._next_entry_id = entry_id + 1
+        self._length += data_len
+        self._pending.append(pending)
+        self._drained.clear()
+        for bookie in ws:
+            if bookie not in self._failed:
+                self._send(pending, bookie)
+        return future
+
+    def _send(self, pending: _PendingAdd, bookie: str) -> None:
+        pending.sent.add(bookie)
+        try:
+            aw = self._client.registry.client(bookie).add(pending.request)
+        except BookieError as exc:
+            self._on_bookie_error(pending, bookie, exc)
+            return
+        fut = aw if isinstance(aw, asyncio.Future) else asyncio.ensure_future(_as_coro(aw))
+        fut.add_done_callback(functools.partial(self._on_add_done, pending, bookie))
+
+    def _on_add_done(self, pending: _PendingAdd, bookie: str, fut: asyncio.Future[None]) -> None:
+        pending.sent.discard(bookie)
+        if fut.cancelled():
+            exc: BaseException | None = BookieUnavailable("add cancelled")
+        else:
+            exc = fut.exception()
+        if exc is None:
+            if bookie in pending.ws and not pending.future.done():
+                pending.acked.add(bookie)
+                if len(pending.acked) >= self.metadata.ack_quorum:
+                    self._complete_ready()
+            return
+        self._on_bookie_error(pending, bookie, exc)
+
+    def _on_bookie_error(self, pending: _PendingAdd, bookie: str, exc: BaseException) -> None:
+        if isinstance(exc, Fenced | Unauthorized):
+            self._fence(f"bookie {bookie} answered {type(exc).__name__}")
+            return
+        if bookie not in pending.ws or self.state not in (HandleState.OPEN, HandleState.CLOSING):
+            return  # already replaced, or nothing left to do
+        log.info("ledger %s: bookie %s failed an add: %r", self.ledger_id, bookie, exc)
+        self._bookie_failed(bookie)
+
+    def _complete_ready(self) -> None:
+        """Deliver completions in entry order (never during an ensemble change)."""
+        if self._changing:
+            return
+        qa = self.metadata.ack_quorum
+        pending = self._pending
+        advanced = False
+        while pending and len(pending[0].acked) >= qa:
+            head = pending.popleft()
+            self._lac = head.entry_id
+            self._confirmed_length += head.data_len
+            advanced = True
+            if not head.future.done():
+                head.future.set_result(head.entry_id)
+        if advanced:
+            for listener in list(self._lac_listeners):
+                listener(self._lac)
+        if not pending:
+            self._drained.set()
+
+    # -- failures -----------------------------------------------------------------------------
+    def _on_timer(self) -> None:
+        if self.state not in (HandleState.OPEN, HandleState.CLOSING):
+            return
+        self._timer = self._client.clock.call_later(self._add_timeout_ms / 2000.0, self._on_timer)
+        if not self._pending or self._changing:
+            return
+        head = self._pending[0]
+        if self._client.clock.monotonic_ms() - head.sent_ms < self._add_timeout_ms:
+            return
+        for bookie in head.ws:
+            if bookie not in head.acked:
+                log.info("ledger %s: bookie %s timed out on an add", self.ledger_id, bookie)
+                self._bookie_failed(bookie)
+
+    def _bookie_failed(self, bookie: str) -> None:
+        if bookie not in self.metadata.last_ensemble and not any(
+            bookie in p.ws for p in self._pending
+        ):
+            return
+        self._failed.add(bookie)
+        self._client.registry.quarantine(bookie)
+        if self._change_task is None or self._change_task.done():
+            self._changing = True
+            self._change_task = asyncio.ensure_future(self._ensemble_change_loop())
+
+    async def _ensemble_change_loop(self) -> None:
+        cfg = self._client.config
+        deadline = self._client.clock.monotonic_ms() + cfg.ensemble_change_timeout_ms
+        backoff_s = 0.05
+        try:
+            while self.state in (HandleState.OPEN, HandleState.CLOSING):
+                bad = {b for b in self._failed if b in self.metadata.last_ensemble}
+                bad |= {b for p in self._pending for b in p.ws if b in self._failed}
+                if not bad:
+                    break
+                try:
+                    await self._change_ensemble(bad)
+                except (NotEnoughBookies, MetadataError, BookieError) as exc:
+                    if await self._fenced_in_metadata():
+                        return
+                    if self._client.clock.monotonic_ms() >= deadline:
+                        self._fail(NotEnoughBookies(f"ensemble change impossible: {exc}"))
+                        return
+                    log.info("ledger %s: ensemble change retry: %r", self.ledger_id, exc)
+                    await self._client.clock.sleep(backoff_s)
+                    backoff_s = min(1.0, backoff_s * 2)
+        finally:
+            self._changing = False
+            if self.state in (HandleState.OPEN, HandleState.CLOSING):
+                self._complete_ready()
+
+    async def _fenced_in_metadata(self) -> bool:
+        """Re-read the metadata: if someone else moved the state, this writer is deposed."""
+        try:
+            got = await self._client.store.get(paths.ledger_metadata(self.ledger_id))
+        except MetadataError:
+            return False
+        if got is None or LedgerMetadata.from_bytes(got.value).state is not self._expected_state:
+            self._fence("ledger recovered or deleted by someone else")
+            return True
+        return False
+
+    async def _change_ensemble(self, bad: set[str]) -> None:
+        # decide: the new fragment starts at the first entry not yet confirmed
+        old = self.metadata
+        first = self._lac + 1
+        first = max(first, old.last_fragment_first_entry)
+        current = list(old.last_ensemble)
+        exclude = set(current) | self._failed
+        wanted = [b for b in current if b in bad]
+        candidates = await self._client.registry.healthy(exclude)
+        new_ensemble: list[str]
+        if len(candidates) >= len(wanted):
+            picks = iter(self._client.rng.sample(sorted(candidates), len(wanted)))
+            new_ensemble = [next(picks) if b in bad else b for b in current]
+        else:
+            kept = [b for b in current if b not in bad]
+            fill = list(candidates)
+            new_ensemble = kept + fill
+            if not (
+                self._client.config.allow_ensemble_shrink and len(new_ensemble) >= old.write_quorum
+            ):
+                raise NotEnoughBookies(
+                    f"ledger {self.ledger_id}: no replacement for {sorted(bad)}, "
+                    f"healthy: {candidates}"
+                )
+        await self._client.registry.resolve(new_ensemble)
+        updated = old.with_ensemble(first, tuple(new_ensemble))
+        path = paths.ledger_metadata(self.ledger_id)
+        try:
+            result = await self._client.store.put(
+                path, updated.to_bytes(), expected_version=self.version
+            )
+        except BadVersion:
+            got = await self._client.store.get(path)
+            if got is None:
+                self._fence("ledger metadata deleted")
+                return
+            theirs = LedgerMetadata.from_bytes(got.value)
+            if theirs.state is not self._expected_state:
+                self._fence(f"ledger is now {theirs.state.name}")
+                return
+            self.metadata, self.version = theirs, got.stat.version
+            raise
+        if self.state not in (HandleState.OPEN, HandleState.CLOSING):
+            return
+        # apply: re-send the unacknowledged entries to their (new) write sets
+        self.metadata, self.version = updated, result.stat.version
+        self._ensemble_changes += 1
+        self._failed -= bad
+        log.info(
+            "ledger %s: ensemble change at entry %d: %s -> %s",
+            self.ledger_id,
+            first,
+            current,
+            new_ensemble,
+        )
+        now = self._client.clock.monotonic_ms()
+        for pending in self._pending:
+            ws = updated.write_set(pending.entry_id)
+            if ws != pending.ws:
+                pending.ws = ws
+                pending.acked &= set(ws)
+                pending.sent &= set(ws)
+            for bookie in ws:
+                if bookie not in pending.acked and bookie not in pending.sent:
+                    pending.sent_ms = now
+                    self._send(pending, bookie)
+
+    def _state_error(self) -> LedgerError:
+        if self.state is HandleState.FENCED:
+            return LedgerFenced(f"ledger {self.ledger_id} was fenced by another writer")
+        if self._error is not None:
+            return self._error
+        return LedgerClosed(f"ledger {self.ledger_id} is {self.state.name}")
+
+    def _fence(self, why: str) -> None:
+        if self.state is HandleState.FENCED:
+            return
+        log.warning("ledger %s fenced: %s", self.ledger_id, why)
+        self.state = HANDLE_FSM.next(self.state, HandleEvent.FENCED)
+        self._fail_pending(LedgerFenced(f"ledger {self.ledger_id} fenced: {why}"))
+
+    def _fail(self, error: LedgerError) -> None:
+        if self.state not in (HandleState.OPEN, HandleState.CLOSING):
+            return
+        log.warning("ledger %s failed: %s", self.ledger_id, error)
+        self._error = error
+        self.state = HANDLE_FSM.next(self.state, HandleEvent.FATAL)
+        self._fail_pending(error)
+
+    def _fail_pending(self, error: LedgerError) -> None:
+        self._timer.cancel()
+        pending, self._pending = self._pending, collections.deque()
+        for p in pending:
+            if not p.future.done():
+                p.future.set_exception(error)
+                p.future.exception()  # mark retrieved: the owner may not await every add
+        self._drained.set()
+        for listener in list(self._lac_listeners):
+            listener(self._lac)
+
+    # -- close --------------------------------------------------------------------------------
+    async def close(self) -> None:
+        """Wait for pending adds, then CAS the metadata to CLOSED at the LAC."""
+        if self.state is HandleState.CLOSING:
+            await self._drained.wait()
+            return
+        if self.state is not HandleState.OPEN:
+            HANDLE_FSM.next(self.state, HandleEvent.CLOSE)
+            return
+        self.state = HANDLE_FSM.next(self.state, HandleEvent.CLOSE)
+        await self._drained.wait()
+        if self.state is not HandleState.CLOSING:
+            raise self._state_error()
+        last, length = self._lac, self._confirmed_length
+        path = paths.ledger_metadata(self.ledger_id)
+        while True:
+            meta = self.metadata
+            closed = meta.recovered(last, length) if self._recovery else meta.closed(last, length)
+            try:
+                result = await self._client.store.put(
+                    path, closed.to_bytes(), expected_version=self.version
+                )
+            except BadVersion:
+                got = await self._client.store.get(path)
+                theirs = None if got is None else LedgerMetadata.from_bytes(got.value)
+                if theirs is not None and theirs.state is self._expected_state and got is not None:
+                    self.metadata, self.version = theirs, got.stat.version
+                    continue
+                if (
+                    theirs is not None
+                    and theirs.state is LedgerState.CLOSED
+                    and (theirs.last_entry_id == last)
+                ):
+                    self.metadata, self.version = theirs, got.stat.version if got else 0
+                    break
+                self._fence("closed or recovered by someone else")
+                raise self._state_error() from None
+            self.metadata, self.version = closed, result.stat.version
+            break
+        self._timer.cancel()
+        self.state = HANDLE_FSM.next(self.state, HandleEvent.CLOSED)
+
+    async def abort(self) -> None:
+        """Stop without closing the metadata (the next owner will recover the ledger)."""
+        if self.state in (HandleState.OPEN, HandleState.CLOSING):
+            self._fail(LedgerClosed(f"ledger {self.ledger_id} aborted"))
+        if self._change_task is not None:
+            self._change_task.cancel()
+
+    def statistics(self) -> HandleStatistics:
+        return HandleStatistics(
+            ledger_id=self.ledger_id,
+            state=self.state.name,
+            last_add_confirmed=self._lac,
+            next_entry_id=self._next_entry_id,
+            pending_adds=len(self._pending),
+            length=self._confirmed_length,
+            ensemble_changes=self._ensemble_changes,
+            ensemble=self.metadata.last_ensemble,
+        )
+
+    def check_invariants(self) -> None:
+        ids = [p.entry_id for p in self._pending]
+        assert ids == list(range(self._lac + 1, self._lac + 1 + len(ids))), ids
+        assert self._next_entry_id == self._lac + 1 + len(ids)
+        for p in self._pending:
+            assert p.acked <= set(p.ws), (p.entry_id, p.acked, p.ws)
+
+
+async def _as_coro(aw: Awaitable[None]) -> None:
+    await aw
+
+
+__all__ = [
+    "HEADER_BYTES",
+    "HandleStatistics",
+    "LedgerEntry",
+    "ReadHandle",
+    "WriteHandle",
+    "frame",
+    "read_entries",
+    "unframe",
+]
