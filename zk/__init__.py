@@ -1,13 +1,17 @@
 """Metadata: the ``MetadataStore`` interface, its implementations, path layout and recipes.
 
-Imports nothing else of Magnetar. Only ``zookeeper.py`` imports kazoo.
+Imports nothing else of Magnetar. Only ``zookeeper.py`` imports kazoo; only ``embedded.py``
+imports rocksdict. Open stores with ``open_metadata_store(url)`` (see ``factory.py``).
 """
 
+from magnetar.zk.embedded import EmbeddedMetadataServer
+from magnetar.zk.embedded_client import RemoteMetadataStore
 from magnetar.zk.errors import (
     AlreadyExists,
     BadVersion,
     ConnectionLoss,
     InvalidPath,
+    LockBusy,
     MetadataError,
     NotEmpty,
     NotFound,
@@ -15,7 +19,10 @@ from magnetar.zk.errors import (
     SessionLost,
     StoreClosed,
 )
+from magnetar.zk.factory import close_shared_servers, memory_server, open_metadata_store
+from magnetar.zk.faults import FaultInjectingStore
 from magnetar.zk.memory import MemoryMetadataServer, MemoryMetadataStore
+from magnetar.zk.recipes import IdAllocator, LeaderElection, OwnershipLock
 from magnetar.zk.store import (
     CREATE_ONLY,
     GetResult,
@@ -26,14 +33,20 @@ from magnetar.zk.store import (
     SessionEvent,
     Stat,
 )
+from magnetar.zk.zookeeper import ZooKeeperMetadataStore
 
 __all__ = [
     "CREATE_ONLY",
     "AlreadyExists",
     "BadVersion",
     "ConnectionLoss",
+    "EmbeddedMetadataServer",
+    "FaultInjectingStore",
     "GetResult",
+    "IdAllocator",
     "InvalidPath",
+    "LeaderElection",
+    "LockBusy",
     "MemoryMetadataServer",
     "MemoryMetadataStore",
     "MetadataError",
@@ -43,9 +56,15 @@ __all__ = [
     "Notification",
     "NotificationType",
     "OperationTimeout",
+    "OwnershipLock",
     "PutResult",
+    "RemoteMetadataStore",
     "SessionEvent",
     "SessionLost",
     "Stat",
     "StoreClosed",
+    "ZooKeeperMetadataStore",
+    "close_shared_servers",
+    "memory_server",
+    "open_metadata_store",
 ]

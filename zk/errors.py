@@ -30,6 +30,14 @@ class AlreadyExists(MetadataError):
     """Create-only ``put`` on a path that exists."""
 
 
+class LockBusy(AlreadyExists):
+    """An ``OwnershipLock`` is held by another session; ``owner_value`` is what it wrote."""
+
+    def __init__(self, message: str = "", *, path: str | None = None, owner_value: bytes = b""):
+        super().__init__(message, path=path)
+        self.owner_value = owner_value
+
+
 class NotEmpty(MetadataError):
     """``delete`` of a node that still has children."""
 
@@ -63,6 +71,7 @@ __all__ = [
     "BadVersion",
     "ConnectionLoss",
     "InvalidPath",
+    "LockBusy",
     "MetadataError",
     "NotEmpty",
     "NotFound",
