@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from support.ledger_fakes import fake_bookies, make_client, meta_server  # noqa: F401
+from support.ledger_fakes import make_client
 
 from magnetar.bookie.errors import BookieUnavailable
 from magnetar.broker.ledger.errors import LedgerFenced, ReadBeyondLastConfirmed
@@ -149,7 +149,7 @@ async def test_reads_fall_back_to_other_replicas(
     client = make_client(meta_server, fake_bookies, ensemble_size=2, write_quorum=2, ack_quorum=2)
     w = await client.create_ledger()
     await asyncio.gather(*(w.add(b"p%d" % i) for i in range(5)))
-    a, b = w.metadata.last_ensemble
+    a, _ = w.metadata.last_ensemble
     fake_bookies[a].corrupt(w.ledger_id, 2)
     got = await w.read(0, 4)
     assert [g.payload for g in got] == [b"p%d" % i for i in range(5)]
