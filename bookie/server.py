@@ -120,6 +120,16 @@ class BookieService(pb_grpc.BookieServicer):
         self._reads = 0
         self._bad_requests = 0
         self.accepting = True
+        self._draining = False
+        self._streams: set[_AddStream] = set()
+
+    def begin_shutdown(self) -> None:
+        """Refuse new adds (READ_ONLY) and end every Add stream once its in-flight batches
+        are answered, so a graceful server stop does not wait for idle streams."""
+        self.accepting = False
+        self._draining = True
+        for state in self._streams:
+            state.wake.set()
 
     def statistics(self) -> ServiceStatistics:
         return ServiceStatistics(
@@ -200,11 +210,12 @@ class BookieService(pb_grpc.BookieServicer):
     ) -> AsyncIterator[pb.AddResponse]:
         state = _AddStream()
         self._streams_open += 1
+        self._streams.add(state)
         reader = asyncio.create_task(self._read_adds(request_iterator, state))
         try:
             while True:
                 if not state.pending:
-                    if state.reading_done:
+                    if state.reading_done or self._draining:
                         break
                     state.wake.clear()
                     await state.wake.wait()
@@ -221,6 +232,7 @@ class BookieService(pb_grpc.BookieServicer):
                 log.debug("add stream ended: %r", exc)
         finally:
             self._streams_open -= 1
+            self._streams.discard(state)
             reader.cancel()
 
     def _drain_done(self, state: _AddStream) -> pb.AddResponse:

@@ -1,0 +1,420 @@
+"""The bookie process: ``magnetar bookie`` / ``python -m magnetar.bookie``.
+
+Owns: configuration (flags over a YAML file over defaults), structured logging, the process
+lifecycle: lock the data dir, open metadata, check the cookie, open the storage engine, serve
+gRPC, register, run GC wiring; on SIGTERM/SIGINT shut down gracefully (stop accepting adds,
+let in-flight adds finish, final checkpoint, deregister) and exit 0.
+Must not know: storage internals (it only opens and closes the engine), the broker.
+
+Exit codes: 0 clean shutdown; 2 configuration error or refused start (cookie mismatch,
+data dir locked); 1 unexpected failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import fcntl
+import json
+import logging
+import os
+import signal
+import socket
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+from magnetar.bookie.api import BookieStorage
+from magnetar.bookie.registration import (
+    BookieRegistration,
+    CookieError,
+    LiveLedgerLister,
+    RegistrationInfo,
+    check_cookie,
+)
+from magnetar.bookie.server import MAX_ENTRY_BYTES, BookieServer, BookieService
+from magnetar.zk.factory import open_metadata_store
+from magnetar.zk.store import MetadataStore
+
+log = logging.getLogger(__name__)
+
+EXIT_OK = 0
+EXIT_FAILURE = 1
+EXIT_REFUSED = 2
+
+
+class StartRefused(Exception):
+    """The bookie must not start (cookie, lock, configuration): message goes to stderr."""
+
+
+@dataclass(slots=True)
+class BookieConfig:
+    data_dir: str = "data/bookie"
+    metadata: str = "none"  # zk://host:port[/chroot], embedded://host:port, memory://, none
+    host: str = "127.0.0.1"
+    port: int = 3181
+    advertised_address: str | None = None
+    bookie_id: str | None = None
+    http_port: int | None = None
+    storage: str = "disk"  # "disk" (the engine) or "memory" (testing; nothing durable)
+    max_entry_bytes: int = MAX_ENTRY_BYTES
+    journal_sync: bool = True
+    gc_interval_s: float = 60.0
+    shutdown_grace_s: float = 5.0
+    log_format: str = "kv"  # kv | json
+    log_level: str = "INFO"
+    engine: dict[str, Any] | None = None  # passed through to the storage engine
+
+    @property
+    def address(self) -> str:
+        return self.advertised_address or f"{self.host}:{self.port}"
+
+    def resolved_bookie_id(self) -> str:
+        return self.bookie_id or self.address
+
+
+# -- configuration ------------------------------------------------------------------------
+
+
+def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
+    p = parser or argparse.ArgumentParser(prog="magnetar bookie", description="Run a bookie.")
+    p.add_argument("--config", help="YAML file with the same keys as the flags (a_b or a-b)")
+    p.add_argument("--data-dir", help="journal, entry logs, index and cookie live here")
+    p.add_argument(
+        "--metadata",
+        help="metadata URL: zk://host:port[/chroot], embedded://host:port, memory://, none",
+    )
+    p.add_argument("--host", help="address to bind (default 127.0.0.1)")
+    p.add_argument("--port", type=int, help="gRPC port (default 3181; 0 picks a free one)")
+    p.add_argument("--advertised-address", help="host:port published in the registration")
+    p.add_argument("--bookie-id", help="stable identity (default: the advertised address)")
+    p.add_argument("--http-port", type=int, help="metrics port (published in the registration)")
+    p.add_argument("--storage", choices=["disk", "memory"], help="storage engine")
+    p.add_argument("--max-entry-bytes", type=int)
+    p.add_argument(
+        "--journal-sync",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="fdatasync the journal before acking (default on)",
+    )
+    p.add_argument("--gc-interval-s", type=float)
+    p.add_argument("--shutdown-grace-s", type=float)
+    p.add_argument("--log-format", choices=["kv", "json"])
+    p.add_argument("--log-level")
+    return p
+
+
+def load_config(args: argparse.Namespace) -> BookieConfig:
+    values: dict[str, Any] = {}
+    known = {f.name for f in fields(BookieConfig)}
+    if args.config:
+        import yaml
+
+        with open(args.config) as f:
+            loaded = yaml.safe_load(f) or {}
+        if not isinstance(loaded, dict):
+            raise StartRefused(f"config file {args.config} is not a mapping")
+        for key, value in loaded.items():
+            name = str(key).replace("-", "_")
+            if name not in known:
+                raise StartRefused(f"unknown key {key!r} in {args.config}")
+            values[name] = value
+    for name in known:
+        flag = getattr(args, name, None)
+        if flag is not None:
+            values[name] = flag
+    config = BookieConfig(**values)
+    if config.port == 0:
+        config.port = _free_port(config.host)
+    return config
+
+
+def _free_port(host: str) -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+# -- logging ------------------------------------------------------------------------------
+
+
+class _KeyValueFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        ts = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+        msg = record.getMessage().replace('"', "'")
+        line = (
+            f"ts={ts}.{int(record.msecs):03d}Z level={record.levelname} "
+            f'logger={record.name} pid={record.process} msg="{msg}"'
+        )
+        if record.exc_info:
+            line += " exc=" + json.dumps(self.formatException(record.exc_info))
+        return line
+
+
+class _JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        obj: dict[str, Any] = {
+            "ts": record.created,
+            "level": record.levelname,
+            "logger": record.name,
+            "pid": record.process,
+            "msg": record.getMessage(),
+        }
+        if record.exc_info:
+            obj["exc"] = self.formatException(record.exc_info)
+        return json.dumps(obj)
+
+
+def setup_logging(config: BookieConfig) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_JsonFormatter() if config.log_format == "json" else _KeyValueFormatter())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(config.log_level.upper())
+    logging.getLogger("kazoo").setLevel(logging.WARNING)
+
+
+# -- metadata and storage -----------------------------------------------------------------
+
+
+async def open_metadata(url: str) -> MetadataStore | None:
+    """Open the metadata store named by ``url``; None for ``none``."""
+    if url in ("", "none"):
+        return None
+    try:
+        return await open_metadata_store(url)
+    except ValueError as exc:
+        raise StartRefused(str(exc)) from exc
+
+
+class _Engine:
+    """The storage engine as the process sees it: a BookieStorage plus lifecycle hooks."""
+
+    def __init__(
+        self,
+        storage: BookieStorage,
+        close: Callable[[], Awaitable[None]] | None = None,
+        gc: Callable[[set[int], set[int]], Awaitable[Any]] | None = None,
+        local_ledgers: Callable[[], set[int]] | None = None,
+    ) -> None:
+        self.storage = storage
+        self.close = close
+        self.gc = gc
+        self.local_ledgers = local_ledgers
+
+
+async def open_engine(config: BookieConfig, bookie_id: str) -> _Engine:
+    if config.storage == "memory":
+        from magnetar.bookie.testing import MemoryBookieStorage
+
+        log.warning("storage=memory: nothing is durable (testing only)")
+        return _Engine(MemoryBookieStorage(bookie_id, max_entry_bytes=config.max_entry_bytes))
+    import importlib
+
+    try:
+        core = importlib.import_module("magnetar.bookie.core")
+    except ImportError as exc:
+        raise StartRefused(f"the disk storage engine is not available: {exc}") from exc
+    return await _open_core(core, config, bookie_id)
+
+
+async def _open_core(core: Any, config: BookieConfig, bookie_id: str) -> _Engine:
+    """Adapter to ``bookie/core.py`` (the storage engine): journal and ledger dirs live in
+    the data dir; keys of the config's ``engine`` mapping are ``core.BookieConfig`` fields."""
+    if not config.journal_sync:
+        log.warning("journal_sync=false is not supported by the disk engine; syncing anyway")
+    options = dict(config.engine or {})
+    engine_config = core.BookieConfig(
+        journal_dir=os.path.join(config.data_dir, "journal"),
+        ledger_dir=os.path.join(config.data_dir, "ledgers"),
+        bookie_id=bookie_id,
+        entry_size_max=config.max_entry_bytes,
+        **options,
+    )
+    bookie = core.Bookie(engine_config)
+    await bookie.start()
+
+    async def gc(live: set[int], candidates: set[int]) -> Any:
+        return await bookie.collect_garbage(live, candidates)
+
+    return _Engine(bookie, bookie.close, gc, bookie.local_ledger_ids)
+
+
+# -- the process --------------------------------------------------------------------------
+
+
+class _DataDirLock:
+    """An exclusive flock on ``<data_dir>/bookie.lock``: one process per data dir."""
+
+    def __init__(self, data_dir: str) -> None:
+        self.path = os.path.join(data_dir, "bookie.lock")
+        self.fd = -1
+
+    def acquire(self) -> None:
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self.fd)
+            self.fd = -1
+            raise StartRefused(f"data dir is in use by another process ({self.path})") from None
+        os.ftruncate(self.fd, 0)
+        os.write(self.fd, f"{os.getpid()}\n".encode())
+
+    def release(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+async def _gc_loop(config: BookieConfig, lister: LiveLedgerLister, engine: _Engine) -> None:
+    gc, local_ledgers = engine.gc, engine.local_ledgers
+    if gc is None or local_ledgers is None:
+        log.info("storage engine has no GC entry point; GC wiring idle")
+        return
+    while True:
+        await asyncio.sleep(config.gc_interval_s)
+        try:
+            # Local ledgers first: a ledger created after the metadata listing is never a
+            # candidate, so it cannot be mistaken for a deleted one.
+            candidates = local_ledgers()
+            live = await lister.live_ledgers()
+            if live is None:
+                continue
+            result = await gc(live, candidates)
+            log.info("gc round done result=%s", result)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("gc round failed")
+
+
+async def run(config: BookieConfig, ready: Callable[[str], None] | None = None) -> int:
+    os.makedirs(config.data_dir, exist_ok=True)
+    lock = _DataDirLock(config.data_dir)
+    lock.acquire()
+    store: MetadataStore | None = None
+    engine: _Engine | None = None
+    server: BookieServer | None = None
+    registration: BookieRegistration | None = None
+    tasks: list[asyncio.Task[Any]] = []
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    bookie_id = config.resolved_bookie_id()
+    try:
+        store = await open_metadata(config.metadata)
+        try:
+            cookie = await check_cookie(store, bookie_id, [config.data_dir])
+        except CookieError as exc:
+            raise StartRefused(str(exc)) from exc
+        engine = await open_engine(config, bookie_id)
+        service = BookieService(engine.storage, max_entry_bytes=config.max_entry_bytes)
+        server = BookieServer(service, config.host, config.port)
+        await server.start()
+        if store is not None:
+            info = RegistrationInfo(
+                bookie_id=bookie_id,
+                address=config.address,
+                instance_id=cookie.instance_id,
+                http_port=config.http_port,
+            )
+            metadata_url = config.metadata
+
+            async def reopen() -> MetadataStore:
+                new = await open_metadata(metadata_url)
+                assert new is not None
+                return new
+
+            storage = engine.storage
+            registration = BookieRegistration(
+                store, info, reopen=reopen, read_only=lambda: storage.info().read_only
+            )
+            await registration.start()
+            tasks.append(asyncio.create_task(_gc_loop(config, LiveLedgerLister(store), engine)))
+        log.info(
+            "bookie started bookie_id=%s address=%s data_dir=%s metadata=%s storage=%s",
+            bookie_id,
+            config.address,
+            config.data_dir,
+            config.metadata,
+            config.storage,
+        )
+        if ready is not None:
+            ready(server.address)
+        await stop.wait()
+        log.info("shutting down bookie_id=%s", bookie_id)
+        # Stop taking new adds; in-flight batches finish (their acks are sent).
+        service.begin_shutdown()
+        await server.stop(config.shutdown_grace_s)
+        server = None
+        return EXIT_OK
+    finally:
+        for task in tasks:
+            task.cancel()
+        if server is not None:
+            await server.stop(0)
+        if engine is not None and engine.close is not None:
+            try:
+                await engine.close()  # final checkpoint
+            except Exception:
+                log.exception("storage close failed")
+        if registration is not None:
+            await registration.stop()
+        if store is not None:
+            with contextlib.suppress(Exception):
+                await store.close()
+        lock.release()
+        log.info("bookie stopped bookie_id=%s", bookie_id)
+
+
+def _install_uvloop() -> bool:
+    try:
+        import uvloop
+    except ImportError:
+        return False
+    uvloop.install()
+    return True
+
+
+def main_with_args(args: argparse.Namespace) -> int:
+    try:
+        config = load_config(args)
+    except (StartRefused, TypeError, ValueError, OSError) as exc:
+        print(f"magnetar bookie: configuration error: {exc}", file=sys.stderr)
+        return EXIT_REFUSED
+    setup_logging(config)
+    uv = _install_uvloop()
+    log.info("config %s uvloop=%s", json.dumps(asdict(config), default=str), uv)
+    try:
+        return asyncio.run(run(config))
+    except StartRefused as exc:
+        log.error("refusing to start: %s", exc)
+        print(f"magnetar bookie: refusing to start: {exc}", file=sys.stderr)
+        return EXIT_REFUSED
+    except KeyboardInterrupt:
+        return EXIT_OK
+    except Exception:
+        log.exception("bookie failed")
+        return EXIT_FAILURE
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return main_with_args(args)
+
+
+__all__ = [
+    "BookieConfig",
+    "StartRefused",
+    "build_parser",
+    "load_config",
+    "main",
+    "main_with_args",
+    "open_metadata",
+    "run",
+]
