@@ -1,0 +1,151 @@
+"""The Pulsar binary protocol as a sans-I/O codec, shared by the broker and the client.
+
+Decode: ``Connection(Role.BROKER).receive_data(b)`` then ``next_event()`` until ``NEED_DATA``;
+events are ``Command`` (``.type``, ``.base``, ``.command``) or ``PayloadCommand`` (SEND/MESSAGE:
+also ``.metadata``, ``.headers_and_payload``, ``.payload``), or ``ConnectionClosed``.
+Encode: ``Connection.send(commands.success(request_id))`` -> bytes;
+``Connection.send_message(consumer_id, ledger_id, entry_id, stored_bytes, ...)`` for dispatch.
+
+No I/O here: never import asyncio, sockets or anything of the broker.
+"""
+
+from __future__ import annotations
+
+from . import _commands as commands
+from ._batch import (
+    ChunkInfo,
+    SingleMessage,
+    batch_metadata,
+    build_batch,
+    chunk_info,
+    is_batch,
+    parse_batch,
+    serialize_single_message,
+)
+from ._connection import (
+    MAX_PROTOCOL_VERSION,
+    NEED_DATA,
+    Connection,
+    ConnectionClosed,
+    ConnectionState,
+    ConnectionStatistics,
+    Event,
+    Role,
+    Sentinel,
+)
+from ._errors import (
+    BatchDeserializeError,
+    BrokerError,
+    ChecksumMismatchError,
+    FrameTooLargeError,
+    InvalidTopicNameError,
+    LocalProtocolError,
+    ProtocolError,
+    RemoteProtocolError,
+    ServerError,
+)
+from ._framing import (
+    DEFAULT_MAX_FRAME_SIZE,
+    DEFAULT_MAX_MESSAGE_SIZE,
+    FRAME_PADDING,
+    MAGIC_BROKER_ENTRY_METADATA,
+    MAGIC_CRC32C,
+    Command,
+    PayloadCommand,
+    crc32c,
+    decode_frame_body,
+    encode_command,
+    encode_headers_and_payload,
+    encode_message_frame,
+    encode_payload_command,
+    serialize_command,
+)
+from ._hashing import (
+    KEY_SHARED_HASH_RANGE_SIZE,
+    NONE_KEY,
+    key_shared_slot,
+    murmur3_32_hash,
+    sticky_key,
+)
+from ._message_id import INT64_MAX, MessageId, to_int64, to_uint64
+from ._topic import (
+    DEFAULT_NAMESPACE,
+    PARTITIONED_TOPIC_SUFFIX,
+    PUBLIC_TENANT,
+    TopicName,
+    partition_index_of,
+)
+from ._types import (
+    BROKER_TO_CLIENT,
+    CLIENT_TO_BROKER,
+    CPP_CLIENT_HANDLED_TYPES,
+    FIELD_NAME,
+    PAYLOAD_TYPES,
+    CommandType,
+)
+from .proto import pulsar_api_pb2 as pb
+
+__all__ = [
+    "BROKER_TO_CLIENT",
+    "CLIENT_TO_BROKER",
+    "CPP_CLIENT_HANDLED_TYPES",
+    "DEFAULT_MAX_FRAME_SIZE",
+    "DEFAULT_MAX_MESSAGE_SIZE",
+    "DEFAULT_NAMESPACE",
+    "FIELD_NAME",
+    "FRAME_PADDING",
+    "INT64_MAX",
+    "KEY_SHARED_HASH_RANGE_SIZE",
+    "MAGIC_BROKER_ENTRY_METADATA",
+    "MAGIC_CRC32C",
+    "MAX_PROTOCOL_VERSION",
+    "NEED_DATA",
+    "NONE_KEY",
+    "PARTITIONED_TOPIC_SUFFIX",
+    "PAYLOAD_TYPES",
+    "PUBLIC_TENANT",
+    "BatchDeserializeError",
+    "BrokerError",
+    "ChecksumMismatchError",
+    "ChunkInfo",
+    "Command",
+    "CommandType",
+    "Connection",
+    "ConnectionClosed",
+    "ConnectionState",
+    "ConnectionStatistics",
+    "Event",
+    "FrameTooLargeError",
+    "InvalidTopicNameError",
+    "LocalProtocolError",
+    "MessageId",
+    "PayloadCommand",
+    "ProtocolError",
+    "RemoteProtocolError",
+    "Role",
+    "Sentinel",
+    "ServerError",
+    "SingleMessage",
+    "TopicName",
+    "batch_metadata",
+    "build_batch",
+    "chunk_info",
+    "commands",
+    "crc32c",
+    "decode_frame_body",
+    "encode_command",
+    "encode_headers_and_payload",
+    "encode_message_frame",
+    "encode_payload_command",
+    "is_batch",
+    "key_shared_slot",
+    "murmur3_32_hash",
+    "parse_batch",
+    "partition_index_of",
+    "pb",
+    "serialize_command",
+    "serialize_single_message",
+    "sticky_key",
+    "to_int64",
+    "to_uint64",
+]
