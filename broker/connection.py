@@ -1,0 +1,914 @@
+"""One client connection: the Pulsar binary protocol, server side (Pulsar's ``ServerCnx``).
+
+Owns: frame splitting and validation (size <= max message size + 10 KiB padding, command
+size within the frame, protobuf parse with required fields), the handshake (CONNECT ->
+CONNECTED with protocol_version = min(client, 20) and max_message_size), keep-alive (answer
+PING; send our own PING every ``keep_alive_interval_seconds`` and close a connection whose
+previous PING got no command back, or that never completed the handshake), the per-connection
+producer and consumer id maps, and turning commands into calls on ``BrokerService`` /
+topics / subscriptions and their results into responses.
+
+Output is coalesced: every frame produced while handling a loop iteration's input (receipts,
+dispatched MESSAGE frames, responses) is joined into one ``transport.write``. Input is
+back-pressured: reading pauses while more than ``max_pending_publish_requests_per_connection``
+SENDs await their receipt and resumes at half.
+
+Ordering: commands for one producer id (or one consumer id) run in arrival order, each
+awaiting the previous (a chain per id); commands for different ids run concurrently.
+Bad input never raises out of here: a protocol violation closes this connection only.
+Must not know: storage, dispatch policy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import socket
+import struct
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Any
+
+import crc32c
+
+from magnetar.broker.consumer import Consumer, OutMessage, SubType
+from magnetar.broker.frames import (
+    MAGIC_CRC32C,
+    frame,
+    message_frame,
+    parse_metadata,
+    send_receipt_frame,
+    to_signed64,
+)
+from magnetar.broker.ledger.position import EARLIEST, LATEST, Position
+from magnetar.broker.producer import AccessMode, Admission, Producer, ProducerError
+from magnetar.broker.subscription import Subscription, SubscriptionError
+from magnetar.client.protocol.proto import pulsar_api_pb2 as pb
+
+if TYPE_CHECKING:
+    from magnetar.broker.service import BrokerService
+    from magnetar.broker.topic import PersistentTopic
+
+log = logging.getLogger(__name__)
+
+T = pb.BaseCommand
+MAX_PROTOCOL_VERSION = 20
+FRAME_PADDING = 10 * 1024
+U64 = (1 << 64) - 1
+INT64_MAX = (1 << 63) - 1
+SERVER_VERSION = "Magnetar 0.1.0"
+_U32 = struct.Struct(">I")
+_names = itertools.count()
+
+
+class ProtocolViolation(Exception):
+    pass
+
+
+def _error_code(name: str) -> Any:
+    try:
+        return pb.ServerError.Value(name)
+    except ValueError:
+        return pb.ServerError.Value("UnknownError")
+
+
+def _position(mid: Any) -> Position:
+    return Position(to_signed64(mid.ledgerId), to_signed64(mid.entryId))
+
+
+class ServerConnection(asyncio.Protocol):
+    def __init__(self, service: BrokerService) -> None:
+        self.service = service
+        cfg = service.config
+        self.max_frame = cfg.max_message_size + FRAME_PADDING
+        self.max_pending_sends = max(1, cfg.max_pending_publish_requests_per_connection)
+        self.transport: asyncio.Transport | None = None
+        self.peer = ""
+        self.connected = False
+        self.closed = False
+        self.protocol_version = 0
+        self.client_version = ""
+        self._buf = bytearray()
+        self._out: list[bytes] = []
+        self._flush_handle: asyncio.Handle | None = None
+        self._loop = asyncio.get_event_loop()
+        self.producers: dict[int, Producer] = {}
+        self.producer_topics: dict[int, PersistentTopic] = {}
+        self.producer_requests: dict[int, int] = {}
+        self.consumers: dict[int, tuple[Consumer, Subscription, PersistentTopic]] = {}
+        self._chains: dict[tuple[str, int], asyncio.Task[None]] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._pending_sends = 0
+        self._paused = False
+        self._ping_outstanding = False
+        self._keepalive: asyncio.TimerHandle | None = None
+
+    def __repr__(self) -> str:
+        return (
+            f"<ServerConnection {self.peer} producers={len(self.producers)}"
+            f" consumers={len(self.consumers)}>"
+        )
+
+    # ------------------------------------------------------------------ transport
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        peer = transport.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            try:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except OSError:
+                pass
+        self.service.connections.add(self)
+        self._arm_keepalive()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self.service.connections.discard(self)
+        if self._keepalive is not None:
+            self._keepalive.cancel()
+        for pid in list(self.producers):
+            self._drop_producer(pid)
+        for cid in list(self.consumers):
+            self._drop_consumer(cid)
+        for task in list(self._tasks):
+            task.cancel()
+
+    def close(self) -> None:
+        if self.transport is not None and not self.closed:
+            self._flush_out()
+            self.transport.close()
+        self.closed = True
+
+    def pause_writing(self) -> None:  # transport buffer high: nothing special, permits bound it
+        pass
+
+    def resume_writing(self) -> None:
+        pass
+
+    # ------------------------------------------------------------------ output
+    def write(self, data: bytes) -> None:
+        if self.closed:
+            return
+        self._out.append(data)
+        if self._flush_handle is None:
+            self._flush_handle = self._loop.call_soon(self._flush_out)
+
+    def write_command(self, cmd: pb.BaseCommand) -> None:
+        self.write(frame(cmd))
+
+    def _flush_out(self) -> None:
+        self._flush_handle = None
+        if not self._out or self.transport is None or self.transport.is_closing():
+            self._out.clear()
+            return
+        out, self._out = self._out, []
+        self.transport.write(b"".join(out) if len(out) > 1 else out[0])
+
+    # ------------------------------------------------------------------ keep-alive
+    def _arm_keepalive(self) -> None:
+        interval = self.service.config.keep_alive_interval_seconds
+        if interval > 0:
+            self._keepalive = self._loop.call_later(interval, self._keepalive_tick)
+
+    def _keepalive_tick(self) -> None:
+        if self.closed:
+            return
+        if not self.connected:
+            log.info("closing %s: no handshake within the keep-alive interval", self.peer)
+            self.close()
+            return
+        if self._ping_outstanding:
+            log.info("closing %s: no answer to PING", self.peer)
+            self.close()
+            return
+        if self.protocol_version >= 1:
+            self._ping_outstanding = True
+            self.write_command(T(type=T.PING, ping=pb.CommandPing()))
+        self._arm_keepalive()
+
+    # ------------------------------------------------------------------ input
+    def data_received(self, data: bytes) -> None:
+        buf = self._buf
+        buf += data
+        offset = 0
+        n = len(buf)
+        try:
+            while n - offset >= 4:
+                (total,) = _U32.unpack_from(buf, offset)
+                if total > self.max_frame or total < 4:
+                    raise ProtocolViolation(f"frame size {total} out of bounds")
+                if n - offset - 4 < total:
+                    break
+                start = offset + 4
+                offset = start + total
+                self._handle_frame(bytes(buf[start:offset]))
+                if self.closed:
+                    return
+        except ProtocolViolation as exc:
+            log.info("closing %s: %s", self.peer, exc)
+            self.close()
+            return
+        except Exception:
+            log.exception("closing %s: error handling a frame", self.peer)
+            self.close()
+            return
+        finally:
+            if offset:
+                del buf[:offset]
+
+    def _handle_frame(self, data: bytes) -> None:
+        (cmd_size,) = _U32.unpack_from(data, 0)
+        if cmd_size > len(data) - 4 or cmd_size == 0:
+            raise ProtocolViolation("command size exceeds frame")
+        cmd = T()
+        try:
+            cmd.ParseFromString(data[4 : 4 + cmd_size])
+        except Exception as exc:
+            raise ProtocolViolation(f"cannot parse command: {exc}") from None
+        if not cmd.IsInitialized():
+            raise ProtocolViolation("command misses required fields")
+        kind = cmd.type
+        self._ping_outstanding = False
+        if kind == T.SEND:
+            if not self.connected:
+                raise ProtocolViolation("SEND before CONNECT")
+            self._handle_send(cmd.send, data, 4 + cmd_size)
+            return
+        if len(data) > 4 + cmd_size:
+            raise ProtocolViolation(f"unexpected payload on {T.Type.Name(kind)}")
+        if not self.connected:
+            if kind != T.CONNECT:
+                raise ProtocolViolation(f"{T.Type.Name(kind)} before CONNECT")
+            self._handle_connect(cmd.connect)
+            return
+        handler = self._handlers.get(kind)
+        if handler is None:
+            raise ProtocolViolation(f"unsupported command {kind}")
+        handler(self, cmd)
+
+    # ------------------------------------------------------------------ helpers
+    def _spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
+        task = self._loop.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+
+    def _task_done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("connection task failed on %s", self.peer, exc_info=task.exception())
+
+    def _chain(self, key: tuple[str, int], fn: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        prev = self._chains.get(key)
+
+        async def run() -> None:
+            if prev is not None and not prev.done():
+                await asyncio.wait([prev])
+            await fn()
+
+        task = self._loop.create_task(run())
+        self._chains[key] = task
+        self._tasks.add(task)
+
+        def done(t: asyncio.Task[None]) -> None:
+            self._task_done(t)
+            if self._chains.get(key) is t:
+                del self._chains[key]
+
+        task.add_done_callback(done)
+
+    def _error(self, request_id: int, code: str, message: str) -> None:
+        self.write_command(
+            T(
+                type=T.ERROR,
+                error=pb.CommandError(
+                    request_id=request_id & U64, error=_error_code(code), message=message
+                ),
+            )
+        )
+
+    def _success(self, request_id: int) -> None:
+        self.write_command(T(type=T.SUCCESS, success=pb.CommandSuccess(request_id=request_id)))
+
+    # ------------------------------------------------------------------ handshake
+    def _handle_connect(self, c: pb.CommandConnect) -> None:
+        self.protocol_version = min(c.protocol_version, MAX_PROTOCOL_VERSION)
+        self.client_version = c.client_version
+        self.connected = True
+        self.write_command(
+            T(
+                type=T.CONNECTED,
+                connected=pb.CommandConnected(
+                    server_version=SERVER_VERSION,
+                    protocol_version=self.protocol_version,
+                    max_message_size=self.service.config.max_message_size,
+                ),
+            )
+        )
+
+    def _on_ping(self, cmd: pb.BaseCommand) -> None:
+        self.write_command(T(type=T.PONG, pong=pb.CommandPong()))
+
+    def _on_pong(self, cmd: pb.BaseCommand) -> None:
+        pass
+
+    def _on_connect_again(self, cmd: pb.BaseCommand) -> None:
+        raise ProtocolViolation("second CONNECT")
+
+    # ------------------------------------------------------------------ lookups
+    def _on_lookup(self, cmd: pb.BaseCommand) -> None:
+        req = cmd.lookupTopic
+        self._spawn(self._lookup(req.topic, req.request_id, req.authoritative))
+
+    async def _lookup(self, topic: str, request_id: int, authoritative: bool) -> None:
+        from magnetar.broker.service import ServiceError
+
+        R = pb.CommandLookupTopicResponse
+        try:
+            got = await self.service.lookup(topic, authoritative)
+            resp = R(
+                request_id=request_id,
+                response=R.Redirect if got.redirect else R.Connect,
+                brokerServiceUrl=got.broker_url,
+                authoritative=True,
+                proxy_through_service_url=False,
+            )
+        except ServiceError as exc:
+            resp = R(
+                request_id=request_id,
+                response=R.Failed,
+                error=_error_code(exc.code),
+                message=exc.message,
+            )
+        except Exception as exc:
+            log.exception("lookup of %s failed", topic)
+            resp = R(
+                request_id=request_id,
+                response=R.Failed,
+                error=_error_code("ServiceNotReady"),
+                message=f"lookup failed: {exc}",
+            )
+        self.write_command(T(type=T.LOOKUP_RESPONSE, lookupTopicResponse=resp))
+
+    def _on_partitioned_metadata(self, cmd: pb.BaseCommand) -> None:
+        req = cmd.partitionMetadata
+        self._spawn(self._partitioned_metadata(req.topic, req.request_id))
+
+    async def _partitioned_metadata(self, topic: str, request_id: int) -> None:
+        from magnetar.broker.service import ServiceError
+
+        R = pb.CommandPartitionedTopicMetadataResponse
+        try:
+            n = await self.service.partitioned_metadata(topic)
+            resp = R(request_id=request_id, response=R.Success, partitions=n)
+        except ServiceError as exc:
+            resp = R(
+                request_id=request_id,
+                response=R.Failed,
+                error=_error_code(exc.code),
+                message=exc.message,
+            )
+        except Exception as exc:
+            log.exception("partitioned metadata of %s failed", topic)
+            resp = R(
+                request_id=request_id,
+                response=R.Failed,
+                error=_error_code("ServiceNotReady"),
+                message=str(exc),
+            )
+        self.write_command(T(type=T.PARTITIONED_METADATA_RESPONSE, partitionMetadataResponse=resp))
+
+    def _on_get_topics_of_namespace(self, cmd: pb.BaseCommand) -> None:
+        req = cmd.getTopicsOfNamespace
+        self._spawn(self._topics_of_namespace(req.request_id, req.namespace, req.mode))
+
+    async def _topics_of_namespace(self, request_id: int, namespace: str, mode: int) -> None:
+        tenant, _, ns = namespace.partition("/")
+        if not tenant or not ns or "/" in ns:
+            self._error(request_id, "MetadataError", f"Invalid namespace {namespace!r}")
+            return
+        topics: list[str] = []
+        if mode != pb.CommandGetTopicsOfNamespace.NON_PERSISTENT:
+            try:
+                topics = await self.service.list_topics(tenant, ns, "persistent")
+            except Exception as exc:
+                self._error(request_id, "MetadataError", str(exc))
+                return
+        self.write_command(
+            T(
+                type=T.GET_TOPICS_OF_NAMESPACE_RESPONSE,
+                getTopicsOfNamespaceResponse=pb.CommandGetTopicsOfNamespaceResponse(
+                    request_id=request_id, topics=topics, filtered=False, changed=True
+                ),
+            )
+        )
+
+    def _on_get_schema(self, cmd: pb.BaseCommand) -> None:
+        req = cmd.getSchema
+        self.write_command(
+            T(
+                type=T.GET_SCHEMA_RESPONSE,
+                getSchemaResponse=pb.CommandGetSchemaResponse(
+                    request_id=req.request_id,
+                    error_code=_error_code("TopicNotFound"),
+                    error_message="Schema not found",
+                ),
+            )
+        )
+
+    # ------------------------------------------------------------------ producers
+    def _on_producer(self, cmd: pb.BaseCommand) -> None:
+        req = cmd.producer
+        self._chain(("p", req.producer_id), lambda: self._create_producer(req))
+
+    async def _create_producer(self, req: pb.CommandProducer) -> None:
+        from magnetar.broker.service import ServiceError
+
+        pid, rid = req.producer_id, req.request_id
+        existing = self.producers.get(pid)
+        if existing is not None:
+            self._producer_success(rid, existing, self.producer_topics[pid])
+            return
+        try:
+            topic = await self.service.topic_for_client(req.topic)
+        except ServiceError as exc:
+            self._error(rid, exc.code, exc.message)
+            return
+        except Exception as exc:
+            log.exception("producer on %s failed", req.topic)
+            self._error(rid, "ServiceNotReady", str(exc))
+            return
+        if self.closed:
+            return
+        if req.HasField("producer_name") and req.producer_name:
+            name = req.producer_name
+        else:
+            name = f"{self.service.config.cluster_name}-{self.service.port}-{next(_names)}"
+        try:
+            mode = AccessMode(req.producer_access_mode)
+        except ValueError:
+            self._error(rid, "NotAllowedError", "Unknown producer access mode")
+            return
+        producer = Producer(
+            pid, name, mode, cnx=self, user_provided_name=req.user_provided_producer_name
+        )
+        try:
+            admission = topic.add_producer(producer)
+        except ProducerError as exc:
+            self._error(rid, exc.code, exc.message)
+            return
+        if req.HasField("initial_subscription_name") and req.initial_subscription_name:
+            try:
+                await topic.create_subscription(req.initial_subscription_name, earliest=True)
+            except Exception as exc:
+                topic.remove_producer(producer)
+                self._error(rid, "ServiceNotReady", f"cannot create subscription: {exc}")
+                return
+        if self.closed:
+            self._notify_admitted(topic.remove_producer(producer))
+            return
+        self.producers[pid] = producer
+        self.producer_topics[pid] = topic
+        self.producer_requests[pid] = rid
+        if admission is Admission.QUEUED:
+            self.write_command(
+                T(
+                    type=T.PRODUCER_SUCCESS,
+                    producer_success=pb.CommandProducerSuccess(
+                        request_id=rid,
+                        producer_name=name,
+                        last_sequence_id=-1,
+                        producer_ready=False,
+                    ),
+                )
+            )
+            return
+        self._producer_success(rid, producer, topic)
+
+    def _producer_success(self, rid: int, producer: Producer, topic: PersistentTopic) -> None:
+        resp = pb.CommandProducerSuccess(
+            request_id=rid,
+            producer_name=producer.name,
+            last_sequence_id=topic.last_sequence_id(producer.name),
+            producer_ready=True,
+        )
+        if producer.access_mode is not AccessMode.SHARED:
+            resp.topic_epoch = topic.producers.topic_epoch
+        self.write_command(T(type=T.PRODUCER_SUCCESS, producer_success=resp))
+
+    def producer_admitted(self, producer: Producer) -> None:
+        """A WaitForExclusive producer got the topic."""
+        pid = producer.producer_id
+        topic = self.producer_topics.get(pid)
+        if topic is not None and self.producers.get(pid) is producer:
+            self._producer_success(self.producer_requests.get(pid, 0), producer, topic)
+
+    @staticmethod
+    def _notify_admitted(admitted: list[Producer]) -> None:
+        for p in admitted:
+            if p.cnx is not None:
+                p.cnx.producer_admitted(p)
+
+    def _drop_producer(self, pid: int) -> None:
+        producer = self.producers.pop(pid, None)
+        topic = self.producer_topics.pop(pid, None)
+        self.producer_requests.pop(pid, None)
+        if producer is not None and topic is not None:
+            self._notify_admitted(topic.remove_producer(producer))
+
+    def _on_close_producer(self, cmd: pb.BaseCommand) -> None:
+        req = cmd.close_producer
+
+        async def close() -> None:
+            self._drop_producer(req.producer_id)
+            self._success(req.request_id)
+
+        self._chain(("p", req.producer_id), close)
+
+    def send_close_producer(self, producer: Producer) -> None:
+        """Broker-initiated close (unload): the client looks up again and reconnects."""
+        pid = producer.producer_id
+        if self.producers.get(pid) is producer:
+            self.producers.pop(pid, None)
+            self.producer_topics.pop(pid, None)
+            self.producer_requests.pop(pid, None)
+            self.write_command(
+                T(
+                    type=T.CLOSE_PRODUCER,
+                    close_producer=pb.CommandCloseProducer(producer_id=pid, request_id=U64),
+                )
+            )
+
+    # ------------------------------------------------------------------ publish
+    def _handle_send(self, send: pb.CommandSend, data: bytes, tail_start: int) -> None:
+        pid = send.producer_id
+        producer = self.producers.get(pid)
+        topic = self.producer_topics.get(pid)
+        seq = send.sequence_id
+        highest = send.highest_sequence_id
+        if producer is None or topic is None:
+            raise ProtocolViolation(f"SEND for unknown producer {pid}")
+        tail = data[tail_start:]
+        if tail[:2] == MAGIC_CRC32C:
+            if len(tail) < 10:
+                raise ProtocolViolation("truncated checksum")
+            (expected,) = _U32.unpack_from(tail, 2)
+            if crc32c.crc32c(memoryview(tail)[6:]) != expected:
+                self._send_error(pid, seq, "ChecksumError", "Checksum failed on the broker")
+                return
+        elif len(tail) < 4:
+            raise ProtocolViolation("SEND without metadata")
+        num = send.num_messages if send.HasField("num_messages") else 1
+        check_dedup = True
+        if send.is_chunk and topic.dedup.enabled:
+            try:
+                md = parse_metadata(tail)
+                check_dedup = md.chunk_id == md.num_chunks_from_msg - 1
+            except Exception:
+                raise ProtocolViolation("bad chunk metadata") from None
+        producer.msg_in += num
+        producer.bytes_in += len(tail)
+        self._pending_sends += 1
+        if self._pending_sends >= self.max_pending_sends and not self._paused:
+            self._paused = True
+            if self.transport is not None:
+                self.transport.pause_reading()
+
+        def done(pos: Position | None, exc: Exception | None) -> None:
+            self._pending_sends -= 1
+            if self._paused and self._pending_sends <= self.max_pending_sends // 2:
+                self._paused = False
+                if self.transport is not None and not self.closed:
+                    self.transport.resume_reading()
+            if exc is not None:
+                self._send_error(pid, seq, "PersistenceError", f"write failed: {exc}")
+            elif pos is None:  # duplicate: acknowledged, not stored
+                self.write(send_receipt_frame(pid, seq, highest, U64, U64))
+            else:
+                self.write(send_receipt_frame(pid, seq, highest, pos.ledger_id, pos.entry_id))
+
+        topic.publish(producer, seq, highest, num, tail, done, check_dedup=check_dedup)
+
+    def _send_error(self, pid: int, seq: int, code: str, message: str) -> None:
+        self.write_command(
+            T(
+                type=T.SEND_ERROR,
+                send_error=pb.CommandSendError(
+                    producer_id=pid, sequence_id=seq, error=_error_code(code), message=message
+                ),
+            )
+        )
+
+    # ------------------------------------------------------------------ consumers
+    def _on_subscribe(self, cmd: pb.BaseCommand) -> None:
+        req = cmd.subscribe
+        self._chain(("c", req.consumer_id), lambda: self._subscribe(req))
+
+    async def _subscribe(self, req: pb.CommandSubscribe) -> None:
+        from magnetar.broker.service import ServiceError
+
+        cid, rid = req.consumer_id, req.request_id
+        if cid in self.consumers:
+            self._success(rid)
+            return
+        if not req.subscription:
+            self._error(rid, "InvalidTopicName", "Empty subscription name")
+            return
+        try:
+            topic = await self.service.topic_for_client(req.topic)
+        except ServiceError as exc:
+            self._error(rid, exc.code, exc.message)
+            return
+        except Exception as exc:
+            log.exception("subscribe on %s failed", req.topic)
+            self._error(rid, "ServiceNotReady", str(exc))
+            return
+        if self.closed:
+            return
+        if (
+            not self.service.config.allow_auto_subscription_creation
+            and req.durable
+            and req.subscription not in topic.subscriptions
+        ):
+            self._error(rid, "SubscriptionNotFound", "Subscription does not exist")
+            return
+        cfg = self.service.config
+        consumer = Consumer(
+            cid,
+            req.consumer_name or f"consumer-{cid}",
+            SubType(req.subType),
+            priority=req.priority_level,
+            sink=self,
+            max_unacked=cfg.max_unacked_messages_per_consumer,
+            address=self.peer,
+            is_reader=not req.durable,
+            partition_index=topic.name.partition_index,
+        )
+        start: Position | None = None
+        if req.HasField("start_message_id"):
+            pos = _position(req.start_message_id)
+            start = (
+                EARLIEST if pos.ledger_id < 0 else (LATEST if pos.ledger_id >= INT64_MAX else pos)
+            )
+        try:
+            sub = await topic.subscribe(
+                consumer,
+                req.subscription,
+                durable=req.durable,
+                initial_earliest=req.initialPosition == pb.CommandSubscribe.Earliest,
+                start=start,
+            )
+        except SubscriptionError as exc:
+            self._error(rid, exc.code, exc.message)
+            return
+        if self.closed:
+            topic.remove_consumer(sub, consumer)
+            return
+        self.consumers[cid] = (consumer, sub, topic)
+        self._success(rid)
+
+    def _consumer(self, cid: int) -> tuple[Consumer, Subscription, PersistentTopic] | None:
+        return self.consumers.get(cid)
+
+    def _on_flow(self, cmd: pb.BaseCommand) -> None:
+        req = cmd.flow
+        key = ("c", req.consumer_id)
+        if key in self._chains:
+
+            async def later() -> None:
+                got = self._consumer(req.consumer_id)
+                if got is not None:
+                    got[1].flow(got[0], req.messagePermits)
+
+            self._chain(key, later)
+            return
+        got = self._consumer(req.consumer_id)
+        if got is not None:
+            got[1].flow(got[0], req.messagePermits)
+
+    def _on_ack(self, cmd: pb.BaseCommand) -> None:
+        req = cmd.ack
+        cid = req.consumer_id
+
+        async def ack() -> None:
+            got = self._consumer(cid)
+            if got is None:
+                if req.HasField("request_id"):
+                    self._ack_response(
+                        cid, req.request_id, "ConsumerNotFound", "Consumer not found"
+                    )
+                return
+            consumer, sub, _ = got
+            if req.ack_type == pb.CommandAck.Cumulative:
+                if req.message_id:
+                    await sub.ack_cumulative(consumer, _position(req.message_id[0]))
+            else:
+                await sub.ack_individual(
+                    consumer,
+                    [(_position(m), list(m.ack_set) or None) for m in req.message_id],
+                )
+            if req.HasField("request_id"):
+                self._ack_response(cid, req.request_id, None, None)
+
+        self._chain(("c", cid), ack)
+
+    def _ack_response(self, cid: int, rid: int, code: str | None, message: str | None) -> None:
+        resp = pb.CommandAckResponse(consumer_id=cid, request_id=rid)
+        if code is not None:
+            resp.error = _error_code(code)
+            resp.message = message or ""
+        self.write_command(T(type=T.ACK_RESPONSE, ackResponse=resp))
+
+    def _on_redeliver(self, cmd: pb.BaseCommand) -> None:
+        req = cmd.redeliverUnacknowledgedMessages
+        cid = req.consumer_id
+
+        async def redeliver() -> None:
+            got = self._consumer(cid)
+            if got is None:
+                return
+            positions = [_position(m) for m in req.message_ids] or None
+            got[1].redeliver(got[0], positions)
+
+        self._chain(("c", cid), redeliver)
+
+    def _on_close_consumer(self, cmd: pb.BaseCommand) -> None:
+        req = cmd.close_consumer
+
+        async def close() -> None:
+            self._drop_consumer(req.consumer_id)
+            self._success(req.request_id)
+
+        self._chain(("c", req.consumer_id), close)
+
+    def _drop_consumer(self, cid: int) -> None:
+        got = self.consumers.pop(cid, None)
+        if got is not None:
+            consumer, sub, topic = got
+            topic.remove_consumer(sub, consumer)
+
+    def _on_unsubscribe(self, cmd: pb.BaseCommand) -> None:
+        req = cmd.unsubscribe
+
+        async def unsubscribe() -> None:
+            got = self._consumer(req.consumer_id)
+            if got is None:
+                self._error(req.request_id, "ConsumerNotFound", "Consumer not found")
+                return
+            consumer, sub, topic = got
+            try:
+                await topic.unsubscribe(sub, consumer)
+            except SubscriptionError as exc:
+                self._error(req.request_id, exc.code, exc.message)
+                return
+            self.consumers.pop(req.consumer_id, None)
+            self._success(req.request_id)
+
+        self._chain(("c", req.consumer_id), unsubscribe)
+
+    def _on_seek(self, cmd: pb.BaseCommand) -> None:
+        req = cmd.seek
+
+        async def seek() -> None:
+            got = self._consumer(req.consumer_id)
+            if got is None:
+                self._error(req.request_id, "ConsumerNotFound", "Consumer not found")
+                return
+            _, sub, topic = got
+            if req.HasField("message_publish_time"):
+                pos = await topic.find_position_by_time(req.message_publish_time)
+            elif req.HasField("message_id"):
+                pos = _position(req.message_id)
+                if pos.ledger_id < 0:
+                    pos = EARLIEST
+                elif pos.ledger_id >= INT64_MAX:
+                    pos = LATEST
+            else:
+                self._error(req.request_id, "MetadataError", "Seek needs a message id or a time")
+                return
+            for consumer in sub.consumers:
+                if consumer.sink is not None:
+                    consumer.sink.send_close_consumer(consumer)
+            await sub.reset_cursor(pos)
+            self._success(req.request_id)
+
+        self._chain(("c", req.consumer_id), seek)
+
+    def _on_get_last_message_id(self, cmd: pb.BaseCommand) -> None:
+        req = cmd.getLastMessageId
+
+        async def last() -> None:
+            got = self._consumer(req.consumer_id)
+            if got is None:
+                self._error(req.request_id, "ConsumerNotFound", "Consumer not found")
+                return
+            _, sub, topic = got
+            lm = await topic.resolve_last_message_id(sub)
+            resp = pb.CommandGetLastMessageIdResponse(
+                request_id=req.request_id,
+                last_message_id=pb.MessageIdData(
+                    ledgerId=lm.ledger_id & U64,
+                    entryId=lm.entry_id & U64,
+                    partition=topic.name.partition_index,
+                    batch_index=lm.batch_index,
+                ),
+            )
+            if lm.mark_delete is not None:
+                resp.consumer_mark_delete_position.ledgerId = lm.mark_delete.ledger_id & U64
+                resp.consumer_mark_delete_position.entryId = lm.mark_delete.entry_id & U64
+            self.write_command(
+                T(type=T.GET_LAST_MESSAGE_ID_RESPONSE, getLastMessageIdResponse=resp)
+            )
+
+        self._chain(("c", req.consumer_id), last)
+
+    def _on_consumer_stats(self, cmd: pb.BaseCommand) -> None:
+        req = cmd.consumerStats
+        got = self._consumer(req.consumer_id)
+        resp = pb.CommandConsumerStatsResponse(request_id=req.request_id)
+        if got is None:
+            resp.error_code = _error_code("ConsumerNotFound")
+            resp.error_message = "Consumer not found"
+        else:
+            consumer, sub, _ = got
+            resp.consumerName = consumer.name
+            resp.availablePermits = max(0, consumer.permits)
+            resp.unackedMessages = consumer.unacked
+            resp.blockedConsumerOnUnackedMsgs = consumer.blocked
+            resp.address = consumer.address
+            resp.type = sub.sub_type.name.title() if sub.sub_type else ""
+            resp.msgBacklog = sub.cursor.backlog()
+        self.write_command(T(type=T.CONSUMER_STATS_RESPONSE, consumerStatsResponse=resp))
+
+    # ------------------------------------------------------------------ ConsumerSink
+    def send_messages(self, consumer: Consumer, messages: list[OutMessage]) -> None:
+        if self.closed:
+            return
+        cid = consumer.consumer_id
+        part = consumer.partition_index
+        out = self._out
+        for m in messages:
+            out.append(
+                message_frame(
+                    cid,
+                    m.position.ledger_id,
+                    m.position.entry_id,
+                    part,
+                    m.data,
+                    m.redelivery_count,
+                    m.ack_set,
+                )
+            )
+        if self._flush_handle is None and out:
+            self._flush_handle = self._loop.call_soon(self._flush_out)
+
+    def send_active_consumer_change(self, consumer: Consumer, is_active: bool) -> None:
+        if self.protocol_version < 12:
+            return
+        self.write_command(
+            T(
+                type=T.ACTIVE_CONSUMER_CHANGE,
+                active_consumer_change=pb.CommandActiveConsumerChange(
+                    consumer_id=consumer.consumer_id, is_active=is_active
+                ),
+            )
+        )
+
+    def send_close_consumer(self, consumer: Consumer) -> None:
+        got = self.consumers.get(consumer.consumer_id)
+        if got is not None and got[0] is consumer:
+            del self.consumers[consumer.consumer_id]
+        self.write_command(
+            T(
+                type=T.CLOSE_CONSUMER,
+                close_consumer=pb.CommandCloseConsumer(
+                    consumer_id=consumer.consumer_id, request_id=U64
+                ),
+            )
+        )
+
+    _handlers: dict[int, Callable[[ServerConnection, pb.BaseCommand], None]] = {
+        T.CONNECT: _on_connect_again,
+        T.PING: _on_ping,
+        T.PONG: _on_pong,
+        T.LOOKUP: _on_lookup,
+        T.PARTITIONED_METADATA: _on_partitioned_metadata,
+        T.GET_TOPICS_OF_NAMESPACE: _on_get_topics_of_namespace,
+        T.GET_SCHEMA: _on_get_schema,
+        T.PRODUCER: _on_producer,
+        T.CLOSE_PRODUCER: _on_close_producer,
+        T.SUBSCRIBE: _on_subscribe,
+        T.FLOW: _on_flow,
+        T.ACK: _on_ack,
+        T.REDELIVER_UNACKNOWLEDGED_MESSAGES: _on_redeliver,
+        T.CLOSE_CONSUMER: _on_close_consumer,
+        T.UNSUBSCRIBE: _on_unsubscribe,
+        T.SEEK: _on_seek,
+        T.GET_LAST_MESSAGE_ID: _on_get_last_message_id,
+        T.CONSUMER_STATS: _on_consumer_stats,
+    }
+
+
+__all__ = ["ServerConnection"]

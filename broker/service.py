@@ -1,0 +1,445 @@
+"""BrokerService: the topic registry, lookup, ownership checks and the binary server's life.
+
+Owns: starting/stopping the Pulsar binary-protocol server, creating the default cluster /
+``public`` tenant / ``public/default`` namespace, binary lookup (bundle of the topic ->
+owner; this broker takes an unowned bundle), partitioned metadata (with auto-creation),
+loading topics only for bundles this broker owns (closing them when ownership is lost),
+topic auto-creation, unload / delete, and the ``TopicAdmin`` protocol the HTTP API uses.
+
+Start in-process::
+
+    store = MemoryMetadataServer().connect()
+    service = BrokerService(BrokerConfig(broker_service_port=0), store, MemoryStorageFactory())
+    await service.start()      # service.port is the bound port
+    ...
+    await service.close()
+
+Must not know: HTTP, frames (``connection.py`` speaks the protocol).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from magnetar.broker.bundles import NamespaceBundles
+from magnetar.broker.config import BrokerConfig
+from magnetar.broker.naming import InvalidTopicName, TopicName
+from magnetar.broker.ownership import NamespaceBundle, OwnerInfo, OwnershipCache
+from magnetar.broker.resources import (
+    PreconditionFailed,
+    ResourceConflict,
+    ResourceError,
+    ResourceNotFound,
+    Resources,
+    TenantInfo,
+)
+from magnetar.broker.storage import TopicStorageFactory
+from magnetar.broker.subscription import SubscriptionError
+from magnetar.broker.topic import PersistentTopic
+from magnetar.zk.store import MetadataStore
+
+log = logging.getLogger(__name__)
+
+
+class ServiceError(Exception):
+    """A refusal carrying the ServerError name to answer on the wire."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+@dataclass(frozen=True, slots=True)
+class LookupResult:
+    broker_url: str
+    http_url: str
+    redirect: bool
+
+
+class BrokerService:
+    def __init__(
+        self,
+        config: BrokerConfig,
+        store: MetadataStore,
+        storage: TopicStorageFactory,
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.storage = storage
+        self.resources = Resources(store, config.cluster_name)
+        self.port = config.broker_service_port
+        self.ownership: OwnershipCache | None = None
+        self.topics: dict[str, PersistentTopic] = {}
+        self._loading: dict[str, asyncio.Future[PersistentTopic | None]] = {}
+        self._server: asyncio.AbstractServer | None = None
+        self.connections: set[Any] = set()
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self.closed = False
+
+    def __repr__(self) -> str:
+        return f"<BrokerService {self.service_url} topics={len(self.topics)}>"
+
+    # ------------------------------------------------------------------ lifecycle
+    @property
+    def service_url(self) -> str:
+        return f"pulsar://{self.config.advertised_address}:{self.port}"
+
+    @property
+    def web_service_url(self) -> str:
+        return self.config.web_service_url
+
+    async def start(self) -> None:
+        from magnetar.broker.connection import ServerConnection
+
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            lambda: ServerConnection(self),
+            host=self.config.bind_address,
+            port=self.config.broker_service_port,
+            reuse_address=True,
+        )
+        sock = self._server.sockets[0]
+        self.port = sock.getsockname()[1]
+        self.ownership = OwnershipCache(
+            self.store, OwnerInfo(self.service_url, self.web_service_url)
+        )
+        self.ownership.add_lost_listener(self._on_bundles_lost)
+        await self.resources.ensure_cluster(self.service_url, self.web_service_url)
+        try:
+            await self.resources.create_tenant("public", TenantInfo([], [self.config.cluster_name]))
+        except ResourceConflict:
+            pass
+        try:
+            await self.resources.create_namespace(
+                "public", "default", default_bundles=self.config.default_number_of_namespace_bundles
+            )
+        except ResourceConflict:
+            pass
+        log.info("broker service listening on %s", self.service_url)
+
+    async def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        if self._server is not None:
+            self._server.close()
+        for topic in list(self.topics.values()):
+            try:
+                await topic.close()
+            except Exception:
+                log.exception("closing %s", topic)
+        self.topics.clear()
+        for cnx in list(self.connections):
+            cnx.close()
+        if self.ownership is not None:
+            await self.ownership.release_all()
+        if self._server is not None:
+            try:
+                await asyncio.wait_for(self._server.wait_closed(), 2)
+            except TimeoutError:
+                pass
+        for task in list(self._tasks):
+            task.cancel()
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # ------------------------------------------------------------------ names, bundles
+    @staticmethod
+    def parse_topic(topic: str) -> TopicName:
+        try:
+            return TopicName.parse(topic)
+        except InvalidTopicName as exc:
+            raise ServiceError("InvalidTopicName", str(exc)) from None
+
+    async def _bundles(self, tn: TopicName) -> NamespaceBundles:
+        try:
+            return await self.resources.bundles(tn.tenant, tn.namespace)
+        except ResourceNotFound:
+            raise ServiceError(
+                "TopicNotFound", f"Namespace {tn.namespace_name} does not exist"
+            ) from None
+
+    async def bundle_of(self, tn: TopicName) -> NamespaceBundle:
+        bundles = await self._bundles(tn)
+        return NamespaceBundle(tn.tenant, tn.namespace, bundles.find(tn.full))
+
+    async def _ensure_owned(self, tn: TopicName) -> None:
+        assert self.ownership is not None
+        bundle = await self.bundle_of(tn)
+        if self.ownership.is_owned(bundle):
+            return
+        owner = await self.ownership.try_acquire(bundle)
+        if owner.native_url != self.service_url:
+            raise ServiceError(
+                "ServiceNotReady", f"Namespace bundle {bundle} is not owned by this broker"
+            )
+
+    # ------------------------------------------------------------------ lookup
+    async def lookup(self, topic: str, authoritative: bool = False) -> LookupResult:
+        """Owner of ``topic``'s bundle (taking it if unowned)."""
+        if self.ownership is None or self.closed:
+            raise ServiceError("ServiceNotReady", "Broker is not running")
+        tn = self.parse_topic(topic)
+        bundle = await self.bundle_of(tn)
+        owner = await self.ownership.try_acquire(bundle)
+        if owner.disabled:
+            raise ServiceError("ServiceNotReady", f"Namespace bundle {bundle} is being unloaded")
+        if owner.native_url == self.service_url:
+            return LookupResult(self.service_url, self.web_service_url, False)
+        return LookupResult(owner.native_url, owner.http_url, True)
+
+    async def partitioned_metadata(self, topic: str) -> int:
+        tn = self.parse_topic(topic)
+        if tn.partition_index >= 0:
+            return 0
+        if not await self.resources.namespace_exists(tn.tenant, tn.namespace):
+            raise ServiceError("TopicNotFound", f"Namespace {tn.namespace_name} does not exist")
+        n = await self.resources.get_partitions(tn.tenant, tn.namespace, tn.domain, tn.local)
+        if n > 0:
+            return n
+        cfg = self.config
+        if (
+            cfg.allow_auto_topic_creation
+            and cfg.allow_auto_topic_creation_type == "partitioned"
+            and not await self.storage.exists(tn.managed_ledger_name)
+        ):
+            try:
+                await self.resources.create_partitioned(
+                    tn.tenant, tn.namespace, tn.domain, tn.local, cfg.default_num_partitions
+                )
+            except ResourceConflict:
+                pass
+            return await self.resources.get_partitions(tn.tenant, tn.namespace, tn.domain, tn.local)
+        return 0
+
+    # ------------------------------------------------------------------ topics
+    async def get_topic(self, topic: str, create: bool = False) -> PersistentTopic | None:
+        """The loaded topic, loading it (and creating it if ``create``) when this broker
+        owns its bundle. None if it does not exist and ``create`` is false."""
+        tn = self.parse_topic(topic)
+        name = tn.full
+        got = self.topics.get(name)
+        if got is not None:
+            return got
+        pending = self._loading.get(name)
+        if pending is not None:
+            loaded = await asyncio.shield(pending)
+            if loaded is not None or not create:
+                return loaded
+        if self.closed:
+            raise ServiceError("ServiceNotReady", "Broker is closing")
+        if not tn.persistent:
+            raise ServiceError("NotAllowedError", "Non-persistent topics are not supported yet")
+        fut: asyncio.Future[PersistentTopic | None] = asyncio.get_running_loop().create_future()
+        self._loading[name] = fut
+        try:
+            topic_obj = await self._load(tn, create)
+            fut.set_result(topic_obj)
+            return topic_obj
+        except BaseException as exc:
+            fut.set_exception(exc)
+            fut.exception()  # mark retrieved
+            raise
+        finally:
+            self._loading.pop(name, None)
+
+    async def _load(self, tn: TopicName, create: bool) -> PersistentTopic | None:
+        await self._ensure_owned(tn)
+        ml_name = tn.managed_ledger_name
+        if not await self.storage.exists(ml_name):
+            if not create:
+                return None
+            if not await self.resources.namespace_exists(tn.tenant, tn.namespace):
+                raise ServiceError("TopicNotFound", f"Namespace {tn.namespace_name} does not exist")
+        ledger = await self.storage.open(ml_name)
+        topic = PersistentTopic(
+            tn,
+            ledger,
+            dedup_enabled=self.config.broker_deduplication_enabled,
+            max_unacked_per_consumer=self.config.max_unacked_messages_per_consumer,
+            max_unacked_per_subscription=self.config.max_unacked_messages_per_subscription,
+        )
+        await topic.load()
+        self.topics[tn.full] = topic
+        log.info("loaded topic %s", tn.full)
+        return topic
+
+    async def topic_for_client(self, topic: str) -> PersistentTopic:
+        """Topic for a PRODUCER/SUBSCRIBE: auto-created when allowed, else TopicNotFound."""
+        tn = self.parse_topic(topic)
+        create = self.config.allow_auto_topic_creation
+        if not create and tn.partition_index >= 0:
+            base = tn.partitioned_base
+            n = await self.resources.get_partitions(
+                base.tenant, base.namespace, base.domain, base.local
+            )
+            create = tn.partition_index < n
+        got = await self.get_topic(topic, create=create)
+        if got is None:
+            raise ServiceError("TopicNotFound", f"Topic {tn.full} does not exist")
+        return got
+
+    async def unload_topic(self, topic: str) -> None:
+        tn = self.parse_topic(topic)
+        got = self.topics.pop(tn.full, None)
+        if got is not None:
+            await got.close()
+
+    async def unload_bundle(self, bundle: NamespaceBundle) -> None:
+        assert self.ownership is not None
+        await self.ownership.set_disabled(bundle)
+        for name, topic in list(self.topics.items()):
+            if (topic.name.tenant, topic.name.namespace) != (bundle.tenant, bundle.namespace):
+                continue
+            if (await self.bundle_of(topic.name)) == bundle:
+                self.topics.pop(name, None)
+                await topic.close()
+        await self.ownership.release(bundle)
+
+    def _on_bundles_lost(self, bundles: list[NamespaceBundle]) -> None:
+        lost = {(b.tenant, b.namespace, b.range) for b in bundles}
+
+        async def close_lost() -> None:
+            for name, topic in list(self.topics.items()):
+                try:
+                    bundles_of_ns = await self.resources.bundles(
+                        topic.name.tenant, topic.name.namespace
+                    )
+                    rng = bundles_of_ns.find(name)
+                except Exception:
+                    rng = None
+                if rng is None or (topic.name.tenant, topic.name.namespace, rng) in lost:
+                    self.topics.pop(name, None)
+                    await topic.close()
+
+        self._spawn(close_lost())
+
+    # ------------------------------------------------------------------ admin (TopicAdmin)
+    async def lookup_urls(self, topic: str) -> tuple[str, str]:
+        try:
+            got = await self.lookup(topic)
+        except ServiceError as exc:
+            raise _to_resource_error(exc) from None
+        return got.broker_url, got.http_url
+
+    async def list_topics(
+        self, tenant: str, namespace: str, domain: str = "persistent"
+    ) -> list[str]:
+        if domain != "persistent":
+            return []
+        prefix = f"{tenant}/{namespace}/persistent/"
+        names = set()
+        from urllib.parse import unquote
+
+        for ml in await self.storage.list(prefix):
+            names.add(f"persistent://{tenant}/{namespace}/{unquote(ml[len(prefix) :])}")
+        for name, topic in self.topics.items():
+            if topic.name.tenant == tenant and topic.name.namespace == namespace:
+                names.add(name)
+        return sorted(names)
+
+    async def create_topic(self, topic: str) -> None:
+        try:
+            tn = self.parse_topic(topic)
+            if await self.storage.exists(tn.managed_ledger_name):
+                raise ResourceConflict("This topic already exists")
+            await self.get_topic(topic, create=True)
+        except ServiceError as exc:
+            raise _to_resource_error(exc) from None
+
+    async def delete_topic(self, topic: str, *, force: bool = False) -> None:
+        try:
+            tn = self.parse_topic(topic)
+        except ServiceError as exc:
+            raise _to_resource_error(exc) from None
+        loaded = self.topics.get(tn.full)
+        if loaded is None and not await self.storage.exists(tn.managed_ledger_name):
+            raise ResourceNotFound("Topic not found")
+        if loaded is not None and not force:
+            if loaded.producers.producers:
+                raise PreconditionFailed("Topic has active producers")
+            if any(s.consumers for s in loaded.subscriptions.values()):
+                raise PreconditionFailed("Topic has active subscriptions")
+        if loaded is not None:
+            self.topics.pop(tn.full, None)
+            await loaded.close()
+        await self.storage.delete(tn.managed_ledger_name)
+
+    async def _admin_topic(self, topic: str) -> PersistentTopic:
+        try:
+            got = await self.get_topic(topic, create=False)
+        except ServiceError as exc:
+            raise _to_resource_error(exc) from None
+        if got is None:
+            raise ResourceNotFound("Topic not found")
+        return got
+
+    async def list_subscriptions(self, topic: str) -> list[str]:
+        return sorted((await self._admin_topic(topic)).subscriptions)
+
+    async def create_subscription(self, topic: str, subscription: str, *, earliest: bool) -> None:
+        t = await self._admin_topic(topic)
+        if subscription in t.subscriptions:
+            raise ResourceConflict("Subscription already exists for topic")
+        await t.create_subscription(subscription, earliest=earliest)
+
+    async def delete_subscription(self, topic: str, subscription: str, *, force: bool) -> None:
+        t = await self._admin_topic(topic)
+        try:
+            await t.delete_subscription(subscription, force=force)
+        except SubscriptionError as exc:
+            if exc.code == "SubscriptionNotFound":
+                raise ResourceNotFound("Subscription not found") from None
+            raise PreconditionFailed(exc.message) from None
+
+    async def topic_stats(self, topic: str) -> dict[str, Any]:
+        return (await self._admin_topic(topic)).stats()
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            "topics": len(self.topics),
+            "connections": len(self.connections),
+            "msgInCounter": sum(t.counters.msg_in for t in self.topics.values()),
+            "bytesInCounter": sum(t.counters.bytes_in for t in self.topics.values()),
+            "producers": sum(len(t.producers.producers) for t in self.topics.values()),
+            "subscriptions": sum(len(t.subscriptions) for t in self.topics.values()),
+        }
+
+    def metrics_text(self) -> str:
+        lines = []
+        cluster = self.config.cluster_name
+        for name, t in sorted(self.topics.items()):
+            ns = t.name.namespace_name
+            labels = f'cluster="{cluster}",namespace="{ns}",topic="{name}"'
+            lines.append(f"pulsar_in_messages_total{{{labels}}} {t.counters.msg_in}")
+            lines.append(f"pulsar_in_bytes_total{{{labels}}} {t.counters.bytes_in}")
+            lines.append(f"pulsar_producers_count{{{labels}}} {len(t.producers.producers)}")
+            lines.append(f"pulsar_subscriptions_count{{{labels}}} {len(t.subscriptions)}")
+            lines.append(f"pulsar_storage_size{{{labels}}} {t.ledger.total_size}")
+            backlog = sum(s.cursor.backlog() for s in t.subscriptions.values())
+            lines.append(f"pulsar_msg_backlog{{{labels}}} {backlog}")
+        lines.append(f'pulsar_broker_topics_count{{cluster="{cluster}"}} {len(self.topics)}')
+        lines.append(f'pulsar_active_connections{{cluster="{cluster}"}} {len(self.connections)}')
+        return "\n".join(lines) + "\n"
+
+
+def _to_resource_error(exc: ServiceError) -> ResourceError:
+    if exc.code == "TopicNotFound":
+        return ResourceNotFound(exc.message)
+    if exc.code == "InvalidTopicName":
+        return PreconditionFailed(exc.message)
+    if exc.code == "ServiceNotReady":
+        err = ResourceError(exc.message)
+        err.http_status = 503
+        return err
+    return ResourceError(exc.message)
+
+
+__all__ = ["BrokerService", "LookupResult", "ServiceError"]

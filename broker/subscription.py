@@ -1,0 +1,188 @@
+"""A subscription: one cursor, its consumers and dispatcher, acks and redelivery counts.
+
+Owns: the subscription type rules (the first consumer fixes the type; a different type is
+refused while consumers are attached; Exclusive admits one consumer), routing of acks
+(individual, batch-index, cumulative where allowed) to the cursor and the dispatcher,
+redelivery requests, seek (disconnect consumers, then reset the cursor), unsubscribe.
+Redelivery counts are in memory per subscription (Pulsar's InMemoryRedeliveryTracker).
+Must not know: sockets, frames, other subscriptions.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from magnetar.broker.consumer import Consumer, SubType
+from magnetar.broker.dispatchers import Dispatcher, MultipleConsumersDispatcher, new_dispatcher
+from magnetar.broker.ledger.position import Position
+from magnetar.broker.storage import Entry, TopicCursor
+
+log = logging.getLogger(__name__)
+
+
+class SubscriptionError(Exception):
+    """Refusal of a subscription operation; ``code`` is the ServerError name to answer."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriptionStats:
+    name: str
+    type: str
+    durable: bool
+    consumers: int
+    backlog: int
+    unacked: int
+    mark_delete: str
+    read_position: str
+
+
+class Subscription:
+    def __init__(
+        self,
+        topic_name: str,
+        name: str,
+        cursor: TopicCursor,
+        count_of: Any,
+        *,
+        partition_index: int = -1,
+        max_unacked_per_subscription: int = 200_000,
+    ) -> None:
+        self.topic_name = topic_name
+        self.name = name
+        self.cursor = cursor
+        self.count_of = count_of
+        self.partition_index = partition_index
+        self.max_unacked_per_subscription = max_unacked_per_subscription
+        self.redelivery: dict[Position, int] = {}
+        self.sub_type: SubType | None = None
+        self.dispatcher: Dispatcher | None = None
+
+    def __repr__(self) -> str:
+        return f"<Subscription {self.topic_name} {self.name!r} {self.sub_type}>"
+
+    @property
+    def durable(self) -> bool:
+        return self.cursor.durable
+
+    @property
+    def consumers(self) -> list[Consumer]:
+        return list(self.dispatcher.consumers) if self.dispatcher else []
+
+    # -- consumers
+    def add_consumer(self, consumer: Consumer) -> None:
+        stype = SubType.SHARED if consumer.sub_type is SubType.KEY_SHARED else consumer.sub_type
+        if self.dispatcher is not None and self.dispatcher.consumers:
+            if stype is not self.sub_type:
+                raise SubscriptionError("ConsumerBusy", "Subscription is of different type")
+            if stype is SubType.EXCLUSIVE:
+                raise SubscriptionError("ConsumerBusy", "Exclusive consumer is already connected")
+        if self.dispatcher is None or stype is not self.sub_type:
+            if self.dispatcher is not None:
+                self.dispatcher.close()
+            self.sub_type = stype
+            self.dispatcher = new_dispatcher(
+                stype,
+                self.cursor,
+                self.count_of,
+                self.redelivery,
+                partition_index=self.partition_index,
+                max_unacked_per_subscription=self.max_unacked_per_subscription,
+            )
+        self.dispatcher.add_consumer(consumer)
+
+    def remove_consumer(self, consumer: Consumer) -> None:
+        consumer.closed = True
+        if self.dispatcher is not None:
+            self.dispatcher.remove_consumer(consumer)
+
+    def flow(self, consumer: Consumer, permits: int) -> None:
+        consumer.flow(permits)
+        if self.dispatcher is not None:
+            self.dispatcher.schedule()
+
+    def notify_new_entries(self) -> None:
+        if self.dispatcher is not None and self.dispatcher.consumers:
+            self.dispatcher.schedule()
+
+    # -- acks
+    async def ack_individual(
+        self, consumer: Consumer, acks: list[tuple[Position, list[int] | None]]
+    ) -> None:
+        whole: list[Position] = []
+        partial: list[tuple[Position, list[int]]] = []
+        for pos, ack_set in acks:
+            if ack_set:
+                partial.append((pos, ack_set))
+            else:
+                whole.append(pos)
+        unblocked = False
+        for pos in whole:
+            if self.dispatcher is not None:
+                unblocked |= self.dispatcher.forget(pos)
+            else:
+                self.redelivery.pop(pos, None)
+        if whole:
+            await self.cursor.ack(whole)
+        for pos, ack_set in partial:
+            if await self.cursor.ack_batch_index(pos, ack_set) and self.dispatcher is not None:
+                unblocked |= self.dispatcher.forget(pos)
+        self._after_ack(unblocked)
+
+    async def ack_cumulative(self, consumer: Consumer, position: Position) -> None:
+        if self.sub_type not in (SubType.EXCLUSIVE, SubType.FAILOVER):
+            log.warning("cumulative ack on %s subscription %s ignored", self.sub_type, self.name)
+            return
+        unblocked = False
+        if self.dispatcher is not None:
+            unblocked = self.dispatcher.forget_up_to(position)
+        await self.cursor.ack_cumulative(position)
+        self._after_ack(unblocked)
+
+    def _after_ack(self, unblocked: bool) -> None:
+        d = self.dispatcher
+        if isinstance(d, MultipleConsumersDispatcher):
+            d.on_acked(unblocked)
+        elif unblocked and d is not None:
+            d.schedule()
+
+    def redeliver(self, consumer: Consumer, positions: list[Position] | None) -> None:
+        if self.dispatcher is not None:
+            self.dispatcher.redeliver(consumer, positions)
+
+    # -- seek / reset
+    async def reset_cursor(self, position: Position) -> list[Consumer]:
+        """Seek: disconnect every consumer (the caller sends CLOSE_CONSUMER), reset the
+        cursor so the next read is ``position``. Returns the disconnected consumers."""
+        dropped = self.consumers
+        if self.dispatcher is not None:
+            self.dispatcher.reset()
+            for c in dropped:
+                self.remove_consumer(c)
+        await self.cursor.reset(position)
+        return dropped
+
+    def statistics(self) -> SubscriptionStats:
+        return SubscriptionStats(
+            self.name,
+            self.sub_type.name.title() if self.sub_type else "None",
+            self.durable,
+            len(self.consumers),
+            self.cursor.backlog(),
+            self.dispatcher.total_unacked if self.dispatcher else 0,
+            str(self.cursor.mark_delete_position),
+            str(self.cursor.read_position),
+        )
+
+    def close(self) -> None:
+        if self.dispatcher is not None:
+            self.dispatcher.close()
+
+
+__all__ = ["Entry", "Subscription", "SubscriptionError", "SubscriptionStats"]

@@ -1,0 +1,406 @@
+"""A persistent topic: one managed ledger, its producers and subscriptions.
+
+Owns: the publish pipeline (SENDs collected during one loop iteration are appended as one
+``add_entries`` call; one append is in flight at a time, so positions and receipts keep
+arrival order; duplicates found by deduplication ride in the same queue so their receipts
+keep order too), the entry-count cache used for permits, subscriptions (durable ones
+reopened from the ledger's cursors on load; non-durable ones dropped with their last
+consumer), last-message-id, finding a position by publish time, close/unload.
+Invariant: every SEND gets exactly one completion callback, in arrival order per topic.
+Must not know: sockets or frames (callers pass callbacks and sinks).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from magnetar.broker.consumer import Consumer
+from magnetar.broker.frames import BadEntry, num_messages, parse_metadata
+from magnetar.broker.ledger.position import EARLIEST, LATEST, Position
+from magnetar.broker.naming import TopicName
+from magnetar.broker.producer import Admission, Deduplication, Producer, ProducerRegistry
+from magnetar.broker.storage import Entry, TopicLedger
+from magnetar.broker.subscription import Subscription, SubscriptionError
+
+log = logging.getLogger(__name__)
+
+PublishCallback = Callable[[Position | None, Exception | None], None]
+_COUNT_CACHE_MAX = 200_000
+
+
+@dataclass(slots=True)
+class _Pending:
+    producer: Producer
+    data: bytes
+    num_messages: int
+    callback: PublishCallback
+    duplicate: bool = False
+    dedup_name: str | None = None
+    highest: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class LastMessageId:
+    ledger_id: int
+    entry_id: int
+    batch_index: int
+    mark_delete: Position | None
+
+
+@dataclass(slots=True)
+class TopicCounters:
+    msg_in: int = 0
+    bytes_in: int = 0
+    entries_in: int = 0
+    publish_batches: int = 0
+    extra: dict[str, int] = field(default_factory=dict)
+
+
+class PersistentTopic:
+    def __init__(
+        self,
+        name: TopicName,
+        ledger: TopicLedger,
+        *,
+        dedup_enabled: bool = False,
+        max_unacked_per_consumer: int = 50_000,
+        max_unacked_per_subscription: int = 200_000,
+    ) -> None:
+        self.name = name
+        self.ledger = ledger
+        self.producers = ProducerRegistry()
+        self.dedup = Deduplication(dedup_enabled)
+        self.subscriptions: dict[str, Subscription] = {}
+        self.max_unacked_per_consumer = max_unacked_per_consumer
+        self.max_unacked_per_subscription = max_unacked_per_subscription
+        self.counters = TopicCounters()
+        self._counts: OrderedDict[Position, int] = OrderedDict()
+        self._pending: list[_Pending] = []
+        self._flushing = False
+        self._flush_task: asyncio.Task[None] | None = None
+        self.closed = False
+        ledger.add_tail_listener(self._on_new_entries)
+
+    def __repr__(self) -> str:
+        return f"<PersistentTopic {self.name} subs={len(self.subscriptions)}>"
+
+    @property
+    def full_name(self) -> str:
+        return self.name.full
+
+    async def load(self) -> None:
+        """Reopen the durable subscriptions stored with the ledger."""
+        for cursor_name in self.ledger.cursor_names():
+            if cursor_name not in self.subscriptions:
+                cursor = await self.ledger.open_cursor(cursor_name, initial_earliest=True)
+                self.subscriptions[cursor_name] = self._new_subscription(cursor_name, cursor)
+        if self.dedup.enabled:
+            await self._restore_dedup()
+
+    async def _restore_dedup(self) -> None:
+        start = self.ledger.first_position
+        last = self.ledger.last_confirmed
+        if start is None or last is None:
+            return
+        while True:
+            entries = await self.ledger.read_entries(start, 1000)
+            for entry in entries:
+                try:
+                    md = parse_metadata(entry.data)
+                except (BadEntry, Exception):
+                    continue
+                highest = md.highest_sequence_id if md.highest_sequence_id else md.sequence_id
+                if md.HasField("num_messages_in_batch") and not md.highest_sequence_id:
+                    highest = md.sequence_id + md.num_messages_in_batch - 1
+                self.dedup.restore(md.producer_name, highest)
+            if not entries or entries[-1].position >= last:
+                break
+            start = Position(entries[-1].position.ledger_id, entries[-1].position.entry_id + 1)
+
+    # -- entry counts (permits)
+    def count_of(self, entry: Entry) -> int:
+        n = self._counts.get(entry.position)
+        if n is None:
+            try:
+                n = num_messages(entry.data)
+            except Exception:
+                n = 1
+            self._remember_count(entry.position, n)
+        return n
+
+    def _remember_count(self, pos: Position, n: int) -> None:
+        self._counts[pos] = n
+        if len(self._counts) > _COUNT_CACHE_MAX:
+            self._counts.popitem(last=False)
+
+    # -- producers
+    def add_producer(self, producer: Producer) -> Admission:
+        return self.producers.admit(producer)
+
+    def remove_producer(self, producer: Producer) -> list[Producer]:
+        return self.producers.remove(producer)
+
+    def last_sequence_id(self, producer_name: str) -> int:
+        return self.dedup.last_sequence_id(producer_name)
+
+    # -- publish
+    def publish(  # noqa: PLR0917 - hot path, positional on purpose
+        self,
+        producer: Producer,
+        sequence_id: int,
+        highest_sequence_id: int,
+        num_msgs: int,
+        data: bytes,
+        callback: PublishCallback,
+        *,
+        check_dedup: bool = True,
+    ) -> None:
+        item = _Pending(producer, data, num_msgs, callback)
+        if self.dedup.enabled and check_dedup:
+            highest = max(highest_sequence_id, sequence_id + num_msgs - 1)
+            if self.dedup.is_duplicate(producer.name, sequence_id, highest):
+                item.duplicate = True
+            else:
+                item.dedup_name, item.highest = producer.name, highest
+        self._pending.append(item)
+        if not self._flushing:
+            self._flushing = True
+            self._flush_task = asyncio.get_running_loop().create_task(self._flush())
+
+    async def _flush(self) -> None:
+        try:
+            await asyncio.sleep(0)  # collect everything that arrives in this loop iteration
+            while self._pending:
+                batch, self._pending = self._pending, []
+                datas = [p.data for p in batch if not p.duplicate]
+                try:
+                    positions = await self.ledger.add_entries(datas) if datas else []
+                except Exception as exc:
+                    log.warning("append to %s failed: %s", self.name, exc)
+                    for p in batch:
+                        if p.dedup_name is not None:
+                            self.dedup.failed(p.dedup_name)
+                        p.callback(None, exc)
+                    continue
+                it = iter(positions)
+                self.counters.publish_batches += 1
+                for p in batch:
+                    if p.duplicate:
+                        p.callback(None, None)
+                        continue
+                    pos = next(it)
+                    self._remember_count(pos, p.num_messages)
+                    self.counters.msg_in += p.num_messages
+                    self.counters.bytes_in += len(p.data)
+                    self.counters.entries_in += 1
+                    if p.dedup_name is not None:
+                        self.dedup.persisted(p.dedup_name, p.highest)
+                    p.callback(pos, None)
+        finally:
+            self._flushing = False
+
+    def _on_new_entries(self) -> None:
+        for sub in self.subscriptions.values():
+            sub.notify_new_entries()
+
+    # -- subscriptions
+    def _new_subscription(self, name: str, cursor: Any) -> Subscription:
+        return Subscription(
+            self.full_name,
+            name,
+            cursor,
+            self.count_of,
+            partition_index=self.name.partition_index,
+            max_unacked_per_subscription=self.max_unacked_per_subscription,
+        )
+
+    async def subscribe(
+        self,
+        consumer: Consumer,
+        sub_name: str,
+        *,
+        durable: bool = True,
+        initial_earliest: bool = False,
+        start: Position | None = None,
+    ) -> Subscription:
+        sub = self.subscriptions.get(sub_name)
+        if sub is None:
+            if durable:
+                cursor: Any = await self.ledger.open_cursor(
+                    sub_name, initial_earliest=initial_earliest
+                )
+            else:
+                if start is None:
+                    start = EARLIEST if initial_earliest else LATEST
+                cursor = self.ledger.new_non_durable_cursor(sub_name, start)
+            sub = self.subscriptions.get(sub_name)
+            if sub is None:
+                sub = self._new_subscription(sub_name, cursor)
+                self.subscriptions[sub_name] = sub
+        elif not durable and sub.durable:
+            raise SubscriptionError(
+                "NotAllowedError", f"Durable subscription with the same name {sub_name} exists"
+            )
+        sub.add_consumer(consumer)
+        return sub
+
+    async def create_subscription(self, sub_name: str, *, earliest: bool = True) -> None:
+        if sub_name in self.subscriptions:
+            return
+        cursor = await self.ledger.open_cursor(sub_name, initial_earliest=earliest)
+        self.subscriptions.setdefault(sub_name, self._new_subscription(sub_name, cursor))
+
+    def remove_consumer(self, sub: Subscription, consumer: Consumer) -> None:
+        sub.remove_consumer(consumer)
+        if not sub.durable and not sub.consumers and self.subscriptions.get(sub.name) is sub:
+            sub.close()
+            del self.subscriptions[sub.name]
+
+    async def unsubscribe(self, sub: Subscription, consumer: Consumer | None) -> None:
+        others = [c for c in sub.consumers if c is not consumer]
+        if others:
+            raise SubscriptionError("ConsumerBusy", "Subscription has other connected consumers")
+        if consumer is not None:
+            sub.remove_consumer(consumer)
+        await self.delete_subscription(sub.name, force=False)
+
+    async def delete_subscription(self, sub_name: str, *, force: bool) -> list[Consumer]:
+        sub = self.subscriptions.get(sub_name)
+        if sub is None:
+            raise SubscriptionError("SubscriptionNotFound", "Subscription not found")
+        dropped = sub.consumers
+        if dropped and not force:
+            raise SubscriptionError("ConsumerBusy", "Subscription has active consumers")
+        for c in dropped:
+            if c.sink is not None:
+                c.sink.send_close_consumer(c)
+            sub.remove_consumer(c)
+        sub.close()
+        self.subscriptions.pop(sub_name, None)
+        if sub.durable:
+            await self.ledger.delete_cursor(sub_name)
+        return dropped
+
+    # -- positions
+    def last_message_id(self, sub: Subscription | None) -> LastMessageId:
+        last = self.ledger.last_confirmed
+        mark = sub.cursor.mark_delete_position if sub is not None else None
+        if last is None:
+            ledger_id = mark.ledger_id if mark is not None and mark.ledger_id >= 0 else 0
+            return LastMessageId(ledger_id, -1, -1, mark)
+        batch_index = -1
+        n = self._counts.get(last)
+        if n is None:
+            return LastMessageId(last.ledger_id, last.entry_id, -2, mark)  # caller resolves
+        if n > 1:
+            batch_index = n - 1
+        return LastMessageId(last.ledger_id, last.entry_id, batch_index, mark)
+
+    async def resolve_last_message_id(self, sub: Subscription | None) -> LastMessageId:
+        got = self.last_message_id(sub)
+        if got.batch_index != -2:
+            return got
+        entries = await self.ledger.read_entries(Position(got.ledger_id, got.entry_id), 1)
+        batch_index = -1
+        if entries:
+            try:
+                md = parse_metadata(entries[0].data)
+                if md.HasField("num_messages_in_batch"):
+                    batch_index = md.num_messages_in_batch - 1
+            except Exception:
+                pass
+        return LastMessageId(got.ledger_id, got.entry_id, batch_index, got.mark_delete)
+
+    async def find_position_by_time(self, publish_time_ms: int) -> Position:
+        """The first entry published at or after ``publish_time_ms`` (LATEST if none)."""
+        start = self.ledger.first_position
+        last = self.ledger.last_confirmed
+        if start is None or last is None:
+            return LATEST
+        while True:
+            entries = await self.ledger.read_entries(start, 1000)
+            for entry in entries:
+                try:
+                    md = parse_metadata(entry.data)
+                except Exception:
+                    continue
+                if md.publish_time >= publish_time_ms:
+                    return entry.position
+            if not entries or entries[-1].position >= last:
+                return LATEST
+            start = Position(entries[-1].position.ledger_id, entries[-1].position.entry_id + 1)
+
+    # -- lifecycle
+    async def close(self) -> None:
+        """Unload: disconnect clients (they look up again), stop dispatch, close the ledger."""
+        if self.closed:
+            return
+        self.closed = True
+        while self._flushing and self._flush_task is not None:
+            try:
+                await asyncio.shield(self._flush_task)
+            except Exception:
+                break
+        for producer in list(self.producers.producers.values()) + list(self.producers.waiting):
+            if producer.cnx is not None:
+                producer.cnx.send_close_producer(producer)
+            self.producers.remove(producer)
+        for sub in list(self.subscriptions.values()):
+            for consumer in sub.consumers:
+                if consumer.sink is not None:
+                    consumer.sink.send_close_consumer(consumer)
+                sub.remove_consumer(consumer)
+            sub.close()
+        self.ledger.remove_tail_listener(self._on_new_entries)
+        await self.ledger.close()
+
+    def stats(self) -> dict[str, Any]:
+        subs: dict[str, Any] = {}
+        for name, sub in self.subscriptions.items():
+            s = sub.statistics()
+            subs[name] = {
+                "type": s.type,
+                "msgBacklog": s.backlog,
+                "unackedMessages": s.unacked,
+                "isDurable": s.durable,
+                "markDeletePosition": s.mark_delete,
+                "readPosition": s.read_position,
+                "consumers": [
+                    {
+                        "consumerName": c.name,
+                        "availablePermits": c.permits,
+                        "unackedMessages": c.unacked,
+                        "blockedConsumerOnUnackedMsgs": c.blocked,
+                        "msgOutCounter": c.msg_out,
+                        "address": c.address,
+                    }
+                    for c in sub.consumers
+                ],
+            }
+        return {
+            "msgInCounter": self.counters.msg_in,
+            "bytesInCounter": self.counters.bytes_in,
+            "entriesInCounter": self.counters.entries_in,
+            "storageSize": self.ledger.total_size,
+            "numberOfEntries": self.ledger.num_entries,
+            "publishers": [
+                {
+                    "producerName": p.name,
+                    "producerId": p.producer_id,
+                    "accessMode": p.access_mode.name.title(),
+                    "msgInCounter": p.msg_in,
+                }
+                for p in self.producers.producers.values()
+            ],
+            "subscriptions": subs,
+            "deduplicationStatus": "Enabled" if self.dedup.enabled else "Disabled",
+            "topicEpoch": self.producers.topic_epoch,
+        }
+
+
+__all__ = ["LastMessageId", "PersistentTopic", "PublishCallback"]
