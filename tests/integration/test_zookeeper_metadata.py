@@ -1,0 +1,120 @@
+"""The ZooKeeper store against a real ZooKeeper that is stopped, restarted and unreachable."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Callable
+
+import pytest
+from support.metadata_backends import eventually
+from support.zookeeper import ZooKeeperServer, free_port
+
+from magnetar.zk import open_metadata_store
+from magnetar.zk.errors import ConnectionLoss
+from magnetar.zk.store import Notification, NotificationType, SessionEvent
+from magnetar.zk.zookeeper import ZooKeeperMetadataStore, parse_connect_string
+
+
+def test_parse_connect_string() -> None:
+    assert parse_connect_string("zk://a:1,b:2/x/y") == ("a:1,b:2", "/x/y")
+    assert parse_connect_string("zk://a:1") == ("a:1", "")
+    assert parse_connect_string("a:1/") == ("a:1", "")
+    with pytest.raises(ValueError):
+        parse_connect_string("zk:///chroot")
+
+
+async def test_server_restart_suspends_then_reconnects_same_session(
+    zookeeper_server_factory: Callable[[], ZooKeeperServer],
+) -> None:
+    server = zookeeper_server_factory()
+    store = await ZooKeeperMetadataStore.connect(
+        server.url, session_timeout_ms=15_000, operation_timeout_ms=5_000
+    )
+    writer = await ZooKeeperMetadataStore.connect(server.url, session_timeout_ms=15_000)
+    try:
+        events: list[SessionEvent] = []
+        seen: list[Notification] = []
+        store.add_session_listener(events.append)
+        store.add_listener(seen.append)
+        await store.put("/restart/data", b"kept")
+        await store.put("/restart/mine", b"", ephemeral=True)
+        session_id = store.session_id
+        assert await store.get("/restart/data") is not None  # sets a watch
+
+        await asyncio.to_thread(server.stop)
+        await eventually(lambda: SessionEvent.SUSPENDED in events, message="SUSPENDED")
+        assert not store.connected
+        with pytest.raises(ConnectionLoss) as raised:
+            await store.get("/restart/data")
+        assert raised.value.retriable
+        with pytest.raises(ConnectionLoss):
+            await store.put("/restart/during-outage", b"")
+
+        await asyncio.to_thread(server.start)
+        await eventually(
+            lambda: SessionEvent.RECONNECTED in events, timeout_s=20, message="RECONNECTED"
+        )
+        assert SessionEvent.LOST not in events
+        assert store.session_id == session_id
+        got = await store.get("/restart/data")
+        assert got is not None
+        assert got.value == b"kept"
+        stat = await store.exists("/restart/mine")
+        assert stat is not None  # the session survived, so did its ephemeral node
+        assert stat.ephemeral_owner == session_id
+        assert await store.exists("/restart/during-outage") is None
+
+        # Watches were re-armed after the reconnect.
+        await eventually(lambda: writer.connected, timeout_s=20, message="writer reconnected")
+        await writer.put("/restart/data", b"changed")
+        await eventually(
+            lambda: Notification(NotificationType.MODIFIED, "/restart/data") in seen,
+            message="notification after reconnect",
+        )
+    finally:
+        await store.close()
+        await writer.close()
+
+
+async def test_expired_session_is_not_silently_replaced(
+    zookeeper_server: ZooKeeperServer,
+) -> None:
+    url = f"{zookeeper_server.url}/exp-{uuid.uuid4().hex[:8]}"
+    store = await ZooKeeperMetadataStore.connect(url, session_timeout_ms=4_000)
+    events: list[SessionEvent] = []
+    store.add_session_listener(events.append)
+    old_session = store.session_id
+    await store.force_expire()
+    await eventually(lambda: SessionEvent.LOST in events, message="LOST")
+    # kazoo would open a new session on its own; the store must not (owners reopen).
+    await eventually(lambda: store._client is not None and not store._client.connected)
+    assert store.session_id == old_session
+    assert events.count(SessionEvent.LOST) == 1
+    assert SessionEvent.RECONNECTED not in events
+    await store.close()
+
+
+async def test_chroot_is_created_and_isolates(zookeeper_server: ZooKeeperServer) -> None:
+    root = f"/iso-{uuid.uuid4().hex[:8]}"
+    a = await open_metadata_store(f"{zookeeper_server.url}{root}/a", session_timeout_ms=4_000)
+    b = await open_metadata_store(f"{zookeeper_server.url}{root}/b", session_timeout_ms=4_000)
+    top = await open_metadata_store(zookeeper_server.url, session_timeout_ms=4_000)
+    try:
+        await a.put("/x", b"in-a")
+        assert await b.get("/x") is None
+        got = await top.get(f"{root}/a/x")
+        assert got is not None
+        assert got.value == b"in-a"
+        assert await top.children(root) == ["a", "b"]
+    finally:
+        for store in (a, b, top):
+            await store.close()
+
+
+async def test_unreachable_server_fails_with_connection_loss() -> None:
+    port = free_port()  # nothing listens there
+    with pytest.raises(ConnectionLoss):
+        await ZooKeeperMetadataStore.connect(
+            f"zk://127.0.0.1:{port}", session_timeout_ms=2_000, connect_timeout_ms=1_000
+        )
