@@ -132,14 +132,14 @@ class Dispatcher:
         raise NotImplementedError
 
     # -- bookkeeping shared by both kinds
-    def _send(self, consumer: Consumer, entries: list[Entry]) -> None:
-        out = []
-        for entry in entries:
-            pos = entry.position
-            consumer.on_dispatched(pos, self.count_of(entry))
-            self.owner[pos] = consumer
-            count = self.redelivery.get(pos, 0) if self.sub_type is SubType.SHARED else 0
-            out.append(OutMessage(pos, entry.data, count, self.cursor.batch_ack_set(pos)))
+    def _assign(self, consumer: Consumer, entry: Entry, out: list[OutMessage]) -> None:
+        pos = entry.position
+        consumer.on_dispatched(pos, self.count_of(entry))
+        self.owner[pos] = consumer
+        count = self.redelivery.get(pos, 0) if self.sub_type is SubType.SHARED else 0
+        out.append(OutMessage(pos, entry.data, count, self.cursor.batch_ack_set(pos)))
+
+    def _flush(self, consumer: Consumer, out: list[OutMessage]) -> None:
         self.dispatched_entries += len(out)
         if consumer.sink is not None and out:
             consumer.sink.send_messages(consumer, out)
@@ -270,7 +270,13 @@ class SingleActiveConsumerDispatcher(Dispatcher):
             return True
         if not entries:
             return False
-        self._send(consumer, entries)
+        out: list[OutMessage] = []
+        for entry in entries:
+            if consumer.permits <= 0:
+                self.cursor.seek(entry.position)  # unsent: read again with new permits
+                break
+            self._assign(consumer, entry, out)
+        self._flush(consumer, out)
         return True
 
 
@@ -384,24 +390,21 @@ class MultipleConsumersDispatcher(Dispatcher):
             if epoch != self.epoch:
                 return True
             progressed = bool(entries)
-        per_consumer: dict[int, list[Entry]] = {}
+        per_consumer: dict[int, list[OutMessage]] = {}
         leftovers: list[Position] = []
+        limit = self.max_unacked
         for i, entry in enumerate(entries):
             idx = next_shared_consumer(self.consumers, self._rr)
-            if idx is None:
+            if idx is None or (limit > 0 and self.total_unacked >= limit):
                 leftovers = [e.position for e in entries[i:]]
                 break
-            consumer = self.consumers[idx]
             self._rr = idx + 1
-            consumer.permits -= self.count_of(entry)  # reserve now; _send re-adds below
-            per_consumer.setdefault(idx, []).append(entry)
-        for idx, batch in per_consumer.items():
-            consumer = self.consumers[idx]
-            consumer.permits += sum(self.count_of(e) for e in batch)
-            self._send(consumer, batch)
+            self._assign(self.consumers[idx], entry, per_consumer.setdefault(idx, []))
+        for idx, out in per_consumer.items():
+            self._flush(self.consumers[idx], out)
         if leftovers:
             self.add_replay(leftovers)
-        if self.max_unacked > 0 and self.total_unacked >= self.max_unacked:
+        if limit > 0 and self.total_unacked >= limit:
             self.blocked = True
         return progressed
 

@@ -1,0 +1,244 @@
+"""Dispatcher state machines over the in-memory storage: consumer selection, permits,
+round robin, failover election (partition i -> i mod N), unacked limits and resume at half,
+redelivery counts. No sockets: consumers send into a recording sink."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from magnetar.broker.consumer import Consumer, OutMessage, SubType
+from magnetar.broker.dispatchers import next_shared_consumer, pick_active_consumer
+from magnetar.broker.ledger.position import Position
+from magnetar.broker.storage import MemoryLedger
+from magnetar.broker.subscription import Subscription, SubscriptionError
+from magnetar.client.protocol.proto import pulsar_api_pb2 as pb
+
+
+class Sink:
+    def __init__(self) -> None:
+        self.messages: dict[int, list[OutMessage]] = {}
+        self.active: list[tuple[int, bool]] = []
+        self.closed: list[int] = []
+
+    def send_messages(self, consumer: Consumer, messages: list[OutMessage]) -> None:
+        self.messages.setdefault(consumer.consumer_id, []).extend(messages)
+
+    def send_active_consumer_change(self, consumer: Consumer, is_active: bool) -> None:
+        self.active.append((consumer.consumer_id, is_active))
+
+    def send_close_consumer(self, consumer: Consumer) -> None:
+        self.closed.append(consumer.consumer_id)
+
+    def got(self, cid: int) -> list[int]:
+        return [m.position.entry_id for m in self.messages.get(cid, [])]
+
+
+def entry(n: int = 1) -> bytes:
+    md = pb.MessageMetadata(producer_name="p", sequence_id=0, publish_time=1)
+    if n > 1:
+        md.num_messages_in_batch = n
+    raw = md.SerializeToString()
+    return len(raw).to_bytes(4, "big") + raw + b"x"
+
+
+def consumer(
+    cid: int,
+    sub_type: SubType,
+    sink: Sink,
+    *,
+    name: str = "",
+    priority: int = 0,
+    max_unacked: int = 50_000,
+) -> Consumer:
+    return Consumer(
+        cid, name or f"c{cid}", sub_type, priority=priority, sink=sink, max_unacked=max_unacked
+    )
+
+
+async def settle() -> None:
+    for _ in range(20):
+        await asyncio.sleep(0)
+
+
+async def make_sub(
+    ledger: MemoryLedger, *, partition: int = -1, sub_limit: int = 200_000
+) -> Subscription:
+    cursor = await ledger.open_cursor("s", initial_earliest=True)
+    from magnetar.broker.frames import num_messages
+
+    return Subscription(
+        "t",
+        "s",
+        cursor,
+        lambda e: num_messages(e.data),
+        partition_index=partition,
+        max_unacked_per_subscription=sub_limit,
+    )
+
+
+# ------------------------------------------------------------------ pure selection
+
+
+def test_failover_picks_by_priority_then_name_and_partition_mod_n() -> None:
+    sink = Sink()
+    cs = [
+        consumer(1, SubType.FAILOVER, sink, name="c"),
+        consumer(2, SubType.FAILOVER, sink, name="a"),
+        consumer(3, SubType.FAILOVER, sink, name="b"),
+        consumer(4, SubType.FAILOVER, sink, name="0", priority=1),
+    ]
+    assert pick_active_consumer(cs, -1).name == "a"
+    assert [pick_active_consumer(cs, p).name for p in range(4)] == ["a", "b", "c", "a"]
+    assert pick_active_consumer([], 0) is None
+
+
+def test_shared_round_robin_by_priority_and_permits() -> None:
+    # Pulsar's own example: C1(p0,2) C2(p0,1) C3(p0,1) C4(p1,2) C5(p1,1)
+    sink = Sink()
+    cs = []
+    for cid, prio, permits in [(1, 0, 2), (2, 0, 1), (3, 0, 1), (4, 1, 2), (5, 1, 1)]:
+        c = consumer(cid, SubType.SHARED, sink, priority=prio)
+        c.flow(permits)
+        cs.append(c)
+    order, start = [], 0
+    while (i := next_shared_consumer(cs, start)) is not None:
+        cs[i].permits -= 1
+        order.append(cs[i].consumer_id)
+        start = i + 1
+    assert order == [1, 2, 3, 1, 4, 5, 4]
+
+
+# ------------------------------------------------------------------ dispatch
+
+
+async def test_no_dispatch_before_flow_and_batch_costs_its_size() -> None:
+    ledger = MemoryLedger("t", 7)
+    await ledger.add_entries([entry(5), entry(5), entry(1)])
+    sub = await make_sub(ledger)
+    sink = Sink()
+    c = consumer(1, SubType.EXCLUSIVE, sink)
+    sub.add_consumer(c)
+    await settle()
+    assert sink.got(1) == []
+    sub.flow(c, 6)  # first batch takes 5, second drives permits negative, third waits
+    await settle()
+    assert sink.got(1) == [0, 1]
+    assert c.permits == -4
+    sub.flow(c, 5)
+    await settle()
+    assert sink.got(1) == [0, 1, 2]
+
+
+async def test_shared_round_robin_and_redelivery_counts() -> None:
+    ledger = MemoryLedger("t", 8)
+    await ledger.add_entries([entry() for _ in range(4)])
+    sub = await make_sub(ledger)
+    sink = Sink()
+    a, b = consumer(1, SubType.SHARED, sink), consumer(2, SubType.SHARED, sink)
+    sub.add_consumer(a)
+    sub.add_consumer(b)
+    sub.flow(a, 10)
+    sub.flow(b, 10)
+    await settle()
+    assert sink.got(1) == [0, 2] and sink.got(2) == [1, 3]
+    sub.redeliver(a, [Position(8, 0)])
+    await settle()
+    again = [m for msgs in sink.messages.values() for m in msgs if m.position.entry_id == 0]
+    assert [m.redelivery_count for m in again] == [0, 1]
+    await sub.ack_individual(b, [(Position(8, 1), None)])
+    assert sub.cursor.is_acked(Position(8, 1))
+
+
+async def test_consumer_unacked_limit_blocks_and_resumes_at_half() -> None:
+    ledger = MemoryLedger("t", 9)
+    await ledger.add_entries([entry() for _ in range(10)])
+    sub = await make_sub(ledger)
+    sink = Sink()
+    c = consumer(1, SubType.SHARED, sink, max_unacked=4)
+    sub.add_consumer(c)
+    sub.flow(c, 100)
+    await settle()
+    assert sink.got(1) == [0, 1, 2, 3] and c.blocked
+    await sub.ack_individual(c, [(Position(9, 0), None)])
+    await settle()
+    assert sink.got(1) == [0, 1, 2, 3]  # 3 unacked > half of 4
+    await sub.ack_individual(c, [(Position(9, 1), None)])
+    await settle()
+    assert sink.got(1) == [0, 1, 2, 3, 4, 5]
+    c.check_invariants()
+
+
+async def test_subscription_unacked_limit_blocks_and_resumes_at_half() -> None:
+    ledger = MemoryLedger("t", 10)
+    await ledger.add_entries([entry() for _ in range(10)])
+    sub = await make_sub(ledger, sub_limit=4)
+    sink = Sink()
+    a, b = consumer(1, SubType.SHARED, sink), consumer(2, SubType.SHARED, sink)
+    for c in (a, b):
+        sub.add_consumer(c)
+        sub.flow(c, 1)
+    await settle()
+    sub.flow(a, 100)
+    sub.flow(b, 100)
+    await settle()
+    assert len(sink.got(1)) + len(sink.got(2)) == 4
+    first = [Position(10, e) for e in sink.got(1)][:1] + [Position(10, e) for e in sink.got(2)][:1]
+    await sub.ack_individual(a, [(first[0], None)])
+    await settle()
+    assert len(sink.got(1)) + len(sink.got(2)) == 4  # 3 unacked > 2
+    await sub.ack_individual(b, [(first[1], None)])
+    await settle()
+    assert len(sink.got(1)) + len(sink.got(2)) > 4
+
+
+async def test_failover_switch_rewinds_to_unacked_and_notifies_everyone() -> None:
+    ledger = MemoryLedger("t", 11)
+    await ledger.add_entries([entry() for _ in range(4)])
+    sub = await make_sub(ledger)
+    sink = Sink()
+    b = consumer(2, SubType.FAILOVER, sink, name="b")
+    a = consumer(1, SubType.FAILOVER, sink, name="a")
+    sub.add_consumer(b)
+    assert sink.active == [(2, True)]
+    sub.add_consumer(a)  # "a" sorts first: it becomes active, everyone is told
+    assert sink.active[1:] == [(2, False), (1, True)]
+    sub.flow(a, 10)
+    sub.flow(b, 10)
+    await settle()
+    assert sink.got(1) == [0, 1, 2, 3] and sink.got(2) == []
+    await sub.ack_individual(a, [(Position(11, 0), None), (Position(11, 1), None)])
+    sub.remove_consumer(a)
+    await settle()
+    assert sink.got(2) == [2, 3]
+    assert all(m.redelivery_count == 0 for m in sink.messages[2])
+
+
+async def test_exclusive_admits_one_consumer_and_types_do_not_mix() -> None:
+    ledger = MemoryLedger("t", 12)
+    sub = await make_sub(ledger)
+    sink = Sink()
+    sub.add_consumer(consumer(1, SubType.EXCLUSIVE, sink))
+    with pytest.raises(SubscriptionError) as busy:
+        sub.add_consumer(consumer(2, SubType.EXCLUSIVE, sink))
+    assert busy.value.code == "ConsumerBusy"
+    with pytest.raises(SubscriptionError):
+        sub.add_consumer(consumer(3, SubType.SHARED, sink))
+
+
+async def test_closed_shared_consumer_returns_pending_to_others_without_count() -> None:
+    ledger = MemoryLedger("t", 13)
+    await ledger.add_entries([entry() for _ in range(2)])
+    sub = await make_sub(ledger)
+    sink = Sink()
+    a, b = consumer(1, SubType.SHARED, sink), consumer(2, SubType.SHARED, sink)
+    sub.add_consumer(a)
+    sub.flow(a, 10)
+    await settle()
+    sub.add_consumer(b)
+    sub.flow(b, 10)
+    sub.remove_consumer(a)
+    await settle()
+    assert sink.got(2) == [0, 1]
+    assert [m.redelivery_count for m in sink.messages[2]] == [0, 0]
