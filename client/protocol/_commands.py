@@ -168,7 +168,9 @@ def send_receipt(
 ) -> pb.BaseCommand:
     """SEND_RECEIPT echoing the SEND's sequence_id (first id of a batch)."""
     cmd = pb.CommandSendReceipt(producer_id=producer_id, sequence_id=sequence_id)
-    cmd.message_id.CopyFrom(_msg_id(message_id))
+    if isinstance(message_id, MessageId):  # Java sends only ledgerId + entryId here
+        message_id = message_id.to_proto(with_partition=False, with_batch_index=False)
+    cmd.message_id.CopyFrom(message_id)
     if highest_sequence_id is not None:
         cmd.highest_sequence_id = highest_sequence_id
     return make_command(CommandType.SEND_RECEIPT, cmd)

@@ -167,11 +167,11 @@ class Connection:
 
     def receive_data(self, data: bytes | bytearray | memoryview) -> None:
         """Feed bytes read from the socket; ``b""`` means the peer closed (EOF)."""
+        if not data:
+            self._eof = True  # repeated EOFs are harmless
+            return
         if self._eof:
             raise LocalProtocolError("receive_data after EOF")
-        if not data:
-            self._eof = True
-            return
         self._bytes_received += len(data)
         if self._pos >= _COMPACT_AT_BYTES and self._pos * 2 >= len(self._buf):
             del self._buf[: self._pos]

@@ -1,0 +1,308 @@
+"""Connection state machine, direction rules and the typed errors of the codec."""
+
+from __future__ import annotations
+
+import pytest
+from support.pulsar_codec import connected_pair
+
+from magnetar.client.protocol import (
+    CPP_CLIENT_HANDLED_TYPES,
+    DEFAULT_MAX_FRAME_SIZE,
+    NEED_DATA,
+    ChecksumMismatchError,
+    Command,
+    CommandType,
+    Connection,
+    ConnectionClosed,
+    ConnectionState,
+    FrameTooLargeError,
+    LocalProtocolError,
+    PayloadCommand,
+    RemoteProtocolError,
+    Role,
+    commands,
+    encode_command,
+    encode_headers_and_payload,
+    encode_payload_command,
+    pb,
+)
+
+METADATA = pb.MessageMetadata(producer_name="p", sequence_id=3, publish_time=1)
+
+
+def _send_frame(payload: bytes = b"data", sequence_id: int = 3) -> bytes:
+    client, _ = connected_pair()
+    return client.send_payload(commands.send(1, sequence_id), METADATA, payload)
+
+
+# ------------------------------------------------------------------------------ checksum
+
+
+def test_checksum_mismatch_is_a_typed_recoverable_error() -> None:
+    _, broker = connected_pair()
+    frame = bytearray(_send_frame())
+    frame[-1] ^= 0xFF  # corrupt the payload: framing is intact
+    broker.receive_data(bytes(frame) + encode_command(commands.ping()))
+    with pytest.raises(ChecksumMismatchError) as info:
+        broker.next_event()
+    err = info.value
+    assert isinstance(err, RemoteProtocolError) and err.recoverable
+    assert err.expected != err.actual
+    # what a broker needs to answer SEND_ERROR(ChecksumError)
+    assert err.event.type is CommandType.SEND
+    assert (err.event.base.send.producer_id, err.event.base.send.sequence_id) == (1, 3)
+    assert err.event.metadata is None
+    # the connection goes on with the next frame
+    nxt = broker.next_event()
+    assert isinstance(nxt, Command) and nxt.type is CommandType.PING
+    assert broker.state is ConnectionState.CONNECTED
+
+
+def test_frame_without_checksum_is_accepted() -> None:
+    _, broker = connected_pair()
+    tail = encode_headers_and_payload(METADATA, b"x", checksum=False)
+    broker.receive_data(encode_payload_command(commands.send(1, 3), tail))
+    event = broker.next_event()
+    assert isinstance(event, PayloadCommand)
+    assert event.checksum is None and event.payload == b"x"
+
+
+def test_client_sends_checksum_only_from_protocol_6() -> None:
+    client = Connection(Role.CLIENT)
+    broker = Connection(Role.BROKER)
+    broker.receive_data(client.send(commands.connect("c", protocol_version=5)))
+    broker.next_event()
+    client.receive_data(broker.send(commands.connected("b", 5)))
+    client.next_event()
+    frame = client.send_payload(commands.send(0, 0), METADATA, b"x")
+    broker.receive_data(frame)
+    event = broker.next_event()
+    assert isinstance(event, PayloadCommand) and event.checksum is None
+
+
+# ------------------------------------------------------------------------------ frame size
+
+
+def test_oversize_frame_is_a_typed_error_before_buffering_it() -> None:
+    _, broker = connected_pair(max_frame_size=1024)
+    frame = _send_frame(b"x" * 2000)
+    broker.receive_data(frame[:8])  # only the header: the size alone decides
+    with pytest.raises(FrameTooLargeError) as info:
+        broker.next_event()
+    assert info.value.frame_size == len(frame) - 4
+    assert info.value.max_frame_size == 1024
+    assert broker.state is ConnectionState.ERROR
+    with pytest.raises(FrameTooLargeError):  # sticky
+        broker.next_event()
+
+
+def test_default_max_frame_is_5_mib_plus_padding() -> None:
+    assert DEFAULT_MAX_FRAME_SIZE == 5 * 1024 * 1024 + 10 * 1024
+    _, broker = connected_pair()
+    big = _send_frame(b"x" * (5 * 1024 * 1024))
+    broker.receive_data(big)
+    event = broker.next_event()
+    assert isinstance(event, PayloadCommand) and len(event.payload) == 5 * 1024 * 1024
+
+
+# ------------------------------------------------------------------------------ bad frames
+
+
+@pytest.mark.parametrize(
+    ("frame", "match"),
+    [
+        (bytes.fromhex("00000002 0000"), "no command size"),
+        (bytes.fromhex("00000005 00000009 08"), "exceeds frame size"),
+        (bytes.fromhex("00000006 00000002 0812"), "missing|misses|without"),  # PING, no body
+        (bytes.fromhex("00000008 00000004 08129201"), "cannot parse"),  # truncated sub-message
+        (bytes.fromhex("0000000a 00000005 0812920100 ff"), "stray bytes"),
+        (bytes.fromhex("00000006 00000002 08ff"), "misses required|cannot parse"),
+    ],
+)
+def test_malformed_frames_raise_remote_protocol_error(frame: bytes, match: str) -> None:
+    _, broker = connected_pair()
+    broker.receive_data(frame)
+    with pytest.raises(RemoteProtocolError, match=match):
+        broker.next_event()
+
+
+def test_send_without_payload_section_is_rejected() -> None:
+    _, broker = connected_pair()
+    broker.receive_data(encode_payload_command(commands.send(0, 0), b""))
+    with pytest.raises(RemoteProtocolError, match="no metadata size"):
+        broker.next_event()
+
+
+def test_eof_inside_a_frame_is_an_error_and_on_a_boundary_is_closed() -> None:
+    _, broker = connected_pair()
+    frame = encode_command(commands.ping())
+    broker.receive_data(frame + frame[:3])
+    assert isinstance(broker.next_event(), Command)
+    broker.receive_data(b"")
+    with pytest.raises(RemoteProtocolError, match="inside a frame"):
+        broker.next_event()
+
+    _, broker = connected_pair()
+    broker.receive_data(frame)
+    broker.receive_data(b"")
+    assert isinstance(broker.next_event(), Command)
+    assert isinstance(broker.next_event(), ConnectionClosed)
+    assert broker.state is ConnectionState.CLOSED
+    with pytest.raises(LocalProtocolError):
+        broker.receive_data(b"more")
+
+
+# ------------------------------------------------------------------------------ handshake
+
+
+def test_broker_requires_connect_first() -> None:
+    client, _ = connected_pair()
+    broker = Connection(Role.BROKER)
+    broker.receive_data(client.send(commands.flow(0, 1)))
+    with pytest.raises(RemoteProtocolError, match="FLOW received in state awaiting-connect"):
+        broker.next_event()
+
+
+def test_broker_cannot_send_before_connect_or_twice_connected() -> None:
+    broker = Connection(Role.BROKER)
+    with pytest.raises(LocalProtocolError):
+        broker.send(commands.connected("b", 20))
+    _, broker = connected_pair()
+    with pytest.raises(LocalProtocolError, match="established"):
+        broker.send(commands.connected("b", 20))
+
+
+def test_client_must_connect_first_and_wait_for_connected() -> None:
+    client = Connection(Role.CLIENT)
+    with pytest.raises(LocalProtocolError):
+        client.send(commands.flow(0, 1))
+    client.send(commands.connect("c"))
+    with pytest.raises(LocalProtocolError):
+        client.send(commands.flow(0, 1))
+    assert client.state is ConnectionState.CONNECTING
+
+
+def test_client_accepts_error_during_handshake() -> None:
+    client = Connection(Role.CLIENT)
+    broker = Connection(Role.BROKER)
+    broker.receive_data(client.send(commands.connect("c")))
+    broker.next_event()
+    client.receive_data(broker.send(commands.error(-1, 3, "auth failed")))
+    event = client.next_event()
+    assert isinstance(event, Command) and event.type is CommandType.ERROR
+    assert event.base.error.request_id == 2**64 - 1
+
+
+def test_negotiated_versions() -> None:
+    client, broker = connected_pair()
+    assert broker.peer_protocol_version == 20
+    assert broker.protocol_version == client.protocol_version == 20
+    assert broker.connect is not None and broker.connect.client_version == "Pulsar-CPP-v4.2.0"
+
+
+# ------------------------------------------------------------------------------ direction
+
+
+def test_wrong_direction_is_rejected_both_ways() -> None:
+    client, broker = connected_pair()
+    with pytest.raises(LocalProtocolError, match="cannot send"):
+        client.send(commands.success(1))
+    with pytest.raises(LocalProtocolError, match="cannot send"):
+        broker.send(commands.flow(0, 1))
+    broker.receive_data(encode_command(commands.success(1)))
+    with pytest.raises(RemoteProtocolError, match="cannot be sent by a client"):
+        broker.next_event()
+
+
+def test_broker_refuses_types_the_cpp_client_drops_the_connection_for() -> None:
+    _, broker = connected_pair()
+    eot = commands.make_command(CommandType.REACHED_END_OF_TOPIC, consumer_id=1)
+    with pytest.raises(LocalProtocolError, match="not handled"):
+        broker.send(eot)
+    assert CommandType.REACHED_END_OF_TOPIC not in CPP_CLIENT_HANDLED_TYPES
+    # a broker serving a client known to handle it can widen the set
+    wide = Connection(Role.BROKER, sendable_types=list(CommandType))
+    wide.receive_data(encode_command(commands.connect("ours")))
+    wide.next_event()
+    wide.send(commands.connected("b", 20))
+    assert wide.send(eot)
+
+
+def test_payload_and_simple_send_apis_are_not_mixed_up() -> None:
+    client, _ = connected_pair()
+    with pytest.raises(LocalProtocolError):
+        client.send(commands.send(0, 0))
+    with pytest.raises(LocalProtocolError):
+        client.send_payload(commands.flow(0, 1), METADATA, b"")
+
+
+def test_missing_required_fields_are_local_errors_and_produce_no_bytes() -> None:
+    client, _ = connected_pair()
+    incomplete = pb.BaseCommand(type=pb.BaseCommand.FLOW)
+    incomplete.flow.consumer_id = 1  # messagePermits missing
+    with pytest.raises(LocalProtocolError, match="messagePermits"):
+        client.send(incomplete)
+    body_missing = pb.BaseCommand(type=pb.BaseCommand.FLOW)
+    with pytest.raises(LocalProtocolError, match="without"):
+        client.send(body_missing)
+    with pytest.raises(LocalProtocolError, match="publish_time"):
+        client.send_payload(
+            commands.send(0, 0), pb.MessageMetadata(producer_name="p", sequence_id=0), b""
+        )
+    assert client.statistics().frames_sent == 1  # only the CONNECT
+
+
+# ------------------------------------------------------------------------------ buffering
+
+
+def test_buffer_is_compacted_and_statistics_count() -> None:
+    client, broker = connected_pair()
+    frames = b"".join(client.send(commands.flow(i, 1)) for i in range(20000))
+    cut = len(frames) // 2 + 3  # leave a partial frame buffered
+    broker.receive_data(frames[:cut])
+    n = 0
+    while broker.next_event() is not NEED_DATA:
+        n += 1
+    assert 0 < broker.statistics().buffered_bytes < 20
+    broker.receive_data(frames[cut:])
+    # the consumed half was dropped instead of growing the buffer to the whole stream
+    assert len(broker._buf) < len(frames) - cut + 20
+    while broker.next_event() is not NEED_DATA:
+        n += 1
+    assert n == 20000
+    stats = broker.statistics()
+    assert stats.frames_received == 20001  # + CONNECT
+    assert stats.buffered_bytes == 0
+    connect = encode_command(commands.connect("Pulsar-CPP-v4.2.0"))
+    assert stats.bytes_received == len(frames) + len(connect)
+    assert "broker connected" in repr(broker)
+
+
+def test_send_message_fast_path_requires_a_connected_broker() -> None:
+    client, broker = connected_pair()
+    with pytest.raises(LocalProtocolError):
+        client.send_message(0, 1, 2, b"")
+    with pytest.raises(LocalProtocolError):
+        Connection(Role.BROKER).send_message(0, 1, 2, b"")
+    tail = encode_headers_and_payload(METADATA, b"v")
+    client.receive_data(broker.send_message(5, 1, 2, tail, partition=3, redelivery_count=2))
+    event = client.next_event()
+    assert isinstance(event, PayloadCommand)
+    m = event.base.message
+    assert (m.consumer_id, m.message_id.ledgerId, m.message_id.entryId) == (5, 1, 2)
+    assert (m.message_id.partition, m.redelivery_count) == (3, 2)
+    assert event.headers_and_payload == tail and event.payload == b"v"
+
+
+def test_broker_entry_metadata_prefix_is_stripped_on_message() -> None:
+    client, _ = connected_pair()
+    bem = pb.BrokerEntryMetadata(broker_timestamp=123, index=9).SerializeToString()
+    tail = encode_headers_and_payload(METADATA, b"v")
+    prefix = b"\x0e\x02" + len(bem).to_bytes(4, "big") + bem
+    message = commands.message(1, pb.MessageIdData(ledgerId=1, entryId=2))
+    client.receive_data(encode_payload_command(message, prefix + tail))
+    event = client.next_event()
+    assert isinstance(event, PayloadCommand)
+    assert event.broker_entry_metadata is not None
+    assert event.broker_entry_metadata.index == 9
+    assert event.headers_and_payload == tail and event.payload == b"v"
