@@ -1,0 +1,78 @@
+"""Managed ledgers and cursors over client-side replicated ledgers (BookKeeper's model).
+
+Public API (what a broker topic uses): ``ManagedLedgerFactory(store, bookie_client_factory,
+config)`` -> ``await factory.open(name)`` -> ``ManagedLedger`` (``add``/``add_nowait`` ->
+``Position``, ``open_cursor``, ``new_non_durable_cursor``, ``read_entries``,
+``read_entries_or_wait``, ``get_last_confirmed``, ``trim``, ``close``, ``delete``,
+``statistics``) and ``ManagedCursor`` (``mark_delete``, ``delete``,
+``delete_batch_indexes``, ``redelivery_count``, ``increment_redelivery``, ``backlog``,
+``seek``, ``reset``, ``rewind``, ``find_by_publish_time``).
+Must not know: topics, producers, subscriptions, the wire protocol, ``magnetar.client``.
+"""
+
+from magnetar.broker.ledger.client import LedgerClient, LedgerClientConfig
+from magnetar.broker.ledger.cursor import Backlog, CursorStatistics, ManagedCursor
+from magnetar.broker.ledger.errors import (
+    BookieFailure,
+    CursorAlreadyExists,
+    CursorNotFound,
+    EntryCorrupt,
+    InvalidStateTransition,
+    LedgerClosed,
+    LedgerError,
+    LedgerFenced,
+    LedgerNotFound,
+    ManagedLedgerClosed,
+    ManagedLedgerError,
+    ManagedLedgerFenced,
+    ManagedLedgerTerminated,
+    MetadataConflict,
+    NotEnoughBookies,
+    ReadBeyondLastConfirmed,
+    TooManyPendingAdds,
+)
+from magnetar.broker.ledger.handle import LedgerEntry, ReadHandle, WriteHandle
+from magnetar.broker.ledger.managed_ledger import (
+    ManagedEntry,
+    ManagedLedger,
+    ManagedLedgerConfig,
+    ManagedLedgerFactory,
+    ManagedLedgerStatistics,
+)
+from magnetar.broker.ledger.position import EARLIEST, LATEST, Position
+
+__all__ = [
+    "EARLIEST",
+    "LATEST",
+    "Backlog",
+    "BookieFailure",
+    "CursorAlreadyExists",
+    "CursorNotFound",
+    "CursorStatistics",
+    "EntryCorrupt",
+    "InvalidStateTransition",
+    "LedgerClient",
+    "LedgerClientConfig",
+    "LedgerClosed",
+    "LedgerEntry",
+    "LedgerError",
+    "LedgerFenced",
+    "LedgerNotFound",
+    "ManagedCursor",
+    "ManagedEntry",
+    "ManagedLedger",
+    "ManagedLedgerClosed",
+    "ManagedLedgerConfig",
+    "ManagedLedgerError",
+    "ManagedLedgerFactory",
+    "ManagedLedgerFenced",
+    "ManagedLedgerStatistics",
+    "ManagedLedgerTerminated",
+    "MetadataConflict",
+    "NotEnoughBookies",
+    "Position",
+    "ReadBeyondLastConfirmed",
+    "ReadHandle",
+    "TooManyPendingAdds",
+    "WriteHandle",
+]

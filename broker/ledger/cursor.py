@@ -1,0 +1,446 @@
+"""Managed cursors: a reader's position and its durable acknowledgement state.
+
+Owns: ``ManagedCursor`` — read position, mark-delete, individual and batch-index acks,
+redelivery counts, backlog, seek/reset/rewind, find-by-publish-time — and its persistence.
+Persistence (better than Pulsar: the whole state is always durable, no range cap):
+- The cursor znode (``zk.paths.managed_cursor``) holds JSON ``{cursor_ledger, mark_delete}``
+  and is changed only by CAS (a lost CAS means another owner: the cursor is fenced).
+- The cursor ledger starts with a *snapshot* of the whole ack state (compact encoding,
+  chunked into entries of at most ``snapshot_chunk_bytes``), followed by *deltas*, one per
+  group flush. When the deltas outweigh the snapshot a new ledger is started with a fresh
+  snapshot, the znode is switched by CAS, and the old ledger is deleted.
+- Acks are group-committed: ``await mark_delete/delete/increment_redelivery`` returns once
+  the change is in a durable cursor-ledger entry; concurrent callers share one write.
+- Recovery opens the cursor ledger with fencing recovery, loads the snapshot and replays
+  every delta, so exactly the acknowledged entries and the redelivery counts come back.
+Non-durable cursors (readers) keep the same state in memory only.
+Must not know: topics, subscriptions, message formats (publish time comes from a callback).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from magnetar.broker.ledger.ackstate import AckDelta, AckState, decode_delta, encode_delta
+from magnetar.broker.ledger.errors import (
+    LedgerError,
+    ManagedLedgerClosed,
+    ManagedLedgerFenced,
+)
+from magnetar.broker.ledger.handle import WriteHandle
+from magnetar.broker.ledger.position import Position
+from magnetar.zk import paths
+from magnetar.zk.errors import BadVersion, MetadataError, NotFound
+
+if TYPE_CHECKING:
+    from magnetar.broker.ledger.managed_ledger import ManagedLedger
+
+log = logging.getLogger(__name__)
+
+SNAPSHOT_CHUNK = b"S"
+DELTA = b"D"
+
+
+@dataclass(frozen=True, slots=True)
+class Backlog:
+    entries: int
+    bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class CursorStatistics:
+    name: str
+    durable: bool
+    mark_delete_position: Position
+    read_position: Position
+    ack_ranges: int
+    redelivery_tracked: int
+    cursor_ledger_id: int
+    flushes: int
+    snapshots: int
+
+
+@dataclass(frozen=True, slots=True)
+class CursorInfo:
+    """The cursor znode's value."""
+
+    cursor_ledger_id: int
+    mark_delete: Position
+
+    def to_bytes(self) -> bytes:
+        return json.dumps(
+            {"cursor_ledger": self.cursor_ledger_id, "mark_delete": str(self.mark_delete)}
+        ).encode()
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> CursorInfo:
+        doc = json.loads(data)
+        return cls(int(doc["cursor_ledger"]), Position.parse(doc["mark_delete"]))
+
+
+class ManagedCursor:
+    def __init__(
+        self,
+        ml: ManagedLedger,
+        name: str,
+        state: AckState,
+        *,
+        durable: bool,
+        znode_version: int = -1,
+        cursor_ledger_id: int = -1,
+    ) -> None:
+        self._ml = ml
+        self.name = name
+        self.durable = durable
+        self._state = state
+        self.read_position = ml.next_valid_position(ml.position_after(state.mark_delete))
+        self._znode_version = znode_version
+        self._ledger: WriteHandle | None = None
+        self._ledger_id = cursor_ledger_id
+        self._needs_snapshot = True
+        self._snapshot_bytes = 0
+        self._delta_bytes = 0
+        self._pending = _PendingDelta()
+        self._next_flush: asyncio.Future[None] | None = None
+        self._flusher: asyncio.Task[None] | None = None
+        self._closed = False
+        self._fenced = False
+        self._flushes = 0
+        self._snapshots = 0
+
+    def __repr__(self) -> str:
+        return (
+            f"<ManagedCursor {self._ml.name}/{self.name} md={self.mark_delete_position} "
+            f"read={self.read_position} ranges={self._state.range_count()}>"
+        )
+
+    # -- queries ------------------------------------------------------------------------------
+    @property
+    def mark_delete_position(self) -> Position:
+        return self._state.mark_delete
+
+    def individually_deleted_ranges(self) -> list[tuple[Position, Position]]:
+        return self._state.ranges()
+
+    def is_acknowledged(self, pos: Position) -> bool:
+        return self._state.is_acked(pos)
+
+    def batch_ack_set(self, pos: Position) -> tuple[int, int] | None:
+        """(batch size, mask of acknowledged indexes) of a partly acknowledged batch entry."""
+        return self._state.batch_sets.get(pos)
+
+    def redelivery_count(self, pos: Position) -> int:
+        return self._state.redeliveries.get(pos, 0)
+
+    def backlog(self) -> Backlog:
+        """Entries (and estimated bytes) after mark-delete that are not acknowledged."""
+        md = self._state.mark_delete
+        entries = 0
+        size = 0.0
+        for ledger_id, count, ledger_bytes in self._ml.ledger_sizes():
+            if ledger_id < md.ledger_id or count == 0:
+                continue
+            above = md.entry_id if ledger_id == md.ledger_id else -1
+            after = count - (above + 1)
+            if after <= 0:
+                continue
+            unacked = after - self._state.acked_count_after(ledger_id, above)
+            entries += unacked
+            size += ledger_bytes * unacked / count
+        return Backlog(entries, int(size))
+
+    def has_more_entries(self) -> bool:
+        return self._ml.next_valid_position(self.read_position) <= self._ml.last_confirmed
+
+    # -- acknowledgements ---------------------------------------------------------------------
+    def _check_open(self) -> None:
+        if self._fenced:
+            raise ManagedLedgerFenced(f"cursor {self.name} was taken over")
+        if self._closed:
+            raise ManagedLedgerClosed(f"cursor {self.name} is closed")
+
+    async def mark_delete(self, pos: Position) -> None:
+        """Acknowledge everything up to and including ``pos`` (cumulative ack)."""
+        self._check_open()
+        pos = min(pos, self._ml.last_confirmed)
+        if pos > self._state.mark_delete:
+            self._state.set_mark_delete(pos)
+            self._state.advance(self._ml)
+            self._pending.mark_delete = self._state.mark_delete
+            self._after_move()
+        await self._persist()
+
+    async def delete(self, positions: Iterable[Position]) -> None:
+        """Acknowledge individual entries."""
+        self._check_open()
+        last = self._ml.last_confirmed
+        changed = False
+        for pos in positions:
+            if pos <= last and self._state.ack(pos):
+                self._pending.acked.append(pos)
+                changed = True
+        if changed:
+            before = self._state.mark_delete
+            if self._state.advance(self._ml):
+                self._pending.mark_delete = self._state.mark_delete
+                if self._state.mark_delete.ledger_id != before.ledger_id:
+                    self._after_move()
+            await self._persist()
+
+    async def delete_batch_indexes(
+        self, pos: Position, batch_size: int, indexes: Iterable[int]
+    ) -> bool:
+        """Acknowledge messages of a batch entry; True once the whole entry is acknowledged."""
+        self._check_open()
+        whole = False
+        for index in indexes:
+            whole = self._state.ack_batch_index(pos, batch_size, index) or whole
+        if whole:
+            self._pending.acked.append(pos)
+            self._pending.batch.pop(pos, None)
+            if self._state.advance(self._ml):
+                self._pending.mark_delete = self._state.mark_delete
+        elif pos in self._state.batch_sets:
+            self._pending.batch[pos] = self._state.batch_sets[pos]
+        await self._persist()
+        return whole
+
+    async def increment_redelivery(self, pos: Position) -> int:
+        """Count one more delivery attempt of ``pos`` (durably); returns the new count."""
+        self._check_open()
+        if self._state.is_acked(pos):
+            return 0
+        count = self._state.redeliveries.get(pos, 0) + 1
+        self._state.redeliveries[pos] = count
+        self._pending.redeliveries[pos] = count
+        await self._persist()
+        return count
+
+    # -- positioning --------------------------------------------------------------------------
+    def seek(self, pos: Position) -> None:
+        """Move the read position (acknowledgements are unchanged)."""
+        self.read_position = self._ml.next_valid_position(pos)
+
+    def rewind(self) -> None:
+        """Read again from the first entry after mark-delete."""
+        self.read_position = self._ml.next_valid_position(
+            self._ml.position_after(self._state.mark_delete)
+        )
+
+    async def reset(self, pos: Position) -> None:
+        """Reset the cursor: everything before ``pos`` acknowledged, nothing after it."""
+        self._check_open()
+        pos = self._ml.next_valid_position(pos)
+        self._state.reset(Position(pos.ledger_id, pos.entry_id - 1))
+        self.read_position = pos
+        self._pending = _PendingDelta()
+        self._needs_snapshot = True
+        await self._persist(force=True)
+
+    async def find_by_publish_time(
+        self, publish_time_ms: int, extract: Callable[[bytes], int]
+    ) -> Position | None:
+        """The first position whose entry's publish time is >= ``publish_time_ms``."""
+        return await self._ml.find_by_publish_time(publish_time_ms, extract)
+
+    def _after_move(self) -> None:
+        self._ml.on_cursor_moved(self)
+
+    # -- persistence --------------------------------------------------------------------------
+    async def _persist(self, *, force: bool = False) -> None:
+        if not self.durable:
+            return
+        if not self._pending and not force:
+            return
+        if force:
+            self._pending.force = True
+        if self._next_flush is None:
+            self._next_flush = asyncio.get_running_loop().create_future()
+        fut = self._next_flush
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.ensure_future(self._flush_loop())
+        await asyncio.shield(fut)
+
+    async def _flush_loop(self) -> None:
+        while self._pending and self._next_flush is not None:
+            delta, self._pending = self._pending, _PendingDelta()
+            fut, self._next_flush = self._next_flush, None
+            try:
+                await self._write(delta)
+            except BaseException as exc:
+                if not fut.done():
+                    fut.set_exception(exc)
+                    fut.exception()
+                if isinstance(exc, asyncio.CancelledError):
+                    raise
+                continue
+            self._flushes += 1
+            if not fut.done():
+                fut.set_result(None)
+
+    async def _write(self, pending: _PendingDelta) -> None:
+        cfg = self._ml.config
+        if self._ledger is not None and not self._needs_snapshot and not pending.force:
+            blob = DELTA + encode_delta(pending.to_delta())
+            roll = (
+                self._delta_bytes + len(blob)
+                > max(cfg.cursor_snapshot_min_bytes, self._snapshot_bytes)
+                or self._ledger.next_entry_id >= cfg.cursor_max_entries_per_ledger
+            )
+            if not roll:
+                try:
+                    await self._ledger.add(blob)
+                    self._delta_bytes += len(blob)
+                    return
+                except LedgerError as exc:
+                    log.warning("cursor %s: delta write failed (%r); new snapshot", self.name, exc)
+                    if isinstance(exc, ManagedLedgerFenced):
+                        raise
+        await self._write_snapshot()
+
+    async def _write_snapshot(self) -> None:
+        cfg = self._ml.config
+        blob = self._state.encode_snapshot()
+        chunk = cfg.snapshot_chunk_bytes
+        chunks = [blob[i : i + chunk] for i in range(0, len(blob), chunk)] or [b""]
+        handle = await self._ml.ledger_client.create_ledger(
+            custom={"managed-ledger": self._ml.name, "cursor": self.name}
+        )
+        futs = [
+            handle.add_nowait(SNAPSHOT_CHUNK + len(chunks).to_bytes(4, "big") + c) for c in chunks
+        ]
+        await asyncio.gather(*futs)
+        info = CursorInfo(handle.ledger_id, self._state.mark_delete)
+        path = paths.managed_cursor(self._ml.name, self.name)
+        try:
+            result = await self._ml.store.put(
+                path, info.to_bytes(), expected_version=self._znode_version
+            )
+        except (BadVersion, NotFound):
+            self._fenced = True
+            await handle.abort()
+            raise ManagedLedgerFenced(
+                f"cursor {self.name}: znode changed by another owner"
+            ) from None
+        self._znode_version = result.stat.version
+        old, old_id = self._ledger, self._ledger_id
+        self._ledger, self._ledger_id = handle, handle.ledger_id
+        self._needs_snapshot = False
+        self._snapshot_bytes = len(blob)
+        self._delta_bytes = 0
+        self._snapshots += 1
+        if old is not None:
+            try:
+                await old.close()
+            except LedgerError:
+                pass
+        if old_id >= 0:
+            await self._ml.ledger_client.delete_ledger(old_id)
+
+    @classmethod
+    async def recover(cls, ml: ManagedLedger, name: str) -> ManagedCursor:
+        path = paths.managed_cursor(ml.name, name)
+        got = await ml.store.get(path)
+        if got is None:
+            raise NotFound("cursor znode missing", path=path)
+        info = CursorInfo.from_bytes(got.value)
+        state = AckState(info.mark_delete)
+        if info.cursor_ledger_id >= 0:
+            reader = await ml.ledger_client.open_ledger(info.cursor_ledger_id, recovery=True)
+            lac = reader.last_add_confirmed
+            entries = await reader.read(0, lac) if lac >= 0 else []
+            chunks: list[bytes] = []
+            deltas: list[bytes] = []
+            for e in entries:
+                kind, body = e.payload[:1], e.payload[1:]
+                if kind == SNAPSHOT_CHUNK:
+                    chunks.append(body[4:])
+                elif kind == DELTA:
+                    deltas.append(body)
+            if chunks:
+                state = AckState.decode_snapshot(b"".join(chunks))
+            for blob in deltas:
+                state.apply(decode_delta(blob))
+            state.advance(ml)
+        cursor = cls(
+            ml,
+            name,
+            state,
+            durable=True,
+            znode_version=got.stat.version,
+            cursor_ledger_id=info.cursor_ledger_id,
+        )
+        return cursor
+
+    async def flush(self) -> None:
+        """Wait until every acknowledgement made so far is durable."""
+        await self._persist()
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        if self.durable and not self._fenced:
+            try:
+                await self._persist()
+            except (LedgerError, MetadataError):
+                log.warning("cursor %s: final flush failed", self.name, exc_info=True)
+        self._closed = True
+        if self._ledger is not None:
+            try:
+                await self._ledger.close()
+            except LedgerError:
+                pass
+
+    async def delete_durable_state(self) -> None:
+        self._closed = True
+        if self._ledger is not None:
+            await self._ledger.abort()
+        if self._ledger_id >= 0:
+            await self._ml.ledger_client.delete_ledger(self._ledger_id)
+        try:
+            await self._ml.store.delete(paths.managed_cursor(self._ml.name, self.name))
+        except NotFound:
+            pass
+
+    def statistics(self) -> CursorStatistics:
+        return CursorStatistics(
+            name=self.name,
+            durable=self.durable,
+            mark_delete_position=self._state.mark_delete,
+            read_position=self.read_position,
+            ack_ranges=self._state.range_count(),
+            redelivery_tracked=len(self._state.redeliveries),
+            cursor_ledger_id=self._ledger_id,
+            flushes=self._flushes,
+            snapshots=self._snapshots,
+        )
+
+
+class _PendingDelta:
+    __slots__ = ("acked", "batch", "force", "mark_delete", "redeliveries")
+
+    def __init__(self) -> None:
+        self.mark_delete: Position | None = None
+        self.acked: list[Position] = []
+        self.batch: dict[Position, tuple[int, int]] = {}
+        self.redeliveries: dict[Position, int] = {}
+        self.force = False
+
+    def __bool__(self) -> bool:
+        return bool(self.force or self.mark_delete or self.acked or self.batch or self.redeliveries)
+
+    def to_delta(self) -> AckDelta:
+        return AckDelta(
+            self.mark_delete,
+            tuple(self.acked),
+            tuple((p, s, m) for p, (s, m) in self.batch.items()),
+            tuple(self.redeliveries.items()),
+        )
+
+
+__all__ = ["Backlog", "CursorInfo", "CursorStatistics", "ManagedCursor"]

@@ -1,0 +1,833 @@
+"""Managed ledgers: an append-only log made of a list of ledgers, with named cursors.
+
+Owns: ``ManagedLedgerFactory`` (opens managed ledgers over one ``LedgerClient`` and one
+metadata store session) and ``ManagedLedger`` (add with ordered completions, rollover,
+reads and tailing, the entry cache, trimming under retention, cursors' registry).
+Metadata: ``zk.paths.managed_ledger(name)`` holds JSON ``{ledgers: [{id, entries, size,
+ts}], properties}``, changed only by CAS; a lost CAS means another owner: FENCED.
+Open: read the list, recover (fence + close) the last ledger, drop it if empty, create a
+new ledger, CAS the list, recover the cursors. Only then adds are accepted.
+Rollover: when the current ledger reaches ``max_entries_per_ledger`` /
+``max_size_per_ledger_bytes`` / ``max_ledger_rollover_time_ms`` (never before
+``min_ledger_rollover_time_ms``), or its handle failed: close it, create the next one, CAS;
+adds arriving meanwhile queue (bounded) and go to the new ledger in order.
+Trimming: ledgers wholly before the slowest durable cursor's mark-delete and outside the
+retention policy are removed from the list (CAS), then their ledger metadata is deleted;
+bookies reclaim the space in GC. The current ledger is never trimmed.
+Invariants: positions of completed adds only grow; readers never see past last_confirmed.
+Must not know: topics, producers, subscriptions, message formats, the wire protocol.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import functools
+import json
+import logging
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from magnetar.broker.ledger.ackstate import AckState
+from magnetar.broker.ledger.cache import CacheStatistics, EntryCache
+from magnetar.broker.ledger.client import LedgerClient, LedgerClientConfig
+from magnetar.broker.ledger.cursor import CursorInfo, ManagedCursor
+from magnetar.broker.ledger.errors import (
+    CursorAlreadyExists,
+    LedgerError,
+    LedgerFenced,
+    ManagedLedgerClosed,
+    ManagedLedgerFenced,
+    ManagedLedgerTerminated,
+    NotEnoughBookies,
+    TooManyPendingAdds,
+)
+from magnetar.broker.ledger.handle import ReadHandle, WriteHandle
+from magnetar.broker.ledger.placement import BookieClientFactory
+from magnetar.broker.ledger.position import EARLIEST, LATEST, Position
+from magnetar.broker.ledger.states import (
+    MANAGED_LEDGER_FSM,
+    ManagedLedgerEvent,
+    ManagedLedgerState,
+)
+from magnetar.zk import paths
+from magnetar.zk.clock import Clock, SystemClock
+from magnetar.zk.errors import AlreadyExists, BadVersion, MetadataError, NotFound
+from magnetar.zk.store import CREATE_ONLY, MetadataStore, SessionEvent
+
+log = logging.getLogger(__name__)
+
+_S = ManagedLedgerState
+_E = ManagedLedgerEvent
+
+
+@dataclass(frozen=True, slots=True)
+class ManagedLedgerConfig:
+    ensemble_size: int = 2
+    write_quorum: int = 2
+    ack_quorum: int = 2
+    max_entries_per_ledger: int = 50_000
+    max_size_per_ledger_bytes: int = 2 << 30
+    max_ledger_rollover_time_ms: int = 240 * 60_000
+    min_ledger_rollover_time_ms: int = 10 * 60_000
+    rollover_check_interval_ms: int = 60_000
+    retention_time_ms: int = 0
+    """How long consumed ledgers are kept; -1 = forever, 0 = not at all."""
+    retention_size_bytes: int = 0
+    """How many bytes of consumed ledgers are kept; -1 = no limit, 0 = none."""
+    entry_cache_bytes: int = 64 << 20
+    max_pending_adds: int = 100_000
+    cursor_snapshot_min_bytes: int = 64 << 10
+    cursor_max_entries_per_ledger: int = 50_000
+    snapshot_chunk_bytes: int = 1 << 20
+    add_timeout_ms: int = 3_000
+    ensemble_change_timeout_ms: int = 10_000
+    quarantine_ms: int = 30_000
+    password: bytes = b""
+
+    def ledger_client_config(self) -> LedgerClientConfig:
+        return LedgerClientConfig(
+            ensemble_size=self.ensemble_size,
+            write_quorum=self.write_quorum,
+            ack_quorum=self.ack_quorum,
+            password=self.password,
+            add_timeout_ms=self.add_timeout_ms,
+            ensemble_change_timeout_ms=self.ensemble_change_timeout_ms,
+            max_pending_adds=self.max_pending_adds,
+            quarantine_ms=self.quarantine_ms,
+        )
+
+
+@dataclass(slots=True)
+class LedgerInfo:
+    ledger_id: int
+    entries: int = 0
+    size: int = 0
+    timestamp_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ManagedEntry:
+    position: Position
+    payload: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class ManagedLedgerStatistics:
+    name: str
+    state: str
+    ledgers: int
+    current_ledger_id: int
+    entries: int
+    size_bytes: int
+    last_confirmed: Position
+    pending_adds: int
+    queued_adds: int
+    cursors: int
+    cache: CacheStatistics
+
+
+@dataclass(slots=True)
+class _Info:
+    ledgers: list[LedgerInfo] = field(default_factory=list)
+    properties: dict[str, str] = field(default_factory=dict)
+
+    def to_bytes(self) -> bytes:
+        return json.dumps(
+            {
+                "ledgers": [
+                    {"id": i.ledger_id, "entries": i.entries, "size": i.size, "ts": i.timestamp_ms}
+                    for i in self.ledgers
+                ],
+                "properties": self.properties,
+            },
+            separators=(",", ":"),
+        ).encode()
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> _Info:
+        if not data:
+            return cls()
+        doc = json.loads(data)
+        return cls(
+            [
+                LedgerInfo(int(d["id"]), int(d["entries"]), int(d["size"]), int(d["ts"]))
+                for d in doc["ledgers"]
+            ],
+            dict(doc.get("properties", {})),
+        )
+
+
+class ManagedLedgerFactory:
+    """Opens managed ledgers; one per broker process (shares the bookie clients)."""
+
+    def __init__(
+        self,
+        store: MetadataStore,
+        bookie_client_factory: BookieClientFactory,
+        config: ManagedLedgerConfig | None = None,
+        *,
+        clock: Clock | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.store = store
+        self.config = config or ManagedLedgerConfig()
+        self.clock: Clock = clock or SystemClock()
+        self.ledger_client = LedgerClient(
+            store,
+            bookie_client_factory,
+            self.config.ledger_client_config(),
+            clock=self.clock,
+            rng=rng,
+        )
+        self._open: dict[str, ManagedLedger] = {}
+        store.add_session_listener(self._on_session_event)
+
+    def _on_session_event(self, event: SessionEvent) -> None:
+        if event is SessionEvent.LOST:
+            log.warning("metadata session lost: fencing %d managed ledgers", len(self._open))
+            for ml in list(self._open.values()):
+                ml.fence("metadata session lost")
+
+    async def open(self, name: str, config: ManagedLedgerConfig | None = None) -> ManagedLedger:
+        ml = self._open.get(name)
+        if ml is not None and ml.state not in (_S.CLOSED, _S.FENCED):
+            return ml
+        ml = ManagedLedger(self, name, config or self.config)
+        await ml._initialize()
+        self._open[name] = ml
+        return ml
+
+    def forget(self, ml: ManagedLedger) -> None:
+        if self._open.get(ml.name) is ml:
+            del self._open[ml.name]
+
+    async def delete(self, name: str) -> None:
+        ml = await self.open(name)
+        await ml.delete()
+
+    async def close(self) -> None:
+        for ml in list(self._open.values()):
+            try:
+                await ml.close()
+            except LedgerError:
+                log.debug("closing %s failed", ml.name, exc_info=True)
+        await self.ledger_client.close()
+
+
+class ManagedLedger:
+    def __init__(
+        self, factory: ManagedLedgerFactory, name: str, config: ManagedLedgerConfig
+    ) -> None:
+        self.factory = factory
+        self.name = name
+        self.config = config
+        self.store = factory.store
+        self.clock = factory.clock
+        self.ledger_client = factory.ledger_client
+        self.state = _S.CREATING_LEDGER
+        self._path = paths.managed_ledger(name)
+        self._info = _Info()
+        self._version = -1
+        self._current: WriteHandle | None = None
+        self._current_created_ms = 0.0
+        self._issued_entries = 0
+        self._issued_bytes = 0
+        self._queued: collections.deque[tuple[bytes, asyncio.Future[Position]]] = (
+            collections.deque()
+        )
+        self._rollover_task: asyncio.Task[None] | None = None
+        self._trim_task: asyncio.Task[list[int]] | None = None
+        self._abort_task: asyncio.Future[None] | None = None
+        self._cursors: dict[str, ManagedCursor] = {}
+        self._non_durable: list[ManagedCursor] = []
+        self._readers: dict[int, ReadHandle] = {}
+        self._cache = EntryCache(config.entry_cache_bytes)
+        self._waiters: list[asyncio.Future[None]] = []
+        self.last_confirmed = Position(-1, -1)
+        self._timer = None
+        self._fence_reason = ""
+        jitter = 1.0 + factory.ledger_client.rng.random() * 0.05
+        self._max_rollover_ms = config.max_ledger_rollover_time_ms * jitter
+
+    def __repr__(self) -> str:
+        return f"<ManagedLedger {self.name} {self.state.value} last={self.last_confirmed}>"
+
+    # -- open -----------------------------------------------------------------------------------
+    async def _initialize(self) -> None:
+        got = await self.store.get(self._path)
+        if got is None:
+            try:
+                created = await self.store.put(
+                    self._path, _Info().to_bytes(), expected_version=CREATE_ONLY
+                )
+                self._version = created.stat.version
+            except AlreadyExists:
+                got = await self.store.get(self._path)
+        if got is not None:
+            self._info = _Info.from_bytes(got.value)
+            self._version = got.stat.version
+        ledgers = self._info.ledgers
+        if ledgers:
+            last = ledgers[-1]
+            handle = await self.ledger_client.open_ledger(last.ledger_id, recovery=True)
+            last.entries = handle.last_add_confirmed + 1
+            last.size = handle.length
+            if last.entries == 0:
+                ledgers.pop()
+                await self.ledger_client.delete_ledger(last.ledger_id)
+            else:
+                self._readers[last.ledger_id] = handle
+        if ledgers:
+            self.last_confirmed = Position(ledgers[-1].ledger_id, ledgers[-1].entries - 1)
+        current = await self._create_ledger()
+        self._info.ledgers.append(LedgerInfo(current.ledger_id, 0, 0, self.clock.now_ms()))
+        try:
+            await self._write_info()
+        except ManagedLedgerFenced:
+            await current.abort()
+            await self.ledger_client.delete_ledger(current.ledger_id)
+            raise
+        self._install(current)
+        if self.last_confirmed.ledger_id < 0:
+            self.last_confirmed = Position(current.ledger_id, -1)
+        self.state = MANAGED_LEDGER_FSM.next(self.state, _E.LEDGER_CREATED)
+        for child in await self.store.children(self._path):
+            self._cursors[child] = await ManagedCursor.recover(self, child)
+        self._schedule_timer()
+
+    async def _create_ledger(self) -> WriteHandle:
+        return await self.ledger_client.create_ledger(custom={"managed-ledger": self.name})
+
+    async def _write_info(self) -> None:
+        try:
+            result = await self.store.put(
+                self._path, self._info.to_bytes(), expected_version=self._version
+            )
+        except (BadVersion, NotFound):
+            self.fence("managed ledger metadata changed by another owner")
+            raise ManagedLedgerFenced(f"{self.name}: metadata CAS lost") from None
+        self._version = result.stat.version
+
+    def _install(self, handle: WriteHandle) -> None:
+        self._current = handle
+        self._current_created_ms = self.clock.monotonic_ms()
+        self._issued_entries = 0
+        self._issued_bytes = 0
+
+    # -- add path -------------------------------------------------------------------------------
+    def add_nowait(self, payload: bytes) -> asyncio.Future[Position]:
+        """Queue an add; the future resolves to its position. Completions are in order."""
+        state = self.state
+        if state is _S.LEDGER_OPENED:
+            return self._add_to_current(payload)
+        if state in (_S.CLOSING_LEDGER, _S.CREATING_LEDGER):
+            if len(self._queued) >= self.config.max_pending_adds:
+                raise TooManyPendingAdds(f"{self.name}: {len(self._queued)} adds queued")
+            fut: asyncio.Future[Position] = asyncio.get_running_loop().create_future()
+            self._queued.append((payload, fut))
+            return fut
+        raise self._state_error()
+
+    async def add(self, payload: bytes) -> Position:
+        return await self.add_nowait(payload)
+
+    def _add_to_current(self, payload: bytes) -> asyncio.Future[Position]:
+        handle = self._current
+        assert handle is not None
+        try:
+            efut = handle.add_nowait(payload)
+        except LedgerFenced:
+            self.fence("ledger fenced")
+            raise ManagedLedgerFenced(f"{self.name} was taken over by another owner") from None
+        except LedgerError:
+            if handle.state.name == "ERRORED":
+                self._start_rollover()
+                return self.add_nowait(payload)
+            raise
+        fut: asyncio.Future[Position] = asyncio.get_running_loop().create_future()
+        efut.add_done_callback(functools.partial(self._on_added, fut, handle.ledger_id, payload))
+        self._issued_entries += 1
+        self._issued_bytes += len(payload)
+        if self._should_roll():
+            self._start_rollover()
+        return fut
+
+    def _on_added(
+        self,
+        fut: asyncio.Future[Position],
+        ledger_id: int,
+        payload: bytes,
+        efut: asyncio.Future[int],
+    ) -> None:
+        exc = efut.exception()
+        if exc is not None:
+            if isinstance(exc, LedgerFenced):
+                self.fence("ledger fenced by another writer")
+                exc = ManagedLedgerFenced(f"{self.name} was taken over by another owner")
+            elif self.state is _S.LEDGER_OPENED:
+                self._start_rollover()
+            if not fut.done():
+                fut.set_exception(exc)
+            return
+        pos = Position(ledger_id, efut.result())
+        self.last_confirmed = max(self.last_confirmed, pos)
+        self._cache.put(pos, payload)
+        if self._waiters:
+            waiters, self._waiters = self._waiters, []
+            for w in waiters:
+                if not w.done():
+                    w.set_result(None)
+        if not fut.done():
+            fut.set_result(pos)
+
+    def _should_roll(self) -> bool:
+        age_ms = self.clock.monotonic_ms() - self._current_created_ms
+        if age_ms < self.config.min_ledger_rollover_time_ms or self._issued_entries == 0:
+            return False
+        return (
+            self._issued_entries >= self.config.max_entries_per_ledger
+            or self._issued_bytes >= self.config.max_size_per_ledger_bytes
+            or age_ms >= self._max_rollover_ms
+        )
+
+    def _start_rollover(self) -> None:
+        if self.state is not _S.LEDGER_OPENED:
+            return
+        self.state = MANAGED_LEDGER_FSM.next(self.state, _E.ROLLOVER)
+        self._rollover_task = asyncio.ensure_future(self._rollover())
+
+    async def _rollover(self) -> None:
+        old = self._current
+        assert old is not None
+        try:
+            try:
+                await old.close()
+                reader: ReadHandle = old
+            except LedgerFenced:
+                self.fence("ledger fenced during rollover")
+                return
+            except LedgerError:
+                # the handle failed (no bookies): recover it to fix its end, then move on
+                await old.abort()
+                reader = await self._retry(lambda: self.ledger_client.open_ledger(old.ledger_id))
+            if self.state is not _S.CLOSING_LEDGER:
+                return
+            info = self._info.ledgers[-1]
+            info.entries = reader.last_add_confirmed + 1
+            info.size = reader.length
+            self.state = MANAGED_LEDGER_FSM.next(self.state, _E.LEDGER_CLOSED)
+            new = await self._retry(self._create_ledger)
+            if self.state is not _S.CREATING_LEDGER:
+                await new.abort()
+                return
+            dropped = None
+            if info.entries == 0:
+                dropped = self._info.ledgers.pop()
+            else:
+                self._readers[old.ledger_id] = reader
+            self._info.ledgers.append(LedgerInfo(new.ledger_id, 0, 0, self.clock.now_ms()))
+            await self._write_info()
+            if dropped is not None:
+                await self.ledger_client.delete_ledger(dropped.ledger_id)
+            self._install(new)
+            if self.last_confirmed.entry_id < 0:
+                self.last_confirmed = Position(new.ledger_id, -1)
+            self.state = MANAGED_LEDGER_FSM.next(self.state, _E.LEDGER_CREATED)
+            log.info("%s: rolled over to ledger %d", self.name, new.ledger_id)
+        except ManagedLedgerFenced:
+            pass
+        except Exception as exc:
+            log.exception("%s: rollover failed", self.name)
+            self._fail_queued(exc)
+            return
+        finally:
+            if self.state is not _S.LEDGER_OPENED and self.state is not _S.CLOSING_LEDGER:
+                self._fail_queued(self._state_error())
+        queued, self._queued = self._queued, collections.deque()
+        for payload, fut in queued:
+            if fut.done():
+                continue
+            try:
+                inner = self.add_nowait(payload)
+            except LedgerError as exc:
+                fut.set_exception(exc)
+                continue
+            inner.add_done_callback(functools.partial(_chain, fut))
+        self.trim_soon()
+
+    async def _retry(self, op: Callable[[], object]) -> WriteHandle:
+        delay = 0.1
+        while True:
+            try:
+                return await op()  # type: ignore[misc, no-any-return]
+            except (NotEnoughBookies, LedgerError, MetadataError) as exc:
+                if self.state in (_S.CLOSED, _S.FENCED) or isinstance(exc, LedgerFenced):
+                    raise
+                log.warning("%s: retrying after %r", self.name, exc)
+                await self.clock.sleep(delay)
+                delay = min(delay * 2, 2.0)
+
+    def _fail_queued(self, exc: BaseException) -> None:
+        queued, self._queued = self._queued, collections.deque()
+        for _, fut in queued:
+            if not fut.done():
+                fut.set_exception(exc)
+
+    def _schedule_timer(self) -> None:
+        interval_s = self.config.rollover_check_interval_ms / 1000.0
+        self._timer = self.clock.call_later(interval_s, self._on_timer)  # type: ignore[assignment]
+
+    def _on_timer(self) -> None:
+        if self.state in (_S.CLOSED, _S.FENCED):
+            return
+        if self.state is _S.LEDGER_OPENED and self._should_roll():
+            self._start_rollover()
+        self.trim_soon()
+        self._schedule_timer()
+
+    # -- state ------------------------------------------------------------------------------------
+    def _state_error(self) -> LedgerError:
+        if self.state is _S.FENCED:
+            return ManagedLedgerFenced(f"{self.name} fenced: {self._fence_reason}")
+        if self.state is _S.TERMINATED:
+            return ManagedLedgerTerminated(f"{self.name} is terminated")
+        return ManagedLedgerClosed(f"{self.name} is {self.state.value}")
+
+    def fence(self, reason: str) -> None:
+        """Another owner took over (or our session died): stop writing, fail what is pending."""
+        if self.state in (_S.FENCED, _S.CLOSED):
+            return
+        log.warning("%s fenced: %s", self.name, reason)
+        self._fence_reason = reason
+        self.state = MANAGED_LEDGER_FSM.next(self.state, _E.FENCE)
+        self._fail_queued(self._state_error())
+        if self._current is not None:
+            self._abort_task = asyncio.ensure_future(self._current.abort())
+        if self._timer is not None:
+            self._timer.cancel()
+        self.factory.forget(self)
+
+    async def close(self) -> None:
+        if self.state in (_S.CLOSED, _S.FENCED):
+            return
+        if self._rollover_task is not None and not self._rollover_task.done():
+            await asyncio.wait([self._rollover_task])
+        self.state = MANAGED_LEDGER_FSM.next(self.state, _E.CLOSE)
+        if self._timer is not None:
+            self._timer.cancel()
+        for cursor in list(self._cursors.values()):
+            await cursor.close()
+        if self._current is not None:
+            try:
+                await self._current.close()
+            except LedgerError:
+                log.warning("%s: closing the current ledger failed", self.name, exc_info=True)
+        self._fail_queued(self._state_error())
+        self.factory.forget(self)
+
+    async def delete(self) -> None:
+        """Delete every ledger, cursor and the metadata of this managed ledger."""
+        await self.close()
+        for cursor in list(self._cursors.values()):
+            await cursor.delete_durable_state()
+        for info in self._info.ledgers:
+            await self.ledger_client.delete_ledger(info.ledger_id)
+        await self.store.delete_recursive(self._path)
+        self._cache.clear()
+
+    # -- navigation (also the cursors' LedgerNavigator) ---------------------------------------
+    def entries_in(self, ledger_id: int) -> int | None:
+        if self._current is not None and ledger_id == self._current.ledger_id:
+            return self._current.last_add_confirmed + 1
+        for info in self._info.ledgers:
+            if info.ledger_id == ledger_id:
+                return info.entries
+        if self._current is not None and ledger_id > self._current.ledger_id:
+            return None
+        return 0
+
+    def next_ledger(self, ledger_id: int) -> int | None:
+        for info in self._info.ledgers:
+            if info.ledger_id > ledger_id:
+                return info.ledger_id
+        return None
+
+    def ledger_sizes(self) -> list[tuple[int, int, int]]:
+        """(ledger id, entries, bytes) of every ledger, the current one as confirmed so far."""
+        out = []
+        for info in self._info.ledgers:
+            if self._current is not None and info.ledger_id == self._current.ledger_id:
+                out.append(
+                    (info.ledger_id, self._current.last_add_confirmed + 1, self._current.length)
+                )
+            else:
+                out.append((info.ledger_id, info.entries, info.size))
+        return out
+
+    @property
+    def ledger_ids(self) -> list[int]:
+        return [i.ledger_id for i in self._info.ledgers]
+
+    @property
+    def first_position(self) -> Position:
+        for ledger_id, entries, _ in self.ledger_sizes():
+            if entries > 0:
+                return Position(ledger_id, 0)
+        return self.position_after(self.last_confirmed)
+
+    def position_after(self, pos: Position) -> Position:
+        return Position(pos.ledger_id, pos.entry_id + 1)
+
+    def next_valid_position(self, pos: Position) -> Position:
+        """``pos`` if it names an entry (or the next one to be written), else the next one."""
+        while True:
+            entries = self.entries_in(pos.ledger_id)
+            if entries is None:
+                return pos
+            current = self._current is not None and pos.ledger_id == self._current.ledger_id
+            if pos.ledger_id in self.ledger_ids and (pos.entry_id < entries or current):
+                return pos if pos.entry_id >= 0 else Position(pos.ledger_id, 0)
+            following = self.next_ledger(pos.ledger_id)
+            if following is None:
+                return pos
+            pos = Position(following, 0)
+
+    def get_last_confirmed(self) -> Position:
+        return self.last_confirmed
+
+    # -- cursors -------------------------------------------------------------------------------
+    @property
+    def cursors(self) -> dict[str, ManagedCursor]:
+        return dict(self._cursors)
+
+    async def open_cursor(self, name: str, initial_position: Position = LATEST) -> ManagedCursor:
+        """A durable cursor; an existing one keeps its state (``initial_position`` ignored)."""
+        cursor = self._cursors.get(name)
+        if cursor is not None:
+            return cursor
+        if self.state in (_S.CLOSED, _S.FENCED):
+            raise self._state_error()
+        md = self._initial_mark_delete(initial_position)
+        info = CursorInfo(-1, md)
+        try:
+            result = await self.store.put(
+                paths.managed_cursor(self.name, name), info.to_bytes(), expected_version=CREATE_ONLY
+            )
+        except AlreadyExists:
+            raise CursorAlreadyExists(f"cursor {name} created by another owner") from None
+        cursor = ManagedCursor(
+            self, name, AckState(md), durable=True, znode_version=result.stat.version
+        )
+        self._cursors[name] = cursor
+        return cursor
+
+    def new_non_durable_cursor(self, start: Position = LATEST, name: str = "") -> ManagedCursor:
+        """A reader's cursor: starts at ``start`` (inclusive), never persisted, never trims."""
+        if start == LATEST:
+            md = self.last_confirmed
+        elif start == EARLIEST:
+            md = self._initial_mark_delete(EARLIEST)
+        else:
+            md = Position(start.ledger_id, start.entry_id - 1)
+        cursor = ManagedCursor(
+            self, name or f"reader-{len(self._non_durable)}", AckState(md), durable=False
+        )
+        self._non_durable.append(cursor)
+        return cursor
+
+    def _initial_mark_delete(self, initial: Position) -> Position:
+        if initial == EARLIEST:
+            first = self.first_position
+            return Position(first.ledger_id, first.entry_id - 1)
+        if initial == LATEST:
+            return self.last_confirmed
+        return Position(initial.ledger_id, initial.entry_id - 1)
+
+    async def delete_cursor(self, name: str) -> None:
+        cursor = self._cursors.pop(name, None)
+        if cursor is not None:
+            await cursor.delete_durable_state()
+            self.trim_soon()
+
+    def on_cursor_moved(self, cursor: ManagedCursor) -> None:
+        self.trim_soon()
+
+    # -- reads --------------------------------------------------------------------------------
+    async def read_entries(self, cursor: ManagedCursor, max_entries: int) -> list[ManagedEntry]:
+        """Up to ``max_entries`` unacknowledged entries from the cursor's read position."""
+        out: list[ManagedEntry] = []
+        pos = self.next_valid_position(cursor.read_position)
+        while len(out) < max_entries and pos <= self.last_confirmed:
+            entries = self.entries_in(pos.ledger_id) or 0
+            end = min(entries - 1, pos.entry_id + (max_entries - len(out)) - 1)
+            if end < pos.entry_id:
+                pos = self.next_valid_position(Position(pos.ledger_id, entries))
+                if pos.ledger_id == self.last_confirmed.ledger_id and entries == 0:
+                    break
+                continue
+            for entry in await self.read_range(pos.ledger_id, pos.entry_id, end):
+                if not cursor.is_acknowledged(entry.position):
+                    out.append(entry)
+            pos = self.next_valid_position(Position(pos.ledger_id, end + 1))
+        cursor.read_position = pos
+        return out
+
+    async def read_range(self, ledger_id: int, first: int, last: int) -> list[ManagedEntry]:
+        """Entries first..last of one ledger (from the cache when possible)."""
+        cached: list[ManagedEntry] = []
+        for e in range(first, last + 1):
+            payload = self._cache.get(Position(ledger_id, e))
+            if payload is None:
+                break
+            cached.append(ManagedEntry(Position(ledger_id, e), payload))
+        if len(cached) == last - first + 1:
+            return cached
+        handle = await self._reader(ledger_id)
+        got = await handle.read(first + len(cached), last)
+        return cached + [ManagedEntry(Position(ledger_id, g.entry_id), g.payload) for g in got]
+
+    async def _reader(self, ledger_id: int) -> ReadHandle:
+        if self._current is not None and ledger_id == self._current.ledger_id:
+            return self._current
+        handle = self._readers.get(ledger_id)
+        if handle is None:
+            handle = await self.ledger_client.open_ledger(ledger_id, recovery=False)
+            self._readers[ledger_id] = handle
+        return handle
+
+    async def wait_for_entries(self, cursor: ManagedCursor, timeout_s: float) -> bool:
+        """Tailing: wait until the cursor has something to read; False at the timeout."""
+        if cursor.has_more_entries():
+            return True
+        if self.state in (_S.CLOSED, _S.FENCED):
+            raise self._state_error()
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(fut)
+        try:
+            await asyncio.wait_for(fut, timeout_s)
+        except TimeoutError:
+            return cursor.has_more_entries()
+        return cursor.has_more_entries()
+
+    async def read_entries_or_wait(
+        self, cursor: ManagedCursor, max_entries: int, timeout_s: float
+    ) -> list[ManagedEntry]:
+        if not cursor.has_more_entries():
+            await self.wait_for_entries(cursor, timeout_s)
+        return await self.read_entries(cursor, max_entries)
+
+    async def find_by_publish_time(
+        self, publish_time_ms: int, extract: Callable[[bytes], int]
+    ) -> Position | None:
+        """Binary search over all entries for the first with publish time >= the target."""
+        spans = [(lid, n) for lid, n, _ in self.ledger_sizes() if n > 0]
+        total = sum(n for _, n in spans)
+
+        def at(index: int) -> Position:
+            for lid, n in spans:
+                if index < n:
+                    return Position(lid, index)
+                index -= n
+            raise IndexError(index)
+
+        lo, hi = 0, total
+        while lo < hi:
+            mid = (lo + hi) // 2
+            pos = at(mid)
+            (entry,) = await self.read_range(pos.ledger_id, pos.entry_id, pos.entry_id)
+            if extract(entry.payload) >= publish_time_ms:
+                hi = mid
+            else:
+                lo = mid + 1
+        return at(lo) if lo < total else None
+
+    # -- trimming ------------------------------------------------------------------------------
+    def trim_soon(self) -> None:
+        if self.state is not _S.LEDGER_OPENED:
+            return
+        if self._trim_task is None or self._trim_task.done():
+            self._trim_task = asyncio.ensure_future(self.trim())
+
+    def _slowest_mark_delete(self) -> Position | None:
+        if not self._cursors:
+            return None
+        return min(c.mark_delete_position for c in self._cursors.values())
+
+    async def trim(self) -> list[int]:
+        """Delete consumed ledgers outside retention; returns the deleted ledger ids."""
+        if self.state is not _S.LEDGER_OPENED or self._current is None:
+            return []
+        slowest = self._slowest_mark_delete()
+        now = self.clock.now_ms()
+        cfg = self.config
+        total = sum(i.size for i in self._info.ledgers)
+        removed: list[LedgerInfo] = []
+        for info in self._info.ledgers[:-1]:
+            if info.ledger_id == self._current.ledger_id:
+                break
+            if slowest is not None and not (
+                info.ledger_id < slowest.ledger_id
+                or (info.ledger_id == slowest.ledger_id and slowest.entry_id >= info.entries - 1)
+            ):
+                break
+            expired = (
+                cfg.retention_time_ms >= 0 and now - info.timestamp_ms >= cfg.retention_time_ms
+            )
+            over_size = cfg.retention_size_bytes >= 0 and total > cfg.retention_size_bytes
+            if not (expired or over_size):
+                break
+            removed.append(info)
+            total -= info.size
+        if not removed:
+            return []
+        gone = {i.ledger_id for i in removed}
+        self._info.ledgers = [i for i in self._info.ledgers if i.ledger_id not in gone]
+        try:
+            await self._write_info()
+        except ManagedLedgerFenced:
+            return []
+        for ledger_id in sorted(gone):
+            self._readers.pop(ledger_id, None)
+            self._cache.evict_ledger(ledger_id)
+            await self.ledger_client.delete_ledger(ledger_id)
+        log.info("%s: trimmed ledgers %s", self.name, sorted(gone))
+        return sorted(gone)
+
+    # -- observability --------------------------------------------------------------------------
+    def statistics(self) -> ManagedLedgerStatistics:
+        sizes = self.ledger_sizes()
+        return ManagedLedgerStatistics(
+            name=self.name,
+            state=self.state.value,
+            ledgers=len(sizes),
+            current_ledger_id=self._current.ledger_id if self._current else -1,
+            entries=sum(n for _, n, _ in sizes),
+            size_bytes=sum(b for _, _, b in sizes),
+            last_confirmed=self.last_confirmed,
+            pending_adds=self._current.pending_adds if self._current else 0,
+            queued_adds=len(self._queued),
+            cursors=len(self._cursors),
+            cache=self._cache.statistics(),
+        )
+
+
+def _chain(outer: asyncio.Future[Position], inner: asyncio.Future[Position]) -> None:
+    if outer.done():
+        return
+    exc = inner.exception()
+    if exc is not None:
+        outer.set_exception(exc)
+    else:
+        outer.set_result(inner.result())
+
+
+__all__ = [
+    "LedgerInfo",
+    "ManagedEntry",
+    "ManagedLedger",
+    "ManagedLedgerConfig",
+    "ManagedLedgerFactory",
+    "ManagedLedgerStatistics",
+]

@@ -1,0 +1,215 @@
+"""Managed ledger and cursors over fake bookies and the in-memory metadata store."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import random
+import struct
+
+import pytest
+
+from magnetar.broker.ledger import (
+    EARLIEST,
+    LATEST,
+    ManagedLedgerConfig,
+    ManagedLedgerFactory,
+    ManagedLedgerFenced,
+    Position,
+)
+from magnetar.broker.ledger.testing import FakeBookieCluster
+from magnetar.zk.clock import VirtualClock
+from magnetar.zk.memory import MemoryMetadataServer
+
+FAST = ManagedLedgerConfig(
+    min_ledger_rollover_time_ms=0, ensemble_size=2, write_quorum=2, ack_quorum=2
+)
+
+
+def factory(
+    server: MemoryMetadataServer, bookies: FakeBookieCluster, **cfg: object
+) -> ManagedLedgerFactory:
+    config = dataclasses.replace(FAST, **cfg)  # type: ignore[arg-type]
+    return ManagedLedgerFactory(server.connect(), bookies.factory, config, rng=random.Random(3))
+
+
+async def test_add_read_and_rollover(
+    meta_server: MemoryMetadataServer, fake_bookies: FakeBookieCluster
+) -> None:
+    f = factory(meta_server, fake_bookies, max_entries_per_ledger=10)
+    ml = await f.open("t/ns/persistent/a")
+    cursor = await ml.open_cursor("sub", EARLIEST)
+    positions = await asyncio.gather(*(ml.add(b"m%d" % i) for i in range(35)))
+    assert positions == sorted(positions) and len(set(positions)) == 35
+    assert len({p.ledger_id for p in positions}) >= 4  # rolled over every 10 entries
+    assert ml.get_last_confirmed() == positions[-1]
+    got = await ml.read_entries(cursor, 100)
+    assert [e.payload for e in got] == [b"m%d" % i for i in range(35)]
+    assert [e.position for e in got] == positions
+    assert cursor.backlog().entries == 35
+    await cursor.mark_delete(positions[19])
+    assert cursor.backlog().entries == 15
+    await f.close()
+
+
+async def test_reopen_recovers_and_fences_old_owner(
+    meta_server: MemoryMetadataServer, fake_bookies: FakeBookieCluster
+) -> None:
+    f1 = factory(meta_server, fake_bookies)
+    ml1 = await f1.open("t/ns/persistent/b")
+    acked = await asyncio.gather(*(ml1.add(b"x%d" % i) for i in range(20)))
+    f2 = factory(meta_server, fake_bookies)
+    ml2 = await f2.open("t/ns/persistent/b")
+    assert ml2.get_last_confirmed() == acked[-1]
+    c = ml2.new_non_durable_cursor(EARLIEST)
+    assert [e.payload for e in await ml2.read_entries(c, 100)] == [b"x%d" % i for i in range(20)]
+    with pytest.raises(ManagedLedgerFenced):
+        await ml1.add(b"late")
+    with pytest.raises(ManagedLedgerFenced):
+        await ml1.add(b"later")
+    p = await ml2.add(b"new")
+    assert p > acked[-1]
+
+
+async def test_two_writers_racing_exactly_one_survives(
+    meta_server: MemoryMetadataServer, fake_bookies: FakeBookieCluster
+) -> None:
+    f1, f2 = factory(meta_server, fake_bookies), factory(meta_server, fake_bookies)
+    results = await asyncio.gather(
+        f1.open("t/ns/persistent/race"), f2.open("t/ns/persistent/race"), return_exceptions=True
+    )
+    adds = []
+    for r in results:
+        if isinstance(r, BaseException):
+            adds.append(r)
+            continue
+        try:
+            adds.append(await r.add(b"hello"))
+        except ManagedLedgerFenced as exc:
+            adds.append(exc)
+    survivors = [a for a in adds if isinstance(a, Position)]
+    assert len(survivors) == 1, adds
+
+
+async def test_cursor_state_survives_reopen(
+    meta_server: MemoryMetadataServer, fake_bookies: FakeBookieCluster
+) -> None:
+    f1 = factory(
+        meta_server, fake_bookies, max_entries_per_ledger=50, cursor_snapshot_min_bytes=200
+    )
+    ml = await f1.open("t/ns/persistent/c")
+    cursor = await ml.open_cursor("sub", EARLIEST)
+    pos = await asyncio.gather(*(ml.add(b"%d" % i) for i in range(200)))
+    rng = random.Random(5)
+    keep = set(rng.sample(range(200), 30))
+    order = [i for i in range(200) if i not in keep]
+    rng.shuffle(order)
+    for i in range(0, len(order), 7):
+        await cursor.delete(pos[j] for j in order[i : i + 7])
+    for j in sorted(keep)[:5]:
+        await cursor.increment_redelivery(pos[j])
+        await cursor.increment_redelivery(pos[j])
+    assert await cursor.delete_batch_indexes(pos[min(keep)], 4, [0, 2]) is False
+    assert cursor.statistics().snapshots >= 2  # deltas outgrew the snapshot: a new one
+    # crash: no close; a new owner opens
+    f2 = factory(meta_server, fake_bookies, max_entries_per_ledger=50)
+    ml2 = await f2.open("t/ns/persistent/c")
+    c2 = await ml2.open_cursor("sub", LATEST)
+    remaining = [e.position for e in await ml2.read_entries(c2, 1000)]
+    assert remaining == [pos[j] for j in sorted(keep)]
+    for j in sorted(keep)[:5]:
+        assert c2.redelivery_count(pos[j]) == 2
+    assert c2.redelivery_count(pos[sorted(keep)[6]]) == 0
+    assert c2.batch_ack_set(pos[min(keep)]) == (4, 0b101)
+    assert c2.backlog().entries == 30
+    assert c2.mark_delete_position == Position(
+        pos[min(keep)].ledger_id, pos[min(keep)].entry_id - 1
+    )
+
+
+async def test_trimming_respects_slowest_cursor_and_retention(
+    meta_server: MemoryMetadataServer, fake_bookies: FakeBookieCluster
+) -> None:
+    clock = VirtualClock()
+    cfg = ManagedLedgerConfig(
+        min_ledger_rollover_time_ms=0,
+        max_entries_per_ledger=10,
+        retention_time_ms=60_000,
+        retention_size_bytes=-1,
+    )
+    f = ManagedLedgerFactory(meta_server.connect(), fake_bookies.factory, cfg, clock=clock)
+    ml = await f.open("t/ns/persistent/trim")
+    slow = await ml.open_cursor("slow", EARLIEST)
+    fast = await ml.open_cursor("fast", EARLIEST)
+    pos = await asyncio.gather(*(ml.add(b"%d" % i) for i in range(45)))
+    await asyncio.sleep(0.01)  # let the rollovers' trims run
+    first_ledgers = ml.ledger_ids
+    await fast.mark_delete(pos[-1])
+    assert await ml.trim() == []  # the slow cursor holds everything
+    await slow.mark_delete(pos[25])
+    assert await ml.trim() == []  # consumed, but retention keeps them for a minute
+    clock.advance(61)
+    deleted = await ml.trim()
+    assert deleted == first_ledgers[:2]  # ledgers wholly before (l3, 5)
+    assert ml.ledger_ids == first_ledgers[2:]
+    for lid in deleted:
+        assert await meta_server.connect().get(f"/ledgers/meta/L{lid:020d}") is None
+    c = ml.new_non_durable_cursor(EARLIEST)
+    got = await ml.read_entries(c, 100)
+    assert got[0].position == pos[20]
+
+
+async def test_tailing_reader_is_woken_and_served_from_cache(
+    meta_server: MemoryMetadataServer, fake_bookies: FakeBookieCluster
+) -> None:
+    f = factory(meta_server, fake_bookies)
+    ml = await f.open("t/ns/persistent/tail")
+    reader = ml.new_non_durable_cursor(LATEST)
+    waiter = asyncio.ensure_future(ml.read_entries_or_wait(reader, 10, 5.0))
+    await asyncio.sleep(0)
+    assert not waiter.done()
+    p = await ml.add(b"fresh")
+    got = await asyncio.wait_for(waiter, 1)
+    assert [(e.position, e.payload) for e in got] == [(p, b"fresh")]
+    assert ml.statistics().cache.hits >= 1
+
+
+async def test_session_loss_stops_writes(
+    meta_server: MemoryMetadataServer, fake_bookies: FakeBookieCluster
+) -> None:
+    store = meta_server.connect()
+    f = ManagedLedgerFactory(store, fake_bookies.factory, FAST)
+    ml = await f.open("t/ns/persistent/sess")
+    await ml.add(b"a")
+    meta_server.expire_session(store.session_id)
+    await asyncio.sleep(0)
+    with pytest.raises(ManagedLedgerFenced):
+        await ml.add(b"b")
+
+
+async def test_find_by_publish_time_and_reset(
+    meta_server: MemoryMetadataServer, fake_bookies: FakeBookieCluster
+) -> None:
+    f = factory(
+        meta_server,
+        fake_bookies,
+        max_entries_per_ledger=7,
+        retention_time_ms=-1,
+        retention_size_bytes=-1,
+    )
+    ml = await f.open("t/ns/persistent/time")
+    pos = [await ml.add(struct.pack(">q", 1000 + 10 * i)) for i in range(30)]
+    cursor = await ml.open_cursor("s", EARLIEST)
+
+    def extract(payload: bytes) -> int:
+        return int(struct.unpack(">q", payload)[0])
+
+    assert await cursor.find_by_publish_time(1125, extract) == pos[13]
+    assert await cursor.find_by_publish_time(0, extract) == pos[0]
+    assert await cursor.find_by_publish_time(99999, extract) is None
+    await cursor.reset(pos[13])
+    assert cursor.mark_delete_position < pos[13] and cursor.backlog().entries == 17
+    got = await ml.read_entries(cursor, 100)
+    assert got[0].position == pos[13] and len(got) == 17
+    cursor.rewind()
+    assert cursor.read_position == pos[13]
