@@ -1,0 +1,152 @@
+"""Managed-ledger add throughput and latency against real bookie processes.
+
+Starts what it needs: a ZooKeeper server (Debian's jar) on a free port, ``--bookies`` bookie
+processes registered in it, then one ``ManagedLedger`` in this process adding
+``--entry-bytes`` entries with ``--inflight`` adds outstanding for ``--seconds``.
+The last output line is one JSON object: adds_per_s, p50_ms, p99_ms, p999_ms, ...
+
+    .venv/bin/python bench/ledger_perf.py --bookies 2 --ensemble 2 --write-quorum 2 \
+        --ack-quorum 2 --entry-bytes 1024 --inflight 256 --seconds 10
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import pathlib
+import sys
+import tempfile
+import time
+import uuid
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+
+from support.bookies import BookieFactory  # noqa: E402
+from support.zookeeper import ZooKeeperServer  # noqa: E402
+
+from magnetar.bookie.client import BookieClient  # noqa: E402
+from magnetar.broker.ledger import ManagedLedgerConfig, ManagedLedgerFactory  # noqa: E402
+from magnetar.zk import paths  # noqa: E402
+from magnetar.zk.factory import open_metadata_store  # noqa: E402
+
+
+def percentile(sorted_ms: list[float], q: float) -> float:
+    if not sorted_ms:
+        return 0.0
+    return sorted_ms[min(len(sorted_ms) - 1, int(q * len(sorted_ms)))]
+
+
+async def run(args: argparse.Namespace, url: str) -> dict[str, object]:
+    store = await open_metadata_store(url)
+    deadline = time.monotonic() + 30
+    while len(await store.children(paths.AVAILABLE_BOOKIES)) < args.bookies:
+        if time.monotonic() > deadline:
+            raise SystemExit("bookies did not register")
+        await asyncio.sleep(0.05)
+    config = ManagedLedgerConfig(
+        ensemble_size=args.ensemble,
+        write_quorum=args.write_quorum,
+        ack_quorum=args.ack_quorum,
+        retention_time_ms=-1,
+        retention_size_bytes=-1,
+    )
+    factory = ManagedLedgerFactory(store, lambda a: BookieClient(a), config)
+    ml = await factory.open(f"bench/ns/persistent/perf-{uuid.uuid4().hex[:8]}")
+    payload = os.urandom(args.entry_bytes)
+    latencies: list[float] = []
+    sem = asyncio.Semaphore(args.inflight)
+    loop = asyncio.get_running_loop()
+    done_count = 0
+    errors = 0
+    warmup_end = loop.time() + args.warmup
+    end = warmup_end + args.seconds
+    measuring = False
+    start_count = 0
+
+    def on_done(t0: float, fut: asyncio.Future[object]) -> None:
+        nonlocal done_count, errors
+        sem.release()
+        if fut.exception() is not None:
+            errors += 1
+            return
+        done_count += 1
+        if measuring:
+            latencies.append((loop.time() - t0) * 1000.0)
+
+    t_start = loop.time()
+    while True:
+        now = loop.time()
+        if now >= end:
+            break
+        if not measuring and now >= warmup_end:
+            measuring = True
+            start_count = done_count
+            t_start = now
+        await sem.acquire()
+        fut = ml.add_nowait(payload)
+        fut.add_done_callback(lambda f, t0=loop.time(): on_done(t0, f))
+    elapsed = loop.time() - t_start
+    measured = done_count - start_count
+    for _ in range(args.inflight):
+        await sem.acquire()
+    latencies.sort()
+    stats = ml.statistics()
+    await factory.close()
+    await store.close()
+    return {
+        "adds_per_s": round(measured / elapsed, 1),
+        "mb_per_s": round(measured * args.entry_bytes / elapsed / 1e6, 2),
+        "p50_ms": round(percentile(latencies, 0.50), 2),
+        "p99_ms": round(percentile(latencies, 0.99), 2),
+        "p999_ms": round(percentile(latencies, 0.999), 2),
+        "max_ms": round(latencies[-1], 2) if latencies else 0.0,
+        "adds": measured,
+        "errors": errors,
+        "seconds": round(elapsed, 2),
+        "ledgers": stats.ledgers,
+        "bookies": args.bookies,
+        "ensemble": args.ensemble,
+        "write_quorum": args.write_quorum,
+        "ack_quorum": args.ack_quorum,
+        "entry_bytes": args.entry_bytes,
+        "inflight": args.inflight,
+    }
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--bookies", type=int, default=2)
+    p.add_argument("--ensemble", type=int, default=2)
+    p.add_argument("--write-quorum", type=int, default=2)
+    p.add_argument("--ack-quorum", type=int, default=2)
+    p.add_argument("--entry-bytes", type=int, default=1024)
+    p.add_argument("--inflight", type=int, default=256)
+    p.add_argument("--seconds", type=float, default=10.0)
+    p.add_argument("--warmup", type=float, default=2.0)
+    p.add_argument("--uvloop", action="store_true", help="run on uvloop")
+    args = p.parse_args()
+    with tempfile.TemporaryDirectory(prefix="ledger-perf-") as tmp:
+        zk = ZooKeeperServer()
+        zk.start()
+        factory = BookieFactory(pathlib.Path(tmp) / "bookies")
+        try:
+            url = f"{zk.url}/bench-{uuid.uuid4().hex[:8]}"
+            factory.start_many(args.bookies, metadata=url)
+            if args.uvloop:
+                import uvloop
+
+                uvloop.install()
+            result = asyncio.run(run(args, url))
+        finally:
+            factory.close()
+            zk.close()
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
