@@ -26,6 +26,7 @@ from magnetar.zk.clock import Clock, SystemClock
 from magnetar.zk.errors import (
     ConnectionLoss,
     InvalidPath,
+    MetadataError,
     OperationTimeout,
     SessionLost,
     StoreClosed,
@@ -228,7 +229,7 @@ class RemoteMetadataStore(MetadataStore):
             except SessionLost:
                 self._on_lost()
                 return
-            except (OSError, TimeoutError, ConnectionError) as exc:
+            except (OSError, TimeoutError, MetadataError, wire.WireError) as exc:
                 log.debug("reconnect to %s failed: %s", self._url, exc)
                 await self._clock.sleep(delay_s)
                 delay_s = min(delay_s * 2, 0.5)

@@ -239,6 +239,7 @@ class OwnershipLock:
         self._value = value
         self._on_lost = on_lost
         self._held = False
+        self._listening = False
         self._revalidating: asyncio.Task[None] | None = None
 
     def __repr__(self) -> str:
@@ -260,8 +261,10 @@ class OwnershipLock:
         """Take the lock; ``LockBusy`` (an ``AlreadyExists``) if another session holds it."""
         await self._take()
         self._held = True
-        self._store.add_listener(self._on_notification)
-        self._store.add_session_listener(self._on_session)
+        if not self._listening:
+            self._listening = True
+            self._store.add_listener(self._on_notification)
+            self._store.add_session_listener(self._on_session)
 
     async def _take(self) -> None:
         for _ in range(5):
@@ -289,8 +292,10 @@ class OwnershipLock:
     async def release(self) -> None:
         """Delete the node if it is still ours. Idempotent."""
         was_held, self._held = self._held, False
-        self._store.remove_listener(self._on_notification)
-        self._store.remove_session_listener(self._on_session)
+        if self._listening:
+            self._listening = False
+            self._store.remove_listener(self._on_notification)
+            self._store.remove_session_listener(self._on_session)
         if self._revalidating is not None:
             self._revalidating.cancel()
         if not was_held:

@@ -321,31 +321,55 @@ class ZooKeeperMetadataStore(MetadataStore):
         kind = _EVENT_TYPES.get(event.type)
         if kind is None or event.path is None or self._closing or self._lost:
             return  # EventType.NONE: connection reset; watches are re-armed on reconnect
-        self._post(self._emit, Notification(kind, event.path))
-        self._arm(event.path)
+        # Re-arm first, notify once the server has the new watch: a listener that re-reads
+        # on the notification then either sees the latest state or is notified again.
+        self._arm(event.path, Notification(kind, event.path))
 
-    def _arm(self, path: str) -> None:
-        """(Re-)set the watches ``path`` needs. Non-blocking; any thread."""
+    def _arm(self, path: str, notification: Notification | None = None) -> None:
+        """(Re-)set the watches ``path`` needs, then deliver ``notification``.
+
+        Non-blocking; any thread. When the watches cannot be set (disconnected, closing)
+        the notification is delivered at once; a reconnect re-arms every watched path.
+        """
         client = self._client
-        if client is None or self._closing or self._lost or not self._connected:
-            return
         with self._watch_lock:
             data = path in self._data_watched
             child = path in self._child_watched
+        armable = client is not None and not (self._closing or self._lost or not self._connected)
+        if not armable or not (data or child):
+            if notification is not None:
+                self._post(self._emit, notification)
+            return
+        assert client is not None
+        remaining = [int(data) + int(child)]
+        count_lock = threading.Lock()
+
+        def done(_result: Any = None) -> None:
+            with count_lock:
+                remaining[0] -= 1
+                last = remaining[0] == 0
+            if last and notification is not None:
+                self._post(self._emit, notification)
+
+        def on_children(result: Any) -> None:
+            if isinstance(result.exception, NoNodeError):
+                # No child watch on a missing node: watch for its creation instead.
+                try:
+                    client.exists_async(path, watch=self._watch).rawlink(done)
+                    return
+                except Exception:
+                    log.debug("cannot watch %s for creation", path, exc_info=True)
+            done()
+
         try:
             if data:
-                client.exists_async(path, watch=self._watch)
+                client.exists_async(path, watch=self._watch).rawlink(done)
             if child:
-
-                def on_children(result: Any) -> None:
-                    if isinstance(result.exception, NoNodeError):
-                        # No child watch on a missing node: watch for its creation instead.
-                        with contextlib.suppress(Exception):
-                            client.exists_async(path, watch=self._watch)
-
                 client.get_children_async(path, watch=self._watch).rawlink(on_children)
         except Exception:  # closed concurrently: nothing left to watch
             log.debug("cannot re-arm watch on %s", path, exc_info=True)
+            if notification is not None:
+                self._post(self._emit, notification)
 
     # -- the async bridge -----------------------------------------------------------------
     def _check(self) -> KazooClient:
