@@ -20,7 +20,12 @@ _U32 = struct.Struct(">I")
 _U64_MASK = (1 << 64) - 1
 
 
+_SMALL = [bytes((v,)) if v < 0x80 else bytes(((v & 0x7F) | 0x80, v >> 7)) for v in range(16384)]
+
+
 def varint(value: int) -> bytes:
+    if 0 <= value < 16384:
+        return _SMALL[value]
     value &= _U64_MASK
     out = bytearray()
     while value > 0x7F:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -79,7 +78,10 @@ class PersistentTopic:
         self.max_unacked_per_consumer = max_unacked_per_consumer
         self.max_unacked_per_subscription = max_unacked_per_subscription
         self.counters = TopicCounters()
-        self._counts: OrderedDict[Position, int] = OrderedDict()
+        # message counts of batch entries; entries at or after ``_counted_from`` that are
+        # absent are single messages, older ones are parsed (and cached) when needed
+        self._counts: dict[Position, int] = {}
+        self._counted_from: Position | None = None
         self._pending: list[_Pending] = []
         self._flushing = False
         self._flush_task: asyncio.Task[None] | None = None
@@ -124,19 +126,25 @@ class PersistentTopic:
 
     # -- entry counts (permits)
     def count_of(self, entry: Entry) -> int:
-        n = self._counts.get(entry.position)
-        if n is None:
-            try:
-                n = num_messages(entry.data)
-            except Exception:
-                n = 1
-            self._remember_count(entry.position, n)
+        pos = entry.position
+        n = self._counts.get(pos)
+        if n is not None:
+            return n
+        if self._counted_from is not None and pos >= self._counted_from:
+            return 1
+        try:
+            n = num_messages(entry.data)
+        except Exception:
+            n = 1
+        if n > 1:
+            self._remember_count(pos, n)
         return n
 
     def _remember_count(self, pos: Position, n: int) -> None:
+        if len(self._counts) >= _COUNT_CACHE_MAX:  # forget: older entries get parsed again
+            self._counts.clear()
+            self._counted_from = None
         self._counts[pos] = n
-        if len(self._counts) > _COUNT_CACHE_MAX:
-            self._counts.popitem(last=False)
 
     # -- producers
     def add_producer(self, producer: Producer) -> Admission:
@@ -194,7 +202,10 @@ class PersistentTopic:
                         p.callback(None, None)
                         continue
                     pos = next(it)
-                    self._remember_count(pos, p.num_messages)
+                    if self._counted_from is None:
+                        self._counted_from = pos
+                    if p.num_messages != 1:
+                        self._remember_count(pos, p.num_messages)
                     self.counters.msg_in += p.num_messages
                     self.counters.bytes_in += len(p.data)
                     self.counters.entries_in += 1
@@ -295,6 +306,8 @@ class PersistentTopic:
             return LastMessageId(ledger_id, -1, -1, mark)
         batch_index = -1
         n = self._counts.get(last)
+        if n is None and self._counted_from is not None and last >= self._counted_from:
+            n = 1
         if n is None:
             return LastMessageId(last.ledger_id, last.entry_id, -2, mark)  # caller resolves
         if n > 1:
