@@ -53,7 +53,7 @@ async def run(args: argparse.Namespace, url: str) -> dict[str, object]:
         retention_time_ms=-1,
         retention_size_bytes=-1,
     )
-    factory = ManagedLedgerFactory(store, lambda a: BookieClient(a), config)
+    factory = ManagedLedgerFactory(store, BookieClient, config)
     ml = await factory.open(f"bench/ns/persistent/perf-{uuid.uuid4().hex[:8]}")
     payload = os.urandom(args.entry_bytes)
     latencies: list[float] = []

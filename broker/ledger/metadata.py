@@ -58,6 +58,8 @@ class LedgerMetadata:
 
     # -- fragments ----------------------------------------------------------------------------
     def fragment_index(self, entry_id: int) -> int:
+        if entry_id >= self.ensembles[-1][0]:
+            return len(self.ensembles) - 1
         firsts = [first for first, _ in self.ensembles]
         return max(0, bisect.bisect_right(firsts, entry_id) - 1)
 
