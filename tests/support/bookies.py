@@ -124,6 +124,7 @@ class BookieProcess:
         if self.running:
             raise RuntimeError(f"{self} already running")
         self.data_dir.parent.mkdir(parents=True, exist_ok=True)
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
         env = dict(os.environ)
         if self.env:
             env.update(self.env)
