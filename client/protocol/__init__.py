@@ -58,6 +58,7 @@ from ._framing import (
     encode_headers_and_payload,
     encode_message_frame,
     encode_payload_command,
+    encode_send_receipt_frame,
     serialize_command,
 )
 from ._hashing import (
@@ -137,6 +138,7 @@ __all__ = [
     "encode_headers_and_payload",
     "encode_message_frame",
     "encode_payload_command",
+    "encode_send_receipt_frame",
     "is_batch",
     "key_shared_slot",
     "murmur3_32_hash",

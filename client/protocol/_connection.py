@@ -41,6 +41,7 @@ from ._framing import (
     encode_headers_and_payload,
     encode_message_frame,
     encode_payload_command,
+    encode_send_receipt_frame,
 )
 from ._types import (
     BROKER_TO_CLIENT,
@@ -220,12 +221,17 @@ class Connection:
                     f"peer closed the connection inside a frame ({available} of {4 + total} bytes)"
                 )
             return NEED_DATA
-        body = bytes(buf[pos + 4 : pos + 4 + total])
+        with memoryview(buf) as view:  # one copy; the view is released before buf changes
+            body = bytes(view[pos + 4 : pos + 4 + total])
         self._pos = pos + 4 + total
         if self._pos == len(buf):
             buf.clear()
             self._pos = 0
-        event = decode_frame_body(body)  # raises ChecksumMismatchError after consuming the frame
+        try:
+            event = decode_frame_body(body)
+        except ChecksumMismatchError as exc:  # the frame is consumed; direction/state still apply
+            self._on_receive(exc.event)
+            raise
         self._frames_received += 1
         self._on_receive(event)
         return event
@@ -354,6 +360,25 @@ class Connection:
             partition=partition,
             redelivery_count=redelivery_count,
             ack_set=ack_set,
+        )
+        self._frames_sent += 1
+        self._bytes_sent += len(frame)
+        return frame
+
+    def send_receipt(
+        self,
+        producer_id: int,
+        sequence_id: int,
+        ledger_id: int,
+        entry_id: int,
+        *,
+        highest_sequence_id: int | None = None,
+    ) -> bytes:
+        """Broker fast path: a SEND_RECEIPT frame (no protobuf objects)."""
+        if self.state is not ConnectionState.CONNECTED or self.role is not Role.BROKER:
+            self._check_send(CommandType.SEND_RECEIPT)
+        frame = encode_send_receipt_frame(
+            producer_id, sequence_id, ledger_id, entry_id, highest_sequence_id=highest_sequence_id
         )
         self._frames_sent += 1
         self._bytes_sent += len(frame)

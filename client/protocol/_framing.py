@@ -64,8 +64,15 @@ def _missing_fields(message: Message) -> str:
     return ", ".join(errors)
 
 
+_SMALL_VARINTS = [bytes([i]) for i in range(128)]
+_TYPE_OF = {int(t): t for t in CommandType}
+_PARTITION_NONE = b"\x18" + b"\xff" * 9 + b"\x01"  # MessageIdData.partition = -1
+
+
 def _varint(value: int) -> bytes:
     """Protobuf varint of ``value``; negative numbers as 64-bit two's complement (10 bytes)."""
+    if 0 <= value < 128:
+        return _SMALL_VARINTS[value]
     value &= _UINT64_MASK
     out = bytearray()
     while value > 0x7F:
@@ -144,7 +151,7 @@ def encode_message_frame(
     (-1 is written as 2^64-1, as the C++ client does).
     """
     msg_id = b"\x08" + _varint(ledger_id) + b"\x10" + _varint(entry_id)
-    msg_id += b"\x18" + _varint(partition)
+    msg_id += _PARTITION_NONE if partition == -1 else b"\x18" + _varint(partition)
     if batch_index is not None:
         msg_id += b" " + _varint(batch_index)  # field 4 varint: tag 0x20
     body = b"\x08" + _varint(consumer_id) + b"\x12" + _varint(len(msg_id)) + msg_id
@@ -158,6 +165,28 @@ def encode_message_frame(
     return (
         _U32U32.pack(4 + len(cmd) + len(headers_and_payload), len(cmd)) + cmd + headers_and_payload
     )
+
+
+def encode_send_receipt_frame(
+    producer_id: int,
+    sequence_id: int,
+    ledger_id: int,
+    entry_id: int,
+    *,
+    highest_sequence_id: int | None = None,
+) -> bytes:
+    """Encode a whole SEND_RECEIPT frame without protobuf objects (one per SEND: hot path).
+
+    Same bytes as ``BaseCommand{type: SEND_RECEIPT, send_receipt: {producer_id, sequence_id,
+    message_id{ledgerId, entryId}[, highest_sequence_id]}}`` (a test checks the equivalence).
+    """
+    msg_id = b"\x08" + _varint(ledger_id) + b"\x10" + _varint(entry_id)
+    body = b"\x08" + _varint(producer_id) + b"\x10" + _varint(sequence_id)
+    body += b"\x1a" + _varint(len(msg_id)) + msg_id
+    if highest_sequence_id is not None:
+        body += b" " + _varint(highest_sequence_id)  # field 4 varint: tag 0x20
+    cmd = b"\x08\x07:" + _varint(len(body)) + body  # type=7; field 7 bytes: tag 0x3a
+    return _U32U32.pack(4 + len(cmd), len(cmd)) + cmd
 
 
 # ----------------------------------------------------------------------------- decoding
@@ -227,10 +256,9 @@ def decode_frame_body(body: bytes) -> Command:
         raise RemoteProtocolError(f"command size {cmd_size} exceeds frame size {len(body)}")
     base = pb.BaseCommand()
     _parse(base, body[4 : 4 + cmd_size], "BaseCommand")
-    try:
-        ctype = CommandType(base.type)
-    except ValueError:  # pragma: no cover - closed proto2 enum already rejects it
-        raise RemoteProtocolError(f"unknown command type {base.type}") from None
+    ctype = _TYPE_OF.get(base.type)
+    if ctype is None:  # pragma: no cover - closed proto2 enum already rejects it
+        raise RemoteProtocolError(f"unknown command type {base.type}")
     if not base.HasField(FIELD_NAME[ctype]):  # type: ignore[arg-type]
         raise RemoteProtocolError(f"{ctype.name} without its '{FIELD_NAME[ctype]}' body")
     rest_start = 4 + cmd_size

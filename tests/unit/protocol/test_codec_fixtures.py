@@ -176,6 +176,13 @@ def _encode(sender: Connection, fx: Fixture) -> bytes:
         return sender.send_message(
             fx.command.message.consumer_id, mid.ledgerId, mid.entryId, CRC_TAIL
         )
+    if ctype is CommandType.SEND_RECEIPT:
+        r = fx.command.send_receipt
+        fast = sender.send_receipt(
+            r.producer_id, r.sequence_id, r.message_id.ledgerId, r.message_id.entryId
+        )
+        assert fast == sender.send(fx.command)
+        return fast
     if fx.metadata is not None:
         return sender.send_payload(fx.command, fx.metadata, fx.payload, checksum=fx.checksum)
     return sender.send(fx.command)

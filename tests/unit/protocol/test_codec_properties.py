@@ -31,6 +31,7 @@ from magnetar.client.protocol import (
     encode_headers_and_payload,
     encode_message_frame,
     encode_payload_command,
+    encode_send_receipt_frame,
     pb,
 )
 
@@ -176,6 +177,25 @@ def test_message_fast_path_matches_protobuf(  # noqa: PLR0917 - one argument per
         consumer_epoch=consumer_epoch,
     )
     assert fast == encode_payload_command(base, tail)
+
+
+@SETTINGS
+@given(
+    st.integers(0, 2**64 - 1),
+    st.integers(0, 2**64 - 1),
+    st.integers(-1, 2**63 - 1),
+    st.integers(-1, 2**63 - 1),
+    st.none() | st.integers(0, 2**64 - 1),
+)
+def test_send_receipt_fast_path_matches_protobuf(
+    producer_id: int, sequence_id: int, ledger_id: int, entry_id: int, highest: int | None
+) -> None:
+    mid = pb.MessageIdData(ledgerId=ledger_id % 2**64, entryId=entry_id % 2**64)
+    base = commands.send_receipt(producer_id, sequence_id, mid, highest_sequence_id=highest)
+    fast = encode_send_receipt_frame(
+        producer_id, sequence_id, ledger_id, entry_id, highest_sequence_id=highest
+    )
+    assert fast == encode_command(base)
 
 
 @SETTINGS

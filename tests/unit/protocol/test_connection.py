@@ -58,6 +58,17 @@ def test_checksum_mismatch_is_a_typed_recoverable_error() -> None:
     assert broker.state is ConnectionState.CONNECTED
 
 
+def test_corrupt_frame_in_the_wrong_direction_is_fatal() -> None:
+    client, _ = connected_pair()
+    frame = bytearray(_send_frame())
+    frame[-1] ^= 0xFF
+    client.receive_data(bytes(frame))  # a SEND arriving at a client
+    with pytest.raises(RemoteProtocolError, match="cannot be sent by a broker") as info:
+        client.next_event()
+    assert not isinstance(info.value, ChecksumMismatchError)
+    assert client.state is ConnectionState.ERROR
+
+
 def test_frame_without_checksum_is_accepted() -> None:
     _, broker = connected_pair()
     tail = encode_headers_and_payload(METADATA, b"x", checksum=False)
