@@ -52,6 +52,7 @@ from ._framing import (
     MAGIC_CRC32C,
     Command,
     PayloadCommand,
+    StoredEntry,
     crc32c,
     decode_frame_body,
     encode_command,
@@ -59,6 +60,7 @@ from ._framing import (
     encode_message_frame,
     encode_payload_command,
     encode_send_receipt_frame,
+    parse_entry,
     serialize_command,
 )
 from ._hashing import (
@@ -127,6 +129,7 @@ __all__ = [
     "Sentinel",
     "ServerError",
     "SingleMessage",
+    "StoredEntry",
     "TopicName",
     "batch_metadata",
     "build_batch",
@@ -143,6 +146,7 @@ __all__ = [
     "key_shared_slot",
     "murmur3_32_hash",
     "parse_batch",
+    "parse_entry",
     "partition_index_of",
     "pb",
     "serialize_command",

@@ -286,7 +286,19 @@ def _decode_payload(
         _parse(bem, body[pos + 6 : pos + 6 + bem_size], "BrokerEntryMetadata")
         pos += 6 + bem_size
     tail = body[pos:]
+    checksum, computed, meta_start, meta_end = _split_tail(tail, ctype.name)
+    if checksum is not None and computed != checksum:
+        event = PayloadCommand(ctype, base, None, tail, meta_start, meta_end, checksum, bem)
+        raise ChecksumMismatchError(checksum, computed or 0, event)
+    metadata = pb.MessageMetadata()
+    _parse(metadata, tail[meta_start:meta_end], "MessageMetadata")
+    return PayloadCommand(ctype, base, metadata, tail, meta_start, meta_end, checksum, bem)
+
+
+def _split_tail(tail: bytes, what: str) -> tuple[int | None, int | None, int, int]:
+    """(checksum, computed crc, metadata start, metadata end) of headers-and-payload bytes."""
     checksum: int | None = None
+    computed: int | None = None
     meta_size_at = 0
     if tail[:2] == _MAGIC_CRC32C_BYTES:
         if len(tail) < 6:
@@ -294,7 +306,7 @@ def _decode_payload(
         (checksum,) = _U32.unpack_from(tail, 2)
         meta_size_at = 6
     if len(tail) - meta_size_at < 4:
-        raise RemoteProtocolError(f"{ctype.name} frame has no metadata size")
+        raise RemoteProtocolError(f"{what} frame has no metadata size")
     (meta_size,) = _U32.unpack_from(tail, meta_size_at)
     meta_start = meta_size_at + 4
     meta_end = meta_start + meta_size
@@ -302,9 +314,42 @@ def _decode_payload(
         raise RemoteProtocolError(f"metadata size {meta_size} exceeds frame")
     if checksum is not None:
         computed = crc32c(memoryview(tail)[meta_size_at:])
-        if computed != checksum:
-            event = PayloadCommand(ctype, base, None, tail, meta_start, meta_end, checksum, bem)
-            raise ChecksumMismatchError(checksum, computed, event)
+    return checksum, computed, meta_start, meta_end
+
+
+@dataclass(frozen=True, slots=True)
+class StoredEntry:
+    """Headers-and-payload bytes of an entry (as stored by the broker), parsed."""
+
+    metadata: pb.MessageMetadata
+    headers_and_payload: bytes
+    metadata_offset: int
+    payload_offset: int
+    checksum: int | None
+
+    @property
+    def payload(self) -> bytes:
+        return self.headers_and_payload[self.payload_offset :]
+
+    @property
+    def num_messages(self) -> int:
+        """Messages in the entry: what it costs in permits (1 unless it is a batch)."""
+        md = self.metadata
+        return md.num_messages_in_batch if md.HasField("num_messages_in_batch") else 1
+
+
+def parse_entry(headers_and_payload: bytes, *, verify_checksum: bool = True) -> StoredEntry:
+    """Parse stored entry bytes (the tail of a SEND) without any command around them.
+
+    Raises ``RemoteProtocolError`` when the bytes are malformed or (with ``verify_checksum``)
+    the CRC32C does not match.
+    """
+    data = bytes(headers_and_payload)
+    checksum, computed, meta_start, meta_end = _split_tail(data, "entry")
+    if verify_checksum and checksum is not None and computed != checksum:
+        raise RemoteProtocolError(
+            f"entry checksum mismatch: stored {checksum:#010x}, computed {computed or 0:#010x}"
+        )
     metadata = pb.MessageMetadata()
-    _parse(metadata, tail[meta_start:meta_end], "MessageMetadata")
-    return PayloadCommand(ctype, base, metadata, tail, meta_start, meta_end, checksum, bem)
+    _parse(metadata, data[meta_start:meta_end], "MessageMetadata")
+    return StoredEntry(metadata, data, meta_start, meta_end, checksum)

@@ -24,6 +24,7 @@ from magnetar.client.protocol import (
     encode_command,
     encode_headers_and_payload,
     encode_payload_command,
+    parse_entry,
     pb,
 )
 
@@ -317,3 +318,23 @@ def test_broker_entry_metadata_prefix_is_stripped_on_message() -> None:
     assert event.broker_entry_metadata is not None
     assert event.broker_entry_metadata.index == 9
     assert event.headers_and_payload == tail and event.payload == b"v"
+
+
+def test_parse_entry_reads_stored_send_tails() -> None:
+    _, broker = connected_pair()
+    broker.receive_data(_send_frame(b"stored"))
+    event = broker.next_event()
+    assert isinstance(event, PayloadCommand)
+    entry = parse_entry(event.headers_and_payload)
+    assert entry.metadata == event.metadata and entry.payload == b"stored"
+    assert entry.num_messages == 1 and entry.checksum == event.checksum
+    batch_md = pb.MessageMetadata(producer_name="p", sequence_id=0, publish_time=0)
+    batch_md.num_messages_in_batch = 5
+    assert parse_entry(encode_headers_and_payload(batch_md, b"")).num_messages == 5
+    corrupt = bytearray(event.headers_and_payload)
+    corrupt[-1] ^= 1
+    with pytest.raises(RemoteProtocolError, match="checksum"):
+        parse_entry(bytes(corrupt))
+    assert parse_entry(bytes(corrupt), verify_checksum=False).payload != b"stored"
+    with pytest.raises(RemoteProtocolError):
+        parse_entry(b"\x00\x00")
