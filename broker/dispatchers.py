@@ -101,6 +101,7 @@ class Dispatcher:
         self.closed = False
         self.rounds = 0
         self.dispatched_entries = 0
+        self._bg: set[asyncio.Task[None]] = set()
 
     # -- scheduling
     def schedule(self) -> None:
@@ -136,7 +137,9 @@ class Dispatcher:
         pos = entry.position
         consumer.on_dispatched(pos, self.count_of(entry))
         self.owner[pos] = consumer
-        count = self.redelivery.get(pos, 0) if self.sub_type is SubType.SHARED else 0
+        count = 0
+        if self.sub_type is SubType.SHARED:
+            count = self.redelivery.get(pos) or self.cursor.redelivery_count(pos)
         out.append(OutMessage(pos, entry.data, count, self.cursor.batch_ack_set(pos)))
 
     def _flush(self, consumer: Consumer, out: list[OutMessage]) -> None:
@@ -341,10 +344,26 @@ class MultipleConsumersDispatcher(Dispatcher):
                 consumer.on_removed(pos)
         for pos in chosen:
             self.owner.pop(pos, None)
-            self.redelivery[pos] = self.redelivery.get(pos, 0) + 1
+            self.redelivery[pos] = (
+                self.redelivery.get(pos) or self.cursor.redelivery_count(pos)
+            ) + 1
+        if chosen:
+            self._persist_redeliveries(chosen)
         self.add_replay(chosen)
         self._check_unblock()
         self.schedule()
+
+    def _persist_redeliveries(self, positions: list[Position]) -> None:
+        async def persist() -> None:
+            for pos in positions:
+                try:
+                    await self.cursor.increment_redelivery(pos)
+                except Exception as exc:  # the in-memory count still holds
+                    log.warning("cannot persist redelivery count of %s: %s", pos, exc)
+
+        task = asyncio.get_running_loop().create_task(persist())
+        self._bg.add(task)
+        task.add_done_callback(self._bg.discard)
 
     def _check_unblock(self) -> bool:
         if self.blocked and self.total_unacked <= self.max_unacked // 2:

@@ -52,8 +52,15 @@ class TopicCursor(Protocol):
 
     async def ack(self, positions: Iterable[Position]) -> None: ...
 
-    async def ack_batch_index(self, position: Position, ack_set: list[int]) -> bool:
-        """Record a partial batch ack; True when the whole entry is now acked."""
+    async def ack_batch_index(self, position: Position, ack_set: list[int], size: int) -> bool:
+        """Record a partial batch ack (``ack_set``: wire words, bit 1 = still unacked) of an
+        entry of ``size`` messages; True when the whole entry is now acked."""
+        ...
+
+    def redelivery_count(self, position: Position) -> int: ...
+
+    async def increment_redelivery(self, position: Position) -> int:
+        """Count one more redelivery of ``position`` (durably where the cursor is)."""
         ...
 
     async def ack_cumulative(self, position: Position) -> None: ...
@@ -140,6 +147,7 @@ class MemoryCursor:
         self._mark = mark
         self._acked: list[Position] = []  # sorted, all > mark
         self._batch_acks: dict[Position, list[int]] = {}
+        self._redeliveries: dict[Position, int] = {}
         self._read = ledger.next_of(mark)
 
     def __repr__(self) -> str:
@@ -191,13 +199,24 @@ class MemoryCursor:
             if pos <= self._mark:
                 continue
             self._batch_acks.pop(pos, None)
+            self._redeliveries.pop(pos, None)
             i = bisect.bisect_left(self._acked, pos)
             if i < len(self._acked) and self._acked[i] == pos:
                 continue
             self._acked.insert(i, pos)
         self._advance_mark()
 
-    async def ack_batch_index(self, position: Position, ack_set: list[int]) -> bool:
+    def redelivery_count(self, position: Position) -> int:
+        return self._redeliveries.get(position, 0)
+
+    async def increment_redelivery(self, position: Position) -> int:
+        if self.is_acked(position):
+            return 0
+        count = self._redeliveries.get(position, 0) + 1
+        self._redeliveries[position] = count
+        return count
+
+    async def ack_batch_index(self, position: Position, ack_set: list[int], size: int) -> bool:
         if self.is_acked(position):
             return True
         if _bits_clear(ack_set):

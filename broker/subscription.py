@@ -131,9 +131,16 @@ class Subscription:
         if whole:
             await self.cursor.ack(whole)
         for pos, ack_set in partial:
-            if await self.cursor.ack_batch_index(pos, ack_set) and self.dispatcher is not None:
+            size = await self._batch_size(pos)
+            if size <= 0:
+                continue
+            if await self.cursor.ack_batch_index(pos, ack_set, size) and self.dispatcher:
                 unblocked |= self.dispatcher.forget(pos)
         self._after_ack(unblocked)
+
+    async def _batch_size(self, pos: Position) -> int:
+        entries = await self.cursor.read_positions([pos])
+        return self.count_of(entries[0]) if entries else 0
 
     async def ack_cumulative(self, consumer: Consumer, position: Position) -> None:
         if self.sub_type not in (SubType.EXCLUSIVE, SubType.FAILOVER):

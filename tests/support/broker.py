@@ -1,9 +1,14 @@
 """An in-process broker on a background thread (its own event loop), for tests that drive it
 with blocking clients such as the official ``pulsar`` package.
 
-``InProcessBroker(config_overrides).start()`` binds a free port on 127.0.0.1 with in-memory
+``InProcessBroker(**config_overrides).start()`` binds a free port on 127.0.0.1 with in-memory
 metadata and storage (or the ones given); ``stop()`` closes it. ``call(coro_fn)`` runs a
 coroutine on the broker's loop and returns its result. Fixture: ``magnetar_broker``.
+
+Real storage: ``InProcessBroker(metadata_url=zk_url, managed_ledger={"ensemble_size": 1, ...})``
+opens the metadata store at ``metadata_url`` and serves topics from managed ledgers on the
+bookies registered there (``ManagedLedgerStorage``). A second ``InProcessBroker`` on the same
+URL after ``stop()`` is a broker restart.
 """
 
 from __future__ import annotations
@@ -23,10 +28,18 @@ from magnetar.zk.memory import MemoryMetadataServer
 
 class InProcessBroker:
     def __init__(
-        self, metadata: MemoryMetadataServer | None = None, storage: Any = None, **config: Any
+        self,
+        metadata: MemoryMetadataServer | None = None,
+        storage: Any = None,
+        *,
+        metadata_url: str | None = None,
+        managed_ledger: dict[str, Any] | None = None,
+        **config: Any,
     ):
         self.metadata = metadata or MemoryMetadataServer()
-        self.storage = storage or MemoryStorageFactory()
+        self.metadata_url = metadata_url
+        self.managed_ledger = managed_ledger
+        self.storage = storage
         defaults = {
             "broker_service_port": 0,
             "bind_address": "127.0.0.1",
@@ -55,7 +68,27 @@ class InProcessBroker:
         self.thread.start()
 
         async def boot() -> BrokerService:
-            store = self.metadata.connect()
+            if self.metadata_url is not None:
+                from magnetar.zk.factory import open_metadata_store
+
+                store = await open_metadata_store(self.metadata_url)
+            else:
+                store = self.metadata.connect()
+            if self.storage is None:
+                if self.managed_ledger is not None:
+                    from magnetar.bookie.client import BookieClient
+                    from magnetar.broker.ledger import ManagedLedgerConfig, ManagedLedgerFactory
+                    from magnetar.broker.ledger_adapter import ManagedLedgerStorage
+
+                    def bookie(address: str) -> BookieClient:
+                        return BookieClient(address, timeout_ms=5_000, add_timeout_ms=10_000)
+
+                    factory = ManagedLedgerFactory(
+                        store, bookie, ManagedLedgerConfig(**self.managed_ledger)
+                    )
+                    self.storage = ManagedLedgerStorage(factory)
+                else:
+                    self.storage = MemoryStorageFactory()
             service = BrokerService(self.config, store, self.storage)
             await service.start()
             return service
@@ -67,8 +100,12 @@ class InProcessBroker:
         if self.service is not None:
             service = self.service
 
+            storage = self.storage
+
             async def down() -> None:
                 await service.close()
+                if hasattr(storage, "close"):
+                    await storage.close()
                 await service.store.close()
 
             try:

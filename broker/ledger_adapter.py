@@ -1,0 +1,235 @@
+"""The topic storage contract (``storage.py``) over the real managed ledger.
+
+Owns: ``ManagedLedgerStorage`` (a ``TopicStorageFactory`` over ``ManagedLedgerFactory``),
+``ManagedTopicLedger`` and ``ManagedTopicCursor``: thin translations, nothing more —
+positions and sentinels (EARLIEST / LATEST), batch-index ack sets between the wire format
+(words of a bit set, 1 = not yet acknowledged) and the cursor's (batch size, acknowledged
+mask), durable redelivery counts, tail notifications after each completed append.
+Must not know: the wire protocol, dispatch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterable
+
+from magnetar.broker.ledger.cursor import ManagedCursor
+from magnetar.broker.ledger.managed_ledger import ManagedLedger, ManagedLedgerFactory
+from magnetar.broker.ledger.position import EARLIEST, LATEST, Position
+from magnetar.broker.storage import Entry
+from magnetar.zk import paths
+
+_WORD = 1 << 64
+
+
+def _words_to_int(words: list[int]) -> int:
+    value = 0
+    for i, w in enumerate(words):
+        value |= (w % _WORD) << (64 * i)
+    return value
+
+
+def _int_to_words(value: int, size: int) -> list[int]:
+    out = []
+    for i in range((size + 63) // 64):
+        w = (value >> (64 * i)) & (_WORD - 1)
+        out.append(w - _WORD if w >= (1 << 63) else w)
+    return out
+
+
+class ManagedTopicCursor:
+    def __init__(self, ledger: ManagedTopicLedger, cursor: ManagedCursor) -> None:
+        self._tl = ledger
+        self._ml = ledger.ml
+        self.cursor = cursor
+        self.name = cursor.name
+        self.durable = cursor.durable
+
+    def __repr__(self) -> str:
+        return f"<ManagedTopicCursor {self.cursor!r}>"
+
+    @property
+    def mark_delete_position(self) -> Position:
+        return self.cursor.mark_delete_position
+
+    @property
+    def read_position(self) -> Position:
+        return self.cursor.read_position
+
+    def is_acked(self, position: Position) -> bool:
+        return self.cursor.is_acknowledged(position)
+
+    def batch_ack_set(self, position: Position) -> list[int] | None:
+        got = self.cursor.batch_ack_set(position)
+        if got is None:
+            return None
+        size, acked = got
+        return _int_to_words(((1 << size) - 1) & ~acked, size)
+
+    def redelivery_count(self, position: Position) -> int:
+        return self.cursor.redelivery_count(position)
+
+    async def increment_redelivery(self, position: Position) -> int:
+        return await self.cursor.increment_redelivery(position)
+
+    async def read_entries(self, max_entries: int) -> list[Entry]:
+        got = await self._ml.read_entries(self.cursor, max_entries)
+        return [Entry(e.position, e.payload) for e in got]
+
+    async def read_positions(self, positions: list[Position]) -> list[Entry]:
+        out: list[Entry] = []
+        for pos in positions:
+            if self.cursor.is_acknowledged(pos):
+                continue
+            got = await self._ml.read_range(pos.ledger_id, pos.entry_id, pos.entry_id)
+            out.extend(Entry(e.position, e.payload) for e in got)
+        return out
+
+    async def ack(self, positions: Iterable[Position]) -> None:
+        await self.cursor.delete(positions)
+
+    async def ack_batch_index(self, position: Position, ack_set: list[int], size: int) -> bool:
+        if self.cursor.is_acknowledged(position):
+            return True
+        unacked = _words_to_int(ack_set)
+        indexes = [i for i in range(size) if not (unacked >> i) & 1]
+        if not indexes:
+            return False
+        return await self.cursor.delete_batch_indexes(position, size, indexes)
+
+    async def ack_cumulative(self, position: Position) -> None:
+        await self.cursor.mark_delete(position)
+
+    def rewind(self) -> None:
+        self.cursor.rewind()
+
+    def seek(self, position: Position) -> None:
+        self.cursor.seek(self._tl.concrete(position))
+
+    async def reset(self, position: Position) -> None:
+        await self.cursor.reset(self._tl.concrete(position))
+
+    def backlog(self) -> int:
+        return self.cursor.backlog().entries
+
+
+class ManagedTopicLedger:
+    def __init__(self, ml: ManagedLedger) -> None:
+        self.ml = ml
+        self.name = ml.name
+        self._listeners: list[Callable[[], None]] = []
+        self._cursors: dict[str, ManagedTopicCursor] = {}
+
+    def __repr__(self) -> str:
+        return f"<ManagedTopicLedger {self.ml!r}>"
+
+    def concrete(self, position: Position) -> Position:
+        if position == EARLIEST or position.ledger_id < 0:
+            return self.ml.first_position
+        if position == LATEST or position.ledger_id >= LATEST.ledger_id:
+            return self.ml.position_after(self.ml.last_confirmed)
+        return position
+
+    @property
+    def last_confirmed(self) -> Position | None:
+        lc = self.ml.last_confirmed
+        return None if lc.entry_id < 0 else lc
+
+    @property
+    def first_position(self) -> Position | None:
+        return None if self.last_confirmed is None else self.ml.first_position
+
+    @property
+    def num_entries(self) -> int:
+        return sum(n for _, n, _ in self.ml.ledger_sizes())
+
+    @property
+    def total_size(self) -> int:
+        return sum(b for _, _, b in self.ml.ledger_sizes())
+
+    async def add_entries(self, datas: list[bytes]) -> list[Position]:
+        futures = [self.ml.add_nowait(d) for d in datas]
+        positions = list(await asyncio.gather(*futures))
+        for listener in list(self._listeners):
+            listener()
+        return positions
+
+    async def read_entries(self, start: Position, max_entries: int) -> list[Entry]:
+        ml = self.ml
+        out: list[Entry] = []
+        pos = ml.next_valid_position(self.concrete(start))
+        last = ml.last_confirmed
+        while len(out) < max_entries and pos <= last:
+            entries = ml.entries_in(pos.ledger_id) or 0
+            end = min(entries - 1, pos.entry_id + (max_entries - len(out)) - 1)
+            if end < pos.entry_id:
+                nxt = ml.next_valid_position(Position(pos.ledger_id, entries))
+                if nxt == pos or ml.next_ledger(pos.ledger_id) is None:
+                    break
+                pos = nxt
+                continue
+            got = await ml.read_range(pos.ledger_id, pos.entry_id, end)
+            out.extend(Entry(e.position, e.payload) for e in got)
+            pos = ml.next_valid_position(Position(pos.ledger_id, end + 1))
+        return out
+
+    def add_tail_listener(self, listener: Callable[[], None]) -> None:
+        self._listeners.append(listener)
+
+    def remove_tail_listener(self, listener: Callable[[], None]) -> None:
+        if listener in self._listeners:
+            self._listeners.remove(listener)
+
+    async def open_cursor(self, name: str, *, initial_earliest: bool) -> ManagedTopicCursor:
+        got = self._cursors.get(name)
+        if got is not None:
+            got.rewind()
+            return got
+        cursor = await self.ml.open_cursor(name, EARLIEST if initial_earliest else LATEST)
+        wrapped = ManagedTopicCursor(self, cursor)
+        wrapped.rewind()
+        self._cursors[name] = wrapped
+        return wrapped
+
+    def new_non_durable_cursor(self, name: str, start: Position) -> ManagedTopicCursor:
+        if start not in (EARLIEST, LATEST):
+            start = self.ml.next_valid_position(start)
+        return ManagedTopicCursor(self, self.ml.new_non_durable_cursor(start, name))
+
+    async def delete_cursor(self, name: str) -> None:
+        self._cursors.pop(name, None)
+        await self.ml.delete_cursor(name)
+
+    def cursor_names(self) -> list[str]:
+        return sorted(self.ml.cursors)
+
+    async def close(self) -> None:
+        self._listeners.clear()
+        await self.ml.close()
+
+
+class ManagedLedgerStorage:
+    """``TopicStorageFactory`` over a ``ManagedLedgerFactory``."""
+
+    def __init__(self, factory: ManagedLedgerFactory) -> None:
+        self.factory = factory
+
+    async def open(self, name: str) -> ManagedTopicLedger:
+        return ManagedTopicLedger(await self.factory.open(name))
+
+    async def exists(self, name: str) -> bool:
+        return await self.factory.store.exists(paths.managed_ledger(name)) is not None
+
+    async def delete(self, name: str) -> None:
+        await self.factory.delete(name)
+
+    async def list(self, prefix: str) -> list[str]:
+        parent = prefix.rstrip("/")
+        children = await self.factory.store.children(paths.managed_ledger(parent))
+        return sorted(f"{parent}/{c}" for c in children)
+
+    async def close(self) -> None:
+        await self.factory.close()
+
+
+__all__ = ["ManagedLedgerStorage", "ManagedTopicCursor", "ManagedTopicLedger"]
