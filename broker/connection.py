@@ -33,7 +33,7 @@ import crc32c
 
 from magnetar.broker.consumer import Consumer, OutMessage, SubType
 from magnetar.broker.frames import (
-    MAGIC_CRC32C,
+    MAGIC_CRC32C_BYTES,
     frame,
     message_frame,
     parse_metadata,
@@ -550,7 +550,7 @@ class ServerConnection(asyncio.Protocol):
         if producer is None or topic is None:
             raise ProtocolViolation(f"SEND for unknown producer {pid}")
         tail = data[tail_start:]
-        if tail[:2] == MAGIC_CRC32C:
+        if tail[:2] == MAGIC_CRC32C_BYTES:
             if len(tail) < 10:
                 raise ProtocolViolation("truncated checksum")
             (expected,) = _U32.unpack_from(tail, 2)

@@ -1,9 +1,9 @@
-"""Topic names as the broker sees them (a small adapter until the codec's parser is used).
+"""Topic names as the broker uses them: a thin view over the codec's ``TopicName``.
 
-Owns: ``TopicName`` parsing of fully qualified names (``persistent://tenant/ns/local``, short
-forms ``local`` and ``tenant/ns/local`` as the client normalises them), the partition
-suffix ``-partition-<n>``, and the managed-ledger name ``tenant/ns/persistent/<local>``.
-Invalid names raise ``InvalidTopicName``. Pure: no I/O.
+Owns: the broker-side conveniences (``full``, ``local``, ``namespace_name``,
+``partitioned_base``, the managed-ledger name ``tenant/ns/persistent/<url-encoded local>``)
+and one rule of its own: legacy v1 names with a cluster part are refused. Parsing and
+Pulsar's validation wording come from ``magnetar.client.protocol.TopicName``. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -11,17 +11,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from urllib.parse import quote
 
-PARTITION_SUFFIX = "-partition-"
-_DOMAINS = ("persistent", "non-persistent")
+from magnetar.client.protocol import PARTITIONED_TOPIC_SUFFIX, InvalidTopicNameError
+from magnetar.client.protocol import TopicName as CodecTopicName
+
+PARTITION_SUFFIX = PARTITIONED_TOPIC_SUFFIX
 _MAX_NAME = 1024
 
 
 class InvalidTopicName(ValueError):
     pass
-
-
-def _part_ok(part: str) -> bool:
-    return bool(part) and all(c.isalnum() or c in "-_=:." for c in part)
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,23 +33,15 @@ class TopicName:
     def parse(cls, name: str) -> TopicName:
         if not name or len(name) > _MAX_NAME or "\x00" in name:
             raise InvalidTopicName(f"Invalid topic name: {name!r}")
-        if "://" in name:
-            domain, _, rest = name.partition("://")
-        else:
-            domain, rest = "persistent", name
-            if rest.count("/") == 0:
-                rest = f"public/default/{rest}"
-        if domain not in _DOMAINS:
-            raise InvalidTopicName(f"Invalid topic domain: {name!r}")
-        parts = rest.split("/", 2)
-        if len(parts) != 3:
+        try:
+            parsed = CodecTopicName.parse(name)
+        except InvalidTopicNameError as exc:
+            raise InvalidTopicName(str(exc)) from None
+        if parsed.cluster is not None:
+            raise InvalidTopicName(f"v1 topic names (with a cluster) are not supported: {name}")
+        if parsed.local_name.strip() != parsed.local_name:
             raise InvalidTopicName(f"Invalid topic name: {name!r}")
-        tenant, namespace, local = parts
-        if not (_part_ok(tenant) and _part_ok(namespace)) or not local or local.strip() != local:
-            raise InvalidTopicName(f"Invalid topic name: {name!r}")
-        if "/" in local:  # v1 names with a cluster are not supported
-            raise InvalidTopicName(f"Invalid topic name: {name!r}")
-        return cls(domain, tenant, namespace, local)
+        return cls(parsed.domain, parsed.tenant, parsed.namespace_portion, parsed.local_name)
 
     def __str__(self) -> str:
         return f"{self.domain}://{self.tenant}/{self.namespace}/{self.local}"
@@ -71,10 +61,7 @@ class TopicName:
     @property
     def partition_index(self) -> int:
         """The partition index of a ``-partition-<n>`` name, else -1."""
-        head, sep, tail = self.local.rpartition(PARTITION_SUFFIX)
-        if sep and head and tail.isdigit():
-            return int(tail)
-        return -1
+        return CodecTopicName(self.domain, self.tenant, self.namespace, self.local).partition_index
 
     @property
     def partitioned_base(self) -> TopicName:
