@@ -1,0 +1,331 @@
+"""Bookie add throughput and latency: one bookie process, journal fsync on.
+
+Closed loop: ``--inflight`` adds are kept outstanding through one ``BookieClient`` (one Add
+stream; adds issued in the same loop iteration travel in one message). Each completion
+records its latency and issues the next add. Reports adds/s, MB/s and latency percentiles.
+
+By default it starts its own bookie (``python -m magnetar.bookie``, temporary data dir, no
+metadata) and stops it at the end; ``--bookie host:port`` uses a running one instead.
+``--matrix`` runs 100 B / 1 KB / 64 KB x 1 / 16 / 256 in flight.
+
+The last output line is one JSON object (``adds_per_s``, ``mb_per_s``, ``p50_ms``, ``p99_ms``,
+``p999_ms`` and the parameters; with ``--matrix`` also ``results`` for every combination and
+the headline fields are those of 1 KB at 256 in flight).
+
+Example: ``.venv/bin/python bench/bookie_perf.py --entry-bytes 1024 --inflight 256 --seconds 10``
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import crc32c
+import grpc
+
+from magnetar.bookie.api import AddRequest
+from magnetar.bookie.client import BookieClient
+from magnetar.bookie.proto import bookie_pb2 as pb
+from magnetar.bookie.proto import bookie_pb2_grpc as pb_grpc
+
+KEY = b"bench-master-key"
+
+
+@dataclass
+class Result:
+    entry_bytes: int
+    inflight: int
+    seconds: float
+    adds: int
+    errors: int
+    adds_per_s: float
+    mb_per_s: float
+    p50_ms: float
+    p99_ms: float
+    p999_ms: float
+    max_ms: float
+    batches_sent: int
+    entries_per_batch: float
+
+
+def percentile(sorted_values: list[float], q: float) -> float:
+    if not sorted_values:
+        return float("nan")
+    idx = min(len(sorted_values) - 1, max(0, round(q * (len(sorted_values) - 1))))
+    return sorted_values[idx]
+
+
+async def run_one(
+    client: BookieClient,
+    *,
+    entry_bytes: int,
+    inflight: int,
+    seconds: float,
+    warmup_s: float,
+    ledger_id: int,
+) -> Result:
+    loop = asyncio.get_running_loop()
+    payload = os.urandom(entry_bytes)
+    crc = crc32c.crc32c(payload)
+    latencies: list[float] = []
+    append_latency = latencies.append
+    perf = time.perf_counter
+    start = perf()
+    measure_from = start + warmup_s
+    stop_at = measure_from + seconds
+    next_entry = 0
+    outstanding = 0
+    errors = 0
+    first_error: list[BaseException] = []
+    done = loop.create_future()
+    batches_before = client.statistics().batches_sent
+    entries_before = client.statistics().entries_sent
+    counted_batches = [0, 0]
+
+    def issue() -> None:
+        nonlocal next_entry, outstanding
+        entry = next_entry
+        next_entry += 1
+        outstanding += 1
+        t0 = perf()
+        fut = client.add(AddRequest(ledger_id, entry, entry - 1, crc, payload, KEY))
+        fut.add_done_callback(lambda f, t0=t0: on_done(f, t0))
+
+    def on_done(fut: asyncio.Future[None], t0: float) -> None:
+        nonlocal outstanding, errors
+        outstanding -= 1
+        now = perf()
+        if fut.cancelled() or fut.exception() is not None:
+            errors += 1
+            if not first_error:
+                first_error.append(fut.exception() or asyncio.CancelledError())
+        elif now >= measure_from and t0 >= measure_from:
+            append_latency(now - t0)
+        if now < measure_from:
+            stats = client.statistics()
+            counted_batches[0] = stats.batches_sent
+            counted_batches[1] = stats.entries_sent
+        if now < stop_at and errors < 100:
+            issue()
+        elif outstanding == 0 and not done.done():
+            done.set_result(None)
+
+    for _ in range(inflight):
+        issue()
+    await done
+    elapsed = max(1e-9, min(perf(), stop_at) - measure_from)
+    if first_error and not latencies:
+        raise RuntimeError(f"every add failed: {first_error[0]!r}")
+    latencies.sort()
+    n = len(latencies)
+    stats = client.statistics()
+    b0 = counted_batches[0] or batches_before
+    e0 = counted_batches[1] or entries_before
+    batches = stats.batches_sent - b0
+    entries = stats.entries_sent - e0
+    return Result(
+        entry_bytes=entry_bytes,
+        inflight=inflight,
+        seconds=round(elapsed, 3),
+        adds=n,
+        errors=errors,
+        adds_per_s=round(n / elapsed, 1),
+        mb_per_s=round(n * entry_bytes / elapsed / 1e6, 2),
+        p50_ms=round(percentile(latencies, 0.50) * 1000, 3),
+        p99_ms=round(percentile(latencies, 0.99) * 1000, 3),
+        p999_ms=round(percentile(latencies, 0.999) * 1000, 3),
+        max_ms=round((latencies[-1] if latencies else float("nan")) * 1000, 3),
+        batches_sent=batches,
+        entries_per_batch=round(entries / batches, 1) if batches else 0.0,
+    )
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_healthy(address: str, proc: subprocess.Popen[bytes] | None, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise SystemExit(f"bookie exited with {proc.returncode}")
+        try:
+            with grpc.insecure_channel(address) as ch:
+                resp = pb_grpc.BookieStub(ch).Health(pb.HealthRequest(), timeout=0.5)
+                if resp.serving:
+                    return
+        except grpc.RpcError:
+            pass
+        time.sleep(0.05)  # readiness polling interval
+    raise SystemExit(f"bookie at {address} not healthy after {timeout_s}s")
+
+
+def start_bookie(args: argparse.Namespace) -> tuple[subprocess.Popen[bytes], str, str]:
+    data_dir = args.data_dir or tempfile.mkdtemp(prefix="bookie-perf-")
+    port = free_port()
+    cmd = [
+        sys.executable,
+        "-m",
+        "magnetar.bookie",
+        "--data-dir",
+        os.path.join(data_dir, "bookie"),
+        "--port",
+        str(port),
+        "--metadata",
+        "none",
+        "--storage",
+        args.storage,
+        "--log-level",
+        "WARNING",
+    ]
+    log_path = os.path.join(data_dir, "bookie.log")
+    print(f"# bookie: {shlex.join(cmd)}  (log: {log_path})", flush=True)
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    address = f"127.0.0.1:{port}"
+    wait_healthy(address, proc, 30)
+    return proc, address, data_dir
+
+
+async def main_async(args: argparse.Namespace) -> list[Result]:
+    proc: subprocess.Popen[bytes] | None = None
+    if args.bookie:
+        address = args.bookie
+        wait_healthy(address, None, 10)
+    else:
+        proc, address, _ = start_bookie(args)
+    if args.profile_bookie and proc is not None:
+        print(f"# bookie pid {proc.pid} (profile it with py-spy)", flush=True)
+    client = BookieClient(
+        address,
+        max_batch_entries=args.batch_entries,
+        max_batch_bytes=args.batch_bytes,
+    )
+    spy: subprocess.Popen[bytes] | None = None
+    results: list[Result] = []
+    try:
+        if args.matrix:
+            combos = [(b, i) for b in (100, 1024, 65536) for i in (1, 16, 256)]
+        else:
+            combos = [(args.entry_bytes, args.inflight)]
+        if args.profile_bookie and proc is not None:
+            total = len(combos) * (args.seconds + args.warmup_seconds) + 1
+            spy = subprocess.Popen(  # noqa: ASYNC220 (started once, before measuring)
+                [
+                    shutil.which("py-spy")
+                    or os.path.join(os.path.dirname(sys.executable), "py-spy"),
+                    "record",
+                    "--pid",
+                    str(proc.pid),
+                    "--duration",
+                    str(int(total)),
+                    "--format",
+                    "raw",
+                    "-o",
+                    args.profile_bookie,
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        for n, (entry_bytes, inflight) in enumerate(combos):
+            r = await run_one(
+                client,
+                entry_bytes=entry_bytes,
+                inflight=inflight,
+                seconds=args.seconds,
+                warmup_s=args.warmup_seconds,
+                ledger_id=args.ledger_base + n,
+            )
+            results.append(r)
+            print(
+                f"  {r.entry_bytes:>7} B  inflight {r.inflight:>4}: {r.adds_per_s:>10.0f} adds/s "
+                f"{r.mb_per_s:>8.1f} MB/s  p50 {r.p50_ms:.2f} ms  p99 {r.p99_ms:.2f} ms  "
+                f"p99.9 {r.p999_ms:.2f} ms  ({r.entries_per_batch} entries/batch)",
+                flush=True,
+            )
+    finally:
+        await client.close()
+        if spy is not None:
+            spy.wait()
+        if proc is not None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+    return results
+
+
+def table(results: list[Result]) -> str:
+    head = (
+        f"{'entry B':>8} {'inflight':>8} {'adds/s':>10} {'MB/s':>8} {'p50 ms':>8} "
+        f"{'p99 ms':>8} {'p99.9 ms':>9} {'max ms':>8} {'err':>4} {'ent/batch':>9}"
+    )
+    lines = [head, "-" * len(head)]
+    for r in results:
+        lines.append(
+            f"{r.entry_bytes:>8} {r.inflight:>8} {r.adds_per_s:>10.0f} {r.mb_per_s:>8.1f} "
+            f"{r.p50_ms:>8.2f} {r.p99_ms:>8.2f} {r.p999_ms:>9.2f} {r.max_ms:>8.2f} "
+            f"{r.errors:>4} {r.entries_per_batch:>9.1f}"
+        )
+    return "\n".join(lines)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--entry-bytes", type=int, default=1024)
+    p.add_argument("--inflight", type=int, default=256)
+    p.add_argument("--seconds", type=float, default=10.0, help="measured time per run")
+    p.add_argument("--warmup-seconds", type=float, default=1.0)
+    p.add_argument("--matrix", action="store_true", help="100 B/1 KB/64 KB x 1/16/256")
+    p.add_argument("--bookie", help="host:port of a running bookie (default: start one)")
+    p.add_argument("--data-dir", help="where the started bookie keeps its data (default: tmp)")
+    p.add_argument("--storage", choices=["disk", "memory"], default="disk")
+    p.add_argument("--batch-entries", type=int, default=1000, help="max entries per message")
+    p.add_argument("--batch-bytes", type=int, default=4 * 1024 * 1024)
+    p.add_argument("--ledger-base", type=int, default=int(time.time()) % 1_000_000 * 100)
+    p.add_argument("--uvloop", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument("--profile-bookie", metavar="FILE", help="py-spy raw profile of the bookie")
+    args = p.parse_args()
+    print(f"# command: {shlex.join([sys.executable, *sys.argv])}", flush=True)
+    if args.uvloop:
+        try:
+            import uvloop
+
+            uvloop.install()
+        except ImportError:
+            pass
+    results = asyncio.run(main_async(args))
+    print(table(results), flush=True)
+    headline = next(
+        (r for r in results if r.entry_bytes == 1024 and r.inflight == 256), results[-1]
+    )
+    out: dict[str, Any] = asdict(headline)
+    out.update(
+        storage=args.storage,
+        bookie=args.bookie or "started",
+        batch_entries=args.batch_entries,
+        journal_fsync=True,
+    )
+    if args.matrix:
+        out["results"] = [asdict(r) for r in results]
+    print(json.dumps(out), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
