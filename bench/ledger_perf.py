@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import os
 import pathlib
@@ -87,7 +88,7 @@ async def run(args: argparse.Namespace, url: str) -> dict[str, object]:
             t_start = now
         await sem.acquire()
         fut = ml.add_nowait(payload)
-        fut.add_done_callback(lambda f, t0=loop.time(): on_done(t0, f))
+        fut.add_done_callback(functools.partial(on_done, loop.time()))
     elapsed = loop.time() - t_start
     measured = done_count - start_count
     for _ in range(args.inflight):

@@ -65,7 +65,7 @@ class ManagedLedgerError(LedgerError):
     """Base of managed-ledger errors."""
 
 
-class ManagedLedgerFenced(ManagedLedgerError):
+class ManagedLedgerFenced(ManagedLedgerError, LedgerFenced):
     """Another owner took over this managed ledger (metadata CAS lost or ledger fenced)."""
 
 

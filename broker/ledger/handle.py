@@ -28,7 +28,7 @@ import logging
 import struct
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import crc32c
 
@@ -49,7 +49,7 @@ from magnetar.broker.ledger.errors import (
     ReadBeyondLastConfirmed,
     TooManyPendingAdds,
 )
-from magnetar.broker.ledger.metadata import LedgerMetadata, write_set
+from magnetar.broker.ledger.metadata import LedgerMetadata, write_set, write_sets
 from magnetar.broker.ledger.states import HANDLE_FSM, HandleEvent, HandleState, LedgerState
 from magnetar.zk import paths
 from magnetar.zk.errors import BadVersion, MetadataError
@@ -99,7 +99,18 @@ class HandleStatistics:
 
 
 class _PendingAdd:
-    __slots__ = ("acked", "data_len", "entry_id", "future", "request", "sent", "sent_ms", "ws")
+    __slots__ = (
+        "acked",
+        "data_len",
+        "entry_id",
+        "future",
+        "payload",
+        "request",
+        "result",
+        "sent",
+        "sent_ms",
+        "ws",
+    )
 
     def __init__(
         self,
@@ -107,11 +118,15 @@ class _PendingAdd:
         request: AddRequest,
         *,
         data_len: int,
-        future: asyncio.Future[int],
+        future: asyncio.Future[Any],
         ws: tuple[str, ...],
         sent_ms: float,
+        result: object,
+        payload: bytes,
     ) -> None:
         self.entry_id = entry_id
+        self.result = result
+        self.payload = payload
         self.request = request
         self.data_len = data_len
         self.future = future
@@ -308,6 +323,13 @@ class WriteHandle(ReadHandle):
         self._drained.set()
         self._timer = client.clock.call_later(self._add_timeout_ms / 2000.0, self._on_timer)
         self._lac_listeners: list[Callable[[int], None]] = []
+        self.on_confirmed: Callable[[int, list[bytes]], None] | None = None
+        """Batch hook: (last entry id, payloads confirmed in this step, in order)."""
+        self.on_failed: Callable[[LedgerError], None] | None = None
+        """Called once when the handle is fenced or fails."""
+        self.fenced_error: Callable[[str], LedgerError] = LedgerFenced
+        self._ws_first = metadata.last_fragment_first_entry
+        self._ws_table = write_sets(metadata.last_ensemble, metadata.write_quorum)
 
     def __repr__(self) -> str:
         return (
@@ -358,17 +380,17 @@ class WriteHandle(ReadHandle):
         self._lac_listeners.append(listener)
 
     # -- add path -------------------------------------------------------------------------------
-    def add_nowait(self, payload: bytes) -> asyncio.Future[int]:
-        """Queue an add; the future resolves to the entry id once it is acknowledged."""
+    def add_nowait(self, payload: bytes, result: object = None) -> asyncio.Future[Any]:
+        """Queue an add; the future resolves once it is acknowledged, to ``result`` if
+        given, else to the entry id."""
         if self.state is not HandleState.OPEN:
             raise self._state_error()
         if len(self._pending) >= self._max_pending:
             raise TooManyPendingAdds(f"{len(self._pending)} adds pending on {self.ledger_id}")
         if self._recovery:
             raise LedgerClosed("a recovery handle only re-writes recovered entries")
-        return self._add(
-            self._next_entry_id, frame(self._length + len(payload), payload), len(payload)
-        )
+        n = len(payload)
+        return self._add(self._next_entry_id, frame(self._length + n, payload), n, result, payload)
 
     async def add(self, payload: bytes) -> int:
         return await self.add_nowait(payload)
@@ -379,11 +401,14 @@ class WriteHandle(ReadHandle):
             raise ValueError(f"recovered entry {entry.entry_id} != next {self._next_entry_id}")
         if self.state is not HandleState.OPEN:
             raise self._state_error()
-        return self._add(entry.entry_id, stored, entry.cumulative_length - self._length)
+        n = entry.cumulative_length - self._length
+        return self._add(entry.entry_id, stored, n, None, entry.payload)
 
-    def _add(self, entry_id: int, stored: bytes, data_len: int) -> asyncio.Future[int]:
-        HANDLE_FSM.next(self.state, HandleEvent.ADD)
-        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+    def _add(
+        self, entry_id: int, stored: bytes, data_len: int, result: object, payload: bytes
+    ) -> asyncio.Future[Any]:
+        # the caller checked the state is OPEN: HANDLE_FSM allows (OPEN, ADD) -> OPEN
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         request = AddRequest(
             ledger_id=self.ledger_id,
             entry_id=entry_id,
@@ -393,7 +418,10 @@ class WriteHandle(ReadHandle):
             master_key=self.metadata.master_key,
             recovery=self._recovery,
         )
-        ws = self.metadata.write_set(entry_id)
+        if entry_id >= self._ws_first:
+            ws = self._ws_table[entry_id % len(self._ws_table)]
+        else:
+            ws = self.metadata.write_set(entry_id)
         pending = _PendingAdd(
             entry_id,
             request,
@@ -401,6 +429,8 @@ class WriteHandle(ReadHandle):
             future=future,
             ws=ws,
             sent_ms=self._client.clock.monotonic_ms(),
+            result=entry_id if result is None else result,
+            payload=payload,
         )
         self._next_entry_id = entry_id + 1
         self._length += data_len
@@ -450,15 +480,17 @@ class WriteHandle(ReadHandle):
             return
         qa = self.metadata.ack_quorum
         pending = self._pending
-        advanced = False
+        confirmed: list[bytes] = []
         while pending and len(pending[0].acked) >= qa:
             head = pending.popleft()
             self._lac = head.entry_id
             self._confirmed_length += head.data_len
-            advanced = True
+            confirmed.append(head.payload)
             if not head.future.done():
-                head.future.set_result(head.entry_id)
-        if advanced:
+                head.future.set_result(head.result)
+        if confirmed:
+            if self.on_confirmed is not None:
+                self.on_confirmed(self._lac, confirmed)
             for listener in list(self._lac_listeners):
                 listener(self._lac)
         if not pending:
@@ -573,6 +605,8 @@ class WriteHandle(ReadHandle):
             return
         # apply: re-send the unacknowledged entries to their (new) write sets
         self.metadata, self.version = updated, result.stat.version
+        self._ws_first = updated.last_fragment_first_entry
+        self._ws_table = write_sets(updated.last_ensemble, updated.write_quorum)
         self._ensemble_changes += 1
         self._failed -= bad
         log.info(
@@ -596,7 +630,7 @@ class WriteHandle(ReadHandle):
 
     def _state_error(self) -> LedgerError:
         if self.state is HandleState.FENCED:
-            return LedgerFenced(f"ledger {self.ledger_id} was fenced by another writer")
+            return self.fenced_error(f"ledger {self.ledger_id} was fenced by another writer")
         if self._error is not None:
             return self._error
         return LedgerClosed(f"ledger {self.ledger_id} is {self.state.name}")
@@ -606,7 +640,7 @@ class WriteHandle(ReadHandle):
             return
         log.warning("ledger %s fenced: %s", self.ledger_id, why)
         self.state = HANDLE_FSM.next(self.state, HandleEvent.FENCED)
-        self._fail_pending(LedgerFenced(f"ledger {self.ledger_id} fenced: {why}"))
+        self._fail_pending(self.fenced_error(f"ledger {self.ledger_id} fenced: {why}"))
 
     def _fail(self, error: LedgerError) -> None:
         if self.state not in (HandleState.OPEN, HandleState.CLOSING):
@@ -618,6 +652,8 @@ class WriteHandle(ReadHandle):
 
     def _fail_pending(self, error: LedgerError) -> None:
         self._timer.cancel()
+        if self.on_failed is not None:
+            self.on_failed(error)
         pending, self._pending = self._pending, collections.deque()
         for p in pending:
             if not p.future.done():

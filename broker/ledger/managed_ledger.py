@@ -232,6 +232,7 @@ class ManagedLedger:
         self._version = -1
         self._current: WriteHandle | None = None
         self._current_created_ms = 0.0
+        self._roll_check_at = 1
         self._issued_entries = 0
         self._issued_bytes = 0
         self._queued: collections.deque[tuple[bytes, asyncio.Future[Position]]] = (
@@ -311,10 +312,15 @@ class ManagedLedger:
         self._version = result.stat.version
 
     def _install(self, handle: WriteHandle) -> None:
+        ledger_id = handle.ledger_id
+        handle.on_confirmed = functools.partial(self._on_confirmed, ledger_id)
+        handle.on_failed = functools.partial(self._on_handle_failed, handle)
+        handle.fenced_error = ManagedLedgerFenced
         self._current = handle
         self._current_created_ms = self.clock.monotonic_ms()
         self._issued_entries = 0
         self._issued_bytes = 0
+        self._roll_check_at = 1
 
     # -- add path -------------------------------------------------------------------------------
     def add_nowait(self, payload: bytes) -> asyncio.Future[Position]:
@@ -337,7 +343,9 @@ class ManagedLedger:
         handle = self._current
         assert handle is not None
         try:
-            efut = handle.add_nowait(payload)
+            fut: asyncio.Future[Position] = handle.add_nowait(
+                payload, Position(handle.ledger_id, handle.next_entry_id)
+            )
         except LedgerFenced:
             self.fence("ledger fenced")
             raise ManagedLedgerFenced(f"{self.name} was taken over by another owner") from None
@@ -346,46 +354,45 @@ class ManagedLedger:
                 self._start_rollover()
                 return self.add_nowait(payload)
             raise
-        fut: asyncio.Future[Position] = asyncio.get_running_loop().create_future()
-        efut.add_done_callback(functools.partial(self._on_added, fut, handle.ledger_id, payload))
         self._issued_entries += 1
         self._issued_bytes += len(payload)
-        if self._should_roll():
+        if (
+            self._issued_entries >= self._roll_check_at
+            or self._issued_bytes >= self.config.max_size_per_ledger_bytes
+        ) and self._should_roll():
             self._start_rollover()
         return fut
 
-    def _on_added(
-        self,
-        fut: asyncio.Future[Position],
-        ledger_id: int,
-        payload: bytes,
-        efut: asyncio.Future[int],
-    ) -> None:
-        exc = efut.exception()
-        if exc is not None:
-            if isinstance(exc, LedgerFenced):
-                self.fence("ledger fenced by another writer")
-                exc = ManagedLedgerFenced(f"{self.name} was taken over by another owner")
-            elif self.state is _S.LEDGER_OPENED:
-                self._start_rollover()
-            if not fut.done():
-                fut.set_exception(exc)
-            return
-        pos = Position(ledger_id, efut.result())
-        self.last_confirmed = max(self.last_confirmed, pos)
-        self._cache.put(pos, payload)
+    def _on_confirmed(self, ledger_id: int, last_entry_id: int, payloads: list[bytes]) -> None:
+        """Batch hook from the current handle: entries confirmed in order."""
+        first = last_entry_id - len(payloads) + 1
+        put = self._cache.put
+        for i, payload in enumerate(payloads):
+            put(Position(ledger_id, first + i), payload)
+        self.last_confirmed = max(self.last_confirmed, Position(ledger_id, last_entry_id))
         if self._waiters:
             waiters, self._waiters = self._waiters, []
             for w in waiters:
                 if not w.done():
                     w.set_result(None)
-        if not fut.done():
-            fut.set_result(pos)
+
+    def _on_handle_failed(self, handle: WriteHandle, error: LedgerError) -> None:
+        if handle is not self._current:
+            return
+        if isinstance(error, LedgerFenced):
+            self.fence("ledger fenced by another writer")
+        elif self.state is _S.LEDGER_OPENED:
+            # a failed ledger (no bookies for too long): close it and move to a new one
+            asyncio.get_running_loop().call_soon(self._start_rollover)
 
     def _should_roll(self) -> bool:
         age_ms = self.clock.monotonic_ms() - self._current_created_ms
+        # the time checks are cheap but not free: re-check every 64 adds at most
+        self._roll_check_at = self._issued_entries + 64
         if age_ms < self.config.min_ledger_rollover_time_ms or self._issued_entries == 0:
             return False
+        if self._issued_entries + 64 > self.config.max_entries_per_ledger:
+            self._roll_check_at = self._issued_entries + 1
         return (
             self._issued_entries >= self.config.max_entries_per_ledger
             or self._issued_bytes >= self.config.max_size_per_ledger_bytes
