@@ -1,0 +1,113 @@
+"""Registration state machine over the in-memory metadata store: ephemeral node on the
+right path, follows read-only mode, survives session loss, replaces only its own stale node."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from magnetar.bookie.registration import BookieRegistration, LiveLedgerLister, RegistrationInfo
+from magnetar.zk import paths
+from magnetar.zk.memory import MemoryMetadataServer
+from magnetar.zk.store import MetadataStore
+
+INFO = RegistrationInfo(bookie_id="b1", address="127.0.0.1:3181", instance_id="inst-1")
+
+
+async def eventually(predicate, timeout_s: float = 5.0) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while True:
+        result = predicate()
+        if asyncio.iscoroutine(result):
+            result = await result
+        if result:
+            return
+        assert loop.time() < deadline, "condition never became true"
+        await asyncio.sleep(0.01)  # polling interval
+
+
+async def test_registers_ephemeral_and_deregisters_on_stop() -> None:
+    server = MemoryMetadataServer()
+    store = server.connect()
+    reg = BookieRegistration(store, INFO, check_interval_s=0.02)
+    await reg.start()
+    got = await store.get(paths.bookie_registration("b1"))
+    assert got is not None and got.stat.ephemeral
+    assert json.loads(got.value)["address"] == "127.0.0.1:3181"
+    await reg.stop()
+    assert await store.exists(paths.bookie_registration("b1")) is None
+
+
+async def test_follows_read_only_mode() -> None:
+    server = MemoryMetadataServer()
+    store = server.connect()
+    read_only = False
+    reg = BookieRegistration(store, INFO, read_only=lambda: read_only, check_interval_s=0.02)
+    await reg.start()
+    read_only = True
+    await eventually(lambda: store.exists(paths.readonly_bookie_registration("b1")))
+    assert await store.exists(paths.bookie_registration("b1")) is None
+    read_only = False
+    await eventually(lambda: store.exists(paths.bookie_registration("b1")))
+    assert await store.exists(paths.readonly_bookie_registration("b1")) is None
+    await reg.stop()
+
+
+async def test_session_loss_reopens_store_and_registers_again() -> None:
+    server = MemoryMetadataServer()
+    store = server.connect()
+    opened: list[MetadataStore] = []
+
+    async def reopen() -> MetadataStore:
+        new = server.connect()
+        opened.append(new)
+        return new
+
+    reg = BookieRegistration(store, INFO, reopen=reopen, check_interval_s=0.02)
+    await reg.start()
+    server.expire_session(store.session_id)
+    observer = server.connect()
+    await eventually(lambda: bool(opened))
+    await eventually(lambda: observer.exists(paths.bookie_registration("b1")))
+    stat = await observer.exists(paths.bookie_registration("b1"))
+    assert stat is not None and stat.ephemeral_owner == opened[0].session_id
+    assert reg.registrations == 2
+    await reg.stop()
+
+
+async def test_stale_node_of_previous_incarnation_is_replaced_but_not_a_strangers() -> None:
+    server = MemoryMetadataServer()
+    old = server.connect()
+    await old.put(paths.bookie_registration("b1"), INFO.encode(False), ephemeral=True)
+    store = server.connect()
+    reg = BookieRegistration(store, INFO, check_interval_s=0.02)
+    await reg.start()
+    stat = await store.exists(paths.bookie_registration("b1"))
+    assert stat is not None and stat.ephemeral_owner == store.session_id
+    await reg.stop()
+
+    stranger = RegistrationInfo(bookie_id="b1", address="10.0.0.9:3181", instance_id="other")
+    await old.put(paths.bookie_registration("b1"), stranger.encode(False), ephemeral=True)
+    reg2 = BookieRegistration(store, INFO, check_interval_s=0.02)
+    await reg2.start()
+    stat = await store.exists(paths.bookie_registration("b1"))
+    assert stat is not None and stat.ephemeral_owner == old.session_id  # not stolen
+    await old.close()  # the stranger's session ends: ours takes the id
+    await eventually(lambda: _owned_by(store))
+    await reg2.stop()
+
+
+async def _owned_by(store: MetadataStore) -> bool:
+    stat = await store.exists(paths.bookie_registration("b1"))
+    return stat is not None and stat.ephemeral_owner == store.session_id
+
+
+async def test_live_ledger_lister_refuses_to_guess_without_root() -> None:
+    store = MemoryMetadataServer().connect()
+    lister = LiveLedgerLister(store)
+    assert await lister.live_ledgers() is None
+    await store.put(paths.ledger_metadata(7), b"{}")
+    await store.put(paths.ledger_metadata(12), b"{}")
+    await store.put(f"{paths.LEDGER_META_ROOT}/not-a-ledger", b"")
+    assert await lister.live_ledgers() == {7, 12}
