@@ -265,3 +265,36 @@ def test_broker_deduplication() -> None:
     finally:
         c.close()
         b.stop()
+
+
+def test_unsubscribe_deletes_the_subscription(
+    broker: InProcessBroker, client: pulsar.Client
+) -> None:
+    topic = _topic()
+    consumer = client.subscribe(topic, "gone", initial_position=Earliest)
+    producer = client.create_producer(topic)
+    producer.send(b"before")
+    assert consumer.receive(5000).data() == b"before"
+    assert broker.service is not None
+    service = broker.service
+    assert broker.call(lambda: service.list_subscriptions(topic)) == ["gone"]
+    consumer.unsubscribe()
+    assert broker.call(lambda: service.list_subscriptions(topic)) == []
+    producer.send(b"after")
+    again = client.subscribe(topic, "gone")  # Latest: a new subscription starts at the end
+    assert _nothing_more(again)
+
+
+def test_reader_seek_and_last_message_id(client: pulsar.Client) -> None:
+    topic = _topic()
+    producer = client.create_producer(topic, batching_enabled=True, batching_max_messages=5)
+    for i in range(10):
+        producer.send_async(f"m{i}".encode(), None)
+    producer.flush()
+    reader = client.create_reader(topic, pulsar.MessageId.earliest)
+    got = [reader.read_next(5000) for _ in range(10)]
+    assert [m.data() for m in got] == [f"m{i}".encode() for i in range(10)]
+    assert not reader.has_message_available()
+    reader.seek(pulsar.MessageId.earliest)
+    assert reader.read_next(5000).data() == b"m0"
+    assert reader.has_message_available()
