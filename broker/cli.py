@@ -16,6 +16,10 @@ import argparse
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from magnetar.broker.config import BrokerConfig
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,8 +42,103 @@ def _bookie_run(args: argparse.Namespace) -> int:
     return main_with_args(args)
 
 
+def _broker_common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", help="broker.conf-style key=value file or YAML")
+    parser.add_argument("--port", type=int, help="binary protocol port (default 6650)")
+    parser.add_argument("--web-port", type=int, help="HTTP admin/lookup port (default 8080)")
+    parser.add_argument("--bind-address", help="address to listen on (default 127.0.0.1)")
+    parser.add_argument(
+        "--advertised-address", help="host name given to clients in lookups (default localhost)"
+    )
+    parser.add_argument("--log-level", default="INFO")
+
+
+def _broker_config(args: argparse.Namespace, **extra: object) -> BrokerConfig:
+    from magnetar.broker.config import BrokerConfig
+
+    return BrokerConfig.load(
+        args.config,
+        broker_service_port=args.port,
+        web_service_port=args.web_port,
+        bind_address=args.bind_address,
+        advertised_address=args.advertised_address,
+        **extra,
+    )
+
+
+def _broker_arguments(parser: argparse.ArgumentParser) -> None:
+    _broker_common(parser)
+    parser.add_argument(
+        "--metadata", help="metadata store URL, e.g. zk://127.0.0.1:2181 (or metadata_store_url)"
+    )
+    parser.add_argument("--cluster-name", help="cluster name (default standalone)")
+
+
+def _broker_run(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from magnetar.broker.runtime import run_broker, setup_logging
+
+    setup_logging(args.log_level)
+    try:
+        config = _broker_config(
+            args, metadata_store_url=args.metadata, cluster_name=args.cluster_name
+        )
+    except ValueError as exc:
+        print(f"magnetar broker: {exc}", file=sys.stderr)
+        return 2
+    _install_uvloop()
+    return asyncio.run(run_broker(config))
+
+
+def _standalone_arguments(parser: argparse.ArgumentParser) -> None:
+    _broker_common(parser)
+    parser.add_argument("--data-dir", default="data/standalone", help="all state lives here")
+    parser.add_argument("--bookies", type=int, default=1, help="bookie processes to run")
+    parser.add_argument(
+        "--bookie-port", type=int, default=3181, help="first bookie's port (then +1 each)"
+    )
+
+
+def _standalone_run(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from magnetar.broker.runtime import setup_logging
+    from magnetar.broker.standalone import run_standalone
+
+    setup_logging(args.log_level)
+    try:
+        config = _broker_config(args)
+    except ValueError as exc:
+        print(f"magnetar standalone: {exc}", file=sys.stderr)
+        return 2
+    _install_uvloop()
+    return asyncio.run(
+        run_standalone(
+            args.data_dir, config, num_bookies=args.bookies, bookie_port=args.bookie_port
+        )
+    )
+
+
+def _install_uvloop() -> None:
+    try:
+        import uvloop
+    except ImportError:
+        return
+    uvloop.install()
+
+
 SUBCOMMANDS: list[Subcommand] = [
     Subcommand("bookie", "run a bookie (storage node)", _bookie_arguments, _bookie_run),
+    Subcommand(
+        "broker", "run a broker against a ZooKeeper cluster", _broker_arguments, _broker_run
+    ),
+    Subcommand(
+        "standalone",
+        "run a whole Magnetar (metadata, bookies, broker) in one command",
+        _standalone_arguments,
+        _standalone_run,
+    ),
 ]
 
 

@@ -1,0 +1,140 @@
+"""One broker process's parts wired together: metadata, managed ledgers, service, HTTP.
+
+Owns: building a ``BrokerService`` on managed ledgers over the bookies registered in the
+metadata store (``BookieClient`` per bookie), serving the admin REST API / HTTP lookup /
+metrics on the web port, logging setup, and orderly shutdown in reverse order. Used by
+``magnetar broker`` (cluster) and ``magnetar standalone``.
+Must not know: how the metadata store or the bookies were started.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+from typing import Any
+
+from aiohttp import web
+
+from magnetar.bookie.client import BookieClient
+from magnetar.broker.config import BrokerConfig
+from magnetar.broker.http_api import AdminApi
+from magnetar.broker.ledger import ManagedLedgerConfig, ManagedLedgerFactory
+from magnetar.broker.ledger_adapter import ManagedLedgerStorage
+from magnetar.broker.service import BrokerService
+from magnetar.zk.store import MetadataStore
+
+log = logging.getLogger(__name__)
+
+
+def managed_ledger_config(config: BrokerConfig) -> ManagedLedgerConfig:
+    return ManagedLedgerConfig(
+        ensemble_size=config.managed_ledger_default_ensemble_size,
+        write_quorum=config.managed_ledger_default_write_quorum,
+        ack_quorum=config.managed_ledger_default_ack_quorum,
+        max_entries_per_ledger=config.managed_ledger_max_entries_per_ledger,
+        max_ledger_rollover_time_ms=config.managed_ledger_max_ledger_rollover_time_minutes * 60_000,
+        min_ledger_rollover_time_ms=config.managed_ledger_min_ledger_rollover_time_minutes * 60_000,
+        retention_time_ms=config.default_retention_time_in_minutes * 60_000,
+        retention_size_bytes=config.default_retention_size_in_mb << 20,
+        entry_cache_bytes=config.managed_ledger_cache_size_mb << 20,
+    )
+
+
+class BrokerRuntime:
+    """A broker on an open metadata store: ``await start()``, then ``await close()``."""
+
+    def __init__(self, config: BrokerConfig, store: MetadataStore) -> None:
+        self.config = config
+        self.store = store
+        self.factory = ManagedLedgerFactory(
+            store, self._bookie_client, managed_ledger_config(config)
+        )
+        self.storage = ManagedLedgerStorage(self.factory)
+        self.service = BrokerService(config, store, self.storage)
+        self._web: web.AppRunner | None = None
+        self.web_port = config.web_service_port
+
+    @staticmethod
+    def _bookie_client(address: str) -> BookieClient:
+        return BookieClient(address, timeout_ms=5_000, add_timeout_ms=10_000)
+
+    async def start(self) -> None:
+        await self.service.start()
+        api = AdminApi(
+            self.service.resources,
+            self.service,
+            default_bundles=self.config.default_number_of_namespace_bundles,
+        )
+        self._web = web.AppRunner(api.app(), access_log=None)
+        await self._web.setup()
+        site = web.TCPSite(self._web, self.config.bind_address, self.config.web_service_port)
+        await site.start()
+        self.web_port = int(self._web.addresses[0][1])
+        log.info(
+            "broker ready service_url=%s web_url=http://%s:%d",
+            self.service.service_url,
+            self.config.advertised_address,
+            self.web_port,
+        )
+
+    async def close(self) -> None:
+        if self._web is not None:
+            await self._web.cleanup()
+            self._web = None
+        await self.service.close()
+        await self.storage.close()
+
+
+class _KeyValueFormatter(logging.Formatter):
+    """``ts=... level=... logger=... msg="..."``: one line per record, grep-friendly."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        ts = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+        line = (
+            f"ts={ts}.{int(record.msecs):03d}Z level={record.levelname} "
+            f"logger={record.name} msg={json.dumps(record.getMessage())}"
+        )
+        if record.exc_info:
+            line += " exc=" + json.dumps(self.formatException(record.exc_info))
+        return line
+
+
+def setup_logging(level: str = "INFO", extra: dict[str, Any] | None = None) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_KeyValueFormatter())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+    logging.getLogger("kazoo").setLevel(logging.WARNING)
+
+
+async def run_broker(config: BrokerConfig) -> int:
+    """``magnetar broker``: serve until SIGTERM/SIGINT, then shut down in order."""
+    import asyncio
+    import signal
+
+    from magnetar.zk.factory import open_metadata_store
+
+    store = await open_metadata_store(config.metadata_store_url)
+    runtime = BrokerRuntime(config, store)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await runtime.start()
+    print(
+        f"Magnetar broker is ready\n  service URL: {runtime.service.service_url}\n"
+        f"  admin URL:   http://{config.advertised_address}:{runtime.web_port}",
+        flush=True,
+    )
+    await stop.wait()
+    log.info("shutting down")
+    await runtime.close()
+    await store.close()
+    return 0
+
+
+__all__ = ["BrokerRuntime", "managed_ledger_config", "run_broker", "setup_logging"]

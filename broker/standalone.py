@@ -1,0 +1,206 @@
+"""``magnetar standalone``: a whole Magnetar in one command, with no external service.
+
+Owns: the layout of the standalone data dir (``metadata/``, ``bookie-<i>/``), the embedded
+metadata server (in this process, persisted, also serving sessions to child processes over
+``embedded://127.0.0.1:PORT``), N bookie child processes (so a second core is used; each
+dies with its parent through ``PR_SET_PDEATHSIG``), waiting until they are registered, and
+the broker runtime in this process. Shutdown runs in reverse: broker, bookies (SIGTERM,
+then SIGKILL after a grace period), metadata.
+Must not know: broker or bookie internals.
+
+Bookies keep a stable id and port across restarts (``--bookie-port``, default 3181 + i),
+because ledger metadata names the bookies holding each ledger.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import logging
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+
+from magnetar.broker.config import BrokerConfig
+from magnetar.broker.runtime import BrokerRuntime
+from magnetar.zk import paths
+from magnetar.zk.embedded import EmbeddedMetadataServer
+
+log = logging.getLogger(__name__)
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+class StandaloneError(Exception):
+    """Standalone could not start (a bookie failed, ports busy, ...)."""
+
+
+class Standalone:
+    def __init__(
+        self,
+        data_dir: str | os.PathLike[str],
+        config: BrokerConfig,
+        *,
+        num_bookies: int = 1,
+        bookie_port: int = 3181,
+        bookie_start_timeout_s: float = 30.0,
+    ) -> None:
+        if num_bookies < 1:
+            raise ValueError("standalone needs at least one bookie")
+        self.data_dir = pathlib.Path(data_dir).absolute()
+        ensemble = min(config.managed_ledger_default_ensemble_size, num_bookies)
+        write_quorum = min(config.managed_ledger_default_write_quorum, ensemble)
+        self.config = config.replace(
+            managed_ledger_default_ensemble_size=ensemble,
+            managed_ledger_default_write_quorum=write_quorum,
+            managed_ledger_default_ack_quorum=min(
+                config.managed_ledger_default_ack_quorum, write_quorum
+            ),
+        )
+        self.num_bookies = num_bookies
+        self.bookie_port = bookie_port
+        self.bookie_start_timeout_s = bookie_start_timeout_s
+        self.metadata: EmbeddedMetadataServer | None = None
+        self.metadata_url = ""
+        self.bookies: list[subprocess.Popen[bytes]] = []
+        self.runtime: BrokerRuntime | None = None
+
+    @property
+    def service_url(self) -> str:
+        assert self.runtime is not None
+        return self.runtime.service.service_url
+
+    @property
+    def web_service_url(self) -> str:
+        assert self.runtime is not None
+        return f"http://{self.config.advertised_address}:{self.runtime.web_port}"
+
+    async def start(self) -> None:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.metadata = EmbeddedMetadataServer(self.data_dir / "metadata")
+        self.metadata_url = await self.metadata.start_serving("127.0.0.1", 0)
+        store = self.metadata.connect()
+        try:
+            for i in range(self.num_bookies):
+                self.bookies.append(self._spawn_bookie(i))
+            await self._wait_for_bookies(store)
+            self.runtime = BrokerRuntime(self.config, store)
+            await self.runtime.start()
+        except BaseException:
+            await self.close()
+            raise
+
+    def _spawn_bookie(self, index: int) -> subprocess.Popen[bytes]:
+        port = self.bookie_port + index
+        address = f"127.0.0.1:{port}"
+        bookie_dir = self.data_dir / f"bookie-{index}"
+        cmd = [
+            sys.executable,
+            "-m",
+            "magnetar.bookie",
+            "--metadata",
+            self.metadata_url,
+            "--data-dir",
+            str(bookie_dir),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--bookie-id",
+            address,
+        ]
+        log.info("starting bookie %d: %s", index, " ".join(cmd))
+        return subprocess.Popen(cmd, preexec_fn=_die_with_parent)  # noqa: PLW1509
+
+    async def _wait_for_bookies(self, store: object) -> None:
+        assert self.metadata is not None
+        session = self.metadata.connect()
+        deadline = time.monotonic() + self.bookie_start_timeout_s
+        try:
+            while True:
+                for i, proc in enumerate(self.bookies):
+                    code = proc.poll()
+                    if code is not None:
+                        raise StandaloneError(
+                            f"bookie {i} exited with code {code} during start (see its log above)"
+                        )
+                registered = [
+                    c for c in await session.children(paths.AVAILABLE_BOOKIES) if c != "readonly"
+                ]
+                if len(registered) >= self.num_bookies:
+                    log.info("bookies registered: %s", ", ".join(registered))
+                    return
+                if time.monotonic() > deadline:
+                    raise StandaloneError(
+                        f"only {len(registered)} of {self.num_bookies} bookies registered "
+                        f"within {self.bookie_start_timeout_s:.0f} s"
+                    )
+                await asyncio.sleep(0.05)
+        finally:
+            await session.close()
+
+    async def close(self) -> None:
+        if self.runtime is not None:
+            with contextlib.suppress(Exception):
+                await self.runtime.close()
+            self.runtime = None
+        for proc in self.bookies:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in self.bookies:
+            try:
+                await asyncio.to_thread(proc.wait, 15)
+            except subprocess.TimeoutExpired:
+                log.warning("bookie pid %d did not stop in 15 s: killing it", proc.pid)
+                proc.kill()
+                await asyncio.to_thread(proc.wait)
+        self.bookies.clear()
+        if self.metadata is not None:
+            await self.metadata.close()
+            self.metadata = None
+
+
+async def run_standalone(
+    data_dir: str,
+    config: BrokerConfig,
+    *,
+    num_bookies: int = 1,
+    bookie_port: int = 3181,
+) -> int:
+    standalone = Standalone(data_dir, config, num_bookies=num_bookies, bookie_port=bookie_port)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await standalone.start()
+    except (StandaloneError, OSError) as exc:
+        log.error("standalone failed to start: %s", exc)
+        print(f"magnetar standalone: failed to start: {exc}", file=sys.stderr)
+        return 1
+    print(
+        f"Magnetar standalone is ready\n"
+        f"  service URL: {standalone.service_url}\n"
+        f"  admin URL:   {standalone.web_service_url}\n"
+        f"  data dir:    {standalone.data_dir}",
+        flush=True,
+    )
+    await stop.wait()
+    log.info("shutting down")
+    await standalone.close()
+    return 0
+
+
+__all__ = ["Standalone", "StandaloneError", "run_standalone"]
