@@ -11,3 +11,4 @@ from support.ledger_fakes import fake_bookies, meta_server  # noqa: F401
 from support.metadata_backends import metadata_backend, metadata_backend_factory  # noqa: F401
 from support.zookeeper import zookeeper_server, zookeeper_server_factory  # noqa: F401
 from support.broker import magnetar_broker  # noqa: F401
+from support.standalone import standalone_factory  # noqa: F401

@@ -1,0 +1,143 @@
+"""A real ``magnetar standalone`` process for tests: start, SIGKILL, restart on the same data.
+
+Owns: ``StandaloneProcess`` (free ports chosen once, so a restart keeps the service URL and
+the bookie identity) and the ``standalone_factory`` fixture, which kills every process it
+started. Readiness = the HTTP health check answering ``ok``, polled with a deadline.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+
+import pytest
+
+from support.bookies import free_port
+
+
+class StandaloneProcess:
+    def __init__(self, data_dir: pathlib.Path, log_path: pathlib.Path, *, bookies: int = 1) -> None:
+        self.data_dir = data_dir
+        self.log_path = log_path
+        self.port = free_port()
+        self.web_port = free_port()
+        self.bookie_port = free_port()
+        self.bookies = bookies
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def service_url(self) -> str:
+        return f"pulsar://127.0.0.1:{self.port}"
+
+    @property
+    def web_url(self) -> str:
+        return f"http://127.0.0.1:{self.web_port}"
+
+    def start(self, timeout_s: float = 60.0) -> StandaloneProcess:
+        cmd = [
+            sys.executable,
+            "-m",
+            "magnetar.broker.cli",
+            "standalone",
+            "--data-dir",
+            str(self.data_dir),
+            "--port",
+            str(self.port),
+            "--web-port",
+            str(self.web_port),
+            "--bookie-port",
+            str(self.bookie_port),
+            "--bookies",
+            str(self.bookies),
+            "--advertised-address",
+            "127.0.0.1",
+        ]
+        log = open(self.log_path, "ab")  # noqa: SIM115 - owned by the child for its lifetime
+        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+        log.close()
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(
+                    f"standalone exited with {self.proc.returncode}:\n{self.log_tail()}"
+                )
+            if self.healthy():
+                return self
+            time.sleep(0.1)  # polling interval of a deadline-bounded readiness check
+        raise TimeoutError(f"standalone not healthy within {timeout_s} s:\n{self.log_tail()}")
+
+    def healthy(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"{self.web_url}/admin/v2/brokers/health", timeout=1) as r:
+                return bool(r.status == 200)
+        except (urllib.error.URLError, OSError):
+            return False
+
+    def kill(self) -> None:
+        """SIGKILL the standalone process; its bookie children die with it (PDEATHSIG)."""
+        if self.proc is not None and self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+        self._wait_bookie_port_free()
+
+    def stop(self) -> int | None:
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        self._wait_bookie_port_free()
+        return self.proc.returncode
+
+    def _wait_bookie_port_free(self, timeout_s: float = 15.0) -> None:
+        """The bookie child dies asynchronously after its parent; wait until it is gone."""
+        import socket
+
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", self.bookie_port)) != 0:
+                    return
+            time.sleep(0.05)
+        raise TimeoutError("the standalone's bookie child did not exit")
+
+    def log_tail(self, lines: int = 60) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+
+class StandaloneFactory:
+    def __init__(self, base: pathlib.Path) -> None:
+        self.base = base
+        self.started: list[StandaloneProcess] = []
+
+    def create(self, name: str = "standalone", **kwargs: int) -> StandaloneProcess:
+        proc = StandaloneProcess(self.base / name, self.base / f"{name}.log", **kwargs)
+        self.started.append(proc)
+        return proc
+
+    def close(self) -> None:
+        for proc in self.started:
+            if proc.proc is not None and proc.proc.poll() is None:
+                proc.proc.kill()
+                proc.proc.wait(10)
+
+
+@pytest.fixture
+def standalone_factory(tmp_path: pathlib.Path) -> Iterator[StandaloneFactory]:
+    factory = StandaloneFactory(tmp_path)
+    yield factory
+    factory.close()
