@@ -298,3 +298,72 @@ def test_reader_seek_and_last_message_id(client: pulsar.Client) -> None:
     reader.seek(pulsar.MessageId.earliest)
     assert reader.read_next(5000).data() == b"m0"
     assert reader.has_message_available()
+
+
+@pytest.mark.parametrize("sub_type", [Exclusive, Failover], ids=lambda t: t.name)
+def test_negative_ack_on_single_active_rewinds_with_count_zero(
+    client: pulsar.Client, sub_type: pulsar.ConsumerType
+) -> None:
+    topic = _topic()
+    consumer = client.subscribe(
+        topic, "sub", consumer_type=sub_type, negative_ack_redelivery_delay_ms=100
+    )
+    producer = client.create_producer(topic)
+    producer.send(b"a")
+    producer.send(b"b")
+    first = consumer.receive(5000)
+    consumer.acknowledge(first)
+    second = consumer.receive(5000)
+    consumer.negative_acknowledge(second)
+    again = consumer.receive(5000)
+    assert again.data() == b"b" and again.redelivery_count() == 0
+    consumer.acknowledge(again)
+
+
+def test_wait_for_exclusive_producer_gets_the_topic_when_it_is_free(
+    broker: InProcessBroker, client: pulsar.Client
+) -> None:
+    import threading
+
+    topic = _topic()
+    consumer = client.subscribe(topic, "sub")
+    holder = client.create_producer(topic, access_mode=pulsar.ProducerAccessMode.Exclusive)
+    made: list[pulsar.Producer] = []
+    waiter = threading.Thread(
+        target=lambda: made.append(
+            client.create_producer(topic, access_mode=pulsar.ProducerAccessMode.WaitForExclusive)
+        )
+    )
+    waiter.start()
+    assert broker.service is not None
+    topics = broker.service.topics
+    deadline = time.monotonic() + 5
+    while not topics[topic].producers.waiting:  # queued behind the exclusive holder
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    assert not made
+    holder.send(b"from-holder")
+    holder.close()
+    waiter.join(10)
+    assert made
+    made[0].send(b"from-waiter")
+    assert [consumer.receive(5000).data() for _ in range(2)] == [b"from-holder", b"from-waiter"]
+
+
+def test_partitioned_auto_creation() -> None:
+    b = InProcessBroker(allow_auto_topic_creation_type="partitioned", default_num_partitions=3)
+    b.start()
+    c = pulsar.Client(b.service_url, operation_timeout_seconds=5)
+    try:
+        topic = _topic("auto")
+        assert len(c.get_topic_partitions(topic)) == 3
+        consumer = c.subscribe(topic, "s")
+        producer = c.create_producer(topic)
+        for i in range(6):
+            producer.send(f"m{i}".encode())
+        assert sorted(consumer.receive(5000).data() for _ in range(6)) == [
+            f"m{i}".encode() for i in range(6)
+        ]
+    finally:
+        c.close()
+        b.stop()
