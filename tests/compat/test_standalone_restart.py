@@ -12,7 +12,6 @@ import time
 import urllib.request
 
 import pulsar
-
 from support.standalone import StandaloneFactory
 
 TOPIC = "persistent://public/default/restart-durability"
