@@ -108,10 +108,10 @@ def test_snapshot_and_delta_round_trip(
     assert base.redeliveries == s.redeliveries
 
 
-def test_million_random_acks_with_100k_holes_encode_compactly() -> None:
+def test_random_acks_with_many_holes_encode_compactly() -> None:
     rng = random.Random(1)
-    n = 1_000_000
-    holes = set(rng.sample(range(1, n), 100_000))
+    n = 200_000
+    holes = set(rng.sample(range(1, n), 20_000))
     order = [e for e in range(n) if e not in holes]
     rng.shuffle(order)
     s = AckState(P(7, -1))
@@ -119,9 +119,9 @@ def test_million_random_acks_with_100k_holes_encode_compactly() -> None:
         s.ack(P(7, e))
     s.advance(Nav({7: None}))
     ranges = s.ranges()
-    assert len(ranges) >= 85_000  # holes split ranges (adjacent holes share one gap)
+    assert len(ranges) >= 17_000  # holes split ranges (adjacent holes share one gap)
     blob = s.encode_snapshot()
-    assert len(blob) < 400_000
+    assert len(blob) < 80_000  # about 4 bytes per hole; no range cap
     back = AckState.decode_snapshot(blob)
     assert back.ranges() == ranges and back.mark_delete == s.mark_delete
     assert not back.is_acked(P(7, min(holes))) and back.is_acked(P(7, 0))
