@@ -26,13 +26,13 @@ from magnetar.broker.ledger.errors import (
     NotEnoughBookies,
 )
 from magnetar.broker.ledger.handle import LedgerEntry, ReadHandle, WriteHandle, unframe
-from magnetar.broker.ledger.idgen import LedgerIdAllocator
 from magnetar.broker.ledger.metadata import LedgerMetadata, master_key_for, write_set, write_sets
 from magnetar.broker.ledger.placement import BookieClientFactory, BookieRegistry
 from magnetar.broker.ledger.states import LedgerState
 from magnetar.zk import paths
 from magnetar.zk.clock import Clock, SystemClock
 from magnetar.zk.errors import AlreadyExists, BadVersion, NotFound
+from magnetar.zk.recipes import IdAllocator
 from magnetar.zk.store import CREATE_ONLY, MetadataStore
 
 log = logging.getLogger(__name__)
@@ -74,7 +74,7 @@ class LedgerClient:
         self.registry = BookieRegistry(
             store, client_factory, self.clock, quarantine_ms=self.config.quarantine_ms, rng=self.rng
         )
-        self._ids = LedgerIdAllocator(store)
+        self._ids = IdAllocator(store, paths.LEDGER_IDGEN)
         self.master_key = master_key_for(self.config.password)
 
     async def create_ledger(
