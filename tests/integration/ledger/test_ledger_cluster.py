@@ -1,0 +1,133 @@
+"""Managed ledgers on real bookie processes and a real ZooKeeper: rollover and trimming with
+bookie GC, cursor persistence across restarts, session loss, racing owners."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from support.ledger_cluster import (
+    bookie_client_factory,
+    chroot_url,
+    open_factory,
+    wait_for,
+    wait_registered,
+)
+
+from magnetar.bookie.errors import NoEntry, NoLedger
+from magnetar.broker.ledger import EARLIEST, ManagedLedgerFenced, Position
+from magnetar.zk import paths
+
+FAST = {"min_ledger_rollover_time_ms": 0, "max_entries_per_ledger": 100}
+
+
+async def test_rollover_trim_and_bookie_gc(zookeeper_server, bookie_factory) -> None:  # type: ignore[no-untyped-def]
+    url = chroot_url(zookeeper_server.url)
+    bookies = bookie_factory.start_many(2, metadata=url, extra_args=["--gc-interval-s", "0.3"])
+    factory = await open_factory(url, retention_time_ms=0, retention_size_bytes=0, **FAST)
+    await wait_registered(factory.store, 2)
+    ml = await factory.open("t/ns/persistent/trim")
+    cursor = await ml.open_cursor("sub", EARLIEST)
+    positions = [await ml.add_nowait(b"payload-%d" % i) for i in range(350)]
+    assert len({p.ledger_id for p in positions}) == 4  # rolled over every 100 entries
+    first_ledger = positions[0].ledger_id
+    assert await ml.trim() == []  # nothing consumed yet
+    await cursor.mark_delete(positions[249])
+    await wait_for(lambda: first_ledger not in ml.ledger_ids, 10)
+    assert ml.ledger_ids[0] == positions[250].ledger_id
+    assert await factory.store.get(paths.ledger_metadata(first_ledger)) is None
+    # bookie GC reclaims the trimmed ledgers' entries
+    client = bookie_client_factory(bookies[0].address)
+    try:
+
+        async def gone() -> bool:
+            try:
+                await client.read_entry(first_ledger, 0)
+            except (NoLedger, NoEntry):
+                return True
+            return False
+
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 20
+        while not await gone():
+            assert loop.time() < deadline, "bookie GC did not reclaim the trimmed ledger"
+            await asyncio.sleep(0.1)
+    finally:
+        await client.close()
+    got = await ml.read_entries(cursor, 1000)
+    assert [e.payload for e in got] == [b"payload-%d" % i for i in range(250, 350)]
+    await factory.close()
+    await factory.store.close()
+
+
+async def test_cursor_survives_clean_restart(zookeeper_server, bookie_factory) -> None:  # type: ignore[no-untyped-def]
+    url = chroot_url(zookeeper_server.url)
+    bookie_factory.start_many(2, metadata=url)
+    f1 = await open_factory(url, retention_time_ms=-1, retention_size_bytes=-1, **FAST)
+    await wait_registered(f1.store, 2)
+    ml = await f1.open("t/ns/persistent/restart")
+    cursor = await ml.open_cursor("sub", EARLIEST)
+    pos = list(await asyncio.gather(*(ml.add_nowait(b"m%d" % i) for i in range(300))))
+    keep = {3, 99, 100, 101, 250, 299}
+    await cursor.delete(p for i, p in enumerate(pos) if i not in keep)
+    assert await cursor.delete_batch_indexes(pos[250], 3, [1]) is False
+    await cursor.increment_redelivery(pos[99])
+    await f1.close()
+    await f1.store.close()
+
+    f2 = await open_factory(url, retention_time_ms=-1, retention_size_bytes=-1, **FAST)
+    ml2 = await f2.open("t/ns/persistent/restart")
+    c2 = ml2.cursors["sub"]
+    got = await ml2.read_entries(c2, 1000)
+    assert [e.payload for e in got] == [b"m%d" % i for i in sorted(keep)]
+    assert c2.mark_delete_position == Position(pos[3].ledger_id, pos[3].entry_id - 1)
+    assert c2.redelivery_count(pos[99]) == 1
+    assert c2.batch_ack_set(pos[250]) == (3, 0b010)
+    assert c2.backlog().entries == len(keep)
+    await f2.close()
+    await f2.store.close()
+
+
+async def test_session_loss_stops_the_owner(zookeeper_server, bookie_factory) -> None:  # type: ignore[no-untyped-def]
+    url = chroot_url(zookeeper_server.url)
+    bookie_factory.start_many(2, metadata=url)
+    factory = await open_factory(url, retention_time_ms=-1, retention_size_bytes=-1)
+    await wait_registered(factory.store, 2)
+    ml = await factory.open("t/ns/persistent/session")
+    await ml.add(b"before")
+    await factory.store.force_expire()  # type: ignore[attr-defined]
+    await wait_for(lambda: ml.state.name == "FENCED", 30)
+    with pytest.raises(ManagedLedgerFenced):
+        await ml.add(b"after")
+    # another owner takes over and sees only what was acknowledged
+    f2 = await open_factory(url, retention_time_ms=-1, retention_size_bytes=-1)
+    ml2 = await f2.open("t/ns/persistent/session")
+    got = await ml2.read_entries(ml2.new_non_durable_cursor(EARLIEST), 10)
+    assert [e.payload for e in got] == [b"before"]
+    await f2.close()
+    await f2.store.close()
+    await factory.store.close()
+
+
+async def test_two_owners_racing_exactly_one_survives(zookeeper_server, bookie_factory) -> None:  # type: ignore[no-untyped-def]
+    url = chroot_url(zookeeper_server.url)
+    bookie_factory.start_many(2, metadata=url)
+    f1 = await open_factory(url)
+    f2 = await open_factory(url)
+    await wait_registered(f1.store, 2)
+    name = "t/ns/persistent/race"
+    opened = await asyncio.gather(f1.open(name), f2.open(name), return_exceptions=True)
+    outcomes: list[object] = []
+    for ml in opened:
+        if isinstance(ml, BaseException):
+            outcomes.append(ml)
+            continue
+        try:
+            outcomes.append(await asyncio.wait_for(ml.add(b"x"), 15))
+        except ManagedLedgerFenced as exc:
+            outcomes.append(exc)
+    winners = [o for o in outcomes if isinstance(o, Position)]
+    assert len(winners) == 1, outcomes
+    for f in (f1, f2):
+        await f.close()
+        await f.store.close()
