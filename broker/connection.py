@@ -645,6 +645,10 @@ class ServerConnection(asyncio.Protocol):
             is_reader=not req.durable,
             partition_index=topic.name.partition_index,
         )
+        if req.HasField("keySharedMeta"):
+            meta = req.keySharedMeta
+            consumer.key_shared_mode = int(meta.keySharedMode)
+            consumer.hash_ranges = [(r.start, r.end) for r in meta.hashRanges]
         start: Position | None = None
         if req.HasField("start_message_id"):
             pos = _position(req.start_message_id)

@@ -61,6 +61,8 @@ class Consumer:
         address: str = "",
         is_reader: bool = False,
         partition_index: int = -1,
+        key_shared_mode: int = 0,
+        hash_ranges: list[tuple[int, int]] | None = None,
     ) -> None:
         self.consumer_id = consumer_id
         self.name = name
@@ -71,6 +73,8 @@ class Consumer:
         self.address = address
         self.is_reader = is_reader
         self.partition_index = partition_index
+        self.key_shared_mode = key_shared_mode  # 0 AUTO_SPLIT, 1 STICKY
+        self.hash_ranges = list(hash_ranges or [])  # inclusive slot ranges (STICKY)
         self.permits = 0
         self.pending: dict[Position, int] = {}
         self.unacked = 0

@@ -11,6 +11,10 @@ and the two dispatchers that drive a cursor with them:
 - ``MultipleConsumersDispatcher`` (Shared): replays first (redelivered / orphaned entries, in
   position order), then new entries; one entry to one consumer; a consumer blocks at its
   unacked limit and resumes at half; the subscription blocks at its own limit likewise.
+- ``KeySharedDispatcher`` (Key_Shared): as Shared, but by the Murmur3 slot of the sticky key
+  (AUTO_SPLIT consistent hashing or STICKY ranges); a slot stays on the consumer holding its
+  unacked messages until they drain, so per-key order survives consumers joining and
+  leaving, and a stuck key never stops the other keys (bounded read-ahead).
 
 A dispatch round decides synchronously, awaits exactly one cursor read, then re-checks an
 epoch (bumped by rewinds, seeks and consumer changes) before sending, so a stale read is
@@ -138,7 +142,7 @@ class Dispatcher:
         consumer.on_dispatched(pos, self.count_of(entry))
         self.owner[pos] = consumer
         count = 0
-        if self.sub_type is SubType.SHARED:
+        if self.sub_type in (SubType.SHARED, SubType.KEY_SHARED):
             count = self.redelivery.get(pos) or self.cursor.redelivery_count(pos)
         out.append(OutMessage(pos, entry.data, count, self.cursor.batch_ack_set(pos)))
 
@@ -428,6 +432,224 @@ class MultipleConsumersDispatcher(Dispatcher):
         return progressed
 
 
+# ---------------------------------------------------------------------- Key_Shared
+
+KEY_SHARED_SLOTS = 65536
+RING_POINTS_PER_CONSUMER = 100
+LOOKAHEAD_PER_CONSUMER = 2000
+LOOKAHEAD_MAX = 20_000
+
+
+class KeySharedSelector:
+    """Slot (0..65535) -> consumer. AUTO_SPLIT: consistent hashing, 100 ring points per
+    consumer (Murmur3 of name + index); STICKY: the consumers' declared inclusive ranges,
+    which must not overlap (ConsumerAssignError)."""
+
+    def __init__(self, sticky: bool) -> None:
+        self.sticky = sticky
+        self._ring: list[tuple[int, int, Consumer]] = []  # (point, tie-break, consumer)
+        self._ranges: list[tuple[int, int, Consumer]] = []
+
+    def add(self, consumer: Consumer) -> None:
+        from magnetar.client.protocol import murmur3_32_hash
+
+        if self.sticky:
+            if not consumer.hash_ranges:
+                raise ValueError("A STICKY Key_Shared consumer must declare hash ranges")
+            for start, end in consumer.hash_ranges:
+                if not 0 <= start <= end < KEY_SHARED_SLOTS:
+                    raise ValueError(f"Invalid hash range [{start}, {end}]")
+                for s, e, other in self._ranges:
+                    if start <= e and s <= end:
+                        raise ValueError(
+                            f"Range [{start}, {end}] overlaps [{s}, {e}] of {other.name}"
+                        )
+            for start, end in consumer.hash_ranges:
+                self._ranges.append((start, end, consumer))
+            self._ranges.sort(key=lambda r: r[0])
+            return
+        for i in range(RING_POINTS_PER_CONSUMER):
+            point = murmur3_32_hash(f"{consumer.name}{i}") % KEY_SHARED_SLOTS
+            bisect.insort(self._ring, (point, consumer.consumer_id, consumer), key=lambda r: r[:2])
+
+    def remove(self, consumer: Consumer) -> None:
+        self._ring = [r for r in self._ring if r[2] is not consumer]
+        self._ranges = [r for r in self._ranges if r[2] is not consumer]
+
+    def select(self, slot: int) -> Consumer | None:
+        if self.sticky:
+            for start, end, consumer in self._ranges:
+                if start <= slot <= end:
+                    return consumer
+            return None
+        if not self._ring:
+            return None
+        i = bisect.bisect_left(self._ring, slot, key=lambda r: r[0])
+        return self._ring[i % len(self._ring)][2]
+
+
+class KeySharedDispatcher(MultipleConsumersDispatcher):
+    """Shared, but a key goes to one consumer at a time and keeps its order.
+
+    A slot with messages still pending (dispatched, unacked) on a consumer stays with that
+    consumer until they are acked or returned, even if the selector now points elsewhere
+    (Pulsar 4's "draining hashes"). An entry that cannot go to its consumer now (no
+    permits) waits in the replay set, and every later entry of its slot waits behind it;
+    other keys keep flowing: new entries are read ahead of a stuck replay set, up to
+    ``LOOKAHEAD_PER_CONSUMER`` x consumers (at most ``LOOKAHEAD_MAX``) waiting entries.
+    """
+
+    sub_type = SubType.KEY_SHARED
+
+    def __init__(
+        self,
+        cursor: TopicCursor,
+        count_of: CountOf,
+        redelivery: dict[Position, int],
+        *,
+        max_unacked_per_subscription: int = 200_000,
+        slot_of: Callable[[Entry], int] | None = None,
+    ) -> None:
+        super().__init__(
+            cursor, count_of, redelivery, max_unacked_per_subscription=max_unacked_per_subscription
+        )
+        self.selector: KeySharedSelector | None = None
+        self.slot_of_entry = slot_of or (lambda e: 0)
+        self._slots: dict[Position, int] = {}  # known slot of replayed / pending entries
+        self._pending_per_slot: dict[int, int] = {}
+        self._slot_owner: dict[int, Consumer] = {}
+
+    def __repr__(self) -> str:
+        return (
+            f"<KeySharedDispatcher consumers={len(self.consumers)} replay={len(self.replay)} "
+            f"draining={len(self._slot_owner)}>"
+        )
+
+    def add_consumer(self, consumer: Consumer) -> None:
+        sticky = consumer.key_shared_mode == 1
+        if self.selector is None or not self.consumers:
+            self.selector = KeySharedSelector(sticky)
+        elif self.selector.sticky != sticky:
+            raise ValueError("Key_Shared mode differs from the subscription's")
+        self.selector.add(consumer)
+        super().add_consumer(consumer)
+
+    def remove_consumer(self, consumer: Consumer) -> None:
+        if self.selector is not None:
+            self.selector.remove(consumer)
+        for pos in list(consumer.pending):
+            self._release(pos)
+        super().remove_consumer(consumer)
+
+    def _release(self, pos: Position) -> None:
+        slot = self._slots.get(pos)
+        if slot is None:
+            return
+        left = self._pending_per_slot.get(slot, 0) - 1
+        if left <= 0:
+            self._pending_per_slot.pop(slot, None)
+            self._slot_owner.pop(slot, None)
+        else:
+            self._pending_per_slot[slot] = left
+
+    def forget(self, position: Position) -> bool:
+        if position in self.owner:
+            self._release(position)
+        self._slots.pop(position, None)
+        return super().forget(position)
+
+    def redeliver(self, consumer: Consumer, positions: list[Position] | None) -> None:
+        chosen = list(consumer.pending) if positions is None else positions
+        for pos in chosen:
+            if self.owner.get(pos) is consumer:
+                self._release(pos)
+        super().redeliver(consumer, positions)
+
+    def reset(self) -> None:
+        super().reset()
+        self._slots.clear()
+        self._pending_per_slot.clear()
+        self._slot_owner.clear()
+
+    @property
+    def _lookahead_cap(self) -> int:
+        return min(LOOKAHEAD_MAX, LOOKAHEAD_PER_CONSUMER * max(1, len(self.consumers)))
+
+    def _place(
+        self, entries: list[Entry], stuck: set[int], out: dict[int, list[OutMessage]]
+    ) -> tuple[int, list[Position]]:
+        assert self.selector is not None
+        placed = 0
+        waiting: list[Position] = []
+        limit = self.max_unacked
+        index = {id(c): i for i, c in enumerate(self.consumers)}
+        for entry in entries:
+            pos = entry.position
+            slot = self._slots.get(pos)
+            if slot is None:
+                try:
+                    slot = self.slot_of_entry(entry)
+                except Exception:
+                    slot = 0
+                self._slots[pos] = slot
+            if slot in stuck:
+                waiting.append(pos)
+                continue
+            target = self._slot_owner.get(slot) or self.selector.select(slot)
+            if (
+                target is None
+                or not target.available
+                or (limit > 0 and self.total_unacked >= limit)
+            ):
+                waiting.append(pos)
+                stuck.add(slot)
+                continue
+            self._slot_owner[slot] = target
+            self._pending_per_slot[slot] = self._pending_per_slot.get(slot, 0) + 1
+            self._assign(target, entry, out.setdefault(index[id(target)], []))
+            placed += 1
+        return placed, waiting
+
+    async def _round(self) -> bool:
+        if self.blocked or self.selector is None:
+            return False
+        permits = sum(c.permits for c in self.consumers if c.available)
+        if permits <= 0:
+            return False
+        want = min(permits, MAX_READ_ENTRIES)
+        epoch = self.epoch
+        out: dict[int, list[OutMessage]] = {}
+        stuck: set[int] = set()
+        placed = 0
+        progressed = False
+        if self.replay:
+            positions = self._take_replay(want)
+            entries = await self.cursor.read_positions(positions)
+            if epoch != self.epoch:
+                return True
+            for pos in set(positions) - {e.position for e in entries}:
+                self._slots.pop(pos, None)  # acked meanwhile
+            # what stays in the replay set blocks its slots for this round
+            stuck.update(self._slots[p] for p in self.replay if p in self._slots)
+            placed, waiting = self._place(entries, stuck, out)
+            self.add_replay(waiting)
+            progressed = placed > 0 or len(entries) < len(positions)
+        if placed < want and len(self.replay) < self._lookahead_cap:
+            stuck.update(self._slots[p] for p in self.replay if p in self._slots)
+            entries = await self.cursor.read_entries(want - placed)
+            if epoch != self.epoch:
+                return True
+            n, waiting = self._place(entries, stuck, out)
+            self.add_replay(waiting)
+            placed += n
+            progressed = progressed or bool(entries)
+        for idx, msgs in out.items():
+            self._flush(self.consumers[idx], msgs)
+        if self.max_unacked > 0 and self.total_unacked >= self.max_unacked:
+            self.blocked = True
+        return progressed
+
+
 def new_dispatcher(
     sub_type: SubType,
     cursor: TopicCursor,
@@ -436,10 +658,19 @@ def new_dispatcher(
     *,
     partition_index: int = -1,
     max_unacked_per_subscription: int = 200_000,
+    slot_of: Callable[[Entry], int] | None = None,
 ) -> Dispatcher:
     if sub_type in (SubType.EXCLUSIVE, SubType.FAILOVER):
         return SingleActiveConsumerDispatcher(
             cursor, count_of, redelivery, sub_type, partition_index
+        )
+    if sub_type is SubType.KEY_SHARED:
+        return KeySharedDispatcher(
+            cursor,
+            count_of,
+            redelivery,
+            max_unacked_per_subscription=max_unacked_per_subscription,
+            slot_of=slot_of,
         )
     return MultipleConsumersDispatcher(
         cursor, count_of, redelivery, max_unacked_per_subscription=max_unacked_per_subscription
@@ -449,6 +680,8 @@ def new_dispatcher(
 __all__ = [
     "Dispatcher",
     "DispatcherStats",
+    "KeySharedDispatcher",
+    "KeySharedSelector",
     "MultipleConsumersDispatcher",
     "SingleActiveConsumerDispatcher",
     "new_dispatcher",

@@ -53,8 +53,10 @@ class Subscription:
         *,
         partition_index: int = -1,
         max_unacked_per_subscription: int = 200_000,
+        slot_of: Any = None,
     ) -> None:
         self.topic_name = topic_name
+        self.slot_of = slot_of
         self.name = name
         self.cursor = cursor
         self.count_of = count_of
@@ -77,7 +79,7 @@ class Subscription:
 
     # -- consumers
     def add_consumer(self, consumer: Consumer) -> None:
-        stype = SubType.SHARED if consumer.sub_type is SubType.KEY_SHARED else consumer.sub_type
+        stype = consumer.sub_type
         if self.dispatcher is not None and self.dispatcher.consumers:
             if stype is not self.sub_type:
                 raise SubscriptionError("ConsumerBusy", "Subscription is of different type")
@@ -94,8 +96,12 @@ class Subscription:
                 self.redelivery,
                 partition_index=self.partition_index,
                 max_unacked_per_subscription=self.max_unacked_per_subscription,
+                slot_of=self.slot_of,
             )
-        self.dispatcher.add_consumer(consumer)
+        try:
+            self.dispatcher.add_consumer(consumer)
+        except ValueError as exc:  # Key_Shared: bad or overlapping hash ranges, other mode
+            raise SubscriptionError("ConsumerAssignError", str(exc)) from None
 
     def remove_consumer(self, consumer: Consumer) -> None:
         consumer.closed = True

@@ -25,6 +25,7 @@ from magnetar.broker.naming import TopicName
 from magnetar.broker.producer import Admission, Deduplication, Producer, ProducerRegistry
 from magnetar.broker.storage import Entry, TopicLedger
 from magnetar.broker.subscription import Subscription, SubscriptionError
+from magnetar.client.protocol import key_shared_slot, sticky_key
 
 log = logging.getLogger(__name__)
 
@@ -140,6 +141,11 @@ class PersistentTopic:
             self._remember_count(pos, n)
         return n
 
+    @staticmethod
+    def slot_of(entry: Entry) -> int:
+        """Key_Shared slot of an entry (its outer metadata's sticky key)."""
+        return key_shared_slot(sticky_key(parse_metadata(entry.data)))
+
     def _remember_count(self, pos: Position, n: int) -> None:
         if len(self._counts) >= _COUNT_CACHE_MAX:  # forget: older entries get parsed again
             self._counts.clear()
@@ -228,6 +234,7 @@ class PersistentTopic:
             self.count_of,
             partition_index=self.name.partition_index,
             max_unacked_per_subscription=self.max_unacked_per_subscription,
+            slot_of=self.slot_of,
         )
 
     async def subscribe(

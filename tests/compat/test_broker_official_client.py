@@ -367,3 +367,36 @@ def test_partitioned_auto_creation() -> None:
     finally:
         c.close()
         b.stop()
+
+
+def test_key_shared_one_consumer_per_key_in_order(client: pulsar.Client) -> None:
+    topic = _topic()
+    consumers = [
+        client.subscribe(
+            topic, "ks", consumer_type=pulsar.ConsumerType.KeyShared, consumer_name=name
+        )
+        for name in ("a", "b", "c")
+    ]
+    producer = client.create_producer(topic)
+    keys = [f"key-{i}" for i in range(12)]
+    for round_ in range(10):
+        for k in keys:
+            producer.send(f"{k}:{round_}".encode(), partition_key=k)
+    seen: dict[str, list[int]] = {}
+    owner: dict[str, int] = {}
+    total = 0
+    deadline = time.monotonic() + 10
+    while total < 120:
+        assert time.monotonic() < deadline
+        for i, c in enumerate(consumers):
+            try:
+                m = c.receive(50)
+            except pulsar.Timeout:
+                continue
+            key, round_ = m.data().decode().split(":")
+            assert owner.setdefault(key, i) == i  # a key never moves while all stay
+            seen.setdefault(key, []).append(int(round_))
+            c.acknowledge(m)
+            total += 1
+    assert all(v == list(range(10)) for v in seen.values())
+    assert len(set(owner.values())) > 1

@@ -242,3 +242,86 @@ async def test_closed_shared_consumer_returns_pending_to_others_without_count() 
     await settle()
     assert sink.got(2) == [0, 1]
     assert [m.redelivery_count for m in sink.messages[2]] == [0, 0]
+
+
+# ------------------------------------------------------------------ Key_Shared
+
+
+def keyed(key: str) -> bytes:
+    md = pb.MessageMetadata(producer_name="p", sequence_id=0, publish_time=1, partition_key=key)
+    raw = md.SerializeToString()
+    return len(raw).to_bytes(4, "big") + raw + b"x"
+
+
+async def make_key_shared_sub(ledger: MemoryLedger) -> Subscription:
+    from magnetar.broker.frames import num_messages
+    from magnetar.broker.topic import PersistentTopic
+
+    cursor = await ledger.open_cursor("s", initial_earliest=True)
+    return Subscription(
+        "t", "s", cursor, lambda e: num_messages(e.data), slot_of=PersistentTopic.slot_of
+    )
+
+
+def test_sticky_ranges_must_not_overlap() -> None:
+    from magnetar.broker.dispatchers import KeySharedSelector
+
+    sink = Sink()
+    sel = KeySharedSelector(sticky=True)
+    a = Consumer(1, "a", SubType.KEY_SHARED, sink=sink, key_shared_mode=1, hash_ranges=[(0, 32767)])
+    b = Consumer(
+        2, "b", SubType.KEY_SHARED, sink=sink, key_shared_mode=1, hash_ranges=[(32000, 65535)]
+    )
+    sel.add(a)
+    with pytest.raises(ValueError):
+        sel.add(b)
+    b.hash_ranges = [(32768, 65535)]
+    sel.add(b)
+    assert sel.select(10) is a and sel.select(40000) is b
+
+
+async def test_key_shared_keeps_keys_on_one_consumer_and_order_when_one_joins() -> None:
+    ledger = MemoryLedger("t", 14)
+    keys = [f"k{i}" for i in range(20)]
+    await ledger.add_entries([keyed(k) for k in keys])
+    sub = await make_key_shared_sub(ledger)
+    sink = Sink()
+    a = consumer(1, SubType.KEY_SHARED, sink, name="a")
+    sub.add_consumer(a)
+    sub.flow(a, 100)
+    await settle()
+    assert len(sink.got(1)) == 20
+    b = consumer(2, SubType.KEY_SHARED, sink, name="b")
+    sub.add_consumer(b)  # some slots now map to b, but they are draining on a
+    sub.flow(b, 100)
+    await ledger.add_entries([keyed(k) for k in keys])  # second round, same keys
+    sub.notify_new_entries()
+    await settle()
+    assert sink.got(2) == []  # every key still has unacked messages on a
+    await sub.ack_individual(a, [(Position(14, e), None) for e in range(40)])
+    await ledger.add_entries([keyed(k) for k in keys])
+    sub.notify_new_entries()
+    await settle()
+    from magnetar.broker.dispatchers import KeySharedDispatcher
+    from magnetar.client.protocol import key_shared_slot
+
+    dispatcher = sub.dispatcher
+    assert isinstance(dispatcher, KeySharedDispatcher) and dispatcher.selector is not None
+    third = {
+        m.position.entry_id: cid
+        for cid in (1, 2)
+        for m in sink.messages.get(cid, [])
+        if m.position.entry_id >= 40
+    }
+    assert sorted(third) == list(range(40, 60))
+    expected = {
+        40 + i: dispatcher.selector.select(key_shared_slot(k)).consumer_id
+        for i, k in enumerate(keys)
+    }
+    assert third == expected  # drained keys follow the selector again
+    assert set(third.values()) == {1, 2}
+    for msgs in sink.messages.values():  # per consumer, each key's entries arrive in order
+        per_key: dict[int, list[int]] = {}
+        for m in msgs:
+            per_key.setdefault(m.position.entry_id % 20, []).append(m.position.entry_id)
+        assert all(v == sorted(v) for v in per_key.values())
