@@ -78,6 +78,7 @@ class _Stream:
     def __init__(self, owner: BookieClient, call: Any) -> None:
         self.owner = owner
         self.call = call
+        self.loop = asyncio.get_running_loop()
         self.queue: collections.deque[tuple[AddRequest, asyncio.Future[None]]] = collections.deque()
         self.queued_bytes = 0
         # (batch_id, futures in entry order, send time ms)
@@ -304,21 +305,25 @@ class BookieClient:
     # -- adds -------------------------------------------------------------------------------
 
     def add(self, request: AddRequest) -> asyncio.Future[None]:
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future[None] = loop.create_future()
-        try:
-            stream = self._stream
-            if stream is None:
+        stream = self._stream
+        if stream is None:
+            fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            try:
                 stream = self._open_stream()
-        except BookieError as exc:
-            fut.set_exception(exc)
-            return fut
-        if len(stream.queue) + stream.inflight_entries >= self.max_pending_adds:
+            except BookieError as exc:
+                fut.set_exception(exc)
+                return fut
+        else:
+            fut = stream.loop.create_future()
+        queue = stream.queue
+        if len(queue) + stream.inflight_entries >= self.max_pending_adds:
             fut.set_exception(TooManyRequests(f"{self.max_pending_adds} adds pending"))
             return fut
-        stream.queue.append((request, fut))
+        queue.append((request, fut))
         stream.queued_bytes += len(request.payload)
-        stream.wake.set()
+        wake = stream.wake
+        if not wake.is_set():
+            wake.set()
         return fut
 
     def _open_stream(self) -> _Stream:

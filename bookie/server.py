@@ -70,6 +70,36 @@ class ServiceStatistics:
     bad_requests: int
 
 
+_new_object = object.__new__
+_SLOTS = ("ledger_id", "entry_id", "lac", "crc32c", "payload", "master_key", "recovery")
+assert AddRequest.__slots__ == _SLOTS, "keep _new_add_request in step with AddRequest"
+_set_lid, _set_eid, _set_lac, _set_crc, _set_payload, _set_key, _set_recovery = (
+    AddRequest.__dict__[name].__set__ for name in _SLOTS
+)
+
+
+def _new_add_request(  # noqa: PLR0917 (mirrors the positional AddRequest constructor)
+    ledger_id: int,
+    entry_id: int,
+    lac: int,
+    crc: int,
+    payload: bytes,
+    master_key: bytes,
+    recovery: bool,
+) -> AddRequest:
+    """``AddRequest(...)`` without the frozen dataclass ``__init__`` (a third cheaper: this
+    runs once per received entry). Equal to the normal constructor's result."""
+    r: AddRequest = _new_object(AddRequest)
+    _set_lid(r, ledger_id)
+    _set_eid(r, entry_id)
+    _set_lac(r, lac)
+    _set_crc(r, crc)
+    _set_payload(r, payload)
+    _set_key(r, master_key)
+    _set_recovery(r, recovery)
+    return r
+
+
 def _entry_pb(entry: Entry) -> pb.Entry:
     return pb.Entry(
         ledger_id=entry.ledger_id,
@@ -151,23 +181,27 @@ class BookieService(pb_grpc.BookieServicer):
         shared_key = batch.master_key
         max_entry = self.max_entry_bytes
         requests: list[AddRequest] = []
+        append = requests.append
+        make = _new_add_request
         # Entries refused here are answered without reaching storage.
         early: dict[int, int] = {}
         size = 0
+        accepting = self.accepting
         for i, e in enumerate(entries):
             payload = e.payload
-            size += len(payload)
+            plen = len(payload)
+            size += plen
+            lid = e.ledger_id
+            eid = e.entry_id
             key = e.master_key or shared_key
-            if e.ledger_id < 0 or e.entry_id < 0 or len(key) > MAX_MASTER_KEY_BYTES:
+            if lid < 0 or eid < 0 or len(key) > MAX_MASTER_KEY_BYTES:
                 early[i] = StatusCode.BAD_REQUEST
-            elif len(payload) > max_entry:
+            elif plen > max_entry:
                 early[i] = StatusCode.ENTRY_TOO_LARGE
-            elif not self.accepting:
+            elif not accepting:
                 early[i] = StatusCode.READ_ONLY
             else:
-                requests.append(
-                    AddRequest(e.ledger_id, e.entry_id, e.lac, e.crc32c, payload, key, e.recovery)
-                )
+                append(make(lid, eid, e.lac, e.crc32c, payload, key, e.recovery))
         if early:
             self._bad_requests += sum(1 for c in early.values() if c != StatusCode.READ_ONLY)
         if not requests:
