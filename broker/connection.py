@@ -95,6 +95,7 @@ class ServerConnection(asyncio.Protocol):
         self.producers: dict[int, Producer] = {}
         self.producer_topics: dict[int, PersistentTopic] = {}
         self.producer_requests: dict[int, int] = {}
+        self._closed_by_broker: set[int] = set()  # producer ids we closed (unload): late SENDs
         self.consumers: dict[int, tuple[Consumer, Subscription, PersistentTopic]] = {}
         self._chains: dict[tuple[str, int], asyncio.Task[None]] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -426,6 +427,7 @@ class ServerConnection(asyncio.Protocol):
         from magnetar.broker.service import ServiceError
 
         pid, rid = req.producer_id, req.request_id
+        self._closed_by_broker.discard(pid)
         existing = self.producers.get(pid)
         if existing is not None:
             self._producer_success(rid, existing, self.producer_topics[pid])
@@ -533,6 +535,7 @@ class ServerConnection(asyncio.Protocol):
             self.producers.pop(pid, None)
             self.producer_topics.pop(pid, None)
             self.producer_requests.pop(pid, None)
+            self._closed_by_broker.add(pid)
             self.write_command(
                 T(
                     type=T.CLOSE_PRODUCER,
@@ -548,6 +551,8 @@ class ServerConnection(asyncio.Protocol):
         seq = send.sequence_id
         highest = send.highest_sequence_id
         if producer is None or topic is None:
+            if pid in self._closed_by_broker:
+                return  # in flight when we closed it; the client resends after reconnecting
             raise ProtocolViolation(f"SEND for unknown producer {pid}")
         tail = data[tail_start:]
         if tail[:2] == MAGIC_CRC32C_BYTES:

@@ -400,3 +400,22 @@ def test_key_shared_one_consumer_per_key_in_order(client: pulsar.Client) -> None
             total += 1
     assert all(v == list(range(10)) for v in seen.values())
     assert len(set(owner.values())) > 1
+
+
+def test_unload_topic_clients_reconnect_without_loss(
+    broker: InProcessBroker, client: pulsar.Client
+) -> None:
+    topic = _topic()
+    consumer = client.subscribe(topic, "sub", consumer_type=Shared)
+    producer = client.create_producer(topic)
+    for i in range(5):
+        producer.send(f"m{i}".encode())
+    assert broker.service is not None
+    service = broker.service
+    before = service.topics[topic]
+    broker.call(lambda: service.unload_topic(topic))
+    for i in range(5, 10):
+        producer.send(f"m{i}".encode())  # reconnects: lookup, PRODUCER, then SEND
+    got = sorted(m.data() for m in _drain(consumer, 10))
+    assert got == sorted(f"m{i}".encode() for i in range(10))
+    assert service.topics[topic] is not before  # served by a freshly loaded topic
