@@ -227,3 +227,33 @@ async def test_bad_input_gets_typed_errors_and_bookie_stays_healthy(
         assert bookie.running
     finally:
         await client.close()
+
+
+async def test_gc_drops_ledgers_deleted_from_metadata(
+    bookie_factory: BookieFactory, chroot_url: str
+) -> None:
+    store = await ZooKeeperMetadataStore.connect(chroot_url)
+    await store.put(paths.ledger_metadata(1), b"{}")
+    await store.put(paths.ledger_metadata(2), b"{}")
+    bookie = bookie_factory.start(
+        metadata=chroot_url, storage=STORAGE, extra_args=["--gc-interval-s", "0.2"]
+    )
+    client = BookieClient(bookie.address)
+    try:
+        await asyncio.gather(
+            *(client.add(req(lid, i, b"v" * 200)) for lid in (1, 2) for i in range(20))
+        )
+        await store.delete(paths.ledger_metadata(2))
+
+        async def ledger_2_gone() -> bool:
+            try:
+                await client.read_entry(2, 0)
+            except NoLedger:
+                return True
+            return False
+
+        await wait_for(ledger_2_gone, timeout_s=20, what="GC of the deleted ledger")
+        assert [e.payload for e in await client.read_range(1, 0, 19)] == [b"v" * 200] * 20
+    finally:
+        await client.close()
+        await store.close()
