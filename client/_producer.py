@@ -1,0 +1,849 @@
+"""Producers: per-partition senders and the public ``Producer`` with routing.
+
+Owns: ``PartitionProducer`` (one topic or partition: sequence ids, the bounded pending queue of
+SEND frames awaiting receipts, the batching delay timer, chunking, compression, send timeout,
+re-sending everything pending after a reconnection) and ``Producer`` (the application's
+handle: routes each message to a partition, by key hash (Murmur3_32, as the official client's
+``Murmur3_32Hash`` scheme), round robin, a single partition, or a custom router).
+
+Invariants: receipts complete pending sends strictly in order (a receipt for a sequence id
+below the head is stale and ignored; above the head means the broker lost something and the
+connection is dropped, as the C++ client does); the pending count (accumulated + in flight)
+never exceeds ``max_pending_messages``: ``send_async`` then waits (``block_if_queue_full``) or
+raises ``ProducerQueueIsFull``; every send future completes exactly once.
+
+Must not know: how the broker stores entries.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import datetime
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from magnetar.client._accumulator import Batch, BatchAccumulator
+from magnetar.client._compression import compress
+from magnetar.client._config import (
+    BatchingType,
+    CompressionType,
+    PartitionsRoutingMode,
+    ProducerAccessMode,
+)
+from magnetar.client._connection import ClientConnection
+from magnetar.client._errors import (
+    AlreadyClosed,
+    InvalidConfiguration,
+    MessageTooBig,
+    ProducerQueueIsFull,
+    PulsarException,
+    Timeout,
+    for_code,
+)
+from magnetar.client._handler import ClientContext, Handler, HandlerState
+from magnetar.client._message import Message, MessageId
+from magnetar.client.protocol import (
+    Connection,
+    TopicName,
+    batch_metadata,
+    build_batch,
+    commands,
+    encode_headers_and_payload,
+    encode_payload_command,
+    murmur3_32_hash,
+    pb,
+)
+from magnetar.client.protocol import MessageId as _Id
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerConfig:
+    producer_name: str | None = None
+    initial_sequence_id: int | None = None
+    send_timeout_ms: int = 30_000
+    compression_type: CompressionType = CompressionType.NONE
+    max_pending_messages: int = 1000
+    max_pending_messages_across_partitions: int = 50_000
+    block_if_queue_full: bool = False
+    batching_enabled: bool = False
+    batching_max_messages: int = 1000
+    batching_max_allowed_size_in_bytes: int = 128 * 1024
+    batching_max_publish_delay_ms: int = 10
+    batching_type: BatchingType = BatchingType.Default
+    chunking_enabled: bool = False
+    chunk_max_message_size: int | None = None
+    message_routing_mode: PartitionsRoutingMode = PartitionsRoutingMode.RoundRobinDistribution
+    message_router: Callable[[Message, int], int] | None = None
+    properties: Mapping[str, str] = field(default_factory=dict)
+    access_mode: ProducerAccessMode = ProducerAccessMode.Shared
+    initial_subscription_name: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.chunking_enabled and self.batching_enabled:
+            raise InvalidConfiguration("chunking cannot be combined with batching")
+        if self.max_pending_messages <= 0:
+            raise InvalidConfiguration("max_pending_messages must be > 0")
+
+
+@dataclass(slots=True)
+class OutgoingMessage:
+    """One message from ``send``: its metadata (as a batch member) and payload."""
+
+    smm: pb.SingleMessageMetadata
+    payload: bytes
+    future: asyncio.Future[MessageId]
+    deliver_at_ms: int | None = None
+    replicate_to: tuple[str, ...] = ()
+    explicit_sequence_id: bool = False
+
+    @property
+    def key(self) -> str | bytes | None:
+        if self.smm.HasField("ordering_key"):
+            return self.smm.ordering_key
+        if self.smm.HasField("partition_key"):
+            return self.smm.partition_key
+        return None
+
+
+@dataclass(slots=True)
+class OpSend:
+    """A SEND frame in flight (one message, one batch, or one chunk)."""
+
+    sequence_id: int
+    frame: bytes
+    futures: list[asyncio.Future[MessageId]]
+    num_messages: int
+    created_ms: float
+    is_batch: bool = False
+    chunk_id: int = -1
+    num_chunks: int = 0
+    chunk_ids: list[_Id] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerStatistics:
+    pending_messages: int
+    in_flight_sends: int
+    accumulated_messages: int
+    messages_sent: int
+    receipts: int
+    reconnects: int
+    state: str
+
+
+class PartitionProducer(Handler):
+    kind = "producer"
+
+    def __init__(
+        self,
+        ctx: ClientContext,
+        topic: TopicName,
+        config: ProducerConfig,
+        partition: int,
+        *,
+        pending_limit: int,
+    ) -> None:
+        super().__init__(ctx, topic)
+        self.config = config
+        self.partition = partition
+        self.producer_id = ctx.next_producer_id()
+        self.producer_name = config.producer_name
+        self._user_named = config.producer_name is not None
+        self._epoch = 0
+        self.last_sequence_id = (
+            -1 if config.initial_sequence_id is None else (config.initial_sequence_id)
+        )
+        self._next_sequence_id = self.last_sequence_id + 1
+        self._sequence_known = config.initial_sequence_id is not None
+        self.schema_version = b""
+        self.topic_epoch: int | None = None
+        self._pending: collections.deque[OpSend] = collections.deque()
+        self._pending_limit = pending_limit
+        self._pending_count = 0  # messages accumulated or in flight
+        self._space = asyncio.Condition()
+        self._accumulator: BatchAccumulator[OutgoingMessage] | None = None
+        if config.batching_enabled:
+            self._accumulator = BatchAccumulator(
+                config.batching_max_messages,
+                config.batching_max_allowed_size_in_bytes,
+                key_based=config.batching_type == BatchingType.KeyBased,
+            )
+        self._batch_timer: Any = None
+        self._timeout_task: asyncio.Task[None] | None = None
+        self._sent = 0
+        self._receipts = 0
+        self._codec_for_frames = Connection  # frames are built without connection state
+
+    def __repr__(self) -> str:
+        return (
+            f"<PartitionProducer {self.topic} id={self.producer_id} {self.state.value} "
+            f"pending={self._pending_count}>"
+        )
+
+    # ------------------------------------------------------------------ connection
+
+    async def _establish(self, cnx: ClientConnection) -> None:
+        cnx.producers[self.producer_id] = self
+        rid = self.ctx.next_request_id()
+        cmd = commands.producer(
+            self.topic.full_name,
+            self.producer_id,
+            rid,
+            producer_name=self.producer_name,
+            epoch=self._epoch,
+            access_mode=int(self.config.access_mode),
+            properties=self.config.properties,
+            initial_subscription_name=self.config.initial_subscription_name,
+        )
+        cmd.producer.user_provided_producer_name = self._user_named
+        if self.topic_epoch is not None:
+            cmd.producer.topic_epoch = self.topic_epoch
+        self._epoch += 1
+        try:
+            event = await cnx.request(cmd, rid)
+            while True:
+                ok = event.base.producer_success
+                if not ok.HasField("producer_ready") or ok.producer_ready:
+                    break
+                # WaitForExclusive: a second PRODUCER_SUCCESS (same request id) follows.
+                fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+                cnx._pending[rid] = (fut, None)
+                event = await fut
+        except BaseException:
+            cnx.producers.pop(self.producer_id, None)
+            if isinstance(self.state, HandlerState) and cnx.closed.is_set() is False:
+                try:  # in case the broker created it after our timeout
+                    cnx.send_command(commands.close_producer(self.producer_id, rid))
+                except PulsarException:
+                    pass
+            raise
+        ok = event.base.producer_success
+        self.producer_name = ok.producer_name
+        if ok.schema_version:
+            self.schema_version = ok.schema_version
+        if ok.HasField("topic_epoch"):
+            self.topic_epoch = ok.topic_epoch
+        if not self._sequence_known:
+            self.last_sequence_id = ok.last_sequence_id if ok.HasField("last_sequence_id") else -1
+            self._next_sequence_id = self.last_sequence_id + 1
+            self._sequence_known = True
+        self.cnx = cnx
+
+    def _on_ready(self) -> None:
+        cnx = self.cnx
+        assert cnx is not None
+        for op in self._pending:  # resend everything awaiting a receipt, in order
+            op.frame = self._reframe(op.frame)
+            cnx.send_raw(op.frame)
+        if self._timeout_task is None and self.config.send_timeout_ms > 0:
+            self._timeout_task = asyncio.get_running_loop().create_task(self._timeout_loop())
+
+    def _reframe(self, frame: bytes) -> bytes:
+        return frame  # producer_id and sequence ids do not change across reconnections
+
+    def _detach(self) -> None:
+        if self.cnx is not None:
+            self.cnx.producers.pop(self.producer_id, None)
+        self.cnx = None
+
+    def connection_closed(self, cnx: ClientConnection) -> None:
+        if cnx is self.cnx:
+            self.connection_lost()
+
+    def on_closed_by_broker(self) -> None:
+        self.connection_lost()
+
+    def _on_fatal(self, exc: PulsarException) -> None:
+        self._fail_all(exc)
+
+    # ------------------------------------------------------------------ sending
+
+    def _check_open(self) -> None:
+        if self.state in (HandlerState.CLOSING, HandlerState.CLOSED):
+            raise AlreadyClosed("producer closed")
+        if self.state is HandlerState.FAILED:
+            raise self.failure or AlreadyClosed("producer failed")
+
+    async def acquire_slot(self, *, block: bool) -> None:
+        self._check_open()
+        if self._pending_count < self._pending_limit:
+            self._pending_count += 1
+            return
+        if not block:
+            raise ProducerQueueIsFull(f"{self._pending_count} messages pending")
+        async with self._space:
+            while self._pending_count >= self._pending_limit:
+                await self._space.wait()
+                self._check_open()
+        self._pending_count += 1
+
+    def _release(self, n: int) -> None:
+        self._pending_count -= n
+        assert self._pending_count >= 0
+
+        async def notify() -> None:
+            async with self._space:
+                self._space.notify_all()
+
+        if self._space._waiters:  # type: ignore[attr-defined]
+            asyncio.get_running_loop().create_task(notify())
+
+    def submit(self, msg: OutgoingMessage) -> None:
+        """Take a message whose slot was acquired: batch it or send it now (synchronous)."""
+        self._check_open()
+        if not msg.explicit_sequence_id:
+            msg.smm.sequence_id = self._next_sequence_id
+            self._next_sequence_id += 1
+        else:
+            self._next_sequence_id = max(self._next_sequence_id, msg.smm.sequence_id + 1)
+        acc = self._accumulator
+        if acc is None or msg.deliver_at_ms is not None:
+            if acc is not None and len(acc):
+                self._send_batches(acc.drain())
+            self._send_single(msg)
+            return
+        key = msg.key
+        was_empty = len(acc) == 0
+        self._send_batches(acc.add(msg, len(msg.payload), key))
+        if len(acc) and (was_empty or self._batch_timer is None):
+            self._arm_batch_timer()
+
+    def _arm_batch_timer(self) -> None:
+        if self._batch_timer is not None:
+            return
+        delay = self.config.batching_max_publish_delay_ms / 1000
+        self._batch_timer = self.ctx.clock.call_later(delay, self._on_batch_timer)
+
+    def _on_batch_timer(self) -> None:
+        self._batch_timer = None
+        if (
+            self._accumulator is not None
+            and len(self._accumulator)
+            and self.state
+            not in (
+                HandlerState.CLOSED,
+                HandlerState.FAILED,
+            )
+        ):
+            self._send_batches(self._accumulator.drain())
+
+    def flush_batches(self) -> None:
+        if self._batch_timer is not None:
+            self._batch_timer.cancel()
+            self._batch_timer = None
+        if self._accumulator is not None and len(self._accumulator):
+            self._send_batches(self._accumulator.drain())
+
+    def _base_metadata(self, sequence_id: int) -> pb.MessageMetadata:
+        return pb.MessageMetadata(
+            producer_name=self.producer_name or "",
+            sequence_id=sequence_id,
+            publish_time=self.ctx.clock.now_ms(),
+        )
+
+    def _finish_metadata(self, md: pb.MessageMetadata, payload: bytes) -> bytes:
+        if self.schema_version:
+            md.schema_version = self.schema_version
+        kind = self.config.compression_type
+        if kind != CompressionType.NONE:
+            md.compression = int(kind)  # type: ignore[assignment]
+            md.uncompressed_size = len(payload)
+            return compress(kind, payload)
+        return payload
+
+    def _send_batches(self, batches: list[Batch[OutgoingMessage]]) -> None:
+        for batch in batches:
+            msgs = batch.items
+            first = msgs[0].smm.sequence_id
+            md = batch_metadata(
+                self.producer_name or "", first, self.ctx.clock.now_ms(), [m.smm for m in msgs]
+            )
+            if msgs[-1].smm.sequence_id != first:
+                md.highest_sequence_id = msgs[-1].smm.sequence_id
+            raw = build_batch((m.smm, m.payload) for m in msgs)
+            payload = self._finish_metadata(md, raw)
+            if msgs[0].replicate_to:
+                md.replicate_to.extend(msgs[0].replicate_to)
+            cmd = commands.send(self.producer_id, first, num_messages=len(msgs))
+            if md.HasField("highest_sequence_id"):
+                cmd.send.highest_sequence_id = md.highest_sequence_id
+            frame = encode_payload_command(cmd, encode_headers_and_payload(md, payload))
+            if len(frame) > self._max_frame():
+                exc = MessageTooBig(f"batch of {len(frame)} bytes exceeds the maximum")
+                for m in msgs:
+                    _fail(m.future, exc)
+                self._release(len(msgs))
+                continue
+            self._enqueue(
+                OpSend(
+                    first,
+                    frame,
+                    [m.future for m in msgs],
+                    len(msgs),
+                    self.ctx.clock.monotonic_ms(),
+                    is_batch=True,
+                )
+            )
+
+    def _max_message_size(self) -> int:
+        if self.cnx is not None:
+            return self.cnx.max_message_size
+        return 5 * 1024 * 1024
+
+    def _max_frame(self) -> int:
+        return self._max_message_size() + 10 * 1024
+
+    def _send_single(self, msg: OutgoingMessage) -> None:
+        smm = msg.smm
+        seq = smm.sequence_id
+        md = self._base_metadata(seq)
+        md.properties.extend(smm.properties)
+        if smm.HasField("partition_key"):
+            md.partition_key = smm.partition_key
+        if smm.HasField("ordering_key"):
+            md.ordering_key = smm.ordering_key
+        if smm.event_time:
+            md.event_time = smm.event_time
+        if msg.deliver_at_ms is not None:
+            md.deliver_at_time = msg.deliver_at_ms
+        if msg.replicate_to:
+            md.replicate_to.extend(msg.replicate_to)
+        payload = self._finish_metadata(md, msg.payload)
+        max_size = self.config.chunk_max_message_size or self._max_message_size()
+        md_size = md.ByteSize()
+        if md_size + len(payload) <= min(max_size, self._max_message_size()):
+            cmd = commands.send(self.producer_id, seq)
+            frame = encode_payload_command(cmd, encode_headers_and_payload(md, payload))
+            self._enqueue(OpSend(seq, frame, [msg.future], 1, self.ctx.clock.monotonic_ms()))
+            return
+        if not self.config.chunking_enabled:
+            _fail(msg.future, MessageTooBig(f"message of {len(payload)} bytes is too big"))
+            self._release(1)
+            return
+        # Chunking: same sequence id for every chunk, one receipt each (reference §3.6).
+        chunk_payload = max(1, min(max_size, self._max_message_size()) - md_size - 64)
+        total = len(payload)
+        num_chunks = (total + chunk_payload - 1) // chunk_payload
+        uuid = f"{self.producer_name}-{seq}"
+        chunk_ids: list[_Id] = []
+        now = self.ctx.clock.monotonic_ms()
+        for i in range(num_chunks):
+            cmd_md = pb.MessageMetadata()
+            cmd_md.CopyFrom(md)
+            cmd_md.uuid = uuid
+            cmd_md.chunk_id = i
+            cmd_md.num_chunks_from_msg = num_chunks
+            cmd_md.total_chunk_msg_size = total
+            part = payload[i * chunk_payload : (i + 1) * chunk_payload]
+            cmd = commands.send(self.producer_id, seq, is_chunk=True)
+            frame = encode_payload_command(cmd, encode_headers_and_payload(cmd_md, part))
+            last = i == num_chunks - 1
+            self._enqueue(
+                OpSend(
+                    seq,
+                    frame,
+                    [msg.future] if last else [],
+                    1 if last else 0,
+                    now,
+                    chunk_id=i,
+                    num_chunks=num_chunks,
+                    chunk_ids=chunk_ids,
+                )
+            )
+
+    def _enqueue(self, op: OpSend) -> None:
+        self._pending.append(op)
+        self._sent += op.num_messages
+        cnx = self.cnx
+        if cnx is not None and self.state is HandlerState.READY:
+            try:
+                cnx.send_raw(op.frame)
+            except PulsarException:
+                pass  # the connection is going away; the op is resent after reconnection
+
+    async def drain_socket(self) -> None:
+        if self.cnx is not None:
+            await self.cnx.drain()
+
+    # ------------------------------------------------------------------ receipts
+
+    def on_send_receipt(self, cmd: pb.CommandSendReceipt) -> None:
+        seq = cmd.sequence_id
+        if not self._pending:
+            log.debug("receipt for %d with nothing pending", seq)
+            return
+        head = self._pending[0]
+        if seq < head.sequence_id:
+            return  # a message that already timed out
+        if seq > head.sequence_id:
+            log.warning("receipt %d ahead of pending %d: reconnecting", seq, head.sequence_id)
+            if self.cnx is not None:
+                asyncio.get_running_loop().create_task(self.cnx.close("out-of-order receipt"))
+            return
+        self._pending.popleft()
+        self._receipts += 1
+        ledger = _signed(cmd.message_id.ledgerId)
+        entry = _signed(cmd.message_id.entryId)
+        if head.chunk_ids is not None:
+            head.chunk_ids.append(_Id(ledger, entry, self.partition))
+            if head.futures:
+                mid = MessageId(
+                    self.partition,
+                    ledger,
+                    entry,
+                    -1,
+                    topic=self.topic.full_name,
+                    chunk_ids=tuple(head.chunk_ids),
+                )
+                _resolve(head.futures[0], mid)
+                self._release(1)
+            self.last_sequence_id = max(self.last_sequence_id, seq)
+            return
+        n = len(head.futures)
+        for i, fut in enumerate(head.futures):
+            batch_index = i if head.is_batch else -1
+            _resolve(
+                fut,
+                MessageId(
+                    self.partition,
+                    ledger,
+                    entry,
+                    batch_index,
+                    topic=self.topic.full_name,
+                    batch_size=n if head.is_batch else 0,
+                ),
+            )
+        self.last_sequence_id = max(self.last_sequence_id, seq + max(n, 1) - 1)
+        self._release(n)
+
+    def on_send_error(self, cmd: pb.CommandSendError) -> None:
+        if cmd.error == 9 and self._pending and self._pending[0].sequence_id == cmd.sequence_id:
+            op = self._pending.popleft()  # ChecksumError: fail just that message
+            exc = for_code(cmd.error, cmd.message)
+            for fut in op.futures:
+                _fail(fut, exc)
+            self._release(len(op.futures))
+            return
+        if self.cnx is not None:  # anything else: reconnect and resend (C++ behaviour)
+            asyncio.get_running_loop().create_task(self.cnx.close(f"SEND_ERROR {cmd.message}"))
+
+    async def _timeout_loop(self) -> None:
+        timeout = self.config.send_timeout_ms
+        clock = self.ctx.clock
+        try:
+            while self.state not in (HandlerState.CLOSED, HandlerState.FAILED):
+                if not self._pending:
+                    await clock.sleep(timeout / 1000)
+                    continue
+                head = self._pending[0]
+                wait = head.created_ms + timeout - clock.monotonic_ms()
+                if wait > 0:
+                    await clock.sleep(wait / 1000)
+                    continue
+                now = clock.monotonic_ms()
+                failed = 0
+                while self._pending and self._pending[0].created_ms + timeout <= now:
+                    op = self._pending.popleft()
+                    for fut in op.futures:
+                        _fail(fut, Timeout("send timeout"))
+                    failed += len(op.futures)
+                if failed:
+                    self._release(failed)
+        except asyncio.CancelledError:
+            return
+
+    # ------------------------------------------------------------------ flush / close
+
+    async def flush(self) -> None:
+        self.flush_batches()
+        futures = [f for op in list(self._pending) for f in op.futures]
+        if futures:
+            await asyncio.gather(*futures, return_exceptions=True)
+
+    def _fail_all(self, exc: PulsarException) -> None:
+        n = 0
+        if self._accumulator is not None:
+            for batch in self._accumulator.drain():
+                for m in batch.items:
+                    _fail(m.future, exc)
+                    n += 1
+        while self._pending:
+            op = self._pending.popleft()
+            for fut in op.futures:
+                _fail(fut, exc)
+                n += 1
+        if n:
+            self._release(n)
+
+    async def close(self) -> None:
+        if self.state in (HandlerState.CLOSED, HandlerState.CLOSING):
+            return
+        if self.state is HandlerState.READY:
+            try:
+                await asyncio.wait_for(self.flush(), self.config.send_timeout_ms / 1000 or None)
+            except (TimeoutError, PulsarException):
+                pass
+        was_ready = self.state is HandlerState.READY
+        self._set_state(HandlerState.CLOSING)
+        self._stop_reconnecting()
+        if self._batch_timer is not None:
+            self._batch_timer.cancel()
+        if self._timeout_task is not None:
+            self._timeout_task.cancel()
+        cnx = self.cnx
+        if was_ready and cnx is not None and not cnx.closed.is_set():
+            rid = self.ctx.next_request_id()
+            try:
+                await cnx.request(commands.close_producer(self.producer_id, rid), rid)
+            except PulsarException:
+                pass
+        self._detach()
+        self._set_state(HandlerState.CLOSED)
+        self._fail_all(AlreadyClosed("producer closed"))
+
+    def statistics(self) -> ProducerStatistics:
+        return ProducerStatistics(
+            self._pending_count,
+            len(self._pending),
+            len(self._accumulator) if self._accumulator is not None else 0,
+            self._sent,
+            self._receipts,
+            self.reconnects,
+            self.state.value,
+        )
+
+
+def _signed(v: int) -> int:
+    return v - (1 << 64) if v >= 1 << 63 else v
+
+
+def _resolve(fut: asyncio.Future[MessageId], mid: MessageId) -> None:
+    if not fut.done():
+        fut.set_result(mid)
+
+
+def _fail(fut: asyncio.Future[MessageId], exc: BaseException) -> None:
+    if not fut.done():
+        fut.set_exception(exc)
+        # A fire-and-forget send must not log "exception was never retrieved".
+        fut.add_done_callback(lambda f: f.exception())
+
+
+def _to_ms(value: datetime.timedelta | int | float) -> int:
+    if isinstance(value, datetime.timedelta):
+        return int(value.total_seconds() * 1000)
+    return int(value)
+
+
+class Producer:
+    """The application's producer (``await client.create_producer(topic, ...)``)."""
+
+    def __init__(
+        self,
+        ctx: ClientContext,
+        topic: TopicName,
+        config: ProducerConfig,
+        partitions: int,
+        on_close: Callable[[Producer], None],
+    ) -> None:
+        self._ctx = ctx
+        self._topic = topic
+        self.config = config
+        self._num_partitions = partitions
+        self._on_close = on_close
+        limit = config.max_pending_messages
+        if partitions > 0:
+            limit = min(limit, max(1, config.max_pending_messages_across_partitions // partitions))
+            self._parts = [
+                PartitionProducer(ctx, topic.partition(i), config, i, pending_limit=limit)
+                for i in range(partitions)
+            ]
+        else:
+            self._parts = [PartitionProducer(ctx, topic, config, -1, pending_limit=limit)]
+        self._rr = ctx.rng.randrange(len(self._parts))
+        self._single = ctx.rng.randrange(len(self._parts))
+        self._closed = False
+
+    async def _start(self) -> None:
+        results = await asyncio.gather(*(p.start() for p in self._parts), return_exceptions=True)
+        errors = [r for r in results if isinstance(r, BaseException)]
+        if errors:
+            await asyncio.gather(*(p.close() for p in self._parts), return_exceptions=True)
+            raise errors[0]
+
+    def __repr__(self) -> str:
+        return f"<Producer {self._topic} partitions={self._num_partitions}>"
+
+    # ------------------------------------------------------------------ accessors
+
+    def topic(self) -> str:
+        return self._topic.full_name
+
+    def producer_name(self) -> str:
+        return self._parts[0].producer_name or ""
+
+    def last_sequence_id(self) -> int:
+        return max(p.last_sequence_id for p in self._parts)
+
+    def is_connected(self) -> bool:
+        return all(p.is_connected for p in self._parts)
+
+    @property
+    def partitions(self) -> list[PartitionProducer]:
+        return list(self._parts)
+
+    # ------------------------------------------------------------------ routing
+
+    def _route(self, msg: OutgoingMessage, data: bytes) -> PartitionProducer:
+        n = len(self._parts)
+        if n == 1:
+            return self._parts[0]
+        mode = self.config.message_routing_mode
+        if mode == PartitionsRoutingMode.CustomPartition and self.config.message_router:
+            view = Message(
+                data,
+                MessageId(),
+                topic=self._topic.full_name,
+                properties={kv.key: kv.value for kv in msg.smm.properties},
+                partition_key=msg.smm.partition_key if msg.smm.HasField("partition_key") else None,
+                ordering_key=None,
+                publish_time_ms=0,
+                event_time_ms=msg.smm.event_time,
+                redelivery_count=0,
+            )
+            return self._parts[self.config.message_router(view, n) % n]
+        if msg.smm.HasField("partition_key") and msg.smm.partition_key:
+            return self._parts[murmur3_32_hash(msg.smm.partition_key) % n]
+        if mode == PartitionsRoutingMode.UseSinglePartition:
+            return self._parts[self._single]
+        part = self._parts[self._rr % n]
+        self._rr += 1
+        return part
+
+    # ------------------------------------------------------------------ sending
+
+    def _build(  # noqa: PLR0917 - the official client's positional order
+        self,
+        content: bytes,
+        properties: Mapping[str, str] | None,
+        partition_key: str | None,
+        ordering_key: bytes | str | None,
+        sequence_id: int | None,
+        event_timestamp: int | None,
+        deliver_at: int | None,
+        deliver_after: datetime.timedelta | int | None,
+        replication_clusters: list[str] | None,
+        disable_replication: bool,
+    ) -> OutgoingMessage:
+        if not isinstance(content, bytes | bytearray | memoryview):
+            raise TypeError("content must be bytes")
+        smm = pb.SingleMessageMetadata(payload_size=len(content))
+        for k, v in (properties or {}).items():
+            smm.properties.add(key=str(k), value=str(v))
+        if partition_key is not None:
+            smm.partition_key = partition_key
+        if ordering_key is not None:
+            smm.ordering_key = (
+                ordering_key.encode() if isinstance(ordering_key, str) else bytes(ordering_key)
+            )
+        if event_timestamp:
+            smm.event_time = int(event_timestamp)
+        if sequence_id is not None:
+            smm.sequence_id = int(sequence_id)
+        at: int | None = None
+        if deliver_at is not None:
+            at = int(deliver_at)
+        elif deliver_after is not None:
+            at = self._ctx.clock.now_ms() + _to_ms(deliver_after)
+        replicate: tuple[str, ...] = ()
+        if disable_replication:
+            replicate = ("__local__",)
+        elif replication_clusters:
+            replicate = tuple(replication_clusters)
+        fut: asyncio.Future[MessageId] = asyncio.get_running_loop().create_future()
+        return OutgoingMessage(
+            smm, bytes(content), fut, at, replicate, explicit_sequence_id=sequence_id is not None
+        )
+
+    async def send_async(
+        self,
+        content: bytes,
+        callback: Callable[[PulsarException | None, MessageId | None], Any] | None = None,
+        *,
+        properties: Mapping[str, str] | None = None,
+        partition_key: str | None = None,
+        ordering_key: bytes | str | None = None,
+        sequence_id: int | None = None,
+        event_timestamp: int | None = None,
+        deliver_at: int | None = None,
+        deliver_after: datetime.timedelta | int | None = None,
+        replication_clusters: list[str] | None = None,
+        disable_replication: bool = False,
+    ) -> asyncio.Future[MessageId]:
+        """Queue a message; returns the future of its ``MessageId`` without waiting for it.
+
+        Waits only for room in the pending queue (``block_if_queue_full``) or raises
+        ``ProducerQueueIsFull``. ``callback(exc, message_id)`` runs on completion.
+        """
+        if self._closed:
+            raise AlreadyClosed("producer closed")
+        msg = self._build(
+            content,
+            properties,
+            partition_key,
+            ordering_key,
+            sequence_id,
+            event_timestamp,
+            deliver_at,
+            deliver_after,
+            replication_clusters,
+            disable_replication,
+        )
+        part = self._route(msg, msg.payload)
+        await part.acquire_slot(block=self.config.block_if_queue_full)
+        try:
+            part.submit(msg)
+        except BaseException:
+            part._release(1)
+            raise
+        if callback is not None:
+
+            def done(f: asyncio.Future[MessageId]) -> None:
+                exc = f.exception()
+                if exc is not None:
+                    callback(exc if isinstance(exc, PulsarException) else None, None)
+                else:
+                    callback(None, f.result())
+
+            msg.future.add_done_callback(done)
+        await part.drain_socket()
+        return msg.future
+
+    async def send(self, content: bytes, **kwargs: Any) -> MessageId:
+        """Send and wait for the broker's receipt; returns the message id."""
+        fut = await self.send_async(content, **kwargs)
+        if self.config.batching_enabled and not fut.done():
+            pass  # the batch goes out when full or after batching_max_publish_delay_ms
+        return await fut
+
+    async def flush(self) -> None:
+        """Send every batched message now and wait for all pending receipts."""
+        await asyncio.gather(*(p.flush() for p in self._parts))
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        await asyncio.gather(*(p.close() for p in self._parts), return_exceptions=True)
+        self._on_close(self)
+
+    def statistics(self) -> list[ProducerStatistics]:
+        return [p.statistics() for p in self._parts]
+
+
+__all__ = ["OpSend", "OutgoingMessage", "PartitionProducer", "Producer", "ProducerConfig"]
