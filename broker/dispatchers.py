@@ -16,6 +16,11 @@ and the two dispatchers that drive a cursor with them:
   unacked messages until they drain, so per-key order survives consumers joining and
   leaving, and a stuck key never stops the other keys (bounded read-ahead).
 
+Delayed delivery (Shared and Key_Shared, as Pulsar): an entry whose ``deliver_at_time`` is
+in the future is held in an in-memory heap and replayed when due (exact timers, no tick).
+The heap is not persisted: after a restart the cursor re-reads such entries and holds them
+again, so nothing is lost, only the memory is unbounded by design for now.
+
 A dispatch round decides synchronously, awaits exactly one cursor read, then re-checks an
 epoch (bumped by rewinds, seeks and consumer changes) before sending, so a stale read is
 never delivered. One round runs at a time; ``schedule()`` coalesces triggers.
@@ -26,7 +31,9 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import heapq
 import logging
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -297,6 +304,8 @@ class MultipleConsumersDispatcher(Dispatcher):
         redelivery: dict[Position, int],
         *,
         max_unacked_per_subscription: int = 200_000,
+        deliver_at_of: Callable[[Entry], int] | None = None,
+        now_ms: Callable[[], float] | None = None,
     ) -> None:
         super().__init__(cursor, count_of, redelivery)
         self.replay: list[Position] = []  # sorted, unique
@@ -304,6 +313,13 @@ class MultipleConsumersDispatcher(Dispatcher):
         self.max_unacked = max_unacked_per_subscription
         self.blocked = False
         self._rr = 0
+        # delayed delivery: entries whose deliver_at_time is in the future wait here
+        self.deliver_at_of = deliver_at_of
+        self.now_ms = now_ms or (lambda: time.time() * 1000.0)
+        self._delayed: list[tuple[int, Position]] = []  # heap of (deliver_at_ms, position)
+        self._delayed_set: set[Position] = set()
+        self._delay_timer: asyncio.TimerHandle | None = None
+        self._delay_due = 0.0
 
     def __repr__(self) -> str:
         return (
@@ -316,6 +332,57 @@ class MultipleConsumersDispatcher(Dispatcher):
             if pos not in self._replay_set:
                 self._replay_set.add(pos)
                 bisect.insort(self.replay, pos)
+
+    def _hold_delayed(self, entries: list[Entry]) -> list[Entry]:
+        """Keep back entries whose deliver_at_time has not come yet (they are replayed when
+        due); returns the entries to dispatch now."""
+        if self.deliver_at_of is None or not entries:
+            return entries
+        now = self.now_ms()
+        out = []
+        for entry in entries:
+            try:
+                at = self.deliver_at_of(entry)
+            except Exception:
+                at = 0
+            if at > now:
+                if entry.position not in self._delayed_set:
+                    self._delayed_set.add(entry.position)
+                    heapq.heappush(self._delayed, (at, entry.position))
+            else:
+                out.append(entry)
+        if self._delayed:
+            self._arm_delay_timer()
+        return out
+
+    def _arm_delay_timer(self) -> None:
+        due = self._delayed[0][0]
+        if self._delay_timer is not None and self._delay_due <= due:
+            return
+        if self._delay_timer is not None:
+            self._delay_timer.cancel()
+        self._delay_due = due
+        delay_s = max(0.0, (due - self.now_ms()) / 1000.0)
+        self._delay_timer = asyncio.get_running_loop().call_later(delay_s, self._on_delay_due)
+
+    def _on_delay_due(self) -> None:
+        self._delay_timer = None
+        if self.closed:
+            return
+        now = self.now_ms()
+        due = []
+        while self._delayed and self._delayed[0][0] <= now:
+            _, pos = heapq.heappop(self._delayed)
+            self._delayed_set.discard(pos)
+            due.append(pos)
+        self.add_replay(due)
+        if self._delayed:
+            self._arm_delay_timer()
+        self.schedule()
+
+    @property
+    def delayed_count(self) -> int:
+        return len(self._delayed)
 
     def _take_replay(self, n: int) -> list[Position]:
         taken = self.replay[:n]
@@ -384,6 +451,17 @@ class MultipleConsumersDispatcher(Dispatcher):
         self.replay.clear()
         self._replay_set.clear()
         self.blocked = False
+        self._delayed.clear()
+        self._delayed_set.clear()
+        if self._delay_timer is not None:
+            self._delay_timer.cancel()
+            self._delay_timer = None
+
+    def close(self) -> None:
+        super().close()
+        if self._delay_timer is not None:
+            self._delay_timer.cancel()
+            self._delay_timer = None
 
     def statistics(self) -> DispatcherStats:
         return DispatcherStats(
@@ -413,6 +491,7 @@ class MultipleConsumersDispatcher(Dispatcher):
             if epoch != self.epoch:
                 return True
             progressed = bool(entries)
+        entries = self._hold_delayed(entries)
         per_consumer: dict[int, list[OutMessage]] = {}
         leftovers: list[Position] = []
         limit = self.max_unacked
@@ -509,9 +588,14 @@ class KeySharedDispatcher(MultipleConsumersDispatcher):
         *,
         max_unacked_per_subscription: int = 200_000,
         slot_of: Callable[[Entry], int] | None = None,
+        deliver_at_of: Callable[[Entry], int] | None = None,
     ) -> None:
         super().__init__(
-            cursor, count_of, redelivery, max_unacked_per_subscription=max_unacked_per_subscription
+            cursor,
+            count_of,
+            redelivery,
+            max_unacked_per_subscription=max_unacked_per_subscription,
+            deliver_at_of=deliver_at_of,
         )
         self.selector: KeySharedSelector | None = None
         self.slot_of_entry = slot_of or (lambda e: 0)
@@ -629,20 +713,23 @@ class KeySharedDispatcher(MultipleConsumersDispatcher):
                 return True
             for pos in set(positions) - {e.position for e in entries}:
                 self._slots.pop(pos, None)  # acked meanwhile
+            got = len(entries)
+            entries = self._hold_delayed(entries)
             # what stays in the replay set blocks its slots for this round
             stuck.update(self._slots[p] for p in self.replay if p in self._slots)
             placed, waiting = self._place(entries, stuck, out)
             self.add_replay(waiting)
-            progressed = placed > 0 or len(entries) < len(positions)
+            progressed = placed > 0 or got < len(positions)
         if placed < want and len(self.replay) < self._lookahead_cap:
             stuck.update(self._slots[p] for p in self.replay if p in self._slots)
             entries = await self.cursor.read_entries(want - placed)
             if epoch != self.epoch:
                 return True
+            progressed = progressed or bool(entries)
+            entries = self._hold_delayed(entries)
             n, waiting = self._place(entries, stuck, out)
             self.add_replay(waiting)
             placed += n
-            progressed = progressed or bool(entries)
         for idx, msgs in out.items():
             self._flush(self.consumers[idx], msgs)
         if self.max_unacked > 0 and self.total_unacked >= self.max_unacked:
@@ -659,6 +746,7 @@ def new_dispatcher(
     partition_index: int = -1,
     max_unacked_per_subscription: int = 200_000,
     slot_of: Callable[[Entry], int] | None = None,
+    deliver_at_of: Callable[[Entry], int] | None = None,
 ) -> Dispatcher:
     if sub_type in (SubType.EXCLUSIVE, SubType.FAILOVER):
         return SingleActiveConsumerDispatcher(
@@ -671,9 +759,14 @@ def new_dispatcher(
             redelivery,
             max_unacked_per_subscription=max_unacked_per_subscription,
             slot_of=slot_of,
+            deliver_at_of=deliver_at_of,
         )
     return MultipleConsumersDispatcher(
-        cursor, count_of, redelivery, max_unacked_per_subscription=max_unacked_per_subscription
+        cursor,
+        count_of,
+        redelivery,
+        max_unacked_per_subscription=max_unacked_per_subscription,
+        deliver_at_of=deliver_at_of,
     )
 
 

@@ -54,9 +54,11 @@ class Subscription:
         partition_index: int = -1,
         max_unacked_per_subscription: int = 200_000,
         slot_of: Any = None,
+        deliver_at_of: Any = None,
     ) -> None:
         self.topic_name = topic_name
         self.slot_of = slot_of
+        self.deliver_at_of = deliver_at_of
         self.name = name
         self.cursor = cursor
         self.count_of = count_of
@@ -97,6 +99,7 @@ class Subscription:
                 partition_index=self.partition_index,
                 max_unacked_per_subscription=self.max_unacked_per_subscription,
                 slot_of=self.slot_of,
+                deliver_at_of=self.deliver_at_of,
             )
         try:
             self.dispatcher.add_consumer(consumer)

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from magnetar.broker.consumer import Consumer
-from magnetar.broker.frames import BadEntry, num_messages, parse_metadata
+from magnetar.broker.frames import MAGIC_CRC32C_BYTES, BadEntry, num_messages, parse_metadata
 from magnetar.broker.ledger.position import EARLIEST, LATEST, Position
 from magnetar.broker.naming import TopicName
 from magnetar.broker.producer import Admission, Deduplication, Producer, ProducerRegistry
@@ -31,6 +31,7 @@ log = logging.getLogger(__name__)
 
 PublishCallback = Callable[[Position | None, Exception | None], None]
 _COUNT_CACHE_MAX = 200_000
+_DELIVER_AT_TAG = b"\x98\x01"  # MessageMetadata field 19 (deliver_at_time), varint
 
 
 @dataclass(slots=True)
@@ -146,6 +147,17 @@ class PersistentTopic:
         """Key_Shared slot of an entry (its outer metadata's sticky key)."""
         return key_shared_slot(sticky_key(parse_metadata(entry.data)))
 
+    @staticmethod
+    def deliver_at_of(entry: Entry) -> int:
+        """``deliver_at_time`` of an entry, 0 if none (a byte scan first: cheap when absent)."""
+        data = entry.data
+        off = 6 if data[:2] == MAGIC_CRC32C_BYTES else 0
+        size = int.from_bytes(data[off : off + 4], "big")
+        if _DELIVER_AT_TAG not in data[off + 4 : off + 4 + size]:
+            return 0
+        md = parse_metadata(data)
+        return md.deliver_at_time if md.HasField("deliver_at_time") else 0
+
     def _remember_count(self, pos: Position, n: int) -> None:
         if len(self._counts) >= _COUNT_CACHE_MAX:  # forget: older entries get parsed again
             self._counts.clear()
@@ -235,6 +247,7 @@ class PersistentTopic:
             partition_index=self.name.partition_index,
             max_unacked_per_subscription=self.max_unacked_per_subscription,
             slot_of=self.slot_of,
+            deliver_at_of=self.deliver_at_of,
         )
 
     async def subscribe(

@@ -419,3 +419,20 @@ def test_unload_topic_clients_reconnect_without_loss(
     got = sorted(m.data() for m in _drain(consumer, 10))
     assert got == sorted(f"m{i}".encode() for i in range(10))
     assert service.topics[topic] is not before  # served by a freshly loaded topic
+
+
+def test_delayed_delivery_on_shared(client: pulsar.Client) -> None:
+    import datetime
+
+    topic = _topic()
+    shared = client.subscribe(topic, "shared", consumer_type=Shared)
+    exclusive = client.subscribe(topic, "excl", consumer_type=Exclusive)
+    producer = client.create_producer(topic)
+    producer.send(b"later", deliver_after=datetime.timedelta(milliseconds=1500))
+    producer.send(b"now")
+    assert shared.receive(5000).data() == b"now"  # "later" is held back
+    later = shared.receive(5000)
+    assert later.data() == b"later"
+    assert int(time.time() * 1000) >= later.publish_timestamp() + 1500
+    # Exclusive subscriptions ignore the delay, as Pulsar's
+    assert [exclusive.receive(5000).data() for _ in range(2)] == [b"later", b"now"]
