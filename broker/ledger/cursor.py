@@ -273,6 +273,8 @@ class ManagedCursor:
             try:
                 await self._write(delta)
             except BaseException as exc:
+                # the in-memory state has these changes: persist all of it next time
+                self._needs_snapshot = True
                 if not fut.done():
                     fut.set_exception(exc)
                     fut.exception()
@@ -382,6 +384,10 @@ class ManagedCursor:
         await self._persist()
 
     async def close(self) -> None:
+        if not self.durable:
+            self._closed = True
+            self._ml.remove_non_durable_cursor(self)
+            return
         if self._closed:
             return
         if self.durable and not self._fenced:

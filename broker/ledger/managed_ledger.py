@@ -48,6 +48,7 @@ from magnetar.broker.ledger.placement import BookieClientFactory
 from magnetar.broker.ledger.position import EARLIEST, LATEST, Position
 from magnetar.broker.ledger.states import (
     MANAGED_LEDGER_FSM,
+    HandleState,
     ManagedLedgerEvent,
     ManagedLedgerState,
 )
@@ -350,7 +351,7 @@ class ManagedLedger:
             self.fence("ledger fenced")
             raise ManagedLedgerFenced(f"{self.name} was taken over by another owner") from None
         except LedgerError:
-            if handle.state.name == "ERRORED":
+            if handle.state is HandleState.ERRORED:
                 self._start_rollover()
                 return self.add_nowait(payload)
             raise
@@ -643,6 +644,10 @@ class ManagedLedger:
         )
         self._non_durable.append(cursor)
         return cursor
+
+    def remove_non_durable_cursor(self, cursor: ManagedCursor) -> None:
+        if cursor in self._non_durable:
+            self._non_durable.remove(cursor)
 
     def _initial_mark_delete(self, initial: Position) -> Position:
         if initial == EARLIEST:

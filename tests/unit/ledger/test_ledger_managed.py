@@ -213,3 +213,33 @@ async def test_find_by_publish_time_and_reset(
     assert got[0].position == pos[13] and len(got) == 17
     cursor.rewind()
     assert cursor.read_position == pos[13]
+
+
+async def test_failed_ledger_rolls_over_once_bookies_return(
+    meta_server: MemoryMetadataServer, fake_bookies: FakeBookieCluster
+) -> None:
+    f = factory(
+        meta_server,
+        fake_bookies,
+        ensemble_change_timeout_ms=100,
+        add_timeout_ms=100,
+        retention_time_ms=-1,
+        retention_size_bytes=-1,
+    )
+    ml = await f.open("t/ns/persistent/fail")
+    first = await ml.add(b"a")
+    victims = [b for b in fake_bookies.bookies if b not in ml._current.metadata.last_ensemble]  # type: ignore[union-attr]
+    for b in victims:
+        fake_bookies.crash(b)  # no spare bookie left
+    fake_bookies.crash(ml._current.metadata.last_ensemble[0])  # type: ignore[union-attr]
+    with pytest.raises(Exception, match="ensemble change impossible"):
+        await ml.add(b"lost")
+    queued = ml.add_nowait(b"b")  # queued while the managed ledger rolls over
+    for b in list(fake_bookies.bookies):
+        fake_bookies.restart(b)
+    second = await asyncio.wait_for(queued, 10)
+    assert second.ledger_id > first.ledger_id
+    reader = ml.new_non_durable_cursor(EARLIEST)
+    assert [e.payload for e in await ml.read_entries(reader, 10)] == [b"a", b"b"]
+    await reader.close()
+    assert ml._non_durable == []
