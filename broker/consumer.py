@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from magnetar.broker.ledger.position import Position
 
@@ -23,8 +23,9 @@ class SubType(enum.IntEnum):
     KEY_SHARED = 3
 
 
-@dataclass(frozen=True, slots=True)
-class OutMessage:
+class OutMessage(NamedTuple):
+    """One entry to send to one consumer (a tuple: built once per dispatched entry)."""
+
     position: Position
     data: bytes
     redelivery_count: int = 0
