@@ -34,6 +34,7 @@ from magnetar.broker.ledger.errors import (
 )
 from magnetar.broker.ledger.handle import WriteHandle
 from magnetar.broker.ledger.position import Position
+from magnetar.broker.ledger.states import ManagedLedgerState
 from magnetar.zk import paths
 from magnetar.zk.errors import BadVersion, MetadataError, NotFound
 
@@ -159,7 +160,7 @@ class ManagedCursor:
 
     # -- acknowledgements ---------------------------------------------------------------------
     def _check_open(self) -> None:
-        if self._fenced:
+        if self._fenced or self._ml.state is ManagedLedgerState.FENCED:
             raise ManagedLedgerFenced(f"cursor {self.name} was taken over")
         if self._closed:
             raise ManagedLedgerClosed(f"cursor {self.name} is closed")

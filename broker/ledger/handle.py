@@ -512,6 +512,8 @@ class WriteHandle(ReadHandle):
                 self._bookie_failed(bookie)
 
     def _bookie_failed(self, bookie: str) -> None:
+        if bookie in self._failed:
+            return  # already being replaced (a broken stream fails every in-flight add)
         if bookie not in self.metadata.last_ensemble and not any(
             bookie in p.ws for p in self._pending
         ):

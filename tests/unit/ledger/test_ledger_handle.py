@@ -248,3 +248,20 @@ async def test_long_poll_for_lac(
     assert not waiter.done()
     await w.add(b"b")
     assert await asyncio.wait_for(waiter, 1) == 1
+
+
+async def test_non_owner_reader_long_polls_the_bookies_for_lac(
+    meta_server: MemoryMetadataServer, fake_bookies: FakeBookieCluster
+) -> None:
+    w = await make_client(meta_server, fake_bookies).create_ledger()
+    await w.add(b"a")
+    reader = await make_client(meta_server, fake_bookies).open_ledger(w.ledger_id, recovery=False)
+    assert reader.last_add_confirmed == -1  # entry 0's LAC reaches bookies with entry 1
+    waiter = asyncio.ensure_future(reader.wait_for_lac(-1, 5000))
+    await asyncio.sleep(0)
+    assert not waiter.done()
+    await w.add(b"b")  # carries LAC 0
+    assert await asyncio.wait_for(waiter, 1) == 0
+    assert [e.payload for e in await reader.read(0, 0)] == [b"a"]
+    with pytest.raises(ReadBeyondLastConfirmed):
+        await reader.read(1, 1)
