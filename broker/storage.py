@@ -175,7 +175,7 @@ class MemoryCursor:
         if self._read <= self._mark:
             self._read = self._ledger.next_of(self._mark)
         while len(out) < max_entries:
-            batch = self._ledger.read_sync(self._read, max_entries - len(out) + len(self._acked))
+            batch = self._ledger.read_sync(self._read, max(max_entries - len(out), 16))
             if not batch:
                 break
             for entry in batch:
@@ -247,11 +247,15 @@ class MemoryCursor:
         self._advance_mark()
 
     def _advance_mark(self) -> None:
-        while self._acked:
-            nxt = self._ledger.next_of(self._mark)
-            if self._acked[0] != nxt:
-                break
-            self._mark = self._acked.pop(0)
+        n = 0
+        mark = self._mark
+        acked = self._acked
+        while n < len(acked) and acked[n] == self._ledger.next_of(mark):
+            mark = acked[n]
+            n += 1
+        if n:
+            del acked[:n]
+            self._mark = mark
         if self._read <= self._mark:
             self._read = self._ledger.next_of(self._mark)
 
