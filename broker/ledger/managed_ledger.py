@@ -183,6 +183,7 @@ class ManagedLedgerFactory:
             rng=rng,
         )
         self._open: dict[str, ManagedLedger] = {}
+        self._opening: dict[str, asyncio.Future[ManagedLedger]] = {}
         store.add_session_listener(self._on_session_event)
 
     def _on_session_event(self, event: SessionEvent) -> None:
@@ -192,10 +193,19 @@ class ManagedLedgerFactory:
                 ml.fence("metadata session lost")
 
     async def open(self, name: str, config: ManagedLedgerConfig | None = None) -> ManagedLedger:
+        """Open (recovering it) or return the already open managed ledger ``name``."""
         ml = self._open.get(name)
         if ml is not None and ml.state not in (_S.CLOSED, _S.FENCED):
             return ml
-        ml = ManagedLedger(self, name, config or self.config)
+        opening = self._opening.get(name)
+        if opening is None:
+            opening = asyncio.ensure_future(self._do_open(name, config or self.config))
+            self._opening[name] = opening
+            opening.add_done_callback(lambda _: self._opening.pop(name, None))
+        return await asyncio.shield(opening)
+
+    async def _do_open(self, name: str, config: ManagedLedgerConfig) -> ManagedLedger:
+        ml = ManagedLedger(self, name, config)
         await ml._initialize()
         self._open[name] = ml
         return ml

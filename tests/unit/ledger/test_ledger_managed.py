@@ -243,3 +243,14 @@ async def test_failed_ledger_rolls_over_once_bookies_return(
     assert [e.payload for e in await ml.read_entries(reader, 10)] == [b"a", b"b"]
     await reader.close()
     assert ml._non_durable == []
+
+
+async def test_concurrent_opens_in_one_factory_share_one_managed_ledger(
+    meta_server: MemoryMetadataServer, fake_bookies: FakeBookieCluster
+) -> None:
+    f = factory(meta_server, fake_bookies)
+    a, b = await asyncio.gather(f.open("t/ns/persistent/same"), f.open("t/ns/persistent/same"))
+    assert a is b
+    assert (await a.add(b"x")).entry_id == 0
+    stats = a.statistics()
+    assert stats.ledgers == 1 and stats.entries == 1 and stats.state == "LedgerOpened"
