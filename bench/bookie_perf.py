@@ -58,6 +58,8 @@ class Result:
     max_ms: float
     batches_sent: int
     entries_per_batch: float
+    client_cpu_us_per_add: float = 0.0
+    bookie_cpu_us_per_add: float = 0.0
 
 
 def percentile(sorted_values: list[float], q: float) -> float:
@@ -152,6 +154,18 @@ async def run_one(
     )
 
 
+def proc_cpu_s(pid: int | None) -> float:
+    """User + system CPU seconds of a process (all threads), from /proc; 0 if unknown."""
+    if pid is None:
+        return 0.0
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -192,6 +206,8 @@ def start_bookie(args: argparse.Namespace) -> tuple[subprocess.Popen[bytes], str
         "--log-level",
         "WARNING",
     ]
+    if args.bookie_config:
+        cmd += ["--config", args.bookie_config]
     log_path = os.path.join(data_dir, "bookie.log")
     print(f"# bookie: {shlex.join(cmd)}  (log: {log_path})", flush=True)
     with open(log_path, "ab") as log:
@@ -242,6 +258,7 @@ async def main_async(args: argparse.Namespace) -> list[Result]:
                 stderr=subprocess.DEVNULL,
             )
         for n, (entry_bytes, inflight) in enumerate(combos):
+            cpu0, bcpu0 = time.process_time(), proc_cpu_s(proc.pid if proc else None)
             r = await run_one(
                 client,
                 entry_bytes=entry_bytes,
@@ -250,11 +267,17 @@ async def main_async(args: argparse.Namespace) -> list[Result]:
                 warmup_s=args.warmup_seconds,
                 ledger_id=args.ledger_base + n,
             )
+            total_adds = max(1, r.adds + r.errors)
+            r.client_cpu_us_per_add = round((time.process_time() - cpu0) / total_adds * 1e6, 2)
+            if proc is not None:
+                bcpu = proc_cpu_s(proc.pid) - bcpu0
+                r.bookie_cpu_us_per_add = round(bcpu / total_adds * 1e6, 2)
             results.append(r)
             print(
                 f"  {r.entry_bytes:>7} B  inflight {r.inflight:>4}: {r.adds_per_s:>10.0f} adds/s "
                 f"{r.mb_per_s:>8.1f} MB/s  p50 {r.p50_ms:.2f} ms  p99 {r.p99_ms:.2f} ms  "
-                f"p99.9 {r.p999_ms:.2f} ms  ({r.entries_per_batch} entries/batch)",
+                f"p99.9 {r.p999_ms:.2f} ms  ({r.entries_per_batch} entries/batch; CPU/add "
+                f"client {r.client_cpu_us_per_add} us, bookie {r.bookie_cpu_us_per_add} us)",
                 flush=True,
             )
     finally:
@@ -295,6 +318,7 @@ def main() -> int:
     p.add_argument("--bookie", help="host:port of a running bookie (default: start one)")
     p.add_argument("--data-dir", help="where the started bookie keeps its data (default: tmp)")
     p.add_argument("--storage", choices=["disk", "memory"], default="disk")
+    p.add_argument("--bookie-config", help="YAML config for the started bookie (engine: ...)")
     p.add_argument("--batch-entries", type=int, default=1000, help="max entries per message")
     p.add_argument("--batch-bytes", type=int, default=4 * 1024 * 1024)
     p.add_argument("--ledger-base", type=int, default=int(time.time()) % 1_000_000 * 100)
