@@ -436,3 +436,17 @@ def test_delayed_delivery_on_shared(client: pulsar.Client) -> None:
     assert int(time.time() * 1000) >= later.publish_timestamp() + 1500
     # Exclusive subscriptions ignore the delay, as Pulsar's
     assert [exclusive.receive(5000).data() for _ in range(2)] == [b"later", b"now"]
+
+
+def test_regex_subscription_sees_namespace_topics(client: pulsar.Client) -> None:
+    import re
+
+    prefix = f"rx{uuid.uuid4().hex[:6]}"
+    for name in ("a", "b"):
+        client.create_producer(f"persistent://public/default/{prefix}-{name}").send(name.encode())
+    consumer = client.subscribe(
+        re.compile(f"persistent://public/default/{prefix}-.*"),
+        "rx",
+        initial_position=Earliest,
+    )
+    assert sorted(consumer.receive(5000).data() for _ in range(2)) == [b"a", b"b"]
