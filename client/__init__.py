@@ -73,6 +73,7 @@ from magnetar.client._errors import (
 from magnetar.client._message import Message, MessageId
 from magnetar.client._producer import Producer
 from magnetar.client._reader import Reader
+from magnetar.client._routing import HashingScheme
 
 __all__ = [
     "AlreadyClosed",
@@ -97,6 +98,7 @@ __all__ = [
     "ConsumerType",
     "CumulativeAcknowledgementNotAllowedError",
     "Disconnected",
+    "HashingScheme",
     "IncompatibleSchema",
     "InitialPosition",
     "InvalidConfiguration",

@@ -39,6 +39,7 @@ from magnetar.client._message import Message, MessageId
 from magnetar.client._pool import ConnectionPool, TlsOptions, parse_service_url
 from magnetar.client._producer import Producer, ProducerConfig
 from magnetar.client._reader import Reader
+from magnetar.client._routing import HashingScheme
 from magnetar.client.protocol import InvalidTopicNameError, TopicName, pb
 
 
@@ -219,6 +220,7 @@ class Client:
         *,
         chunk_max_message_size: int | None = None,
         initial_subscription_name: str | None = None,
+        hashing_scheme: HashingScheme = HashingScheme.BoostHash,
     ) -> Producer:
         self._check_open()
         t = _topic(topic)
@@ -246,6 +248,7 @@ class Client:
             properties=dict(properties or {}),
             access_mode=access_mode,
             initial_subscription_name=initial_subscription_name,
+            hashing_scheme=HashingScheme(hashing_scheme),
         )
         partitions = await self._partitions(t)
         producer = Producer(self._ctx, t, config, partitions, self._producers.discard)

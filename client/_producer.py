@@ -45,6 +45,7 @@ from magnetar.client._errors import (
 )
 from magnetar.client._handler import ClientContext, Handler, HandlerState
 from magnetar.client._message import Message, MessageId
+from magnetar.client._routing import HashingScheme, hash_key
 from magnetar.client.protocol import (
     Connection,
     TopicName,
@@ -53,7 +54,6 @@ from magnetar.client.protocol import (
     commands,
     encode_headers_and_payload,
     encode_payload_command,
-    murmur3_32_hash,
     pb,
 )
 from magnetar.client.protocol import MessageId as _Id
@@ -82,6 +82,7 @@ class ProducerConfig:
     properties: Mapping[str, str] = field(default_factory=dict)
     access_mode: ProducerAccessMode = ProducerAccessMode.Shared
     initial_subscription_name: str | None = None
+    hashing_scheme: HashingScheme = HashingScheme.BoostHash
 
     def __post_init__(self) -> None:
         if self.chunking_enabled and self.batching_enabled:
@@ -718,7 +719,7 @@ class Producer:
             )
             return self._parts[self.config.message_router(view, n) % n]
         if msg.smm.HasField("partition_key") and msg.smm.partition_key:
-            return self._parts[murmur3_32_hash(msg.smm.partition_key) % n]
+            return self._parts[hash_key(msg.smm.partition_key, self.config.hashing_scheme) % n]
         if mode == PartitionsRoutingMode.UseSinglePartition:
             return self._parts[self._single]
         part = self._parts[self._rr % n]
