@@ -91,7 +91,9 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     p.add_argument("--port", type=int, help="gRPC port (default 3181; 0 picks a free one)")
     p.add_argument("--advertised-address", help="host:port published in the registration")
     p.add_argument("--bookie-id", help="stable identity (default: the advertised address)")
-    p.add_argument("--http-port", type=int, help="metrics port (published in the registration)")
+    p.add_argument(
+        "--http-port", type=int, help="HTTP port for /metrics and /health (default: none)"
+    )
     p.add_argument("--storage", choices=["disk", "memory"], help="storage engine")
     p.add_argument("--max-entry-bytes", type=int)
     p.add_argument(
@@ -300,6 +302,7 @@ async def run(config: BookieConfig, ready: Callable[[str], None] | None = None) 
     engine: _Engine | None = None
     server: BookieServer | None = None
     registration: BookieRegistration | None = None
+    metrics: Any = None
     tasks: list[asyncio.Task[Any]] = []
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -316,6 +319,11 @@ async def run(config: BookieConfig, ready: Callable[[str], None] | None = None) 
         service = BookieService(engine.storage, max_entry_bytes=config.max_entry_bytes)
         server = BookieServer(service, config.host, config.port)
         await server.start()
+        if config.http_port:
+            from magnetar.bookie.metrics import MetricsServer
+
+            metrics = MetricsServer(service, engine.storage, config.host, config.http_port)
+            await metrics.start()
         if store is not None:
             info = RegistrationInfo(
                 bookie_id=bookie_id,
@@ -358,6 +366,8 @@ async def run(config: BookieConfig, ready: Callable[[str], None] | None = None) 
             task.cancel()
         if server is not None:
             await server.stop(0)
+        if metrics is not None:
+            await metrics.stop()
         if engine is not None and engine.close is not None:
             try:
                 await engine.close()  # final checkpoint

@@ -10,10 +10,11 @@ import shutil
 import socket
 from collections.abc import AsyncIterator
 
+import aiohttp
 import crc32c
 import grpc
 import pytest
-from support.bookies import BookieFactory, health
+from support.bookies import BookieFactory, free_port, health
 
 from magnetar.bookie.api import AddRequest
 from magnetar.bookie.client import BookieClient
@@ -93,7 +94,10 @@ async def wait_for(predicate, timeout_s: float = 10.0, what: str = "condition") 
 async def test_sigterm_is_graceful_registration_follows_and_restart_keeps_data(
     bookie_factory: BookieFactory, chroot_url: str
 ) -> None:
-    bookie = bookie_factory.start(metadata=chroot_url, storage=STORAGE)
+    http_port = free_port()
+    bookie = bookie_factory.start(
+        metadata=chroot_url, storage=STORAGE, extra_args=["--http-port", str(http_port)]
+    )
     store = await ZooKeeperMetadataStore.connect(chroot_url)
     client = BookieClient(bookie.address)
     try:
@@ -104,6 +108,13 @@ async def test_sigterm_is_graceful_registration_follows_and_restart_keeps_data(
         cookie = await store.get(paths.bookie_cookie(bookie.bookie_id))
         assert cookie is not None
         await asyncio.gather(*(client.add(req(1, i, b"e%d" % i, lac=i - 1)) for i in range(200)))
+        async with (
+            aiohttp.ClientSession() as http,
+            http.get(f"http://127.0.0.1:{http_port}/metrics") as resp,
+        ):
+            text = await resp.text()
+        assert "bookkeeper_server_ADD_ENTRY_count 200" in text
+        assert "bookie_SERVER_STATUS 1" in text
 
         assert bookie.stop() == 0, bookie.log_tail()
         assert "bookie stopped" in bookie.log_text()
