@@ -1,0 +1,135 @@
+"""The connection handler never lets bad input escape: random bytes and mutated frames after
+a good handshake either get answers or close that connection, without raising."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import struct
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from magnetar.broker.config import BrokerConfig
+from magnetar.broker.connection import ServerConnection
+from magnetar.broker.service import BrokerService
+from magnetar.broker.storage import MemoryStorageFactory
+from magnetar.client.protocol.proto import pulsar_api_pb2 as pb
+from magnetar.zk.memory import MemoryMetadataServer
+
+T = pb.BaseCommand
+
+
+class FakeTransport:
+    def __init__(self) -> None:
+        self.written = bytearray()
+        self.closed = False
+        self.paused = False
+
+    def write(self, data: bytes) -> None:
+        self.written += data
+
+    def close(self) -> None:
+        self.closed = True
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def get_extra_info(self, name: str) -> object:
+        return ("127.0.0.1", 1) if name == "peername" else None
+
+    def pause_reading(self) -> None:
+        self.paused = True
+
+    def resume_reading(self) -> None:
+        self.paused = False
+
+
+def frame(cmd: pb.BaseCommand) -> bytes:
+    body = cmd.SerializeToString()
+    return struct.pack(">II", 4 + len(body), len(body)) + body
+
+
+CONNECT = frame(
+    T(type=T.CONNECT, connect=pb.CommandConnect(client_version="t", protocol_version=20))
+)
+PING = frame(T(type=T.PING, ping=pb.CommandPing()))
+PONG = frame(T(type=T.PONG, pong=pb.CommandPong()))
+
+
+class Errors(logging.Handler):
+    """Collects ERROR records of the connection module: a bug, not a refused input."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+ERRORS = Errors()
+logging.getLogger("magnetar.broker.connection").addHandler(ERRORS)
+
+
+def new_connection() -> tuple[ServerConnection, FakeTransport]:
+    service = BrokerService(
+        BrokerConfig(keep_alive_interval_seconds=0),
+        MemoryMetadataServer().connect(),
+        MemoryStorageFactory(),
+    )
+    cnx = ServerConnection(service)
+    transport = FakeTransport()
+    cnx.connection_made(transport)  # type: ignore[arg-type]
+    cnx.data_received(CONNECT)
+    return cnx, transport
+
+
+def test_handshake_and_ping() -> None:
+    async def run() -> None:
+        cnx, transport = new_connection()
+        cnx.data_received(PING[:5])  # split frames are reassembled
+        cnx.data_received(PING[5:])
+        await asyncio.sleep(0)
+        data = bytes(transport.written)
+        (size,) = struct.unpack_from(">I", data, 4)
+        first = T()
+        first.ParseFromString(data[8 : 8 + size])
+        assert first.type == T.CONNECTED and first.connected.protocol_version == 20
+        assert data.endswith(bytes.fromhex("00000009000000050813 9a0100".replace(" ", "")))
+
+    asyncio.run(run())
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.binary(min_size=1, max_size=300))
+def test_random_bytes_never_escape(garbage: bytes) -> None:
+    async def run() -> None:
+        cnx, transport = new_connection()
+        cnx.data_received(garbage)  # must not raise
+        cnx.data_received(PING)
+        await asyncio.sleep(0)
+        # either refused (closed) or still answering; garbage may also be an incomplete frame
+        assert transport.closed or bytes(transport.written).endswith(PONG) or len(garbage) >= 4
+
+    ERRORS.records.clear()
+    asyncio.run(run())
+    assert not ERRORS.records, ERRORS.records[0].getMessage()
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(0, len(PING) - 1), st.integers(0, 255))
+def test_mutated_frames_never_escape(index: int, value: int) -> None:
+    mutated = bytearray(PING)
+    mutated[index] = value
+
+    async def run() -> None:
+        cnx, transport = new_connection()
+        cnx.data_received(bytes(mutated))
+        cnx.data_received(PING)
+        await asyncio.sleep(0)
+        assert transport.closed or bytes(transport.written).endswith(PONG) or index < 4
+
+    ERRORS.records.clear()
+    asyncio.run(run())
+    assert not ERRORS.records, ERRORS.records[0].getMessage()
