@@ -450,3 +450,34 @@ def test_regex_subscription_sees_namespace_topics(client: pulsar.Client) -> None
         initial_position=Earliest,
     )
     assert sorted(consumer.receive(5000).data() for _ in range(2)) == [b"a", b"b"]
+
+
+def test_failover_partitions_spread_by_index_mod_consumers(
+    broker: InProcessBroker, client: pulsar.Client
+) -> None:
+    topic = _topic("fo")
+    local = topic.rsplit("/", 1)[1]
+    assert broker.service is not None
+    resources = broker.service.resources
+    broker.call(lambda: resources.create_partitioned("public", "default", "persistent", local, 4))
+    a = client.subscribe(topic, "sub", consumer_type=Failover, consumer_name="a")
+    b = client.subscribe(topic, "sub", consumer_type=Failover, consumer_name="b")
+    producer = client.create_producer(
+        topic, message_routing_mode=pulsar.PartitionsRoutingMode.RoundRobinDistribution
+    )
+    for i in range(40):
+        producer.send(f"m{i}".encode())
+    got: dict[str, set[int]] = {"a": set(), "b": set()}
+    total = 0
+    deadline = time.monotonic() + 10
+    while total < 40:
+        assert time.monotonic() < deadline
+        for name, c in (("a", a), ("b", b)):
+            try:
+                m = c.receive(50)
+            except pulsar.Timeout:
+                continue
+            got[name].add(int(m.topic_name().rsplit("-", 1)[1]))
+            c.acknowledge(m)
+            total += 1
+    assert got == {"a": {0, 2}, "b": {1, 3}}
