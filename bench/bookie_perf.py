@@ -60,6 +60,7 @@ class Result:
     entries_per_batch: float
     client_cpu_us_per_add: float = 0.0
     bookie_cpu_us_per_add: float = 0.0
+    completed_total: int = 0  # including warm-up (for CPU per add)
 
 
 def percentile(sorted_values: list[float], q: float) -> float:
@@ -89,6 +90,7 @@ async def run_one(
     stop_at = measure_from + seconds
     next_entry = 0
     outstanding = 0
+    completed_total = 0
     errors = 0
     first_error: list[BaseException] = []
     done = loop.create_future()
@@ -106,8 +108,9 @@ async def run_one(
         fut.add_done_callback(lambda f, t0=t0: on_done(f, t0))
 
     def on_done(fut: asyncio.Future[None], t0: float) -> None:
-        nonlocal outstanding, errors
+        nonlocal outstanding, errors, completed_total
         outstanding -= 1
+        completed_total += 1
         now = perf()
         if fut.cancelled() or fut.exception() is not None:
             errors += 1
@@ -151,6 +154,7 @@ async def run_one(
         max_ms=round((latencies[-1] if latencies else float("nan")) * 1000, 3),
         batches_sent=batches,
         entries_per_batch=round(entries / batches, 1) if batches else 0.0,
+        completed_total=completed_total,
     )
 
 
@@ -267,7 +271,7 @@ async def main_async(args: argparse.Namespace) -> list[Result]:
                 warmup_s=args.warmup_seconds,
                 ledger_id=args.ledger_base + n,
             )
-            total_adds = max(1, r.adds + r.errors)
+            total_adds = max(1, r.completed_total)
             r.client_cpu_us_per_add = round((time.process_time() - cpu0) / total_adds * 1e6, 2)
             if proc is not None:
                 bcpu = proc_cpu_s(proc.pid) - bcpu0
