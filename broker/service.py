@@ -267,6 +267,7 @@ class BrokerService:
             max_unacked_per_subscription=self.config.max_unacked_messages_per_subscription,
         )
         await topic.load()
+        topic.on_fenced = self._on_topic_fenced
         self.topics[tn.full] = topic
         log.info("loaded topic %s", tn.full)
         return topic
@@ -302,6 +303,14 @@ class BrokerService:
                 self.topics.pop(name, None)
                 await topic.close()
         await self.ownership.release(bundle)
+
+    def _on_topic_fenced(self, topic: PersistentTopic) -> None:
+        async def unload() -> None:
+            if self.topics.get(topic.full_name) is topic:
+                del self.topics[topic.full_name]
+            await topic.close()
+
+        self._spawn(unload())
 
     def _on_bundles_lost(self, bundles: list[NamespaceBundle]) -> None:
         lost = {(b.tenant, b.namespace, b.range) for b in bundles}

@@ -6,6 +6,9 @@ arrival order; duplicates found by deduplication ride in the same queue so their
 keep order too), the entry-count cache used for permits, subscriptions (durable ones
 reopened from the ledger's cursors on load; non-durable ones dropped with their last
 consumer), last-message-id, finding a position by publish time, close/unload.
+Lifecycle (``TOPIC_TRANSITIONS``): ACTIVE -> CLOSING -> CLOSED on unload; ACTIVE -> FENCED
+when the managed ledger refuses writes for good (another owner), after which the service
+unloads the topic so clients look up the new owner.
 Invariant: every SEND gets exactly one completion callback, in arrival order per topic.
 Must not know: sockets or frames (callers pass callbacks and sinks).
 """
@@ -13,6 +16,7 @@ Must not know: sockets or frames (callers pass callbacks and sinks).
 from __future__ import annotations
 
 import asyncio
+import enum
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,6 +24,7 @@ from typing import Any
 
 from magnetar.broker.consumer import Consumer
 from magnetar.broker.frames import MAGIC_CRC32C_BYTES, BadEntry, num_messages, parse_metadata
+from magnetar.broker.ledger.errors import LedgerFenced, ManagedLedgerClosed
 from magnetar.broker.ledger.position import EARLIEST, LATEST, Position
 from magnetar.broker.naming import TopicName
 from magnetar.broker.producer import Admission, Deduplication, Producer, ProducerRegistry
@@ -30,6 +35,44 @@ from magnetar.client.protocol import key_shared_slot, sticky_key
 log = logging.getLogger(__name__)
 
 PublishCallback = Callable[[Position | None, Exception | None], None]
+
+
+class TopicState(enum.Enum):
+    ACTIVE = "active"
+    FENCED = "fenced"  # the storage refused us (another owner): close as soon as possible
+    CLOSING = "closing"
+    CLOSED = "closed"
+
+
+class TopicEvent(enum.Enum):
+    FENCE = "fence"
+    CLOSE = "close"
+    CLOSED = "closed"
+
+
+TOPIC_TRANSITIONS: dict[tuple[TopicState, TopicEvent], TopicState] = {
+    (TopicState.ACTIVE, TopicEvent.FENCE): TopicState.FENCED,
+    (TopicState.ACTIVE, TopicEvent.CLOSE): TopicState.CLOSING,
+    (TopicState.FENCED, TopicEvent.FENCE): TopicState.FENCED,
+    (TopicState.FENCED, TopicEvent.CLOSE): TopicState.CLOSING,
+    (TopicState.CLOSING, TopicEvent.FENCE): TopicState.CLOSING,
+    (TopicState.CLOSING, TopicEvent.CLOSED): TopicState.CLOSED,
+    (TopicState.CLOSED, TopicEvent.FENCE): TopicState.CLOSED,
+}
+"""Topic lifecycle; a pair missing here is a bug (``InvalidTopicTransition``)."""
+
+
+class InvalidTopicTransition(RuntimeError):
+    pass
+
+
+def next_topic_state(state: TopicState, event: TopicEvent) -> TopicState:
+    try:
+        return TOPIC_TRANSITIONS[(state, event)]
+    except KeyError:
+        raise InvalidTopicTransition(f"{event.value} in state {state.value}") from None
+
+
 _COUNT_CACHE_MAX = 200_000
 _DELIVER_AT_TAG = b"\x98\x01"  # MessageMetadata field 19 (deliver_at_time), varint
 
@@ -87,7 +130,8 @@ class PersistentTopic:
         self._pending: list[_Pending] = []
         self._flushing = False
         self._flush_task: asyncio.Task[None] | None = None
-        self.closed = False
+        self.state = TopicState.ACTIVE
+        self.on_fenced: Callable[[PersistentTopic], None] | None = None
         ledger.add_tail_listener(self._on_new_entries)
 
     def __repr__(self) -> str:
@@ -208,6 +252,8 @@ class PersistentTopic:
                     positions = await self.ledger.add_entries(datas) if datas else []
                 except Exception as exc:
                     log.warning("append to %s failed: %s", self.name, exc)
+                    if isinstance(exc, (LedgerFenced, ManagedLedgerClosed)):
+                        self.fence(str(exc))
                     for p in batch:
                         if p.dedup_name is not None:
                             self.dedup.failed(p.dedup_name)
@@ -369,11 +415,25 @@ class PersistentTopic:
             start = Position(entries[-1].position.ledger_id, entries[-1].position.entry_id + 1)
 
     # -- lifecycle
+    @property
+    def closed(self) -> bool:
+        return self.state in (TopicState.CLOSING, TopicState.CLOSED)
+
+    def fence(self, reason: str) -> None:
+        """The storage refused a write for good: stop serving; the owner closes us."""
+        if self.state is not TopicState.ACTIVE:
+            self.state = next_topic_state(self.state, TopicEvent.FENCE)
+            return
+        self.state = next_topic_state(self.state, TopicEvent.FENCE)
+        log.warning("topic %s fenced: %s", self.name, reason)
+        if self.on_fenced is not None:
+            self.on_fenced(self)
+
     async def close(self) -> None:
         """Unload: disconnect clients (they look up again), stop dispatch, close the ledger."""
         if self.closed:
             return
-        self.closed = True
+        self.state = next_topic_state(self.state, TopicEvent.CLOSE)
         while self._flushing and self._flush_task is not None:
             try:
                 await asyncio.shield(self._flush_task)
@@ -390,7 +450,10 @@ class PersistentTopic:
                 sub.remove_consumer(consumer)
             sub.close()
         self.ledger.remove_tail_listener(self._on_new_entries)
-        await self.ledger.close()
+        try:
+            await self.ledger.close()
+        finally:
+            self.state = next_topic_state(self.state, TopicEvent.CLOSED)
 
     def stats(self) -> dict[str, Any]:
         subs: dict[str, Any] = {}
@@ -436,4 +499,13 @@ class PersistentTopic:
         }
 
 
-__all__ = ["LastMessageId", "PersistentTopic", "PublishCallback"]
+__all__ = [
+    "TOPIC_TRANSITIONS",
+    "InvalidTopicTransition",
+    "LastMessageId",
+    "PersistentTopic",
+    "PublishCallback",
+    "TopicEvent",
+    "TopicState",
+    "next_topic_state",
+]

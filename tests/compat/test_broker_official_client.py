@@ -481,3 +481,55 @@ def test_failover_partitions_spread_by_index_mod_consumers(
             c.acknowledge(m)
             total += 1
     assert got == {"a": {0, 2}, "b": {1, 3}}
+
+
+class _FencingOnce:
+    """Memory storage whose first append on each ledger is refused as fenced."""
+
+    def __init__(self) -> None:
+        from magnetar.broker.storage import MemoryStorageFactory
+
+        self.inner = MemoryStorageFactory()
+        self.fenced: list[str] = []
+
+    async def open(self, name: str):  # type: ignore[no-untyped-def]
+        from magnetar.broker.ledger.errors import ManagedLedgerFenced
+
+        ledger = await self.inner.open(name)
+        if name not in self.fenced:
+            self.fenced.append(name)
+            real = ledger.add_entries
+
+            async def refuse(datas: list[bytes]):  # type: ignore[no-untyped-def]
+                ledger.add_entries = real  # type: ignore[method-assign]
+                raise ManagedLedgerFenced("taken over (test)")
+
+            ledger.add_entries = refuse  # type: ignore[method-assign]
+        return ledger
+
+    async def exists(self, name: str) -> bool:
+        return await self.inner.exists(name)
+
+    async def delete(self, name: str) -> None:
+        await self.inner.delete(name)
+
+    async def list(self, prefix: str) -> list[str]:
+        return await self.inner.list(prefix)
+
+
+def test_fenced_topic_is_unloaded_and_the_client_recovers() -> None:
+    b = InProcessBroker(storage=_FencingOnce()).start()
+    c = pulsar.Client(b.service_url, operation_timeout_seconds=10)
+    try:
+        topic = _topic()
+        consumer = c.subscribe(topic, "s")
+        assert b.service is not None
+        first = b.service.topics[topic]
+        producer = c.create_producer(topic)
+        producer.send(b"survives")  # refused once (fenced), resent after reconnecting
+        assert consumer.receive(10_000).data() == b"survives"
+        assert b.service.topics[topic] is not first
+        assert _nothing_more(consumer)
+    finally:
+        c.close()
+        b.stop()
