@@ -533,3 +533,31 @@ def test_fenced_topic_is_unloaded_and_the_client_recovers() -> None:
     finally:
         c.close()
         b.stop()
+
+
+def test_batch_index_acks_survive_reconnect(client: pulsar.Client) -> None:
+    topic = _topic()
+    consumer = client.subscribe(topic, "sub", consumer_type=Shared, batch_index_ack_enabled=True)
+    producer = client.create_producer(topic, batching_enabled=True, batching_max_messages=10)
+    for i in range(10):
+        producer.send_async(f"m{i}".encode(), None)
+    producer.flush()
+    got = _drain(consumer, 10)
+    assert len({(m.message_id().ledger_id(), m.message_id().entry_id()) for m in got}) == 1
+    for m in got[::2]:
+        consumer.acknowledge(m)  # half of one batch entry
+    consumer.close()
+    consumer = client.subscribe(topic, "sub", consumer_type=Shared, batch_index_ack_enabled=True)
+    again = sorted(m.data() for m in _drain(consumer, 5))
+    assert again == sorted(f"m{i}".encode() for i in range(1, 10, 2))
+    assert _nothing_more(consumer)
+
+
+def test_string_schema_producer_and_consumer(client: pulsar.Client) -> None:
+    from pulsar.schema import StringSchema
+
+    topic = _topic()
+    consumer = client.subscribe(topic, "sub", schema=StringSchema())
+    producer = client.create_producer(topic, schema=StringSchema())
+    producer.send("héllo")
+    assert consumer.receive(5000).value() == "héllo"

@@ -54,3 +54,54 @@ def test_publish_consume_and_restart_keeps_acks(
     finally:
         client.close()
         broker.stop()
+
+
+def test_batch_index_acks_and_redelivery_counts_survive_restart(
+    zookeeper_server: ZooKeeperServer, bookie_factory: BookieFactory
+) -> None:
+    url = f"{zookeeper_server.url}/broker-{uuid.uuid4().hex[:10]}"
+    bookie_factory.start_many(1, metadata=url)
+    batched = "persistent://public/default/batched"
+    nacked = "persistent://public/default/nacked"
+    broker = InProcessBroker(metadata_url=url, managed_ledger=ML).start()
+    client = pulsar.Client(broker.service_url, operation_timeout_seconds=10)
+    shared = pulsar.ConsumerType.Shared
+    try:
+        consumer = client.subscribe(
+            batched, "s", consumer_type=shared, batch_index_ack_enabled=True
+        )
+        producer = client.create_producer(batched, batching_enabled=True, batching_max_messages=10)
+        for i in range(10):
+            producer.send_async(f"m{i}".encode(), None)
+        producer.flush()
+        got = [consumer.receive(10_000) for _ in range(10)]
+        for m in got[::2]:
+            consumer.acknowledge(m)
+        consumer.close()
+        retry = client.subscribe(
+            nacked, "s", consumer_type=shared, negative_ack_redelivery_delay_ms=100
+        )
+        client.create_producer(nacked).send(b"x")
+        for expected in (0, 1, 2):
+            m = retry.receive(10_000)
+            assert m.redelivery_count() == expected
+            if expected < 2:
+                retry.negative_acknowledge(m)
+        retry.close()
+    finally:
+        client.close()
+        broker.stop()
+
+    broker = InProcessBroker(metadata_url=url, managed_ledger=ML).start()
+    client = pulsar.Client(broker.service_url, operation_timeout_seconds=10)
+    try:
+        consumer = client.subscribe(
+            batched, "s", consumer_type=shared, batch_index_ack_enabled=True
+        )
+        again = sorted(consumer.receive(10_000).data() for _ in range(5))
+        assert again == sorted(f"m{i}".encode() for i in range(1, 10, 2))
+        retry = client.subscribe(nacked, "s", consumer_type=shared)
+        assert retry.receive(10_000).redelivery_count() == 2  # durable, unlike Pulsar
+    finally:
+        client.close()
+        broker.stop()
