@@ -125,9 +125,8 @@ class StandaloneServer:
     def start(self, timeout_s: float = 60.0) -> StandaloneServer:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(
-                self.command(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-            )
+            # Same process group as the bench: killing the bench's group kills it too.
+            self.proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
