@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import crc32c
 
-from magnetar.bookie.api import AddRequest, Entry
+from magnetar.bookie.api import AddRequest, BookieClientAPI, Entry
 from magnetar.bookie.errors import (
     BookieError,
     BookieUnavailable,
@@ -316,6 +316,9 @@ class WriteHandle(ReadHandle):
         self.state = HandleState.OPEN
         self._failed: set[str] = set()
         self._changing = False
+        self._drain_scheduled = False
+        self._loop = asyncio.get_running_loop()
+        self._clients: dict[str, BookieClientAPI] = {}
         self._change_task: asyncio.Task[None] | None = None
         self._ensemble_changes = 0
         self._error: LedgerError | None = None
@@ -408,7 +411,7 @@ class WriteHandle(ReadHandle):
         self, entry_id: int, stored: bytes, data_len: int, result: object, payload: bytes
     ) -> asyncio.Future[Any]:
         # the caller checked the state is OPEN: HANDLE_FSM allows (OPEN, ADD) -> OPEN
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[Any] = self._loop.create_future()
         request = AddRequest(
             ledger_id=self.ledger_id,
             entry_id=entry_id,
@@ -444,7 +447,10 @@ class WriteHandle(ReadHandle):
     def _send(self, pending: _PendingAdd, bookie: str) -> None:
         pending.sent.add(bookie)
         try:
-            aw = self._client.registry.client(bookie).add(pending.request)
+            client = self._clients.get(bookie)
+            if client is None:
+                client = self._clients[bookie] = self._client.registry.client(bookie)
+            aw = client.add(pending.request)
         except BookieError as exc:
             self._on_bookie_error(pending, bookie, exc)
             return
@@ -460,10 +466,22 @@ class WriteHandle(ReadHandle):
         if exc is None:
             if bookie in pending.ws and not pending.future.done():
                 pending.acked.add(bookie)
-                if len(pending.acked) >= self.metadata.ack_quorum:
-                    self._complete_ready()
+                if (
+                    not self._drain_scheduled
+                    and len(pending.acked) >= self.metadata.ack_quorum
+                    and self._pending
+                    and pending is self._pending[0]
+                ):
+                    # acks of one bookie batch arrive together: drain once, after all of them
+                    self._drain_scheduled = True
+                    self._loop.call_soon(self._scheduled_drain)
             return
         self._on_bookie_error(pending, bookie, exc)
+
+    def _scheduled_drain(self) -> None:
+        self._drain_scheduled = False
+        if self.state in (HandleState.OPEN, HandleState.CLOSING):
+            self._complete_ready()
 
     def _on_bookie_error(self, pending: _PendingAdd, bookie: str, exc: BaseException) -> None:
         if isinstance(exc, Fenced | Unauthorized):
