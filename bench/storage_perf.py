@@ -29,11 +29,12 @@ SCENARIOS = [
     ("100B", 100, 128, 2, 8),
     ("1KB", 1024, 128, 2, 8),
     ("1KB-256inflight-b32", 1024, 32, 8, 8),
+    ("1KB-1024inflight", 1024, 128, 8, 8),
     ("64KB", 64 * 1024, 8, 4, 4),
 ]
 
 
-async def run_scenario(
+async def run_scenario(  # noqa: PLR0917
     base: str, name: str, size: int, batch: int, producers: int, ledgers: int, seconds: float
 ) -> dict[str, object]:
     d = tempfile.mkdtemp(prefix=f"storage-perf-{name}-", dir=base)

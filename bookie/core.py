@@ -449,9 +449,13 @@ class Bookie:
         deadline = self._clock.monotonic_ms() + self.config.max_throttle_ms
         cache = self._cache
         while cache.active_bytes >= cache.half_bytes_max:
+            if self._read_only or self._closing:
+                return [_READ_ONLY] * len(requests)
             if not cache.flushing:
                 self._begin_checkpoint()
-                continue
+                if cache.flushing:
+                    continue  # swapped: the active half is empty now
+                # A checkpoint is finishing (or GC runs): wait for it below.
             remaining_ms = deadline - self._clock.monotonic_ms()
             if remaining_ms <= 0:
                 self._rejected_too_many += 1
@@ -800,6 +804,8 @@ class Bookie:
                 )
             finally:
                 self._gc_active = False
+                event, self._flush_done = self._flush_done, asyncio.Event()
+                event.set()
 
     def statistics(self) -> BookieStatistics:
         return BookieStatistics(

@@ -165,7 +165,7 @@ class GarbageCollector:
             copied,
             len(moved),
         )
-        return pos - LOG_HEADER_LEN if new_map else 0
+        return pos if new_map else 0  # the whole new file, header included
 
     def _throttle(self, copied: int, t0: float) -> None:
         if self.rate_bytes_per_s <= 0:

@@ -12,3 +12,4 @@ from support.metadata_backends import metadata_backend, metadata_backend_factory
 from support.zookeeper import zookeeper_server, zookeeper_server_factory  # noqa: F401
 from support.broker import magnetar_broker  # noqa: F401
 from support.standalone import standalone_factory  # noqa: F401
+from support.bookie_storage import open_bookie  # noqa: F401

@@ -1,0 +1,170 @@
+"""Journal: record round trip, group commit ordering, torn/corrupt tails, rollover, trimming.
+
+Uses a tmp dir through the injectable file layer (``FaultyFileSystem`` holds fsyncs)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import pathlib
+
+import pytest
+
+from magnetar.bookie.files import FaultyFileSystem
+from magnetar.bookie.journal import ENTRY_HEADER as H
+from magnetar.bookie.journal import (
+    ZERO_MARK,
+    Journal,
+    JournalFailed,
+    ReplayedEntry,
+    ReplayedMeta,
+    ReplayStats,
+    decode_body,
+    encode_entries,
+    encode_fence,
+    encode_master_key,
+    frame,
+    list_journal_ids,
+    replay,
+)
+
+
+def entries_body(ledger: int, first: int, count: int, size: int = 100) -> bytes:
+    parts = []
+    for e in range(first, first + count):
+        payload = bytes([e % 251]) * size
+        parts += [H.pack(ledger, e, e - 1, 0, len(payload)), payload]
+    return encode_entries(count, parts)
+
+
+async def wait_event(event: object, timeout_s: float = 5.0) -> bool:
+    return await asyncio.to_thread(event.wait, timeout_s)  # type: ignore[attr-defined]
+
+
+async def test_round_trip_and_group_future_after_fsync(tmp_path: pathlib.Path) -> None:
+    fs = FaultyFileSystem()
+    j = Journal(fs, str(tmp_path), max_group_wait_ms=1.0)
+    j.start()
+    fs.hold_fsync()
+    f1 = j.append(*frame(entries_body(1, 0, 3)))
+    f2 = j.append(*frame(encode_fence(1)))
+    assert f1 is f2, "records of one loop iteration share a group"
+    assert await wait_event(fs.fsync_waiting), "the group's fdatasync started"
+    await asyncio.sleep(0)
+    assert not f1.done(), "an add is not acknowledged before its group's fdatasync returns"
+    # Double buffering: the next group accumulates while the sync is held.
+    f3 = j.append(*frame(encode_master_key(2, b"key")))
+    assert f3 is not f1
+    fs.release_fsync()
+    await asyncio.wait_for(asyncio.gather(f1, f3), 5)
+    await j.close()
+
+    stats = ReplayStats()
+    records = [
+        rec for _, body in replay(fs, str(tmp_path), ZERO_MARK, stats) for rec in decode_body(body)
+    ]
+    entries = [r for r in records if isinstance(r, ReplayedEntry)]
+    metas = [r for r in records if isinstance(r, ReplayedMeta)]
+    assert [e.entry_id for e in entries] == [0, 1, 2]
+    assert entries[1].payload == bytes([1]) * 100
+    assert [(m.kind, m.ledger_id) for m in metas] == [(3, 1), (2, 2)]
+    assert metas[1].master_key == b"key"
+    assert stats.corrupt_tails == []
+
+
+async def test_size_threshold_hands_off_group_without_waiting(tmp_path: pathlib.Path) -> None:
+    fs = FaultyFileSystem()
+    j = Journal(fs, str(tmp_path), max_group_wait_ms=10_000, group_bytes_max=4096)
+    j.start()
+    fut = j.append(*frame(entries_body(1, 0, 50)))  # > 4 KB: handed off at once
+    await asyncio.wait_for(fut, 5)
+    assert j.statistics().groups_synced == 1
+    await j.close()
+
+
+def _write_journal(tmp_path: pathlib.Path, batches: int) -> str:
+    async def go() -> None:
+        j = Journal(FaultyFileSystem(), str(tmp_path))
+        j.start()
+        for b in range(batches):
+            await j.append(*frame(entries_body(7, b * 10, 10)))
+        await j.close()
+
+    asyncio.run(go())
+    (jid,) = list_journal_ids(FaultyFileSystem(), str(tmp_path))
+    return str(tmp_path / f"{jid:016x}.txn")
+
+
+def _replayed_ids(tmp_path: pathlib.Path, stats: ReplayStats) -> list[int]:
+    fs = FaultyFileSystem()
+    return [
+        r.entry_id
+        for _, body in replay(fs, str(tmp_path), ZERO_MARK, stats)
+        for r in decode_body(body)
+        if isinstance(r, ReplayedEntry)
+    ]
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip"])
+def test_torn_or_corrupt_tail_is_detected_logged_and_skipped(
+    tmp_path: pathlib.Path, damage: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = _write_journal(tmp_path, 3)
+    size = os.path.getsize(path)
+    with open(path, "r+b") as f:
+        if damage == "truncate":
+            f.truncate(size - 17)
+        else:
+            f.seek(size - 40)
+            byte = f.read(1)
+            f.seek(size - 40)
+            f.write(bytes([byte[0] ^ 0xFF]))
+    stats = ReplayStats()
+    with caplog.at_level(logging.WARNING, logger="magnetar.bookie.journal"):
+        ids = _replayed_ids(tmp_path, stats)
+    assert ids == list(range(20)), "earlier records intact, the damaged last one skipped"
+    assert len(stats.corrupt_tails) == 1
+    bad_path, offset, _reason = stats.corrupt_tails[0]
+    assert bad_path == path and 0 < offset < size
+    assert any(path in r.getMessage() and str(offset) in r.getMessage() for r in caplog.records)
+
+
+async def test_rollover_replay_from_mark_and_trim(tmp_path: pathlib.Path) -> None:
+    fs = FaultyFileSystem()
+    j = Journal(fs, str(tmp_path), file_size_max=8 * 1024)
+    j.start()
+    marks = []
+    for b in range(10):
+        await j.append(*frame(entries_body(1, b * 20, 20)))  # ~2.7 KB each
+        marks.append(j.current_mark())
+    ids = list_journal_ids(fs, str(tmp_path))
+    assert len(ids) >= 3, ids
+    # Replay from the mark after batch 5 yields only batches 6..9.
+    from_mark = [
+        r.entry_id
+        for _, body in replay(fs, str(tmp_path), marks[5])
+        for r in decode_body(body)
+        if isinstance(r, ReplayedEntry)
+    ]
+    assert from_mark == list(range(120, 200))
+    removed = j.trim(marks[5])
+    assert removed and all(i < marks[5].file_id for i in removed)
+    assert min(list_journal_ids(fs, str(tmp_path))) == marks[5].file_id
+    await j.close()
+
+
+async def test_write_failure_fails_group_and_journal(tmp_path: pathlib.Path) -> None:
+    fs = FaultyFileSystem()
+    failures: list[OSError] = []
+    j = Journal(fs, str(tmp_path), on_failure=failures.append)
+    j.start()
+    await j.append(*frame(encode_fence(1)))
+    fs.fail_writes()
+    fut = j.append(*frame(encode_fence(2)))
+    with pytest.raises(JournalFailed):
+        await asyncio.wait_for(fut, 5)
+    assert j.failed and len(failures) == 1
+    with pytest.raises(JournalFailed):
+        j.append(*frame(encode_fence(3)))
+    await j.close()
