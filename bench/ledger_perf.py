@@ -34,13 +34,26 @@ from magnetar.zk import paths  # noqa: E402
 from magnetar.zk.factory import open_metadata_store  # noqa: E402
 
 
+def proc_cpu_s(pid: int | None) -> float:
+    """User + system CPU seconds of a process (from /proc), 0 if unknown."""
+    if pid is None:
+        return 0.0
+    try:
+        fields = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def percentile(sorted_ms: list[float], q: float) -> float:
     if not sorted_ms:
         return 0.0
     return sorted_ms[min(len(sorted_ms) - 1, int(q * len(sorted_ms)))]
 
 
-async def run(args: argparse.Namespace, url: str) -> dict[str, object]:
+async def run(
+    args: argparse.Namespace, url: str, bookie_pids: list[int | None]
+) -> dict[str, object]:
     store = await open_metadata_store(url)
     deadline = time.monotonic() + 30
     while len(await store.children(paths.AVAILABLE_BOOKIES)) < args.bookies:
@@ -66,6 +79,8 @@ async def run(args: argparse.Namespace, url: str) -> dict[str, object]:
     end = warmup_end + args.seconds
     measuring = False
     start_count = 0
+    cpu0 = time.process_time()
+    bookie_cpu0 = 0.0
 
     def on_done(t0: float, fut: asyncio.Future[object]) -> None:
         nonlocal done_count, errors
@@ -86,11 +101,15 @@ async def run(args: argparse.Namespace, url: str) -> dict[str, object]:
             measuring = True
             start_count = done_count
             t_start = now
+            cpu0 = time.process_time()
+            bookie_cpu0 = sum(proc_cpu_s(p) for p in bookie_pids)
         await sem.acquire()
         fut = ml.add_nowait(payload)
         fut.add_done_callback(functools.partial(on_done, loop.time()))
     elapsed = loop.time() - t_start
     measured = done_count - start_count
+    broker_cpu = time.process_time() - cpu0
+    bookie_cpu = sum(proc_cpu_s(p) for p in bookie_pids) - bookie_cpu0
     for _ in range(args.inflight):
         await sem.acquire()
     latencies.sort()
@@ -104,6 +123,9 @@ async def run(args: argparse.Namespace, url: str) -> dict[str, object]:
         "p99_ms": round(percentile(latencies, 0.99), 2),
         "p999_ms": round(percentile(latencies, 0.999), 2),
         "max_ms": round(latencies[-1], 2) if latencies else 0.0,
+        "broker_cpu_us_per_add": round(broker_cpu / max(measured, 1) * 1e6, 1),
+        "bookies_cpu_us_per_add": round(bookie_cpu / max(measured, 1) * 1e6, 1),
+        "load_avg_1m": os.getloadavg()[0],
         "adds": measured,
         "errors": errors,
         "seconds": round(elapsed, 2),
@@ -137,12 +159,12 @@ def main() -> None:
         factory = BookieFactory(pathlib.Path(tmp) / "bookies")
         try:
             url = f"{zk.url}/bench-{uuid.uuid4().hex[:8]}"
-            factory.start_many(args.bookies, metadata=url)
+            procs = factory.start_many(args.bookies, metadata=url)
             if args.uvloop:
                 import uvloop
 
                 uvloop.install()
-            result = asyncio.run(run(args, url))
+            result = asyncio.run(run(args, url, [b.pid for b in procs]))
         finally:
             factory.close()
             zk.close()
