@@ -390,12 +390,17 @@ class ServerConnection(asyncio.Protocol):
             self._error(request_id, "MetadataError", f"Invalid namespace {namespace!r}")
             return
         topics: list[str] = []
-        if mode != pb.CommandGetTopicsOfNamespace.NON_PERSISTENT:
-            try:
-                topics = await self.service.list_topics(tenant, ns, "persistent")
-            except Exception as exc:
-                self._error(request_id, "MetadataError", str(exc))
-                return
+        by_mode: dict[int, tuple[str, ...]] = {
+            pb.CommandGetTopicsOfNamespace.PERSISTENT: ("persistent",),
+            pb.CommandGetTopicsOfNamespace.NON_PERSISTENT: ("non-persistent",),
+        }
+        domains = by_mode.get(int(mode), ("persistent", "non-persistent"))
+        try:
+            for domain in domains:
+                topics += await self.service.list_topics(tenant, ns, domain)
+        except Exception as exc:
+            self._error(request_id, "MetadataError", str(exc))
+            return
         self.write_command(
             T(
                 type=T.GET_TOPICS_OF_NAMESPACE_RESPONSE,
@@ -634,6 +639,7 @@ class ServerConnection(asyncio.Protocol):
         if (
             not self.service.config.allow_auto_subscription_creation
             and req.durable
+            and topic.name.persistent
             and req.subscription not in topic.subscriptions
         ):
             self._error(rid, "SubscriptionNotFound", "Subscription does not exist")

@@ -27,6 +27,7 @@ from typing import Any
 from magnetar.broker.bundles import NamespaceBundles
 from magnetar.broker.config import BrokerConfig
 from magnetar.broker.naming import InvalidTopicName, TopicName
+from magnetar.broker.nonpersistent import NonPersistentTopic
 from magnetar.broker.ownership import NamespaceBundle, OwnerInfo, OwnershipCache
 from magnetar.broker.resources import (
     PreconditionFailed,
@@ -235,8 +236,6 @@ class BrokerService:
                 return loaded
         if self.closed:
             raise ServiceError("ServiceNotReady", "Broker is closing")
-        if not tn.persistent:
-            raise ServiceError("NotAllowedError", "Non-persistent topics are not supported yet")
         fut: asyncio.Future[PersistentTopic | None] = asyncio.get_running_loop().create_future()
         self._loading[name] = fut
         try:
@@ -252,6 +251,15 @@ class BrokerService:
 
     async def _load(self, tn: TopicName, create: bool) -> PersistentTopic | None:
         await self._ensure_owned(tn)
+        if not tn.persistent:
+            if not create:
+                return None
+            if not await self.resources.namespace_exists(tn.tenant, tn.namespace):
+                raise ServiceError("TopicNotFound", f"Namespace {tn.namespace_name} does not exist")
+            np_topic: Any = NonPersistentTopic(tn)
+            self.topics[tn.full] = np_topic
+            log.info("created non-persistent topic %s", tn.full)
+            return np_topic  # type: ignore[no-any-return]
         ml_name = tn.managed_ledger_name
         if not await self.storage.exists(ml_name):
             if not create:
@@ -350,7 +358,10 @@ class BrokerService:
         for ml in await self.storage.list(prefix):
             names.add(f"persistent://{tenant}/{namespace}/{unquote(ml[len(prefix) :])}")
         for name, topic in self.topics.items():
-            if topic.name.tenant == tenant and topic.name.namespace == namespace:
+            if topic.name.persistent and (topic.name.tenant, topic.name.namespace) == (
+                tenant,
+                namespace,
+            ):
                 names.add(name)
         return sorted(names)
 
@@ -369,7 +380,9 @@ class BrokerService:
         except ServiceError as exc:
             raise _to_resource_error(exc) from None
         loaded = self.topics.get(tn.full)
-        if loaded is None and not await self.storage.exists(tn.managed_ledger_name):
+        if loaded is None and (
+            not tn.persistent or not await self.storage.exists(tn.managed_ledger_name)
+        ):
             raise ResourceNotFound("Topic not found")
         if loaded is not None and not force:
             if loaded.producers.producers:
@@ -379,7 +392,8 @@ class BrokerService:
         if loaded is not None:
             self.topics.pop(tn.full, None)
             await loaded.close()
-        await self.storage.delete(tn.managed_ledger_name)
+        if tn.persistent:
+            await self.storage.delete(tn.managed_ledger_name)
 
     async def _admin_topic(self, topic: str) -> PersistentTopic:
         try:

@@ -561,3 +561,25 @@ def test_string_schema_producer_and_consumer(client: pulsar.Client) -> None:
     producer = client.create_producer(topic, schema=StringSchema())
     producer.send("héllo")
     assert consumer.receive(5000).value() == "héllo"
+
+
+def test_non_persistent_topic_delivers_to_connected_consumers_only(client: pulsar.Client) -> None:
+    topic = f"non-persistent://public/default/np-{uuid.uuid4().hex[:8]}"
+    producer = client.create_producer(topic)
+    producer.send(b"nobody-listens")  # no subscription yet: dropped
+    shared_a = client.subscribe(topic, "s", consumer_type=Shared)
+    shared_b = client.subscribe(topic, "s", consumer_type=Shared)
+    exclusive = client.subscribe(topic, "e")
+    for i in range(4):
+        producer.send(f"m{i}".encode())
+    assert [exclusive.receive(5000).data() for _ in range(4)] == [
+        f"m{i}".encode() for i in range(4)
+    ]
+    got = []
+    for c in (shared_a, shared_b):
+        while True:
+            try:
+                got.append(c.receive(300).data())
+            except pulsar.Timeout:
+                break
+    assert sorted(got) == [f"m{i}".encode() for i in range(4)]
