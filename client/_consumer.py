@@ -154,6 +154,7 @@ class PartitionConsumer(Handler):
         self.consumer_name = config.consumer_name or secrets.token_hex(5)
         self.queue_size = queue_size
         self._permits_to_return = 0
+        self._zq_requested = False
         self._received = 0
         self.acks = AckGroupingTracker()
         self.batches = BatchAckTracker()
@@ -184,6 +185,8 @@ class PartitionConsumer(Handler):
             sid = self.last_dequeued or self.start_message_id
             if sid is not None:
                 start = sid._id
+            if self.last_dequeued is not None:  # resume after the last message handed out
+                self._start_filter = (self.last_dequeued, False)
         ks = None
         if cfg.consumer_type == ConsumerType.KeyShared:
             policy = cfg.key_shared_policy or ConsumerKeySharedPolicy()
@@ -223,7 +226,10 @@ class PartitionConsumer(Handler):
         assert cnx is not None
         self.parent._drop_queued(self)
         self._permits_to_return = 0
+        self._zq_requested = False
         self.flush_acks()
+        if self.queue_size <= 0 and self.parent._receivers:
+            self.request_one()
         if self.queue_size > 0:
             cnx.send_command(commands.flow(self.consumer_id, self.queue_size))
         if self._seek_waiter is not None and not self._seek_waiter.done():
@@ -257,6 +263,24 @@ class PartitionConsumer(Handler):
         if self._permits_to_return >= max(1, self.queue_size // 2):
             self._send_flow()
 
+    def _dropped(self, n: int) -> None:
+        """``n`` messages were consumed locally (filtered, duplicate, dead-lettered...)."""
+        if self.queue_size <= 0:
+            self._zq_requested = False
+            if self.parent._receivers:
+                self.request_one()
+            return
+        self.message_processed(n)
+
+    def request_one(self) -> None:
+        """Zero receiver queue: ask the broker for one message (FLOW(1)) if not asked yet."""
+        cnx = self.cnx
+        if self._zq_requested or cnx is None or self.state is not HandlerState.READY:
+            return
+        self._zq_requested = True
+        with contextlib.suppress(PulsarException):
+            cnx.send_command(commands.flow(self.consumer_id, 1))
+
     def _send_flow(self) -> None:
         cnx = self.cnx
         if cnx is None or self.state is not HandlerState.READY or not self._permits_to_return:
@@ -270,7 +294,7 @@ class PartitionConsumer(Handler):
     def on_corrupt_message(self, event: PayloadCommand) -> None:
         mid = event.base.message.message_id
         self._ack_with_validation_error((to_int64(mid.ledgerId), to_int64(mid.entryId)), 2)
-        self.message_processed(1)
+        self._dropped(1)
 
     def _ack_with_validation_error(self, entry: Entry, code: int) -> None:
         cnx = self.cnx
@@ -292,7 +316,7 @@ class PartitionConsumer(Handler):
         if self.acks.is_duplicate(entry):
             n = md.num_messages_in_batch if is_batch(md) else 1
             self._reack(entry)
-            self.message_processed(n)
+            self._dropped(n)
             return
         payload = event.payload
         chunk = chunk_info(md)
@@ -300,7 +324,7 @@ class PartitionConsumer(Handler):
         if chunk is not None:
             assembled = self._add_chunk(chunk, _Id(ledger, entry_id, self.partition), payload, now)
             if assembled is None:
-                self.message_processed(1)  # a partial chunk is not a message for the app
+                self._dropped(1)  # a partial chunk is not a message for the app
                 return
             payload, chunk_ids = assembled
         if md.HasField("compression") and md.compression != 0:
@@ -309,7 +333,7 @@ class PartitionConsumer(Handler):
             except DecompressionError as exc:
                 log.error("%s: dropping %s: %s", self.topic, entry, exc)
                 self._ack_with_validation_error(entry, 1)
-                self.message_processed(md.num_messages_in_batch if is_batch(md) else 1)
+                self._dropped(md.num_messages_in_batch if is_batch(md) else 1)
                 return
         out: list[Message] = []
         if is_batch(md):
@@ -318,7 +342,7 @@ class PartitionConsumer(Handler):
             except BatchDeserializeError as exc:
                 log.error("%s: dropping batch %s: %s", self.topic, entry, exc)
                 self._ack_with_validation_error(entry, 3)
-                self.message_processed(md.num_messages_in_batch)
+                self._dropped(md.num_messages_in_batch)
                 return
             n = len(members)
             still = unacked_from_ack_set(list(body.ack_set), n) if body.ack_set else None
@@ -361,7 +385,7 @@ class PartitionConsumer(Handler):
             elif skipped == n:
                 self._reack(entry)
             if skipped:
-                self.message_processed(skipped)
+                self._dropped(skipped)
         else:
             mid = MessageId(
                 self.partition,
@@ -372,7 +396,7 @@ class PartitionConsumer(Handler):
                 chunk_ids=chunk_ids,
             )
             if self._filtered(mid):
-                self.message_processed(1)
+                self._dropped(1)
                 return
             out.append(
                 Message(
@@ -397,7 +421,7 @@ class PartitionConsumer(Handler):
             self._dlq_candidates[entry] = out
             if redelivery > policy.max_redeliver_count:
                 self.parent._spawn(self._dead_letter([entry]))
-                self.message_processed(len(out))
+                self._dropped(len(out))
                 return
         if self.unacked is not None:
             self.unacked.add(entry, self.ctx.clock.monotonic_ms())
@@ -743,6 +767,7 @@ class Consumer:
         self._discovery_task: asyncio.Task[None] | None = None
         self._listener_task: asyncio.Task[None] | None = None
         self._listener_paused = False
+        self._receivers = 0
         self._dlq: Any = None
         self._retry: Any = None
         self._dlq_lock = asyncio.Lock()
@@ -832,6 +857,7 @@ class Consumer:
     # ------------------------------------------------------------------ queue
 
     def _enqueue(self, part: PartitionConsumer, msgs: list[Message]) -> None:
+        part._zq_requested = False
         for m in msgs:
             self._queue.append((part, m))
         self._available.set()
@@ -876,12 +902,25 @@ class Consumer:
         self._check_open()
         if self._listener is not None:
             raise InvalidConfiguration("receive() cannot be used with a message listener")
+        self._receivers += 1
+        try:
+            return await self._receive(timeout_millis)
+        finally:
+            self._receivers -= 1
+
+    def _ask_zero_queue(self) -> None:
+        if self.config.receiver_queue_size <= 0:
+            for p in self._parts.values():
+                p.request_one()
+
+    async def _receive(self, timeout_millis: int | None) -> Message:
         if timeout_millis is None:
             while True:
                 msg = self._take()
                 if msg is not None:
                     return msg
                 self._raise_failure()
+                self._ask_zero_queue()
                 await self._available.wait()
                 self._check_open()
         deadline = self._ctx.clock.monotonic_ms() + timeout_millis
@@ -893,6 +932,7 @@ class Consumer:
             left = deadline - self._ctx.clock.monotonic_ms()
             if left <= 0:
                 raise Timeout("receive timed out")
+            self._ask_zero_queue()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._available.wait(), left / 1000)
             self._check_open()
