@@ -293,6 +293,12 @@ class ManagedLedger:
                 self._readers[last.ledger_id] = handle
         if ledgers:
             self.last_confirmed = Position(ledgers[-1].ledger_id, ledgers[-1].entries - 1)
+        if "terminated" in self._info.properties:
+            await self._write_info()  # CAS: claims ownership, fences a concurrent opener
+            self.state = MANAGED_LEDGER_FSM.next(self.state, _E.TERMINATE)
+            for child in await self.store.children(self._path):
+                self._cursors[child] = await ManagedCursor.recover(self, child)
+            return
         current = await self._create_ledger()
         self._info.ledgers.append(LedgerInfo(current.ledger_id, 0, 0, self.clock.now_ms()))
         try:
@@ -545,6 +551,23 @@ class ManagedLedger:
         self._fail_queued(self._state_error())
         self.factory.forget(self)
 
+    async def terminate(self) -> Position:
+        """No more adds, ever (reads continue); returns the last position."""
+        if self.state is _S.TERMINATED:
+            return self.last_confirmed
+        if self._rollover_task is not None and not self._rollover_task.done():
+            await asyncio.wait([self._rollover_task])
+        self.state = MANAGED_LEDGER_FSM.next(self.state, _E.TERMINATE)
+        if self._current is not None:
+            await self._current.close()
+        self._info.properties["terminated"] = str(self.last_confirmed)
+        await self._write_info()
+        return self.last_confirmed
+
+    @property
+    def is_terminated(self) -> bool:
+        return self.state is _S.TERMINATED or "terminated" in self._info.properties
+
     async def delete(self) -> None:
         """Delete every ledger, cursor and the metadata of this managed ledger."""
         await self.close()
@@ -694,6 +717,7 @@ class ManagedLedger:
                     out.append(entry)
             pos = self.next_valid_position(Position(pos.ledger_id, end + 1))
         cursor.read_position = pos
+        self._evict_cache()
         return out
 
     async def read_range(self, ledger_id: int, first: int, last: int) -> list[ManagedEntry]:
@@ -818,6 +842,24 @@ class ManagedLedger:
         return sorted(gone)
 
     # -- observability --------------------------------------------------------------------------
+    def _evict_cache(self) -> None:
+        """Entries every cursor has read past are no longer needed by tailing readers."""
+        cursors = [*self._cursors.values(), *self._non_durable]
+        if cursors:
+            self._cache.evict_before(min(c.read_position for c in cursors))
+
+    def check_invariants(self) -> None:
+        ids = self.ledger_ids
+        assert ids == sorted(set(ids)), ids
+        if self._current is not None and self.state is _S.LEDGER_OPENED:
+            assert ids[-1] == self._current.ledger_id, (ids, self._current.ledger_id)
+            self._current.check_invariants()
+        for cursor in self._cursors.values():
+            assert cursor.mark_delete_position <= self.last_confirmed or (
+                cursor.mark_delete_position.entry_id == -1
+            ), (cursor, self.last_confirmed)
+        assert self._cache.size_bytes <= self._cache.max_bytes
+
     def statistics(self) -> ManagedLedgerStatistics:
         sizes = self.ledger_sizes()
         return ManagedLedgerStatistics(

@@ -141,6 +141,8 @@ MANAGED_LEDGER_FSM: StateMachine[ManagedLedgerState, ManagedLedgerEvent] = State
         (_ML.CREATING_LEDGER, _MLE.LEDGER_CREATED): _ML.LEDGER_OPENED,
         (_ML.CREATING_LEDGER, _MLE.CLOSE): _ML.CLOSED,
         (_ML.CREATING_LEDGER, _MLE.FENCE): _ML.FENCED,
+        # opening a managed ledger that was terminated: no new ledger is created
+        (_ML.CREATING_LEDGER, _MLE.TERMINATE): _ML.TERMINATED,
         (_ML.CLOSED, _MLE.CLOSE): _ML.CLOSED,
         (_ML.FENCED, _MLE.CLOSE): _ML.FENCED,
         (_ML.FENCED, _MLE.FENCE): _ML.FENCED,

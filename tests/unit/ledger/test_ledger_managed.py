@@ -15,6 +15,7 @@ from magnetar.broker.ledger import (
     ManagedLedgerConfig,
     ManagedLedgerFactory,
     ManagedLedgerFenced,
+    ManagedLedgerTerminated,
     Position,
 )
 from magnetar.broker.ledger.testing import FakeBookieCluster
@@ -254,3 +255,37 @@ async def test_concurrent_opens_in_one_factory_share_one_managed_ledger(
     assert (await a.add(b"x")).entry_id == 0
     stats = a.statistics()
     assert stats.ledgers == 1 and stats.entries == 1 and stats.state == "LedgerOpened"
+
+
+async def test_terminate_stops_adds_and_survives_reopen(
+    meta_server: MemoryMetadataServer, fake_bookies: FakeBookieCluster
+) -> None:
+    f = factory(meta_server, fake_bookies, retention_time_ms=-1, retention_size_bytes=-1)
+    ml = await f.open("t/ns/persistent/term")
+    last = [await ml.add(b"%d" % i) for i in range(3)][-1]
+    assert await ml.terminate() == last
+    with pytest.raises(ManagedLedgerTerminated):
+        await ml.add(b"no")
+    ml.check_invariants()
+    ml2 = await factory(meta_server, fake_bookies).open("t/ns/persistent/term")
+    assert ml2.is_terminated and ml2.get_last_confirmed() == last
+    with pytest.raises(ManagedLedgerTerminated):
+        ml2.add_nowait(b"no")
+    got = await ml2.read_entries(ml2.new_non_durable_cursor(EARLIEST), 10)
+    assert [e.payload for e in got] == [b"0", b"1", b"2"]
+
+
+async def test_cache_is_evicted_behind_every_reader(
+    meta_server: MemoryMetadataServer, fake_bookies: FakeBookieCluster
+) -> None:
+    f = factory(meta_server, fake_bookies)
+    ml = await f.open("t/ns/persistent/cache")
+    a = await ml.open_cursor("a", LATEST)
+    b = ml.new_non_durable_cursor(LATEST)
+    await asyncio.gather(*(ml.add(b"x" * 100) for _ in range(10)))
+    assert ml.statistics().cache.entries == 10
+    await ml.read_entries(a, 10)
+    assert ml.statistics().cache.entries == 10  # b has not read yet
+    await ml.read_entries(b, 6)
+    assert ml.statistics().cache.entries == 4
+    ml.check_invariants()
