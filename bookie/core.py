@@ -25,6 +25,7 @@ import errno
 import logging
 from collections.abc import Awaitable, Collection, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import crc32c as _crc32c
 
@@ -103,6 +104,25 @@ class BookieConfig:
     @property
     def index_path(self) -> str:
         return self.index_dir or f"{self.ledger_dir}/index"
+
+
+class AddEntryLike(Protocol):
+    """What the add path reads from each entry: ``AddRequest`` or a gRPC ``AddEntry``."""
+
+    @property
+    def ledger_id(self) -> int: ...
+    @property
+    def entry_id(self) -> int: ...
+    @property
+    def lac(self) -> int: ...
+    @property
+    def crc32c(self) -> int: ...
+    @property
+    def payload(self) -> bytes: ...
+    @property
+    def master_key(self) -> bytes: ...
+    @property
+    def recovery(self) -> bool: ...
 
 
 class _LedgerState:
@@ -337,6 +357,16 @@ class Bookie:
 
     def add_entries(self, requests: Sequence[AddRequest]) -> Awaitable[list[int]]:
         """See ``BookieStorage.add_entries``. Returns a future (one per batch)."""
+        return self.add_batch(requests)
+
+    def add_batch(
+        self, entries: Sequence[AddEntryLike], master_key: bytes = b""
+    ) -> Awaitable[list[int]]:
+        """``add_entries`` for any objects with ``AddRequest``'s attribute names, e.g. the
+        gRPC ``AddEntry`` messages themselves (no per-entry ``AddRequest`` to build): an
+        entry whose ``master_key`` is empty uses ``master_key`` (the batch's key).
+        Returns a future with one status per entry (0 = OK), resolved after the fsync."""
+        requests = entries
         loop = self._loop
         assert loop is not None, "start() first"
         if self._read_only or self._closing:
@@ -347,11 +377,14 @@ class Bookie:
                 self._begin_checkpoint()
             if cache.active_bytes >= cache.half_bytes_max:
                 self._throttled += 1
-                return loop.create_task(self._add_throttled(requests))
-        return self._add_now(requests, loop)
+                return loop.create_task(self._add_throttled(requests, master_key))
+        return self._add_now(requests, loop, master_key)
 
     def _add_now(
-        self, requests: Sequence[AddRequest], loop: asyncio.AbstractEventLoop
+        self,
+        requests: Sequence[AddEntryLike],
+        loop: asyncio.AbstractEventLoop,
+        default_key: bytes = b"",
     ) -> asyncio.Future[list[int]]:
         n = len(requests)
         states = self._ledgers
@@ -379,15 +412,16 @@ class Bookie:
                         statuses = statuses or [_OK] * n
                         statuses[i] = _BAD_REQUEST
                         continue
-                    st = states[lid] = _LedgerState(lid, r.master_key)
-                    metas.append(encode_master_key(lid, r.master_key))
+                    first_key = r.master_key or default_key
+                    st = states[lid] = _LedgerState(lid, first_key)
+                    metas.append(encode_master_key(lid, first_key))
                     self._dirty.add(lid)
                 cur_lid = lid
                 cur_key = st.master_key
                 d = cache.ledger(lid)
                 touched.append(lid)
             assert st is not None
-            key = r.master_key
+            key = r.master_key or default_key
             if key is not cur_key and key != cur_key:
                 statuses = statuses or [_OK] * n
                 statuses[i] = _UNAUTHORIZED
@@ -442,7 +476,9 @@ class Bookie:
         group.add_done_callback(done)
         return out
 
-    async def _add_throttled(self, requests: Sequence[AddRequest]) -> list[int]:
+    async def _add_throttled(
+        self, requests: Sequence[AddEntryLike], master_key: bytes = b""
+    ) -> list[int]:
         """Both cache halves are full: wait (bounded) for the flush, then add or reject."""
         loop = self._loop
         assert loop is not None
@@ -469,7 +505,7 @@ class Bookie:
                 return [_READ_ONLY] * len(requests)
         if self._read_only or self._closing:
             return [_READ_ONLY] * len(requests)
-        return await self._add_now(requests, loop)
+        return await self._add_now(requests, loop, master_key)
 
     # -- reads --
 
@@ -825,4 +861,4 @@ def is_disk_full(exc: BaseException) -> bool:
     return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
 
 
-__all__ = ["Bookie", "BookieConfig", "BookieStatistics"]
+__all__ = ["AddEntryLike", "Bookie", "BookieConfig", "BookieStatistics"]

@@ -109,7 +109,7 @@ class _OsAppendFile:
         # One syscall per up to IOV_MAX chunks; short writes fall back to write().
         for start in range(0, len(chunks), _IOV_MAX):
             part = chunks[start : start + _IOV_MAX]
-            want = sum(len(c) for c in part)
+            want = sum(map(len, part))
             got = os.writev(self._fd, part)
             self._size += got
             if got < want:

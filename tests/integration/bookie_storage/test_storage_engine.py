@@ -211,3 +211,22 @@ async def test_torn_journal_tail_on_restart(
     for e in (10, 15, 19):
         with pytest.raises(NoEntry):
             await bookie.read_entry(1, e)  # never served from the damaged record
+
+
+async def test_add_batch_takes_grpc_messages_with_the_batch_master_key(
+    open_bookie: OpenBookie,
+) -> None:
+    from magnetar.bookie.proto import bookie_pb2 as pb
+
+    bookie = await open_bookie()
+    entries = [
+        pb.AddEntry(
+            ledger_id=5, entry_id=e, lac=e - 1, crc32c=req(5, e).crc32c, payload=payload_of(5, e)
+        )
+        for e in range(3)
+    ]
+    entries.append(pb.AddEntry(ledger_id=5, entry_id=3, lac=2, master_key=b"other", crc32c=0))
+    assert await bookie.add_batch(entries, master_key=KEY) == [0, 0, 0, StatusCode.UNAUTHORIZED]
+    assert (await bookie.read_entry(5, 2)).payload == payload_of(5, 2)
+    with pytest.raises(Unauthorized):
+        await bookie.fence(5, b"other")
