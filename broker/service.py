@@ -266,11 +266,20 @@ class BrokerService:
                 return None
             if not await self.resources.namespace_exists(tn.tenant, tn.namespace):
                 raise ServiceError("TopicNotFound", f"Namespace {tn.namespace_name} does not exist")
+        dedup = self.config.broker_deduplication_enabled
+        try:  # the namespace policy overrides the broker default, as in Pulsar
+            policy = (await self.resources.get_policies(tn.tenant, tn.namespace)).get(
+                "deduplicationEnabled"
+            )
+            if isinstance(policy, bool):
+                dedup = policy
+        except ResourceError:
+            pass
         ledger = await self.storage.open(ml_name)
         topic = PersistentTopic(
             tn,
             ledger,
-            dedup_enabled=self.config.broker_deduplication_enabled,
+            dedup_enabled=dedup,
             max_unacked_per_consumer=self.config.max_unacked_messages_per_consumer,
             max_unacked_per_subscription=self.config.max_unacked_messages_per_subscription,
         )

@@ -583,3 +583,19 @@ def test_non_persistent_topic_delivers_to_connected_consumers_only(client: pulsa
             except pulsar.Timeout:
                 break
     assert sorted(got) == [f"m{i}".encode() for i in range(4)]
+
+
+def test_namespace_deduplication_policy(broker: InProcessBroker, client: pulsar.Client) -> None:
+    assert broker.service is not None
+    resources = broker.service.resources
+    broker.call(lambda: resources.create_namespace("public", "dedup"))
+    broker.call(
+        lambda: resources.update_policies("public", "dedup", {"deduplicationEnabled": True})
+    )
+    topic = f"persistent://public/dedup/t-{uuid.uuid4().hex[:8]}"
+    consumer = client.subscribe(topic, "sub")
+    producer = client.create_producer(topic, producer_name="p")
+    ids = [producer.send(f"s{seq}".encode(), sequence_id=seq) for seq in (0, 1, 1)]
+    assert ids[2].ledger_id() == -1  # a duplicate is acknowledged, not stored
+    assert [m.data() for m in _drain(consumer, 2)] == [b"s0", b"s1"]
+    assert _nothing_more(consumer)
