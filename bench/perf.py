@@ -63,6 +63,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from _common import (
     StandaloneServer,
+    child_pids,
     collapsed_to_svg,
     loadavg,
     percentile,
@@ -656,6 +657,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if server is not None:
             pids["broker"] = [server.pid or 0]
             pids["bookie"] = server.bookie_pids()
+        elif args.broker_pid:
+            pids["broker"] = [args.broker_pid]
+            pids["bookie"] = args.bookie_pid or child_pids(args.broker_pid)
 
         start_ns = time.monotonic_ns() + 200_000_000
         measure_from = start_ns + int(args.warmup_seconds * 1e9)
@@ -674,7 +678,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 for k, pid in enumerate(pids[name]):
                     label = name if k == 0 else f"{name}{k}"
                     raw = os.path.join(args.profile, f"{label}.txt")
-                    native = name in ("producer", "consumer")
+                    native = args.profile_native or name in ("producer", "consumer")
                     spies.append((label, raw, start_py_spy(pid, raw, args.seconds, native=native)))
         time.sleep(max(0.0, (stop_at - time.monotonic_ns()) / 1e9))  # the measured window
         cpu1 = {name: sum(proc_cpu_s(p) for p in ps) for name, ps in pids.items()}
@@ -703,6 +707,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     pub = _pcts(prod["publish_latency_ns"])
     e2e = _pcts(cons["e2e_latency_ns"]) if cons else {}
     cpu_cores = {name: round((cpu1[name] - cpu0[name]) / wall, 3) for name in cpu1}
+    # CPU cost per message moved, per process: less sensitive to other load than msg/s, and
+    # sum(us/msg) gives the rate this machine's cores could sustain if nothing else ran.
+    window_msgs = max(1.0, prod["sent_in_window"], cons["received_in_window"] if cons else 0)
+    cpu_us_per_msg = {
+        name: round((cpu1[name] - cpu0[name]) / window_msgs * 1e6, 2) for name in cpu1
+    }
+    total_us = sum(cpu_us_per_msg.values())
+    cpu_bound_msgs_per_s = round((os.cpu_count() or 1) * 1e6 / total_us) if total_us else None
     missing = prod["sent_total"] - cons["received_total"] if cons else 0
     result: dict[str, Any] = {
         "msgs_per_s": round(msgs_per_s, 1),
@@ -728,6 +740,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "flush_s": round(prod["flush_s"], 3),
         "cpu_cores": cpu_cores,
         "cpu_cores_total": round(sum(cpu_cores.values()), 3),
+        "cpu_us_per_msg": cpu_us_per_msg,
+        "cpu_bound_msgs_per_s": cpu_bound_msgs_per_s,
         "loadavg_before": load_before,
         "loadavg_after": load_after,
         # parameters
@@ -784,6 +798,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         f"load average after {load_after}",
         flush=True,
     )
+    print(
+        "cpu us per message: "
+        + ", ".join(f"{k} {v}" for k, v in cpu_us_per_msg.items())
+        + f" (total {total_us:.2f}: {os.cpu_count()} idle cores would sustain about "
+        f"{cpu_bound_msgs_per_s} msg/s)",
+        flush=True,
+    )
     for label, raw, _spy in spies:
         if os.path.exists(raw) and os.path.getsize(raw) > 0:
             svg = raw[: -len(".txt")] + ".svg"
@@ -797,6 +818,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--service-url", help="use this broker instead of starting standalone")
+    p.add_argument(
+        "--broker-pid", type=int, help="with --service-url: broker pid for CPU and profiles"
+    )
+    p.add_argument(
+        "--bookie-pid",
+        type=int,
+        action="append",
+        help="with --broker-pid: bookie pid(s) (default: the broker's child processes)",
+    )
     p.add_argument("--client", choices=["official", "magnetar"], default="official")
     p.add_argument(
         "--official-api",
@@ -828,6 +858,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data-dir", help="standalone data dir (default: temporary, removed)")
     p.add_argument("--profile", metavar="DIR", help="py-spy the broker and bookie into DIR")
     p.add_argument("--profile-clients", action="store_true", help="also py-spy the workers")
+    p.add_argument(
+        "--profile-native",
+        action="store_true",
+        help="native (C) frames for the servers too; pauses them while sampling",
+    )
     p.add_argument("--profile-top", type=int, default=15)
     return p
 

@@ -1,0 +1,144 @@
+"""``make bench``: the end-to-end scenarios of ``bench/perf.py`` against one standalone.
+
+Starts ``magnetar standalone`` once (free ports, temporary data dir), runs each scenario as a
+``bench/perf.py`` subprocess for a few seconds (``--seconds``, default 5) with the official
+client, and prints one table plus, as the last line, a JSON object with every scenario's
+figures and whether the issue's targets were met on this run:
+
+- ``batching``: 100-byte messages, batching, as fast as possible — target >= 200,000 msg/s
+  produced and consumed;
+- ``no-batching``: the same without batching — target >= 20,000 msg/s;
+- ``latency-5k``: a fixed 5,000 msg/s — target publish p99 <= 10 ms;
+- ``shared-2c``: batching, two consumers on a Shared subscription (no target);
+- ``magnetar-client``: batching with our own client (no target; skipped if unusable).
+
+Numbers depend on what else runs on the machine: the load average is in each result.
+``--only NAME`` (repeatable) runs a subset; ``--profile DIR`` py-spies the servers in each.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from _common import StandaloneServer, loadavg
+
+PERF = os.path.join(os.path.dirname(os.path.abspath(__file__)), "perf.py")
+
+SCENARIOS: list[tuple[str, list[str]]] = [
+    ("batching", []),
+    ("no-batching", ["--no-batching"]),
+    ("latency-5k", ["--rate", "5000"]),
+    ("shared-2c", ["--consumers", "2", "--subscription-type", "Shared"]),
+    ("magnetar-client", ["--client", "magnetar"]),
+]
+TARGETS = {
+    "batching": ("msgs_per_s", ">=", 200_000),
+    "no-batching": ("msgs_per_s", ">=", 20_000),
+    "latency-5k": ("publish_p99_ms", "<=", 10.0),
+}
+
+
+def run_scenario(
+    name: str, extra: list[str], server: StandaloneServer, args: argparse.Namespace
+) -> dict[str, Any] | str:
+    cmd = [
+        sys.executable,
+        PERF,
+        "--service-url",
+        server.service_url,
+        "--broker-pid",
+        str(server.pid),
+        "--topic",
+        f"persistent://public/default/bench-{name}-{time.time_ns()}",
+        "--seconds",
+        str(args.seconds),
+        "--warmup-seconds",
+        str(args.warmup_seconds),
+        *extra,
+    ]
+    if args.profile:
+        cmd += ["--profile", os.path.join(args.profile, name)]
+    print(f"\n=== {name}: {' '.join(cmd[1:])}", flush=True)
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, check=False)
+    out = proc.stdout.decode(errors="replace").rstrip().splitlines()
+    for line in out[:-1]:
+        print(f"  {line}", flush=True)
+    if proc.returncode != 0 or not out:
+        reason = out[-1] if out else f"exit {proc.returncode}"
+        print(f"  {name}: not run: {reason}", flush=True)
+        return reason
+    try:
+        result: dict[str, Any] = json.loads(out[-1])
+    except json.JSONDecodeError:
+        return f"no JSON result: {out[-1]}"
+    return result
+
+
+def verdict(name: str, result: dict[str, Any]) -> str:
+    if name not in TARGETS:
+        return ""
+    key, op, goal = TARGETS[name]
+    value = result.get(key)
+    if not isinstance(value, int | float):
+        return "n/a"
+    ok = value >= goal if op == ">=" else value <= goal
+    return f"{'met' if ok else 'MISSED'} ({key} {value} {op} {goal})"
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--seconds", type=float, default=5.0, help="measured seconds per scenario")
+    p.add_argument("--warmup-seconds", type=float, default=1.0)
+    p.add_argument("--only", action="append", choices=[n for n, _ in SCENARIOS])
+    p.add_argument("--profile", metavar="DIR", help="py-spy the broker and bookie per scenario")
+    args = p.parse_args()
+    chosen = [(n, e) for n, e in SCENARIOS if not args.only or n in args.only]
+    print(f"# load average at start: {loadavg()} on {os.cpu_count()} cores", flush=True)
+    results: dict[str, Any] = {}
+    with StandaloneServer() as server:
+        print(
+            f"# standalone {server.service_url}: broker pid {server.pid}, "
+            f"bookie pids {server.bookie_pids()}",
+            flush=True,
+        )
+        for name, extra in chosen:
+            results[name] = run_scenario(name, extra, server, args)
+
+    head = (
+        f"{'scenario':<16} {'msg/s':>9} {'MB/s':>6} {'pub p50':>8} {'pub p99':>8} "
+        f"{'e2e p99':>8} {'cores b/k/p/c':>20} {'load':>5}  target"
+    )
+    print("\n" + head + "\n" + "-" * len(head))
+    for name, r in results.items():
+        if isinstance(r, str):
+            print(f"{name:<16} not run: {r[:80]}")
+            continue
+        c = r.get("cpu_cores", {})
+        cores = "/".join(f"{c.get(k, 0):.2f}" for k in ("broker", "bookie", "producer", "consumer"))
+        print(
+            f"{name:<16} {r['msgs_per_s']:>9.0f} {r['mb_per_s']:>6.2f} {r['publish_p50_ms']:>8.2f} "
+            f"{r['publish_p99_ms']:>8.2f} {r['e2e_p99_ms']:>8.2f} {cores:>20} "
+            f"{r['loadavg_before'][0]:>5.2f}  {verdict(name, r)}"
+        )
+    summary = {
+        "scenarios": results,
+        "targets": {
+            n: verdict(n, r) for n, r in results.items() if n in TARGETS and isinstance(r, dict)
+        },
+        "seconds": args.seconds,
+        "loadavg_end": loadavg(),
+    }
+    print(json.dumps(summary), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
