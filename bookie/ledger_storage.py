@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from magnetar.bookie.entry_log import LOG_HEADER_LEN, EntryLogger, location, split_location
 from magnetar.bookie.files import FileSystem
-from magnetar.bookie.index import BookieIndex, LedgerRecord, pack_key, pack_location
+from magnetar.bookie.index import BookieIndex, LedgerRecord, pack_location
 from magnetar.bookie.journal import ENTRY_HEADER, ENTRY_HEADER_LEN
 from magnetar.bookie.read_cache import CachedEntry, ReadCache
 from magnetar.bookie.write_cache import Half, WriteCache
@@ -125,7 +125,6 @@ class LedgerStorage:
         logger = self.entry_logger
         batch = index.batch()
         put = batch.wb.put
-        pk = pack_key
         pl = pack_location
         limit = logger.log_size_max
         chunks: list[bytes] = []
@@ -161,7 +160,7 @@ class LedgerStorage:
                     pos = logger.position
                 chunks.append(header)
                 chunks.append(payload)
-                put(pk(ledger_id, entry_id), pl((log_id << 32) | pos))
+                put(header[:16], pl((log_id << 32) | pos))  # header starts with the key
                 pos += n
                 pending += n
                 lbytes += n
