@@ -370,12 +370,17 @@ class ManagedCursor:
             for blob in deltas:
                 state.apply(decode_delta(blob))
             state.advance(ml)
+        # claim the znode (CAS, same value): a deposed owner's next snapshot switch now fails
+        try:
+            claimed = await ml.store.put(path, got.value, expected_version=got.stat.version)
+        except (BadVersion, NotFound):
+            raise ManagedLedgerFenced(f"cursor {name}: taken over while recovering") from None
         cursor = cls(
             ml,
             name,
             state,
             durable=True,
-            znode_version=got.stat.version,
+            znode_version=claimed.stat.version,
             cursor_ledger_id=info.cursor_ledger_id,
         )
         return cursor
