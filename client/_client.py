@@ -284,6 +284,7 @@ class Client:
         negative_ack_redelivery_backoff: RedeliveryBackoff | None = None,
         retry_enable: bool = False,
         subscription_properties: dict[str, str] | None = None,
+        ack_receipt_enabled: bool = False,
     ) -> Consumer:
         self._check_open()
         config = ConsumerConfig(
@@ -310,6 +311,7 @@ class Client:
             batch_index_ack_enabled=batch_index_ack_enabled,
             dead_letter_policy=dead_letter_policy,
             retry_enable=retry_enable,
+            ack_receipt_enabled=ack_receipt_enabled,
         )
         pattern: re.Pattern[str] | None = None
         if isinstance(topic, re.Pattern):

@@ -44,10 +44,12 @@ from magnetar.client._errors import (
     InvalidConfiguration,
     PulsarException,
     Timeout,
+    for_code,
 )
 from magnetar.client._handler import ClientContext, Handler, HandlerState
 from magnetar.client._message import Message, MessageId
 from magnetar.client._trackers import (
+    AckFlush,
     AckGroupingTracker,
     BatchAckTracker,
     Entry,
@@ -103,6 +105,7 @@ class ConsumerConfig:
     retry_enable: bool = False
     durable: bool = True
     start_message_id: MessageId | None = None
+    ack_receipt_enabled: bool = False
 
     def __post_init__(self) -> None:
         if not self.subscription_name:
@@ -346,6 +349,9 @@ class PartitionConsumer(Handler):
                 return
             n = len(members)
             still = unacked_from_ack_set(list(body.ack_set), n) if body.ack_set else None
+            if self.batches.known(entry):  # redelivered: skip members already acked here
+                local = self.batches.remaining(entry)
+                still = local if still is None else still & local
             delivered: set[int] = set()
             skipped = 0
             for m in members:
@@ -527,31 +533,74 @@ class PartitionConsumer(Handler):
             self._dlq_candidates.pop(e, None)
         self.acks.add_cumulative(target)
 
+    def _ack_commands(self, pending: AckFlush) -> list[pb.BaseCommand]:
+        out: list[pb.BaseCommand] = []
+        if pending.individual:
+            out.append(commands.ack(self.consumer_id, pending.individual))
+        if pending.batch_index:
+            cmd = commands.ack(self.consumer_id, [])
+            for (ledger, entry_id), words in pending.batch_index.items():
+                cmd.ack.message_id.add(
+                    ledgerId=to_uint64(ledger), entryId=to_uint64(entry_id), ack_set=words
+                )
+            out.append(cmd)
+        if pending.cumulative is not None:
+            out.append(commands.ack(self.consumer_id, [pending.cumulative], cumulative=True))
+        return out
+
+    def _requeue(self, pending: AckFlush) -> None:
+        for e in pending.individual:
+            self.acks.add_individual(e)
+        for e, words in pending.batch_index.items():
+            self.acks.add_batch_index(e, words)
+        if pending.cumulative is not None:
+            self.acks.add_cumulative(pending.cumulative)
+
     def flush_acks(self) -> None:
+        """Send grouped acks (fire and forget); kept for after reconnection if not connected."""
+        if self.config.ack_receipt_enabled:
+            if len(self.acks) and self.state is HandlerState.READY:
+                self.parent._spawn(self._flush_with_receipt())
+            return
         cnx = self.cnx
         if cnx is None or self.state is not HandlerState.READY or not len(self.acks):
             return
         pending = self.acks.flush()
         try:
-            if pending.individual:
-                cnx.send_command(commands.ack(self.consumer_id, pending.individual))
-            if pending.batch_index:
-                cmd = commands.ack(self.consumer_id, [])
-                for (ledger, entry_id), words in pending.batch_index.items():
-                    cmd.ack.message_id.add(
-                        ledgerId=to_uint64(ledger), entryId=to_uint64(entry_id), ack_set=words
-                    )
+            for cmd in self._ack_commands(pending):
                 cnx.send_command(cmd)
-            if pending.cumulative is not None:
-                cnx.send_command(
-                    commands.ack(self.consumer_id, [pending.cumulative], cumulative=True)
-                )
         except PulsarException:
-            # Lost with the connection: re-queue so they go out after reconnection.
-            for e in pending.individual:
-                self.acks.add_individual(e)
-            if pending.cumulative is not None:
-                self.acks.add_cumulative(pending.cumulative)
+            self._requeue(pending)  # lost with the connection: resent after reconnection
+
+    async def _flush_with_receipt(self) -> None:
+        with contextlib.suppress(PulsarException):
+            await self.flush_acks_with_receipt()
+
+    async def flush_acks_with_receipt(self) -> None:
+        """Send grouped acks with request ids and wait until the broker confirmed them
+        (``ack_receipt_enabled``); waits for a reconnection up to the operation timeout."""
+        if not len(self.acks):
+            return
+        ready = self.state is HandlerState.READY
+        if not ready and not await self.wait_ready(self.ctx.operation_timeout_ms / 1000):
+            raise Timeout("acknowledgement: consumer not connected")
+        cnx = self.cnx
+        assert cnx is not None
+        pending = self.acks.flush()
+        waits = []
+        try:
+            for cmd in self._ack_commands(pending):
+                rid = self.ctx.next_request_id()
+                cmd.ack.request_id = rid
+                waits.append(cnx.request(cmd, rid))
+            responses = await asyncio.gather(*waits)
+        except PulsarException:
+            self._requeue(pending)
+            raise
+        for event in responses:
+            resp = event.base.ackResponse
+            if resp.HasField("error"):
+                raise for_code(resp.error, resp.message)
 
     # ------------------------------------------------------------------ redelivery
 
@@ -999,14 +1048,20 @@ class Consumer:
         raise InvalidConfiguration(f"cannot tell which topic {target} belongs to")
 
     async def acknowledge(self, message: Message | MessageId) -> None:
+        """Acknowledge one message. Grouped and sent within ``ack_group_time_ms``; with
+        ``ack_receipt_enabled`` this waits until the broker confirmed the ack."""
         self._check_open()
         part, mid, _ = self._part_for(message)
         part.acknowledge(mid)
+        if self.config.ack_receipt_enabled:
+            await part.flush_acks_with_receipt()
 
     async def acknowledge_cumulative(self, message: Message | MessageId) -> None:
         self._check_open()
         part, mid, _ = self._part_for(message)
         part.acknowledge_cumulative(mid)
+        if self.config.ack_receipt_enabled:
+            await part.flush_acks_with_receipt()
 
     async def negative_acknowledge(self, message: Message | MessageId) -> None:
         self._check_open()
@@ -1024,8 +1079,12 @@ class Consumer:
                     p.message_processed(cleared)
 
     async def flush_acknowledgements(self) -> None:
+        """Send every grouped ack now (and wait for receipts when they are enabled)."""
         for p in self._parts.values():
-            p.flush_acks()
+            if self.config.ack_receipt_enabled:
+                await p.flush_acks_with_receipt()
+            else:
+                p.flush_acks()
 
     # ------------------------------------------------------------------ DLQ / retry
 

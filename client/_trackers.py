@@ -134,6 +134,9 @@ class BatchAckTracker:
             return True
         return False
 
+    def known(self, entry: Entry) -> bool:
+        return entry in self._remaining
+
     def remaining(self, entry: Entry) -> set[int]:
         return set(self._remaining.get(entry, ()))
 
