@@ -38,7 +38,6 @@ from magnetar.broker.frames import (
     message_frame,
     parse_metadata,
     send_receipt_frame,
-    to_signed64,
 )
 from magnetar.broker.ledger.position import EARLIEST, LATEST, Position
 from magnetar.broker.producer import AccessMode, Admission, Producer, ProducerError
@@ -72,8 +71,17 @@ def _error_code(name: str) -> Any:
         return pb.ServerError.Value("UnknownError")
 
 
+_I64 = 1 << 63
+
+
 def _position(mid: Any) -> Position:
-    return Position(to_signed64(mid.ledgerId), to_signed64(mid.entryId))
+    """A MessageIdData as a Position; uint64 ids above INT64_MAX are the client's negatives."""
+    ledger, entry = mid.ledgerId, mid.entryId
+    if ledger >= _I64:
+        ledger -= 1 << 64
+    if entry >= _I64:
+        entry -= 1 << 64
+    return Position(ledger, entry)
 
 
 class ServerConnection(asyncio.Protocol):
