@@ -317,6 +317,7 @@ async def run(config: BookieConfig, ready: Callable[[str], None] | None = None) 
             raise StartRefused(str(exc)) from exc
         engine = await open_engine(config, bookie_id)
         service = BookieService(engine.storage, max_entry_bytes=config.max_entry_bytes)
+        service.ready = False  # Health says serving once registered
         server = BookieServer(service, config.host, config.port)
         await server.start()
         if config.http_port:
@@ -344,6 +345,7 @@ async def run(config: BookieConfig, ready: Callable[[str], None] | None = None) 
             )
             await registration.start()
             tasks.append(asyncio.create_task(_gc_loop(config, LiveLedgerLister(store), engine)))
+        service.ready = True
         log.info(
             "bookie started bookie_id=%s address=%s data_dir=%s metadata=%s storage=%s",
             bookie_id,

@@ -150,6 +150,8 @@ class BookieService(pb_grpc.BookieServicer):
         self._reads = 0
         self._bad_requests = 0
         self.accepting = True
+        # Health answers serving=False until the process finished starting (registration).
+        self.ready = True
         self._draining = False
         self._streams: set[_AddStream] = set()
 
@@ -412,7 +414,9 @@ class BookieService(pb_grpc.BookieServicer):
         try:
             info = self.storage.info()
             return pb.HealthResponse(
-                serving=self.accepting, read_only=info.read_only, bookie_id=info.bookie_id
+                serving=self.ready and self.accepting,
+                read_only=info.read_only,
+                bookie_id=info.bookie_id,
             )
         except Exception:
             log.exception("health check failed")
