@@ -86,6 +86,7 @@ class BookieConfig:
     index_dir: str | None = None  # default <ledger_dir>/index
     bookie_id: str = "bookie"
     journal_max_group_wait_ms: float = 1.0
+    journal_flush_when_idle: bool = True  # don't wait for company when no sync is running
     journal_group_bytes_max: int = 512 * 1024
     journal_file_size_max: int = 256 * 1024 * 1024
     write_cache_bytes_max: int = 128 * 1024 * 1024  # two halves
@@ -200,6 +201,7 @@ class Bookie:
             group_bytes_max=config.journal_group_bytes_max,
             file_size_max=config.journal_file_size_max,
             on_failure=self._on_journal_failure,
+            flush_when_idle=config.journal_flush_when_idle,
         )
         self._cache = self.storage.write_cache
         self._ledgers: dict[int, _LedgerState] = {}

@@ -16,7 +16,9 @@ File ``<journal dir>/<016x file id>.txn``::
 Group commit: records appended in one loop iteration (and, under load, everything appended
 while the previous ``fdatasync`` ran: double buffering) form a group; a group is handed to
 the writer thread when ``max_group_wait_ms`` has passed since its first record or when it
-holds ``group_bytes_max`` bytes. The thread coalesces every group queued meanwhile into one
+holds ``group_bytes_max`` bytes, and (``flush_when_idle``, BookKeeper's
+``journalFlushWhenQueueEmpty``) at once when no sync is running: at the end of the loop
+iteration if the journal is idle, or as soon as the running sync completes. The thread coalesces every group queued meanwhile into one
 ``writev`` + one ``fdatasync`` and then resolves the groups' futures on the loop. Invariant:
 a group's future resolves only after its bytes are synced; it fails if the write or the sync
 failed, and after the first failure the journal refuses new records (``JournalFailed``).
@@ -279,6 +281,7 @@ class Journal:
         group_bytes_max: int = 512 * 1024,
         file_size_max: int = 256 * 1024 * 1024,
         on_failure: Callable[[OSError], None] | None = None,
+        flush_when_idle: bool = True,
     ) -> None:
         self._fs = fs
         self._dir = directory
@@ -286,6 +289,7 @@ class Journal:
         self._group_bytes_max = group_bytes_max
         self._file_size_max = file_size_max
         self._on_failure = on_failure
+        self._flush_when_idle = flush_when_idle
         self._loop: asyncio.AbstractEventLoop | None = None
         self._file_id = 0
         self._offset = 0
@@ -362,10 +366,12 @@ class Journal:
         elif not group.scheduled:
             group.scheduled = True
             assert self._loop is not None
-            if self._wait_s > 0:
-                self._loop.call_later(self._wait_s, self._on_timer, group)
-            else:
+            if self._wait_s <= 0 or (self._flush_when_idle and not self._inflight):
+                # Nothing is being synced: flush at the end of this loop iteration, so every
+                # record appended in it shares the group (no idle wait at low load).
                 self._loop.call_soon(self._on_timer, group)
+            else:
+                self._loop.call_later(self._wait_s, self._on_timer, group)
         return group.future
 
     def barrier(self) -> asyncio.Future[None]:
@@ -480,6 +486,9 @@ class Journal:
                     group.future.set_result(None)
         if error is None:
             self._syncs += 1
+            pending = self._pending
+            if self._flush_when_idle and pending is not None and not self._inflight:
+                self._handoff(pending)  # it grew while the sync ran (double buffering)
             return
         first = self._failed is None
         if first:
