@@ -5,6 +5,8 @@ acks, zero receiver queue, the sync facade, HTTP lookup, and timers on a virtual
 from __future__ import annotations
 
 import asyncio
+import datetime
+import re
 import threading
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -274,3 +276,97 @@ async def test_timers_follow_the_injected_clock(fake_broker: FakeBroker) -> None
         clock.advance(2)  # 31 s of virtual time, no real waiting
         with pytest.raises(Timeout):
             await asyncio.wait_for(fut, 5)
+
+
+async def test_delayed_delivery(client: Client) -> None:
+    topic = _topic()
+    consumer = await client.subscribe(topic, "sub", consumer_type=ConsumerType.Shared)
+    producer = await client.create_producer(topic)
+    await producer.send(b"later", deliver_after=datetime.timedelta(milliseconds=1500))
+    await producer.send(b"at", deliver_at=client.clock.now_ms() + 1500)
+    await producer.send(b"now")
+    assert (await consumer.receive(5000)).data() == b"now"
+    with pytest.raises(Timeout):
+        await consumer.receive(300)  # held by the broker
+    later = {(await consumer.receive(10_000)).data() for _ in range(2)}
+    assert later == {b"later", b"at"}
+
+
+def test_broker_deduplication_with_sequence_ids() -> None:
+    b = InProcessBroker(broker_deduplication_enabled=True).start()
+
+    async def scenario() -> None:
+        async with Client(b.service_url, operation_timeout_seconds=5) as client:
+            topic = _topic()
+            consumer = await client.subscribe(topic, "sub")
+            producer = await client.create_producer(topic, producer_name="p1")
+            for seq in (0, 1, 1, 2, 0, 3):
+                await producer.send(f"s{seq}".encode(), sequence_id=seq)
+            got = [(await consumer.receive(5000)).data() for _ in range(4)]
+            assert got == [b"s0", b"s1", b"s2", b"s3"]
+            assert await _nothing_more(consumer)
+            await producer.close()
+            again = await client.create_producer(topic, producer_name="p1")
+            assert again.last_sequence_id() == 3
+            mid = await again.send(b"next")  # gets sequence id 4
+            assert mid.entry_id() >= 0
+            assert (await consumer.receive(5000)).data() == b"next"
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        b.stop()
+
+
+async def test_exclusive_producer_access_mode(client: Client) -> None:
+    from magnetar.client import ProducerAccessMode, ProducerBusy, ProducerFenced
+
+    topic = _topic()
+    await client.create_producer(topic, access_mode=ProducerAccessMode.Exclusive)
+    with pytest.raises((ProducerBusy, ProducerFenced)):
+        await client.create_producer(topic, access_mode=ProducerAccessMode.Exclusive)
+
+
+async def test_single_partition_and_custom_routing(broker: InProcessBroker, client: Client) -> None:
+    from magnetar.client import PartitionsRoutingMode
+
+    topic = _topic("route")
+    local = topic.rsplit("/", 1)[1]
+    service = broker.service
+    assert service is not None
+    broker.call(
+        lambda: service.resources.create_partitioned("public", "default", "persistent", local, 3)
+    )
+    consumer = await client.subscribe(topic, "sub")
+    single = await client.create_producer(
+        topic, message_routing_mode=PartitionsRoutingMode.UseSinglePartition
+    )
+    custom = await client.create_producer(
+        topic, message_router=lambda msg, n: int(msg.properties()["to"]) % n
+    )
+    for _ in range(6):
+        await single.send(b"single")
+        await custom.send(b"custom", properties={"to": "2"})
+    where: dict[bytes, set[str]] = {}
+    for _ in range(12):
+        m = await consumer.receive(5000)
+        where.setdefault(m.data(), set()).add(m.topic_name())
+    assert len(where[b"single"]) == 1
+    assert where[b"custom"] == {f"{topic}-partition-2"}
+
+
+async def test_regex_subscription_discovers_new_topics(client: Client) -> None:
+    prefix = f"disc-{uuid.uuid4().hex[:6]}"
+    first = f"persistent://public/default/{prefix}-a"
+    await (await client.create_producer(first)).send(b"warm-up")  # the topic exists
+    consumer = await client.subscribe(
+        re.compile(f"persistent://public/default/{prefix}-.*"),
+        "sub",
+        pattern_auto_discovery_period=1,
+        initial_position=Earliest,
+    )
+    assert (await consumer.receive(5000)).data() == b"warm-up"
+    producer = await client.create_producer(f"persistent://public/default/{prefix}-b")
+    await producer.send(b"discovered")
+    assert (await consumer.receive(10_000)).data() == b"discovered"
+    assert len(consumer.partitions) == 2
