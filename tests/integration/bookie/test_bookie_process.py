@@ -268,3 +268,26 @@ async def test_gc_drops_ledgers_deleted_from_metadata(
     finally:
         await client.close()
         await store.close()
+
+
+async def test_long_poll_tailing_and_explicit_lac_on_disk_engine(
+    bookie_factory: BookieFactory,
+) -> None:
+    bookie = bookie_factory.start(storage=STORAGE)
+    writer = BookieClient(bookie.address)
+    reader = BookieClient(bookie.address)
+    try:
+        await writer.add(req(11, 0, b"zero"))
+        await writer.add(req(11, 1, b"one", lac=0))
+        poll = asyncio.ensure_future(reader.long_poll(11, 0, 10_000))
+        await writer.add(req(11, 2, b"two", lac=1))
+        lac, entry = await poll
+        assert lac == 1 and entry is not None and entry.payload == b"one"
+        # Nothing new: the poll times out with the same LAC.
+        assert await reader.wait_for_lac(11, 1, 100) == 1
+        await writer.write_lac(11, KEY, 2)
+        assert await reader.read_lac(11) == 2
+        await writer.force_ledger(11)
+    finally:
+        await writer.close()
+        await reader.close()
