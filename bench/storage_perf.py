@@ -4,9 +4,9 @@ Usage: .venv/bin/python bench/storage_perf.py [--seconds 3] [--dir /tmp/x] [--pr
 Each scenario runs ``producers`` tasks, each keeping one batch of ``batch`` entries in flight
 (so ``producers x batch`` entries are in flight), over ``ledgers`` ledgers, on a fresh bookie in
 a temporary directory on the real disk. ``engine_cpu_us_per_add`` (process CPU time of all
-threads per add, minus the time the bench spends building requests) is the number that does not depend on what else runs on the
-machine. Batch latency is from ``add_entries`` to its future
-resolving (after the journal fdatasync). The last line is a JSON object with every result.
+threads per add, minus the time the bench spends building requests) is the number that does
+not depend on what else runs on the machine. Batch latency is from ``add_entries`` to its
+future resolving (after the journal fdatasync). The last line is a JSON object with every result.
 """
 
 from __future__ import annotations
