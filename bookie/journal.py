@@ -20,8 +20,8 @@ holds ``group_bytes_max`` bytes, and (``flush_when_idle``, BookKeeper's
 ``journalFlushWhenQueueEmpty``) at once when no sync is running: at the end of the loop
 iteration if the journal is idle, or as soon as the running sync completes. The thread
 coalesces every group queued meanwhile into one ``writev`` + one ``fdatasync`` and then
-resolves the groups' futures on the loop. Invariant: a group's future resolves only after its bytes are synced; it fails if the write or the sync
-failed, and after the first failure the journal refuses new records (``JournalFailed``).
+resolves the groups' futures on the loop. Invariant: a group's future resolves only after
+its bytes are synced; it fails if the write or the sync failed, and after the first failure the journal refuses new records (``JournalFailed``).
 
 Replay: files are read in id order from a mark; a short record, an impossible length or a bad
 checksum ends that file (logged with file and offset); nothing after it in that file is used.
