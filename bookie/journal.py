@@ -13,15 +13,16 @@ File ``<journal dir>/<016x file id>.txn``::
       FENCE      (3): u64 ledger
       LAC        (4): u64 ledger | i64 explicit lac
 
-Group commit: records appended in one loop iteration (and, under load, everything appended
-while the previous ``fdatasync`` ran: double buffering) form a group; a group is handed to
-the writer thread when ``max_group_wait_ms`` has passed since its first record or when it
-holds ``group_bytes_max`` bytes, and (``flush_when_idle``, BookKeeper's
+Group commit: records appended in one loop iteration (and, under load, everything appended while
+the previous ``fdatasync`` ran: double buffering) form a group; a group is handed to the writer
+thread when ``max_group_wait_ms`` has passed since its first record or when it holds
+``group_bytes_max`` bytes, and (``flush_when_idle``, BookKeeper's
 ``journalFlushWhenQueueEmpty``) at once when no sync is running: at the end of the loop
-iteration if the journal is idle, or as soon as the running sync completes. The thread
-coalesces every group queued meanwhile into one ``writev`` + one ``fdatasync`` and then
-resolves the groups' futures on the loop. Invariant: a group's future resolves only after
-its bytes are synced; it fails if the write or the sync failed, and after the first failure the journal refuses new records (``JournalFailed``).
+iteration if the journal is idle, or as soon as the running sync completes. The thread coalesces
+every group queued meanwhile into one ``writev`` + one ``fdatasync`` and then resolves the
+groups' futures on the loop. Invariant: a group's future resolves only after its bytes are
+synced; it fails if the write or the sync failed, and after the first failure the journal
+refuses new records (``JournalFailed``).
 
 Replay: files are read in id order from a mark; a short record, an impossible length or a bad
 checksum ends that file (logged with file and offset); nothing after it in that file is used.
