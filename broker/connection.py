@@ -14,7 +14,9 @@ back-pressured: reading pauses while more than ``max_pending_publish_requests_pe
 SENDs await their receipt and resumes at half.
 
 Ordering: commands for one producer id (or one consumer id) run in arrival order, each
-awaiting the previous (a chain per id); commands for different ids run concurrently.
+awaiting the previous (a chain per id); commands for different ids run concurrently. ACK and
+FLOW join a chain only while one is pending (e.g. a SUBSCRIBE still loading its topic): an
+ACK's state change happens before its first await, so FLOWs never wait for cursor I/O.
 Bad input never raises out of here: a protocol violation closes this connection only.
 Must not know: storage, dispatch policy.
 """
@@ -734,7 +736,14 @@ class ServerConnection(asyncio.Protocol):
             if req.HasField("request_id"):
                 self._ack_response(cid, req.request_id, None, None)
 
-        self._chain(("c", cid), ack)
+        # An ACK applies its state changes before its first await (the cursor persists in
+        # the background), so it needs no chain unless a SUBSCRIBE for this id is pending:
+        # later commands of the same consumer still see it applied, and FLOWs never wait
+        # behind a durable cursor write.
+        if ("c", cid) in self._chains:
+            self._chain(("c", cid), ack)
+        else:
+            self._spawn(ack())
 
     def _ack_response(self, cid: int, rid: int, code: str | None, message: str | None) -> None:
         resp = pb.CommandAckResponse(consumer_id=cid, request_id=rid)
