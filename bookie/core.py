@@ -64,6 +64,7 @@ from magnetar.bookie.journal import (
     replay,
 )
 from magnetar.bookie.ledger_storage import LedgerStorage
+from magnetar.bookie.write_cache import Half
 from magnetar.zk.clock import Clock, SystemClock, TimerHandle
 
 log = logging.getLogger(__name__)
@@ -692,12 +693,14 @@ class Bookie:
         return self._ckpt_task
 
     async def _run_checkpoint(
-        self, half: object, records: list[LedgerRecord], mark: JournalMark
+        self, half: Half, records: list[LedgerRecord], mark: JournalMark
     ) -> None:
         try:
             async with self._maintenance:
+                # GC may have dropped ledgers while this waited for the lock.
+                records = [r for r in records if r.ledger_id in self._ledgers]
                 try:
-                    await asyncio.to_thread(self.storage.flush_half, half, records, mark.pack())  # type: ignore[arg-type]
+                    await asyncio.to_thread(self.storage.flush_half, half, records, mark.pack())
                 except (OSError, BookieIOError) as exc:
                     self._cache.unswap()
                     self._dirty.update(r.ledger_id for r in records)

@@ -111,11 +111,15 @@ class WriteCache:
         self.release_flushed()
 
     def drop_ledger(self, ledger_id: int) -> None:
-        """Forget a deleted ledger (only while no flush runs)."""
-        assert self.flushing_half is None
+        """Forget a deleted ledger in both halves. The caller guarantees that no flush thread
+        is reading the frozen half (GC holds the bookie's maintenance lock)."""
         old = self.active.pop(ledger_id, None)
         if old:
             self.active_bytes -= sum(ENTRY_HEADER_LEN + len(p) for _, p in old.values())
+        if self.flushing_half is not None:
+            old = self.flushing_half.pop(ledger_id, None)
+            if old:
+                self.flushing_bytes -= sum(ENTRY_HEADER_LEN + len(p) for _, p in old.values())
 
     # -- reads (loop thread) --
 
