@@ -52,6 +52,36 @@ def proc_cpu_s(pid: int | None) -> float:
         return 0.0
 
 
+def proc_runqueue_wait_s(pid: int | None) -> float:
+    """Seconds the threads of ``pid`` spent runnable but waiting for a CPU (schedstat)."""
+    if pid is None:
+        return 0.0
+    total_ns = 0
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return 0.0
+    for task in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{task}/schedstat") as f:
+                total_ns += int(f.read().split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+    return total_ns / 1e9
+
+
+def cpu_pressure_total_s() -> float | None:
+    """PSI: total seconds during which some task waited for a CPU (None if unsupported)."""
+    try:
+        with open("/proc/pressure/cpu") as f:
+            for line in f:
+                if line.startswith("some "):
+                    return int(line.rsplit("total=", 1)[1]) / 1e6
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
 def child_pids(pid: int) -> list[int]:
     """Direct children of ``pid`` (every thread's children list), from /proc."""
     out: list[int] = []
@@ -186,7 +216,7 @@ def py_spy_path() -> str:
 def start_py_spy(
     pid: int, out_raw: str, duration_s: float, *, rate_hz: int = 100, native: bool = False
 ) -> subprocess.Popen[bytes]:
-    """``py-spy record`` of ``pid`` (non-blocking sampling) into collapsed-stack text."""
+    """``py-spy record`` of ``pid`` into collapsed-stack text (non-blocking unless native)."""
     cmd = [
         py_spy_path(),
         "record",
@@ -196,14 +226,13 @@ def start_py_spy(
         str(max(1, round(duration_s))),
         "--rate",
         str(rate_hz),
-        "--nonblocking",
         "--format",
         "raw",
         "-o",
         out_raw,
     ]
-    if native:
-        cmd.append("--native")
+    # --native cannot be combined with --nonblocking (py-spy must pause to unwind C stacks).
+    cmd.append("--native" if native else "--nonblocking")
     return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 

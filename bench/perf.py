@@ -65,9 +65,11 @@ from _common import (
     StandaloneServer,
     child_pids,
     collapsed_to_svg,
+    cpu_pressure_total_s,
     loadavg,
     percentile,
     proc_cpu_s,
+    proc_runqueue_wait_s,
     start_py_spy,
     summarize_collapsed,
 )
@@ -668,6 +670,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             w.send(("go", (start_ns, measure_from, stop_at)))
         time.sleep(max(0.0, (measure_from - time.monotonic_ns()) / 1e9))  # wait for the window
         cpu0 = {name: sum(proc_cpu_s(p) for p in ps) for name, ps in pids.items()}
+        wait0 = {name: sum(proc_runqueue_wait_s(p) for p in ps) for name, ps in pids.items()}
+        psi0 = cpu_pressure_total_s()
         wall0 = time.monotonic()
         if args.profile:
             os.makedirs(args.profile, exist_ok=True)
@@ -682,6 +686,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     spies.append((label, raw, start_py_spy(pid, raw, args.seconds, native=native)))
         time.sleep(max(0.0, (stop_at - time.monotonic_ns()) / 1e9))  # the measured window
         cpu1 = {name: sum(proc_cpu_s(p) for p in ps) for name, ps in pids.items()}
+        wait1 = {name: sum(proc_runqueue_wait_s(p) for p in ps) for name, ps in pids.items()}
+        psi1 = cpu_pressure_total_s()
         wall = time.monotonic() - wall0
         prod = producer.recv("done", 120 + args.seconds)
         cons = None
@@ -707,6 +713,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     pub = _pcts(prod["publish_latency_ns"])
     e2e = _pcts(cons["e2e_latency_ns"]) if cons else {}
     cpu_cores = {name: round((cpu1[name] - cpu0[name]) / wall, 3) for name in cpu1}
+    # Time runnable but not running (all threads): how starved each process was of CPU.
+    runqueue_wait = {name: round((wait1[name] - wait0[name]) / wall, 3) for name in wait1}
+    cpu_pressure_pct = (
+        round(100 * (psi1 - psi0) / wall, 1) if psi0 is not None and psi1 is not None else None
+    )
     # CPU cost per message moved, per process: less sensitive to other load than msg/s, and
     # sum(us/msg) gives the rate this machine's cores could sustain if nothing else ran.
     window_msgs = max(1.0, prod["sent_in_window"], cons["received_in_window"] if cons else 0)
@@ -741,6 +752,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "cpu_cores": cpu_cores,
         "cpu_cores_total": round(sum(cpu_cores.values()), 3),
         "cpu_us_per_msg": cpu_us_per_msg,
+        "runqueue_wait_s_per_s": runqueue_wait,
+        "cpu_pressure_some_pct": cpu_pressure_pct,
         "cpu_bound_msgs_per_s": cpu_bound_msgs_per_s,
         "loadavg_before": load_before,
         "loadavg_after": load_after,
@@ -796,6 +809,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         + ", ".join(f"{k} {v}" for k, v in cpu_cores.items())
         + f" (total {result['cpu_cores_total']} of {os.cpu_count()}); "
         f"load average after {load_after}",
+        flush=True,
+    )
+    print(
+        "waiting for a CPU (s per s, all threads): "
+        + ", ".join(f"{k} {v}" for k, v in runqueue_wait.items())
+        + f"; machine CPU pressure (PSI some) {cpu_pressure_pct}% of the window",
         flush=True,
     )
     print(
