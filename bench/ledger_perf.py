@@ -136,6 +136,7 @@ async def run(
         "ack_quorum": args.ack_quorum,
         "entry_bytes": args.entry_bytes,
         "inflight": args.inflight,
+        "loop": args.loop,
     }
 
 
@@ -151,7 +152,12 @@ def main() -> None:
     p.add_argument("--inflight", type=int, default=256)
     p.add_argument("--seconds", type=float, default=10.0)
     p.add_argument("--warmup", type=float, default=2.0)
-    p.add_argument("--uvloop", action="store_true", help="run on uvloop")
+    p.add_argument(
+        "--loop",
+        choices=["uvloop", "asyncio"],
+        default="uvloop",
+        help="event loop (broker: uvloop)",
+    )
     args = p.parse_args()
     with tempfile.TemporaryDirectory(prefix="ledger-perf-") as tmp:
         zk = ZooKeeperServer()
@@ -160,7 +166,7 @@ def main() -> None:
         try:
             url = f"{zk.url}/bench-{uuid.uuid4().hex[:8]}"
             procs = factory.start_many(args.bookies, metadata=url)
-            if args.uvloop:
+            if args.loop == "uvloop":
                 import uvloop
 
                 uvloop.install()
