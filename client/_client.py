@@ -72,6 +72,7 @@ class Client:
         tls_private_key_file_path: str | None = None,
         listener_name: str | None = None,
         max_lookup_redirects: int = 20,
+        partitions_update_interval_seconds: float = 60,
         clock: Clock | None = None,
         rng: random.Random | None = None,
     ) -> None:
@@ -81,6 +82,7 @@ class Client:
             self._address = parse_service_url(service_url.replace("pulsar://", "pulsar+ssl://", 1))
         self._clock: Clock = clock or SystemClock()
         self._operation_timeout_ms = int(operation_timeout_seconds * 1000)
+        self._partitions_update_s = partitions_update_interval_seconds
         tls = TlsOptions(
             tls_trust_certs_file_path,
             tls_allow_insecure_connection,
@@ -251,7 +253,15 @@ class Client:
             hashing_scheme=HashingScheme(hashing_scheme),
         )
         partitions = await self._partitions(t)
-        producer = Producer(self._ctx, t, config, partitions, self._producers.discard)
+        producer = Producer(
+            self._ctx,
+            t,
+            config,
+            partitions,
+            self._producers.discard,
+            resolve_partitions=self._partitions,
+            partitions_update_interval_s=self._partitions_update_s,
+        )
         await producer._start()
         self._producers.add(producer)
         return producer
@@ -335,6 +345,7 @@ class Client:
             producer_factory=self.create_producer,
             on_close=self._consumers.discard,
             listener=message_listener,
+            partitions_update_interval_s=self._partitions_update_s,
         )
         if retry_enable:
             retry_topic = consumer._retry_topic() if topics else None

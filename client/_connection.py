@@ -264,6 +264,15 @@ class ClientConnection:
             raise
         return await fut
 
+    def expect(self, request_id: int) -> asyncio.Future[Command]:
+        """A future for a further response to an already answered request id (no timeout):
+        WaitForExclusive producers get a second PRODUCER_SUCCESS when they become ready."""
+        if self.closed.is_set():
+            raise Disconnected(f"connection closed: {self.close_reason}")
+        fut: asyncio.Future[Command] = asyncio.get_running_loop().create_future()
+        self._pending[request_id] = (fut, None)
+        return fut
+
     # ------------------------------------------------------------------ reading
 
     async def _read_loop(self) -> None:

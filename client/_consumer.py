@@ -796,8 +796,11 @@ class Consumer:
         producer_factory: Callable[..., Awaitable[Any]],
         on_close: Callable[[Consumer], None],
         listener: MessageListener | None = None,
+        partitions_update_interval_s: float = 0,
     ) -> None:
         self._ctx = ctx
+        self._partitions_update_s = partitions_update_interval_s
+        self._partitions_task: asyncio.Task[None] | None = None
         self.config = config
         self._topic_label = topic_label
         self._resolve_partitions = resolve_partitions
@@ -830,7 +833,7 @@ class Consumer:
 
     # ------------------------------------------------------------------ setup
 
-    async def _add_topics(self, topics: list[TopicName]) -> None:
+    async def _add_topics(self, topics: list[TopicName], *, record: bool = True) -> None:
         new: list[PartitionConsumer] = []
         plan: list[tuple[TopicName, int]] = []
         for t in topics:
@@ -852,7 +855,8 @@ class Consumer:
                 )
                 self._parts[name.full_name] = part
                 new.append(part)
-            self._topics.append(t)
+            if record:
+                self._topics.append(t)
         results = await asyncio.gather(*(p.start() for p in new), return_exceptions=True)
         errors = [r for r in results if isinstance(r, BaseException)]
         if errors:
@@ -868,6 +872,20 @@ class Consumer:
             self._discovery_task = asyncio.get_running_loop().create_task(self._discover())
         if self._listener is not None:
             self._listener_task = asyncio.get_running_loop().create_task(self._run_listener())
+        if self._partitions_update_s > 0:
+            self._partitions_task = asyncio.get_running_loop().create_task(self._watch_partitions())
+
+    async def _watch_partitions(self) -> None:
+        """Every ``partitions_update_interval``: subscribe to partitions added meanwhile."""
+        try:
+            while not self._closed:
+                await self._ctx.clock.sleep(self._partitions_update_s)
+                partitioned = [t for t in self._topics if not t.is_partition]
+                if partitioned and not self._closed:
+                    with contextlib.suppress(PulsarException):
+                        await self._add_topics(partitioned, record=False)
+        except asyncio.CancelledError:
+            return
 
     async def _timers(self) -> None:
         cfg = self.config
@@ -1209,7 +1227,12 @@ class Consumer:
             return
         self._closed = True
         self._available.set()
-        for t in (self._timer_task, self._discovery_task, self._listener_task):
+        for t in (
+            self._timer_task,
+            self._discovery_task,
+            self._listener_task,
+            self._partitions_task,
+        ):
             if t is not None:
                 t.cancel()
         await asyncio.gather(*(p.close() for p in self._parts.values()), return_exceptions=True)

@@ -175,8 +175,8 @@ class Handler:
             return
 
     def _fail_start(self) -> None:
-        if self.state is not HandlerState.CLOSED:
-            self.state = HandlerState.CLOSED
+        if self.state is HandlerState.CLOSING or self.state is HandlerState.CONNECTING:
+            self._set_state(HandlerState.CLOSED)
         self._detach()
 
     def _detach(self) -> None:

@@ -21,7 +21,7 @@ import asyncio
 import collections
 import datetime
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,8 +46,8 @@ from magnetar.client._errors import (
 from magnetar.client._handler import ClientContext, Handler, HandlerState
 from magnetar.client._message import Message, MessageId
 from magnetar.client._routing import HashingScheme, hash_key
+from magnetar.client.protocol import MessageId as _Id
 from magnetar.client.protocol import (
-    Connection,
     TopicName,
     batch_metadata,
     build_batch,
@@ -56,7 +56,6 @@ from magnetar.client.protocol import (
     encode_payload_command,
     pb,
 )
-from magnetar.client.protocol import MessageId as _Id
 
 log = logging.getLogger(__name__)
 
@@ -178,7 +177,6 @@ class PartitionProducer(Handler):
         self._timeout_task: asyncio.Task[None] | None = None
         self._sent = 0
         self._receipts = 0
-        self._codec_for_frames = Connection  # frames are built without connection state
 
     def __repr__(self) -> str:
         return (
@@ -212,13 +210,11 @@ class PartitionProducer(Handler):
                 if not ok.HasField("producer_ready") or ok.producer_ready:
                     break
                 # WaitForExclusive: a second PRODUCER_SUCCESS (same request id) follows.
-                fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-                cnx._pending[rid] = (fut, None)
-                event = await fut
-        except BaseException:
+                event = await cnx.expect(rid)
+        except BaseException as exc:
             cnx.producers.pop(self.producer_id, None)
-            if isinstance(self.state, HandlerState) and cnx.closed.is_set() is False:
-                try:  # in case the broker created it after our timeout
+            if isinstance(exc, Timeout) and not cnx.closed.is_set():
+                try:  # in case the broker created it after our timeout (C++ does the same)
                     cnx.send_command(commands.close_producer(self.producer_id, rid))
                 except PulsarException:
                     pass
@@ -239,13 +235,9 @@ class PartitionProducer(Handler):
         cnx = self.cnx
         assert cnx is not None
         for op in self._pending:  # resend everything awaiting a receipt, in order
-            op.frame = self._reframe(op.frame)
-            cnx.send_raw(op.frame)
+            cnx.send_raw(op.frame)  # producer id and sequence ids are unchanged
         if self._timeout_task is None and self.config.send_timeout_ms > 0:
             self._timeout_task = asyncio.get_running_loop().create_task(self._timeout_loop())
-
-    def _reframe(self, frame: bytes) -> bytes:
-        return frame  # producer_id and sequence ids do not change across reconnections
 
     def _detach(self) -> None:
         if self.cnx is not None:
@@ -651,20 +643,28 @@ class Producer:
         config: ProducerConfig,
         partitions: int,
         on_close: Callable[[Producer], None],
+        *,
+        resolve_partitions: Callable[[TopicName], Awaitable[int]] | None = None,
+        partitions_update_interval_s: float = 0,
     ) -> None:
         self._ctx = ctx
         self._topic = topic
+        self._resolve_partitions = resolve_partitions
+        self._partitions_update_s = partitions_update_interval_s
+        self._partitions_task: asyncio.Task[None] | None = None
         self.config = config
         self._num_partitions = partitions
         self._on_close = on_close
         limit = config.max_pending_messages
         if partitions > 0:
             limit = min(limit, max(1, config.max_pending_messages_across_partitions // partitions))
+            self._pending_limit = limit
             self._parts = [
                 PartitionProducer(ctx, topic.partition(i), config, i, pending_limit=limit)
                 for i in range(partitions)
             ]
         else:
+            self._pending_limit = limit
             self._parts = [PartitionProducer(ctx, topic, config, -1, pending_limit=limit)]
         self._rr = ctx.rng.randrange(len(self._parts))
         self._single = ctx.rng.randrange(len(self._parts))
@@ -676,6 +676,38 @@ class Producer:
         if errors:
             await asyncio.gather(*(p.close() for p in self._parts), return_exceptions=True)
             raise errors[0]
+        if self._num_partitions > 0 and self._partitions_update_s > 0 and self._resolve_partitions:
+            self._partitions_task = asyncio.get_running_loop().create_task(self._watch_partitions())
+
+    async def _watch_partitions(self) -> None:
+        """Every ``partitions_update_interval``: start producers on partitions added meanwhile."""
+        assert self._resolve_partitions is not None
+        try:
+            while not self._closed:
+                await self._ctx.clock.sleep(self._partitions_update_s)
+                try:
+                    n = await self._resolve_partitions(self._topic)
+                except PulsarException:
+                    continue
+                for i in range(len(self._parts), n):
+                    part = PartitionProducer(
+                        self._ctx,
+                        self._topic.partition(i),
+                        self.config,
+                        i,
+                        pending_limit=self._pending_limit,
+                    )
+                    try:
+                        await part.start()
+                    except PulsarException:
+                        break  # try again at the next interval
+                    if self._closed:
+                        await part.close()
+                        return
+                    self._parts.append(part)
+                    self._num_partitions = len(self._parts)
+        except asyncio.CancelledError:
+            return
 
     def __repr__(self) -> str:
         return f"<Producer {self._topic} partitions={self._num_partitions}>"
@@ -828,9 +860,7 @@ class Producer:
     async def send(self, content: bytes, **kwargs: Any) -> MessageId:
         """Send and wait for the broker's receipt; returns the message id."""
         fut = await self.send_async(content, **kwargs)
-        if self.config.batching_enabled and not fut.done():
-            pass  # the batch goes out when full or after batching_max_publish_delay_ms
-        return await fut
+        return await fut  # a batch goes out when full or after batching_max_publish_delay_ms
 
     async def flush(self) -> None:
         """Send every batched message now and wait for all pending receipts."""
@@ -840,6 +870,8 @@ class Producer:
         if self._closed:
             return
         self._closed = True
+        if self._partitions_task is not None:
+            self._partitions_task.cancel()
         await asyncio.gather(*(p.close() for p in self._parts), return_exceptions=True)
         self._on_close(self)
 

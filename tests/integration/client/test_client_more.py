@@ -370,3 +370,29 @@ async def test_regex_subscription_discovers_new_topics(client: Client) -> None:
     await producer.send(b"discovered")
     assert (await consumer.receive(10_000)).data() == b"discovered"
     assert len(consumer.partitions) == 2
+
+
+async def test_new_partitions_are_picked_up(broker: InProcessBroker) -> None:
+    topic = _topic("grow")
+    local = topic.rsplit("/", 1)[1]
+    service = broker.service
+    assert service is not None
+    broker.call(
+        lambda: service.resources.create_partitioned("public", "default", "persistent", local, 2)
+    )
+    async with Client(
+        broker.service_url, operation_timeout_seconds=5, partitions_update_interval_seconds=0.2
+    ) as client:
+        consumer = await client.subscribe(topic, "sub", initial_position=Earliest)
+        producer = await client.create_producer(topic)
+        broker.call(
+            lambda: service.resources.update_partitions("public", "default", "persistent", local, 3)
+        )
+        deadline = asyncio.get_running_loop().time() + 10
+        while len(producer.partitions) < 3 or len(consumer.partitions) < 3:
+            assert asyncio.get_running_loop().time() < deadline, "partitions not updated"
+            await asyncio.sleep(0.05)  # polling a condition, bounded by the deadline
+        for _ in range(3):
+            await producer.send(b"x")  # round robin reaches the new partition
+        topics = {(await consumer.receive(5000)).topic_name() for _ in range(3)}
+        assert f"{topic}-partition-2" in topics
