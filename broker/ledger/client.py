@@ -18,6 +18,7 @@ import logging
 import random
 from dataclasses import dataclass
 
+from magnetar.bookie.api import Entry
 from magnetar.bookie.errors import BookieError, NoEntry, NoLedger
 from magnetar.broker.ledger.errors import (
     BookieFailure,
@@ -197,31 +198,47 @@ class LedgerClient:
         return ReadHandle(self, handle.metadata, handle.version)
 
     async def _fence(self, meta: LedgerMetadata) -> int:
-        """Fence the last fragment's bookies until every write set is covered; the max LAC."""
+        """Fence the last fragment's bookies until every write set is covered (at least
+        Qw - Qa + 1 answers in each); returns the highest LAC among the answers. Bookies
+        that hang do not delay the result once coverage is reached."""
         ensemble = meta.last_ensemble
         timeout_s = self.config.fence_timeout_ms / 1000.0
+        need = meta.write_quorum - meta.ack_quorum + 1
+        sets = write_sets(ensemble, meta.write_quorum)
 
-        async def fence_one(bookie: str) -> int:
+        async def fence_one(bookie: str) -> tuple[str, int]:
             client = self.registry.client(bookie)
             await asyncio.wait_for(client.fence(meta.ledger_id, meta.master_key), timeout_s)
             try:
-                return await asyncio.wait_for(client.read_lac(meta.ledger_id), timeout_s)
+                return bookie, await asyncio.wait_for(client.read_lac(meta.ledger_id), timeout_s)
             except (NoLedger, NoEntry):
-                return -1
+                return bookie, -1
 
-        results = await asyncio.gather(*(fence_one(b) for b in ensemble), return_exceptions=True)
-        answered = {b for b, r in zip(ensemble, results, strict=True) if isinstance(r, int)} | {
-            b for b, r in zip(ensemble, results, strict=True) if isinstance(r, NoLedger | NoEntry)
-        }
-        need = meta.write_quorum - meta.ack_quorum + 1
-        for ws in write_sets(ensemble, meta.write_quorum):
-            if sum(1 for b in ws if b in answered) < need:
-                raise BookieFailure(
-                    f"ledger {meta.ledger_id}: cannot fence write set {ws}: "
-                    f"{dict(zip(ensemble, results, strict=True))}"
-                )
-        lacs = [r for r in results if isinstance(r, int)]
-        return max([-1, *lacs])
+        def covered() -> bool:
+            return all(sum(1 for b in ws if b in answered) >= need for ws in sets)
+
+        answered: dict[str, int] = {}
+        errors: list[BaseException] = []
+        tasks = [asyncio.ensure_future(fence_one(b)) for b in ensemble]
+        try:
+            for next_done in asyncio.as_completed(tasks):
+                try:
+                    bookie, lac = await next_done
+                except (BookieError, TimeoutError) as exc:
+                    errors.append(exc)
+                    continue
+                answered[bookie] = lac
+                if covered():
+                    break
+        finally:
+            for task in tasks:
+                task.cancel()
+        if not covered():
+            raise BookieFailure(
+                f"ledger {meta.ledger_id}: cannot fence every write set of {ensemble}: "
+                f"answered {sorted(answered)}, errors {errors}"
+            )
+        return max([-1, *answered.values()])
 
     async def _recovery_read(self, meta: LedgerMetadata, entry_id: int) -> LedgerEntry:
         found = await self._recovery_read_or_none(meta, entry_id)
@@ -232,23 +249,31 @@ class LedgerClient:
     async def _recovery_read_or_none(
         self, meta: LedgerMetadata, entry_id: int
     ) -> tuple[LedgerEntry, bytes] | None:
-        """The entry if any replica has it; None if enough replicas say it does not exist."""
+        """The entry if any replica has it; None once Qw - Qa + 1 replicas say it does not
+        exist (it cannot have been acknowledged). Replicas are asked in parallel."""
         ws = write_set(meta.ensemble_for(entry_id), meta.write_quorum, entry_id)
         need_missing = meta.write_quorum - meta.ack_quorum + 1
         missing = 0
-        errors: list[Exception] = []
-        for bookie in ws:
-            try:
-                raw = await self.registry.client(bookie).read_entry(meta.ledger_id, entry_id)
-                return unframe(raw), raw.payload
-            except (NoEntry, NoLedger):
-                missing += 1
-            except (BookieError, EntryCorrupt) as exc:
-                errors.append(exc)
-        if missing >= need_missing:
-            return None
-        if missing + len(errors) == len(ws) and not errors:
-            return None
+        errors: list[BaseException] = []
+
+        async def read_one(bookie: str) -> Entry:
+            return await self.registry.client(bookie).read_entry(meta.ledger_id, entry_id)
+
+        tasks = [asyncio.ensure_future(read_one(b)) for b in ws]
+        try:
+            for next_done in asyncio.as_completed(tasks):
+                try:
+                    raw = await next_done
+                    return unframe(raw), raw.payload
+                except (NoEntry, NoLedger):
+                    missing += 1
+                    if missing >= need_missing:
+                        return None
+                except (BookieError, EntryCorrupt, TimeoutError) as exc:
+                    errors.append(exc)
+        finally:
+            for task in tasks:
+                task.cancel()
         raise BookieFailure(
             f"ledger {meta.ledger_id}: entry {entry_id}: {missing} missing, errors {errors}"
         )

@@ -265,3 +265,19 @@ async def test_non_owner_reader_long_polls_the_bookies_for_lac(
     assert [e.payload for e in await reader.read(0, 0)] == [b"a"]
     with pytest.raises(ReadBeyondLastConfirmed):
         await reader.read(1, 1)
+
+
+async def test_recovery_does_not_wait_for_a_hung_bookie_once_write_sets_are_covered(
+    meta_server: MemoryMetadataServer, fake_bookies: FakeBookieCluster
+) -> None:
+    old = make_client(meta_server, fake_bookies, ensemble_size=3, write_quorum=3, ack_quorum=2)
+    w = await old.create_ledger()
+    await asyncio.gather(*(w.add(b"h%d" % i) for i in range(10)))
+    frozen = fake_bookies[w.metadata.last_ensemble[2]]
+    frozen.hang()  # SIGSTOP: answers nothing
+    new = make_client(meta_server, fake_bookies, fence_timeout_ms=60_000)
+    r = await asyncio.wait_for(new.open_ledger(w.ledger_id), 5)
+    assert r.last_add_confirmed == 9
+    frozen.resume()
+    with pytest.raises(LedgerFenced):
+        await w.add(b"late")
