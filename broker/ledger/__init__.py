@@ -6,7 +6,7 @@ config)`` -> ``await factory.open(name)`` -> ``ManagedLedger`` (``add``/``add_no
 ``read_entries_or_wait``, ``get_last_confirmed``, ``trim``, ``close``, ``delete``,
 ``statistics``) and ``ManagedCursor`` (``mark_delete``, ``delete``,
 ``delete_batch_indexes``, ``redelivery_count``, ``increment_redelivery``, ``backlog``,
-``seek``, ``reset``, ``rewind``, ``find_by_publish_time``).
+``seek``, ``reset``, ``reset_to_publish_time``, ``rewind``, ``find_by_publish_time``).
 Must not know: topics, producers, subscriptions, the wire protocol, ``magnetar.client``.
 """
 

@@ -249,6 +249,16 @@ class ManagedCursor:
         """The first position whose entry's publish time is >= ``publish_time_ms``."""
         return await self._ml.find_by_publish_time(publish_time_ms, extract)
 
+    async def reset_to_publish_time(
+        self, publish_time_ms: int, extract: Callable[[bytes], int]
+    ) -> Position:
+        """Reset to the first entry published at or after ``publish_time_ms`` (or to the
+        end when there is none); returns the new read position."""
+        found = await self.find_by_publish_time(publish_time_ms, extract)
+        target = found if found is not None else self._ml.position_after(self._ml.last_confirmed)
+        await self.reset(target)
+        return self.read_position
+
     def _after_move(self) -> None:
         self._ml.on_cursor_moved(self)
 

@@ -214,6 +214,10 @@ async def test_find_by_publish_time_and_reset(
     assert got[0].position == pos[13] and len(got) == 17
     cursor.rewind()
     assert cursor.read_position == pos[13]
+    assert await cursor.reset_to_publish_time(1201, extract) == pos[21]
+    assert cursor.backlog().entries == 9
+    assert await cursor.reset_to_publish_time(10**9, extract) > pos[-1]
+    assert cursor.backlog().entries == 0
 
 
 async def test_failed_ledger_rolls_over_once_bookies_return(
