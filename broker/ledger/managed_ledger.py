@@ -296,8 +296,7 @@ class ManagedLedger:
         if "terminated" in self._info.properties:
             await self._write_info()  # CAS: claims ownership, fences a concurrent opener
             self.state = MANAGED_LEDGER_FSM.next(self.state, _E.TERMINATE)
-            for child in await self.store.children(self._path):
-                self._cursors[child] = await ManagedCursor.recover(self, child)
+            await self._recover_cursors()
             return
         current = await self._create_ledger()
         self._info.ledgers.append(LedgerInfo(current.ledger_id, 0, 0, self.clock.now_ms()))
@@ -311,9 +310,20 @@ class ManagedLedger:
         if self.last_confirmed.ledger_id < 0:
             self.last_confirmed = Position(current.ledger_id, -1)
         self.state = MANAGED_LEDGER_FSM.next(self.state, _E.LEDGER_CREATED)
-        for child in await self.store.children(self._path):
-            self._cursors[child] = await ManagedCursor.recover(self, child)
+        await self._recover_cursors()
         self._schedule_timer()
+
+    async def _recover_cursors(self) -> None:
+        for child in await self.store.children(self._path):
+            got = await self.store.get(f"{self._path}/{child}")
+            try:
+                CursorInfo.from_bytes(got.value if got is not None else b"")
+            except (ValueError, KeyError, TypeError):
+                # not a cursor: a managed ledger whose name extends ours (names must be
+                # URL-encoded so this cannot happen), or a corrupt node: never guess
+                log.error("%s: child %r is not a cursor; ignored", self.name, child)
+                continue
+            self._cursors[child] = await ManagedCursor.recover(self, child)
 
     async def _create_ledger(self) -> WriteHandle:
         return await self.ledger_client.create_ledger(custom={"managed-ledger": self.name})
