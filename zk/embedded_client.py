@@ -140,7 +140,8 @@ class RemoteMetadataStore(MetadataStore):
                 "timeout_ms": self._session_timeout_ms,
             }
             writer.write(wire.encode_frame(request))
-            reply = await asyncio.wait_for(_read_frame(reader), self._connect_timeout_s)
+            async with asyncio.timeout(self._connect_timeout_s):
+                reply = await _read_frame(reader)
             if reply is None:
                 raise ConnectionError("server closed the connection during the handshake")
             if "error" in reply:
@@ -275,7 +276,9 @@ class RemoteMetadataStore(MetadataStore):
             self._pending[request_id] = future
             writer.write(wire.encode_frame(message))
             try:
-                return await asyncio.wait_for(future, timeout_s or self._operation_timeout_s)
+                # asyncio.timeout, not wait_for (3.11's can swallow a racing cancellation).
+                async with asyncio.timeout(timeout_s or self._operation_timeout_s):
+                    return await future
             except TimeoutError as exc:
                 raise OperationTimeout(
                     f"{message.get('op')} timed out", path=message.get("path")

@@ -107,7 +107,8 @@ class LeaderElection:
 
     async def wait_for_leadership(self, timeout_s: float | None = None) -> None:
         """Return once this contender leads; ``TimeoutError`` after ``timeout_s``."""
-        await asyncio.wait_for(self._leader_event.wait(), timeout_s)
+        async with asyncio.timeout(timeout_s):
+            await self._leader_event.wait()
 
     async def leader_value(self) -> bytes | None:
         """The value written by the current leader (None: no contender)."""
@@ -124,9 +125,12 @@ class LeaderElection:
         self._store.remove_session_listener(self._on_session)
         task, self._task = self._task, None
         if task is not None:
+            # Wake it as well as cancel it: the run loop ends on _stopped even if a
+            # cancellation is swallowed by a racing completion somewhere below.
+            self._wake.set()
+            self._connected.set()
             task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await asyncio.wait({task})
         node, self._node = self._node, None
         self._set_leader(False)
         if node is not None:
@@ -164,6 +168,8 @@ class LeaderElection:
             except Exception:
                 log.exception("leader election %s: check failed", self._path)
                 self._set_leader(False)
+            if self._stopped:
+                return
             await self._wake.wait()
 
     async def _check(self) -> None:

@@ -411,7 +411,10 @@ class ZooKeeperMetadataStore(MetadataStore):
         except Exception as exc:
             raise _translate(exc, path) from exc
         try:
-            return await asyncio.wait_for(future, self._operation_timeout_s)
+            # asyncio.timeout, not wait_for: 3.11's wait_for swallows a cancellation that
+            # races with the result, leaving the caller's task uncancellable.
+            async with asyncio.timeout(self._operation_timeout_s):
+                return await future
         except TimeoutError as exc:
             raise OperationTimeout("ZooKeeper operation timed out", path=path) from exc
 

@@ -225,9 +225,10 @@ class ZooKeeperServer:
         self.start(timeout_s)
 
     def close(self) -> None:
-        """Kill the server and remove its directory when this object created it."""
+        """Kill the server and remove its directory when this object created it (kept when
+        ``MAGNETAR_KEEP_ZK_DIR`` is set, for post-mortems)."""
         self.kill()
-        if self._own_dir:
+        if self._own_dir and not os.environ.get("MAGNETAR_KEEP_ZK_DIR"):
             shutil.rmtree(self.base_dir, ignore_errors=True)
 
     def __enter__(self) -> ZooKeeperServer:
