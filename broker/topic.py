@@ -1,11 +1,13 @@
 """A persistent topic: one managed ledger, its producers and subscriptions.
 
 Owns: the publish pipeline (SENDs collected during one loop iteration are appended as one
-``add_entries`` call; one append is in flight at a time, so positions and receipts keep
-arrival order; duplicates found by deduplication ride in the same queue so their receipts
-keep order too), the entry-count cache used for permits, subscriptions (durable ones
-reopened from the ledger's cursors on load; non-durable ones dropped with their last
-consumer), last-message-id, finding a position by publish time, close/unload.
+``add_entries`` call, submitted at once even while earlier batches are in flight; the managed
+ledger completes adds in order and completions are handled in submission order, so
+positions and receipts keep arrival order; duplicates found by deduplication ride in the
+same queue so their receipts keep order too), the entry-count cache used for permits,
+subscriptions (durable ones reopened from the ledger's cursors on load; non-durable ones
+dropped with their last consumer), last-message-id, finding a position by publish time,
+close/unload.
 Lifecycle (``TOPIC_TRANSITIONS``): ACTIVE -> CLOSING -> CLOSED on unload; ACTIVE -> FENCED
 when the managed ledger refuses writes for good (another owner), after which the service
 unloads the topic so clients look up the new owner.
@@ -16,6 +18,7 @@ Must not know: sockets or frames (callers pass callbacks and sinks).
 from __future__ import annotations
 
 import asyncio
+import collections
 import enum
 import logging
 from collections.abc import Callable
@@ -128,8 +131,11 @@ class PersistentTopic:
         self._counts: dict[Position, int] = {}
         self._counted_from: Position | None = None
         self._pending: list[_Pending] = []
-        self._flushing = False
-        self._flush_task: asyncio.Task[None] | None = None
+        self._submit_scheduled = False
+        self._inflight: collections.deque[
+            tuple[list[_Pending], asyncio.Task[list[Position]] | None]
+        ] = collections.deque()
+        self._complete_task: asyncio.Task[None] | None = None
         self.state = TopicState.ACTIVE
         self.on_fenced: Callable[[PersistentTopic], None] | None = None
         ledger.add_tail_listener(self._on_new_entries)
@@ -238,46 +244,67 @@ class PersistentTopic:
             else:
                 item.dedup_name, item.highest = producer.name, highest
         self._pending.append(item)
-        if not self._flushing:
-            self._flushing = True
-            self._flush_task = asyncio.get_running_loop().create_task(self._flush())
+        if not self._submit_scheduled:
+            self._submit_scheduled = True
+            asyncio.get_running_loop().call_soon(self._submit)
 
-    async def _flush(self) -> None:
-        try:
-            await asyncio.sleep(0)  # collect everything that arrives in this loop iteration
-            while self._pending:
-                batch, self._pending = self._pending, []
-                datas = [p.data for p in batch if not p.duplicate]
-                try:
-                    positions = await self.ledger.add_entries(datas) if datas else []
-                except Exception as exc:
-                    log.warning("append to %s failed: %s", self.name, exc)
-                    if isinstance(exc, (LedgerFenced, ManagedLedgerClosed)):
-                        self.fence(str(exc))
-                    for p in batch:
-                        if p.dedup_name is not None:
-                            self.dedup.failed(p.dedup_name)
-                        p.callback(None, exc)
-                    continue
-                it = iter(positions)
-                self.counters.publish_batches += 1
+    def _submit(self) -> None:
+        """End of a loop iteration: append what arrived as one batch, without waiting for
+        earlier batches (the managed ledger completes adds in order); completions are then
+        handled strictly in submission order by ``_complete``."""
+        self._submit_scheduled = False
+        batch, self._pending = self._pending, []
+        if not batch:
+            return
+        datas = [p.data for p in batch if not p.duplicate]
+        loop = asyncio.get_running_loop()
+        task = loop.create_task(self.ledger.add_entries(datas)) if datas else None
+        self._inflight.append((batch, task))
+        if self._complete_task is None or self._complete_task.done():
+            self._complete_task = loop.create_task(self._complete())
+
+    async def _complete(self) -> None:
+        while self._inflight:
+            batch, task = self._inflight[0]
+            try:
+                positions = await task if task is not None else []
+            except Exception as exc:
+                self._inflight.popleft()
+                log.warning("append to %s failed: %s", self.name, exc)
+                if isinstance(exc, (LedgerFenced, ManagedLedgerClosed)):
+                    self.fence(str(exc))
                 for p in batch:
-                    if p.duplicate:
-                        p.callback(None, None)
-                        continue
-                    pos = next(it)
-                    if self._counted_from is None:
-                        self._counted_from = pos
-                    if p.num_messages != 1:
-                        self._remember_count(pos, p.num_messages)
-                    self.counters.msg_in += p.num_messages
-                    self.counters.bytes_in += len(p.data)
-                    self.counters.entries_in += 1
                     if p.dedup_name is not None:
-                        self.dedup.persisted(p.dedup_name, p.highest)
-                    p.callback(pos, None)
-        finally:
-            self._flushing = False
+                        self.dedup.failed(p.dedup_name)
+                    p.callback(None, exc)
+                continue
+            self._inflight.popleft()
+            it = iter(positions)
+            self.counters.publish_batches += 1
+            for p in batch:
+                if p.duplicate:
+                    p.callback(None, None)
+                    continue
+                pos = next(it)
+                if self._counted_from is None:
+                    self._counted_from = pos
+                if p.num_messages != 1:
+                    self._remember_count(pos, p.num_messages)
+                self.counters.msg_in += p.num_messages
+                self.counters.bytes_in += len(p.data)
+                self.counters.entries_in += 1
+                if p.dedup_name is not None:
+                    self.dedup.persisted(p.dedup_name, p.highest)
+                p.callback(pos, None)
+
+    async def _drain_publishes(self) -> None:
+        if self._pending:
+            self._submit()
+        while self._complete_task is not None and not self._complete_task.done():
+            try:
+                await asyncio.shield(self._complete_task)
+            except Exception:
+                break
 
     def _on_new_entries(self) -> None:
         for sub in self.subscriptions.values():
@@ -434,11 +461,7 @@ class PersistentTopic:
         if self.closed:
             return
         self.state = next_topic_state(self.state, TopicEvent.CLOSE)
-        while self._flushing and self._flush_task is not None:
-            try:
-                await asyncio.shield(self._flush_task)
-            except Exception:
-                break
+        await self._drain_publishes()
         for producer in list(self.producers.producers.values()) + list(self.producers.waiting):
             if producer.cnx is not None:
                 producer.cnx.send_close_producer(producer)

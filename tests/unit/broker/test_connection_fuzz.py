@@ -109,8 +109,9 @@ def test_random_bytes_never_escape(garbage: bytes) -> None:
         cnx.data_received(garbage)  # must not raise
         cnx.data_received(PING)
         await asyncio.sleep(0)
-        # either refused (closed) or still answering; garbage may also be an incomplete frame
-        assert transport.closed or bytes(transport.written).endswith(PONG) or len(garbage) >= 4
+        # refused (closed), still answering, or waiting for the rest of a (garbage) frame
+        answered = bytes(transport.written).endswith(PONG)
+        assert transport.closed or answered or len(cnx._buf) > 0
 
     ERRORS.records.clear()
     asyncio.run(run())
@@ -128,7 +129,8 @@ def test_mutated_frames_never_escape(index: int, value: int) -> None:
         cnx.data_received(bytes(mutated))
         cnx.data_received(PING)
         await asyncio.sleep(0)
-        assert transport.closed or bytes(transport.written).endswith(PONG) or index < 4
+        answered = bytes(transport.written).endswith(PONG)
+        assert transport.closed or answered or len(cnx._buf) > 0
 
     ERRORS.records.clear()
     asyncio.run(run())
