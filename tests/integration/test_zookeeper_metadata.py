@@ -12,6 +12,7 @@ from support.zookeeper import ZooKeeperServer, free_port
 
 from magnetar.zk import open_metadata_store
 from magnetar.zk.errors import ConnectionLoss
+from magnetar.zk.recipes import LeaderElection, OwnershipLock
 from magnetar.zk.store import Notification, NotificationType, SessionEvent
 from magnetar.zk.zookeeper import ZooKeeperMetadataStore, parse_connect_string
 
@@ -75,6 +76,36 @@ async def test_server_restart_suspends_then_reconnects_same_session(
     finally:
         await store.close()
         await writer.close()
+
+
+async def test_recipes_ride_out_a_server_restart(
+    zookeeper_server_factory: Callable[[], ZooKeeperServer],
+) -> None:
+    server = zookeeper_server_factory()
+    store = await ZooKeeperMetadataStore.connect(server.url, session_timeout_ms=15_000)
+    leadership: list[bool] = []
+    lost: list[bool] = []
+    election = LeaderElection(store, "/leader", b"me", on_change=leadership.append)
+    lock = OwnershipLock(store, "/bundle", b"me", on_lost=lambda: lost.append(True))
+    try:
+        await election.start()
+        await election.wait_for_leadership(10)
+        await lock.acquire()
+
+        await asyncio.to_thread(server.stop)
+        await eventually(lambda: not election.is_leader, message="leader steps down on SUSPENDED")
+        await asyncio.to_thread(server.start)
+        await election.wait_for_leadership(20)
+        assert leadership == [True, False, True]
+        assert lock.is_held
+        assert lost == []
+        stat = await store.exists("/bundle")
+        assert stat is not None
+        assert stat.ephemeral_owner == store.session_id
+    finally:
+        await lock.release()
+        await election.resign()
+        await store.close()
 
 
 async def test_expired_session_is_not_silently_replaced(
