@@ -24,6 +24,8 @@ Clients (``--client``):
   unset or above 20,000, else ``receive`` per message (no batch timeout in the e2e latency).
 - ``magnetar``: our asyncio client ``magnetar.client`` (imported lazily; a clear error if it
   is not usable yet).
+- ``raw``: no client library: per-entry protocol frames built with ``magnetar.client.protocol``
+  (see ``bench/_raw.py``), so the figures show what the broker and bookie sustain.
 
 ``--profile DIR`` records the broker and bookie processes with py-spy during the measured
 window (raw collapsed stacks, a flame-graph SVG each, and a top-frames summary printed);
@@ -87,7 +89,11 @@ LOW_RATE = 20_000
 
 def _worker_entry(role: str, conn: Connection, cfg: dict[str, Any]) -> None:
     try:
-        if cfg["client"] == "official":
+        if cfg["client"] == "raw":
+            from _raw import raw_consumer, raw_producer
+
+            _run_async((raw_producer if role == "producer" else raw_consumer)(conn, cfg))
+        elif cfg["client"] == "official":
             if role == "producer":
                 _official_producer(conn, cfg)
             else:
@@ -613,8 +619,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     rate = float(args.rate or 0)
     latency_sample = args.latency_sample or (1 if rate and rate <= LOW_RATE else 16)
     receive = args.receive
-    if args.client == "magnetar":
-        receive = "single"  # magnetar.client has no batch_receive
+    if args.client != "official":
+        receive = "single"  # batch_receive is the official client's
     elif receive == "auto":
         receive = "single" if rate and rate <= LOW_RATE else "batch"
     cfg: dict[str, Any] = {
@@ -634,7 +640,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "batch_max_delay_ms": args.batch_max_delay_ms,
         "max_pending": args.max_pending,
         "receiver_queue_size": args.receiver_queue_size,
-        "latency_sample": latency_sample,
+        "latency_sample": latency_sample if args.client != "raw" else "per entry",
         "receive": receive,
         "ack": args.ack,
         "keys": args.keys,
@@ -774,7 +780,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "receive": receive,
         "ack": args.ack,
         "keys": args.keys,
-        "latency_sample": latency_sample,
+        "latency_sample": latency_sample if args.client != "raw" else "per entry",
         "seconds": seconds,
         "warmup_seconds": args.warmup_seconds,
     }
@@ -795,7 +801,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     print(
         f"publish latency ms: p50 {pub['p50']}  p95 {pub['p95']}  p99 {pub['p99']}  "
         f"p99.9 {pub['p999']}  max {pub['max']}  ({int(pub['n'])} samples, "
-        f"every {latency_sample}th message)",
+        + ("one per entry)" if args.client == "raw" else f"every {latency_sample}th message)"),
         flush=True,
     )
     if cons:
@@ -846,7 +852,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         help="with --broker-pid: bookie pid(s) (default: the broker's child processes)",
     )
-    p.add_argument("--client", choices=["official", "magnetar"], default="official")
+    p.add_argument("--client", choices=["official", "magnetar", "raw"], default="official")
     p.add_argument(
         "--official-api",
         choices=["raw", "wrapper"],

@@ -10,7 +10,9 @@ figures and whether the issue's targets were met on this run:
 - ``no-batching``: the same without batching — target >= 20,000 msg/s;
 - ``latency-5k``: a fixed 5,000 msg/s — target publish p99 <= 10 ms;
 - ``shared-2c``: batching, two consumers on a Shared subscription (no target);
-- ``magnetar-client``: batching with our own client (no target; skipped if unusable).
+- ``magnetar-client``: batching with our own client (no target; skipped if unusable);
+- ``raw-batching`` / ``raw-no-batching``: ``--client raw`` (per-entry protocol frames, no
+  client library: what the broker and bookie sustain when the client is not the bound).
 
 Numbers depend on what else runs on the machine: the load average is in each result.
 ``--only NAME`` (repeatable) runs a subset; ``--profile DIR`` py-spies the servers in each.
@@ -38,6 +40,8 @@ SCENARIOS: list[tuple[str, list[str]]] = [
     ("latency-5k", ["--rate", "5000"]),
     ("shared-2c", ["--consumers", "2", "--subscription-type", "Shared"]),
     ("magnetar-client", ["--client", "magnetar"]),
+    ("raw-batching", ["--client", "raw", "--receiver-queue-size", "10000"]),
+    ("raw-no-batching", ["--client", "raw", "--no-batching"]),
 ]
 TARGETS = {
     "batching": ("msgs_per_s", ">=", 200_000),
