@@ -45,7 +45,7 @@ system-deps:
 	@test -f $(ZK_JAR) && command -v java >/dev/null && echo "ZooKeeper and Java: present"
 
 test: $(STAMP_ALL) system-deps proto-check lint typecheck imports
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest --durations=15 $(PYTEST_ARGS)
 
 unit: $(STAMP_ALL)
 	$(PY) -m pytest -m "unit or contract" $(PYTEST_ARGS)
