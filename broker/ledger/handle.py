@@ -316,7 +316,9 @@ class WriteHandle(ReadHandle):
         self.state = HandleState.OPEN
         self._failed: set[str] = set()
         self._changing = False
-        self._drain_scheduled = False
+        self._inflight: dict[str, collections.deque[tuple[_PendingAdd, asyncio.Future[None]]]] = {}
+        self._unarmed: set[str] = set()
+        self._arm_scheduled = False
         self._loop = asyncio.get_running_loop()
         self._clients: dict[str, BookieClientAPI] = {}
         self._change_task: asyncio.Task[None] | None = None
@@ -455,32 +457,49 @@ class WriteHandle(ReadHandle):
             self._on_bookie_error(pending, bookie, exc)
             return
         fut = aw if isinstance(aw, asyncio.Future) else asyncio.ensure_future(_as_coro(aw))
-        fut.add_done_callback(functools.partial(self._on_add_done, pending, bookie))
+        # Futures of one bookie resolve in entry order (BookieClientAPI), so one callback on
+        # the last future sent to each bookie in this loop iteration covers the whole burst.
+        queue = self._inflight.get(bookie)
+        if queue is None:
+            queue = self._inflight[bookie] = collections.deque()
+        queue.append((pending, fut))
+        self._unarmed.add(bookie)
+        if not self._arm_scheduled:
+            self._arm_scheduled = True
+            self._loop.call_soon(self._arm)
 
-    def _on_add_done(self, pending: _PendingAdd, bookie: str, fut: asyncio.Future[None]) -> None:
-        pending.sent.discard(bookie)
-        if fut.cancelled():
-            exc: BaseException | None = BookieUnavailable("add cancelled")
-        else:
-            exc = fut.exception()
-        if exc is None:
-            if bookie in pending.ws and not pending.future.done():
-                pending.acked.add(bookie)
-                if (
-                    not self._drain_scheduled
-                    and len(pending.acked) >= self.metadata.ack_quorum
-                    and self._pending
-                    and pending is self._pending[0]
-                ):
-                    # acks of one bookie batch arrive together: drain once, after all of them
-                    self._drain_scheduled = True
-                    self._loop.call_soon(self._scheduled_drain)
-            return
-        self._on_bookie_error(pending, bookie, exc)
+    def _arm(self) -> None:
+        self._arm_scheduled = False
+        unarmed, self._unarmed = self._unarmed, set()
+        for bookie in unarmed:
+            queue = self._inflight.get(bookie)
+            if queue:
+                queue[-1][1].add_done_callback(functools.partial(self._on_progress, bookie))
 
-    def _scheduled_drain(self) -> None:
-        self._drain_scheduled = False
-        if self.state in (HandleState.OPEN, HandleState.CLOSING):
+    def _on_progress(self, bookie: str, _: asyncio.Future[None]) -> None:
+        """Process every resolved add of ``bookie``, in order, then deliver completions."""
+        queue = self._inflight.get(bookie)
+        qa = self.metadata.ack_quorum
+        while queue:
+            pending, fut = queue[0]
+            if not fut.done():
+                # resolved out of order (not expected): wait for the head as well
+                fut.add_done_callback(functools.partial(self._on_progress, bookie))
+                break
+            queue.popleft()
+            pending.sent.discard(bookie)
+            exc: BaseException | None
+            exc = BookieUnavailable("add cancelled") if fut.cancelled() else fut.exception()
+            if exc is None:
+                if bookie in pending.ws and not pending.future.done():
+                    pending.acked.add(bookie)
+            else:
+                self._on_bookie_error(pending, bookie, exc)
+        if (
+            self._pending
+            and len(self._pending[0].acked) >= qa
+            and self.state in (HandleState.OPEN, HandleState.CLOSING)
+        ):
             self._complete_ready()
 
     def _on_bookie_error(self, pending: _PendingAdd, bookie: str, exc: BaseException) -> None:
