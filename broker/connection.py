@@ -471,10 +471,15 @@ class ServerConnection(asyncio.Protocol):
             pid, name, mode, cnx=self, user_provided_name=req.user_provided_producer_name
         )
         try:
+            if mode is not AccessMode.SHARED and req.HasField("topic_epoch"):
+                topic.producers.check_epoch(req.topic_epoch)
             admission = topic.add_producer(producer)
         except ProducerError as exc:
             self._error(rid, exc.code, exc.message)
             return
+        for evicted in topic.producers.take_fenced():
+            if evicted.cnx is not None:
+                evicted.cnx.send_close_producer(evicted)
         if req.HasField("initial_subscription_name") and req.initial_subscription_name:
             try:
                 await topic.create_subscription(req.initial_subscription_name, earliest=True)

@@ -2,8 +2,9 @@
 
 Owns: ``ProducerAccessMode`` admission (Shared; Exclusive fails with ProducerBusy when any
 other producer is attached; WaitForExclusive queues until the topic is free and is then
-admitted, in arrival order), producer-name uniqueness per topic, the topic epoch for the
-exclusive modes, and ``Deduplication``: per producer name, the highest sequence id
+admitted, in arrival order; ExclusiveWithFencing evicts everyone else and bumps the topic
+epoch, so an evicted exclusive producer reconnecting with its old epoch gets ProducerFenced),
+producer-name uniqueness per topic, the topic epoch for the exclusive modes, and ``Deduplication``: per producer name, the highest sequence id
 persisted; a SEND whose sequence id is not above it is a duplicate (answered with a receipt
 but not stored). Chunks share a sequence id, so only the last chunk of a chunked message is
 checked and recorded. Pure: no I/O.
@@ -59,6 +60,7 @@ class ProducerRegistry:
         self.waiting: list[Producer] = []
         self.topic_epoch = 0
         self.exclusive: Producer | None = None
+        self._fenced: list[Producer] = []
 
     def __repr__(self) -> str:
         return f"<ProducerRegistry n={len(self.producers)} waiting={len(self.waiting)}>"
@@ -75,7 +77,17 @@ class ProducerRegistry:
             self.producers[producer.name] = producer
             return Admission.ADMITTED
         if mode is AccessMode.EXCLUSIVE_WITH_FENCING:
-            raise ProducerError("NotAllowedError", "ExclusiveWithFencing is not supported")
+            # fence everyone else out: they are disconnected, and a reconnect carrying an
+            # older topic epoch is refused with ProducerFenced
+            fenced = [*self.producers.values(), *self.waiting]
+            self.producers.clear()
+            self.waiting.clear()
+            self.exclusive = None
+            for old in fenced:
+                old.closed = True
+            self._fenced.extend(fenced)
+            self._make_exclusive(producer)
+            return Admission.ADMITTED
         if not self.producers and (mode is AccessMode.EXCLUSIVE or not self.waiting):
             self._make_exclusive(producer)
             return Admission.ADMITTED
@@ -88,6 +100,20 @@ class ProducerRegistry:
             )
         self.waiting.append(producer)
         return Admission.QUEUED
+
+    def take_fenced(self) -> list[Producer]:
+        """Producers evicted by the last ExclusiveWithFencing admission (to disconnect)."""
+        fenced, self._fenced = self._fenced, []
+        return fenced
+
+    def check_epoch(self, topic_epoch: int | None) -> None:
+        """A reconnecting exclusive producer with an older epoch was fenced meanwhile."""
+        if topic_epoch is not None and topic_epoch < self.topic_epoch:
+            raise ProducerError(
+                "ProducerFenced",
+                f"Producer with topic epoch {topic_epoch} was fenced (topic epoch "
+                f"{self.topic_epoch})",
+            )
 
     def _make_exclusive(self, producer: Producer) -> None:
         self.topic_epoch += 1

@@ -599,3 +599,18 @@ def test_namespace_deduplication_policy(broker: InProcessBroker, client: pulsar.
     assert ids[2].ledger_id() == -1  # a duplicate is acknowledged, not stored
     assert [m.data() for m in _drain(consumer, 2)] == [b"s0", b"s1"]
     assert _nothing_more(consumer)
+
+
+def test_exclusive_with_fencing_takes_over(client: pulsar.Client) -> None:
+    topic = _topic()
+    consumer = client.subscribe(topic, "sub")
+    first = client.create_producer(topic, access_mode=pulsar.ProducerAccessMode.Exclusive)
+    first.send(b"first")
+    second = client.create_producer(
+        topic, access_mode=pulsar.ProducerAccessMode.ExclusiveWithFencing
+    )
+    second.send(b"second")
+    with pytest.raises(pulsar.PulsarException):
+        first.send(b"fenced")
+    assert [m.data() for m in _drain(consumer, 2)] == [b"first", b"second"]
+    assert _nothing_more(consumer)

@@ -74,3 +74,21 @@ def test_dedup_disabled_accepts_everything() -> None:
     assert not d.is_duplicate("a", 0, 0)
     assert not d.is_duplicate("a", 0, 0)
     assert d.last_sequence_id("a") == -1
+
+
+def test_exclusive_with_fencing_evicts_everyone_and_refuses_old_epochs() -> None:
+    reg = ProducerRegistry()
+    old = p(1, AccessMode.EXCLUSIVE)
+    reg.admit(old)
+    old_epoch = reg.topic_epoch
+    waiting = p(2, AccessMode.WAIT_FOR_EXCLUSIVE)
+    reg.admit(waiting)
+    fencer = p(3, AccessMode.EXCLUSIVE_WITH_FENCING)
+    assert reg.admit(fencer) is Admission.ADMITTED
+    assert reg.take_fenced() == [old, waiting]
+    assert reg.take_fenced() == []
+    assert reg.exclusive is fencer and reg.topic_epoch == old_epoch + 1
+    with pytest.raises(ProducerError) as err:
+        reg.check_epoch(old_epoch)
+    assert err.value.code == "ProducerFenced"
+    reg.check_epoch(reg.topic_epoch)  # the current holder may reconnect
