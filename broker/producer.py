@@ -4,10 +4,11 @@ Owns: ``ProducerAccessMode`` admission (Shared; Exclusive fails with ProducerBus
 other producer is attached; WaitForExclusive queues until the topic is free and is then
 admitted, in arrival order; ExclusiveWithFencing evicts everyone else and bumps the topic
 epoch, so an evicted exclusive producer reconnecting with its old epoch gets ProducerFenced),
-producer-name uniqueness per topic, the topic epoch for the exclusive modes, and ``Deduplication``: per producer name, the highest sequence id
-persisted; a SEND whose sequence id is not above it is a duplicate (answered with a receipt
-but not stored). Chunks share a sequence id, so only the last chunk of a chunked message is
-checked and recorded. Pure: no I/O.
+producer-name uniqueness per topic, the topic epoch for the exclusive modes, and
+``Deduplication``: per producer name, the highest sequence id persisted; a SEND whose
+sequence id is not above it is a duplicate (answered with a receipt but not stored). Chunks
+share a sequence id, so only the last chunk of a chunked message is checked and recorded.
+Pure: no I/O.
 """
 
 from __future__ import annotations
