@@ -20,7 +20,6 @@ from collections.abc import Collection
 from dataclasses import dataclass
 
 from magnetar.bookie.entry_log import LOG_HEADER_LEN, location
-from magnetar.bookie.index import pack_key, pack_location
 from magnetar.bookie.journal import ENTRY_HEADER
 from magnetar.bookie.ledger_storage import LedgerStorage
 
@@ -113,30 +112,30 @@ class GarbageCollector:
         new_id = logger.allocate_log_id()
         out = logger.create_log(new_id)
         pos = LOG_HEADER_LEN
-        moved: list[tuple[bytes, bytes]] = []
+        current = {lid: index.ledger_locations(lid) for lid in ledgers}
+        moved: dict[int, list[tuple[int, int]]] = {}
         new_map: dict[int, int] = {}
         chunks: list[bytes] = []
         pending = 0
         copied = 0
+        count = 0
         t0 = time.monotonic()
         for rec in logger.scan(log_id):
-            if rec.ledger_id not in ledgers:
-                continue
-            if index.get_location(rec.ledger_id, rec.entry_id) != location(log_id, rec.offset):
-                continue  # superseded by a newer copy, or the ledger was dropped
+            locs = current.get(rec.ledger_id)
+            if locs is None or locs.get(rec.entry_id) != location(log_id, rec.offset):
+                continue  # a dead ledger, or superseded by a newer copy elsewhere
             header = ENTRY_HEADER.pack(
                 rec.ledger_id, rec.entry_id, rec.lac, rec.crc32c, len(rec.payload)
             )
             chunks.append(header)
             chunks.append(rec.payload)
-            moved.append(
-                (pack_key(rec.ledger_id, rec.entry_id), pack_location(location(new_id, pos)))
-            )
+            moved.setdefault(rec.ledger_id, []).append((rec.entry_id, location(new_id, pos)))
             n = rec.size
             new_map[rec.ledger_id] = new_map.get(rec.ledger_id, 0) + n
             pos += n
             pending += n
             copied += n
+            count += 1
             if pending >= _COPY_CHUNK_BYTES:
                 out.writev(chunks)
                 chunks, pending = [], 0
@@ -147,8 +146,9 @@ class GarbageCollector:
         out.close()
         storage.fs.fsync_dir(storage.ledger_dir)
         batch = index.batch()
-        for key, loc in moved:
-            batch.put_location(key, loc)
+        for lid, pairs in moved.items():
+            pairs.sort()
+            batch.put_entries(lid, [e for e, _ in pairs], [loc for _, loc in pairs])
         if new_map:
             batch.put_log_map(new_id, new_map)
         batch.delete_log_map(log_id)
@@ -163,7 +163,7 @@ class GarbageCollector:
             log_id,
             new_id,
             copied,
-            len(moved),
+            count,
         )
         return pos if new_map else 0  # the whole new file, header included
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from magnetar.bookie.entry_log import LOG_HEADER_LEN, EntryLogger, location, split_location
 from magnetar.bookie.files import FileSystem
-from magnetar.bookie.index import BookieIndex, LedgerRecord, pack_location
+from magnetar.bookie.index import BookieIndex, LedgerRecord
 from magnetar.bookie.journal import ENTRY_HEADER, ENTRY_HEADER_LEN
 from magnetar.bookie.read_cache import CachedEntry, ReadCache
 from magnetar.bookie.write_cache import Half, WriteCache
@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 _WRITE_CHUNK_BYTES = 1024 * 1024
 _YIELD_EVERY_ENTRIES = 1024
 _YIELD_S = 0.00001
-_INDEX_SLICE_YIELDS = 8  # a new index batch every 8 x 1024 entries
+_INDEX_SLICE_KEYS = 256  # segments per index batch slice
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +97,7 @@ class LedgerStorage:
             try:
                 stored = self.entry_logger.read(log_id, offset, ledger_id, entry_id)
             except FileNotFoundError:
+                self.index.invalidate_cache()
                 continue  # compaction moved it between the lookup and the read: look again
             self._read_ahead(log_id, offset + stored.size, ledger_id)
             return stored.lac, stored.crc32c, stored.payload
@@ -129,8 +130,6 @@ class LedgerStorage:
         logger = self.entry_logger
         batch = index.batch()
         batches = [batch]  # committed in slices so no single RocksDB write holds the GIL long
-        put = batch.wb.put
-        pl = pack_location
         limit = logger.log_size_max
         chunks: list[bytes] = []
         pending = 0
@@ -142,13 +141,16 @@ class LedgerStorage:
         pos = logger.position
         ledger_bytes: dict[int, int] = {}
         budget = _YIELD_EVERY_ENTRIES
-        slices = 0
         for ledger_id in sorted(half):
             d = half[ledger_id]
             if not d:
                 continue
             lbytes = 0
-            for _entry_id, (header, payload) in sorted(d.items()):
+            eids: list[int] = []
+            locs: list[int] = []
+            add_eid = eids.append
+            add_loc = locs.append
+            for entry_id, (header, payload) in sorted(d.items()):
                 n = ENTRY_HEADER_LEN + len(payload)
                 if pos + n > limit and pos > LOG_HEADER_LEN:
                     if chunks:
@@ -166,7 +168,8 @@ class LedgerStorage:
                     pos = logger.position
                 chunks.append(header)
                 chunks.append(payload)
-                put(header[:16], pl((log_id << 32) | pos))  # header starts with the key
+                add_eid(entry_id)
+                add_loc((log_id << 32) | pos)
                 pos += n
                 pending += n
                 lbytes += n
@@ -180,13 +183,12 @@ class LedgerStorage:
                     # Hand the GIL to the event loop (adds keep flowing during a flush)
                     # instead of holding it for a whole switch interval (5 ms).
                     time.sleep(_YIELD_S)
-                    slices += 1
-                    if slices % _INDEX_SLICE_YIELDS == 0:
-                        batch = index.batch()
-                        batches.append(batch)
-                        put = batch.wb.put
+            batch.put_entries(ledger_id, eids, locs)
             entries += len(d)
             total += lbytes
+            if batch.count >= _INDEX_SLICE_KEYS:
+                batch = index.batch()
+                batches.append(batch)
             if lbytes:
                 ledger_bytes[ledger_id] = ledger_bytes.get(ledger_id, 0) + lbytes
         if chunks:
