@@ -112,6 +112,7 @@ class Dispatcher:
         self.closed = False
         self.rounds = 0
         self.dispatched_entries = 0
+        self.dispatched_bytes = 0
         self._bg: set[asyncio.Task[None]] = set()
 
     # -- scheduling
@@ -155,6 +156,7 @@ class Dispatcher:
 
     def _flush(self, consumer: Consumer, out: list[OutMessage]) -> None:
         self.dispatched_entries += len(out)
+        self.dispatched_bytes += sum(len(m.data) for m in out)
         if consumer.sink is not None and out:
             consumer.sink.send_messages(consumer, out)
 

@@ -457,6 +457,14 @@ class BrokerService:
             lines.append(f"pulsar_storage_size{{{labels}}} {t.ledger.total_size}")
             backlog = sum(s.cursor.backlog() for s in t.subscriptions.values())
             lines.append(f"pulsar_msg_backlog{{{labels}}} {backlog}")
+            out_entries = out_bytes = 0
+            for sub in t.subscriptions.values():
+                d = getattr(sub, "dispatcher", None)
+                if d is not None:
+                    out_entries += d.dispatched_entries
+                    out_bytes += d.dispatched_bytes
+            lines.append(f"pulsar_out_entries_total{{{labels}}} {out_entries}")
+            lines.append(f"pulsar_out_bytes_total{{{labels}}} {out_bytes}")
         lines.append(f'pulsar_broker_topics_count{{cluster="{cluster}"}} {len(self.topics)}')
         lines.append(f'pulsar_active_connections{{cluster="{cluster}"}} {len(self.connections)}')
         return "\n".join(lines) + "\n"

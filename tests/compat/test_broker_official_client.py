@@ -614,3 +614,26 @@ def test_exclusive_with_fencing_takes_over(client: pulsar.Client) -> None:
         first.send(b"fenced")
     assert [m.data() for m in _drain(consumer, 2)] == [b"first", b"second"]
     assert _nothing_more(consumer)
+
+
+def test_stats_and_metrics_reflect_traffic(broker: InProcessBroker, client: pulsar.Client) -> None:
+    topic = _topic()
+    consumer = client.subscribe(topic, "sub")
+    producer = client.create_producer(topic)
+    for i in range(3):
+        producer.send(f"m{i}".encode())
+    _drain(consumer, 3)
+    assert broker.service is not None
+    service = broker.service
+    stats = broker.call(lambda: service.topic_stats(topic))
+    assert stats["msgInCounter"] == 3
+    assert stats["subscriptions"]["sub"]["consumers"][0]["msgOutCounter"] == 3
+    text = service.metrics_text()
+    assert (
+        f'pulsar_in_messages_total{{cluster="standalone",namespace="public/default",topic="{topic}"}} 3'
+        in text
+    )
+    assert (
+        f'pulsar_out_entries_total{{cluster="standalone",namespace="public/default",topic="{topic}"}} 3'
+        in text
+    )
