@@ -127,7 +127,7 @@ class EmbeddedBackend(MetadataBackend):
     def __init__(self, data_dir: pathlib.Path) -> None:
         super().__init__()
         self.data_dir = data_dir
-        self.server = EmbeddedMetadataServer(data_dir, sync_writes=False)
+        self.server = EmbeddedMetadataServer(data_dir)  # durable: the standalone setting
 
     async def _open(self) -> MetadataStore:
         return self.server.connect()
