@@ -8,7 +8,7 @@ import pathlib
 import pytest
 from support.bookie_storage import KEY, OpenBookie, add_ok, payload_of, req
 
-from magnetar.bookie.errors import NoEntry, NoLedger, StatusCode, Unauthorized
+from magnetar.bookie.errors import CorruptEntry, NoEntry, NoLedger, StatusCode, Unauthorized
 from magnetar.bookie.files import FaultyFileSystem
 from magnetar.bookie.journal import list_journal_ids
 
@@ -230,3 +230,20 @@ async def test_add_batch_takes_grpc_messages_with_the_batch_master_key(
     assert (await bookie.read_entry(5, 2)).payload == payload_of(5, 2)
     with pytest.raises(Unauthorized):
         await bookie.fence(5, b"other")
+
+
+async def test_corrupt_entry_log_record_is_never_served(
+    open_bookie: OpenBookie, tmp_path: pathlib.Path
+) -> None:
+    bookie = await open_bookie(readahead_entries=0)
+    await add_ok(bookie, [req(1, e, bytes([e]) * 500) for e in range(3)])
+    await bookie.checkpoint()
+    (log,) = sorted((tmp_path / "ledgers").glob("*.log"))
+    with log.open("r+b") as f:  # flip one payload byte of entry 1
+        f.seek(16 + (32 + 500) + 32 + 100)
+        f.write(b"\xee")
+    bookie.storage.read_cache.clear()
+    assert (await bookie.read_entry(1, 0)).payload == bytes([0]) * 500
+    with pytest.raises(CorruptEntry):
+        await bookie.read_entry(1, 1)
+    assert (await bookie.read_entry(1, 2)).payload == bytes([2]) * 500
