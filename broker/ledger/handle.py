@@ -316,6 +316,9 @@ class WriteHandle(ReadHandle):
         self.state = HandleState.OPEN
         self._failed: set[str] = set()
         self._changing = False
+        self._ledger_id = metadata.ledger_id
+        self._master_key = metadata.master_key
+        self._now_ms = client.clock.monotonic_ms
         self._inflight: dict[str, collections.deque[tuple[_PendingAdd, asyncio.Future[None]]]] = {}
         self._unarmed: set[str] = set()
         self._arm_scheduled = False
@@ -415,12 +418,12 @@ class WriteHandle(ReadHandle):
         # the caller checked the state is OPEN: HANDLE_FSM allows (OPEN, ADD) -> OPEN
         future: asyncio.Future[Any] = self._loop.create_future()
         request = AddRequest(
-            ledger_id=self.ledger_id,
+            ledger_id=self._ledger_id,
             entry_id=entry_id,
             lac=self._lac,
             crc32c=crc32c.crc32c(stored),
             payload=stored,
-            master_key=self.metadata.master_key,
+            master_key=self._master_key,
             recovery=self._recovery,
         )
         if entry_id >= self._ws_first:
@@ -433,14 +436,15 @@ class WriteHandle(ReadHandle):
             data_len=data_len,
             future=future,
             ws=ws,
-            sent_ms=self._client.clock.monotonic_ms(),
+            sent_ms=self._now_ms(),
             result=entry_id if result is None else result,
             payload=payload,
         )
         self._next_entry_id = entry_id + 1
         self._length += data_len
         self._pending.append(pending)
-        self._drained.clear()
+        if len(self._pending) == 1:
+            self._drained.clear()
         for bookie in ws:
             if bookie not in self._failed:
                 self._send(pending, bookie)
