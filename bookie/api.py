@@ -81,7 +81,8 @@ class BookieStorage(Protocol):
         ...
 
     def read_lac(self, ledger_id: int) -> int:
-        """Highest LAC this bookie knows (from adds and explicit LAC); -1 if none."""
+        """Highest LAC this bookie knows (from adds and explicit LAC); -1 if none.
+        Raises ``NoLedger`` if the bookie has never seen the ledger (BookKeeper's ENOLEDGER)."""
         ...
 
     async def fence(self, ledger_id: int, master_key: bytes) -> int:
