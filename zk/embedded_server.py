@@ -11,6 +11,10 @@ has been silent (no frame, not even a ping) for ``timeout_ms`` is expired: its e
 nodes are removed and a connected client is told ``session_lost``. An explicit ``close``
 ends the session at once.
 
+Requests of one connection are applied in arrival order, run concurrently (so their writes
+share a group commit), and at most ``inflight_requests_max`` are in flight per connection
+(the reader stops reading beyond that: TCP back-pressure).
+
 Bounds: a session keeps at most ``pending_notifications_max`` notifications while its client
 is away (older ones are dropped, the client re-reads after RECONNECTED); a connection whose
 unsent output exceeds ``write_buffer_bytes_max`` is dropped (the session survives).
@@ -84,11 +88,13 @@ class EmbeddedSessionServer:
         clock: Clock | None = None,
         pending_notifications_max: int = 10_000,
         write_buffer_bytes_max: int = 64 * 1024 * 1024,
+        inflight_requests_max: int = 1_000,
     ) -> None:
         self._server = server
         self._clock = clock or SystemClock()
         self._pending_max = pending_notifications_max
         self._write_buffer_bytes_max = write_buffer_bytes_max
+        self._inflight_requests_max = inflight_requests_max
         self._sessions: dict[int, RemoteSession] = {}
         self._tcp: asyncio.Server | None = None
         self._reaper: asyncio.Task[None] | None = None
@@ -210,6 +216,7 @@ class EmbeddedSessionServer:
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self._connections.add(writer)
         session: RemoteSession | None = None
+        inflight: set[asyncio.Task[None]] = set()
         try:
             session = await self._handshake(reader, writer)
             if session is None:
@@ -222,10 +229,20 @@ class EmbeddedSessionServer:
                 if session.session_id not in self._sessions:
                     return  # expired while this frame was in flight
                 self._requests += 1
-                reply = await self._dispatch(session, message)
-                self._send(writer, reply)
                 if message.get("op") == "close":
+                    if inflight:
+                        await asyncio.wait(inflight)
+                    self._send(writer, await self._dispatch(session, message))
                     return
+                # Each request runs as its own task so that writes of one connection share
+                # a group commit. Tasks start in arrival order and apply their change before
+                # their first suspension, so a client's requests take effect in FIFO order;
+                # replies may overtake each other (they carry the request id).
+                task = asyncio.create_task(self._dispatch_and_reply(session, writer, message))
+                inflight.add(task)
+                task.add_done_callback(inflight.discard)
+                if len(inflight) >= self._inflight_requests_max:
+                    await asyncio.wait(inflight, return_when=asyncio.FIRST_COMPLETED)
         except (ConnectionError, asyncio.IncompleteReadError, wire.WireError) as exc:
             log.debug("embedded connection ended: %s", exc)
         finally:
@@ -234,6 +251,17 @@ class EmbeddedSessionServer:
                 session.writer = None
                 session.last_heard_ms = self._clock.monotonic_ms()
             writer.close()
+
+    async def _dispatch_and_reply(
+        self, session: RemoteSession, writer: asyncio.StreamWriter, message: dict[str, Any]
+    ) -> None:
+        try:
+            reply = await self._dispatch(session, message)
+        except wire.WireError as exc:
+            log.warning("embedded client sent a bad request: %s", exc)
+            writer.close()
+            return
+        self._send(writer, reply)
 
     async def _handshake(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
