@@ -303,3 +303,19 @@ async def test_close_is_idempotent_and_final(metadata_backend: MetadataBackend) 
         await store.put("/closing/y", b"")
     other = await metadata_backend.open()
     assert await other.exists("/closing/x") is not None
+
+
+async def test_pipelined_requests_of_one_session_apply_in_order(
+    metadata_backend: MetadataBackend,
+) -> None:
+    store = await metadata_backend.open()
+    await store.put("/fifo/x", b"0")
+    # Issued together, without awaiting each other: each CAS only succeeds if every earlier
+    # request of this session was applied first (ZooKeeper's FIFO client order).
+    results = await asyncio.gather(
+        *(store.put("/fifo/x", str(v + 1).encode(), expected_version=v) for v in range(20))
+    )
+    assert [r.stat.version for r in results] == list(range(1, 21))
+    got = await store.get("/fifo/x")
+    assert got is not None
+    assert got.value == b"20"
