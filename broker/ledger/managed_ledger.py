@@ -79,7 +79,9 @@ class ManagedLedgerConfig:
     """How many bytes of consumed ledgers are kept; -1 = no limit, 0 = none."""
     entry_cache_bytes: int = 64 << 20
     max_pending_adds: int = 100_000
-    cursor_snapshot_min_bytes: int = 64 << 10
+    cursor_snapshot_min_bytes: int = 1 << 20
+    """A new cursor snapshot (and cursor ledger) once the deltas since the last one exceed
+    this or the snapshot's own size, whichever is larger: bounds replay on recovery."""
     cursor_max_entries_per_ledger: int = 50_000
     snapshot_chunk_bytes: int = 1 << 20
     add_timeout_ms: int = 3_000
