@@ -58,6 +58,8 @@ FRAME_PADDING = 10 * 1024
 U64 = (1 << 64) - 1
 INT64_MAX = (1 << 63) - 1
 SERVER_VERSION = "Magnetar 0.1.0"
+WRITE_BUFFER_HIGH = 8 << 20  # bytes queued in the transport before dispatch pauses
+WRITE_BUFFER_LOW = 2 << 20
 _U32 = struct.Struct(">I")
 _names = itertools.count()
 
@@ -113,6 +115,7 @@ class ServerConnection(asyncio.Protocol):
         self._paused = False
         self._ping_outstanding = False
         self._keepalive: asyncio.TimerHandle | None = None
+        self._write_paused = False
 
     def __repr__(self) -> str:
         return (
@@ -123,6 +126,10 @@ class ServerConnection(asyncio.Protocol):
     # ------------------------------------------------------------------ transport
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  # uvloop's is not a subclass
+        try:
+            transport.set_write_buffer_limits(high=WRITE_BUFFER_HIGH, low=WRITE_BUFFER_LOW)  # type: ignore[attr-defined]
+        except (AttributeError, NotImplementedError):
+            pass
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         sock = transport.get_extra_info("socket")
@@ -152,11 +159,18 @@ class ServerConnection(asyncio.Protocol):
             self.transport.close()
         self.closed = True
 
-    def pause_writing(self) -> None:  # transport buffer high: nothing special, permits bound it
-        pass
+    def pause_writing(self) -> None:
+        """The transport's buffer passed its high-water mark: stop dispatching to this
+        connection's consumers (Shared picks others) until it drains."""
+        self._write_paused = True
+        for consumer, _, _ in self.consumers.values():
+            consumer.paused = True
 
     def resume_writing(self) -> None:
-        pass
+        self._write_paused = False
+        for consumer, sub, _ in list(self.consumers.values()):
+            consumer.paused = False
+            sub.flow(consumer, 0)  # reschedules its dispatcher
 
     # ------------------------------------------------------------------ output
     def write(self, data: bytes) -> None:
@@ -671,6 +685,7 @@ class ServerConnection(asyncio.Protocol):
             is_reader=not req.durable,
             partition_index=topic.name.partition_index,
         )
+        consumer.paused = self._write_paused
         if req.HasField("keySharedMeta"):
             meta = req.keySharedMeta
             consumer.key_shared_mode = int(meta.keySharedMode)

@@ -82,6 +82,7 @@ class Consumer:
         self.blocked = False
         self.msg_out = 0
         self.closed = False
+        self.paused = False  # the connection's write buffer is full: dispatch elsewhere/later
 
     def __repr__(self) -> str:
         return (
@@ -95,7 +96,7 @@ class Consumer:
 
     @property
     def available(self) -> bool:
-        return self.permits > 0 and not self.blocked and not self.closed
+        return self.permits > 0 and not self.blocked and not self.closed and not self.paused
 
     def flow(self, permits: int) -> None:
         self.permits += permits
