@@ -120,7 +120,12 @@ def main() -> None:
     parser.add_argument("--only", nargs="*")
     parser.add_argument("--profile", action="store_true", help="pyinstrument the run")
     parser.add_argument("--uvloop", action="store_true")
+    parser.add_argument(
+        "--switch-interval-ms", type=float, default=None, help="sys.setswitchinterval (GIL)"
+    )
     args = parser.parse_args()
+    if args.switch_interval_ms is not None:
+        sys.setswitchinterval(args.switch_interval_ms / 1000.0)
     if args.uvloop:
         import uvloop
 

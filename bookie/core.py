@@ -746,7 +746,9 @@ class Bookie:
             await self._clock.sleep(interval_s)
             self._update_disk_state()
             try:
-                await self.checkpoint()
+                task = self._begin_checkpoint()  # nothing when idle or after an I/O failure
+                if task is not None:
+                    await asyncio.shield(task)
             except Exception:
                 log.exception("periodic checkpoint failed")
 
