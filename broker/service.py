@@ -73,6 +73,7 @@ class BrokerService:
         self.storage = storage
         self.resources = Resources(store, config.cluster_name)
         self.port = config.broker_service_port
+        self._web_service_url: str | None = None
         self.ownership: OwnershipCache | None = None
         self.topics: dict[str, PersistentTopic] = {}
         self._loading: dict[str, asyncio.Future[PersistentTopic | None]] = {}
@@ -91,7 +92,14 @@ class BrokerService:
 
     @property
     def web_service_url(self) -> str:
-        return self.config.web_service_url
+        return self._web_service_url or self.config.web_service_url
+
+    def set_web_service_url(self, url: str) -> None:
+        """The HTTP URL to advertise when the web port is only known after binding (port 0);
+        call before ``start()`` or before the first lookup."""
+        self._web_service_url = url
+        if self.ownership is not None:
+            self.ownership.me = OwnerInfo(self.service_url, url)
 
     async def start(self) -> None:
         from magnetar.broker.connection import ServerConnection
