@@ -52,6 +52,15 @@ def zookeeper_missing_reason() -> str | None:
     return None
 
 
+def _die_with_parent_prefix() -> list[str]:
+    """A command prefix that SIGKILLs the child when the thread that started it dies, so a
+    test run killed hard (SIGKILL, os._exit) leaves no orphan JVM. Start servers from the
+    main thread or a long-lived one (an executor thread of ``asyncio.to_thread`` is fine).
+    ``setpriv`` (util-linux) sets it; without it, no prefix."""
+    setpriv = shutil.which("setpriv")
+    return [setpriv, "--pdeathsig", "KILL", "--"] if setpriv else []
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
@@ -148,6 +157,7 @@ class ZooKeeperServer:
         assert jar is not None
         classpath = f"{jar}:/usr/share/java/*:{_CONF_DIR}"
         cmd = [
+            *_die_with_parent_prefix(),
             "java",
             "-Xmx256m",
             "-XX:+UseSerialGC",
