@@ -10,7 +10,8 @@ and the two dispatchers that drive a cursor with them:
   first unacked entry; redelivery counts stay 0 (Pulsar's disabled tracker).
 - ``MultipleConsumersDispatcher`` (Shared): replays first (redelivered / orphaned entries, in
   position order), then new entries; one entry to one consumer; a consumer blocks at its
-  unacked limit and resumes at half; the subscription blocks at its own limit likewise.
+  unacked limit and resumes at half; the subscription blocks at its own limit likewise;
+  all chunks of a chunked message go to the consumer that got its first chunk.
 - ``KeySharedDispatcher`` (Key_Shared): as Shared, but by the Murmur3 slot of the sticky key
   (AUTO_SPLIT consistent hashing or STICKY ranges); a slot stays on the consumer holding its
   unacked messages until they drain, so per-key order survives consumers joining and
@@ -308,8 +309,12 @@ class MultipleConsumersDispatcher(Dispatcher):
         max_unacked_per_subscription: int = 200_000,
         deliver_at_of: Callable[[Entry], int] | None = None,
         now_ms: Callable[[], float] | None = None,
+        chunk_of: Callable[[Entry], tuple[str, int, int] | None] | None = None,
     ) -> None:
         super().__init__(cursor, count_of, redelivery)
+        # chunked messages: every chunk of one message goes to the consumer of its chunk 0
+        self.chunk_of = chunk_of
+        self._chunk_owner: dict[str, Consumer] = {}
         self.replay: list[Position] = []  # sorted, unique
         self._replay_set: set[Position] = set()
         self.max_unacked = max_unacked_per_subscription
@@ -399,6 +404,8 @@ class MultipleConsumersDispatcher(Dispatcher):
     def remove_consumer(self, consumer: Consumer) -> None:
         if consumer in self.consumers:
             self.consumers.remove(consumer)
+        for uuid in [u for u, c in self._chunk_owner.items() if c is consumer]:
+            del self._chunk_owner[uuid]
         orphans = consumer.take_all_pending()
         for pos in orphans:
             self.owner.pop(pos, None)
@@ -497,13 +504,32 @@ class MultipleConsumersDispatcher(Dispatcher):
         per_consumer: dict[int, list[OutMessage]] = {}
         leftovers: list[Position] = []
         limit = self.max_unacked
+        waiting_chunks: list[Position] = []
         for i, entry in enumerate(entries):
+            if limit > 0 and self.total_unacked >= limit:
+                leftovers = [e.position for e in entries[i:]]
+                break
+            chunk = self.chunk_of(entry) if self.chunk_of is not None else None
+            if chunk is not None and chunk[1] > 0:  # a later chunk: same consumer as chunk 0
+                owner = self._chunk_owner.get(chunk[0])
+                if owner is not None and owner in self.consumers:
+                    if not owner.available:
+                        waiting_chunks.append(entry.position)
+                        continue
+                    if chunk[1] == chunk[2] - 1:
+                        del self._chunk_owner[chunk[0]]
+                    owner_idx = self.consumers.index(owner)
+                    self._assign(owner, entry, per_consumer.setdefault(owner_idx, []))
+                    continue
             idx = next_shared_consumer(self.consumers, self._rr)
-            if idx is None or (limit > 0 and self.total_unacked >= limit):
+            if idx is None:
                 leftovers = [e.position for e in entries[i:]]
                 break
             self._rr = idx + 1
+            if chunk is not None and chunk[2] > 1:
+                self._chunk_owner[chunk[0]] = self.consumers[idx]
             self._assign(self.consumers[idx], entry, per_consumer.setdefault(idx, []))
+        leftovers = waiting_chunks + leftovers
         for idx, out in per_consumer.items():
             self._flush(self.consumers[idx], out)
         if leftovers:
@@ -749,6 +775,7 @@ def new_dispatcher(
     max_unacked_per_subscription: int = 200_000,
     slot_of: Callable[[Entry], int] | None = None,
     deliver_at_of: Callable[[Entry], int] | None = None,
+    chunk_of: Callable[[Entry], tuple[str, int, int] | None] | None = None,
 ) -> Dispatcher:
     if sub_type in (SubType.EXCLUSIVE, SubType.FAILOVER):
         return SingleActiveConsumerDispatcher(
@@ -769,6 +796,7 @@ def new_dispatcher(
         redelivery,
         max_unacked_per_subscription=max_unacked_per_subscription,
         deliver_at_of=deliver_at_of,
+        chunk_of=chunk_of,
     )
 
 

@@ -55,8 +55,10 @@ class Subscription:
         max_unacked_per_subscription: int = 200_000,
         slot_of: Any = None,
         deliver_at_of: Any = None,
+        chunk_of: Any = None,
     ) -> None:
         self.topic_name = topic_name
+        self.chunk_of = chunk_of
         self.slot_of = slot_of
         self.deliver_at_of = deliver_at_of
         self.name = name
@@ -100,6 +102,7 @@ class Subscription:
                 max_unacked_per_subscription=self.max_unacked_per_subscription,
                 slot_of=self.slot_of,
                 deliver_at_of=self.deliver_at_of,
+                chunk_of=self.chunk_of,
             )
         try:
             self.dispatcher.add_consumer(consumer)

@@ -78,6 +78,7 @@ def next_topic_state(state: TopicState, event: TopicEvent) -> TopicState:
 
 _COUNT_CACHE_MAX = 200_000
 _DELIVER_AT_TAG = b"\x98\x01"  # MessageMetadata field 19 (deliver_at_time), varint
+_UUID_TAG = b"\xd2\x01"  # MessageMetadata field 26 (uuid, chunking), length-delimited
 
 
 @dataclass(slots=True)
@@ -208,6 +209,19 @@ class PersistentTopic:
         md = parse_metadata(data)
         return md.deliver_at_time if md.HasField("deliver_at_time") else 0
 
+    @staticmethod
+    def chunk_of(entry: Entry) -> tuple[str, int, int] | None:
+        """(uuid, chunk id, chunks) of a chunk entry, else None (a byte scan first)."""
+        data = entry.data
+        off = 6 if data[:2] == MAGIC_CRC32C_BYTES else 0
+        size = int.from_bytes(data[off : off + 4], "big")
+        if _UUID_TAG not in data[off + 4 : off + 4 + size]:
+            return None
+        md = parse_metadata(data)
+        if not md.HasField("uuid") or not md.HasField("num_chunks_from_msg"):
+            return None
+        return md.uuid, md.chunk_id, md.num_chunks_from_msg
+
     def _remember_count(self, pos: Position, n: int) -> None:
         if len(self._counts) >= _COUNT_CACHE_MAX:  # forget: older entries get parsed again
             self._counts.clear()
@@ -321,6 +335,7 @@ class PersistentTopic:
             max_unacked_per_subscription=self.max_unacked_per_subscription,
             slot_of=self.slot_of,
             deliver_at_of=self.deliver_at_of,
+            chunk_of=self.chunk_of,
         )
 
     async def subscribe(

@@ -632,3 +632,24 @@ def test_stats_and_metrics_reflect_traffic(broker: InProcessBroker, client: puls
     labels = f'{{cluster="standalone",namespace="public/default",topic="{topic}"}}'
     assert f"pulsar_in_messages_total{labels} 3" in text
     assert f"pulsar_out_entries_total{labels} 3" in text
+
+
+def test_chunked_messages_on_shared_stay_with_one_consumer(client: pulsar.Client) -> None:
+    topic = _topic()
+    consumers = [client.subscribe(topic, "sub", consumer_type=Shared) for _ in range(2)]
+    producer = client.create_producer(topic, chunking_enabled=True, batching_enabled=False)
+    payloads = [bytes([i]) * (6 * 1024 * 1024) for i in range(3)]  # 2 chunks each
+    for p in payloads:
+        producer.send(p)
+    got: list[bytes] = []
+    deadline = time.monotonic() + 20
+    while len(got) < 3:
+        assert time.monotonic() < deadline
+        for c in consumers:
+            try:
+                m = c.receive(100)
+            except pulsar.Timeout:
+                continue
+            got.append(m.data())
+            c.acknowledge(m)
+    assert sorted(got) == sorted(payloads)
