@@ -10,7 +10,9 @@ Must not know: sockets, frames, other subscriptions.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,8 +58,10 @@ class Subscription:
         slot_of: Any = None,
         deliver_at_of: Any = None,
         chunk_of: Any = None,
+        batch_size_hint: Any = None,
     ) -> None:
         self.topic_name = topic_name
+        self.batch_size_hint = batch_size_hint
         self.chunk_of = chunk_of
         self.slot_of = slot_of
         self.deliver_at_of = deliver_at_of
@@ -140,17 +144,23 @@ class Subscription:
                 unblocked |= self.dispatcher.forget(pos)
             else:
                 self.redelivery.pop(pos, None)
-        if whole:
-            await self.cursor.ack(whole)
-        for pos, ack_set in partial:
-            size = await self._batch_size(pos)
-            if size <= 0:
-                continue
-            if await self.cursor.ack_batch_index(pos, ack_set, size) and self.dispatcher:
+        sized = [(pos, ack_set, await self._batch_size(pos)) for pos, ack_set in partial]
+        sized = [x for x in sized if x[2] > 0]
+        # the cursor operations start together: each changes the ack state before it waits
+        # for persistence, so commands handled after this ACK already see all of it
+        ops: list[Awaitable[Any]] = [self.cursor.ack(whole)] if whole else []
+        ops += [self.cursor.ack_batch_index(pos, ack_set, n) for pos, ack_set, n in sized]
+        results = await asyncio.gather(*ops)
+        for (pos, _, _), done in zip(sized, results[1 if whole else 0 :], strict=True):
+            if done and self.dispatcher is not None:
                 unblocked |= self.dispatcher.forget(pos)
         self._after_ack(unblocked)
 
     async def _batch_size(self, pos: Position) -> int:
+        if self.batch_size_hint is not None:
+            known = self.batch_size_hint(pos)
+            if known is not None:
+                return int(known)
         entries = await self.cursor.read_positions([pos])
         return self.count_of(entries[0]) if entries else 0
 

@@ -193,6 +193,13 @@ class PersistentTopic:
             self._remember_count(pos, n)
         return n
 
+    def known_count(self, pos: Position) -> int | None:
+        """Messages in the entry at ``pos`` if known without reading it."""
+        n = self._counts.get(pos)
+        if n is None and self._counted_from is not None and pos >= self._counted_from:
+            n = 1
+        return n
+
     @staticmethod
     def slot_of(entry: Entry) -> int:
         """Key_Shared slot of an entry (its outer metadata's sticky key)."""
@@ -336,6 +343,7 @@ class PersistentTopic:
             slot_of=self.slot_of,
             deliver_at_of=self.deliver_at_of,
             chunk_of=self.chunk_of,
+            batch_size_hint=self.known_count,
         )
 
     async def subscribe(
