@@ -24,9 +24,12 @@ import contextlib
 import logging
 import re
 import secrets
+import struct
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from google.protobuf.message import DecodeError
 
 from magnetar.client._compression import DecompressionError, decompress
 from magnetar.client._config import (
@@ -66,7 +69,6 @@ from magnetar.client.protocol import (
     chunk_info,
     commands,
     is_batch,
-    parse_batch,
     pb,
     to_int64,
     to_uint64,
@@ -76,6 +78,36 @@ from magnetar.client.protocol import MessageId as _Id
 log = logging.getLogger(__name__)
 
 RETRY_PROPS = ("REAL_TOPIC", "ORIGIN_MESSAGE_ID", "RECONSUMETIMES", "DELAY_TIME")
+_NO_PROPERTIES: dict[str, str] = {}  # shared: Message.properties() returns a copy
+_U32 = struct.Struct(">I")
+_parse_smm = pb.SingleMessageMetadata.FromString
+
+
+def _split_batch(payload: bytes, n: int) -> list[tuple[pb.SingleMessageMetadata, bytes]]:
+    """The members of an uncompressed batch payload (layout in ``protocol._batch``); the
+    consumer's hot path, so no per-member record objects. Raises ``BatchDeserializeError``."""
+    out: list[tuple[pb.SingleMessageMetadata, bytes]] = []
+    pos = 0
+    end = len(payload)
+    unpack = _U32.unpack_from
+    try:
+        for _ in range(n):
+            (size,) = unpack(payload, pos)
+            pos += 4
+            if pos + size > end:
+                raise BatchDeserializeError("metadata size exceeds the batch")
+            smm = _parse_smm(payload[pos : pos + size])
+            pos += size
+            psize = smm.payload_size
+            if psize < 0 or pos + psize > end:
+                raise BatchDeserializeError("payload size exceeds the batch")
+            out.append((smm, payload[pos : pos + psize]))
+            pos += psize
+    except (struct.error, DecodeError) as exc:
+        raise BatchDeserializeError(f"bad batch: {exc}") from None
+    if pos != end:
+        raise BatchDeserializeError(f"{end - pos} stray bytes after {n} messages")
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +186,7 @@ class PartitionConsumer(Handler):
         self.parent = parent
         self.partition = partition
         self.consumer_id = ctx.next_consumer_id()
+        self.topic_name = topic.full_name
         self.consumer_name = config.consumer_name or secrets.token_hex(5)
         self.queue_size = queue_size
         self._permits_to_return = 0
@@ -339,50 +372,52 @@ class PartitionConsumer(Handler):
                 self._dropped(md.num_messages_in_batch if is_batch(md) else 1)
                 return
         out: list[Message] = []
+        topic = self.topic_name
         if is_batch(md):
+            n = md.num_messages_in_batch
             try:
-                members = parse_batch(payload, md.num_messages_in_batch)
+                members = _split_batch(payload, n)
             except BatchDeserializeError as exc:
                 log.error("%s: dropping batch %s: %s", self.topic, entry, exc)
                 self._ack_with_validation_error(entry, 3)
-                self._dropped(md.num_messages_in_batch)
+                self._dropped(n)
                 return
-            n = len(members)
             still = unacked_from_ack_set(list(body.ack_set), n) if body.ack_set else None
             if self.batches.known(entry):  # redelivered: skip members already acked here
                 local = self.batches.remaining(entry)
                 still = local if still is None else still & local
             delivered: set[int] = set()
             skipped = 0
-            for m in members:
-                if (still is not None and m.index not in still) or m.metadata.compacted_out:
+            partition = self.partition
+            publish_time = md.publish_time
+            outer_event_time = md.event_time
+            schema_version = md.schema_version
+            filtering = self._start_filter is not None
+            for index, (smm, data) in enumerate(members):
+                if (still is not None and index not in still) or smm.compacted_out:
                     skipped += 1
                     continue
-                mid = MessageId(
-                    self.partition,
-                    ledger,
-                    entry_id,
-                    m.index,
-                    topic=self.topic.full_name,
-                    batch_size=n,
-                )
-                if self._filtered(mid):
+                mid = MessageId(partition, ledger, entry_id, index, topic=topic, batch_size=n)
+                if filtering and self._filtered(mid):
                     skipped += 1
                     continue
-                smm = m.metadata
-                delivered.add(m.index)
+                delivered.add(index)
                 out.append(
                     Message(
-                        m.payload,
+                        data,
                         mid,
-                        topic=self.topic.full_name,
-                        properties={kv.key: kv.value for kv in smm.properties},
+                        topic=topic,
+                        properties=(
+                            {kv.key: kv.value for kv in smm.properties}
+                            if smm.properties
+                            else _NO_PROPERTIES
+                        ),
                         partition_key=smm.partition_key if smm.HasField("partition_key") else None,
                         ordering_key=smm.ordering_key if smm.HasField("ordering_key") else None,
-                        publish_time_ms=md.publish_time,
-                        event_time_ms=smm.event_time or md.event_time,
+                        publish_time_ms=publish_time,
+                        event_time_ms=smm.event_time or outer_event_time,
                         redelivery_count=redelivery,
-                        schema_version=md.schema_version,
+                        schema_version=schema_version,
                         consumer_ref=self,
                     )
                 )
@@ -398,7 +433,7 @@ class PartitionConsumer(Handler):
                 ledger,
                 entry_id,
                 -1,
-                topic=self.topic.full_name,
+                topic=topic,
                 chunk_ids=chunk_ids,
             )
             if self._filtered(mid):
@@ -408,7 +443,7 @@ class PartitionConsumer(Handler):
                 Message(
                     payload,
                     mid,
-                    topic=self.topic.full_name,
+                    topic=topic,
                     properties={kv.key: kv.value for kv in md.properties},
                     partition_key=md.partition_key if md.HasField("partition_key") else None,
                     ordering_key=md.ordering_key if md.HasField("ordering_key") else None,
@@ -969,6 +1004,10 @@ class Consumer:
         self._check_open()
         if self._listener is not None:
             raise InvalidConfiguration("receive() cannot be used with a message listener")
+        if self._queue:  # fast path: a message is already here
+            msg = self._take()
+            if msg is not None:
+                return msg
         self._receivers += 1
         try:
             return await self._receive(timeout_millis)

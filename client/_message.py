@@ -22,7 +22,7 @@ from magnetar.client.protocol import MessageId as _Id
 class MessageId:
     """Position of a message (ledger, entry, partition, batch index)."""
 
-    __slots__ = ("_batch_size", "_chunk_ids", "_id", "_topic")
+    __slots__ = ("_batch", "_batch_size", "_chunk_ids", "_entry", "_ledger", "_partition", "_topic")
 
     earliest: ClassVar[MessageId]
     latest: ClassVar[MessageId]
@@ -38,10 +38,18 @@ class MessageId:
         batch_size: int = 0,
         chunk_ids: tuple[_Id, ...] = (),
     ) -> None:
-        self._id = _Id(ledger_id, entry_id, partition, batch_index)
+        self._ledger = ledger_id
+        self._entry = entry_id
+        self._partition = partition
+        self._batch = batch_index
         self._topic = topic
         self._batch_size = batch_size
         self._chunk_ids = chunk_ids
+
+    @property
+    def _id(self) -> _Id:
+        """The codec's id (built on demand: most received ids are only compared or acked)."""
+        return _Id(self._ledger, self._entry, self._partition, self._batch)
 
     @classmethod
     def _from(cls, mid: _Id, **kwargs: Any) -> MessageId:
@@ -50,16 +58,16 @@ class MessageId:
     # ------------------------------------------------------------------ official accessors
 
     def ledger_id(self) -> int:
-        return self._id.ledger_id
+        return self._ledger
 
     def entry_id(self) -> int:
-        return self._id.entry_id
+        return self._entry
 
     def batch_index(self) -> int:
-        return self._id.batch_index
+        return self._batch
 
     def partition(self) -> int:
-        return self._id.partition
+        return self._partition
 
     def topic_name(self) -> str | None:
         return self._topic
@@ -75,15 +83,20 @@ class MessageId:
 
     def _key(self) -> tuple[int, int, int]:
         """Order ignoring the partition (ids of one topic, as the C++ client compares)."""
-        return (self._id.ledger_id, self._id.entry_id, self._id.batch_index)
+        return (self._ledger, self._entry, self._batch)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, MessageId):
             return NotImplemented
-        return self._id == other._id
+        return (
+            self._ledger == other._ledger
+            and self._entry == other._entry
+            and self._batch == other._batch
+            and self._partition == other._partition
+        )
 
     def __hash__(self) -> int:
-        return hash(self._id)
+        return hash((self._ledger, self._entry, self._partition, self._batch))
 
     def __lt__(self, other: MessageId) -> bool:
         return self._key() < other._key()
@@ -98,11 +111,10 @@ class MessageId:
         return self._key() >= other._key()
 
     def __repr__(self) -> str:
-        return f"MessageId{self._id}"
+        return f"MessageId{self}"
 
     def __str__(self) -> str:
-        i = self._id
-        return f"({i.ledger_id},{i.entry_id},{i.partition},{i.batch_index})"
+        return f"({self._ledger},{self._entry},{self._partition},{self._batch})"
 
 
 MessageId.earliest = MessageId(-1, -1, -1)
@@ -144,7 +156,7 @@ class Message:
         self._data = data
         self._id = message_id
         self._topic = topic
-        self._properties = dict(properties)
+        self._properties = properties
         self._key = partition_key
         self._ordering_key = ordering_key
         self._publish_time = publish_time_ms

@@ -21,6 +21,7 @@ import asyncio
 import collections
 import datetime
 import logging
+import struct
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -50,7 +51,6 @@ from magnetar.client.protocol import MessageId as _Id
 from magnetar.client.protocol import (
     TopicName,
     batch_metadata,
-    build_batch,
     commands,
     encode_headers_and_payload,
     encode_payload_command,
@@ -165,7 +165,7 @@ class PartitionProducer(Handler):
         self._pending: collections.deque[OpSend] = collections.deque()
         self._pending_limit = pending_limit
         self._pending_count = 0  # messages accumulated or in flight
-        self._space = asyncio.Condition()
+        self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
         self._accumulator: BatchAccumulator[OutgoingMessage] | None = None
         if config.batching_enabled:
             self._accumulator = BatchAccumulator(
@@ -253,38 +253,51 @@ class PartitionProducer(Handler):
 
     def _on_fatal(self, exc: PulsarException) -> None:
         self._fail_all(exc)
+        self._fail_waiters(exc)
 
     # ------------------------------------------------------------------ sending
 
     def _check_open(self) -> None:
-        if self.state in (HandlerState.CLOSING, HandlerState.CLOSED):
-            raise AlreadyClosed("producer closed")
-        if self.state is HandlerState.FAILED:
+        state = self.state
+        if state is HandlerState.READY or state is HandlerState.CONNECTING:
+            return
+        if state is HandlerState.FAILED:
             raise self.failure or AlreadyClosed("producer failed")
+        if state is not HandlerState.INITIAL:
+            raise AlreadyClosed("producer closed")
 
     async def acquire_slot(self, *, block: bool) -> None:
+        """Reserve room for one message in the pending queue (FIFO among waiters)."""
         self._check_open()
-        if self._pending_count < self._pending_limit:
+        if self._pending_count < self._pending_limit and not self._waiters:
             self._pending_count += 1
             return
         if not block:
             raise ProducerQueueIsFull(f"{self._pending_count} messages pending")
-        async with self._space:
-            while self._pending_count >= self._pending_limit:
-                await self._space.wait()
-                self._check_open()
-        self._pending_count += 1
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(fut)
+        try:
+            await fut  # resolved by _release once a slot was reserved for us
+        except asyncio.CancelledError:
+            if fut.done() and not fut.cancelled() and fut.exception() is None:
+                self._release(1)  # granted but abandoned: give the slot back
+            raise
 
     def _release(self, n: int) -> None:
         self._pending_count -= n
         assert self._pending_count >= 0
+        waiters = self._waiters
+        while waiters and self._pending_count < self._pending_limit:
+            waiter = waiters.popleft()
+            if not waiter.done():
+                self._pending_count += 1
+                waiter.set_result(None)
 
-        async def notify() -> None:
-            async with self._space:
-                self._space.notify_all()
-
-        if self._space._waiters:  # type: ignore[attr-defined]
-            asyncio.get_running_loop().create_task(notify())
+    def _fail_waiters(self, exc: BaseException) -> None:
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_exception(exc)
 
     def submit(self, msg: OutgoingMessage) -> None:
         """Take a message whose slot was acquired: batch it or send it now (synchronous)."""
@@ -358,7 +371,7 @@ class PartitionProducer(Handler):
             )
             if msgs[-1].smm.sequence_id != first:
                 md.highest_sequence_id = msgs[-1].smm.sequence_id
-            raw = build_batch((m.smm, m.payload) for m in msgs)
+            raw = _build_batch(msgs)
             payload = self._finish_metadata(md, raw)
             if msgs[0].replicate_to:
                 md.replicate_to.extend(msgs[0].replicate_to)
@@ -598,6 +611,7 @@ class PartitionProducer(Handler):
         self._detach()
         self._set_state(HandlerState.CLOSED)
         self._fail_all(AlreadyClosed("producer closed"))
+        self._fail_waiters(AlreadyClosed("producer closed"))
 
     def statistics(self) -> ProducerStatistics:
         return ProducerStatistics(
@@ -609,6 +623,21 @@ class PartitionProducer(Handler):
             self.reconnects,
             self.state.value,
         )
+
+
+_U32 = struct.Struct(">I")
+
+
+def _build_batch(msgs: list[OutgoingMessage]) -> bytes:
+    """Batch payload (layout in ``protocol._batch``); ``payload_size`` is already set."""
+    parts: list[bytes] = []
+    pack = _U32.pack
+    for m in msgs:
+        raw = m.smm.SerializeToString()
+        parts.append(pack(len(raw)))
+        parts.append(raw)
+        parts.append(m.payload)
+    return b"".join(parts)
 
 
 def _signed(v: int) -> int:
@@ -773,8 +802,10 @@ class Producer:
         replication_clusters: list[str] | None,
         disable_replication: bool,
     ) -> OutgoingMessage:
-        if not isinstance(content, bytes | bytearray | memoryview):
-            raise TypeError("content must be bytes")
+        if type(content) is not bytes:
+            if not isinstance(content, (bytearray, memoryview)):
+                raise TypeError("content must be bytes")
+            content = bytes(content)
         smm = pb.SingleMessageMetadata(payload_size=len(content))
         for k, v in (properties or {}).items():
             smm.properties.add(key=str(k), value=str(v))
@@ -800,7 +831,7 @@ class Producer:
             replicate = tuple(replication_clusters)
         fut: asyncio.Future[MessageId] = asyncio.get_running_loop().create_future()
         return OutgoingMessage(
-            smm, bytes(content), fut, at, replicate, explicit_sequence_id=sequence_id is not None
+            smm, content, fut, at, replicate, explicit_sequence_id=sequence_id is not None
         )
 
     async def send_async(
