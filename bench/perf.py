@@ -49,6 +49,7 @@ import argparse
 import array
 import functools
 import json
+import math
 import multiprocessing
 import os
 import shlex
@@ -900,7 +901,9 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("cumulative acks are not allowed on Shared/Key_Shared subscriptions")
     print(f"# command: {shlex.join([sys.executable, *sys.argv])}", flush=True)
     result = run(args)
-    print(json.dumps(result), flush=True)
+    # strict JSON: figures that could not be measured (no consumer, no sample) are null
+    clean = {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in result.items()}
+    print(json.dumps(clean), flush=True)
     return 0
 
 
