@@ -1107,8 +1107,16 @@ class Consumer:
     async def acknowledge(self, message: Message | MessageId) -> None:
         """Acknowledge one message. Grouped and sent within ``ack_group_time_ms``; with
         ``ack_receipt_enabled`` this waits until the broker confirmed the ack."""
-        self._check_open()
-        part, mid, _ = self._part_for(message)
+        if self._closed:
+            raise AlreadyClosed("consumer closed")
+        if type(message) is Message and isinstance(message._consumer_ref, PartitionConsumer):
+            part = message._consumer_ref  # fast path: the message knows its partition
+            if part.parent is not self:
+                part, mid, _ = self._part_for(message)
+            else:
+                mid = message._id
+        else:
+            part, mid, _ = self._part_for(message)
         part.acknowledge(mid)
         if self.config.ack_receipt_enabled:
             await part.flush_acks_with_receipt()
