@@ -421,7 +421,7 @@ class PartitionConsumer(Handler):
                         consumer_ref=self,
                     )
                 )
-            if delivered:
+            if delivered and self.config.durable:  # readers never ack: nothing to track
                 self.batches.received(entry, n, delivered)
             elif skipped == n:
                 self._reack(entry)
@@ -789,7 +789,11 @@ class PartitionConsumer(Handler):
         if self.state in (HandlerState.CLOSED, HandlerState.CLOSING):
             return
         was_ready = self.state is HandlerState.READY
-        self.flush_acks()
+        if was_ready and self.config.ack_receipt_enabled:
+            with contextlib.suppress(PulsarException):
+                await self.flush_acks_with_receipt()
+        else:
+            self.flush_acks()
         self._set_state(HandlerState.CLOSING)
         self._stop_reconnecting()
         cnx = self.cnx

@@ -32,7 +32,7 @@ class AckFlush:
 
 
 class AckGroupingTracker:
-    def __init__(self, *, max_pending: int = 1000, recent_max: int = 100_000) -> None:
+    def __init__(self, *, max_pending: int = 1000, recent_max: int = 10_000) -> None:
         self.max_pending = max_pending
         self._individual: dict[Entry, None] = {}
         self._batch_sets: dict[Entry, list[int]] = {}
