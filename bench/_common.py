@@ -160,14 +160,15 @@ class StandaloneServer:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(
-                    f"standalone exited with {self.proc.returncode}:\n{self.log_tail()}"
-                )
+                tail = self.log_tail()
+                self.stop()
+                raise RuntimeError(f"standalone exited with {self.proc.returncode}:\n{tail}")
             if self.healthy():
                 return self
             time.sleep(0.1)  # readiness polling interval, bounded by the deadline
+        tail = self.log_tail()
         self.stop()
-        raise TimeoutError(f"standalone not healthy within {timeout_s} s:\n{self.log_tail()}")
+        raise TimeoutError(f"standalone not healthy within {timeout_s} s:\n{tail}")
 
     def healthy(self) -> bool:
         try:
