@@ -52,6 +52,8 @@ class LedgerClientConfig:
     max_pending_adds: int = 100_000
     quarantine_ms: int = 30_000
     allow_ensemble_shrink: bool = True
+    degraded_retry_ms: int = 2_000
+    """While writing under-replicated (no spare bookie), retry the replacement this often."""
     recovery_read_batch: int = 64
     fence_timeout_ms: int = 5_000
 

@@ -322,6 +322,7 @@ class WriteHandle(ReadHandle):
         self._inflight: dict[str, collections.deque[tuple[_PendingAdd, asyncio.Future[None]]]] = {}
         self._unarmed: set[str] = set()
         self._arm_scheduled = False
+        self._degraded_retry_ms = 0.0
         self._loop = asyncio.get_running_loop()
         self._clients: dict[str, BookieClientAPI] = {}
         self._change_task: asyncio.Task[None] | None = None
@@ -542,7 +543,15 @@ class WriteHandle(ReadHandle):
         if self.state not in (HandleState.OPEN, HandleState.CLOSING):
             return
         self._timer = self._client.clock.call_later(self._add_timeout_ms / 2000.0, self._on_timer)
-        if not self._pending or self._changing:
+        if self._changing:
+            return
+        if self._degraded_retry_ms and self._client.clock.monotonic_ms() >= self._degraded_retry_ms:
+            self._degraded_retry_ms = 0.0
+            if self._failed & set(self.metadata.last_ensemble):
+                self._changing = True
+                self._change_task = asyncio.ensure_future(self._ensemble_change_loop())
+                return
+        if not self._pending:
             return
         head = self._pending[0]
         if self._client.clock.monotonic_ms() - head.sent_ms < self._add_timeout_ms:
@@ -580,6 +589,19 @@ class WriteHandle(ReadHandle):
                 except (NotEnoughBookies, MetadataError, BookieError) as exc:
                     if await self._fenced_in_metadata():
                         return
+                    if isinstance(exc, NotEnoughBookies) and self._can_run_degraded():
+                        # no replacement, but every write set still has Qa healthy bookies:
+                        # keep writing under-replicated (BookKeeper's delayed ensemble
+                        # change) and retry the replacement from the timer
+                        log.warning(
+                            "ledger %s: no replacement for %s; writing with Qa of Qw",
+                            self.ledger_id,
+                            sorted(bad),
+                        )
+                        self._degraded_retry_ms = (
+                            self._client.clock.monotonic_ms() + cfg.degraded_retry_ms
+                        )
+                        return
                     if self._client.clock.monotonic_ms() >= deadline:
                         self._fail(NotEnoughBookies(f"ensemble change impossible: {exc}"))
                         return
@@ -590,6 +612,14 @@ class WriteHandle(ReadHandle):
             self._changing = False
             if self.state in (HandleState.OPEN, HandleState.CLOSING):
                 self._complete_ready()
+
+    def _can_run_degraded(self) -> bool:
+        qa = self.metadata.ack_quorum
+        ensemble = self.metadata.last_ensemble
+        return all(
+            sum(1 for b in ws if b not in self._failed) >= qa
+            for ws in write_sets(ensemble, self.metadata.write_quorum)
+        )
 
     async def _fenced_in_metadata(self) -> bool:
         """Re-read the metadata: if someone else moved the state, this writer is deposed."""
@@ -770,7 +800,10 @@ class WriteHandle(ReadHandle):
     def check_invariants(self) -> None:
         ids = [p.entry_id for p in self._pending]
         assert ids == list(range(self._lac + 1, self._lac + 1 + len(ids))), ids
-        assert self._next_entry_id == self._lac + 1 + len(ids)
+        if self.state in (HandleState.OPEN, HandleState.CLOSING):
+            assert self._next_entry_id == self._lac + 1 + len(ids)
+        else:  # a fenced / failed handle dropped its pending adds (they failed)
+            assert not ids and self._next_entry_id >= self._lac + 1
         for p in self._pending:
             assert p.acked <= set(p.ws), (p.entry_id, p.acked, p.ws)
 

@@ -16,7 +16,7 @@ from magnetar.broker.ledger.testing import FakeBookieCluster
 from magnetar.zk.memory import MemoryMetadataServer
 
 
-@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("seed", [*range(6), 133])
 async def test_random_bookie_faults_never_lose_acked_entries(seed: int) -> None:
     rng = random.Random(seed)
     server = MemoryMetadataServer()

@@ -281,3 +281,32 @@ async def test_recovery_does_not_wait_for_a_hung_bookie_once_write_sets_are_cove
     frozen.resume()
     with pytest.raises(LedgerFenced):
         await w.add(b"late")
+
+
+async def test_no_stall_while_qa_healthy_bookies_remain_then_full_replication_resumes(
+    meta_server: MemoryMetadataServer, fake_bookies: FakeBookieCluster
+) -> None:
+    client = make_client(
+        meta_server,
+        fake_bookies,
+        ensemble_size=3,
+        write_quorum=3,
+        ack_quorum=2,
+        ensemble_change_timeout_ms=60_000,
+        add_timeout_ms=100,
+        degraded_retry_ms=50,
+        quarantine_ms=60_000,
+    )
+    w = await client.create_ledger()
+    await w.add(b"a")
+    victim = w.metadata.last_ensemble[0]
+    fake_bookies.crash(victim, keep_registration=True)  # no spare, cannot shrink below Qw
+    # Qa=2 healthy bookies remain in every write set: adds keep completing
+    ids = await asyncio.wait_for(asyncio.gather(*(w.add(b"%d" % i) for i in range(20))), 2)
+    assert ids == list(range(1, 21))
+    assert victim in w.metadata.last_ensemble  # still under-replicated
+    spare = fake_bookies.add_bookie("127.0.0.1:3300")
+    await wait_until(lambda: victim not in w.metadata.last_ensemble)
+    await w.add(b"after")
+    assert w.last_add_confirmed in spare.entries[w.ledger_id]
+    assert [g.payload for g in await w.read(0, 21)][-1] == b"after"
