@@ -443,8 +443,9 @@ class KeyOrderingGuard(Generic[C, E]):
         became free or a parked entry went away: the dispatcher should run a round."""
         changed = False
         for entry in entries:
-            if self._release(entry, selector) is not None:
-                changed = True
+            rec = self._release(entry, selector)
+            if rec is not None and rec[0] not in self._held.get(rec[1], ()):
+                changed = True  # the consumer no longer holds this slot
             if self._unpark(entry):
                 changed = True
         return changed
@@ -477,6 +478,33 @@ class KeyOrderingGuard(Generic[C, E]):
     def forget(self, entries: Iterable[E]) -> bool:
         """Entries no longer to dispatch (acked while parked, or unreadable)."""
         return self.on_acked(entries)
+
+    def replay_candidates(
+        self, selector: KeySharedSelector[C], permits: Mapping[C, int], max_entries: int
+    ) -> list[E]:
+        """Parked entries worth reading for the next plan, oldest first, at most
+        ``max_entries``: those of slots whose selected consumer has permits and may take
+        them (not draining elsewhere), each slot's from its first parked entry on, at most
+        as many per consumer as it has permits. Entries of blocked slots are skipped, so a
+        replay set full of one slow consumer's keys never hides the others' (Pulsar's
+        "stuck on replays"); they stay parked. Cost: one pass over the parked slots."""
+        left = {c: n for c, n in permits.items() if n > 0}
+        out: list[E] = []
+        if max_entries <= 0 or not left:
+            return out
+        for slot, lst in self._parked_per_slot.items():
+            target = selector.select(slot)
+            if target is None:
+                continue
+            n = left.get(target, 0)
+            if n <= 0 or not self.can_dispatch(slot, target):
+                continue
+            take = lst[: min(n, max_entries)]
+            left[target] = n - len(take)
+            out.extend(take)
+        out.sort()
+        del out[max_entries:]
+        return out
 
     def reset(self) -> None:
         """Seek / cursor reset: nothing is outstanding or parked any more."""
@@ -690,7 +718,13 @@ class KeySharedScheduler(Generic[C, E]):
     ) -> DispatchPlan[C, E]:
         return plan_dispatch(self.selector, self.guard, entries, permits, max_entries=max_entries)
 
+    def replay_candidates(self, permits: Mapping[C, int], max_entries: int) -> list[E]:
+        """Which entries of the replay set to read for the next plan (see the guard)."""
+        return self.guard.replay_candidates(self.selector, permits, max_entries)
+
     def on_acked(self, entries: Iterable[E]) -> bool:
+        """Acked entries (idempotent). True: a slot or parked entry was freed, so the
+        dispatcher should run a round even if no consumer got unblocked."""
         return self.guard.on_acked(entries, self.selector)
 
     def on_redelivered(self, consumer: C, entries: Iterable[E] | None) -> list[E]:
