@@ -707,7 +707,7 @@ class KeySharedScheduler(Generic[C, E]):
         """Close or disconnect: the consumer's outstanding entries, returned and parked at
         once; the caller must put exactly these in its replay set."""
         self.selector.remove_consumer(consumer)
-        return self.guard.on_returned(consumer, self.selector)
+        return self.guard.on_returned(consumer)  # not "draining": the slots just move
 
     def plan(
         self,
@@ -717,6 +717,15 @@ class KeySharedScheduler(Generic[C, E]):
         max_entries: int | None = None,
     ) -> DispatchPlan[C, E]:
         return plan_dispatch(self.selector, self.guard, entries, permits, max_entries=max_entries)
+
+    def park(self, entry: E, slot: int) -> None:
+        """An entry enters the replay set by another path (e.g. a delayed entry now due):
+        it must be parked here too, or ``replay_candidates`` never offers it."""
+        self.guard.park(entry, slot)
+
+    @property
+    def parked_count(self) -> int:
+        return self.guard.parked_count
 
     def replay_candidates(self, permits: Mapping[C, int], max_entries: int) -> list[E]:
         """Which entries of the replay set to read for the next plan (see the guard)."""

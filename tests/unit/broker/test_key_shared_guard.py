@@ -224,3 +224,16 @@ def test_replay_candidates_skip_blocked_slots_and_keep_each_slot_in_order() -> N
     assert s2.replay_candidates({b: 10}, 10) == [1, 2]
     s.check_invariants()
     s2.check_invariants()
+
+
+def test_an_entry_parked_from_outside_is_offered_and_orders_its_slot() -> None:
+    s = sticky_sched()
+    a = C("a")
+    s.add_consumer(a, "a", hash_ranges=[(0, 99)])
+    s.park(3, 9)  # e.g. a delayed entry that became due
+    assert s.parked_count == 1
+    assert s.plan([pe(4, 9)], {a: 5}).waiting == [4]  # waits behind it
+    assert s.replay_candidates({a: 5}, 10) == [3, 4]
+    assert s.plan([pe(3, 9), pe(4, 9)], {a: 5}).assignments == {a: [3, 4]}
+    assert s.remove_consumer(a) == [3, 4]
+    assert s.statistics().draining_hashes_cleared_total == 0  # removal is not draining
