@@ -37,6 +37,10 @@ Owns the decisions of a Key_Shared dispatcher, made synchronously and without I/
   the guard (entries assigned are outstanding, entries waiting are parked). The caller
   sends the assignments and puts the waiting entries in its replay set, with no ``await``
   in between.
+- ``replay_candidates``: which parked entries to read next, skipping slots that cannot go
+  now (no permits, draining), so a replay set full of one stuck consumer's keys never
+  hides the others' (Pulsar's "stuck on replays"). The parked set *is* the replay set:
+  the dispatcher keeps them equal (every entry it puts back is parked here).
 - ``KeySharedScheduler``: the facade a dispatcher holds (selector + guard + policy).
 
 Batches: an entry carries one slot, that of its outer ``MessageMetadata``, which for a
