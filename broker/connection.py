@@ -110,6 +110,7 @@ class ServerConnection(asyncio.Protocol):
         self._closed_by_broker: set[int] = set()  # producer ids we closed (unload): late SENDs
         self.consumers: dict[int, tuple[Consumer, Subscription, PersistentTopic]] = {}
         self._chains: dict[tuple[str, int], asyncio.Task[None]] = {}
+        self._acks_inflight: dict[int, set[asyncio.Task[None]]] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._pending_sends = 0
         self._paused = False
@@ -763,7 +764,21 @@ class ServerConnection(asyncio.Protocol):
         if ("c", cid) in self._chains:
             self._chain(("c", cid), ack)
         else:
-            self._spawn(ack())
+            task = self._loop.create_task(ack())
+            self._tasks.add(task)
+            task.add_done_callback(self._task_done)
+            inflight = self._acks_inflight.setdefault(cid, set())
+            inflight.add(task)
+            task.add_done_callback(inflight.discard)
+
+    async def _acks_settled(self, cid: int) -> None:
+        """Wait for this consumer's ACKs in flight: a confirmed close or unsubscribe means
+        its acknowledgements are durable."""
+        inflight = self._acks_inflight.get(cid)
+        if inflight:
+            await asyncio.wait(list(inflight))
+        if not inflight:
+            self._acks_inflight.pop(cid, None)
 
     def _ack_response(self, cid: int, rid: int, code: str | None, message: str | None) -> None:
         resp = pb.CommandAckResponse(consumer_id=cid, request_id=rid)
@@ -789,6 +804,10 @@ class ServerConnection(asyncio.Protocol):
         req = cmd.close_consumer
 
         async def close() -> None:
+            await self._acks_settled(req.consumer_id)
+            got = self.consumers.get(req.consumer_id)
+            if got is not None:
+                await got[1].settle_acks()
             self._drop_consumer(req.consumer_id)
             self._success(req.request_id)
 
@@ -809,6 +828,7 @@ class ServerConnection(asyncio.Protocol):
                 self._error(req.request_id, "ConsumerNotFound", "Consumer not found")
                 return
             consumer, sub, topic = got
+            await self._acks_settled(req.consumer_id)
             try:
                 await topic.unsubscribe(sub, consumer)
             except SubscriptionError as exc:

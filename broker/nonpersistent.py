@@ -160,6 +160,9 @@ class NonPersistentSubscription:
     def redeliver(self, consumer: Consumer, positions: Any) -> None:
         return None
 
+    async def settle_acks(self) -> None:
+        return None
+
     async def reset_cursor(self, position: Position) -> list[Consumer]:
         raise SubscriptionError("NotAllowedError", "Seek is not supported on non-persistent topics")
 

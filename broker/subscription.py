@@ -73,6 +73,7 @@ class Subscription:
         self.redelivery: dict[Position, int] = {}
         self.sub_type: SubType | None = None
         self.dispatcher: Dispatcher | None = None
+        self._ack_ops: set[asyncio.Future[Any]] = set()
 
     def __repr__(self) -> str:
         return f"<Subscription {self.topic_name} {self.name!r} {self.sub_type}>"
@@ -150,7 +151,7 @@ class Subscription:
         # for persistence, so commands handled after this ACK already see all of it
         ops: list[Awaitable[Any]] = [self.cursor.ack(whole)] if whole else []
         ops += [self.cursor.ack_batch_index(pos, ack_set, n) for pos, ack_set, n in sized]
-        results = await asyncio.gather(*ops)
+        results = await self._track(asyncio.gather(*ops))
         for (pos, _, _), done in zip(sized, results[1 if whole else 0 :], strict=True):
             if done and self.dispatcher is not None:
                 unblocked |= self.dispatcher.forget(pos)
@@ -171,8 +172,19 @@ class Subscription:
         unblocked = False
         if self.dispatcher is not None:
             unblocked = self.dispatcher.forget_up_to(position)
-        await self.cursor.ack_cumulative(position)
+        await self._track(asyncio.ensure_future(self.cursor.ack_cumulative(position)))
         self._after_ack(unblocked)
+
+    async def _track(self, fut: asyncio.Future[Any]) -> Any:
+        self._ack_ops.add(fut)
+        fut.add_done_callback(self._ack_ops.discard)
+        return await fut
+
+    async def settle_acks(self) -> None:
+        """Wait until every acknowledgement handed to the cursor is persisted (or failed):
+        before a consumer's close is confirmed and before the cursor is closed."""
+        if self._ack_ops:
+            await asyncio.gather(*list(self._ack_ops), return_exceptions=True)
 
     def _after_ack(self, unblocked: bool) -> None:
         d = self.dispatcher

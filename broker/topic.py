@@ -409,6 +409,7 @@ class PersistentTopic:
             sub.remove_consumer(c)
         sub.close()
         self.subscriptions.pop(sub_name, None)
+        await sub.settle_acks()
         if sub.durable:
             await self.ledger.delete_cursor(sub_name)
         return dropped
@@ -495,6 +496,8 @@ class PersistentTopic:
                     consumer.sink.send_close_consumer(consumer)
                 sub.remove_consumer(consumer)
             sub.close()
+        for sub in list(self.subscriptions.values()):
+            await sub.settle_acks()  # acks in flight reach the cursor ledger before it closes
         self.ledger.remove_tail_listener(self._on_new_entries)
         try:
             await self.ledger.close()
