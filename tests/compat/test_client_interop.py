@@ -178,3 +178,29 @@ def test_message_ids_serialize_across_clients(official: pulsar.Client, ours: Cli
     assert (back.ledger_id(), back.entry_id()) == (mid.ledger_id(), mid.entry_id())
     reader = official.create_reader(topic, theirs, start_message_id_inclusive=True)
     assert reader.read_next(5000).data() == b"x"
+
+
+@pytest.mark.parametrize("codec", ["LZ4", "ZSTD"])
+def test_compressed_chunks_both_directions(
+    official: pulsar.Client, ours: Client, codec: str
+) -> None:
+    import random
+
+    rng = random.Random(7)
+    payload = rng.randbytes(6 * 1024 * 1024)  # incompressible: still chunked once compressed
+    topic = _topic()
+    theirs_in = official.subscribe(topic, "official")
+    ours_in = ours.subscribe(topic, "ours")
+    official.create_producer(
+        topic,
+        chunking_enabled=True,
+        batching_enabled=False,
+        compression_type=getattr(pulsar.CompressionType, codec),
+    ).send(payload)
+    ours.create_producer(
+        topic, chunking_enabled=True, compression_type=getattr(CompressionType, codec)
+    ).send(payload[::-1])
+    assert ours_in.receive(10_000).data() == payload
+    assert ours_in.receive(10_000).data() == payload[::-1]
+    assert theirs_in.receive(10_000).data() == payload
+    assert theirs_in.receive(10_000).data() == payload[::-1]
