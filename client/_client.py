@@ -400,6 +400,11 @@ class Client:
         )
         await consumer._start([t])
         self._consumers.add(consumer)
+        if start_message_id == MessageId.latest and start_message_id_inclusive:
+            # As the C++ client: "latest, inclusive" means the last message already there.
+            last = await consumer.get_last_message_id()
+            if last.entry_id() >= 0:
+                await consumer.seek(last)
         return Reader(consumer, start_message_id, start_message_id_inclusive)
 
     # ------------------------------------------------------------------ shutdown

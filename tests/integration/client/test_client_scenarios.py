@@ -230,8 +230,13 @@ async def test_readers_earliest_latest_and_message_id(client: Client) -> None:
     assert (await after.read_next(5000)).data() == b"m3"
     inclusive = await client.create_reader(topic, ids[2], start_message_id_inclusive=True)
     assert (await inclusive.read_next(5000)).data() == b"m2"
+    last_inclusive = await client.create_reader(
+        topic, MessageId.latest, start_message_id_inclusive=True
+    )
+    assert (await last_inclusive.read_next(5000)).data() == b"m4"
     await producer.send(b"new")
     assert (await latest.read_next(5000)).data() == b"new"
+    assert (await last_inclusive.read_next(5000)).data() == b"new"
     assert await after.has_message_available()
 
 
