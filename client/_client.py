@@ -15,6 +15,7 @@ import random
 import re
 import secrets
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from magnetar.client._backoff import Backoff
@@ -41,6 +42,13 @@ from magnetar.client._producer import Producer, ProducerConfig
 from magnetar.client._reader import Reader
 from magnetar.client._routing import HashingScheme
 from magnetar.client.protocol import InvalidTopicNameError, TopicName, pb
+
+
+@dataclass(frozen=True, slots=True)
+class ClientStatistics:
+    connections: int
+    producers: int
+    consumers: int
 
 
 def _topic(name: str) -> TopicName:
@@ -420,12 +428,8 @@ class Client:
         )
         await self._pool.close()
 
-    def statistics(self) -> dict[str, Any]:
-        return {
-            "connections": len(self._pool),
-            "producers": len(self._producers),
-            "consumers": len(self._consumers),
-        }
+    def statistics(self) -> ClientStatistics:
+        return ClientStatistics(len(self._pool), len(self._producers), len(self._consumers))
 
 
 _ = pb

@@ -804,6 +804,16 @@ class PartitionConsumer(Handler):
         self._detach()
         self._set_state(HandlerState.CLOSED)
 
+    def check_invariants(self) -> None:
+        """Permits owed stay below the refill threshold; trackers are consistent."""
+        if self.queue_size > 0 and self.state is HandlerState.READY:
+            assert self._permits_to_return < max(1, self.queue_size // 2)
+        self.acks.check_invariants()
+        self.batches.check_invariants()
+        self.nacks.check_invariants()
+        if self.unacked is not None:
+            self.unacked.check_invariants()
+
     def statistics(self) -> ConsumerStatistics:
         return ConsumerStatistics(
             self.parent._queued_for(self),

@@ -613,6 +613,21 @@ class PartitionProducer(Handler):
         self._fail_all(AlreadyClosed("producer closed"))
         self._fail_waiters(AlreadyClosed("producer closed"))
 
+    def check_invariants(self) -> None:
+        """Pending count = accumulated + in-flight messages; sequence ids never go back."""
+        accumulated = len(self._accumulator) if self._accumulator is not None else 0
+        in_flight = sum(len(op.futures) for op in self._pending)
+        assert self._pending_count == accumulated + in_flight, (
+            self._pending_count,
+            accumulated,
+            in_flight,
+        )
+        assert self._pending_count <= self._pending_limit
+        seqs = [op.sequence_id for op in self._pending]
+        assert seqs == sorted(seqs), seqs
+        if self._accumulator is not None:
+            self._accumulator.check_invariants()
+
     def statistics(self) -> ProducerStatistics:
         return ProducerStatistics(
             self._pending_count,

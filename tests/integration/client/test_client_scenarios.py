@@ -96,6 +96,10 @@ async def test_each_subscription_type(
     for m in got:
         await consumer.acknowledge(m)
     assert await _nothing_more(consumer)
+    for part in producer.partitions:
+        part.check_invariants()
+    for cpart in consumer.partitions:
+        cpart.check_invariants()
 
 
 async def test_second_exclusive_consumer_is_refused(client: Client) -> None:

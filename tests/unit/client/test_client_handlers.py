@@ -134,6 +134,7 @@ async def test_batch_entry_acked_only_when_all_members_are() -> None:
     part.flush_acks()
     (ack,) = cnx.of_type(CommandType.ACK)
     assert [(m.ledgerId, m.entryId) for m in ack.ack.message_id] == [(1, 7)]
+    part.check_invariants()
 
 
 async def test_redelivered_batch_skips_members_already_acked() -> None:
@@ -265,7 +266,9 @@ async def test_batch_receipt_gives_batch_indexes() -> None:
     prod, cnx = _producer(batching_enabled=True, batching_max_messages=3)
     futures = [await prod.send_async(f"m{i}".encode()) for i in range(3)]
     assert len(cnx.frames) == 1  # full batch sent at once
+    prod.partitions[0].check_invariants()
     prod.partitions[0].on_send_receipt(_receipt(0, 4))
+    prod.partitions[0].check_invariants()
     assert [f.result().batch_index() for f in futures] == [0, 1, 2]
     assert prod.last_sequence_id() == 2
 
@@ -276,6 +279,7 @@ async def test_pending_queue_is_bounded() -> None:
     await prod.send_async(b"b")
     with pytest.raises(ProducerQueueIsFull):
         await prod.send_async(b"c")
+    prod.partitions[0].check_invariants()
     prod2, _ = _producer(max_pending_messages=1, block_if_queue_full=True)
     await prod2.send_async(b"a")
     blocked = asyncio.ensure_future(prod2.send_async(b"b"))
