@@ -593,6 +593,9 @@ class PartitionConsumer(Handler):
 
     def flush_acks(self) -> None:
         """Send grouped acks (fire and forget); kept for after reconnection if not connected."""
+        if not self.topic.is_persistent:  # nothing to acknowledge (as the C++ client)
+            self.acks.flush()
+            return
         if self.config.ack_receipt_enabled:
             if len(self.acks) and self.state is HandlerState.READY:
                 self.parent._spawn(self._flush_with_receipt())
@@ -614,7 +617,8 @@ class PartitionConsumer(Handler):
     async def flush_acks_with_receipt(self) -> None:
         """Send grouped acks with request ids and wait until the broker confirmed them
         (``ack_receipt_enabled``); waits for a reconnection up to the operation timeout."""
-        if not len(self.acks):
+        if not len(self.acks) or not self.topic.is_persistent:
+            self.acks.flush()
             return
         ready = self.state is HandlerState.READY
         if not ready and not await self.wait_ready(self.ctx.operation_timeout_ms / 1000):

@@ -396,3 +396,18 @@ async def test_new_partitions_are_picked_up(broker: InProcessBroker) -> None:
             await producer.send(b"x")  # round robin reaches the new partition
         topics = {(await consumer.receive(5000)).topic_name() for _ in range(3)}
         assert f"{topic}-partition-2" in topics
+
+
+async def test_non_persistent_topic(client: Client) -> None:
+    topic = f"non-persistent://public/default/np-{uuid.uuid4().hex[:8]}"
+    consumer = await client.subscribe(topic, "sub", consumer_type=ConsumerType.Shared)
+    producer = await client.create_producer(topic, batching_enabled=True)
+    for i in range(5):
+        await producer.send_async(f"m{i}".encode())
+    await producer.flush()
+    got = [await consumer.receive(5000) for _ in range(5)]
+    assert [m.data() for m in got] == [f"m{i}".encode() for i in range(5)]
+    for m in got:
+        await consumer.acknowledge(m)  # accepted, nothing sent (as the C++ client)
+    await consumer.flush_acknowledgements()
+    assert consumer.statistics()[0].acked_entries_pending == 0
