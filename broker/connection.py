@@ -304,6 +304,22 @@ class ServerConnection(asyncio.Protocol):
 
         task.add_done_callback(done)
 
+    def _guarded(
+        self, request_id: int, fn: Callable[[], Coroutine[Any, Any, None]]
+    ) -> Callable[[], Coroutine[Any, Any, None]]:
+        """``fn`` whose refusals and failures are answered with ERROR for ``request_id``."""
+
+        async def run() -> None:
+            try:
+                await fn()
+            except SubscriptionError as exc:
+                self._error(request_id, exc.code, exc.message)
+            except Exception as exc:
+                log.exception("request %d failed on %s", request_id, self.peer)
+                self._error(request_id, "UnknownError", str(exc) or type(exc).__name__)
+
+        return run
+
     def _error(self, request_id: int, code: str, message: str) -> None:
         self.write_command(
             T(
@@ -708,6 +724,10 @@ class ServerConnection(asyncio.Protocol):
         except SubscriptionError as exc:
             self._error(rid, exc.code, exc.message)
             return
+        except Exception as exc:  # storage trouble: retryable for the client
+            log.exception("subscribe %s on %s failed", req.subscription, req.topic)
+            self._error(rid, "ServiceNotReady", f"cannot subscribe: {exc}")
+            return
         if self.closed:
             topic.remove_consumer(sub, consumer)
             return
@@ -834,6 +854,10 @@ class ServerConnection(asyncio.Protocol):
             except SubscriptionError as exc:
                 self._error(req.request_id, exc.code, exc.message)
                 return
+            except Exception as exc:
+                log.exception("unsubscribe failed")
+                self._error(req.request_id, "UnknownError", f"unsubscribe failed: {exc}")
+                return
             self.consumers.pop(req.consumer_id, None)
             self._success(req.request_id)
 
@@ -865,7 +889,7 @@ class ServerConnection(asyncio.Protocol):
             await sub.reset_cursor(pos)
             self._success(req.request_id)
 
-        self._chain(("c", req.consumer_id), seek)
+        self._chain(("c", req.consumer_id), self._guarded(req.request_id, seek))
 
     def _on_get_last_message_id(self, cmd: pb.BaseCommand) -> None:
         req = cmd.getLastMessageId
@@ -893,7 +917,7 @@ class ServerConnection(asyncio.Protocol):
                 T(type=T.GET_LAST_MESSAGE_ID_RESPONSE, getLastMessageIdResponse=resp)
             )
 
-        self._chain(("c", req.consumer_id), last)
+        self._chain(("c", req.consumer_id), self._guarded(req.request_id, last))
 
     def _on_consumer_stats(self, cmd: pb.BaseCommand) -> None:
         req = cmd.consumerStats
