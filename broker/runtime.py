@@ -72,6 +72,7 @@ class BrokerRuntime:
         site = web.TCPSite(self._web, self.config.bind_address, self.config.web_service_port)
         await site.start()
         self.web_port = int(self._web.addresses[0][1])
+        self.service.set_web_service_url(f"http://{self.config.advertised_address}:{self.web_port}")
         log.info(
             "broker ready service_url=%s web_url=http://%s:%d",
             self.service.service_url,
