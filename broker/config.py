@@ -21,6 +21,7 @@ class BrokerConfig:
     broker_service_port: int = 6650
     web_service_port: int = 8080
     metadata_store_url: str = "memory://default"
+    metadata_store_session_timeout_millis: int = 30_000
     # protocol
     max_message_size: int = 5 * 1024 * 1024
     keep_alive_interval_seconds: int = 30

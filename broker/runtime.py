@@ -119,7 +119,13 @@ async def run_broker(config: BrokerConfig) -> int:
 
     from magnetar.zk.factory import open_metadata_store
 
-    store = await open_metadata_store(config.metadata_store_url)
+    url = config.metadata_store_url
+    options = (
+        {"session_timeout_ms": config.metadata_store_session_timeout_millis}
+        if url.startswith(("zk://", "embedded://"))
+        else {}
+    )
+    store = await open_metadata_store(url, **options)
     runtime = BrokerRuntime(config, store)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
