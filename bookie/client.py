@@ -47,6 +47,7 @@ log = logging.getLogger(__name__)
 CHANNEL_OPTIONS: list[tuple[str, Any]] = [
     ("grpc.max_receive_message_length", 32 * 1024 * 1024),
     ("grpc.max_send_message_length", 32 * 1024 * 1024),
+    ("grpc.http2.lookahead_bytes", 8 * 1024 * 1024),
     ("grpc.keepalive_time_ms", 10_000),
     ("grpc.keepalive_timeout_ms", 5_000),
     ("grpc.keepalive_permit_without_calls", 1),

@@ -53,6 +53,7 @@ GRPC_OPTIONS: list[tuple[str, Any]] = [
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
     # Two bookies must never share a port silently.
     ("grpc.so_reuseport", 0),
+    ("grpc.http2.lookahead_bytes", 8 * 1024 * 1024),
     ("grpc.http2.max_pings_without_data", 0),
     ("grpc.keepalive_permit_without_calls", 1),
     ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
