@@ -110,6 +110,9 @@ class ManagedCursor:
         self._next_flush: asyncio.Future[None] | None = None
         self._flusher: asyncio.Task[None] | None = None
         self._closed = False
+        self._close_task: asyncio.Future[None] | None = None
+        self._dirty = False
+        """The last cursor write failed: memory holds changes no durable entry has."""
         self._fenced = False
         self._flushes = 0
         self._snapshots = 0
@@ -286,6 +289,7 @@ class ManagedCursor:
             except BaseException as exc:
                 # the in-memory state has these changes: persist all of it next time
                 self._needs_snapshot = True
+                self._dirty = True
                 if not fut.done():
                     fut.set_exception(exc)
                     fut.exception()
@@ -293,6 +297,7 @@ class ManagedCursor:
                     raise
                 continue
             self._flushes += 1
+            self._dirty = False
             if not fut.done():
                 fut.set_result(None)
 
@@ -400,23 +405,49 @@ class ManagedCursor:
         await self._persist()
 
     async def close(self) -> None:
+        """Make every acknowledgement durable, then close the cursor ledger.
+
+        Waits for the write in flight (a delta, or a snapshot being switched in) and for
+        every pending change, retrying once with a fresh snapshot if the last write failed;
+        acknowledgements made while closing are flushed too. Concurrent calls share one close.
+        """
         if not self.durable:
             self._closed = True
             self._ml.remove_non_durable_cursor(self)
             return
-        if self._closed:
-            return
-        if self.durable and not self._fenced:
-            try:
-                await self._persist()
-            except (LedgerError, MetadataError):
-                log.warning("cursor %s: final flush failed", self.name, exc_info=True)
+        if self._close_task is None:
+            self._close_task = asyncio.ensure_future(self._close())
+        await asyncio.shield(self._close_task)
+
+    async def _close(self) -> None:
+        await self._drain()
         self._closed = True
         if self._ledger is not None:
             try:
                 await self._ledger.close()
             except LedgerError:
                 pass
+
+    async def _drain(self) -> None:
+        """Return once no cursor write is in flight or pending (bounded: a failed final
+        write is retried once, as a snapshot)."""
+        retried = False
+        while not self._fenced:
+            flusher = self._flusher
+            if flusher is not None and not flusher.done():
+                await asyncio.wait([flusher])
+                continue
+            if self._dirty and retried:
+                log.warning("cursor %s: closing with acknowledgements not durable", self.name)
+                return
+            force = self._dirty and not self._pending
+            if not (self._pending or force):
+                return
+            retried = retried or force
+            try:
+                await self._persist(force=force)
+            except (LedgerError, MetadataError) as exc:
+                log.warning("cursor %s: flush while closing failed: %r", self.name, exc)
 
     async def delete_durable_state(self) -> None:
         self._closed = True

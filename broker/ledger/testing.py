@@ -178,13 +178,22 @@ class FakeBookieClient:
         self._bookie = bookie
         self._address = address
         self.closed = False
+        self._inflight: set[asyncio.Future[None]] = set()
 
     @property
     def address(self) -> str:
         return self._address
 
     def add(self, request: AddRequest) -> Awaitable[None]:
-        return self._bookie.add(request)
+        if self.closed:
+            fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            fut.set_exception(BookieUnavailable(f"client for {self._address} is closed"))
+            return fut
+        fut = self._bookie.add(request)
+        if not fut.done():
+            self._inflight.add(fut)
+            fut.add_done_callback(self._inflight.discard)
+        return fut
 
     async def _gate(self) -> None:
         b = self._bookie
@@ -250,7 +259,12 @@ class FakeBookieClient:
         return BookieInfo(self._bookie.bookie_id, False, 1 << 40, 1 << 40)
 
     async def close(self) -> None:
+        """As ``BookieClient.close``: adds still unanswered fail with ``BookieUnavailable``."""
         self.closed = True
+        inflight, self._inflight = self._inflight, set()
+        for fut in inflight:
+            if not fut.done():
+                fut.set_exception(BookieUnavailable(f"client for {self._address} closed"))
 
 
 class FakeBookieCluster:
