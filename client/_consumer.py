@@ -276,6 +276,11 @@ class PartitionConsumer(Handler):
             self.cnx.consumers.pop(self.consumer_id, None)
         self.cnx = None
 
+    def _on_disconnected(self) -> None:
+        # The broker re-sends every unacked message after re-subscription: drop the copies
+        # still queued now rather than hand them out during the outage and again after it.
+        self.parent._drop_queued(self)
+
     def connection_closed(self, cnx: ClientConnection) -> None:
         if cnx is self.cnx:
             self.connection_lost()
