@@ -24,6 +24,7 @@ from magnetar.client._config import (
     Authentication,
     BatchingType,
     CompressionType,
+    ConsumerBatchReceivePolicy,
     ConsumerDeadLetterPolicy,
     ConsumerKeySharedPolicy,
     ConsumerType,
@@ -303,6 +304,7 @@ class Client:
         retry_enable: bool = False,
         subscription_properties: dict[str, str] | None = None,
         ack_receipt_enabled: bool = False,
+        batch_receive_policy: ConsumerBatchReceivePolicy | None = None,
     ) -> Consumer:
         self._check_open()
         config = ConsumerConfig(
@@ -330,6 +332,7 @@ class Client:
             dead_letter_policy=dead_letter_policy,
             retry_enable=retry_enable,
             ack_receipt_enabled=ack_receipt_enabled,
+            batch_receive_policy=batch_receive_policy or ConsumerBatchReceivePolicy(),
         )
         pattern: re.Pattern[str] | None = None
         if isinstance(topic, re.Pattern):

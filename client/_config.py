@@ -81,6 +81,20 @@ class ConsumerDeadLetterPolicy:
             raise ValueError("max_redeliver_count must be > 0")
 
 
+@dataclass(frozen=True, slots=True)
+class ConsumerBatchReceivePolicy:
+    """Limits of ``Consumer.batch_receive``: returns when ``max_num_message`` messages or
+    ``max_num_bytes`` bytes are there, or after ``timeout_ms`` (-1 = no limit of that kind)."""
+
+    max_num_message: int = -1
+    max_num_bytes: int = 10 * 1024 * 1024
+    timeout_ms: int = 100
+
+    def __post_init__(self) -> None:
+        if self.max_num_message <= 0 and self.max_num_bytes <= 0 and self.timeout_ms <= 0:
+            raise ValueError("a batch receive policy needs at least one limit")
+
+
 class RedeliveryBackoff:
     """Delay before a message nacked (or timed out) for the n-th time is redelivered."""
 
@@ -132,6 +146,7 @@ __all__ = [
     "AuthenticationToken",
     "BatchingType",
     "CompressionType",
+    "ConsumerBatchReceivePolicy",
     "ConsumerDeadLetterPolicy",
     "ConsumerKeySharedPolicy",
     "ConsumerType",

@@ -33,6 +33,7 @@ from google.protobuf.message import DecodeError
 
 from magnetar.client._compression import DecompressionError, decompress
 from magnetar.client._config import (
+    ConsumerBatchReceivePolicy,
     ConsumerDeadLetterPolicy,
     ConsumerKeySharedPolicy,
     ConsumerType,
@@ -138,6 +139,9 @@ class ConsumerConfig:
     durable: bool = True
     start_message_id: MessageId | None = None
     ack_receipt_enabled: bool = False
+    batch_receive_policy: ConsumerBatchReceivePolicy = field(
+        default_factory=ConsumerBatchReceivePolicy
+    )
 
     def __post_init__(self) -> None:
         if not self.subscription_name:
@@ -1065,6 +1069,44 @@ class Consumer:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._available.wait(), left / 1000)
             self._check_open()
+
+    async def batch_receive(self) -> list[Message]:
+        """Messages up to the ``batch_receive_policy`` limits: returns as soon as the count or
+        byte limit is reached, else when its timeout expires (possibly with none)."""
+        self._check_open()
+        if self._listener is not None:
+            raise InvalidConfiguration("batch_receive() cannot be used with a message listener")
+        policy = self.config.batch_receive_policy
+        max_n = policy.max_num_message if policy.max_num_message > 0 else 1 << 62
+        max_bytes = policy.max_num_bytes if policy.max_num_bytes > 0 else 1 << 62
+        out: list[Message] = []
+        size = 0
+        deadline = self._ctx.clock.monotonic_ms() + max(policy.timeout_ms, 0)
+        self._receivers += 1
+        try:
+            while len(out) < max_n and size < max_bytes:
+                msg = self._take()
+                if msg is not None:
+                    out.append(msg)
+                    size += len(msg.data())
+                    continue
+                self._raise_failure()
+                left = deadline - self._ctx.clock.monotonic_ms()
+                if policy.timeout_ms <= 0 and out:
+                    break
+                if policy.timeout_ms > 0 and left <= 0:
+                    break
+                self._ask_zero_queue()
+                try:
+                    await asyncio.wait_for(
+                        self._available.wait(), left / 1000 if policy.timeout_ms > 0 else None
+                    )
+                except TimeoutError:
+                    break
+                self._check_open()
+        finally:
+            self._receivers -= 1
+        return out
 
     def _raise_failure(self) -> None:
         if self._failure is not None and all(

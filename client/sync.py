@@ -134,6 +134,9 @@ class Consumer:
     def receive(self, timeout_millis: int | None = None) -> Message:
         return self._loop.run(self._consumer.receive(timeout_millis))
 
+    def batch_receive(self) -> list[Message]:
+        return self._loop.run(self._consumer.batch_receive())
+
     def __iter__(self) -> Iterator[Message]:
         while True:
             try:

@@ -411,3 +411,23 @@ async def test_non_persistent_topic(client: Client) -> None:
         await consumer.acknowledge(m)  # accepted, nothing sent (as the C++ client)
     await consumer.flush_acknowledgements()
     assert consumer.statistics()[0].acked_entries_pending == 0
+
+
+async def test_batch_receive_policy(client: Client) -> None:
+    from magnetar.client import ConsumerBatchReceivePolicy
+
+    topic = _topic()
+    consumer = await client.subscribe(
+        topic, "sub", batch_receive_policy=ConsumerBatchReceivePolicy(4, -1, 200)
+    )
+    producer = await client.create_producer(topic, batching_enabled=True)
+    for i in range(6):
+        await producer.send_async(f"m{i}".encode())
+    await producer.flush()
+    first = await consumer.batch_receive()
+    assert [m.data() for m in first] == [b"m0", b"m1", b"m2", b"m3"]  # count limit
+    rest: list[bytes] = []
+    while len(rest) < 2:
+        rest += [m.data() for m in await consumer.batch_receive()]  # timeout: what is there
+    assert rest == [b"m4", b"m5"]
+    assert await consumer.batch_receive() == []  # nothing within the timeout
