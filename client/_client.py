@@ -42,7 +42,7 @@ from magnetar.client._pool import ConnectionPool, TlsOptions, parse_service_url
 from magnetar.client._producer import Producer, ProducerConfig
 from magnetar.client._reader import Reader
 from magnetar.client._routing import HashingScheme
-from magnetar.client.protocol import InvalidTopicNameError, TopicName, pb
+from magnetar.client.protocol import InvalidTopicNameError, TopicName
 
 
 @dataclass(frozen=True, slots=True)
@@ -433,9 +433,6 @@ class Client:
 
     def statistics(self) -> ClientStatistics:
         return ClientStatistics(len(self._pool), len(self._producers), len(self._consumers))
-
-
-_ = pb
 
 
 __all__ = ["Client"]

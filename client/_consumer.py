@@ -64,7 +64,6 @@ from magnetar.client._trackers import (
 )
 from magnetar.client.protocol import (
     BatchDeserializeError,
-    CommandType,
     PayloadCommand,
     TopicName,
     chunk_info,
@@ -1356,9 +1355,6 @@ class Consumer:
                     await prod.close()
         self._queue.clear()
         self._on_close(self)
-
-
-_ = CommandType  # re-exported for type checkers of handlers
 
 
 __all__ = ["Consumer", "ConsumerConfig", "MessageListener", "PartitionConsumer"]

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import ssl
 from collections.abc import Callable
-from typing import Any
 
 from magnetar.client.protocol import (
     NEED_DATA,
@@ -134,6 +133,3 @@ class FakeBroker:
             cnx.send(commands.success(b.subscribe.request_id))
         elif t in (CommandType.CLOSE_PRODUCER, CommandType.CLOSE_CONSUMER):
             cnx.send(commands.success(event.command.request_id))  # type: ignore[attr-defined]
-
-
-_ = Any
