@@ -232,6 +232,9 @@ class ClientConnection:
         """Write an already-encoded frame (SEND frames are built once and kept for resends)."""
         self._write(frame)
 
+    def write_buffer_size(self) -> int:
+        return int(self._writer.transport.get_write_buffer_size())
+
     async def drain(self) -> None:
         """Wait for the socket's write buffer to go down (producer back-pressure)."""
         transport = self._writer.transport

@@ -266,6 +266,17 @@ class PartitionProducer(Handler):
         if state is not HandlerState.INITIAL:
             raise AlreadyClosed("producer closed")
 
+    def try_acquire_slot(self) -> bool:
+        """Reserve room without waiting when there is some (the common case)."""
+        if (
+            self._pending_count < self._pending_limit
+            and not self._waiters
+            and self.state is HandlerState.READY
+        ):
+            self._pending_count += 1
+            return True
+        return False
+
     async def acquire_slot(self, *, block: bool) -> None:
         """Reserve room for one message in the pending queue (FIFO among waiters)."""
         self._check_open()
@@ -471,6 +482,10 @@ class PartitionProducer(Handler):
                 cnx.send_raw(op.frame)
             except PulsarException:
                 pass  # the connection is going away; the op is resent after reconnection
+
+    def socket_backlogged(self) -> bool:
+        cnx = self.cnx
+        return cnx is not None and cnx.write_buffer_size() > 1024 * 1024
 
     async def drain_socket(self) -> None:
         if self.cnx is not None:
@@ -884,7 +899,8 @@ class Producer:
             disable_replication,
         )
         part = self._route(msg, msg.payload)
-        await part.acquire_slot(block=self.config.block_if_queue_full)
+        if not part.try_acquire_slot():
+            await part.acquire_slot(block=self.config.block_if_queue_full)
         try:
             part.submit(msg)
         except BaseException:
@@ -900,7 +916,8 @@ class Producer:
                     callback(None, f.result())
 
             msg.future.add_done_callback(done)
-        await part.drain_socket()
+        if part.socket_backlogged():
+            await part.drain_socket()
         return msg.future
 
     async def send(self, content: bytes, **kwargs: Any) -> MessageId:

@@ -51,6 +51,9 @@ class RecordingConnection:
     async def drain(self) -> None:
         return None
 
+    def write_buffer_size(self) -> int:
+        return 0
+
     async def close(self, reason: str = "") -> None:
         self.closed_reason = reason
 
