@@ -1,0 +1,149 @@
+"""Dispatch reads sized in entries from permits in messages, and dispatch keeping up with a
+publish flood. In-memory storage behind a cursor that counts reads and seeks; no sockets."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from magnetar.broker.consumer import Consumer, OutMessage, SubType
+from magnetar.broker.dispatchers import DISPATCH_ROUNDS_PER_TURN, MAX_READ_ENTRIES
+from magnetar.broker.frames import num_messages
+from magnetar.broker.ledger.position import Position
+from magnetar.broker.storage import Entry, MemoryLedger
+from magnetar.broker.subscription import Subscription
+from magnetar.client.protocol.proto import pulsar_api_pb2 as pb
+
+
+def batch(n: int) -> bytes:
+    md = pb.MessageMetadata(producer_name="p", sequence_id=0, publish_time=1)
+    if n > 1:
+        md.num_messages_in_batch = n
+    raw = md.SerializeToString()
+    return len(raw).to_bytes(4, "big") + raw + b"x"
+
+
+class CountingCursor:
+    """Delegates to a real (in-memory) cursor; counts what the dispatcher reads and seeks."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+        self.entries_read = 0
+        self.positions_read = 0
+        self.reads = 0
+        self.seeks = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def read_entries(self, max_entries: int) -> list[Entry]:
+        out: list[Entry] = await self._inner.read_entries(max_entries)
+        self.reads += 1
+        self.entries_read += len(out)
+        return out
+
+    async def read_positions(self, positions: list[Position]) -> list[Entry]:
+        out: list[Entry] = await self._inner.read_positions(positions)
+        self.positions_read += len(out)
+        return out
+
+    def seek(self, position: Position) -> None:
+        self.seeks += 1
+        self._inner.seek(position)
+
+
+class Sink:
+    def __init__(self) -> None:
+        self.messages: dict[int, list[OutMessage]] = {}
+
+    def send_messages(self, consumer: Consumer, messages: list[OutMessage]) -> None:
+        self.messages.setdefault(consumer.consumer_id, []).extend(messages)
+
+    def send_active_consumer_change(self, consumer: Consumer, is_active: bool) -> None:
+        pass
+
+    def send_close_consumer(self, consumer: Consumer) -> None:
+        pass
+
+    def count(self) -> int:
+        return sum(len(v) for v in self.messages.values())
+
+
+async def settle() -> None:
+    for _ in range(20):
+        await asyncio.sleep(0)
+
+
+async def make_sub(ledger: MemoryLedger, **kw: Any) -> tuple[Subscription, CountingCursor]:
+    cursor = CountingCursor(await ledger.open_cursor("s", initial_earliest=True))
+    sub = Subscription("t", "s", cursor, lambda e: num_messages(e.data), **kw)
+    return sub, cursor
+
+
+@pytest.mark.parametrize("sub_type", [SubType.EXCLUSIVE, SubType.FAILOVER, SubType.SHARED])
+async def test_batches_of_1000_with_1000_permits_read_what_they_send(sub_type: SubType) -> None:
+    """A consumer with 1000 permits and 1000-message batches takes one entry per FLOW: the
+    dispatcher must read about one entry per round, not 100 and put 99 back each time."""
+    ledger = MemoryLedger("t", 21)
+    await ledger.add_entries([batch(1000) for _ in range(60)])
+    sub, cursor = await make_sub(ledger)
+    sink = Sink()
+    c = Consumer(1, "c", sub_type, sink=sink, max_unacked=0)
+    sub.add_consumer(c)
+    for i in range(60):
+        sub.flow(c, 1000)
+        await settle()
+        assert sink.count() == i + 1
+    got = [m.position.entry_id for m in sink.messages[1]]
+    assert got == list(range(60))
+    # only the very first round (average unknown yet) may over-read
+    overread = cursor.entries_read + cursor.positions_read - 60
+    assert overread <= MAX_READ_ENTRIES, overread
+    assert cursor.seeks <= 1
+    # after the first round, each read brought back exactly what was sent
+    assert cursor.entries_read + cursor.positions_read <= 60 + MAX_READ_ENTRIES - 1
+    assert sub.dispatcher is not None
+    assert sub.dispatcher.avg_msgs_per_entry == pytest.approx(1000)
+    assert sub.dispatcher.entries_to_read(1000) == 1
+    assert sub.dispatcher.entries_to_read(2500) == 3
+
+
+async def test_read_size_follows_the_average_batch_size() -> None:
+    ledger = MemoryLedger("t", 22)
+    await ledger.add_entries([batch(10) for _ in range(500)])
+    sub, cursor = await make_sub(ledger)
+    sink = Sink()
+    c = Consumer(1, "c", SubType.EXCLUSIVE, sink=sink)
+    sub.add_consumer(c)
+    for _ in range(40):
+        sub.flow(c, 100)
+        await settle()
+    assert sink.count() == 400
+    assert cursor.seeks <= 1  # 100 permits / 10 per entry = 10 entries per read
+    assert sub.dispatcher is not None and sub.dispatcher.entries_to_read(100) == 10
+
+
+@pytest.mark.parametrize("sub_type", [SubType.EXCLUSIVE, SubType.SHARED])
+async def test_dispatch_keeps_up_with_a_publish_flood(sub_type: SubType) -> None:
+    """A producer appends 1,500 entries per loop turn (one socket read's worth of SENDs);
+    the dispatcher must get enough rounds between those turns that the backlog stays
+    bounded (it grew without bound with one 100-entry round per turn)."""
+    ledger = MemoryLedger("t", 23)
+    sub, _ = await make_sub(ledger, max_unacked_per_subscription=0)
+    sink = Sink()
+    c = Consumer(1, "c", sub_type, sink=sink, max_unacked=0)
+    sub.add_consumer(c)
+    sub.flow(c, 10**9)
+    per_turn, turns = 1500, 30
+    assert per_turn <= DISPATCH_ROUNDS_PER_TURN * MAX_READ_ENTRIES
+    backlog_max = 0
+    for i in range(turns):
+        await ledger.add_entries([batch(1)] * per_turn)
+        sub.notify_new_entries()
+        await asyncio.sleep(0)  # the producer's connection yields once per socket read
+        backlog_max = max(backlog_max, (i + 1) * per_turn - sink.count())
+    assert backlog_max <= 2 * per_turn, backlog_max
+    await settle()
+    assert sink.count() == turns * per_turn
