@@ -329,20 +329,6 @@ class RemoteMetadataStore(MetadataStore):
             {"op": "delete", "path": validate_path(path), "expected_version": expected_version}
         )
 
-    def add_listener(self, listener: Listener) -> None:
-        self._listeners.append(listener)
-
-    def remove_listener(self, listener: Listener) -> None:
-        if listener in self._listeners:
-            self._listeners.remove(listener)
-
-    def add_session_listener(self, listener: SessionListener) -> None:
-        self._session_listeners.append(listener)
-
-    def remove_session_listener(self, listener: SessionListener) -> None:
-        if listener in self._session_listeners:
-            self._session_listeners.remove(listener)
-
     def _emit_session(self, event: SessionEvent) -> None:
         for listener in list(self._session_listeners):
             try:

@@ -226,20 +226,6 @@ class FaultInjectingStore(MetadataStore):
             "delete", path, lambda: self._inner.delete(path, expected_version=expected_version)
         )
 
-    def add_listener(self, listener: Listener) -> None:
-        self._listeners.append(listener)
-
-    def remove_listener(self, listener: Listener) -> None:
-        if listener in self._listeners:
-            self._listeners.remove(listener)
-
-    def add_session_listener(self, listener: SessionListener) -> None:
-        self._session_listeners.append(listener)
-
-    def remove_session_listener(self, listener: SessionListener) -> None:
-        if listener in self._session_listeners:
-            self._session_listeners.remove(listener)
-
     async def close(self) -> None:
         if self._closed:
             return

@@ -151,21 +151,28 @@ class MetadataStore(abc.ABC):
             if not isinstance(exc, NotFound):
                 raise
 
-    @abc.abstractmethod
+    # Listener registries: every implementation keeps these two lists (set in its __init__)
+    # and calls the registered functions on its event loop.
+    _listeners: list[Listener]
+    _session_listeners: list[SessionListener]
+
     def add_listener(self, listener: Listener) -> None:
         """Register a change listener (see the module docstring)."""
+        self._listeners.append(listener)
 
-    @abc.abstractmethod
     def add_session_listener(self, listener: SessionListener) -> None:
         """Register a session-event listener."""
+        self._session_listeners.append(listener)
 
     def remove_listener(self, listener: Listener) -> None:
         """Unregister a change listener (absent: ignored). Recipes use this on close."""
-        raise NotImplementedError
+        if listener in self._listeners:
+            self._listeners.remove(listener)
 
     def remove_session_listener(self, listener: SessionListener) -> None:
         """Unregister a session-event listener (absent: ignored)."""
-        raise NotImplementedError
+        if listener in self._session_listeners:
+            self._session_listeners.remove(listener)
 
     @abc.abstractmethod
     async def close(self) -> None:

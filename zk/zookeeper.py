@@ -521,20 +521,6 @@ class ZooKeeperMetadataStore(MetadataStore):
         version = -1 if expected_version is None else expected_version
         await self._call(lambda: client.delete_async(path, version=version), path)
 
-    def add_listener(self, listener: Listener) -> None:
-        self._listeners.append(listener)
-
-    def remove_listener(self, listener: Listener) -> None:
-        if listener in self._listeners:
-            self._listeners.remove(listener)
-
-    def add_session_listener(self, listener: SessionListener) -> None:
-        self._session_listeners.append(listener)
-
-    def remove_session_listener(self, listener: SessionListener) -> None:
-        if listener in self._session_listeners:
-            self._session_listeners.remove(listener)
-
 
 def _stop_quietly(client: KazooClient) -> None:
     try:
