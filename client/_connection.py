@@ -19,7 +19,6 @@ import asyncio
 import contextlib
 import logging
 import ssl
-from collections.abc import Callable
 from typing import Any, Protocol
 
 from magnetar.client._clock import Clock, TimerHandle
@@ -409,11 +408,8 @@ class ClientConnection:
 
 
 def _request_id_of(event: Command) -> int | None:
-    body = event.command
-    rid: Callable[[], int] | None = getattr(body, "request_id", None)  # type: ignore[assignment]
-    if rid is None:
-        return None
-    return int(body.request_id)  # type: ignore[attr-defined]
+    rid = getattr(event.command, "request_id", None)
+    return None if rid is None else int(rid)
 
 
 __all__ = ["CLIENT_VERSION", "ClientConnection", "ConsumerHandler", "ProducerHandler"]
