@@ -20,7 +20,8 @@ from collections.abc import Iterator
 
 import pulsar
 import pytest
-from support.bookies import BookieFactory, free_port
+from support.bookies import BookieFactory
+from support.net import free_port
 from support.zookeeper import ZooKeeperServer
 
 from magnetar.zk import paths

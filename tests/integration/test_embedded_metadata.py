@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 from support.metadata_backends import eventually
-from support.zookeeper import free_port
+from support.net import free_port
 
 from magnetar.zk import open_metadata_store
 from magnetar.zk.embedded import EmbeddedMetadataServer

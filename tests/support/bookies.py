@@ -21,7 +21,6 @@ from __future__ import annotations
 import os
 import pathlib
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -32,12 +31,7 @@ import pytest
 
 from magnetar.bookie.proto import bookie_pb2 as pb
 from magnetar.bookie.proto import bookie_pb2_grpc as pb_grpc
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
+from support.net import free_port
 
 
 def health(address: str, timeout_s: float = 1.0) -> pb.HealthResponse | None:

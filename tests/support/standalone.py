@@ -19,7 +19,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from support.bookies import free_port
+from support.net import free_port
 
 
 class StandaloneProcess:

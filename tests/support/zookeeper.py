@@ -25,6 +25,8 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
+from support.net import free_port
+
 _JAR_CANDIDATES = (
     "/usr/share/zookeeper/zookeeper.jar",
     "/usr/share/java/zookeeper.jar",
@@ -59,12 +61,6 @@ def _die_with_parent_prefix() -> list[str]:
     ``setpriv`` (util-linux) sets it; without it, no prefix."""
     setpriv = shutil.which("setpriv")
     return [setpriv, "--pdeathsig", "KILL", "--"] if setpriv else []
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
 
 
 def four_letter(host: str, port: int, command: str, timeout_s: float = 1.0) -> str:

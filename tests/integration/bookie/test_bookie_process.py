@@ -14,7 +14,8 @@ import aiohttp
 import crc32c
 import grpc
 import pytest
-from support.bookies import BookieFactory, free_port, health
+from support.bookies import BookieFactory, health
+from support.net import free_port
 
 from magnetar.bookie.api import AddRequest
 from magnetar.bookie.client import BookieClient
