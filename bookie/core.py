@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import logging
+import struct as _struct
 from collections.abc import Awaitable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -369,18 +370,27 @@ class Bookie:
         gRPC ``AddEntry`` messages themselves (no per-entry ``AddRequest`` to build): an
         entry whose ``master_key`` is empty uses ``master_key`` (the batch's key).
         Returns a future with one status per entry (0 = OK), resolved after the fsync."""
+        return self.submit_batch(entries, master_key)[0]
+
+    def submit_batch(
+        self, entries: Sequence[AddEntryLike], master_key: bytes = b""
+    ) -> tuple[Awaitable[list[int]], int]:
+        """``add_batch`` that also returns the bytes the batch put into the write cache (the
+        gRPC service bounds its in-flight bytes with it; sizing a protobuf message costs a
+        full serialisation). Negative ids are refused per entry (``BAD_REQUEST``)."""
         requests = entries
         loop = self._loop
         assert loop is not None, "start() first"
         if self._read_only or self._closing:
-            return _ready(loop, [_READ_ONLY] * len(requests))
+            return _ready(loop, [_READ_ONLY] * len(requests)), 0
         cache = self._cache
         if cache.active_bytes >= cache.half_bytes_max:
             if not cache.flushing:
                 self._begin_checkpoint()
             if cache.active_bytes >= cache.half_bytes_max:
                 self._throttled += 1
-                return loop.create_task(self._add_throttled(requests, master_key))
+                size = sum(ENTRY_HEADER_LEN + len(r.payload) for r in requests)
+                return loop.create_task(self._add_throttled(requests, master_key)), size
         return self._add_now(requests, loop, master_key)
 
     def _add_now(
@@ -388,7 +398,7 @@ class Bookie:
         requests: Sequence[AddEntryLike],
         loop: asyncio.AbstractEventLoop,
         default_key: bytes = b"",
-    ) -> asyncio.Future[list[int]]:
+    ) -> tuple[asyncio.Future[list[int]], int]:
         n = len(requests)
         states = self._ledgers
         cache = self._cache
@@ -453,7 +463,12 @@ class Bookie:
                 continue
             eid = r.entry_id
             lac = r.lac
-            header = pack(lid, eid, lac, c, length)
+            try:
+                header = pack(lid, eid, lac, c, length)
+            except _struct.error:  # a negative entry id (ids are unsigned on disk)
+                statuses = statuses or [_OK] * n
+                statuses[i] = _BAD_REQUEST
+                continue
             parts.append(header)
             parts.append(payload)
             d[eid] = (header, payload)
@@ -468,7 +483,7 @@ class Bookie:
         for meta in metas:
             journal.append(*frame(meta))
         if count == 0:
-            return _ready(loop, statuses or [_OK] * n)
+            return _ready(loop, statuses or [_OK] * n), 0
         cache.account(nbytes)
         parts[0] = ENTRIES_PREFIX.pack(TYPE_ENTRIES, count)
         body = b"".join(parts)
@@ -488,7 +503,7 @@ class Bookie:
                 out.set_result(result)
 
         group.add_done_callback(done)
-        return out
+        return out, nbytes
 
     async def _add_throttled(
         self, requests: Sequence[AddEntryLike], master_key: bytes = b""
@@ -519,7 +534,7 @@ class Bookie:
                 return [_READ_ONLY] * len(requests)
         if self._read_only or self._closing:
             return [_READ_ONLY] * len(requests)
-        return await self._add_now(requests, loop, master_key)
+        return await self._add_now(requests, loop, master_key)[0]
 
     # -- reads --
 

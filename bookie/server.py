@@ -143,9 +143,11 @@ class BookieService(pb_grpc.BookieServicer):
         # Fast path: an engine that takes the gRPC entries as they are (``AddEntryLike``:
         # AddRequest's attribute names, empty master_key = the batch's) needs no per-entry
         # AddRequest; it validates sizes, keys, fences and checksums itself.
-        add_batch = getattr(storage, "add_batch", None)
-        self._add_batch: Callable[[Any, bytes], Awaitable[list[int]]] | None = (
-            add_batch if callable(add_batch) else None
+        # ``submit_batch`` also returns the batch's bytes (for the in-flight bound), so the
+        # message is never sized here (upb's ``ByteSize`` serialises the whole message).
+        submit = getattr(storage, "submit_batch", None)
+        self._submit_batch: Callable[[Any, bytes], tuple[Awaitable[list[int]], int]] | None = (
+            submit if callable(submit) else None
         )
         self.max_entry_bytes = max_entry_bytes
         self.max_inflight_batches = max_inflight_batches
@@ -188,22 +190,17 @@ class BookieService(pb_grpc.BookieServicer):
         """Validate and hand one batch to storage; returns (codes or their future, bytes)."""
         entries = batch.entries
         n = len(entries)
-        add_batch = self._add_batch
-        if add_batch is not None and self.accepting and n:
-            # Only what the engine cannot represent is checked here (ids are unsigned on
-            # disk); everything else is validated by the engine, entry by entry.
-            for e in entries:
-                if e.entry_id < 0 or e.ledger_id < 0:
-                    break
-            else:
-                size = batch.ByteSize()
-                try:
-                    return asyncio.ensure_future(add_batch(entries, batch.master_key)), size
-                except BookieError as exc:
-                    return [int(exc.code)] * n, size
-                except Exception:
-                    log.exception("add_batch failed")
-                    return [int(StatusCode.IO_ERROR)] * n, size
+        submit = self._submit_batch
+        if submit is not None and self.accepting and n:
+            # The engine validates every entry (ids, keys, fences, sizes, checksums).
+            try:
+                awaitable, size = submit(entries, batch.master_key)
+                return asyncio.ensure_future(awaitable), size
+            except BookieError as exc:
+                return [int(exc.code)] * n, 0
+            except Exception:
+                log.exception("add_batch failed")
+                return [int(StatusCode.IO_ERROR)] * n, 0
         shared_key = batch.master_key
         max_entry = self.max_entry_bytes
         requests: list[AddRequest] = []

@@ -232,6 +232,25 @@ async def test_add_batch_takes_grpc_messages_with_the_batch_master_key(
         await bookie.fence(5, b"other")
 
 
+async def test_submit_batch_refuses_negative_ids_and_reports_bytes(
+    open_bookie: OpenBookie,
+) -> None:
+    from magnetar.bookie.proto import bookie_pb2 as pb
+
+    bookie = await open_bookie()
+
+    def entry(lid: int, eid: int) -> pb.AddEntry:
+        p = payload_of(max(lid, 0), max(eid, 0))
+        return pb.AddEntry(
+            ledger_id=lid, entry_id=eid, lac=-1, crc32c=req(1, 0, p).crc32c, payload=p
+        )
+
+    fut, size = bookie.submit_batch([entry(6, 0), entry(6, -2), entry(-1, 1), entry(6, 1)], KEY)
+    assert await fut == [0, StatusCode.BAD_REQUEST, StatusCode.BAD_REQUEST, 0]
+    assert size == 2 * 32 + len(payload_of(6, 0)) + len(payload_of(6, 1))  # accepted only
+    assert [e.entry_id for e in await bookie.read_range(6, 0, 9, 1 << 20)] == [0, 1]
+
+
 async def test_corrupt_entry_log_record_is_never_served(
     open_bookie: OpenBookie, tmp_path: pathlib.Path
 ) -> None:
