@@ -504,6 +504,7 @@ class ServerConnection(asyncio.Protocol):
         try:
             if mode is not AccessMode.SHARED and req.HasField("topic_epoch"):
                 topic.producers.check_epoch(req.topic_epoch)
+            self.service.policies.check_producer(topic)  # max producers, backlog quota
             admission = topic.add_producer(producer)
         except ProducerError as exc:
             self._error(rid, exc.code, exc.message)
@@ -616,6 +617,10 @@ class ServerConnection(asyncio.Protocol):
         elif len(tail) < 4:
             raise ProtocolViolation("SEND without metadata")
         num = send.num_messages if send.HasField("num_messages") else 1
+        refused = self.service.policies.admit_send(topic)  # backlog quota
+        if refused is not None:
+            self._send_error(pid, seq, refused, "Backlog quota exceeded")
+            return
         check_dedup = True
         if send.is_chunk and topic.dedup.enabled:
             try:
@@ -644,7 +649,13 @@ class ServerConnection(asyncio.Protocol):
             else:
                 self.write(send_receipt_frame(pid, seq, highest, pos.ledger_id, pos.entry_id))
 
-        topic.publish(producer, seq, highest, num, tail, done, check_dedup=check_dedup)
+        self.service.policies.publish(  # held by the backlog quota, publish throttling
+            topic,
+            self,
+            num,
+            len(tail),
+            lambda: topic.publish(producer, seq, highest, num, tail, done, check_dedup=check_dedup),
+        )
 
     def _send_error(self, pid: int, seq: int, code: str, message: str) -> None:
         self.write_command(
@@ -707,6 +718,7 @@ class ServerConnection(asyncio.Protocol):
             meta = req.keySharedMeta
             consumer.key_shared_mode = int(meta.keySharedMode)
             consumer.hash_ranges = [(r.start, r.end) for r in meta.hashRanges]
+            consumer.allow_out_of_order = bool(meta.allowOutOfOrderDelivery)
         start: Position | None = None
         if req.HasField("start_message_id"):
             pos = _position(req.start_message_id)
@@ -714,6 +726,7 @@ class ServerConnection(asyncio.Protocol):
                 EARLIEST if pos.ledger_id < 0 else (LATEST if pos.ledger_id >= INT64_MAX else pos)
             )
         try:
+            self.service.policies.check_consumer(topic, consumer)  # max consumers, unacked
             sub = await topic.subscribe(
                 consumer,
                 req.subscription,

@@ -64,6 +64,7 @@ class Consumer:
         partition_index: int = -1,
         key_shared_mode: int = 0,
         hash_ranges: list[tuple[int, int]] | None = None,
+        allow_out_of_order: bool = False,
     ) -> None:
         self.consumer_id = consumer_id
         self.name = name
@@ -76,6 +77,7 @@ class Consumer:
         self.partition_index = partition_index
         self.key_shared_mode = key_shared_mode  # 0 AUTO_SPLIT, 1 STICKY
         self.hash_ranges = list(hash_ranges or [])  # inclusive slot ranges (STICKY)
+        self.allow_out_of_order = allow_out_of_order  # KeySharedMeta.allowOutOfOrderDelivery
         self.permits = 0
         self.pending: dict[Position, int] = {}
         self.unacked = 0

@@ -12,19 +12,25 @@ and the two dispatchers that drive a cursor with them:
   position order), then new entries; one entry to one consumer; a consumer blocks at its
   unacked limit and resumes at half; the subscription blocks at its own limit likewise;
   all chunks of a chunked message go to the consumer that got its first chunk.
-- ``KeySharedDispatcher`` (Key_Shared): as Shared, but by the Murmur3 slot of the sticky key
-  (AUTO_SPLIT consistent hashing or STICKY ranges); a slot stays on the consumer holding its
-  unacked messages until they drain, so per-key order survives consumers joining and
-  leaving, and a stuck key never stops the other keys (bounded read-ahead).
+- ``KeySharedDispatcher`` (Key_Shared): as Shared, but every decision (which consumer owns a
+  slot, when a slot may move, what waits) is ``magnetar.broker.key_shared``'s
+  ``KeySharedScheduler``; its parked set is the replay set. Per-key order survives consumers
+  joining, leaving and nacking, and a stuck key never stops the others (bounded look-ahead).
+
+Reads are sized in entries, permits in messages: ``entries_to_read`` divides the permits by
+a moving average of messages per dispatched entry (Pulsar's ``avgMessagesPerEntry``), so
+batches are not read ~100 at a time and then put back. A dispatcher runs up to
+``DISPATCH_ROUNDS_PER_TURN`` rounds per event-loop turn, so it keeps up with publishing.
 
 Delayed delivery (Shared and Key_Shared, as Pulsar): an entry whose ``deliver_at_time`` is
 in the future is held in an in-memory heap and replayed when due (exact timers, no tick).
 The heap is not persisted: after a restart the cursor re-reads such entries and holds them
 again, so nothing is lost, only the memory is unbounded by design for now.
 
-A dispatch round decides synchronously, awaits exactly one cursor read, then re-checks an
-epoch (bumped by rewinds, seeks and consumer changes) before sending, so a stale read is
-never delivered. One round runs at a time; ``schedule()`` coalesces triggers.
+A dispatch round decides synchronously, awaits one cursor read (Key_Shared: replays, then
+new entries), then re-checks an epoch (bumped by rewinds, seeks and consumer changes)
+before sending, so a stale read is never delivered. One round runs at a time;
+``schedule()`` coalesces triggers.
 Must not know: sockets, frames, the managed-ledger implementation.
 """
 
@@ -40,6 +46,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from magnetar.broker.consumer import Consumer, OutMessage, SubType
+from magnetar.broker.key_shared import (
+    KeySharedMode,
+    KeySharedPolicy,
+    KeySharedScheduler,
+    KeySharedStats,
+    PlanEntry,
+)
+from magnetar.broker.key_shared import KeySharedSelector as KsSelector
 from magnetar.broker.ledger.position import Position
 from magnetar.broker.storage import Entry, TopicCursor
 
@@ -408,11 +422,15 @@ class MultipleConsumersDispatcher(Dispatcher):
                 if entry.position not in self._delayed_set:
                     self._delayed_set.add(entry.position)
                     heapq.heappush(self._delayed, (at, entry.position))
+                    self._held_back(entry)
             else:
                 out.append(entry)
         if self._delayed:
             self._arm_delay_timer()
         return out
+
+    def _held_back(self, entry: Entry) -> None:
+        """Hook: ``entry`` is held until its delivery time (Key_Shared notes its slot)."""
 
     def _arm_delay_timer(self) -> None:
         due = self._delayed[0][0]
@@ -595,14 +613,13 @@ class MultipleConsumersDispatcher(Dispatcher):
 
 KEY_SHARED_SLOTS = 65536
 RING_POINTS_PER_CONSUMER = 100
-LOOKAHEAD_PER_CONSUMER = 2000
-LOOKAHEAD_MAX = 20_000
 
 
 class KeySharedSelector:
-    """Slot (0..65535) -> consumer. AUTO_SPLIT: consistent hashing, 100 ring points per
-    consumer (Murmur3 of name + index); STICKY: the consumers' declared inclusive ranges,
-    which must not overlap (ConsumerAssignError)."""
+    """Kept for ``nonpersistent.py`` only (persistent Key_Shared uses
+    ``magnetar.broker.key_shared``). Slot (0..65535) -> consumer. AUTO_SPLIT: consistent
+    hashing, 100 ring points per consumer (Murmur3 of name + index); STICKY: the consumers'
+    declared inclusive ranges, which must not overlap (ConsumerAssignError)."""
 
     def __init__(self, sticky: bool) -> None:
         self.sticky = sticky
@@ -650,12 +667,19 @@ class KeySharedSelector:
 class KeySharedDispatcher(MultipleConsumersDispatcher):
     """Shared, but a key goes to one consumer at a time and keeps its order.
 
-    A slot with messages still pending (dispatched, unacked) on a consumer stays with that
-    consumer until they are acked or returned, even if the selector now points elsewhere
-    (Pulsar 4's "draining hashes"). An entry that cannot go to its consumer now (no
-    permits) waits in the replay set, and every later entry of its slot waits behind it;
-    other keys keep flowing: new entries are read ahead of a stuck replay set, up to
-    ``LOOKAHEAD_PER_CONSUMER`` x consumers (at most ``LOOKAHEAD_MAX``) waiting entries.
+    The decisions are ``magnetar.broker.key_shared``'s (``KeySharedScheduler``: selector,
+    per-slot ordering guard, planner); this class only reads entries and sends what the plan
+    says. A slot with entries outstanding on a consumer stays with that consumer until they
+    are acked or returned (Pulsar 4's draining hashes); an entry that cannot go now is
+    *parked* in the guard, and the guard's parked set is this dispatcher's replay set (the
+    inherited ``replay`` list stays empty). Other keys keep flowing: new entries are read
+    while fewer than ``ks.lookahead_limit()`` entries are parked.
+
+    A round: permits of the available consumers; replay candidates (parked entries whose
+    slot can go now); one read of them, then (if room) one read of new entries; the plan;
+    the sends, with no ``await`` between plan and send. An epoch change during a read drops
+    the round (nothing was planned, so nothing changes). Delayed entries are held out before
+    planning (``_hold_delayed``) and parked when due.
     """
 
     sub_type = SubType.KEY_SHARED
@@ -677,144 +701,202 @@ class KeySharedDispatcher(MultipleConsumersDispatcher):
             max_unacked_per_subscription=max_unacked_per_subscription,
             deliver_at_of=deliver_at_of,
         )
-        self.selector: KeySharedSelector | None = None
+        self.ks: KeySharedScheduler[Consumer, Position] | None = None
         self.slot_of_entry = slot_of or (lambda e: 0)
-        self._slots: dict[Position, int] = {}  # known slot of replayed / pending entries
-        self._pending_per_slot: dict[int, int] = {}
-        self._slot_owner: dict[int, Consumer] = {}
+        self._delayed_slots: dict[Position, int] = {}  # held delayed entry -> its slot
 
     def __repr__(self) -> str:
+        parked = self.ks.parked_count if self.ks is not None else 0
         return (
-            f"<KeySharedDispatcher consumers={len(self.consumers)} replay={len(self.replay)} "
-            f"draining={len(self._slot_owner)}>"
+            f"<KeySharedDispatcher consumers={len(self.consumers)} parked={parked}"
+            f"{' blocked' if self.blocked else ''}>"
         )
 
+    @property
+    def selector(self) -> KsSelector[Consumer] | None:
+        return self.ks.selector if self.ks is not None else None
+
+    def _slot(self, entry: Entry) -> int:
+        try:
+            return self.slot_of_entry(entry)
+        except Exception:  # unparsable metadata: one fixed slot, as a keyless message
+            return 0
+
+    # -- consumers
     def add_consumer(self, consumer: Consumer) -> None:
-        sticky = consumer.key_shared_mode == 1
-        if self.selector is None or not self.consumers:
-            self.selector = KeySharedSelector(sticky)
-        elif self.selector.sticky != sticky:
-            raise ValueError("Key_Shared mode differs from the subscription's")
-        self.selector.add(consumer)
+        """Raises KeySharedError (``.code``: ConsumerAssignError for bad STICKY ranges,
+        ConsumerBusy for another mode / out-of-order flag); nothing changes then."""
+        policy = KeySharedPolicy(
+            KeySharedMode(consumer.key_shared_mode), consumer.allow_out_of_order
+        )
+        if self.ks is None:
+            self.ks = KeySharedScheduler(policy)
+        elif not self.consumers and self.ks.policy != policy:
+            # the first consumer fixes the policy: a fresh scheduler; what was parked in the
+            # old one is found again by re-reading from the first unacked entry
+            self.ks = KeySharedScheduler(policy)
+            self._forget_in_flight()
+            self.epoch += 1
+            self.cursor.rewind()
+        self.ks.add_consumer(
+            consumer, consumer.name, policy=policy, hash_ranges=consumer.hash_ranges
+        )
         super().add_consumer(consumer)
 
     def remove_consumer(self, consumer: Consumer) -> None:
-        if self.selector is not None:
-            self.selector.remove(consumer)
-        for pos in list(consumer.pending):
-            self._release(pos)
-        super().remove_consumer(consumer)
-
-    def _release(self, pos: Position) -> None:
-        slot = self._slots.get(pos)
-        if slot is None:
-            return
-        left = self._pending_per_slot.get(slot, 0) - 1
-        if left <= 0:
-            self._pending_per_slot.pop(slot, None)
-            self._slot_owner.pop(slot, None)
-        else:
-            self._pending_per_slot[slot] = left
-
-    def forget(self, position: Position) -> bool:
-        if position in self.owner:
-            self._release(position)
-        self._slots.pop(position, None)
-        return super().forget(position)
+        if consumer in self.consumers:
+            self.consumers.remove(consumer)
+        if self.ks is not None and consumer in self.ks.selector:
+            # returned entries are parked already: the replay set, without a redelivery count
+            self.ks.remove_consumer(consumer)
+        for pos in consumer.take_all_pending():
+            if self.owner.get(pos) is consumer:
+                del self.owner[pos]
+        if not self.consumers:
+            self.redelivery.clear()
+        self._check_unblock()
+        self.schedule()
 
     def redeliver(self, consumer: Consumer, positions: list[Position] | None) -> None:
-        chosen = list(consumer.pending) if positions is None else positions
-        for pos in chosen:
-            if self.owner.get(pos) is consumer:
-                self._release(pos)
-        super().redeliver(consumer, positions)
+        if self.ks is None:
+            return
+        moved = self.ks.on_redelivered(consumer, positions)  # parked now
+        for pos in moved:
+            consumer.on_removed(pos)
+            self.owner.pop(pos, None)
+            self.redelivery[pos] = (
+                self.redelivery.get(pos) or self.cursor.redelivery_count(pos)
+            ) + 1
+        if moved:
+            self._persist_redeliveries(moved)
+        self._check_unblock()
+        self.schedule()
+
+    # -- acks
+    def forget(self, position: Position) -> bool:
+        unblocked = super().forget(position)
+        if self.ks is not None and self.ks.on_acked([position]):
+            self.schedule()  # a slot or a parked entry was freed
+        return unblocked
+
+    # -- replay set == the guard's parked set
+    def add_replay(self, positions: list[Position]) -> None:
+        """Entries entering the replay set by another path than a plan: delayed entries now
+        due. They are parked with the slot remembered when they were held."""
+        if self.ks is None:
+            return
+        for pos in positions:
+            slot = self._delayed_slots.pop(pos, None)
+            if slot is not None and not self.ks.guard.is_outstanding(pos):
+                self.ks.park(pos, slot)
+
+    def _held_back(self, entry: Entry) -> None:
+        self._delayed_slots[entry.position] = self._slot(entry)
+
+    def _forget_in_flight(self) -> None:
+        self._delayed.clear()
+        self._delayed_set.clear()
+        self._delayed_slots.clear()
+        if self._delay_timer is not None:
+            self._delay_timer.cancel()
+            self._delay_timer = None
 
     def reset(self) -> None:
         super().reset()
-        self._slots.clear()
-        self._pending_per_slot.clear()
-        self._slot_owner.clear()
+        self._delayed_slots.clear()
+        if self.ks is not None:
+            self.ks.reset()
+
+    # -- observability
+    def key_shared_statistics(self) -> KeySharedStats | None:
+        return self.ks.statistics() if self.ks is not None else None
 
     @property
-    def _lookahead_cap(self) -> int:
-        return min(LOOKAHEAD_MAX, LOOKAHEAD_PER_CONSUMER * max(1, len(self.consumers)))
+    def draining_hashes_count(self) -> int:
+        s = self.key_shared_statistics()
+        return s.draining_hashes_count if s is not None else 0
 
-    def _place(
-        self, entries: list[Entry], stuck: set[int], out: dict[int, list[OutMessage]]
-    ) -> tuple[int, list[Position]]:
-        assert self.selector is not None
-        placed = 0
-        waiting: list[Position] = []
-        limit = self.max_unacked
-        index = {id(c): i for i, c in enumerate(self.consumers)}
-        for entry in entries:
-            pos = entry.position
-            slot = self._slots.get(pos)
-            if slot is None:
-                try:
-                    slot = self.slot_of_entry(entry)
-                except Exception:
-                    slot = 0
-                self._slots[pos] = slot
-            if slot in stuck:
-                waiting.append(pos)
-                continue
-            target = self._slot_owner.get(slot) or self.selector.select(slot)
-            if (
-                target is None
-                or not target.available
-                or (limit > 0 and self.total_unacked >= limit)
-            ):
-                waiting.append(pos)
-                stuck.add(slot)
-                continue
-            self._slot_owner[slot] = target
-            self._pending_per_slot[slot] = self._pending_per_slot.get(slot, 0) + 1
-            self._assign(target, entry, out.setdefault(index[id(target)], []))
-            placed += 1
-        return placed, waiting
+    @property
+    def draining_hashes_pending_messages(self) -> int:
+        s = self.key_shared_statistics()
+        return s.draining_hashes_pending_messages if s is not None else 0
+
+    @property
+    def draining_hashes_cleared_total(self) -> int:
+        s = self.key_shared_statistics()
+        return s.draining_hashes_cleared_total if s is not None else 0
+
+    def statistics(self) -> DispatcherStats:
+        return DispatcherStats(
+            len(self.consumers),
+            self.ks.parked_count if self.ks is not None else 0,
+            self.blocked,
+            self.rounds,
+            self.dispatched_entries,
+        )
+
+    def check_invariants(self) -> None:
+        if self.ks is None:
+            return
+        self.ks.check_invariants()
+        outstanding = self.ks.statistics().pending_per_consumer
+        for c in self.consumers:
+            c.check_invariants()
+            assert outstanding.get(c, 0) == len(c.pending), (c, outstanding.get(c, 0))
+        assert not self.replay
+
+    # -- the round
+    def _available_permits(self) -> dict[Consumer, int]:
+        return {c: c.permits for c in self.consumers if c.available}
 
     async def _round(self) -> bool:
-        if self.blocked or self.selector is None:
+        ks = self.ks
+        if self.blocked or ks is None:
             return False
-        permits = sum(c.permits for c in self.consumers if c.available)
-        if permits <= 0:
+        permits = self._available_permits()
+        if not permits:
             return False
-        want = self.entries_to_read(permits)
+        want = self.entries_to_read(sum(permits.values()))
         epoch = self.epoch
-        out: dict[int, list[OutMessage]] = {}
-        stuck: set[int] = set()
-        placed = 0
-        progressed = False
-        if self.replay:
-            positions = self._take_replay(want)
-            entries = await self.cursor.read_positions(positions)
-            if epoch != self.epoch:
+        positions = ks.replay_candidates(permits, want)
+        replays: list[Entry] = []
+        if positions:
+            replays = await self.cursor.read_positions(positions)
+            if epoch != self.epoch or ks is not self.ks:
                 return True
-            for pos in set(positions) - {e.position for e in entries}:
-                self._slots.pop(pos, None)  # acked meanwhile
-            got = len(entries)
-            entries = self._hold_delayed(entries)
-            # what stays in the replay set blocks its slots for this round
-            stuck.update(self._slots[p] for p in self.replay if p in self._slots)
-            placed, waiting = self._place(entries, stuck, out)
-            self.add_replay(waiting)
-            progressed = placed > 0 or got < len(positions)
-        if placed < want and len(self.replay) < self._lookahead_cap:
-            stuck.update(self._slots[p] for p in self.replay if p in self._slots)
-            entries = await self.cursor.read_entries(want - placed)
-            if epoch != self.epoch:
+            got = {e.position for e in replays}
+            missing = [p for p in positions if p not in got]
+            if missing:  # acked or trimmed meanwhile
+                ks.forget(missing)
+        new: list[Entry] = []
+        if len(positions) < want and ks.parked_count < ks.lookahead_limit():
+            new = await self.cursor.read_entries(want - len(positions))
+            if epoch != self.epoch or ks is not self.ks:
                 return True
-            progressed = progressed or bool(entries)
-            entries = self._hold_delayed(entries)
-            n, waiting = self._place(entries, stuck, out)
-            self.add_replay(waiting)
-            placed += n
-        for idx, msgs in out.items():
-            self._flush(self.consumers[idx], msgs)
-        if self.max_unacked > 0 and self.total_unacked >= self.max_unacked:
+            new = self._hold_delayed(new)
+        # from here to the sends: no await
+        replays = sorted(
+            (e for e in replays if ks.guard.is_parked(e.position)),  # not acked meanwhile
+            key=lambda e: e.position,
+        )
+        permits = self._available_permits()
+        limit = self.max_unacked
+        max_entries = max(limit - self.total_unacked, 0) if limit > 0 else None
+        entries = {e.position: e for e in replays}
+        entries.update((e.position, e) for e in new)
+        plan = ks.plan(
+            [PlanEntry(e.position, self._slot(e), self.count_of(e)) for e in replays + new],
+            permits,
+            max_entries=max_entries,
+        )
+        for consumer, assigned in plan.assignments.items():
+            out: list[OutMessage] = []
+            for pos in assigned:
+                self._assign(consumer, entries[pos], out)
+            self._flush(consumer, out)
+        if limit > 0 and self.total_unacked >= limit:
             self.blocked = True
-        return progressed
+        return plan.assigned_count > 0 or bool(new)
 
 
 def new_dispatcher(

@@ -17,7 +17,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from magnetar.broker.consumer import Consumer, SubType
-from magnetar.broker.dispatchers import Dispatcher, MultipleConsumersDispatcher, new_dispatcher
+from magnetar.broker.dispatchers import (
+    Dispatcher,
+    KeySharedDispatcher,
+    MultipleConsumersDispatcher,
+    new_dispatcher,
+)
 from magnetar.broker.ledger.position import Position
 from magnetar.broker.storage import Entry, TopicCursor
 
@@ -43,6 +48,10 @@ class SubscriptionStats:
     unacked: int
     mark_delete: str
     read_position: str
+    # Key_Shared (Pulsar 4 PIP-379 names); 0 for other types
+    draining_hashes_count: int = 0
+    draining_hashes_pending_messages: int = 0
+    draining_hashes_cleared_total: int = 0
 
 
 class Subscription:
@@ -111,8 +120,9 @@ class Subscription:
             )
         try:
             self.dispatcher.add_consumer(consumer)
-        except ValueError as exc:  # Key_Shared: bad or overlapping hash ranges, other mode
-            raise SubscriptionError("ConsumerAssignError", str(exc)) from None
+        except ValueError as exc:  # Key_Shared: bad or overlapping ranges, another policy
+            code = getattr(exc, "code", "ConsumerAssignError")
+            raise SubscriptionError(code, str(exc)) from None
 
     def remove_consumer(self, consumer: Consumer) -> None:
         consumer.closed = True
@@ -210,6 +220,11 @@ class Subscription:
         return dropped
 
     def statistics(self) -> SubscriptionStats:
+        ks = (
+            self.dispatcher.key_shared_statistics()
+            if isinstance(self.dispatcher, KeySharedDispatcher)
+            else None
+        )
         return SubscriptionStats(
             self.name,
             self.sub_type.name.title() if self.sub_type else "None",
@@ -219,6 +234,9 @@ class Subscription:
             self.dispatcher.total_unacked if self.dispatcher else 0,
             str(self.cursor.mark_delete_position),
             str(self.cursor.read_position),
+            ks.draining_hashes_count if ks else 0,
+            ks.draining_hashes_pending_messages if ks else 0,
+            ks.draining_hashes_cleared_total if ks else 0,
         )
 
     def close(self) -> None:

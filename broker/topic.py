@@ -515,6 +515,15 @@ class PersistentTopic:
                 "isDurable": s.durable,
                 "markDeletePosition": s.mark_delete,
                 "readPosition": s.read_position,
+                **(
+                    {
+                        "drainingHashesCount": s.draining_hashes_count,
+                        "drainingHashesPendingMessages": s.draining_hashes_pending_messages,
+                        "drainingHashesClearedTotal": s.draining_hashes_cleared_total,
+                    }
+                    if s.type == "Key_Shared"
+                    else {}
+                ),
                 "consumers": [
                     {
                         "consumerName": c.name,
