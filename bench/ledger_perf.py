@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import functools
+import gc
 import json
 import os
 import pathlib
@@ -67,51 +68,70 @@ async def run(
         retention_time_ms=-1,
         retention_size_bytes=-1,
     )
-    factory = ManagedLedgerFactory(store, BookieClient, config)
+    client_factory = functools.partial(BookieClient, max_batch_entries=args.max_batch_entries)
+    factory = ManagedLedgerFactory(store, client_factory, config)
     ml = await factory.open(f"bench/ns/persistent/perf-{uuid.uuid4().hex[:8]}")
+    configure_gc(args.gc)
     payload = os.urandom(args.entry_bytes)
     latencies: list[float] = []
-    sem = asyncio.Semaphore(args.inflight)
     loop = asyncio.get_running_loop()
     done_count = 0
     errors = 0
+    inflight = 0
     warmup_end = loop.time() + args.warmup
     end = warmup_end + args.seconds
     measuring = False
+    stopping = False
+    drained: asyncio.Future[None] = loop.create_future()
     start_count = 0
     cpu0 = time.process_time()
     bookie_cpu0 = 0.0
+    t_start = loop.time()
+    add_nowait = ml.add_nowait
+    now = loop.time
+
+    # Closed loop without a semaphore (its cost is not the ledger's): every completion
+    # issues the next add from its callback, so completions delivered together issue their
+    # replacements together, as a broker's connections do.
+    def issue() -> None:
+        nonlocal inflight
+        fut = add_nowait(payload)
+        inflight += 1
+        fut.add_done_callback(functools.partial(on_done, now()))
 
     def on_done(t0: float, fut: asyncio.Future[object]) -> None:
-        nonlocal done_count, errors
-        sem.release()
+        nonlocal done_count, errors, inflight
+        inflight -= 1
         if fut.exception() is not None:
             errors += 1
-            return
-        done_count += 1
-        if measuring:
-            latencies.append((loop.time() - t0) * 1000.0)
+        else:
+            done_count += 1
+            if measuring:
+                latencies.append((now() - t0) * 1000.0)
+        if not stopping:
+            issue()
+        elif inflight == 0 and not drained.done():
+            drained.set_result(None)
 
+    for _ in range(args.inflight):
+        issue()
+    await asyncio.sleep(max(0.0, warmup_end - loop.time()))
+    measuring = True
+    start_count = done_count
     t_start = loop.time()
-    while True:
-        now = loop.time()
-        if now >= end:
-            break
-        if not measuring and now >= warmup_end:
-            measuring = True
-            start_count = done_count
-            t_start = now
-            cpu0 = time.process_time()
-            bookie_cpu0 = sum(proc_cpu_s(p) for p in bookie_pids)
-        await sem.acquire()
-        fut = ml.add_nowait(payload)
-        fut.add_done_callback(functools.partial(on_done, loop.time()))
+    cpu0 = time.process_time()
+    bookie_cpu0 = sum(proc_cpu_s(p) for p in bookie_pids)
+    batches0 = batch_counts(ml)
+    await asyncio.sleep(max(0.0, end - loop.time()))
+    measuring = False
     elapsed = loop.time() - t_start
     measured = done_count - start_count
     broker_cpu = time.process_time() - cpu0
     bookie_cpu = sum(proc_cpu_s(p) for p in bookie_pids) - bookie_cpu0
-    for _ in range(args.inflight):
-        await sem.acquire()
+    batches1 = batch_counts(ml)
+    stopping = True
+    if inflight:
+        await drained
     latencies.sort()
     stats = ml.statistics()
     await factory.close()
@@ -137,7 +157,34 @@ async def run(
         "entry_bytes": args.entry_bytes,
         "inflight": args.inflight,
         "loop": args.loop,
+        "entries_per_bookie_batch": round(
+            (batches1[1] - batches0[1]) / max(1, batches1[0] - batches0[0]), 1
+        ),
+        "gc": args.gc,
     }
+
+
+def batch_counts(ml: object) -> tuple[int, int]:
+    """(batches, entries) sent by every bookie client so far (0s for other clients)."""
+    registry = ml.ledger_client.registry  # type: ignore[attr-defined]
+    batches = entries = 0
+    for client in list(registry._clients.values()):
+        stats = getattr(client, "statistics", None)
+        if stats is not None:
+            s = stats()
+            batches += s.batches_sent
+            entries += s.entries_sent
+    return batches, entries
+
+
+def configure_gc(mode: str) -> None:
+    """``default``; ``freeze`` (gc.freeze() after start-up: long-lived objects leave the
+    collected generations); ``high`` (gen-0 threshold 50,000); ``freeze+high``."""
+    if "high" in mode:
+        gc.set_threshold(50_000, 20, 100)
+    if "freeze" in mode:
+        gc.collect()
+        gc.freeze()
 
 
 def main() -> None:
@@ -151,12 +198,19 @@ def main() -> None:
     p.add_argument("--entry-bytes", type=int, default=1024)
     p.add_argument("--inflight", type=int, default=256)
     p.add_argument("--seconds", type=float, default=10.0)
+    p.add_argument("--max-batch-entries", type=int, default=1000, help="per gRPC message")
     p.add_argument("--warmup", type=float, default=2.0)
     p.add_argument(
         "--loop",
         choices=["uvloop", "asyncio"],
         default="uvloop",
         help="event loop (broker: uvloop)",
+    )
+    p.add_argument(
+        "--gc",
+        choices=["default", "freeze", "high", "freeze+high"],
+        default="default",
+        help="garbage collector setting of this (the broker's) process",
     )
     args = p.parse_args()
     with tempfile.TemporaryDirectory(prefix="ledger-perf-") as tmp:
