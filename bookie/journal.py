@@ -5,13 +5,19 @@ Owns: the journal file format, the group-commit writer (one worker thread that w
 
 File ``<journal dir>/<016x file id>.txn``::
 
-    header   : magic b"MGJN" | u32 version (1) | u64 file id            (16 bytes, big-endian)
-    record*  : u32 body length | u32 crc32c(body) | body
+    header   : magic b"MGJN" | u32 version (2) | u64 file id            (16 bytes, big-endian)
+    record*  : u32 body length | u32 record checksum | body
     body     : u8 type | ...
       ENTRIES    (1): u32 count | count x (entry header (32 B, see ENTRY_HEADER) | payload)
       MASTER_KEY (2): u64 ledger | key bytes
       FENCE      (3): u64 ledger
       LAC        (4): u64 ledger | i64 explicit lac
+
+Record checksum (version 2): crc32c of the body, except that an ENTRIES body's payloads are
+left out: the checksum covers the type, the count and every entry header, and each payload is
+covered by the crc32c in its own entry header (verified on receipt and again on replay). So a
+batch is journaled without joining or re-checksumming its payloads: the writer ``writev``s the
+received payload objects as they are. Version 1 files (crc32c of the whole body) still replay.
 
 Group commit: records appended in one loop iteration (and, under load, everything appended while
 the previous ``fdatasync`` ran: double buffering) form a group; a group is handed to the writer
@@ -36,7 +42,7 @@ import logging
 import queue
 import struct
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import crc32c as _crc32c
@@ -46,7 +52,8 @@ from magnetar.bookie.files import AppendFile, FileSystem
 log = logging.getLogger(__name__)
 
 JOURNAL_MAGIC = b"MGJN"
-JOURNAL_VERSION = 1
+JOURNAL_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 FILE_HEADER = struct.Struct(">4sIQ")
 FILE_HEADER_LEN = FILE_HEADER.size
 RECORD_HEADER = struct.Struct(">II")
@@ -115,9 +122,48 @@ def list_journal_ids(fs: FileSystem, directory: str) -> list[int]:
 # -- record encoding ---------------------------------------------------------------------------
 
 
+def _entries_checksum(body: bytes, verify_payloads: bool) -> int | None:
+    """Checksum of an ENTRIES body (type, count, entry headers; not the payloads), or None
+    if the body is malformed or (``verify_payloads``) a payload does not match its crc32c."""
+    n = len(body)
+    if n < ENTRIES_PREFIX.size:
+        return None
+    view = memoryview(body)
+    (count,) = _U32.unpack_from(body, 1)
+    c = _crc(view[: ENTRIES_PREFIX.size])
+    pos = ENTRIES_PREFIX.size
+    unpack = ENTRY_HEADER.unpack_from
+    for _ in range(count):
+        end = pos + ENTRY_HEADER_LEN
+        if end > n:
+            return None
+        c = _crc(view[pos:end], c)
+        payload_crc, length = unpack(body, pos)[3:]
+        pos = end + length
+        if pos > n or (verify_payloads and _crc(view[end:pos]) != payload_crc):
+            return None
+    return c if pos == n else None
+
+
+def record_checksum(body: bytes) -> int:
+    """The record checksum of ``body`` (see the module docstring, version 2)."""
+    if body and body[0] == TYPE_ENTRIES:
+        c = _entries_checksum(body, False)
+        if c is None:
+            raise ValueError("malformed ENTRIES body")
+        return c
+    return _crc(body)
+
+
+def _record_ok(body: bytes, checksum: int, version: int) -> bool:
+    if version == 1 or body[0] != TYPE_ENTRIES:
+        return _crc(body) == checksum
+    return _entries_checksum(body, True) == checksum
+
+
 def frame(body: bytes) -> tuple[bytes, bytes]:
     """(record header, body) for ``body``: what ``Journal.append`` takes."""
-    return RECORD_HEADER.pack(len(body), _crc(body)), body
+    return RECORD_HEADER.pack(len(body), record_checksum(body)), body
 
 
 def encode_entries(count: int, parts: list[bytes]) -> bytes:
@@ -204,7 +250,7 @@ def replay(
                 _report(stats, path, 0, "short file header")
             continue
         magic, version, header_id = FILE_HEADER.unpack_from(data, 0)
-        if magic != JOURNAL_MAGIC or version != JOURNAL_VERSION or header_id != file_id:
+        if magic != JOURNAL_MAGIC or version not in READABLE_VERSIONS or header_id != file_id:
             _report(stats, path, 0, "bad file header")
             continue
         pos = FILE_HEADER_LEN
@@ -224,7 +270,7 @@ def replay(
                 _report(stats, path, pos, f"torn record ({end - body_start} of {length} bytes)")
                 break
             body = data[body_start : body_start + length]
-            if _crc(body) != crc:
+            if not _record_ok(body, crc, version):
                 _report(stats, path, pos, "checksum mismatch")
                 break
             pos = body_start + length
@@ -345,9 +391,16 @@ class Journal:
 
     def append(self, header: bytes, body: bytes) -> asyncio.Future[None]:
         """Queue one framed record; returns its group's future (shared by the group)."""
+        return self.append_parts(header, (body,), len(body))
+
+    def append_parts(
+        self, header: bytes, parts: Sequence[bytes], body_bytes: int
+    ) -> asyncio.Future[None]:
+        """``append`` of a body given as consecutive ``parts`` (``body_bytes`` in all), written
+        with ``writev`` as they are (no join). The parts must not change until synced."""
         if self._failed is not None:
             raise self._failed
-        size = len(header) + len(body)
+        size = len(header) + body_bytes
         if self._offset + size > self._file_size_max and self._offset > FILE_HEADER_LEN:
             if self._pending is not None:
                 self._handoff(self._pending)
@@ -358,7 +411,7 @@ class Journal:
             assert self._loop is not None
             group = self._pending = _Group(self._file_id, self._loop.create_future())
         group.chunks.append(header)
-        group.chunks.append(body)
+        group.chunks.extend(parts)
         group.nbytes += size
         self._offset += size
         self._appended_bytes += size
@@ -534,6 +587,7 @@ __all__ = [
     "ENTRIES_PREFIX",
     "ENTRY_HEADER",
     "ENTRY_HEADER_LEN",
+    "READABLE_VERSIONS",
     "TYPE_ENTRIES",
     "TYPE_FENCE",
     "TYPE_LAC",
@@ -552,5 +606,6 @@ __all__ = [
     "encode_lac",
     "encode_master_key",
     "frame",
+    "record_checksum",
     "replay",
 ]

@@ -10,6 +10,7 @@ import os
 import pathlib
 
 import pytest
+from crc32c import crc32c
 
 from magnetar.bookie.files import FaultyFileSystem
 from magnetar.bookie.journal import ENTRY_HEADER as H
@@ -34,7 +35,7 @@ def entries_body(ledger: int, first: int, count: int, size: int = 100) -> bytes:
     parts = []
     for e in range(first, first + count):
         payload = bytes([e % 251]) * size
-        parts += [H.pack(ledger, e, e - 1, 0, len(payload)), payload]
+        parts += [H.pack(ledger, e, e - 1, crc32c(payload), len(payload)), payload]
     return encode_entries(count, parts)
 
 
@@ -168,3 +169,52 @@ async def test_write_failure_fails_group_and_journal(tmp_path: pathlib.Path) -> 
     with pytest.raises(JournalFailed):
         j.append(*frame(encode_fence(3)))
     await j.close()
+
+
+async def test_append_parts_writes_the_same_record_as_frame(tmp_path: pathlib.Path) -> None:
+    """The add path journals a batch as parts (no join); the bytes equal ``frame(body)``."""
+    body = entries_body(3, 0, 4, size=300)
+    header, _ = frame(body)
+    prefix_len = 5
+    parts = [body[:prefix_len]]
+    pos = prefix_len
+    for _ in range(4):
+        parts += [body[pos : pos + 32], body[pos + 32 : pos + 332]]
+        pos += 332
+    fs = FaultyFileSystem()
+    j = Journal(fs, str(tmp_path))
+    j.start()
+    await j.append_parts(header, parts, len(body))
+    await j.close()
+    (jid,) = list_journal_ids(fs, str(tmp_path))
+    data = (tmp_path / f"{jid:016x}.txn").read_bytes()
+    assert data.endswith(header + body)
+    assert [b for _, b in replay(fs, str(tmp_path), ZERO_MARK)] == [body]
+
+
+def test_payload_damage_is_caught_although_the_record_checksum_skips_payloads(
+    tmp_path: pathlib.Path,
+) -> None:
+    path = _write_journal(tmp_path, 3)
+    size = os.path.getsize(path)
+    with open(path, "r+b") as f:  # the middle of the last entry's 100-byte payload
+        f.seek(size - 50)
+        byte = f.read(1)
+        f.seek(size - 50)
+        f.write(bytes([byte[0] ^ 0x01]))
+    stats = ReplayStats()
+    assert _replayed_ids(tmp_path, stats) == list(range(20))
+    assert [reason for _, _, reason in stats.corrupt_tails] == ["checksum mismatch"]
+
+
+def test_version_1_files_still_replay(tmp_path: pathlib.Path) -> None:
+    """Version 1 records carry crc32c of the whole body."""
+    import struct
+
+    body = entries_body(9, 0, 2)
+    file_id = 5
+    data = struct.pack(">4sIQ", b"MGJN", 1, file_id) + struct.pack(">II", len(body), crc32c(body))
+    (tmp_path / f"{file_id:016x}.txn").write_bytes(data + body)
+    stats = ReplayStats()
+    assert _replayed_ids(tmp_path, stats) == [0, 1]
+    assert stats.corrupt_tails == []
