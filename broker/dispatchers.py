@@ -7,7 +7,11 @@ and the two dispatchers that drive a cursor with them:
 
 - ``SingleActiveConsumerDispatcher`` (Exclusive, Failover): only the active consumer gets
   entries, in cursor order; an active change or a redeliver-all rewinds the cursor to the
-  first unacked entry; redelivery counts stay 0 (Pulsar's disabled tracker).
+  first unacked entry; redelivery counts stay 0 (Pulsar's disabled tracker). A Failover
+  switch while the previous active consumer is still attached (a better-sorted consumer
+  joined) and holding unacked messages waits ``ACTIVE_CONSUMER_FAILOVER_DELAY_MS`` before
+  dispatching to the new one, so the old one's acks land first (Pulsar waits too; unlike
+  Pulsar, the switch is immediate when the old one left or held nothing: no duplicates).
 - ``MultipleConsumersDispatcher`` (Shared): replays first (redelivered / orphaned entries, in
   position order), then new entries; one entry to one consumer; a consumer blocks at its
   unacked limit and resumes at half; the subscription blocks at its own limit likewise;
@@ -65,6 +69,9 @@ MAX_READ_ENTRIES = 100
 #: behind a publish flood without bound. 16 rounds (<= 1,600 entries) keep up, and the turn
 #: stays bounded.
 DISPATCH_ROUNDS_PER_TURN = 16
+#: Failover: how long a switch of the active consumer waits while the previous active
+#: consumer is still attached (Pulsar's activeConsumerFailoverDelayTimeMillis).
+ACTIVE_CONSUMER_FAILOVER_DELAY_MS = 1000
 #: Weight of the past in the moving average of messages per entry (Pulsar's Consumer uses 0.9).
 AVG_MSGS_PER_ENTRY_WEIGHT = 0.9
 
@@ -280,11 +287,17 @@ class SingleActiveConsumerDispatcher(Dispatcher):
         redelivery: dict[Position, int],
         sub_type: SubType,
         partition_index: int = -1,
+        *,
+        failover_delay_ms: int = ACTIVE_CONSUMER_FAILOVER_DELAY_MS,
     ) -> None:
         super().__init__(cursor, count_of, redelivery)
         self.sub_type = sub_type
         self.partition_index = partition_index
         self.active: Consumer | None = None
+        self.failover_delay_ms = failover_delay_ms
+        self.switching = False  # a Failover switch waits for the old active consumer
+        self._switch_from: Consumer | None = None
+        self._switch_timer: asyncio.TimerHandle | None = None
 
     def __repr__(self) -> str:
         active = self.active.name if self.active else None
@@ -296,14 +309,50 @@ class SingleActiveConsumerDispatcher(Dispatcher):
             return
         old = self.active
         self.active = new
+        in_flight = False  # had the old active consumer messages it might still ack?
         if old is not None:
             for pos in old.take_all_pending():
                 self.owner.pop(pos, None)
+                in_flight = True
         self.epoch += 1
         self.cursor.rewind()
+        self._cancel_switch()
+        if (
+            self.sub_type is SubType.FAILOVER
+            and old is not None
+            and new is not None
+            and old in self.consumers
+            and in_flight
+            and self.failover_delay_ms > 0
+        ):
+            # the old active consumer is still attached and may still ack what it has:
+            # wait before re-sending the unacked entries to the new one (fewer duplicates)
+            self.switching = True
+            self._switch_from = old
+            self._switch_timer = asyncio.get_running_loop().call_later(
+                self.failover_delay_ms / 1000.0, self._switch_done
+            )
         for c in self.consumers:
             if c.sink is not None:
                 c.sink.send_active_consumer_change(c, c is new)
+
+    def _switch_done(self) -> None:
+        self._switch_timer = None
+        self.switching = False
+        self._switch_from = None
+        self.cursor.rewind()  # skip what the old consumer acked meanwhile
+        self.schedule()
+
+    def _cancel_switch(self) -> None:
+        self.switching = False
+        self._switch_from = None
+        if self._switch_timer is not None:
+            self._switch_timer.cancel()
+            self._switch_timer = None
+
+    def close(self) -> None:
+        super().close()
+        self._cancel_switch()
 
     def add_consumer(self, consumer: Consumer) -> None:
         self.consumers.append(consumer)
@@ -322,6 +371,10 @@ class SingleActiveConsumerDispatcher(Dispatcher):
             self.consumers.remove(consumer)
         for pos in consumer.take_all_pending():
             self.owner.pop(pos, None)
+        if consumer is self._switch_from:  # the old active consumer left: switch now
+            self._cancel_switch()
+            self.epoch += 1
+            self.cursor.rewind()
         if consumer is self.active:
             self.active = None
             self.epoch += 1
@@ -344,7 +397,7 @@ class SingleActiveConsumerDispatcher(Dispatcher):
 
     async def _round(self) -> bool:
         consumer = self.active
-        if consumer is None or not consumer.available:
+        if consumer is None or not consumer.available or self.switching:
             return False
         epoch = self.epoch
         entries = await self.cursor.read_entries(self.entries_to_read(consumer.permits))

@@ -325,3 +325,66 @@ async def test_key_shared_keeps_keys_on_one_consumer_and_order_when_one_joins() 
         for m in msgs:
             per_key.setdefault(m.position.entry_id % 20, []).append(m.position.entry_id)
         assert all(v == sorted(v) for v in per_key.values())
+
+
+async def test_failover_switch_waits_for_the_old_active_consumer() -> None:
+    """A better-sorted consumer joins: the switch waits (Pulsar's failover delay) so what
+    the old active consumer acks meanwhile is not sent again to the new one."""
+    from magnetar.broker.dispatchers import SingleActiveConsumerDispatcher
+
+    ledger = MemoryLedger("t", 15)
+    await ledger.add_entries([entry() for _ in range(4)])
+    sub = await make_sub(ledger)
+    sink = Sink()
+    b = consumer(2, SubType.FAILOVER, sink, name="b")
+    sub.add_consumer(b)
+    d = sub.dispatcher
+    assert isinstance(d, SingleActiveConsumerDispatcher)
+    d.failover_delay_ms = 200
+    sub.flow(b, 10)
+    await settle()
+    assert sink.got(2) == [0, 1, 2, 3]
+    a = consumer(1, SubType.FAILOVER, sink, name="a")
+    sub.add_consumer(a)  # "a" sorts first: active, but only after the delay
+    sub.flow(a, 10)
+    await settle()
+    assert d.active is a and d.switching and sink.got(1) == []
+    await sub.ack_individual(b, [(Position(15, 0), None), (Position(15, 1), None)])
+    for _ in range(500):  # bounded wait on the condition (the delay timer)
+        if sink.got(1):
+            break
+        await asyncio.sleep(0.01)
+    await settle()
+    assert sink.got(1) == [2, 3]  # not 0 and 1: acked by b during the delay
+    assert not d.switching
+
+
+async def test_failover_switch_is_immediate_when_the_old_active_leaves() -> None:
+    from magnetar.broker.dispatchers import SingleActiveConsumerDispatcher
+
+    ledger = MemoryLedger("t", 16)
+    await ledger.add_entries([entry() for _ in range(3)])
+    sub = await make_sub(ledger)
+    sink = Sink()
+    b = consumer(2, SubType.FAILOVER, sink, name="b")
+    c = consumer(3, SubType.FAILOVER, sink, name="c")
+    sub.add_consumer(b)
+    sub.add_consumer(c)
+    d = sub.dispatcher
+    assert isinstance(d, SingleActiveConsumerDispatcher)
+    d.failover_delay_ms = 60_000  # never fires within this test
+    sub.flow(b, 10)
+    sub.flow(c, 10)
+    await settle()
+    assert sink.got(2) == [0, 1, 2]
+    a = consumer(1, SubType.FAILOVER, sink, name="a")
+    sub.add_consumer(a)
+    sub.flow(a, 10)
+    await settle()
+    assert d.switching and sink.got(1) == []
+    sub.remove_consumer(b)  # the previous active left: nobody can ack, switch now
+    await settle()
+    assert sink.got(1) == [0, 1, 2] and not d.switching
+    sub.remove_consumer(a)  # the active leaves: immediate too
+    await settle()
+    assert sink.got(3) == [0, 1, 2]
