@@ -49,6 +49,25 @@ class BrokerConfig:
     # retention defaults (0 = keep nothing after acknowledgement, as Pulsar)
     default_retention_time_in_minutes: int = 0
     default_retention_size_in_mb: int = 0
+    retention_check_interval_in_seconds: int = 120
+    # message lifecycle policies (broker defaults; namespace policies override them)
+    ttl_duration_default_in_seconds: int = 0
+    message_expiry_check_interval_in_minutes: int = 5
+    backlog_quota_check_enabled: bool = True
+    backlog_quota_check_interval_in_seconds: int = 60
+    backlog_quota_default_limit_bytes: int = -1
+    backlog_quota_default_limit_second: int = -1
+    backlog_quota_default_retention_policy: str = "producer_request_hold"
+    max_producers_per_topic: int = 0
+    max_consumers_per_topic: int = 0
+    delayed_delivery_enabled: bool = True
+    delayed_delivery_tick_time_millis: int = 1000
+    max_publish_rate_per_topic_in_messages: int = 0
+    max_publish_rate_per_topic_in_bytes: int = 0
+    dispatch_throttling_rate_per_topic_in_msg: int = 0
+    dispatch_throttling_rate_per_topic_in_byte: int = 0
+    dispatch_throttling_rate_per_subscription_in_msg: int = 0
+    dispatch_throttling_rate_per_subscription_in_byte: int = 0
 
     @property
     def service_url(self) -> str:

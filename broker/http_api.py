@@ -18,6 +18,12 @@ from urllib.parse import unquote
 
 from aiohttp import web
 
+from magnetar.broker.policies import (
+    NAMESPACE_POLICIES,
+    PolicyError,
+    remove_backlog_quota,
+    set_backlog_quota,
+)
 from magnetar.broker.resources import (
     InvalidResource,
     PreconditionFailed,
@@ -148,6 +154,16 @@ class AdminApi:
         r.add_delete("/admin/v2/namespaces/{tenant}/{namespace}", self.delete_namespace)
         r.add_get("/admin/v2/namespaces/{tenant}/{namespace}/topics", self.namespace_topics)
         r.add_get("/admin/v2/namespaces/{tenant}/{namespace}/bundles", self.namespace_bundles)
+        # namespace policies (Pulsar's paths and JSON shapes; see policies.py)
+        ns_base = "/admin/v2/namespaces/{tenant}/{namespace}/"
+        for name in NAMESPACE_POLICIES:
+            r.add_get(ns_base + name, self._policy_handler(name, "get"))
+            r.add_post(ns_base + name, self._policy_handler(name, "set"))
+            r.add_put(ns_base + name, self._policy_handler(name, "set"))
+            r.add_delete(ns_base + name, self._policy_handler(name, "clear"))
+        r.add_get(ns_base + "backlogQuotaMap", self.get_backlog_quota_map)
+        r.add_post(ns_base + "backlogQuota", self.set_backlog_quota)
+        r.add_delete(ns_base + "backlogQuota", self.remove_backlog_quota)
         # topics
         base = "/admin/v2/{domain}/{tenant}/{namespace}"
         r.add_get(base, self.list_topics)
@@ -251,6 +267,55 @@ class AdminApi:
         m = request.match_info
         policies = await self.resources.get_policies(m["tenant"], m["namespace"])
         return _json(policies.get("bundles") or {})
+
+    def _policy_handler(self, name: str, op: str) -> Handler:
+        route = NAMESPACE_POLICIES[name]
+
+        async def handle(request: web.Request) -> web.Response:
+            m = request.match_info
+            tenant, namespace = m["tenant"], m["namespace"]
+            policies = await self.resources.get_policies(tenant, namespace)
+            cluster = self.resources.cluster
+            if op == "get":
+                return _json(route.show(policies, cluster))
+            if op == "set":
+                body = await _body_json(request)
+                try:
+                    changes = route.store(body, policies, cluster)
+                except PolicyError as exc:
+                    raise InvalidResource(str(exc)) from None
+            else:
+                changes = route.clear(policies, cluster)
+            await self.resources.update_policies(tenant, namespace, changes)
+            return _no_content()
+
+        return handle
+
+    async def get_backlog_quota_map(self, request: web.Request) -> web.Response:
+        m = request.match_info
+        policies = await self.resources.get_policies(m["tenant"], m["namespace"])
+        return _json(policies.get("backlog_quota_map") or {})
+
+    async def set_backlog_quota(self, request: web.Request) -> web.Response:
+        m = request.match_info
+        policies = await self.resources.get_policies(m["tenant"], m["namespace"])
+        body = await _body_json(request)
+        try:
+            changes = set_backlog_quota(policies, body, request.query.get("backlogQuotaType"))
+        except PolicyError as exc:
+            raise InvalidResource(str(exc)) from None
+        await self.resources.update_policies(m["tenant"], m["namespace"], changes)
+        return _no_content()
+
+    async def remove_backlog_quota(self, request: web.Request) -> web.Response:
+        m = request.match_info
+        policies = await self.resources.get_policies(m["tenant"], m["namespace"])
+        try:
+            changes = remove_backlog_quota(policies, request.query.get("backlogQuotaType"))
+        except PolicyError as exc:
+            raise InvalidResource(str(exc)) from None
+        await self.resources.update_policies(m["tenant"], m["namespace"], changes)
+        return _no_content()
 
     # -- topics -----------------------------------------------------------------------------
     async def list_topics(self, request: web.Request) -> web.Response:

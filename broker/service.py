@@ -29,6 +29,7 @@ from magnetar.broker.config import BrokerConfig
 from magnetar.broker.naming import InvalidTopicName, TopicName
 from magnetar.broker.nonpersistent import NonPersistentTopic
 from magnetar.broker.ownership import NamespaceBundle, OwnerInfo, OwnershipCache
+from magnetar.broker.policy_manager import PolicyManager
 from magnetar.broker.resources import (
     PreconditionFailed,
     ResourceConflict,
@@ -40,6 +41,7 @@ from magnetar.broker.resources import (
 from magnetar.broker.storage import TopicStorageFactory
 from magnetar.broker.subscription import SubscriptionError
 from magnetar.broker.topic import PersistentTopic
+from magnetar.zk.clock import Clock
 from magnetar.zk.store import MetadataStore
 
 log = logging.getLogger(__name__)
@@ -67,6 +69,8 @@ class BrokerService:
         config: BrokerConfig,
         store: MetadataStore,
         storage: TopicStorageFactory,
+        *,
+        clock: Clock | None = None,
     ) -> None:
         self.config = config
         self.store = store
@@ -81,6 +85,7 @@ class BrokerService:
         self.connections: set[Any] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
         self.closed = False
+        self.policies = PolicyManager(self, clock)
 
     def __repr__(self) -> str:
         return f"<BrokerService {self.service_url} topics={len(self.topics)}>"
@@ -128,12 +133,14 @@ class BrokerService:
             )
         except ResourceConflict:
             pass
+        self.policies.start()
         log.info("broker service listening on %s", self.service_url)
 
     async def close(self) -> None:
         if self.closed:
             return
         self.closed = True
+        self.policies.close()
         if self._server is not None:
             self._server.close()
         for topic in list(self.topics.values()):
@@ -266,6 +273,9 @@ class BrokerService:
                 raise ServiceError("TopicNotFound", f"Namespace {tn.namespace_name} does not exist")
             np_topic: Any = NonPersistentTopic(tn)
             self.topics[tn.full] = np_topic
+            self.policies.attach(
+                np_topic, await self.policies.policies_for(tn.tenant, tn.namespace)
+            )
             log.info("created non-persistent topic %s", tn.full)
             return np_topic  # type: ignore[no-any-return]
         ml_name = tn.managed_ledger_name
@@ -274,26 +284,20 @@ class BrokerService:
                 return None
             if not await self.resources.namespace_exists(tn.tenant, tn.namespace):
                 raise ServiceError("TopicNotFound", f"Namespace {tn.namespace_name} does not exist")
-        dedup = self.config.broker_deduplication_enabled
-        try:  # the namespace policy overrides the broker default, as in Pulsar
-            policy = (await self.resources.get_policies(tn.tenant, tn.namespace)).get(
-                "deduplicationEnabled"
-            )
-            if isinstance(policy, bool):
-                dedup = policy
-        except ResourceError:
-            pass
+        # namespace policies override the broker defaults, as in Pulsar (and are watched)
+        policies = await self.policies.policies_for(tn.tenant, tn.namespace)
         ledger = await self.storage.open(ml_name)
         topic = PersistentTopic(
             tn,
             ledger,
-            dedup_enabled=dedup,
-            max_unacked_per_consumer=self.config.max_unacked_messages_per_consumer,
-            max_unacked_per_subscription=self.config.max_unacked_messages_per_subscription,
+            dedup_enabled=policies.deduplication,
+            max_unacked_per_consumer=policies.max_unacked_per_consumer,
+            max_unacked_per_subscription=policies.max_unacked_per_subscription,
         )
         await topic.load()
         topic.on_fenced = self._on_topic_fenced
         self.topics[tn.full] = topic
+        self.policies.attach(topic, policies)
         log.info("loaded topic %s", tn.full)
         return topic
 

@@ -34,12 +34,14 @@ class InProcessBroker:
         *,
         metadata_url: str | None = None,
         managed_ledger: dict[str, Any] | None = None,
+        clock: Any = None,
         **config: Any,
     ):
         self.metadata = metadata or MemoryMetadataServer()
         self.metadata_url = metadata_url
         self.managed_ledger = managed_ledger
         self.storage = storage
+        self.clock = clock  # a magnetar.zk.clock.Clock for the broker's timers (policies)
         defaults = {
             "broker_service_port": 0,
             "bind_address": "127.0.0.1",
@@ -89,7 +91,7 @@ class InProcessBroker:
                     self.storage = ManagedLedgerStorage(factory)
                 else:
                     self.storage = MemoryStorageFactory()
-            service = BrokerService(self.config, store, self.storage)
+            service = BrokerService(self.config, store, self.storage, clock=self.clock)
             await service.start()
             return service
 

@@ -1,0 +1,400 @@
+"""Message lifecycle policies: the model, Pulsar's JSON shapes, and resolution.
+
+Owns: ``TopicPolicies`` (what a loaded topic obeys: TTL, retention, backlog quotas, producer
+and consumer caps, unacked limits, deduplication, delayed delivery, publish and dispatch
+rates), ``resolve_policies`` (broker default -> namespace policies; a namespace value that is
+absent or ``null`` falls back to the broker default, as in Pulsar), and ``NAMESPACE_POLICIES``:
+the table that maps each REST path segment under ``/admin/v2/namespaces/{t}/{ns}/`` to its
+field in the namespace Policies JSON (Pulsar's names: ``message_ttl_in_seconds``,
+``retention_policies``, ``backlog_quota_map``, ``max_producers_per_topic``, ...) with the
+body validation Pulsar does.
+Pure: no I/O, no asyncio. Must not know: HTTP, topics, the metadata store.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from magnetar.broker.config import BrokerConfig
+
+
+class PolicyError(ValueError):
+    """A policy body Pulsar would refuse (HTTP 400/412)."""
+
+
+class BacklogQuotaType(enum.Enum):
+    DESTINATION_STORAGE = "destination_storage"
+    MESSAGE_AGE = "message_age"
+
+
+class RetentionPolicy(enum.Enum):
+    PRODUCER_REQUEST_HOLD = "producer_request_hold"
+    PRODUCER_EXCEPTION = "producer_exception"
+    CONSUMER_BACKLOG_EVICTION = "consumer_backlog_eviction"
+
+
+@dataclass(frozen=True, slots=True)
+class BacklogQuota:
+    limit_size: int = -1
+    """Bytes of backlog (destination_storage); -1 = no limit."""
+    limit_time_s: int = -1
+    """Age in seconds of the oldest unacknowledged message (message_age); -1 = no limit."""
+    policy: RetentionPolicy = RetentionPolicy.PRODUCER_REQUEST_HOLD
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "limitSize": self.limit_size,
+            "limitTime": self.limit_time_s,
+            "policy": self.policy.value,
+        }
+
+    @classmethod
+    def from_json(cls, data: Any) -> BacklogQuota:
+        if not isinstance(data, dict):
+            raise PolicyError("BacklogQuota must be a JSON object")
+        try:
+            policy = RetentionPolicy(data.get("policy") or "producer_request_hold")
+        except ValueError:
+            raise PolicyError(f"Unknown backlog quota policy {data.get('policy')!r}") from None
+        size = data.get("limitSize", data.get("limit", -1))
+        time_s = data.get("limitTime", -1)
+        return cls(_int(size, "limitSize"), _int(time_s, "limitTime"), policy)
+
+
+@dataclass(frozen=True, slots=True)
+class Rate:
+    """A throttling rate: at most ``msgs`` messages and ``bytes_`` bytes per ``period_s``;
+    a value <= 0 means that dimension is not limited."""
+
+    msgs: int = -1
+    bytes_: int = -1
+    period_s: int = 1
+
+    @property
+    def enabled(self) -> bool:
+        return self.msgs > 0 or self.bytes_ > 0
+
+
+NO_RATE = Rate()
+
+
+@dataclass(frozen=True, slots=True)
+class TopicPolicies:
+    message_ttl_s: int = 0
+    retention_time_minutes: int = 0
+    retention_size_mb: int = 0
+    backlog_quotas: tuple[tuple[BacklogQuotaType, BacklogQuota], ...] = ()
+    max_producers: int = 0
+    max_consumers: int = 0
+    max_unacked_per_consumer: int = 50_000
+    max_unacked_per_subscription: int = 200_000
+    deduplication: bool = False
+    delayed_delivery: bool = True
+    delayed_delivery_tick_ms: int = 1_000
+    publish_rate: Rate = NO_RATE
+    dispatch_rate: Rate = NO_RATE
+    """Per topic (all subscriptions together)."""
+    subscription_dispatch_rate: Rate = NO_RATE
+    """Per subscription."""
+
+    def quota(self, kind: BacklogQuotaType) -> BacklogQuota | None:
+        for k, q in self.backlog_quotas:
+            if k is kind:
+                return q
+        return None
+
+    @property
+    def retention_time_ms(self) -> int:
+        m = self.retention_time_minutes
+        return -1 if m < 0 else m * 60_000
+
+    @property
+    def retention_size_bytes(self) -> int:
+        mb = self.retention_size_mb
+        return -1 if mb < 0 else mb << 20
+
+
+def _int(value: Any, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise PolicyError(f"{name} must be an integer")
+    return value
+
+
+def _rate_of(data: Any, msg_key: str, byte_key: str) -> Rate:
+    if not isinstance(data, dict):
+        return NO_RATE
+    return Rate(
+        int(data.get(msg_key, -1) or -1),
+        int(data.get(byte_key, -1) or -1),
+        max(1, int(data.get("ratePeriodInSecond", 1) or 1)),
+    )
+
+
+def _cluster_value(value: Any, cluster: str) -> Any:
+    """Pulsar keeps rates per cluster (``{"<cluster>": {...}}``)."""
+    if isinstance(value, dict):
+        return value.get(cluster)
+    return None
+
+
+def resolve_policies(config: BrokerConfig, ns: dict[str, Any]) -> TopicPolicies:
+    """Broker defaults overridden by the namespace Policies JSON (Pulsar's field names)."""
+    cluster = config.cluster_name
+
+    def num(key: str, default: int) -> int:
+        v = ns.get(key)
+        return v if isinstance(v, int) and not isinstance(v, bool) else default
+
+    retention = ns.get("retention_policies")
+    if isinstance(retention, dict):
+        r_time = int(retention.get("retentionTimeInMinutes", 0))
+        r_size = int(retention.get("retentionSizeInMB", 0))
+    else:
+        r_time = config.default_retention_time_in_minutes
+        r_size = config.default_retention_size_in_mb
+    quotas: dict[BacklogQuotaType, BacklogQuota] = {}
+    default_policy = RetentionPolicy(config.backlog_quota_default_retention_policy)
+    if config.backlog_quota_default_limit_bytes > 0:
+        quotas[BacklogQuotaType.DESTINATION_STORAGE] = BacklogQuota(
+            config.backlog_quota_default_limit_bytes, -1, default_policy
+        )
+    if config.backlog_quota_default_limit_second > 0:
+        quotas[BacklogQuotaType.MESSAGE_AGE] = BacklogQuota(
+            -1, config.backlog_quota_default_limit_second, default_policy
+        )
+    quota_map = ns.get("backlog_quota_map")
+    if isinstance(quota_map, dict):
+        for kind in BacklogQuotaType:
+            if kind.value in quota_map:
+                try:
+                    quotas[kind] = BacklogQuota.from_json(quota_map[kind.value])
+                except PolicyError:
+                    pass
+    dedup = ns.get("deduplicationEnabled")
+    delayed = ns.get("delayed_delivery_policies")
+    publish = _cluster_value(ns.get("publishMaxMessageRate"), cluster)
+    if publish is None:
+        publish_rate = Rate(
+            config.max_publish_rate_per_topic_in_messages,
+            config.max_publish_rate_per_topic_in_bytes,
+        )
+    else:
+        publish_rate = _rate_of(
+            publish, "publishThrottlingRateInMsg", "publishThrottlingRateInByte"
+        )
+    topic_dispatch = _cluster_value(ns.get("topicDispatchRate"), cluster)
+    if topic_dispatch is None:
+        dispatch_rate = Rate(
+            config.dispatch_throttling_rate_per_topic_in_msg,
+            config.dispatch_throttling_rate_per_topic_in_byte,
+        )
+    else:
+        dispatch_rate = _rate_of(
+            topic_dispatch, "dispatchThrottlingRateInMsg", "dispatchThrottlingRateInByte"
+        )
+    sub_dispatch = _cluster_value(ns.get("subscriptionDispatchRate"), cluster)
+    if sub_dispatch is None:
+        sub_rate = Rate(
+            config.dispatch_throttling_rate_per_subscription_in_msg,
+            config.dispatch_throttling_rate_per_subscription_in_byte,
+        )
+    else:
+        sub_rate = _rate_of(
+            sub_dispatch, "dispatchThrottlingRateInMsg", "dispatchThrottlingRateInByte"
+        )
+    return TopicPolicies(
+        message_ttl_s=num("message_ttl_in_seconds", config.ttl_duration_default_in_seconds),
+        retention_time_minutes=r_time,
+        retention_size_mb=r_size,
+        backlog_quotas=tuple(sorted(quotas.items(), key=lambda kv: kv[0].value)),
+        max_producers=num("max_producers_per_topic", config.max_producers_per_topic),
+        max_consumers=num("max_consumers_per_topic", config.max_consumers_per_topic),
+        max_unacked_per_consumer=num(
+            "max_unacked_messages_per_consumer", config.max_unacked_messages_per_consumer
+        ),
+        max_unacked_per_subscription=num(
+            "max_unacked_messages_per_subscription", config.max_unacked_messages_per_subscription
+        ),
+        deduplication=dedup if isinstance(dedup, bool) else config.broker_deduplication_enabled,
+        delayed_delivery=(
+            bool(delayed.get("active", True))
+            if isinstance(delayed, dict)
+            else config.delayed_delivery_enabled
+        ),
+        delayed_delivery_tick_ms=(
+            int(delayed.get("tickTime", config.delayed_delivery_tick_time_millis))
+            if isinstance(delayed, dict)
+            else config.delayed_delivery_tick_time_millis
+        ),
+        publish_rate=publish_rate,
+        dispatch_rate=dispatch_rate,
+        subscription_dispatch_rate=sub_rate,
+    )
+
+
+# -- the REST table ------------------------------------------------------------------------
+# Each entry: how a POST body becomes the stored value(s), and how GET shows them.
+# ``store`` returns the changes to merge into the Policies JSON (None deletes a key);
+# ``show`` turns the Policies JSON into the GET answer; ``clear`` is what DELETE merges.
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyRoute:
+    name: str
+    store: Callable[[Any, dict[str, Any], str], dict[str, Any]]
+    show: Callable[[dict[str, Any], str], Any]
+    clear: Callable[[dict[str, Any], str], dict[str, Any]]
+
+
+def _non_negative_int(body: Any, what: str) -> int:
+    value = _int(body, what)
+    if value < 0:
+        raise PolicyError(f"{what} must be 0 or more")
+    return value
+
+
+def _scalar(name: str, key: str, kind: str = "int") -> PolicyRoute:
+    def store(body: Any, policies: dict[str, Any], cluster: str) -> dict[str, Any]:
+        if kind == "bool":
+            if not isinstance(body, bool):
+                raise PolicyError(f"{name} must be a boolean")
+            return {key: body}
+        return {key: _non_negative_int(body, name)}
+
+    return PolicyRoute(
+        name,
+        store,
+        lambda p, c: p.get(key),
+        lambda p, c: {key: None},
+    )
+
+
+def _store_retention(body: Any, policies: dict[str, Any], cluster: str) -> dict[str, Any]:
+    if not isinstance(body, dict):
+        raise PolicyError("RetentionPolicies must be a JSON object")
+    t = _int(body.get("retentionTimeInMinutes", 0), "retentionTimeInMinutes")
+    s = _int(body.get("retentionSizeInMB", 0), "retentionSizeInMB")
+    if t < -1 or s < -1:
+        raise PolicyError("Retention values must be -1 (infinite), 0 or more")
+    return {"retention_policies": {"retentionTimeInMinutes": t, "retentionSizeInMB": s}}
+
+
+def _store_delayed(body: Any, policies: dict[str, Any], cluster: str) -> dict[str, Any]:
+    if not isinstance(body, dict):
+        raise PolicyError("DelayedDeliveryPolicies must be a JSON object")
+    active = body.get("active", True)
+    if not isinstance(active, bool):
+        raise PolicyError("active must be a boolean")
+    tick = _non_negative_int(body.get("tickTime", 1000), "tickTime")
+    out: dict[str, Any] = {"active": active, "tickTime": tick}
+    if "maxDeliveryDelayInMillis" in body:
+        out["maxDeliveryDelayInMillis"] = _int(body["maxDeliveryDelayInMillis"], "maxDelay")
+    return {"delayed_delivery_policies": out}
+
+
+def _rate_route(name: str, key: str, fields: tuple[str, ...]) -> PolicyRoute:
+    def store(body: Any, policies: dict[str, Any], cluster: str) -> dict[str, Any]:
+        if not isinstance(body, dict):
+            raise PolicyError(f"{name} must be a JSON object")
+        rate: dict[str, Any] = {}
+        for f in fields:
+            rate[f] = _int(body.get(f, -1), f)
+        if "ratePeriodInSecond" in fields and rate["ratePeriodInSecond"] <= 0:
+            rate["ratePeriodInSecond"] = 1
+        if key != "publishMaxMessageRate":
+            rate["relativeToPublishRate"] = bool(body.get("relativeToPublishRate", False))
+        per_cluster = dict(policies.get(key) or {})
+        per_cluster[cluster] = rate
+        return {key: per_cluster}
+
+    def show(policies: dict[str, Any], cluster: str) -> Any:
+        return _cluster_value(policies.get(key), cluster)
+
+    def clear(policies: dict[str, Any], cluster: str) -> dict[str, Any]:
+        per_cluster = dict(policies.get(key) or {})
+        per_cluster.pop(cluster, None)
+        return {key: per_cluster or None}
+
+    return PolicyRoute(name, store, show, clear)
+
+
+_DISPATCH_FIELDS = (
+    "dispatchThrottlingRateInMsg",
+    "dispatchThrottlingRateInByte",
+    "ratePeriodInSecond",
+)
+
+NAMESPACE_POLICIES: dict[str, PolicyRoute] = {
+    r.name: r
+    for r in (
+        _scalar("messageTTL", "message_ttl_in_seconds"),
+        PolicyRoute(
+            "retention",
+            _store_retention,
+            lambda p, c: p.get("retention_policies"),
+            lambda p, c: {"retention_policies": None},
+        ),
+        _scalar("maxProducersPerTopic", "max_producers_per_topic"),
+        _scalar("maxConsumersPerTopic", "max_consumers_per_topic"),
+        _scalar("maxUnackedMessagesPerConsumer", "max_unacked_messages_per_consumer"),
+        _scalar("maxUnackedMessagesPerSubscription", "max_unacked_messages_per_subscription"),
+        _scalar("deduplication", "deduplicationEnabled", "bool"),
+        PolicyRoute(
+            "delayedDelivery",
+            _store_delayed,
+            lambda p, c: p.get("delayed_delivery_policies"),
+            lambda p, c: {"delayed_delivery_policies": None},
+        ),
+        _rate_route(
+            "publishRate",
+            "publishMaxMessageRate",
+            ("publishThrottlingRateInMsg", "publishThrottlingRateInByte"),
+        ),
+        _rate_route("dispatchRate", "topicDispatchRate", _DISPATCH_FIELDS),
+        _rate_route("subscriptionDispatchRate", "subscriptionDispatchRate", _DISPATCH_FIELDS),
+    )
+}
+"""REST path segment -> how to store, show and clear it."""
+
+
+def set_backlog_quota(
+    policies: dict[str, Any], body: Any, quota_type: str | None
+) -> dict[str, Any]:
+    """The changes for ``POST .../backlogQuota?backlogQuotaType=...``."""
+    try:
+        kind = BacklogQuotaType(quota_type or "destination_storage")
+    except ValueError:
+        raise PolicyError(f"Unknown backlogQuotaType {quota_type!r}") from None
+    quota = BacklogQuota.from_json(body)
+    quota_map = dict(policies.get("backlog_quota_map") or {})
+    quota_map[kind.value] = quota.to_json()
+    return {"backlog_quota_map": quota_map}
+
+
+def remove_backlog_quota(policies: dict[str, Any], quota_type: str | None) -> dict[str, Any]:
+    try:
+        kind = BacklogQuotaType(quota_type or "destination_storage")
+    except ValueError:
+        raise PolicyError(f"Unknown backlogQuotaType {quota_type!r}") from None
+    quota_map = dict(policies.get("backlog_quota_map") or {})
+    quota_map.pop(kind.value, None)
+    return {"backlog_quota_map": quota_map}
+
+
+__all__ = [
+    "NAMESPACE_POLICIES",
+    "NO_RATE",
+    "BacklogQuota",
+    "BacklogQuotaType",
+    "PolicyError",
+    "PolicyRoute",
+    "Rate",
+    "RetentionPolicy",
+    "TopicPolicies",
+    "remove_backlog_quota",
+    "resolve_policies",
+    "set_backlog_quota",
+]

@@ -1,0 +1,389 @@
+"""Applies namespace policies to the loaded topics of one broker, live.
+
+Owns: the per-topic policy state (resolved ``TopicPolicies``, publish and dispatch rate
+limiters, the backlog-quota verdict, sends held by ``producer_request_hold``), the watch on
+``/admin/policies/<tenant>/<ns>`` (metadata-store notifications; each one re-reads the node,
+which re-arms the watch, and re-applies the policies to that namespace's loaded topics),
+the periodic message-expiry (TTL) and backlog-quota checks on an injected ``Clock``, and the
+small hooks the connection calls: ``check_producer``, ``check_consumer``, ``publish``.
+
+Applying a policy to a loaded topic changes: deduplication on/off, unacked limits (topic,
+subscriptions, dispatchers, consumers), delayed delivery on/off, the managed ledger's
+retention (then a trim), rate limiters. Nothing here awaits between a check and the change
+it guards: verdicts are computed by the periodic check and read synchronously by the hooks.
+Must not know: frames (the connection answers errors), HTTP.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import dataclasses
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from magnetar.broker.backlog_quota import (
+    backlog_exceeded,
+    evict_backlog,
+)
+from magnetar.broker.policies import (
+    BacklogQuotaType,
+    RetentionPolicy,
+    TopicPolicies,
+    resolve_policies,
+)
+from magnetar.broker.producer import ProducerError
+from magnetar.broker.rate_limit import RateLimiter
+from magnetar.broker.subscription import SubscriptionError
+from magnetar.broker.topic import PersistentTopic
+from magnetar.broker.ttl import expire_messages
+from magnetar.zk import paths
+from magnetar.zk.clock import Clock, SystemClock, TimerHandle
+from magnetar.zk.store import Notification
+
+if TYPE_CHECKING:
+    from magnetar.broker.consumer import Consumer
+    from magnetar.broker.service import BrokerService
+
+log = logging.getLogger(__name__)
+
+HELD_SENDS_MAX = 10_000
+"""Sends held per topic by ``producer_request_hold``; beyond it they fail (bounded memory)."""
+
+
+@dataclass(slots=True)
+class TopicPolicyState:
+    policies: TopicPolicies
+    publish_limiter: RateLimiter | None = None
+    dispatch_limiter: RateLimiter | None = None
+    quota_action: RetentionPolicy | None = None
+    """The backlog-quota action in force (None: within quota)."""
+    held: collections.deque[Callable[[], None]] = field(default_factory=collections.deque)
+    throttled_publishes: int = 0
+    expired_entries: int = 0
+    evicted_entries: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyStatistics:
+    topics: int
+    held_sends: int
+    throttled_publishes: int
+    expired_entries: int
+    evicted_entries: int
+
+
+def _never_delayed(entry: Any) -> int:
+    return 0
+
+
+class PolicyManager:
+    def __init__(self, service: BrokerService, clock: Clock | None = None) -> None:
+        self.service = service
+        self.config = service.config
+        self.clock: Clock = clock or SystemClock()
+        self._states: dict[str, TopicPolicyState] = {}
+        self._ns_cache: dict[tuple[str, str], dict[str, Any]] = {}
+        self._timers: list[TimerHandle] = []
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._checking = False
+        self.closed = False
+
+    def __repr__(self) -> str:
+        return f"<PolicyManager topics={len(self._states)}>"
+
+    # -- lifecycle
+    def start(self) -> None:
+        self.service.store.add_listener(self._on_change)
+        self._schedule("ttl", self.config.message_expiry_check_interval_in_minutes * 60.0)
+        if self.config.backlog_quota_check_enabled:
+            self._schedule("quota", float(self.config.backlog_quota_check_interval_in_seconds))
+
+    def close(self) -> None:
+        self.closed = True
+        self.service.store.remove_listener(self._on_change)
+        for t in self._timers:
+            t.cancel()
+        for task in list(self._tasks):
+            task.cancel()
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _schedule(self, what: str, interval_s: float) -> None:
+        if self.closed or interval_s <= 0:
+            return
+
+        def fire() -> None:
+            if self.closed:
+                return
+            self._spawn(self.expire_all() if what == "ttl" else self.check_backlog_quotas())
+            self._schedule(what, interval_s)
+
+        self._timers = [t for t in self._timers if not getattr(t, "cancelled", False)]
+        self._timers.append(self.clock.call_later(interval_s, fire))
+
+    # -- resolution and watching
+    async def policies_for(self, tenant: str, namespace: str) -> TopicPolicies:
+        """Read (and watch) the namespace's policies; broker defaults if it has none."""
+        from magnetar.broker.resources import ResourceError
+
+        try:
+            ns = await self.service.resources.get_policies(tenant, namespace)
+        except ResourceError:
+            ns = {}
+        self._ns_cache[(tenant, namespace)] = ns
+        return resolve_policies(self.config, ns)
+
+    def _on_change(self, n: Notification) -> None:
+        prefix = paths.POLICIES + "/"
+        if not n.path.startswith(prefix):
+            return
+        parts = n.path[len(prefix) :].split("/")
+        if len(parts) != 2 or self.closed:
+            return
+        self._spawn(self.refresh(parts[0], parts[1]))
+
+    async def refresh(self, tenant: str, namespace: str) -> None:
+        """Re-read a namespace's policies and apply them to its loaded topics."""
+        policies = await self.policies_for(tenant, namespace)
+        for topic in list(self.service.topics.values()):
+            if (topic.name.tenant, topic.name.namespace) == (tenant, namespace):
+                self.apply(topic, policies)
+        await self.check_backlog_quotas()
+
+    # -- applying
+    def attach(self, topic: Any, policies: TopicPolicies) -> None:
+        self.apply(topic, policies)
+
+    def state_of(self, topic: Any) -> TopicPolicyState | None:
+        if topic.full_name not in self.service.topics:  # unloaded: forget its state
+            self._states.pop(topic.full_name, None)
+            return None
+        return self._states.get(topic.full_name)
+
+    def apply(self, topic: Any, policies: TopicPolicies) -> None:
+        old = self._states.get(topic.full_name)
+        state = TopicPolicyState(policies)
+        if old is not None:
+            state.held = old.held
+            state.quota_action = old.quota_action
+            state.throttled_publishes = old.throttled_publishes
+            state.expired_entries = old.expired_entries
+            state.evicted_entries = old.evicted_entries
+            if old.policies.publish_rate == policies.publish_rate:
+                state.publish_limiter = old.publish_limiter
+            if old.policies.dispatch_rate == policies.dispatch_rate:
+                state.dispatch_limiter = old.dispatch_limiter
+        if policies.publish_rate.enabled and state.publish_limiter is None:
+            state.publish_limiter = RateLimiter(policies.publish_rate, self.clock)
+        if policies.dispatch_rate.enabled and state.dispatch_limiter is None:
+            state.dispatch_limiter = RateLimiter(policies.dispatch_rate, self.clock)
+        self._states[topic.full_name] = state
+        if not isinstance(topic, PersistentTopic):
+            return
+        topic.dedup.enabled = policies.deduplication
+        topic.max_unacked_per_consumer = policies.max_unacked_per_consumer
+        topic.max_unacked_per_subscription = policies.max_unacked_per_subscription
+        deliver_at = PersistentTopic.deliver_at_of if policies.delayed_delivery else _never_delayed
+        topic.deliver_at_of = deliver_at  # type: ignore[method-assign]
+        for sub in topic.subscriptions.values():
+            sub.max_unacked_per_subscription = policies.max_unacked_per_subscription
+            sub.deliver_at_of = deliver_at
+            d = sub.dispatcher
+            if d is not None:
+                if hasattr(d, "max_unacked"):
+                    d.max_unacked = policies.max_unacked_per_subscription
+                if hasattr(d, "deliver_at_of"):
+                    d.deliver_at_of = deliver_at
+                for c in d.consumers:
+                    c.max_unacked = policies.max_unacked_per_consumer
+                d.schedule()
+        ml = getattr(topic.ledger, "ml", None)
+        if ml is not None:
+            cfg = ml.config
+            if (cfg.retention_time_ms, cfg.retention_size_bytes) != (
+                policies.retention_time_ms,
+                policies.retention_size_bytes,
+            ):
+                ml.config = dataclasses.replace(
+                    cfg,
+                    retention_time_ms=policies.retention_time_ms,
+                    retention_size_bytes=policies.retention_size_bytes,
+                )
+                ml.trim_soon()
+        if state.quota_action is not None and not policies.backlog_quotas:
+            self._quota_cleared(topic, state)
+
+    # -- hooks (called synchronously by the connection)
+    def check_producer(self, topic: Any) -> None:
+        """Before admitting a producer: the producer cap and the backlog quota."""
+        state = self.state_of(topic)
+        if state is None:
+            return
+        cap = state.policies.max_producers
+        if cap > 0 and len(topic.producers.producers) >= cap:
+            raise ProducerError("ProducerBusy", "Topic reached max producers limit")
+        if state.quota_action is RetentionPolicy.PRODUCER_EXCEPTION:
+            raise ProducerError(
+                "ProducerBlockedQuotaExceededException",
+                f"Cannot create producer on topic with backlog quota exceeded: {topic.full_name}",
+            )
+        if state.quota_action is RetentionPolicy.PRODUCER_REQUEST_HOLD:
+            raise ProducerError(
+                "ProducerBlockedQuotaExceededError",
+                f"Cannot create producer on topic with backlog quota exceeded: {topic.full_name}",
+            )
+
+    def check_consumer(self, topic: Any, consumer: Consumer) -> None:
+        """Before a consumer joins: the consumer cap; sets its unacked limit."""
+        state = self.state_of(topic)
+        if state is None:
+            return
+        cap = state.policies.max_consumers
+        if cap > 0:
+            n = sum(len(s.consumers) for s in topic.subscriptions.values())
+            if n >= cap:
+                raise SubscriptionError("ConsumerBusy", "Topic reached max consumers limit")
+        consumer.max_unacked = state.policies.max_unacked_per_consumer
+
+    def admit_send(self, topic: Any) -> str | None:
+        """Before a SEND is accepted: the ServerError name to refuse it with, or None."""
+        state = self._states.get(topic.full_name)
+        if state is None:
+            return None
+        if state.quota_action is RetentionPolicy.PRODUCER_EXCEPTION:
+            return "ProducerBlockedQuotaExceededException"
+        if len(state.held) >= HELD_SENDS_MAX:
+            return "ProducerBlockedQuotaExceededError"
+        return None
+
+    def publish(
+        self, topic: Any, cnx: Any, num_msgs: int, size: int, publish: Callable[[], None]
+    ) -> None:
+        """Run ``publish`` now, or hold it (in order) while ``producer_request_hold`` is in
+        force. Publish throttling pauses reading from ``cnx`` until the rate limiter is
+        out of debt (other connections are not affected)."""
+        state = self._states.get(topic.full_name)
+        if state is None:
+            publish()
+            return
+        if state.quota_action is RetentionPolicy.PRODUCER_REQUEST_HOLD or state.held:
+            state.held.append(publish)
+        else:
+            publish()
+        limiter = state.publish_limiter
+        if limiter is not None and not limiter.consume(num_msgs, size):
+            state.throttled_publishes += 1
+            self._pause(cnx, limiter.delay_s())
+
+    def _pause(self, cnx: Any, delay_s: float) -> None:
+        transport = getattr(cnx, "transport", None)
+        if transport is None or getattr(cnx, "closed", False):
+            return
+        if getattr(cnx, "_policy_paused", False):
+            return
+        cnx._policy_paused = True
+        transport.pause_reading()
+
+        def resume() -> None:
+            cnx._policy_paused = False
+            if not getattr(cnx, "closed", False) and not getattr(cnx, "_paused", False):
+                transport.resume_reading()
+
+        self.clock.call_later(delay_s, resume)
+
+    def dispatch_permits(self, topic: Any, permits: int) -> int:
+        """Messages the topic's dispatch rate allows now (``permits`` if unlimited)."""
+        state = self._states.get(topic.full_name)
+        if state is None or state.dispatch_limiter is None:
+            return permits
+        got = state.dispatch_limiter.available_msgs()
+        return permits if got is None else min(permits, got)
+
+    # -- periodic checks
+    async def check_now(self) -> None:
+        """Run the TTL and backlog-quota checks once (tests, admin)."""
+        await self.expire_all()
+        await self.check_backlog_quotas()
+
+    async def expire_all(self) -> int:
+        """Expire messages older than each topic's TTL in every subscription."""
+        total = 0
+        now = self.clock.now_ms()
+        for topic in list(self.service.topics.values()):
+            state = self.state_of(topic)
+            if state is None or not isinstance(topic, PersistentTopic):
+                continue
+            ttl_s = state.policies.message_ttl_s
+            if ttl_s <= 0:
+                continue
+            for sub in list(topic.subscriptions.values()):
+                n = await expire_messages(topic, sub, now - ttl_s * 1000)
+                state.expired_entries += n
+                total += n
+        return total
+
+    async def check_backlog_quotas(self) -> None:
+        for topic in list(self.service.topics.values()):
+            state = self.state_of(topic)
+            if state is None or not isinstance(topic, PersistentTopic):
+                continue
+            await self._check_quota(topic, state)
+
+    async def _check_quota(self, topic: PersistentTopic, state: TopicPolicyState) -> None:
+        action: RetentionPolicy | None = None
+        now = self.clock.now_ms()
+        for kind, quota in state.policies.backlog_quotas:
+            if not await backlog_exceeded(topic, kind, quota, now):
+                continue
+            if quota.policy is RetentionPolicy.CONSUMER_BACKLOG_EVICTION:
+                state.evicted_entries += await evict_backlog(topic, kind, quota, now)
+                continue
+            action = quota.policy
+            if kind is BacklogQuotaType.DESTINATION_STORAGE:
+                break
+        if action is None:
+            if state.quota_action is not None:
+                self._quota_cleared(topic, state)
+            return
+        if state.quota_action is not action:
+            log.info("%s: backlog quota exceeded, %s", topic.full_name, action.value)
+        state.quota_action = action
+        if action is RetentionPolicy.PRODUCER_EXCEPTION:
+            # as Pulsar: disconnect the producers; reconnecting fails with the quota error
+            for producer in list(topic.producers.producers.values()):
+                if producer.cnx is not None:
+                    producer.cnx.send_close_producer(producer)
+                topic.remove_producer(producer)
+
+    def _quota_cleared(self, topic: Any, state: TopicPolicyState) -> None:
+        state.quota_action = None
+        held, state.held = state.held, collections.deque()
+        for publish in held:
+            publish()
+        if held:
+            log.info("%s: backlog within quota, released %d held sends", topic.full_name, len(held))
+
+    def after_ack(self, topic: Any) -> None:
+        """A consumer acknowledged: a held topic may now be within quota."""
+        state = self._states.get(topic.full_name)
+        if state is not None and state.quota_action is not None:
+            self._spawn(self._check_quota(topic, state))
+
+    def statistics(self) -> PolicyStatistics:
+        states = list(self._states.values())
+        return PolicyStatistics(
+            len(states),
+            sum(len(s.held) for s in states),
+            sum(s.throttled_publishes for s in states),
+            sum(s.expired_entries for s in states),
+            sum(s.evicted_entries for s in states),
+        )
+
+
+__all__ = ["HELD_SENDS_MAX", "PolicyManager", "PolicyStatistics", "TopicPolicyState"]

@@ -1,0 +1,536 @@
+"""Namespace policies (issue 5 §4) with the official client: each one set through the admin
+REST API (Pulsar's paths and JSON shapes), applied live to loaded topics, and its effect
+observed through ``import pulsar``.
+
+The broker runs in-process with a ``VirtualClock`` (started at the real time, so publish
+times stamped by the client are comparable): TTL and backlog-quota checks run when a test
+calls ``PolicyManager.check_now()`` after moving the clock, never on wall-clock timers.
+Retention is proven on real storage: ZooKeeper, a bookie process, and bytes of its entry
+logs going down once consumed ledgers fall outside retention.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pulsar
+import pytest
+from aiohttp import web
+from support.broker import InProcessBroker
+
+from magnetar.broker.http_api import AdminApi
+from magnetar.zk.clock import VirtualClock
+
+Shared = pulsar.ConsumerType.Shared
+Earliest = pulsar.InitialPosition.Earliest
+NS = "/admin/v2/namespaces/public/default"
+
+
+class Admin:
+    """The broker's admin REST API on a free port, served on the broker's loop."""
+
+    def __init__(self, broker: InProcessBroker) -> None:
+        self.broker = broker
+        service = broker.service
+        assert service is not None
+
+        async def start() -> tuple[web.AppRunner, int]:
+            runner = web.AppRunner(AdminApi(service.resources, service).app())
+            await runner.setup()
+            site = web.TCPSite(runner, "127.0.0.1", 0)
+            await site.start()
+            return runner, runner.addresses[0][1]
+
+        self.runner, port = broker.call(start)
+        self.url = f"http://127.0.0.1:{port}"
+
+    def close(self) -> None:
+        self.broker.call(self.runner.cleanup)
+
+    def request(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(self.url + path, data=data, method=method)
+        req.add_header("Content-Type", "application/json")
+        try:
+            with urllib.request.urlopen(req, timeout=10) as resp:
+                raw = resp.read()
+                return resp.status, json.loads(raw) if raw else None
+        except urllib.error.HTTPError as exc:
+            raw = exc.read()
+            return exc.code, json.loads(raw) if raw else None
+
+    def post(self, path: str, body: Any) -> None:
+        status, got = self.request("POST", path, body)
+        assert status == 204, (status, got)
+
+    def get(self, path: str) -> Any:
+        status, got = self.request("GET", path)
+        assert status == 200, (status, got)
+        return got
+
+
+def wait_until(pred: Callable[[], bool], timeout_s: float = 10.0, what: str = "") -> None:
+    deadline = time.monotonic() + timeout_s
+    while not pred():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not reached: {what}")
+        time.sleep(0.02)
+
+
+@pytest.fixture
+def clock() -> VirtualClock:
+    return VirtualClock(start_ms=time.time_ns() // 1_000_000)
+
+
+@pytest.fixture
+def broker(clock: VirtualClock) -> Iterator[InProcessBroker]:
+    b = InProcessBroker(clock=clock).start()
+    try:
+        yield b
+    finally:
+        b.stop()
+
+
+@pytest.fixture
+def admin(broker: InProcessBroker) -> Iterator[Admin]:
+    a = Admin(broker)
+    try:
+        yield a
+    finally:
+        a.close()
+
+
+@pytest.fixture
+def client(broker: InProcessBroker) -> Iterator[pulsar.Client]:
+    c = pulsar.Client(broker.service_url, operation_timeout_seconds=5, log_conf_file_path=None)
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+def _topic(prefix: str = "p") -> str:
+    return f"persistent://public/default/{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def _policies(broker: InProcessBroker, topic: str) -> Any:
+    async def get() -> Any:
+        assert broker.service is not None
+        state = broker.service.policies._states.get(topic)
+        return None if state is None else state.policies
+
+    return broker.call(get)
+
+
+def _applied(broker: InProcessBroker, topic: str, pred: Callable[[Any], bool]) -> None:
+    wait_until(lambda: (p := _policies(broker, topic)) is not None and pred(p), what="policy")
+
+
+def _check_now(broker: InProcessBroker) -> None:
+    async def run() -> None:
+        assert broker.service is not None
+        await broker.service.policies.check_now()
+
+    broker.call(run)
+
+
+def _advance(broker: InProcessBroker, clock: VirtualClock, seconds: float) -> None:
+    async def run() -> None:
+        clock.advance(seconds)
+
+    broker.call(run)
+
+
+def _backlog(admin: Admin, topic: str, sub: str) -> int:
+    local = topic.split("://", 1)[1]
+    return int(admin.get(f"/admin/v2/persistent/{local}/stats")["subscriptions"][sub]["msgBacklog"])
+
+
+# -- REST and storage ------------------------------------------------------------------------
+
+
+def test_every_policy_rest_round_trip_with_pulsar_field_names(admin: Admin) -> None:
+    cases: list[tuple[str, Any, str, Any]] = [
+        ("messageTTL", 120, "message_ttl_in_seconds", 120),
+        (
+            "retention",
+            {"retentionTimeInMinutes": 60, "retentionSizeInMB": 100},
+            "retention_policies",
+            {"retentionTimeInMinutes": 60, "retentionSizeInMB": 100},
+        ),
+        ("maxProducersPerTopic", 3, "max_producers_per_topic", 3),
+        ("maxConsumersPerTopic", 4, "max_consumers_per_topic", 4),
+        ("maxUnackedMessagesPerConsumer", 5, "max_unacked_messages_per_consumer", 5),
+        ("maxUnackedMessagesPerSubscription", 6, "max_unacked_messages_per_subscription", 6),
+        ("deduplication", True, "deduplicationEnabled", True),
+        (
+            "delayedDelivery",
+            {"active": False, "tickTime": 500},
+            "delayed_delivery_policies",
+            {"active": False, "tickTime": 500},
+        ),
+    ]
+    for name, body, field, stored in cases:
+        admin.post(f"{NS}/{name}", body)
+        assert admin.get(f"{NS}/{name}") == stored
+        assert admin.get(NS)[field] == stored
+    rate = {"publishThrottlingRateInMsg": 10, "publishThrottlingRateInByte": 1000}
+    admin.post(f"{NS}/publishRate", rate)
+    assert admin.get(f"{NS}/publishRate") == rate
+    assert admin.get(NS)["publishMaxMessageRate"] == {"standalone": rate}
+    dispatch = {
+        "dispatchThrottlingRateInMsg": 7,
+        "dispatchThrottlingRateInByte": -1,
+        "ratePeriodInSecond": 1,
+    }
+    admin.post(f"{NS}/dispatchRate", dispatch)
+    got = admin.get(f"{NS}/dispatchRate")
+    assert {k: got[k] for k in dispatch} == dispatch
+    assert "standalone" in admin.get(NS)["topicDispatchRate"]
+    quota = {"limitSize": 1024, "limitTime": -1, "policy": "producer_exception"}
+    admin.post(f"{NS}/backlogQuota?backlogQuotaType=destination_storage", quota)
+    age = {"limitSize": -1, "limitTime": 30, "policy": "consumer_backlog_eviction"}
+    admin.post(f"{NS}/backlogQuota?backlogQuotaType=message_age", age)
+    assert admin.get(f"{NS}/backlogQuotaMap") == {"destination_storage": quota, "message_age": age}
+    assert admin.get(NS)["backlog_quota_map"]["message_age"] == age
+    # errors as Pulsar answers them
+    status, _ = admin.request("POST", f"{NS}/messageTTL", "soon")
+    assert status == 400
+    status, _ = admin.request("POST", f"{NS}/backlogQuota", {"limitSize": 1, "policy": "nope"})
+    assert status == 400
+    status, _ = admin.request("GET", "/admin/v2/namespaces/public/nope/messageTTL")
+    assert status == 404
+    # DELETE removes the field
+    for name, _, field, _ in cases:
+        assert admin.request("DELETE", f"{NS}/{name}")[0] == 204
+        assert field not in admin.get(NS)
+    admin.request("DELETE", f"{NS}/backlogQuota?backlogQuotaType=message_age")
+    assert admin.get(f"{NS}/backlogQuotaMap") == {"destination_storage": quota}
+
+
+# -- TTL ---------------------------------------------------------------------------------------
+
+
+def test_message_ttl_expires_unacked_messages_and_applies_live(
+    broker: InProcessBroker, admin: Admin, client: pulsar.Client, clock: VirtualClock
+) -> None:
+    topic = _topic("ttl")
+    client.subscribe(topic, "s", consumer_type=Shared).close()  # a durable backlog
+    producer = client.create_producer(topic)
+    for i in range(10):
+        producer.send(b"m%d" % i)
+    assert _backlog(admin, topic, "s") == 10
+    _advance(broker, clock, 120)
+    _check_now(broker)
+    assert _backlog(admin, topic, "s") == 10  # no TTL yet
+    admin.post(f"{NS}/messageTTL", 60)
+    _applied(broker, topic, lambda p: p.message_ttl_s == 60)
+    _check_now(broker)
+    assert _backlog(admin, topic, "s") == 0  # all older than 60 s (virtual)
+    for i in range(5):  # stamped with the real time: 120 s (virtual) old already
+        producer.send(b"n%d" % i)
+    admin.post(f"{NS}/messageTTL", 300)
+    _applied(broker, topic, lambda p: p.message_ttl_s == 300)
+    _check_now(broker)
+    assert _backlog(admin, topic, "s") == 5  # younger than the new TTL: kept
+    admin.request("DELETE", f"{NS}/messageTTL")
+    _applied(broker, topic, lambda p: p.message_ttl_s == 0)
+    _advance(broker, clock, 600)
+    _check_now(broker)
+    assert _backlog(admin, topic, "s") == 5  # TTL removed live: nothing expires
+    consumer = client.subscribe(topic, "s", consumer_type=Shared)
+    got = sorted(consumer.receive(5000).data() for _ in range(5))
+    assert got == [b"n%d" % i for i in range(5)]  # the expired ones are never delivered
+
+
+# -- backlog quotas ----------------------------------------------------------------------------
+
+
+def _fill(client: pulsar.Client, topic: str, n: int, size: int = 100) -> pulsar.Producer:
+    producer = client.create_producer(topic, batching_enabled=False)
+    for i in range(n):
+        producer.send(b"%05d" % i + b"x" * (size - 5))
+    return producer
+
+
+def test_backlog_quota_producer_exception(
+    broker: InProcessBroker, admin: Admin, client: pulsar.Client
+) -> None:
+    topic = _topic("bq-exc")
+    client.subscribe(topic, "s").close()
+    producer = _fill(client, topic, 20)
+    admin.post(
+        f"{NS}/backlogQuota",
+        {"limitSize": 1000, "limitTime": -1, "policy": "producer_exception"},
+    )
+    _applied(broker, topic, lambda p: p.backlog_quotas)
+    _check_now(broker)
+    with pytest.raises(pulsar.ProducerBlockedQuotaExceededException):
+        client.create_producer(topic)
+    with pytest.raises(pulsar.PulsarException):
+        producer.send(
+            b"late",
+        )
+    # raising the limit live lets producers in again
+    admin.post(
+        f"{NS}/backlogQuota",
+        {"limitSize": 1 << 20, "limitTime": -1, "policy": "producer_exception"},
+    )
+    _applied(broker, topic, lambda p: p.backlog_quotas[0][1].limit_size == 1 << 20)
+    _check_now(broker)
+    client.create_producer(topic).send(b"ok")
+
+
+def test_backlog_quota_producer_request_hold(
+    broker: InProcessBroker, admin: Admin, client: pulsar.Client
+) -> None:
+    topic = _topic("bq-hold")
+    consumer = client.subscribe(topic, "s", consumer_type=Shared)
+    producer = _fill(client, topic, 20)
+    admin.post(
+        f"{NS}/backlogQuota",
+        {"limitSize": 1000, "limitTime": -1, "policy": "producer_request_hold"},
+    )
+    _applied(broker, topic, lambda p: p.backlog_quotas)
+    _check_now(broker)
+    with pytest.raises(pulsar.ProducerBlockedQuotaExceededError):
+        client.create_producer(topic)
+    receipts: list[Any] = []
+    producer.send_async(b"held", lambda res, mid: receipts.append(res))
+
+    def held() -> int:
+        async def get() -> int:
+            assert broker.service is not None
+            return broker.service.policies.statistics().held_sends
+
+        return int(broker.call(get))
+
+    wait_until(lambda: held() == 1, what="send held")
+    assert receipts == []
+    for _ in range(20):
+        consumer.acknowledge(consumer.receive(5000))
+    wait_until(lambda: _backlog(admin, topic, "s") <= 1, what="acks")
+    _check_now(broker)  # within quota again: the held send is released
+    wait_until(lambda: receipts == [pulsar.Result.Ok], what="held send stored")
+    assert consumer.receive(5000).data() == b"held"
+
+
+def test_backlog_quota_consumer_backlog_eviction(
+    broker: InProcessBroker, admin: Admin, client: pulsar.Client
+) -> None:
+    topic = _topic("bq-evict")
+    client.subscribe(topic, "slow").close()
+    producer = _fill(client, topic, 50)
+    admin.post(
+        f"{NS}/backlogQuota",
+        {"limitSize": 1000, "limitTime": -1, "policy": "consumer_backlog_eviction"},
+    )
+    _applied(broker, topic, lambda p: p.backlog_quotas)
+    _check_now(broker)
+    backlog = _backlog(admin, topic, "slow")
+    assert backlog <= 10  # 1000 bytes of ~100-byte entries
+    producer.send(b"still-accepted")  # eviction never blocks producers
+    consumer = client.subscribe(topic, "slow", initial_position=Earliest)
+    first = consumer.receive(5000).data()
+    assert first[:5] >= b"%05d" % (50 - backlog)  # the oldest were skipped
+
+
+# -- caps and limits ---------------------------------------------------------------------------
+
+
+def test_max_producers_and_consumers_per_topic_live(
+    broker: InProcessBroker, admin: Admin, client: pulsar.Client
+) -> None:
+    topic = _topic("caps")
+    p1 = client.create_producer(topic)
+    c1 = client.subscribe(topic, "s", consumer_type=Shared)
+    admin.post(f"{NS}/maxProducersPerTopic", 1)
+    admin.post(f"{NS}/maxConsumersPerTopic", 1)
+    _applied(broker, topic, lambda p: p.max_producers == 1 and p.max_consumers == 1)
+    with pytest.raises(pulsar.ProducerBusy):
+        client.create_producer(topic)
+    with pytest.raises(pulsar.ConsumerBusy):
+        client.subscribe(topic, "s", consumer_type=Shared)
+    admin.post(f"{NS}/maxProducersPerTopic", 2)
+    admin.request("DELETE", f"{NS}/maxConsumersPerTopic")
+    _applied(broker, topic, lambda p: p.max_producers == 2 and p.max_consumers == 0)
+    p2 = client.create_producer(topic)
+    c2 = client.subscribe(topic, "s", consumer_type=Shared)
+    p1.send(b"a")
+    p2.send(b"b")
+    got = []
+    for c in (c1, c2):
+        try:
+            while True:
+                got.append(c.receive(500).data())
+        except pulsar.Timeout:
+            pass
+    assert sorted(got) == [b"a", b"b"]
+
+
+def test_max_unacked_messages_per_consumer_live(
+    broker: InProcessBroker, admin: Admin, client: pulsar.Client
+) -> None:
+    topic = _topic("unacked")
+    admin.post(f"{NS}/maxUnackedMessagesPerConsumer", 3)
+    consumer = client.subscribe(topic, "s", consumer_type=Shared, receiver_queue_size=100)
+    producer = _fill(client, topic, 10)
+    got = [consumer.receive(5000) for _ in range(3)]
+    with pytest.raises(pulsar.Timeout):
+        consumer.receive(300)  # blocked at 3 unacked
+    admin.post(f"{NS}/maxUnackedMessagesPerConsumer", 100)
+    _applied(broker, topic, lambda p: p.max_unacked_per_consumer == 100)
+    for m in got:
+        consumer.acknowledge(m)  # an ack lets dispatch look at the new limit
+    rest = [consumer.receive(5000) for _ in range(7)]
+    assert len({m.data() for m in got + rest}) == 10
+    producer.close()
+
+
+def test_deduplication_switched_on_live(
+    broker: InProcessBroker, admin: Admin, client: pulsar.Client
+) -> None:
+    topic = _topic("dedup")
+    consumer = client.subscribe(topic, "s")
+    producer = client.create_producer(topic, producer_name="p1", batching_enabled=False)
+    producer.send(b"a", sequence_id=5)
+    producer.send(b"a-again", sequence_id=5)  # dedup off: stored twice
+    admin.post(f"{NS}/deduplication", True)
+    _applied(broker, topic, lambda p: p.deduplication)
+    producer.send(b"b", sequence_id=6)
+    producer.send(b"b-again", sequence_id=6)  # dedup on: dropped
+    producer.send(b"c", sequence_id=7)
+    got = [consumer.receive(5000).data() for _ in range(4)]
+    assert got == [b"a", b"a-again", b"b", b"c"]
+    with pytest.raises(pulsar.Timeout):
+        consumer.receive(300)
+
+
+def test_delayed_delivery_switched_off_live(
+    broker: InProcessBroker, admin: Admin, client: pulsar.Client
+) -> None:
+    topic = _topic("delay")
+    consumer = client.subscribe(topic, "s", consumer_type=Shared)
+    producer = client.create_producer(topic, batching_enabled=False)
+    producer.send(b"later", deliver_after=__import__("datetime").timedelta(hours=1))
+    with pytest.raises(pulsar.Timeout):
+        consumer.receive(300)  # held for an hour
+    admin.post(f"{NS}/delayedDelivery", {"active": False, "tickTime": 1000})
+    _applied(broker, topic, lambda p: not p.delayed_delivery)
+    producer.send(b"now", deliver_after=__import__("datetime").timedelta(hours=1))
+    assert consumer.receive(5000).data() == b"now"  # delivered at once when disabled
+
+
+# -- rate limits -------------------------------------------------------------------------------
+
+
+def test_publish_rate_pauses_only_the_throttled_connection(
+    broker: InProcessBroker, admin: Admin, client: pulsar.Client, clock: VirtualClock
+) -> None:
+    topic = _topic("rate")
+    other_topic = _topic("free")
+    admin.post(
+        f"{NS}/publishRate", {"publishThrottlingRateInMsg": 5, "publishThrottlingRateInByte": -1}
+    )
+    producer = client.create_producer(topic, batching_enabled=False)
+    _applied(broker, topic, lambda p: p.publish_rate.msgs == 5)
+    receipts: list[Any] = []
+    for i in range(20):
+        producer.send_async(b"%d" % i, lambda res, mid: receipts.append(res))
+
+    def stats() -> Any:
+        async def get() -> Any:
+            assert broker.service is not None
+            return broker.service.policies.statistics()
+
+        return broker.call(get)
+
+    wait_until(lambda: stats().throttled_publishes >= 1, what="throttled")
+    # another client's connection is not paused
+    other = pulsar.Client(broker.service_url, operation_timeout_seconds=5, log_conf_file_path=None)
+    try:
+        other.create_producer(other_topic).send(b"free")
+    finally:
+        other.close()
+    # virtual time repays the debt: everything is stored in the end
+    deadline = time.monotonic() + 10
+    while len(receipts) < 20:
+        assert time.monotonic() < deadline, receipts
+        _advance(broker, clock, 1)
+        time.sleep(0.01)
+    assert set(receipts) == {pulsar.Result.Ok}
+
+
+# -- retention on real storage -----------------------------------------------------------------
+
+
+def _entry_log_bytes(data_dir: pathlib.Path) -> int:
+    """Bytes of the bookie's entry logs (where entries live once flushed from the journal)."""
+    return sum(p.stat().st_size for p in (data_dir / "ledgers").glob("*.log") if p.is_file())
+
+
+def test_retention_trims_and_bookie_disk_bytes_go_down(
+    zookeeper_server: Any, bookie_factory: Any, tmp_path: pathlib.Path
+) -> None:
+    from support.ledger_cluster import chroot_url
+
+    url = chroot_url(zookeeper_server.url)
+    cfg = tmp_path / "bookie.yaml"
+    cfg.write_text(
+        "engine:\n  entry_log_size_max: 65536\n  checkpoint_interval_ms: 100\n"
+        "  write_cache_bytes_max: 262144\n"
+    )
+    bookie = bookie_factory.start(
+        metadata=url, extra_args=["--gc-interval-s", "0.2", "--config", str(cfg)]
+    )
+    broker = InProcessBroker(
+        metadata_url=url,
+        managed_ledger={
+            "ensemble_size": 1,
+            "write_quorum": 1,
+            "ack_quorum": 1,
+            "min_ledger_rollover_time_ms": 0,
+            "max_entries_per_ledger": 20,
+        },
+    ).start()
+    admin = Admin(broker)
+    client = pulsar.Client(
+        broker.service_url, operation_timeout_seconds=10, log_conf_file_path=None
+    )
+    try:
+        admin.post(f"{NS}/retention", {"retentionTimeInMinutes": -1, "retentionSizeInMB": -1})
+        topic = _topic("retention")
+        consumer = client.subscribe(topic, "s")
+        producer = client.create_producer(topic, batching_enabled=False)
+        for i in range(200):
+            producer.send_async(b"%04d" % i + b"r" * 4000, None)
+        producer.flush()
+        for _ in range(200):
+            consumer.acknowledge(consumer.receive(5000))
+        _applied(broker, topic, lambda p: p.retention_time_minutes == -1)
+
+        def ledgers() -> int:
+            async def get() -> int:
+                assert broker.service is not None
+                return len(broker.service.topics[topic].ledger.ml.ledger_ids)
+
+            return int(broker.call(get))
+
+        wait_until(lambda: _backlog(admin, topic, "s") == 0, what="acked")
+        assert ledgers() >= 10  # consumed, but kept: infinite retention
+        wait_until(lambda: _entry_log_bytes(bookie.data_dir) > 600_000, what="flushed")
+        before = _entry_log_bytes(bookie.data_dir)
+        admin.post(f"{NS}/retention", {"retentionTimeInMinutes": 0, "retentionSizeInMB": 0})
+        wait_until(lambda: ledgers() == 1, what="trimmed to the current ledger")
+        wait_until(lambda: _entry_log_bytes(bookie.data_dir) < before // 4, timeout_s=20, what="GC")
+    finally:
+        client.close()
+        admin.close()
+        broker.stop()
