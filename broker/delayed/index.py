@@ -45,6 +45,8 @@ from __future__ import annotations
 import asyncio
 import bisect
 import enum
+import heapq
+import itertools
 import logging
 from array import array
 from collections.abc import Callable, Coroutine, Iterable
@@ -67,6 +69,7 @@ from magnetar.zk.clock import Clock, TimerHandle
 log = logging.getLogger(__name__)
 
 INF = 1 << 62
+_SORT_SLICE = 8_192
 
 
 class DelayedIndexError(Exception):
@@ -762,18 +765,30 @@ class DelayedDeliveryIndex:
         epoch = self._epoch
         n = len(tail)
         t_at, t_lid, t_eid = tail.at, tail.lid, tail.eid
-        order = sorted(range(n), key=lambda i: (t_at[i], t_lid[i], t_eid[i]))
-        at = array("q", [t_at[i] for i in order])
-        lid = array("q", [t_lid[i] for i in order])
-        eid = array("q", [t_eid[i] for i in order])
-        del order
+        # by due time; equal due times keep arrival (= position) order (stable sort and merge).
+        # Sorted in slices, then merged chunk by chunk, yielding between: no long loop stall
+        key = t_at.__getitem__
+        pieces: list[list[int]] = []
+        for s in range(0, n, _SORT_SLICE):
+            pieces.append(sorted(range(s, min(n, s + _SORT_SLICE)), key=key))
+            await asyncio.sleep(0)
+        merged = heapq.merge(*pieces, key=key)
         size = self.config.chunk_records
         refs: list[ChunkRef] = []
-        for s in range(0, n, size):
-            e = min(n, s + size)
-            data = encode_chunk(at[s:e], lid[s:e], eid[s:e])
-            pos = await self.store.append(data)
-            refs.append(ChunkRef(pos, at[s], at[e - 1], e - s))
+        at: array[int] = array("q")
+        lid: array[int] = array("q")
+        eid: array[int] = array("q")
+        while len(at) < n:
+            idx = list(itertools.islice(merged, size))
+            c_at = array("q", map(key, idx))
+            c_lid = array("q", map(t_lid.__getitem__, idx))
+            c_eid = array("q", map(t_eid.__getitem__, idx))
+            pos = await self.store.append(encode_chunk(c_at, c_lid, c_eid))
+            refs.append(ChunkRef(pos, c_at[0], c_at[-1], len(idx)))
+            at += c_at
+            lid += c_lid
+            eid += c_eid
+        del pieces, merged
         if epoch != self._epoch:  # cleared meanwhile
             self._to_release.extend(r.position for r in refs)
             return
