@@ -1,8 +1,9 @@
 """``BookieClient``: one remote bookie over gRPC, as the broker's ledger layer uses it.
 
 Owns: the channel to one bookie, its long-lived ``Add`` stream, batching of adds into
-``AddBatch`` messages, matching batched acks to per-entry futures, translation of gRPC
-failures into ``magnetar.bookie.errors`` types, and checksum verification of what it reads.
+``AddBatch`` messages, matching batched acks to the futures of the ``add``/``add_batch``
+calls, translation of gRPC failures into ``magnetar.bookie.errors`` types, and checksum
+verification of what it reads.
 Must not know: ledgers' ensembles, quorums or metadata (that is ``broker/ledger``).
 
 Batching (the accumulator is separate from the sender, as in aiokafka): ``add`` is not a
@@ -10,6 +11,12 @@ coroutine; it appends the entry to the current stream's queue and wakes the send
 which runs on a later loop iteration, so every add issued in the same iteration (and every
 add issued while the previous message was being written) travels in one message, up to
 ``max_batch_entries`` / ``max_batch_bytes``.
+
+Per-entry cost (the broker pays it once per entry and bookie): ``add_batch`` takes many
+entries of one ledger with one future (no request object or future per entry), and encodes
+them to protobuf wire bytes once; the same entry sequence sent to several bookies (a write
+quorum) is encoded once (``encode_entries``); the stream sends those bytes as they are, with
+a small per-message header (batch id, master key), instead of re-building messages.
 
 Invariants: futures resolve in the order their adds were issued (acks are in batch order and
 batches are sent in order); when a stream breaks, every add queued or in flight on it fails
@@ -22,9 +29,9 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import crc32c
 import grpc
@@ -73,6 +80,79 @@ class BookieClientStatistics:
     stream_failures: int
 
 
+class AddEntryLike(Protocol):
+    """What ``add_batch`` reads of each entry (``AddRequest`` has it; so may the caller's own
+    per-entry record, so that no request object is made per entry)."""
+
+    @property
+    def entry_id(self) -> int: ...
+
+    @property
+    def lac(self) -> int: ...
+
+    @property
+    def crc32c(self) -> int: ...
+
+    @property
+    def payload(self) -> bytes: ...
+
+
+ADD_METHOD = "/magnetar.bookie.v1.Bookie/Add"
+
+_encoded: tuple[object, int, bool, bytes] | None = None
+"""The last sequence encoded by ``encode_entries`` (a single slot: when a writer sends the
+same entries to its Qw bookies, they are encoded once)."""
+
+
+def encode_entries(ledger_id: int, entries: Sequence[AddEntryLike], recovery: bool) -> bytes:
+    """``AddBatch.entries`` (field 3) of ``entries`` as protobuf wire bytes, without batch id
+    or master key: a protobuf message's fields may be written in any order and repeated
+    fields concatenate, so ``header + encode_entries(...) + ...`` is one ``AddBatch``.
+    The same (unchanged) sequence object passed again is not encoded again."""
+    global _encoded
+    last = _encoded
+    if last is not None and last[0] is entries and last[1] == ledger_id and last[2] == recovery:
+        return last[3]
+    batch = pb.AddBatch()
+    add = batch.entries.add
+    if recovery:
+        for e in entries:
+            add(
+                ledger_id=ledger_id,
+                entry_id=e.entry_id,
+                lac=e.lac,
+                crc32c=e.crc32c,
+                payload=e.payload,
+                recovery=True,
+            )
+    else:
+        for e in entries:
+            add(
+                ledger_id=ledger_id,
+                entry_id=e.entry_id,
+                lac=e.lac,
+                crc32c=e.crc32c,
+                payload=e.payload,
+            )
+    data = batch.SerializeToString()
+    _encoded = (entries, ledger_id, recovery, data)
+    return data
+
+
+class _Chunk:
+    """The entries of one ``add``/``add_batch`` call: encoded, and one future for them all."""
+
+    __slots__ = ("count", "data", "future", "master_key")
+
+    def __init__(
+        self, data: bytes, count: int, master_key: bytes, future: asyncio.Future[None]
+    ) -> None:
+        self.data = data
+        self.count = count
+        self.master_key = master_key
+        self.future = future
+
+
 class _Stream:
     """One Add stream: queued adds, in-flight batches, its sender and receiver tasks."""
 
@@ -80,12 +160,11 @@ class _Stream:
         self.owner = owner
         self.call = call
         self.loop = asyncio.get_running_loop()
-        self.queue: collections.deque[tuple[AddRequest, asyncio.Future[None]]] = collections.deque()
+        self.queue: collections.deque[_Chunk] = collections.deque()
+        self.queued_entries = 0
         self.queued_bytes = 0
-        # (batch_id, futures in entry order, send time ms)
-        self.inflight: collections.deque[tuple[int, list[asyncio.Future[None]], float]] = (
-            collections.deque()
-        )
+        # (batch_id, chunks in entry order, send time ms)
+        self.inflight: collections.deque[tuple[int, list[_Chunk], float]] = collections.deque()
         self.inflight_entries = 0
         self.next_batch_id = 1
         self.wake = asyncio.Event()
@@ -95,52 +174,39 @@ class _Stream:
 
     # -- sending ----------------------------------------------------------------------------
 
-    def _build(self) -> pb.AddBatch:
+    def _build(self) -> bytes:
+        """The next ``AddBatch`` message (wire bytes): whole chunks sharing one master key,
+        up to ``max_batch_entries`` / ``max_batch_bytes`` (a bigger chunk travels alone)."""
         owner = self.owner
         max_entries = owner.max_batch_entries
         max_bytes = owner.max_batch_bytes
         queue = self.queue
-        batch = pb.AddBatch(batch_id=self.next_batch_id)
-        self.next_batch_id += 1
-        first_req = queue[0][0]
-        shared_key = first_req.master_key
-        batch.master_key = shared_key
-        add = batch.entries.add
-        futures: list[asyncio.Future[None]] = []
-        size = 0
-        while queue and len(futures) < max_entries:
-            req, fut = queue[0]
-            n = len(req.payload)
-            if futures and size + n > max_bytes:
+        first = queue.popleft()
+        key = first.master_key
+        chunks = [first]
+        count = first.count
+        size = len(first.data)
+        while queue:
+            chunk = queue[0]
+            n = len(chunk.data)
+            if chunk.master_key != key or count + chunk.count > max_entries or size + n > max_bytes:
                 break
             queue.popleft()
+            chunks.append(chunk)
+            count += chunk.count
             size += n
-            if req.master_key == shared_key:
-                add(
-                    ledger_id=req.ledger_id,
-                    entry_id=req.entry_id,
-                    lac=req.lac,
-                    crc32c=req.crc32c,
-                    payload=req.payload,
-                    recovery=req.recovery,
-                )
-            else:
-                add(
-                    ledger_id=req.ledger_id,
-                    entry_id=req.entry_id,
-                    lac=req.lac,
-                    crc32c=req.crc32c,
-                    payload=req.payload,
-                    recovery=req.recovery,
-                    master_key=req.master_key,
-                )
-            futures.append(fut)
+        batch_id = self.next_batch_id
+        self.next_batch_id += 1
+        self.queued_entries -= count
         self.queued_bytes -= size
-        self.inflight.append((batch.batch_id, futures, owner.clock.monotonic_ms()))
-        self.inflight_entries += len(futures)
+        self.inflight.append((batch_id, chunks, owner.clock.monotonic_ms()))
+        self.inflight_entries += count
         owner._batches_sent += 1
-        owner._entries_sent += len(futures)
-        return batch
+        owner._entries_sent += count
+        header = pb.AddBatch(batch_id=batch_id, master_key=key).SerializeToString()
+        if len(chunks) == 1:
+            return header + first.data
+        return b"".join([header, *[c.data for c in chunks]])
 
     async def _send_loop(self) -> None:
         try:
@@ -149,8 +215,7 @@ class _Stream:
                     self.wake.clear()
                     await self.wake.wait()
                     continue
-                batch = self._build()
-                await self.call.write(batch)
+                await self.call.write(self._build())
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -172,29 +237,26 @@ class _Stream:
             self.fail(_translate(exc))
 
     def _on_response(self, resp: pb.AddResponse) -> None:
-        failures: dict[tuple[int, int], tuple[int, str]] = {}
-        for f in resp.failures:
-            failures[(f.batch_id, f.index)] = (f.status, f.message)
         last = resp.last_batch_id
         inflight = self.inflight
+        failures = resp.failures
         acked = 0
         while inflight and inflight[0][0] <= last:
-            batch_id, futures, _ = inflight.popleft()
-            self.inflight_entries -= len(futures)
-            acked += len(futures)
-            if not failures:
-                for fut in futures:
-                    if not fut.done():
-                        fut.set_result(None)
-                continue
-            for i, fut in enumerate(futures):
-                if fut.done():
+            batch_id, chunks, _ = inflight.popleft()
+            count = 0
+            for chunk in chunks:
+                count += chunk.count
+            self.inflight_entries -= count
+            acked += count
+            if failures:
+                by_index = {f.index: f for f in failures if f.batch_id == batch_id}
+                if by_index:
+                    _fail_chunks(chunks, by_index)
                     continue
-                failure = failures.get((batch_id, i))
-                if failure is None:
+            for chunk in chunks:
+                fut = chunk.future
+                if not fut.done():
                     fut.set_result(None)
-                else:
-                    fut.set_exception(BookieError.for_code(failure[0], failure[1]))
         self.owner._acks += acked
 
     # -- failure ----------------------------------------------------------------------------
@@ -208,18 +270,19 @@ class _Stream:
         if self.owner._stream is self:
             self.owner._stream = None
         count = 0
-        for _, futures, _ in self.inflight:
-            for fut in futures:
-                if not fut.done():
-                    fut.set_exception(type(error)(str(error)))
-                    count += 1
+        for _, chunks, _ in self.inflight:
+            for chunk in chunks:
+                if not chunk.future.done():
+                    chunk.future.set_exception(type(error)(str(error)))
+                    count += chunk.count
         self.inflight.clear()
         self.inflight_entries = 0
-        for _, fut in self.queue:
-            if not fut.done():
-                fut.set_exception(type(error)(str(error)))
-                count += 1
+        for chunk in self.queue:
+            if not chunk.future.done():
+                chunk.future.set_exception(type(error)(str(error)))
+                count += chunk.count
         self.queue.clear()
+        self.queued_entries = 0
         self.queued_bytes = 0
         if count:
             log.warning(
@@ -238,9 +301,31 @@ class _Stream:
     def oldest_inflight_ms(self) -> float | None:
         if self.inflight:
             return self.inflight[0][2]
-        if self.queue:
-            return None
         return None
+
+
+def _fail_chunks(chunks: list[_Chunk], by_index: dict[int, pb.AddFailure]) -> None:
+    """A batch with failed entries: each chunk holding one fails (with its Fenced or
+    Unauthorized failure if any: those decide what the writer does), the others succeed."""
+    offset = 0
+    for chunk in chunks:
+        chosen: pb.AddFailure | None = None
+        for i in range(offset, offset + chunk.count):
+            f = by_index.get(i)
+            if f is not None and (
+                chosen is None or f.status in (StatusCode.FENCED, StatusCode.UNAUTHORIZED)
+            ):
+                chosen = f
+                if f.status == StatusCode.FENCED:
+                    break
+        offset += chunk.count
+        fut = chunk.future
+        if fut.done():
+            continue
+        if chosen is None:
+            fut.set_result(None)
+        else:
+            fut.set_exception(BookieError.for_code(chosen.status, chosen.message))
 
 
 class BookieClient:
@@ -286,7 +371,7 @@ class BookieClient:
         s = self._stream
         return BookieClientStatistics(
             address=self._address,
-            adds_queued=len(s.queue) if s else 0,
+            adds_queued=s.queued_entries if s else 0,
             adds_inflight=s.inflight_entries if s else 0,
             batches_sent=self._batches_sent,
             entries_sent=self._entries_sent,
@@ -306,6 +391,34 @@ class BookieClient:
     # -- adds -------------------------------------------------------------------------------
 
     def add(self, request: AddRequest) -> asyncio.Future[None]:
+        """Queue one entry; see ``add_batch``."""
+        return self._enqueue(
+            encode_entries(request.ledger_id, (request,), request.recovery),
+            1,
+            request.master_key,
+        )
+
+    def add_batch(
+        self,
+        ledger_id: int,
+        master_key: bytes,
+        entries: Sequence[AddEntryLike],
+        *,
+        recovery: bool = False,
+    ) -> asyncio.Future[None]:
+        """Queue the entries of one ledger; ONE future resolves once the bookie has them all
+        durably, or fails with a ``BookieError`` (then none of them should be counted as
+        stored: the first Fenced/Unauthorized failure, else the first failure, is raised).
+        Not a coroutine: entries queued in the same loop iteration travel in one message.
+        Futures resolve in call order. ``entries`` must not change after the call (the same
+        sequence sent to several bookies is encoded once)."""
+        if not entries:
+            fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            fut.set_result(None)
+            return fut
+        return self._enqueue(encode_entries(ledger_id, entries, recovery), len(entries), master_key)
+
+    def _enqueue(self, data: bytes, count: int, master_key: bytes) -> asyncio.Future[None]:
         stream = self._stream
         if stream is None:
             fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -316,20 +429,24 @@ class BookieClient:
                 return fut
         else:
             fut = stream.loop.create_future()
-        queue = stream.queue
-        if len(queue) + stream.inflight_entries >= self.max_pending_adds:
+        if stream.queued_entries + stream.inflight_entries >= self.max_pending_adds:
             fut.set_exception(TooManyRequests(f"{self.max_pending_adds} adds pending"))
             return fut
-        queue.append((request, fut))
-        stream.queued_bytes += len(request.payload)
+        stream.queue.append(_Chunk(data, count, master_key, fut))
+        stream.queued_entries += count
+        stream.queued_bytes += len(data)
         wake = stream.wake
         if not wake.is_set():
             wake.set()
         return fut
 
     def _open_stream(self) -> _Stream:
-        stub = self._get_stub()
-        call = stub.Add()
+        self._get_stub()
+        assert self._channel is not None
+        # entries are encoded by ``encode_entries``: the stream takes wire bytes as they are
+        call = self._channel.stream_stream(
+            ADD_METHOD, request_serializer=None, response_deserializer=pb.AddResponse.FromString
+        )(None)
         stream = _Stream(self, call)
         self._stream = stream
         self._streams_opened += 1
@@ -519,4 +636,10 @@ def _translate(exc: BaseException) -> BookieError:
     return BookieUnavailable(f"bookie stream failed: {exc!r}")
 
 
-__all__ = ["CHANNEL_OPTIONS", "BookieClient", "BookieClientStatistics"]
+__all__ = [
+    "CHANNEL_OPTIONS",
+    "AddEntryLike",
+    "BookieClient",
+    "BookieClientStatistics",
+    "encode_entries",
+]

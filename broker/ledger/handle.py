@@ -6,8 +6,10 @@ Owns the client side of BookKeeper replication for one ledger:
   every reader (the bookie verifies it too).
 - Add path: entry e goes to the Qw bookies of its write set; it completes when Qa of them
   acked AND every earlier entry completed; LAC then moves to e (only forward) and rides on
-  every later add. ``add_nowait`` decides synchronously (assigns the id, sends) and returns
-  a future; completions are delivered strictly in entry order.
+  every later add. ``add_nowait`` decides synchronously (assigns the id) and returns a
+  future; the adds of one loop iteration are sent together, one ``add_batch`` (one future)
+  per bookie, and each bookie's answers are processed per batch; completions are delivered
+  strictly in entry order.
 - Bookie failure (error or no ack within ``add_timeout_ms``): the bookie is replaced by an
   ensemble change (new fragment from LAC+1, metadata CAS), unacknowledged entries are
   re-sent; no completion is delivered while a change is in progress. When no spare bookie
@@ -26,13 +28,13 @@ import collections
 import functools
 import logging
 import struct
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import crc32c
 
-from magnetar.bookie.api import AddRequest, BookieClientAPI, Entry
+from magnetar.bookie.api import Entry
 from magnetar.bookie.errors import (
     BookieError,
     BookieUnavailable,
@@ -50,6 +52,7 @@ from magnetar.broker.ledger.errors import (
     TooManyPendingAdds,
 )
 from magnetar.broker.ledger.metadata import LedgerMetadata, write_set, write_sets
+from magnetar.broker.ledger.placement import LedgerBookieClient
 from magnetar.broker.ledger.states import HANDLE_FSM, HandleEvent, HandleState, LedgerState
 from magnetar.zk import paths
 from magnetar.zk.errors import BadVersion, MetadataError
@@ -61,6 +64,10 @@ log = logging.getLogger(__name__)
 
 HEADER = struct.Struct(">q")
 HEADER_BYTES = HEADER.size
+
+OUTBOX_MAX_ENTRIES = 1_000
+OUTBOX_MAX_BYTES = 4 << 20
+"""Adds of one loop iteration are sent as one batch per bookie, at most this big."""
 
 
 def frame(cumulative_length: int, payload: bytes) -> bytes:
@@ -99,41 +106,46 @@ class HandleStatistics:
 
 
 class _PendingAdd:
+    """One add not yet completed. It is also what the bookie clients encode (``entry_id``,
+    ``lac``, ``crc32c``, ``payload`` = the stored bytes): no request object per entry."""
+
     __slots__ = (
         "acked",
+        "crc32c",
+        "data",
         "data_len",
         "entry_id",
         "future",
+        "lac",
         "payload",
-        "request",
         "result",
-        "sent",
         "sent_ms",
         "ws",
     )
 
-    def __init__(
+    def __init__(  # noqa: PLR0917 (one per entry on the hot path: positional is cheapest)
         self,
         entry_id: int,
-        request: AddRequest,
-        *,
+        lac: int,
+        stored: bytes,
         data_len: int,
         future: asyncio.Future[Any],
         ws: tuple[str, ...],
         sent_ms: float,
         result: object,
-        payload: bytes,
+        data: bytes,
     ) -> None:
         self.entry_id = entry_id
-        self.result = result
-        self.payload = payload
-        self.request = request
+        self.lac = lac
+        self.payload = stored
+        self.crc32c = crc32c.crc32c(stored)
         self.data_len = data_len
         self.future = future
         self.ws = ws
-        self.acked: set[str] = set()
-        self.sent: set[str] = set()
         self.sent_ms = sent_ms
+        self.result = result
+        self.data = data
+        self.acked: set[str] = set()
 
 
 class ReadHandle:
@@ -319,12 +331,17 @@ class WriteHandle(ReadHandle):
         self._ledger_id = metadata.ledger_id
         self._master_key = metadata.master_key
         self._now_ms = client.clock.monotonic_ms
-        self._inflight: dict[str, collections.deque[tuple[_PendingAdd, asyncio.Future[None]]]] = {}
-        self._unarmed: set[str] = set()
-        self._arm_scheduled = False
+        # per bookie, the batches sent and not yet answered, in send order
+        self._inflight: dict[
+            str, collections.deque[tuple[list[_PendingAdd], asyncio.Future[None]]]
+        ] = {}
+        # adds of this loop iteration, not yet sent: sent together by _flush_outbox
+        self._outbox: list[_PendingAdd] = []
+        self._outbox_bytes = 0
+        self._flush_scheduled = False
         self._degraded_retry_ms = 0.0
         self._loop = asyncio.get_running_loop()
-        self._clients: dict[str, BookieClientAPI] = {}
+        self._clients: dict[str, LedgerBookieClient] = {}
         self._change_task: asyncio.Task[None] | None = None
         self._ensemble_changes = 0
         self._error: LedgerError | None = None
@@ -414,104 +431,121 @@ class WriteHandle(ReadHandle):
         return self._add(entry.entry_id, stored, n, None, entry.payload)
 
     def _add(
-        self, entry_id: int, stored: bytes, data_len: int, result: object, payload: bytes
+        self, entry_id: int, stored: bytes, data_len: int, result: object, data: bytes
     ) -> asyncio.Future[Any]:
         # the caller checked the state is OPEN: HANDLE_FSM allows (OPEN, ADD) -> OPEN
         future: asyncio.Future[Any] = self._loop.create_future()
-        request = AddRequest(
-            ledger_id=self._ledger_id,
-            entry_id=entry_id,
-            lac=self._lac,
-            crc32c=crc32c.crc32c(stored),
-            payload=stored,
-            master_key=self._master_key,
-            recovery=self._recovery,
-        )
         if entry_id >= self._ws_first:
             ws = self._ws_table[entry_id % len(self._ws_table)]
         else:
             ws = self.metadata.write_set(entry_id)
         pending = _PendingAdd(
             entry_id,
-            request,
-            data_len=data_len,
-            future=future,
-            ws=ws,
-            sent_ms=self._now_ms(),
-            result=entry_id if result is None else result,
-            payload=payload,
+            self._lac,
+            stored,
+            data_len,
+            future,
+            ws,
+            self._now_ms(),
+            entry_id if result is None else result,
+            data,
         )
         self._next_entry_id = entry_id + 1
         self._length += data_len
         self._pending.append(pending)
         if len(self._pending) == 1:
             self._drained.clear()
-        for bookie in ws:
-            if bookie not in self._failed:
-                self._send(pending, bookie)
+        outbox = self._outbox
+        outbox.append(pending)
+        self._outbox_bytes += len(stored)
+        if len(outbox) >= OUTBOX_MAX_ENTRIES or self._outbox_bytes >= OUTBOX_MAX_BYTES:
+            self._flush_outbox()
+        elif not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._loop.call_soon(self._on_flush)
         return future
 
-    def _send(self, pending: _PendingAdd, bookie: str) -> None:
-        pending.sent.add(bookie)
+    def _on_flush(self) -> None:
+        self._flush_scheduled = False
+        if self._outbox:
+            self._flush_outbox()
+
+    def _flush_outbox(self) -> None:
+        """Send the adds of this loop iteration: one batch per bookie."""
+        entries, self._outbox = self._outbox, []
+        self._outbox_bytes = 0
+        if self.state not in (HandleState.OPEN, HandleState.CLOSING):
+            return  # failed or fenced: their futures have failed
+        meta = self.metadata
+        failed = self._failed
+        if len(meta.last_ensemble) == meta.write_quorum:
+            # every entry of the last fragment goes to every bookie of its ensemble (the
+            # outbox is emptied by an ensemble change, so these entries are all in it)
+            for bookie in meta.last_ensemble:
+                if bookie not in failed:
+                    self._send_batch(bookie, entries)
+            return
+        by_bookie: dict[str, list[_PendingAdd]] = {}
+        for p in entries:
+            for bookie in p.ws:
+                if bookie not in failed:
+                    lst = by_bookie.get(bookie)
+                    if lst is None:
+                        by_bookie[bookie] = [p]
+                    else:
+                        lst.append(p)
+        for bookie, lst in by_bookie.items():
+            self._send_batch(bookie, lst)
+
+    def _send_batch(self, bookie: str, entries: list[_PendingAdd]) -> None:
         try:
             client = self._clients.get(bookie)
             if client is None:
                 client = self._clients[bookie] = self._client.registry.client(bookie)
-            aw = client.add(pending.request)
+            fut = client.add_batch(
+                self._ledger_id, self._master_key, entries, recovery=self._recovery
+            )
         except BookieError as exc:
-            self._on_bookie_error(pending, bookie, exc)
+            self._on_batch_error(bookie, entries, exc)
             return
-        fut = aw if isinstance(aw, asyncio.Future) else asyncio.ensure_future(_as_coro(aw))
-        # Futures of one bookie resolve in entry order (BookieClientAPI), so one callback on
-        # the last future sent to each bookie in this loop iteration covers the whole burst.
         queue = self._inflight.get(bookie)
         if queue is None:
             queue = self._inflight[bookie] = collections.deque()
-        queue.append((pending, fut))
-        self._unarmed.add(bookie)
-        if not self._arm_scheduled:
-            self._arm_scheduled = True
-            self._loop.call_soon(self._arm)
-
-    def _arm(self) -> None:
-        self._arm_scheduled = False
-        unarmed, self._unarmed = self._unarmed, set()
-        for bookie in unarmed:
-            queue = self._inflight.get(bookie)
-            if queue:
-                queue[-1][1].add_done_callback(functools.partial(self._on_progress, bookie))
+        queue.append((entries, fut))
+        fut.add_done_callback(functools.partial(self._on_progress, bookie))
 
     def _on_progress(self, bookie: str, _: asyncio.Future[None]) -> None:
-        """Process every resolved add of ``bookie``, in order, then deliver completions."""
+        """Process every answered batch of ``bookie``, in send order, then deliver
+        completions. (A bookie client answers in order; if a later batch is answered first,
+        the head's own callback processes both.)"""
         queue = self._inflight.get(bookie)
-        qa = self.metadata.ack_quorum
         while queue:
-            pending, fut = queue[0]
+            entries, fut = queue[0]
             if not fut.done():
-                # resolved out of order (not expected): wait for the head as well
-                fut.add_done_callback(functools.partial(self._on_progress, bookie))
                 break
             queue.popleft()
-            pending.sent.discard(bookie)
             exc: BaseException | None
             exc = BookieUnavailable("add cancelled") if fut.cancelled() else fut.exception()
             if exc is None:
-                if bookie in pending.ws and not pending.future.done():
-                    pending.acked.add(bookie)
+                for p in entries:
+                    if bookie in p.ws:
+                        p.acked.add(bookie)
             else:
-                self._on_bookie_error(pending, bookie, exc)
+                self._on_batch_error(bookie, entries, exc)
         if (
             self._pending
-            and len(self._pending[0].acked) >= qa
+            and len(self._pending[0].acked) >= self.metadata.ack_quorum
             and self.state in (HandleState.OPEN, HandleState.CLOSING)
         ):
             self._complete_ready()
 
-    def _on_bookie_error(self, pending: _PendingAdd, bookie: str, exc: BaseException) -> None:
+    def _on_batch_error(self, bookie: str, entries: list[_PendingAdd], exc: BaseException) -> None:
         if isinstance(exc, Fenced | Unauthorized):
             self._fence(f"bookie {bookie} answered {type(exc).__name__}")
             return
-        if bookie not in pending.ws or self.state not in (HandleState.OPEN, HandleState.CLOSING):
+        if self.state not in (HandleState.OPEN, HandleState.CLOSING):
+            return
+        if not any(bookie in p.ws and not p.future.done() for p in entries):
             return  # already replaced, or nothing left to do
         log.info("ledger %s: bookie %s failed an add: %r", self.ledger_id, bookie, exc)
         self._bookie_failed(bookie)
@@ -527,7 +561,7 @@ class WriteHandle(ReadHandle):
             head = pending.popleft()
             self._lac = head.entry_id
             self._confirmed_length += head.data_len
-            confirmed.append(head.payload)
+            confirmed.append(head.data)
             if not head.future.done():
                 head.future.set_result(head.result)
         if confirmed:
@@ -690,16 +724,29 @@ class WriteHandle(ReadHandle):
             new_ensemble,
         )
         now = self._client.clock.monotonic_ms()
+        # the outbox's adds are pending too: they are sent below, to their new write sets
+        self._outbox = []
+        self._outbox_bytes = 0
+        in_flight: dict[str, set[int]] = {}
+        resend: dict[str, list[_PendingAdd]] = {}
         for pending in self._pending:
             ws = updated.write_set(pending.entry_id)
             if ws != pending.ws:
                 pending.ws = ws
                 pending.acked &= set(ws)
-                pending.sent &= set(ws)
             for bookie in ws:
-                if bookie not in pending.acked and bookie not in pending.sent:
+                if bookie in pending.acked:
+                    continue
+                sent = in_flight.get(bookie)
+                if sent is None:
+                    sent = in_flight[bookie] = {
+                        p.entry_id for batch, _ in self._inflight.get(bookie, ()) for p in batch
+                    }
+                if pending.entry_id not in sent:
                     pending.sent_ms = now
-                    self._send(pending, bookie)
+                    resend.setdefault(bookie, []).append(pending)
+        for bookie, entries in resend.items():
+            self._send_batch(bookie, entries)
 
     def _state_error(self) -> LedgerError:
         if self.state is HandleState.FENCED:
@@ -728,6 +775,8 @@ class WriteHandle(ReadHandle):
         if self.on_failed is not None:
             self.on_failed(error)
         pending, self._pending = self._pending, collections.deque()
+        self._outbox = []
+        self._outbox_bytes = 0
         for p in pending:
             if not p.future.done():
                 p.future.set_exception(error)
@@ -806,10 +855,8 @@ class WriteHandle(ReadHandle):
             assert not ids and self._next_entry_id >= self._lac + 1
         for p in self._pending:
             assert p.acked <= set(p.ws), (p.entry_id, p.acked, p.ws)
-
-
-async def _as_coro(aw: Awaitable[None]) -> None:
-    await aw
+        outbox = [p.entry_id for p in self._outbox]
+        assert outbox == ids[len(ids) - len(outbox) :], (outbox, ids)
 
 
 __all__ = [

@@ -10,10 +10,12 @@ Must not know: ledgers' contents, gRPC.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import random
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Protocol
 
 from magnetar.bookie.api import BookieClientAPI
 from magnetar.broker.ledger.errors import NotEnoughBookies
@@ -21,9 +23,27 @@ from magnetar.zk import paths
 from magnetar.zk.clock import Clock
 from magnetar.zk.store import MetadataStore
 
+if TYPE_CHECKING:
+    from magnetar.bookie.client import AddEntryLike
+
 log = logging.getLogger(__name__)
 
-BookieClientFactory = Callable[[str], BookieClientAPI]
+
+class LedgerBookieClient(BookieClientAPI, Protocol):
+    """``BookieClientAPI`` plus the batch add the write path uses (``BookieClient``,
+    ``testing.FakeBookieClient``): one future for many entries of one ledger."""
+
+    def add_batch(
+        self,
+        ledger_id: int,
+        master_key: bytes,
+        entries: Sequence[AddEntryLike],
+        *,
+        recovery: bool = False,
+    ) -> asyncio.Future[None]: ...
+
+
+BookieClientFactory = Callable[[str], LedgerBookieClient]
 """Makes a client for one bookie, given its address (``host:port``)."""
 
 
@@ -62,7 +82,7 @@ class BookieRegistry:
         self._quarantine_ms = quarantine_ms
         self._rng = rng or random.Random()
         self._addresses: dict[str, str] = {}
-        self._clients: dict[str, BookieClientAPI] = {}
+        self._clients: dict[str, LedgerBookieClient] = {}
         self._quarantined_until: dict[str, float] = {}
 
     def __repr__(self) -> str:
@@ -88,7 +108,7 @@ class BookieRegistry:
                 bookie_id if got is None else parse_registration(bookie_id, got.value)
             )
 
-    def client(self, bookie_id: str) -> BookieClientAPI:
+    def client(self, bookie_id: str) -> LedgerBookieClient:
         client = self._clients.get(bookie_id)
         if client is None:
             address = self._addresses.get(bookie_id, bookie_id)
@@ -129,4 +149,9 @@ class BookieRegistry:
                 log.debug("closing bookie client failed", exc_info=True)
 
 
-__all__ = ["BookieClientFactory", "BookieRegistry", "parse_registration"]
+__all__ = [
+    "BookieClientFactory",
+    "BookieRegistry",
+    "LedgerBookieClient",
+    "parse_registration",
+]

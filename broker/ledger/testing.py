@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Awaitable
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import crc32c
 
 from magnetar.bookie.api import AddRequest, BookieInfo, Entry
+from magnetar.bookie.client import AddEntryLike
 from magnetar.bookie.errors import (
     BookieError,
     BookieUnavailable,
@@ -45,6 +46,7 @@ class FakeBookie:
     dropping: bool = False
     add_error: BookieError | None = None
     adds_received: int = 0
+    adds_dropped: int = 0
     _held: list[tuple[asyncio.Future[None], BaseException | None]] = field(default_factory=list)
     _lac_waiters: list[tuple[int, int, asyncio.Future[int]]] = field(default_factory=list)
 
@@ -95,6 +97,7 @@ class FakeBookie:
         fut: asyncio.Future[None] = loop.create_future()
         exc: BaseException | None = None
         if self.dropping:
+            self.adds_dropped += 1
             return fut
         try:
             self._check_up()
@@ -184,7 +187,7 @@ class FakeBookieClient:
     def address(self) -> str:
         return self._address
 
-    def add(self, request: AddRequest) -> Awaitable[None]:
+    def add(self, request: AddRequest) -> asyncio.Future[None]:
         if self.closed:
             fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             fut.set_exception(BookieUnavailable(f"client for {self._address} is closed"))
@@ -194,6 +197,48 @@ class FakeBookieClient:
             self._inflight.add(fut)
             fut.add_done_callback(self._inflight.discard)
         return fut
+
+    def add_batch(
+        self,
+        ledger_id: int,
+        master_key: bytes,
+        entries: Sequence[AddEntryLike],
+        *,
+        recovery: bool = False,
+    ) -> asyncio.Future[None]:
+        """As ``BookieClient.add_batch``: one future for the entries (each is stored, held,
+        dropped or failed as a single add would be); it fails with the first Fenced or
+        Unauthorized error, else the first error."""
+        loop = asyncio.get_running_loop()
+        out: asyncio.Future[None] = loop.create_future()
+        futs = [
+            self.add(
+                AddRequest(ledger_id, e.entry_id, e.lac, e.crc32c, e.payload, master_key, recovery)
+            )
+            for e in entries
+        ]
+        remaining = len(futs)
+
+        def on_one(_: object) -> None:
+            nonlocal remaining
+            remaining -= 1
+            if remaining or out.done():
+                return
+            errors = [
+                BookieUnavailable("add cancelled") if f.cancelled() else f.exception() for f in futs
+            ]
+            found = [e for e in errors if e is not None]
+            if not found:
+                out.set_result(None)
+                return
+            severe = [e for e in found if isinstance(e, Fenced | Unauthorized)]
+            out.set_exception((severe or found)[0])
+
+        if not futs:
+            out.set_result(None)
+        for f in futs:
+            f.add_done_callback(on_one)
+        return out
 
     async def _gate(self) -> None:
         b = self._bookie

@@ -215,6 +215,11 @@ async def test_recovery_truncates_entries_present_nowhere(
     for bk in fake_bookies.bookies.values():
         bk.drop_adds()
     fut = w.add_nowait(b"never")
+    # the add is sent with the others of its loop iteration: wait until both bookies lost it
+    deadline = asyncio.get_running_loop().time() + 5
+    while sum(bk.adds_dropped for bk in fake_bookies.bookies.values()) < 2:
+        assert asyncio.get_running_loop().time() < deadline
+        await asyncio.sleep(0.001)
     for bk in fake_bookies.bookies.values():
         bk.drop_adds(False)
     r = await make_client(meta_server, fake_bookies).open_ledger(w.ledger_id)
