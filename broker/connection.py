@@ -745,6 +745,7 @@ class ServerConnection(asyncio.Protocol):
             topic.remove_consumer(sub, consumer)
             return
         self.consumers[cid] = (consumer, sub, topic)
+        self.service.policies.after_subscribe(topic, sub)  # dispatch rate on a new dispatcher
         self._success(rid)
 
     def _consumer(self, cid: int) -> tuple[Consumer, Subscription, PersistentTopic] | None:

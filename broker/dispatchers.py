@@ -48,6 +48,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from magnetar.broker.consumer import Consumer, OutMessage, SubType
 from magnetar.broker.key_shared import (
@@ -151,6 +152,9 @@ class Dispatcher:
         self._round_messages = 0
         self._round_entries = 0
         self._bg: set[asyncio.Task[None]] = set()
+        # dispatch rate limit, set by policy_manager (a DispatchThrottle): caps the permits
+        # a round may use and is charged with what was sent; None = unthrottled
+        self.throttle: Any = None
 
     # -- scheduling
     def schedule(self) -> None:
@@ -198,6 +202,8 @@ class Dispatcher:
         entry)``, in 1..MAX_READ_ENTRIES. Reading ``permits`` *entries* of 1000-message
         batches read ~100x too many; the unsent ones were read again later, by then evicted
         from the entry cache (a bookie read each time)."""
+        if self.throttle is not None:
+            permits = self.throttle.allowed(permits, self.schedule)
         if permits <= 0:
             return 0
         avg = self.avg_msgs_per_entry or 1.0
@@ -206,6 +212,8 @@ class Dispatcher:
     def _note_dispatched(self, messages: int, entries: int) -> None:
         if entries <= 0:
             return
+        if self.throttle is not None:
+            self.throttle.charge(messages, 0)
         self.dispatched_messages += messages
         current = messages / entries
         avg = self.avg_msgs_per_entry
@@ -230,7 +238,10 @@ class Dispatcher:
 
     def _flush(self, consumer: Consumer, out: list[OutMessage]) -> None:
         self.dispatched_entries += len(out)
-        self.dispatched_bytes += sum(len(m.data) for m in out)
+        size = sum(len(m.data) for m in out)
+        self.dispatched_bytes += size
+        if self.throttle is not None:
+            self.throttle.charge(0, size)
         if consumer.sink is not None and out:
             consumer.sink.send_messages(consumer, out)
 

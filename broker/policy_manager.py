@@ -61,6 +61,7 @@ class TopicPolicyState:
     quota_action: RetentionPolicy | None = None
     """The backlog-quota action in force (None: within quota)."""
     held: collections.deque[Callable[[], None]] = field(default_factory=collections.deque)
+    subscription_limiters: dict[str, RateLimiter] = field(default_factory=dict)
     throttled_publishes: int = 0
     expired_entries: int = 0
     evicted_entries: int = 0
@@ -77,6 +78,50 @@ class PolicyStatistics:
 
 def _never_delayed(entry: Any) -> int:
     return 0
+
+
+class DispatchThrottle:
+    """A dispatcher's rate limit: the topic's limiter (shared by its subscriptions) and the
+    subscription's own. ``allowed`` caps a round's permits; when nothing is allowed it
+    arms one wake-up (on the injected clock) for when a message may go again."""
+
+    __slots__ = ("_clock", "_wake", "limiters")
+
+    def __init__(self, limiters: list[RateLimiter], clock: Clock) -> None:
+        self.limiters = limiters
+        self._clock = clock
+        self._wake: TimerHandle | None = None
+
+    def __repr__(self) -> str:
+        return f"<DispatchThrottle {self.limiters!r}>"
+
+    def allowed(self, permits: int, wake: Callable[[], None]) -> int:
+        n = permits
+        for limiter in self.limiters:
+            got = limiter.available_msgs()
+            if got is not None:
+                n = min(n, got)
+        if n <= 0 and self._wake is None:
+            delay = max(limiter.refill_delay_s() for limiter in self.limiters)
+
+            def fire() -> None:
+                self._wake = None
+                wake()
+
+            self._wake = self._clock.call_later(max(delay, 0.001), fire)
+        return max(0, n)
+
+    def charge(self, messages: int, size: int) -> None:
+        for limiter in self.limiters:
+            if messages and limiter.msgs is not None:
+                limiter.msgs.consume(messages)
+            if size and limiter.bytes_ is not None:
+                limiter.bytes_.consume(size)
+
+    def cancel(self) -> None:
+        if self._wake is not None:
+            self._wake.cancel()
+            self._wake = None
 
 
 class PolicyManager:
@@ -179,6 +224,8 @@ class PolicyManager:
                 state.publish_limiter = old.publish_limiter
             if old.policies.dispatch_rate == policies.dispatch_rate:
                 state.dispatch_limiter = old.dispatch_limiter
+            if old.policies.subscription_dispatch_rate == policies.subscription_dispatch_rate:
+                state.subscription_limiters = old.subscription_limiters
         if policies.publish_rate.enabled and state.publish_limiter is None:
             state.publish_limiter = RateLimiter(policies.publish_rate, self.clock)
         if policies.dispatch_rate.enabled and state.dispatch_limiter is None:
@@ -202,6 +249,7 @@ class PolicyManager:
                     d.deliver_at_of = deliver_at
                 for c in d.consumers:
                     c.max_unacked = policies.max_unacked_per_consumer
+                self._set_throttle(state, sub)
                 d.schedule()
         ml = getattr(topic.ledger, "ml", None)
         if ml is not None:
@@ -297,13 +345,31 @@ class PolicyManager:
 
         self.clock.call_later(delay_s, resume)
 
-    def dispatch_permits(self, topic: Any, permits: int) -> int:
-        """Messages the topic's dispatch rate allows now (``permits`` if unlimited)."""
-        state = self._states.get(topic.full_name)
-        if state is None or state.dispatch_limiter is None:
-            return permits
-        got = state.dispatch_limiter.available_msgs()
-        return permits if got is None else min(permits, got)
+    def after_subscribe(self, topic: Any, sub: Any) -> None:
+        """A consumer joined (its subscription may have a new dispatcher): throttle it."""
+        state = self.state_of(topic)
+        if state is not None:
+            self._set_throttle(state, sub)
+
+    def _set_throttle(self, state: TopicPolicyState, sub: Any) -> None:
+        d = getattr(sub, "dispatcher", None)
+        if d is None or not hasattr(d, "throttle"):
+            return
+        limiters: list[RateLimiter] = []
+        if state.dispatch_limiter is not None:
+            limiters.append(state.dispatch_limiter)
+        rate = state.policies.subscription_dispatch_rate
+        if rate.enabled:
+            limiter = state.subscription_limiters.get(sub.name)
+            if limiter is None:
+                limiter = state.subscription_limiters[sub.name] = RateLimiter(rate, self.clock)
+            limiters.append(limiter)
+        old = d.throttle
+        if isinstance(old, DispatchThrottle):
+            if old.limiters == limiters:
+                return
+            old.cancel()
+        d.throttle = DispatchThrottle(limiters, self.clock) if limiters else None
 
     # -- periodic checks
     async def check_now(self) -> None:
@@ -369,12 +435,6 @@ class PolicyManager:
         if held:
             log.info("%s: backlog within quota, released %d held sends", topic.full_name, len(held))
 
-    def after_ack(self, topic: Any) -> None:
-        """A consumer acknowledged: a held topic may now be within quota."""
-        state = self._states.get(topic.full_name)
-        if state is not None and state.quota_action is not None:
-            self._spawn(self._check_quota(topic, state))
-
     def statistics(self) -> PolicyStatistics:
         states = list(self._states.values())
         return PolicyStatistics(
@@ -386,4 +446,10 @@ class PolicyManager:
         )
 
 
-__all__ = ["HELD_SENDS_MAX", "PolicyManager", "PolicyStatistics", "TopicPolicyState"]
+__all__ = [
+    "HELD_SENDS_MAX",
+    "DispatchThrottle",
+    "PolicyManager",
+    "PolicyStatistics",
+    "TopicPolicyState",
+]

@@ -534,3 +534,41 @@ def test_retention_trims_and_bookie_disk_bytes_go_down(
         client.close()
         admin.close()
         broker.stop()
+
+
+def test_subscription_dispatch_rate_limits_delivery_until_time_passes(
+    broker: InProcessBroker, admin: Admin, client: pulsar.Client, clock: VirtualClock
+) -> None:
+    topic = _topic("drate")
+    consumer = client.subscribe(topic, "s", consumer_type=Shared)
+    admin.post(
+        f"{NS}/subscriptionDispatchRate",
+        {
+            "dispatchThrottlingRateInMsg": 5,
+            "dispatchThrottlingRateInByte": -1,
+            "ratePeriodInSecond": 1,
+        },
+    )
+    _applied(broker, topic, lambda p: p.subscription_dispatch_rate.msgs == 5)
+    _fill(client, topic, 30)
+    got = []
+    try:
+        while True:
+            got.append(consumer.receive(500).data())
+    except pulsar.Timeout:
+        pass
+    assert 5 <= len(got) < 30  # virtual time stands still: the bucket does not refill
+    deadline = time.monotonic() + 10
+    while len(got) < 30:
+        assert time.monotonic() < deadline, len(got)
+        _advance(broker, clock, 1)
+        try:
+            got.append(consumer.receive(200).data())
+        except pulsar.Timeout:
+            pass
+    assert sorted(got) == sorted(b"%05d" % i + b"x" * 95 for i in range(30))
+    # removing the rate applies live: the next burst is not throttled
+    admin.request("DELETE", f"{NS}/subscriptionDispatchRate")
+    _applied(broker, topic, lambda p: not p.subscription_dispatch_rate.enabled)
+    _fill(client, topic, 30)
+    assert len([consumer.receive(5000) for _ in range(30)]) == 30
