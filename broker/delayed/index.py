@@ -27,11 +27,14 @@ due time was in the future when added is in a sealed run. A crash loses only the
 tail. ``recover`` reads the last snapshot and sets ``recovered_at_ms`` = max(now, the
 snapshot's time); records due at or before it are dropped from the runs, because after a
 restart the dispatcher re-reads the topic from the mark-delete position and then ``add``
-answers:
-- position <= ``scanned_through``: held iff ``deliver_at > recovered_at_ms`` (the run owns
-  it and delivers it once); otherwise "deliver now" (it became due while no broker served
-  the subscription, or was delivered and not acknowledged: redelivered once, at least once).
-- position after it (the lost tail): added again like any new entry.
+answers, for a position already seen (at or before ``scanned_through``, or added earlier
+in this life):
+- due in the future: held (a recovered run, or the tail, owns it and delivers it once);
+- due now: "deliver now" (it became due while no broker served the subscription, or it was
+  delivered and not acknowledged, or it is a replay of a delivered entry: never swallowed);
+  if the index may still hold it (due at or after the last popped due time and after
+  ``recovered_at_ms``) the index remembers not to hand it out again.
+A position after it (the lost tail) is added again like any new entry.
 So a restart neither loses a pending entry, nor delivers one early, nor twice.
 Dead records (runs whose every record is due and moved to the near wheel, old snapshots,
 orphans of a seal interrupted by a crash) are released to the store, which trims them.
@@ -70,6 +73,7 @@ log = logging.getLogger(__name__)
 
 INF = 1 << 62
 _SORT_SLICE = 8_192
+_SUPPRESS_MAX = 100_000
 
 
 class DelayedIndexError(Exception):
@@ -292,7 +296,8 @@ class DelayedDeliveryIndex:
         self._tick_at = INF
         self._due: TimerHandle | None = None
         self._due_at = INF
-        self._acked: set[Position] = set()
+        self._suppressed: dict[Position, int] = {}  # handed out already: skip when popped
+        self._popped_through_ms = 0
         self.added = 0
         self.delivered = 0
         self.seals = 0
@@ -342,7 +347,7 @@ class DelayedDeliveryIndex:
             self._scanned_through = self._high_seen = snap.scanned_through
             self._next_run_id = snap.next_run_id
         self._runs = runs
-        self._recovered_at_ms = recovered_at
+        self._recovered_at_ms = self._popped_through_ms = recovered_at
         self._near_end_ms = recovered_at + 1
         self._tail = _Tail(now)
         self._to_release = [p for p in positions if p not in live and p != snap_pos]
@@ -369,13 +374,17 @@ class DelayedDeliveryIndex:
             raise DelayedIndexClosed(f"{self.name} is {self.state.value}")
         if deliver_at_ms <= 0:
             return False
-        st = self._scanned_through
-        if st is not None and position <= st:
-            return deliver_at_ms > self._recovered_at_ms
         now = self.clock.now_ms()
         hs = self._high_seen
         if hs is not None and position <= hs:
-            return deliver_at_ms > now  # seen before (a re-read): held iff it was added
+            # seen before (a re-read after a restart, a replay of a delivered entry): a future
+            # entry was added then (or is in a recovered run); a due one goes out now, and if
+            # the index may still hold it, the index will not hand it out a second time
+            if deliver_at_ms > now:
+                return True
+            if deliver_at_ms >= self._popped_through_ms and deliver_at_ms > self._recovered_at_ms:
+                self._suppress(position, deliver_at_ms)
+            return False
         self._high_seen = position
         if deliver_at_ms <= now:
             return False
@@ -410,9 +419,12 @@ class DelayedDeliveryIndex:
         self._advance(now_ms)
         recs = self._near.pop_due(now_ms, max_n)
         out = [Position(lid, eid) for _, lid, eid in recs]
-        if self._acked:
-            out = [p for p in out if p not in self._acked]
-            self._acked.difference_update(Position(lid, eid) for _, lid, eid in recs)
+        if recs:
+            # pops leave in due order: nothing due before this is held any more
+            self._popped_through_ms = max(self._popped_through_ms, recs[-1][0])
+        if self._suppressed:
+            pop = self._suppressed.pop
+            out = [p for p in out if pop(p, None) is None]
         self.delivered += len(recs)
         self._rearm_due(self.clock.now_ms())
         return out
@@ -421,9 +433,17 @@ class DelayedDeliveryIndex:
         """Entries acknowledged before they were due (by id): do not hand them out. Optional:
         the dispatcher's replay read skips acknowledged entries anyway. Bounded filter."""
         for p in positions:
-            if len(self._acked) >= 100_000:
-                self._acked.clear()
-            self._acked.add(p)
+            self._suppress(p, INF)
+
+    def _suppress(self, position: Position, deliver_at_ms: int) -> None:
+        sup = self._suppressed
+        if len(sup) >= _SUPPRESS_MAX:
+            w = self._popped_through_ms
+            for p in [p for p, at in sup.items() if at < w]:
+                del sup[p]  # due before what was popped: not held any more
+            if len(sup) >= _SUPPRESS_MAX:
+                sup.clear()  # degrade to a possible duplicate (at least once), never a loss
+        sup[position] = deliver_at_ms
 
     def size(self) -> int:
         """Entries held (not yet handed out by ``pop_due``)."""
@@ -438,7 +458,7 @@ class DelayedDeliveryIndex:
 
     def memory_bytes(self) -> int:
         n = self._near.nbytes() + self._tail.nbytes() + sum(t.nbytes() for t, _ in self._sealing)
-        return n + sum(r.nbytes() for r in self._runs) + 8 * len(self._acked)
+        return n + sum(r.nbytes() for r in self._runs) + 100 * len(self._suppressed)
 
     def statistics(self) -> DelayedIndexStatistics:
         return DelayedIndexStatistics(
@@ -480,7 +500,8 @@ class DelayedDeliveryIndex:
         self._sealing = []
         self._tail = _Tail(now)
         self._near.clear()
-        self._acked.clear()
+        self._suppressed.clear()
+        self._popped_through_ms = now
         self._scanned_through = self._high_seen = None
         self._recovered_at_ms = now
         self._near_end_ms = now + 1

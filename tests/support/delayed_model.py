@@ -72,9 +72,12 @@ class DelayedHarness:
             if nd > now:
                 self.clock.advance((nd - now) / 1000.0)
 
-    async def crash_and_recover(self) -> None:
-        """The broker dies (no flush); a new owner recovers and re-reads unacked entries."""
+    async def crash_and_recover(self, downtime_ms: int = 0) -> None:
+        """The broker dies (no flush); ``downtime_ms`` later a new owner recovers and re-reads
+        every unacknowledged entry."""
         self.index.abandon()
+        if downtime_ms:
+            self.clock.advance(downtime_ms / 1000.0)
         self.index = await self.reopen()
         self.unread = sorted(p for p in self.due if p not in self.acked)
 
