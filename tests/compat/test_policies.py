@@ -342,6 +342,23 @@ def test_backlog_quota_consumer_backlog_eviction(
     assert first[:5] >= b"%05d" % (50 - backlog)  # the oldest were skipped
 
 
+def test_message_age_quota_evicts_on_the_periodic_check(
+    broker: InProcessBroker, admin: Admin, client: pulsar.Client, clock: VirtualClock
+) -> None:
+    topic = _topic("bq-age")
+    client.subscribe(topic, "slow").close()
+    _fill(client, topic, 10)
+    admin.post(
+        f"{NS}/backlogQuota?backlogQuotaType=message_age",
+        {"limitSize": -1, "limitTime": 30, "policy": "consumer_backlog_eviction"},
+    )
+    _applied(broker, topic, lambda p: p.backlog_quotas)
+    assert _backlog(admin, topic, "slow") == 10
+    # no check_now here: the broker's own check (every 60 s of its clock) does it
+    _advance(broker, clock, 61)
+    wait_until(lambda: _backlog(admin, topic, "slow") == 0, what="periodic eviction")
+
+
 # -- caps and limits ---------------------------------------------------------------------------
 
 
@@ -572,3 +589,51 @@ def test_subscription_dispatch_rate_limits_delivery_until_time_passes(
     _applied(broker, topic, lambda p: not p.subscription_dispatch_rate.enabled)
     _fill(client, topic, 30)
     assert len([consumer.receive(5000) for _ in range(30)]) == 30
+
+
+# -- retry-letter topics (§3) --------------------------------------------------------------
+# pulsar-client 3.13 (Python) has no reconsume_later, so magnetar's client drives the retry
+# path; the official client reads the retry topic to show what the broker stored.
+
+
+def test_retry_topic_holds_reconsumed_messages_for_their_delay(
+    broker: InProcessBroker, admin: Admin, client: pulsar.Client
+) -> None:
+    from magnetar.client import ConsumerDeadLetterPolicy, ConsumerType
+    from magnetar.client import Timeout as OurTimeout
+    from magnetar.client.sync import Client
+
+    topic = _topic("retry")
+    ours = Client(broker.service_url, operation_timeout_seconds=5)
+    try:
+        consumer = ours.subscribe(
+            topic,
+            "sub",
+            consumer_type=ConsumerType.Shared,
+            retry_enable=True,
+            dead_letter_policy=ConsumerDeadLetterPolicy(max_redeliver_count=3),
+        )
+        client.create_producer(topic).send(b"job")
+        msg = consumer.receive(5000)
+        consumer.reconsume_later(msg, 3_600_000)  # an hour
+        # stored on <topic>-<sub>-RETRY as a delayed message with Pulsar's properties
+        audit = client.subscribe(f"{topic}-sub-RETRY", "audit", initial_position=Earliest)
+        stored = audit.receive(5000)
+        assert stored.data() == b"job"
+        props = stored.properties()
+        assert props["RECONSUMETIMES"] == "1"
+        assert props["DELAY_TIME"] == "3600000"
+        assert props["REAL_TOPIC"] == topic
+        with pytest.raises(OurTimeout):
+            consumer.receive(500)  # held by the broker for its delay
+        msg2 = client.create_producer(topic).send(b"job2")
+        assert msg2 is not None
+        got = consumer.receive(5000)
+        assert got.data() == b"job2"
+        consumer.reconsume_later(got, 50)  # a short delay comes back, counted
+        again = consumer.receive(5000)
+        assert again.data() == b"job2"
+        assert again.properties()["RECONSUMETIMES"] == "1"
+        consumer.acknowledge(again)
+    finally:
+        ours.close()
