@@ -266,3 +266,28 @@ async def test_corrupt_entry_log_record_is_never_served(
     with pytest.raises(CorruptEntry):
         await bookie.read_entry(1, 1)
     assert (await bookie.read_entry(1, 2)).payload == bytes([2]) * 500
+
+
+async def test_checkpoint_syncs_the_entry_log_in_steps(
+    open_bookie: OpenBookie, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A flush fdatasyncs the entry log every few MB, not once for the whole half (one huge
+    fdatasync stalls every journal fdatasync, hence every ack, behind it)."""
+    from magnetar.bookie import ledger_storage
+
+    fs = FaultyFileSystem()
+    bookie = await open_bookie(fs=fs)
+    big = b"z" * (256 * 1024)
+
+    async def add_then_checkpoint_syncs(ledger: int) -> int:
+        await add_ok(bookie, [req(ledger, e, big) for e in range(40)])  # 10 MB
+        before = fs.fsync_count
+        await bookie.checkpoint()
+        return fs.fsync_count - before
+
+    monkeypatch.setattr(ledger_storage, "_SYNC_EVERY_BYTES", 1 << 40)
+    once = await add_then_checkpoint_syncs(1)
+    monkeypatch.undo()
+    stepped = await add_then_checkpoint_syncs(2)
+    assert stepped >= once + 2, (once, stepped)
+    assert (await bookie.read_entry(2, 39)).payload == big
