@@ -24,10 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from magnetar.broker.backlog_quota import (
-    backlog_exceeded,
-    evict_backlog,
-)
+from magnetar.broker.backlog_quota import backlog_bytes, backlog_exceeded, evict_backlog
 from magnetar.broker.policies import (
     BacklogQuotaType,
     RetentionPolicy,
@@ -51,6 +48,8 @@ log = logging.getLogger(__name__)
 
 HELD_SENDS_MAX = 10_000
 """Sends held per topic by ``producer_request_hold``; beyond it they fail (bounded memory)."""
+HOLD_RECHECK_S = 1.0
+"""While sends are held, the quota is checked this often (not only every 60 s)."""
 
 
 @dataclass(slots=True)
@@ -62,6 +61,7 @@ class TopicPolicyState:
     """The backlog-quota action in force (None: within quota)."""
     held: collections.deque[Callable[[], None]] = field(default_factory=collections.deque)
     subscription_limiters: dict[str, RateLimiter] = field(default_factory=dict)
+    recheck_armed: bool = False
     throttled_publishes: int = 0
     expired_entries: int = 0
     evicted_entries: int = 0
@@ -131,7 +131,7 @@ class PolicyManager:
         self.clock: Clock = clock or SystemClock()
         self._states: dict[str, TopicPolicyState] = {}
         self._ns_cache: dict[tuple[str, str], dict[str, Any]] = {}
-        self._timers: list[TimerHandle] = []
+        self._timers: dict[str, TimerHandle] = {}  # the periodic checks' next runs
         self._tasks: set[asyncio.Task[Any]] = set()
         self._checking = False
         self.closed = False
@@ -149,7 +149,7 @@ class PolicyManager:
     def close(self) -> None:
         self.closed = True
         self.service.store.remove_listener(self._on_change)
-        for t in self._timers:
+        for t in self._timers.values():
             t.cancel()
         for task in list(self._tasks):
             task.cancel()
@@ -169,8 +169,7 @@ class PolicyManager:
             self._spawn(self.expire_all() if what == "ttl" else self.check_backlog_quotas())
             self._schedule(what, interval_s)
 
-        self._timers = [t for t in self._timers if not getattr(t, "cancelled", False)]
-        self._timers.append(self.clock.call_later(interval_s, fire))
+        self._timers[what] = self.clock.call_later(interval_s, fire)
 
     # -- resolution and watching
     async def policies_for(self, tenant: str, namespace: str) -> TopicPolicies:
@@ -217,6 +216,7 @@ class PolicyManager:
         if old is not None:
             state.held = old.held
             state.quota_action = old.quota_action
+            state.recheck_armed = old.recheck_armed
             state.throttled_publishes = old.throttled_publishes
             state.expired_entries = old.expired_entries
             state.evicted_entries = old.evicted_entries
@@ -425,7 +425,19 @@ class PolicyManager:
             for producer in list(topic.producers.producers.values()):
                 if producer.cnx is not None:
                     producer.cnx.send_close_producer(producer)
-                topic.remove_producer(producer)
+                for admitted in topic.remove_producer(producer):
+                    if admitted.cnx is not None:
+                        admitted.cnx.producer_admitted(admitted)
+        elif not state.recheck_armed:
+            # held sends wait: look again soon rather than at the next periodic check
+            state.recheck_armed = True
+
+            def again() -> None:
+                state.recheck_armed = False
+                if not self.closed and self._states.get(topic.full_name) is state:
+                    self._spawn(self._check_quota(topic, state))
+
+            self.clock.call_later(HOLD_RECHECK_S, again)
 
     def _quota_cleared(self, topic: Any, state: TopicPolicyState) -> None:
         state.quota_action = None
@@ -434,6 +446,23 @@ class PolicyManager:
             publish()
         if held:
             log.info("%s: backlog within quota, released %d held sends", topic.full_name, len(held))
+
+    def topic_stats(self, topic: Any) -> dict[str, Any]:
+        """Pulsar's policy-related TopicStats fields for ``topic``."""
+        state = self.state_of(topic)
+        if state is None or not isinstance(topic, PersistentTopic):
+            return {}
+        size = state.policies.quota(BacklogQuotaType.DESTINATION_STORAGE)
+        age = state.policies.quota(BacklogQuotaType.MESSAGE_AGE)
+        subs = [s for s in topic.subscriptions.values() if s.durable]
+        return {
+            "backlogSize": max((backlog_bytes(topic, s) for s in subs), default=0),
+            "backlogQuotaLimitSize": size.limit_size if size else -1,
+            "backlogQuotaLimitTime": age.limit_time_s if age else -1,
+            "publishRateLimitedTimes": state.throttled_publishes,
+            "msgExpiredCounter": state.expired_entries,
+            "heldSends": len(state.held),
+        }
 
     def statistics(self) -> PolicyStatistics:
         states = list(self._states.values())

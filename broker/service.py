@@ -444,7 +444,8 @@ class BrokerService:
             raise PreconditionFailed(exc.message) from None
 
     async def topic_stats(self, topic: str) -> dict[str, Any]:
-        return (await self._admin_topic(topic)).stats()
+        t = await self._admin_topic(topic)
+        return {**t.stats(), **self.policies.topic_stats(t)}
 
     def stats(self) -> dict[str, Any]:
         return {

@@ -289,7 +289,7 @@ def test_backlog_quota_producer_exception(
 
 
 def test_backlog_quota_producer_request_hold(
-    broker: InProcessBroker, admin: Admin, client: pulsar.Client
+    broker: InProcessBroker, admin: Admin, client: pulsar.Client, clock: VirtualClock
 ) -> None:
     topic = _topic("bq-hold")
     consumer = client.subscribe(topic, "s", consumer_type=Shared)
@@ -317,7 +317,7 @@ def test_backlog_quota_producer_request_hold(
     for _ in range(20):
         consumer.acknowledge(consumer.receive(5000))
     wait_until(lambda: _backlog(admin, topic, "s") <= 1, what="acks")
-    _check_now(broker)  # within quota again: the held send is released
+    _advance(broker, clock, 1.0)  # the held topic's re-check: within quota, sends released
     wait_until(lambda: receipts == [pulsar.Result.Ok], what="held send stored")
     assert consumer.receive(5000).data() == b"held"
 
@@ -333,6 +333,10 @@ def test_backlog_quota_consumer_backlog_eviction(
         {"limitSize": 1000, "limitTime": -1, "policy": "consumer_backlog_eviction"},
     )
     _applied(broker, topic, lambda p: p.backlog_quotas)
+    local = topic.split("://", 1)[1]
+    topic_stats = admin.get(f"/admin/v2/persistent/{local}/stats")
+    assert topic_stats["backlogSize"] <= 1000  # evicted as soon as the quota was applied
+    assert topic_stats["backlogQuotaLimitSize"] == 1000
     _check_now(broker)
     backlog = _backlog(admin, topic, "slow")
     assert backlog <= 10  # 1000 bytes of ~100-byte entries
@@ -470,6 +474,8 @@ def test_publish_rate_pauses_only_the_throttled_connection(
         return broker.call(get)
 
     wait_until(lambda: stats().throttled_publishes >= 1, what="throttled")
+    local = topic.split("://", 1)[1]
+    assert admin.get(f"/admin/v2/persistent/{local}/stats")["publishRateLimitedTimes"] >= 1
     # another client's connection is not paused
     other = pulsar.Client(broker.service_url, operation_timeout_seconds=5, log_conf_file_path=None)
     try:
