@@ -410,8 +410,11 @@ class SingleActiveConsumerDispatcher(Dispatcher):
         consumer = self.active
         if consumer is None or not consumer.available or self.switching:
             return False
+        want = self.entries_to_read(consumer.permits)
+        if want <= 0:  # throttled
+            return False
         epoch = self.epoch
-        entries = await self.cursor.read_entries(self.entries_to_read(consumer.permits))
+        entries = await self.cursor.read_entries(want)
         if epoch != self.epoch or consumer is not self.active or consumer.closed:
             self.cursor.rewind()
             return True
@@ -622,6 +625,8 @@ class MultipleConsumersDispatcher(Dispatcher):
         if permits <= 0:
             return False
         want = self.entries_to_read(permits)
+        if want <= 0:  # throttled: the throttle schedules a round when tokens return
+            return False
         epoch = self.epoch
         if self.replay:
             positions = self._take_replay(want)
@@ -921,6 +926,8 @@ class KeySharedDispatcher(MultipleConsumersDispatcher):
         if not permits:
             return False
         want = self.entries_to_read(sum(permits.values()))
+        if want <= 0:  # throttled
+            return False
         epoch = self.epoch
         positions = ks.replay_candidates(permits, want)
         replays: list[Entry] = []
