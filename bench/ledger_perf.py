@@ -72,6 +72,7 @@ async def run(
     factory = ManagedLedgerFactory(store, client_factory, config)
     ml = await factory.open(f"bench/ns/persistent/perf-{uuid.uuid4().hex[:8]}")
     configure_gc(args.gc)
+    gc_timer = GcTimer()
     payload = os.urandom(args.entry_bytes)
     latencies: list[float] = []
     loop = asyncio.get_running_loop()
@@ -122,6 +123,7 @@ async def run(
     cpu0 = time.process_time()
     bookie_cpu0 = sum(proc_cpu_s(p) for p in bookie_pids)
     batches0 = batch_counts(ml)
+    gc0 = gc_timer.snapshot()
     await asyncio.sleep(max(0.0, end - loop.time()))
     measuring = False
     elapsed = loop.time() - t_start
@@ -129,6 +131,7 @@ async def run(
     broker_cpu = time.process_time() - cpu0
     bookie_cpu = sum(proc_cpu_s(p) for p in bookie_pids) - bookie_cpu0
     batches1 = batch_counts(ml)
+    gc1 = gc_timer.snapshot()
     stopping = True
     if inflight:
         await drained
@@ -161,6 +164,8 @@ async def run(
             (batches1[1] - batches0[1]) / max(1, batches1[0] - batches0[0]), 1
         ),
         "gc": args.gc,
+        "gc_collections": [b - a for a, b in zip(gc0[0], gc1[0], strict=True)],
+        "gc_us_per_add": round((gc1[1] - gc0[1]) / max(measured, 1) * 1e6, 2),
     }
 
 
@@ -175,6 +180,26 @@ def batch_counts(ml: object) -> tuple[int, int]:
             batches += s.batches_sent
             entries += s.entries_sent
     return batches, entries
+
+
+class GcTimer:
+    """Collections per generation and seconds spent in them (``gc.callbacks``)."""
+
+    def __init__(self) -> None:
+        self.counts = [0, 0, 0]
+        self.seconds = 0.0
+        self._t0 = 0.0
+        gc.callbacks.append(self._on_gc)
+
+    def _on_gc(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._t0 = time.perf_counter()
+        else:
+            self.seconds += time.perf_counter() - self._t0
+            self.counts[info["generation"]] += 1
+
+    def snapshot(self) -> tuple[list[int], float]:
+        return list(self.counts), self.seconds
 
 
 def configure_gc(mode: str) -> None:

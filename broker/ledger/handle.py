@@ -62,6 +62,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+# enum members as module constants: a class attribute lookup of an Enum member costs
+# about 0.2 us on Python 3.11, and the add path checks the state several times per entry
+_OPEN = HandleState.OPEN
+_CLOSING = HandleState.CLOSING
+_LIVE = (HandleState.OPEN, HandleState.CLOSING)
+
 HEADER = struct.Struct(">q")
 HEADER_BYTES = HEADER.size
 
@@ -70,8 +76,11 @@ OUTBOX_MAX_BYTES = 4 << 20
 """Adds of one loop iteration are sent as one batch per bookie, at most this big."""
 
 
+_pack_header = HEADER.pack
+
+
 def frame(cumulative_length: int, payload: bytes) -> bytes:
-    return HEADER.pack(cumulative_length) + payload
+    return _pack_header(cumulative_length) + payload
 
 
 @dataclass(frozen=True, slots=True)
@@ -409,14 +418,15 @@ class WriteHandle(ReadHandle):
     def add_nowait(self, payload: bytes, result: object = None) -> asyncio.Future[Any]:
         """Queue an add; the future resolves once it is acknowledged, to ``result`` if
         given, else to the entry id."""
-        if self.state is not HandleState.OPEN:
+        if self.state is not _OPEN:
             raise self._state_error()
         if len(self._pending) >= self._max_pending:
             raise TooManyPendingAdds(f"{len(self._pending)} adds pending on {self.ledger_id}")
         if self._recovery:
             raise LedgerClosed("a recovery handle only re-writes recovered entries")
         n = len(payload)
-        return self._add(self._next_entry_id, frame(self._length + n, payload), n, result, payload)
+        stored = _pack_header(self._length + n) + payload
+        return self._add(self._next_entry_id, stored, n, result, payload)
 
     async def add(self, payload: bytes) -> int:
         return await self.add_nowait(payload)
@@ -474,7 +484,7 @@ class WriteHandle(ReadHandle):
         """Send the adds of this loop iteration: one batch per bookie."""
         entries, self._outbox = self._outbox, []
         self._outbox_bytes = 0
-        if self.state not in (HandleState.OPEN, HandleState.CLOSING):
+        if self.state not in _LIVE:
             return  # failed or fenced: their futures have failed
         meta = self.metadata
         failed = self._failed
@@ -535,7 +545,7 @@ class WriteHandle(ReadHandle):
         if (
             self._pending
             and len(self._pending[0].acked) >= self.metadata.ack_quorum
-            and self.state in (HandleState.OPEN, HandleState.CLOSING)
+            and self.state in _LIVE
         ):
             self._complete_ready()
 

@@ -61,6 +61,8 @@ log = logging.getLogger(__name__)
 
 _S = ManagedLedgerState
 _E = ManagedLedgerEvent
+_LEDGER_OPENED = ManagedLedgerState.LEDGER_OPENED
+"""As a module constant: an Enum member lookup costs ~0.2 us (Python 3.11), once per add."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -355,7 +357,7 @@ class ManagedLedger:
     def add_nowait(self, payload: bytes) -> asyncio.Future[Position]:
         """Queue an add; the future resolves to its position. Completions are in order."""
         state = self.state
-        if state is _S.LEDGER_OPENED:
+        if state is _LEDGER_OPENED:
             return self._add_to_current(payload)
         if state in (_S.CLOSING_LEDGER, _S.CREATING_LEDGER):
             if len(self._queued) >= self.config.max_pending_adds:
@@ -394,11 +396,12 @@ class ManagedLedger:
 
     def _on_confirmed(self, ledger_id: int, last_entry_id: int, payloads: list[bytes]) -> None:
         """Batch hook from the current handle: entries confirmed in order."""
-        first = last_entry_id - len(payloads) + 1
-        put = self._cache.put
-        for i, payload in enumerate(payloads):
-            put(Position(ledger_id, first + i), payload)
-        self.last_confirmed = max(self.last_confirmed, Position(ledger_id, last_entry_id))
+        self._cache.put_entries(ledger_id, last_entry_id - len(payloads) + 1, payloads)
+        last = self.last_confirmed
+        if ledger_id > last.ledger_id or (
+            ledger_id == last.ledger_id and last_entry_id > last.entry_id
+        ):
+            self.last_confirmed = Position(ledger_id, last_entry_id)
         if self._waiters:
             waiters, self._waiters = self._waiters, []
             for w in waiters:
