@@ -178,6 +178,14 @@ class AdminApi:
         r.add_delete(base + "/{topic}/subscription/{subscription}", self.delete_subscription)
         r.add_get(base + "/{topic}/stats", self.topic_stats)
         r.add_put(base + "/{topic}/unload", self.unload_topic)
+        # topic-level policies: the namespace paths under the topic, overriding them
+        for name in NAMESPACE_POLICIES:
+            r.add_get(base + "/{topic}/" + name, self._topic_policy_handler(name, "get"))
+            r.add_post(base + "/{topic}/" + name, self._topic_policy_handler(name, "set"))
+            r.add_delete(base + "/{topic}/" + name, self._topic_policy_handler(name, "clear"))
+        r.add_get(base + "/{topic}/backlogQuotaMap", self.get_topic_backlog_quota_map)
+        r.add_post(base + "/{topic}/backlogQuota", self.set_topic_backlog_quota)
+        r.add_delete(base + "/{topic}/backlogQuota", self.remove_topic_backlog_quota)
         # lookup
         r.add_get("/lookup/v2/topic/{domain}/{tenant}/{namespace}/{topic}", self.lookup)
         return app
@@ -315,6 +323,60 @@ class AdminApi:
         except PolicyError as exc:
             raise InvalidResource(str(exc)) from None
         await self.resources.update_policies(m["tenant"], m["namespace"], changes)
+        return _no_content()
+
+    # -- topic-level policies -----------------------------------------------------------------
+    @staticmethod
+    def _topic_key(request: web.Request) -> tuple[str, str, str, str]:
+        topic = _topic_name(request)
+        m = request.match_info
+        return m["tenant"], m["namespace"], m["domain"], topic.rsplit("/", 1)[1]
+
+    def _topic_policy_handler(self, name: str, op: str) -> Handler:
+        route = NAMESPACE_POLICIES[name]
+
+        async def handle(request: web.Request) -> web.Response:
+            key = self._topic_key(request)
+            policies = await self.resources.get_topic_policies(*key)
+            cluster = self.resources.cluster
+            if op == "get":
+                return _json(route.show(policies, cluster))
+            if op == "set":
+                body = await _body_json(request)
+                try:
+                    changes = route.store(body, policies, cluster)
+                except PolicyError as exc:
+                    raise InvalidResource(str(exc)) from None
+            else:
+                changes = route.clear(policies, cluster)
+            await self.resources.update_topic_policies(*key, changes)
+            return _no_content()
+
+        return handle
+
+    async def get_topic_backlog_quota_map(self, request: web.Request) -> web.Response:
+        policies = await self.resources.get_topic_policies(*self._topic_key(request))
+        return _json(policies.get("backlog_quota_map") or {})
+
+    async def set_topic_backlog_quota(self, request: web.Request) -> web.Response:
+        key = self._topic_key(request)
+        policies = await self.resources.get_topic_policies(*key)
+        body = await _body_json(request)
+        try:
+            changes = set_backlog_quota(policies, body, request.query.get("backlogQuotaType"))
+        except PolicyError as exc:
+            raise InvalidResource(str(exc)) from None
+        await self.resources.update_topic_policies(*key, changes)
+        return _no_content()
+
+    async def remove_topic_backlog_quota(self, request: web.Request) -> web.Response:
+        key = self._topic_key(request)
+        policies = await self.resources.get_topic_policies(*key)
+        try:
+            changes = remove_backlog_quota(policies, request.query.get("backlogQuotaType"))
+        except PolicyError as exc:
+            raise InvalidResource(str(exc)) from None
+        await self.resources.update_topic_policies(*key, changes)
         return _no_content()
 
     # -- topics -----------------------------------------------------------------------------

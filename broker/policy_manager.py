@@ -23,8 +23,10 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote
 
 from magnetar.broker.backlog_quota import backlog_bytes, backlog_exceeded, evict_backlog
+from magnetar.broker.naming import TopicName
 from magnetar.broker.policies import (
     BacklogQuotaType,
     RetentionPolicy,
@@ -33,6 +35,7 @@ from magnetar.broker.policies import (
 )
 from magnetar.broker.producer import ProducerError
 from magnetar.broker.rate_limit import RateLimiter
+from magnetar.broker.resources import TOPIC_POLICIES
 from magnetar.broker.subscription import SubscriptionError
 from magnetar.broker.topic import PersistentTopic
 from magnetar.broker.ttl import expire_messages
@@ -74,6 +77,12 @@ class PolicyStatistics:
     throttled_publishes: int
     expired_entries: int
     evicted_entries: int
+
+
+def _topic_key(tn: TopicName) -> tuple[str, str, str, str]:
+    """Whose topic-level policies apply: a partition's are its partitioned topic's."""
+    base = tn.partitioned_base if tn.partition_index >= 0 else tn
+    return (base.tenant, base.namespace, base.domain, base.local)
 
 
 def _never_delayed(entry: Any) -> int:
@@ -131,6 +140,7 @@ class PolicyManager:
         self.clock: Clock = clock or SystemClock()
         self._states: dict[str, TopicPolicyState] = {}
         self._ns_cache: dict[tuple[str, str], dict[str, Any]] = {}
+        self._topic_cache: dict[tuple[str, str, str, str], dict[str, Any]] = {}
         self._timers: dict[str, TimerHandle] = {}  # the periodic checks' next runs
         self._tasks: set[asyncio.Task[Any]] = set()
         self._checking = False
@@ -172,8 +182,12 @@ class PolicyManager:
         self._timers[what] = self.clock.call_later(interval_s, fire)
 
     # -- resolution and watching
-    async def policies_for(self, tenant: str, namespace: str) -> TopicPolicies:
-        """Read (and watch) the namespace's policies; broker defaults if it has none."""
+    async def policies_for(
+        self, tenant: str, namespace: str, topic: TopicName | None = None
+    ) -> TopicPolicies:
+        """Read (and watch) the namespace's policies and, for ``topic``, its topic-level
+        policies (those of the partitioned topic for a partition): broker defaults,
+        overridden by the namespace, overridden by the topic."""
         from magnetar.broker.resources import ResourceError
 
         try:
@@ -181,23 +195,46 @@ class PolicyManager:
         except ResourceError:
             ns = {}
         self._ns_cache[(tenant, namespace)] = ns
-        return resolve_policies(self.config, ns)
+        if topic is None:
+            return resolve_policies(self.config, ns)
+        key = _topic_key(topic)
+        try:
+            own = await self.service.resources.get_topic_policies(*key)
+        except ResourceError:
+            own = {}
+        self._topic_cache[key] = own
+        return resolve_policies(self.config, {**ns, **own})
 
     def _on_change(self, n: Notification) -> None:
-        prefix = paths.POLICIES + "/"
-        if not n.path.startswith(prefix):
+        if self.closed:
             return
-        parts = n.path[len(prefix) :].split("/")
-        if len(parts) != 2 or self.closed:
-            return
-        self._spawn(self.refresh(parts[0], parts[1]))
+        ns_prefix = paths.POLICIES + "/"
+        topic_prefix = TOPIC_POLICIES + "/"
+        if n.path.startswith(ns_prefix):
+            parts = n.path[len(ns_prefix) :].split("/")
+            if len(parts) == 2:
+                self._spawn(self.refresh(parts[0], parts[1]))
+        elif n.path.startswith(topic_prefix):
+            parts = n.path[len(topic_prefix) :].split("/")
+            if len(parts) == 4:
+                self._spawn(self.refresh(parts[0], parts[1], (parts[2], unquote(parts[3]))))
 
-    async def refresh(self, tenant: str, namespace: str) -> None:
-        """Re-read a namespace's policies and apply them to its loaded topics."""
-        policies = await self.policies_for(tenant, namespace)
+    async def refresh(
+        self, tenant: str, namespace: str, only: tuple[str, str] | None = None
+    ) -> None:
+        """Re-read the policies and apply them to the namespace's loaded topics (``only``:
+        the topics of one (domain, local name), partitions included)."""
         for topic in list(self.service.topics.values()):
-            if (topic.name.tenant, topic.name.namespace) == (tenant, namespace):
-                self.apply(topic, policies)
+            tn = topic.name
+            if (tn.tenant, tn.namespace) != (tenant, namespace):
+                continue
+            if only is not None and _topic_key(tn)[2:] != only:
+                continue
+            self.apply(topic, await self.policies_for(tenant, namespace, tn))
+        if only is not None:  # re-read (re-arms the watch) even when nothing is loaded
+            await self.service.resources.get_topic_policies(tenant, namespace, *only)
+        else:
+            await self.policies_for(tenant, namespace)
         await self.check_backlog_quotas()
 
     # -- applying

@@ -1,7 +1,11 @@
 """Cluster, tenant, namespace and partitioned-topic metadata, stored as Pulsar stores it.
 
 Owns: reading and writing ``/admin/clusters/<c>``, ``/admin/policies/<tenant>[/<ns>]``
-(TenantInfo and namespace Policies JSON, with Pulsar's field names) and
+(TenantInfo and namespace Policies JSON, with Pulsar's field names),
+``/admin/topic-policies/<tenant>/<ns>/<domain>/<topic>`` (topic-level policies: the same
+fields as the namespace Policies JSON, overriding them for one topic; Pulsar keeps these in
+the ``__change_events`` system topic, Magnetar in the metadata store, watched the same way
+as namespace policies) and
 ``/admin/partitioned-topics/<tenant>/<ns>/<domain>/<topic>`` (``{"partitions": N}``), each
 change a compare-and-set. Raises ``ResourceError`` subclasses carrying the HTTP status Pulsar
 answers with. Must not know: HTTP, topics being served, the wire protocol.
@@ -56,6 +60,15 @@ class TenantInfo:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> TenantInfo:
         return cls(list(data.get("adminRoles") or []), list(data.get("allowedClusters") or []))
+
+
+TOPIC_POLICIES = "/admin/topic-policies"
+
+
+def topic_policies_path(tenant: str, namespace: str, domain: str, local: str) -> str:
+    from urllib.parse import quote
+
+    return f"{TOPIC_POLICIES}/{tenant}/{namespace}/{domain}/{quote(local, safe='')}"
 
 
 def _name_ok(name: str) -> bool:
@@ -192,6 +205,42 @@ class Resources:
                 continue
         raise ResourceConflict("Concurrent modification of the namespace policies")
 
+    # -- topic-level policies -------------------------------------------------------------
+    async def get_topic_policies(
+        self, tenant: str, namespace: str, domain: str, local: str
+    ) -> dict[str, Any]:
+        """The topic's own policies ({} if none)."""
+        got = await self.store.get(topic_policies_path(tenant, namespace, domain, local))
+        if got is None:
+            return {}
+        return dict(json.loads(got.value or b"{}"))
+
+    async def update_topic_policies(
+        self, tenant: str, namespace: str, domain: str, local: str, changes: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Merge ``changes`` into the topic policies by compare-and-set (None deletes a key)."""
+        if not await self.namespace_exists(tenant, namespace):
+            raise ResourceNotFound("Namespace does not exist")
+        path = topic_policies_path(tenant, namespace, domain, local)
+        for _ in range(16):
+            got = await self.store.get(path)
+            data = {} if got is None else dict(json.loads(got.value or b"{}"))
+            for key, value in changes.items():
+                if value is None:
+                    data.pop(key, None)
+                else:
+                    data[key] = value
+            try:
+                await self.store.put(
+                    path,
+                    _dump(data),
+                    expected_version=CREATE_ONLY if got is None else got.stat.version,
+                )
+                return data
+            except (BadVersion, AlreadyExists):
+                continue
+        raise ResourceConflict("Concurrent modification of the topic policies")
+
     async def bundles(self, tenant: str, namespace: str) -> NamespaceBundles:
         policies = await self.get_policies(tenant, namespace)
         bounds = (policies.get("bundles") or {}).get("boundaries")
@@ -274,6 +323,7 @@ class Resources:
 
 
 __all__ = [
+    "TOPIC_POLICIES",
     "InvalidResource",
     "PreconditionFailed",
     "ResourceConflict",
@@ -281,4 +331,5 @@ __all__ = [
     "ResourceNotFound",
     "Resources",
     "TenantInfo",
+    "topic_policies_path",
 ]

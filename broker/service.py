@@ -274,7 +274,7 @@ class BrokerService:
             np_topic: Any = NonPersistentTopic(tn)
             self.topics[tn.full] = np_topic
             self.policies.attach(
-                np_topic, await self.policies.policies_for(tn.tenant, tn.namespace)
+                np_topic, await self.policies.policies_for(tn.tenant, tn.namespace, tn)
             )
             log.info("created non-persistent topic %s", tn.full)
             return np_topic  # type: ignore[no-any-return]
@@ -285,7 +285,7 @@ class BrokerService:
             if not await self.resources.namespace_exists(tn.tenant, tn.namespace):
                 raise ServiceError("TopicNotFound", f"Namespace {tn.namespace_name} does not exist")
         # namespace policies override the broker defaults, as in Pulsar (and are watched)
-        policies = await self.policies.policies_for(tn.tenant, tn.namespace)
+        policies = await self.policies.policies_for(tn.tenant, tn.namespace, tn)
         ledger = await self.storage.open(ml_name)
         topic = PersistentTopic(
             tn,

@@ -250,6 +250,37 @@ def test_message_ttl_expires_unacked_messages_and_applies_live(
     assert got == [b"n%d" % i for i in range(5)]  # the expired ones are never delivered
 
 
+def test_topic_level_policies_override_the_namespace_live(
+    broker: InProcessBroker, admin: Admin, client: pulsar.Client, clock: VirtualClock
+) -> None:
+    a, b = _topic("tl-a"), _topic("tl-b")
+    for t in (a, b):
+        client.subscribe(t, "s").close()
+        _fill(client, t, 5).close()
+    admin.post(f"{NS}/messageTTL", 3600)
+    path_a = "/admin/v2/persistent/" + a.split("://", 1)[1]
+    admin.post(f"{path_a}/messageTTL", 60)
+    assert admin.get(f"{path_a}/messageTTL") == 60
+    _applied(broker, a, lambda p: p.message_ttl_s == 60)
+    _applied(broker, b, lambda p: p.message_ttl_s == 3600)
+    _advance(broker, clock, 120)
+    _check_now(broker)
+    assert (_backlog(admin, a, "s"), _backlog(admin, b, "s")) == (0, 5)
+    # a topic-level cap, then removed: the namespace value applies again
+    admin.post(f"{path_a}/maxProducersPerTopic", 1)
+    _applied(broker, a, lambda p: p.max_producers == 1)
+    p1 = client.create_producer(a)
+    with pytest.raises(pulsar.ProducerBusy):
+        client.create_producer(a)
+    client.create_producer(b).close()  # not capped
+    admin.request("DELETE", f"{path_a}/maxProducersPerTopic")
+    _applied(broker, a, lambda p: p.max_producers == 0)
+    client.create_producer(a).close()
+    p1.close()
+    status, _ = admin.request("POST", f"{path_a}/messageTTL", "x")
+    assert status == 400
+
+
 # -- backlog quotas ----------------------------------------------------------------------------
 
 
