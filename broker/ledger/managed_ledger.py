@@ -110,6 +110,8 @@ class LedgerInfo:
     entries: int = 0
     size: int = 0
     timestamp_ms: int = 0
+    """Creation time, then close time once closed: retention counts from the close, as in
+    Pulsar (a ledger written for hours is not expired by the age of its first entry)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -290,6 +292,7 @@ class ManagedLedger:
             handle = await self.ledger_client.open_ledger(last.ledger_id, recovery=True)
             last.entries = handle.last_add_confirmed + 1
             last.size = handle.length
+            last.timestamp_ms = self.clock.now_ms()  # closed by this recovery
             if last.entries == 0:
                 ledgers.pop()
                 await self.ledger_client.delete_ledger(last.ledger_id)
@@ -456,6 +459,7 @@ class ManagedLedger:
             info = self._info.ledgers[-1]
             info.entries = reader.last_add_confirmed + 1
             info.size = reader.length
+            info.timestamp_ms = self.clock.now_ms()
             self.state = MANAGED_LEDGER_FSM.next(self.state, _E.LEDGER_CLOSED)
             new = await self._retry(self._create_ledger)
             if self.state is not _S.CREATING_LEDGER:
