@@ -8,9 +8,11 @@ Must not know: how storage works (journal, caches, index), metadata, registratio
 
 Add stream (one per client connection), pipelined:
 - a reader task takes ``AddBatch`` messages off the stream, hands each batch to
-  ``storage.add_entries`` (synchronous validation + journal enqueue) and queues the returned
-  awaitable; it stops reading while ``max_inflight_batches`` / ``max_inflight_bytes`` are
-  pending (back-pressure reaches the client through gRPC flow control);
+  ``storage.submit_batch`` (the engine takes the protobuf entries as they are and reports the
+  batch's bytes) or else ``storage.add_entries`` (synchronous validation + journal enqueue),
+  and queues the returned awaitable; it stops reading while ``max_inflight_batches`` /
+  ``max_inflight_bytes`` are pending (back-pressure reaches the client through gRPC flow
+  control);
 - the writer awaits the queued batches strictly in order and, once the head is done, also
   takes every following batch that is already done, answering them in one ``AddResponse``
   (OK is implicit; only failures are listed).
