@@ -456,6 +456,16 @@ def test_deduplication_switched_on_live(
     producer.send(b"a-again", sequence_id=5)  # dedup off: stored twice
     admin.post(f"{NS}/deduplication", True)
     _applied(broker, topic, lambda p: p.deduplication)
+
+    def last_sequence_id() -> int:
+        async def get() -> int:
+            assert broker.service is not None
+            return broker.service.topics[topic].dedup.last_sequence_id("p1")
+
+        return int(broker.call(get))
+
+    wait_until(lambda: last_sequence_id() == 5, what="stored sequence ids restored")
+    producer.send(b"a-third", sequence_id=5)  # stored before dedup was on: still a duplicate
     producer.send(b"b", sequence_id=6)
     producer.send(b"b-again", sequence_id=6)  # dedup on: dropped
     producer.send(b"c", sequence_id=7)
