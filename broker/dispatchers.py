@@ -680,6 +680,10 @@ class MultipleConsumersDispatcher(Dispatcher):
 
 # ---------------------------------------------------------------------- Key_Shared
 
+#: Key_Shared: bytes of parked entries kept in memory per dispatcher, so a replay does not
+#: read them one by one from storage again (skewed keys park most of each read).
+PARKED_DATA_BYTES_MAX = 16 * 1024 * 1024
+
 KEY_SHARED_SLOTS = 65536
 RING_POINTS_PER_CONSUMER = 100
 
@@ -773,6 +777,10 @@ class KeySharedDispatcher(MultipleConsumersDispatcher):
         self.ks: KeySharedScheduler[Consumer, Position] | None = None
         self.slot_of_entry = slot_of or (lambda e: 0)
         self._delayed_slots: dict[Position, int] = {}  # held delayed entry -> its slot
+        # entries a plan parked, kept (up to PARKED_DATA_BYTES_MAX) so replaying them does
+        # not read each one again from storage; a subset of the parked set
+        self._parked_data: dict[Position, Entry] = {}
+        self._parked_data_bytes = 0
 
     def __repr__(self) -> str:
         parked = self.ks.parked_count if self.ks is not None else 0
@@ -844,9 +852,29 @@ class KeySharedDispatcher(MultipleConsumersDispatcher):
     # -- acks
     def forget(self, position: Position) -> bool:
         unblocked = super().forget(position)
+        self._drop_parked_data(position)
         if self.ks is not None and self.ks.on_acked([position]):
             self.schedule()  # a slot or a parked entry was freed
         return unblocked
+
+    def _keep_parked_data(self, entries: list[Entry]) -> None:
+        for e in entries:
+            size = len(e.data)
+            if self._parked_data_bytes + size > PARKED_DATA_BYTES_MAX:
+                return
+            if e.position not in self._parked_data:
+                self._parked_data[e.position] = e
+                self._parked_data_bytes += size
+
+    def _drop_parked_data(self, position: Position) -> Entry | None:
+        e = self._parked_data.pop(position, None)
+        if e is not None:
+            self._parked_data_bytes -= len(e.data)
+        return e
+
+    def _clear_parked_data(self) -> None:
+        self._parked_data.clear()
+        self._parked_data_bytes = 0
 
     # -- replay set == the guard's parked set
     def add_replay(self, positions: list[Position]) -> None:
@@ -863,6 +891,7 @@ class KeySharedDispatcher(MultipleConsumersDispatcher):
         self._delayed_slots[entry.position] = self._slot(entry)
 
     def _forget_in_flight(self) -> None:
+        self._clear_parked_data()
         self._delayed.clear()
         self._delayed_set.clear()
         self._delayed_slots.clear()
@@ -873,6 +902,7 @@ class KeySharedDispatcher(MultipleConsumersDispatcher):
     def reset(self) -> None:
         super().reset()
         self._delayed_slots.clear()
+        self._clear_parked_data()
         if self.ks is not None:
             self.ks.reset()
 
@@ -913,6 +943,10 @@ class KeySharedDispatcher(MultipleConsumersDispatcher):
             c.check_invariants()
             assert outstanding.get(c, 0) == len(c.pending), (c, outstanding.get(c, 0))
         assert not self.replay
+        for pos in self._parked_data:
+            assert self.ks.guard.is_parked(pos), pos
+        assert self._parked_data_bytes == sum(len(e.data) for e in self._parked_data.values())
+        assert self._parked_data_bytes <= PARKED_DATA_BYTES_MAX
 
     # -- the round
     def _available_permits(self) -> dict[Consumer, int]:
@@ -931,12 +965,19 @@ class KeySharedDispatcher(MultipleConsumersDispatcher):
         epoch = self.epoch
         positions = ks.replay_candidates(permits, want)
         replays: list[Entry] = []
-        if positions:
-            replays = await self.cursor.read_positions(positions)
+        to_read: list[Position] = []
+        for p in positions:
+            kept = self._drop_parked_data(p)
+            if kept is not None:
+                replays.append(kept)
+            else:
+                to_read.append(p)
+        if to_read:
+            replays += await self.cursor.read_positions(to_read)
             if epoch != self.epoch or ks is not self.ks:
                 return True
             got = {e.position for e in replays}
-            missing = [p for p in positions if p not in got]
+            missing = [p for p in to_read if p not in got]
             if missing:  # acked or trimmed meanwhile
                 ks.forget(missing)
         new: list[Entry] = []
@@ -964,7 +1005,10 @@ class KeySharedDispatcher(MultipleConsumersDispatcher):
             out: list[OutMessage] = []
             for pos in assigned:
                 self._assign(consumer, entries[pos], out)
+                if self._parked_data:
+                    self._drop_parked_data(pos)  # offered as new after a rewind
             self._flush(consumer, out)
+        self._keep_parked_data([entries[p] for p in plan.waiting])
         if limit > 0 and self.total_unacked >= limit:
             self.blocked = True
         return plan.assigned_count > 0 or bool(new)
