@@ -543,7 +543,7 @@ def _entry_log_bytes(data_dir: pathlib.Path) -> int:
 def test_retention_trims_and_bookie_disk_bytes_go_down(
     zookeeper_server: Any, bookie_factory: Any, tmp_path: pathlib.Path
 ) -> None:
-    from support.ledger_cluster import chroot_url
+    from support.ledger_cluster import chroot_url, wait_registered
 
     url = chroot_url(zookeeper_server.url)
     cfg = tmp_path / "bookie.yaml"
@@ -564,6 +564,9 @@ def test_retention_trims_and_bookie_disk_bytes_go_down(
             "max_entries_per_ledger": 20,
         },
     ).start()
+    service = broker.service
+    assert service is not None
+    broker.call(lambda: wait_registered(service.store, 1), timeout=35)
     admin = Admin(broker)
     client = pulsar.Client(
         broker.service_url, operation_timeout_seconds=10, log_conf_file_path=None
