@@ -29,6 +29,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 from support.bookies import BookieFactory  # noqa: E402
 from support.zookeeper import ZooKeeperServer  # noqa: E402
 
+from magnetar.bookie import client as bookie_client  # noqa: E402
 from magnetar.bookie.client import BookieClient  # noqa: E402
 from magnetar.broker.ledger import ManagedLedgerConfig, ManagedLedgerFactory  # noqa: E402
 from magnetar.zk import paths  # noqa: E402
@@ -237,7 +238,17 @@ def main() -> None:
         default="default",
         help="garbage collector setting of this (the broker's) process",
     )
+    p.add_argument(
+        "--channel-option",
+        action="append",
+        default=[],
+        metavar="NAME=INT",
+        help="extra gRPC channel option of the broker's bookie clients (experiments)",
+    )
     args = p.parse_args()
+    for option in args.channel_option:
+        name, _, value = option.partition("=")
+        bookie_client.CHANNEL_OPTIONS.append((name, int(value)))
     with tempfile.TemporaryDirectory(prefix="ledger-perf-") as tmp:
         zk = ZooKeeperServer()
         zk.start()

@@ -48,3 +48,20 @@ def test_header_plus_entries_is_the_batch(
     assert encode_entries(ledger_id, entries, recovery) is data
     # a different sequence with equal contents is encoded afresh, to equal bytes
     assert encode_entries(ledger_id, list(entries), recovery) == data
+
+
+def test_varint_boundaries() -> None:
+    key = b"k"
+    rows = [
+        (16383, 16383, b"a" * 16383),
+        (16384, 16384, b"b" * 16384),
+        (2**21 - 1, -1, b"c" * (2**21 - 20)),
+        (2**21, 2**21, b""),
+        (0, 0, b"d"),
+    ]
+    entries = [AddRequest(5, e, lac, crc32c.crc32c(p), p, key) for e, lac, p in rows]
+    got = pb.AddBatch.FromString(encode_entries(5, entries, False))
+    assert [(x.ledger_id, x.entry_id, x.lac, x.crc32c, x.payload) for x in got.entries] == [
+        (5, r.entry_id, r.lac, r.crc32c, r.payload) for r in entries
+    ]
+    assert not any(x.recovery for x in got.entries)
