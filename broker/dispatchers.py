@@ -684,58 +684,6 @@ class MultipleConsumersDispatcher(Dispatcher):
 #: read them one by one from storage again (skewed keys park most of each read).
 PARKED_DATA_BYTES_MAX = 16 * 1024 * 1024
 
-KEY_SHARED_SLOTS = 65536
-RING_POINTS_PER_CONSUMER = 100
-
-
-class KeySharedSelector:
-    """Kept for ``nonpersistent.py`` only (persistent Key_Shared uses
-    ``magnetar.broker.key_shared``). Slot (0..65535) -> consumer. AUTO_SPLIT: consistent
-    hashing, 100 ring points per consumer (Murmur3 of name + index); STICKY: the consumers'
-    declared inclusive ranges, which must not overlap (ConsumerAssignError)."""
-
-    def __init__(self, sticky: bool) -> None:
-        self.sticky = sticky
-        self._ring: list[tuple[int, int, Consumer]] = []  # (point, tie-break, consumer)
-        self._ranges: list[tuple[int, int, Consumer]] = []
-
-    def add(self, consumer: Consumer) -> None:
-        from magnetar.client.protocol import murmur3_32_hash
-
-        if self.sticky:
-            if not consumer.hash_ranges:
-                raise ValueError("A STICKY Key_Shared consumer must declare hash ranges")
-            for start, end in consumer.hash_ranges:
-                if not 0 <= start <= end < KEY_SHARED_SLOTS:
-                    raise ValueError(f"Invalid hash range [{start}, {end}]")
-                for s, e, other in self._ranges:
-                    if start <= e and s <= end:
-                        raise ValueError(
-                            f"Range [{start}, {end}] overlaps [{s}, {e}] of {other.name}"
-                        )
-            for start, end in consumer.hash_ranges:
-                self._ranges.append((start, end, consumer))
-            self._ranges.sort(key=lambda r: r[0])
-            return
-        for i in range(RING_POINTS_PER_CONSUMER):
-            point = murmur3_32_hash(f"{consumer.name}{i}") % KEY_SHARED_SLOTS
-            bisect.insort(self._ring, (point, consumer.consumer_id, consumer), key=lambda r: r[:2])
-
-    def remove(self, consumer: Consumer) -> None:
-        self._ring = [r for r in self._ring if r[2] is not consumer]
-        self._ranges = [r for r in self._ranges if r[2] is not consumer]
-
-    def select(self, slot: int) -> Consumer | None:
-        if self.sticky:
-            for start, end, consumer in self._ranges:
-                if start <= slot <= end:
-                    return consumer
-            return None
-        if not self._ring:
-            return None
-        i = bisect.bisect_left(self._ring, slot, key=lambda r: r[0])
-        return self._ring[i % len(self._ring)][2]
-
 
 class KeySharedDispatcher(MultipleConsumersDispatcher):
     """Shared, but a key goes to one consumer at a time and keeps its order.
@@ -1053,7 +1001,6 @@ __all__ = [
     "Dispatcher",
     "DispatcherStats",
     "KeySharedDispatcher",
-    "KeySharedSelector",
     "MultipleConsumersDispatcher",
     "SingleActiveConsumerDispatcher",
     "new_dispatcher",

@@ -19,12 +19,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from magnetar.broker.consumer import Consumer, OutMessage, SubType
-from magnetar.broker.dispatchers import (
-    KeySharedSelector,
-    next_shared_consumer,
-    pick_active_consumer,
-)
+from magnetar.broker.dispatchers import next_shared_consumer, pick_active_consumer
 from magnetar.broker.frames import num_messages
+from magnetar.broker.key_shared import KeySharedMode, KeySharedSelector
 from magnetar.broker.ledger.position import Position
 from magnetar.broker.naming import TopicName
 from magnetar.broker.producer import Admission, Deduplication, Producer, ProducerRegistry
@@ -70,7 +67,7 @@ class NonPersistentSubscription:
         self.sub_type: SubType | None = None
         self._consumers: list[Consumer] = []
         self._rr = 0
-        self._selector: KeySharedSelector | None = None
+        self._selector: KeySharedSelector[Consumer] | None = None
         self._active: Consumer | None = None
         self.cursor = _NoCursor()
         self.dropped = 0
@@ -96,9 +93,9 @@ class NonPersistentSubscription:
             self._selector = None
         if stype is SubType.KEY_SHARED:
             if self._selector is None:
-                self._selector = KeySharedSelector(consumer.key_shared_mode == 1)
+                self._selector = KeySharedSelector(KeySharedMode(consumer.key_shared_mode))
             try:
-                self._selector.add(consumer)
+                self._selector.add_consumer(consumer, consumer.name, consumer.hash_ranges)
             except ValueError as exc:
                 raise SubscriptionError("ConsumerAssignError", str(exc)) from None
         self._consumers.append(consumer)
@@ -119,7 +116,7 @@ class NonPersistentSubscription:
         if consumer in self._consumers:
             self._consumers.remove(consumer)
         if self._selector is not None:
-            self._selector.remove(consumer)
+            self._selector.remove_consumer(consumer)
         if consumer is self._active:
             self._active = None
         self._elect()

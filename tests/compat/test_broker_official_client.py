@@ -585,6 +585,29 @@ def test_non_persistent_topic_delivers_to_connected_consumers_only(client: pulsa
     assert sorted(got) == [f"m{i}".encode() for i in range(4)]
 
 
+def test_non_persistent_key_shared_keeps_each_key_on_one_consumer(client: pulsar.Client) -> None:
+    topic = f"non-persistent://public/default/npks-{uuid.uuid4().hex[:8]}"
+    consumers = [
+        client.subscribe(topic, "ks", consumer_type=pulsar.ConsumerType.KeyShared)
+        for _ in range(2)
+    ]
+    producer = client.create_producer(topic, batching_enabled=False)
+    for i in range(60):
+        producer.send(f"{i % 6}:{i}".encode(), partition_key=f"key-{i % 6}")
+    owner: dict[str, int] = {}
+    received = 0
+    for index, c in enumerate(consumers):
+        while True:
+            try:
+                msg = c.receive(500)
+            except pulsar.Timeout:
+                break
+            received += 1
+            assert owner.setdefault(msg.partition_key(), index) == index
+    assert received == 60
+    assert len(owner) == 6
+
+
 def test_namespace_deduplication_policy(broker: InProcessBroker, client: pulsar.Client) -> None:
     assert broker.service is not None
     resources = broker.service.resources
