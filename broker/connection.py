@@ -640,7 +640,9 @@ class ServerConnection(asyncio.Protocol):
             self._pending_sends -= 1
             if self._paused and self._pending_sends <= self.max_pending_sends // 2:
                 self._paused = False
-                if self.transport is not None and not self.closed:
+                # publish throttling (policy_manager) may hold reading paused: it resumes
+                throttled = getattr(self, "_policy_paused", False)
+                if self.transport is not None and not self.closed and not throttled:
                     self.transport.resume_reading()
             if exc is not None:
                 self._send_error(pid, seq, "PersistenceError", f"write failed: {exc}")

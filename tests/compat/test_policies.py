@@ -523,8 +523,20 @@ def test_publish_rate_pauses_only_the_throttled_connection(
         other.create_producer(other_topic).send(b"free")
     finally:
         other.close()
-    # virtual time repays the debt: everything is stored in the end
+    # the throttled connection reads nothing more until virtual time repays the debt
+    time.sleep(0.3)  # what was read before the pause settles
+    settled = len(receipts)
+    late: list[Any] = []
+    producer.send_async(b"late", lambda res, mid: late.append(res))
+    time.sleep(0.3)
+    # nothing more is read while paused (virtual time stands still)
+    assert (len(receipts), late) == (settled, [])
     deadline = time.monotonic() + 10
+    while not late:
+        assert time.monotonic() < deadline
+        _advance(broker, clock, 1)
+        time.sleep(0.01)
+    assert late == [pulsar.Result.Ok]
     while len(receipts) < 20:
         assert time.monotonic() < deadline, receipts
         _advance(broker, clock, 1)
