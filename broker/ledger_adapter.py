@@ -77,12 +77,24 @@ class ManagedTopicCursor:
         return [Entry(e.position, e.payload) for e in got]
 
     async def read_positions(self, positions: list[Position]) -> list[Entry]:
+        """The unacknowledged entries at ``positions``, in the order given; consecutive
+        positions of one ledger are fetched with one range read (replays are often runs)."""
+        wanted = [p for p in positions if not self.cursor.is_acknowledged(p)]
         out: list[Entry] = []
-        for pos in positions:
-            if self.cursor.is_acknowledged(pos):
-                continue
-            got = await self._ml.read_range(pos.ledger_id, pos.entry_id, pos.entry_id)
+        i = 0
+        while i < len(wanted):
+            first = wanted[i]
+            j = i + 1
+            while (
+                j < len(wanted)
+                and wanted[j].ledger_id == first.ledger_id
+                and wanted[j].entry_id == wanted[j - 1].entry_id + 1
+            ):
+                j += 1
+            last = wanted[j - 1]
+            got = await self._ml.read_range(first.ledger_id, first.entry_id, last.entry_id)
             out.extend(Entry(e.position, e.payload) for e in got)
+            i = j
         return out
 
     async def ack(self, positions: Iterable[Position]) -> None:
