@@ -223,11 +223,13 @@ def start_bookie(args: argparse.Namespace) -> tuple[subprocess.Popen[bytes], str
 
 async def main_async(args: argparse.Namespace) -> list[Result]:
     proc: subprocess.Popen[bytes] | None = None
+    scratch: str | None = None  # a data dir this run created, removed at the end
     if args.bookie:
         address = args.bookie
         wait_healthy(address, None, 10)
     else:
-        proc, address, _ = start_bookie(args)
+        proc, address, data_dir = start_bookie(args)
+        scratch = None if args.data_dir else data_dir
     if args.profile_bookie and proc is not None:
         print(f"# bookie pid {proc.pid} (profile it with py-spy)", flush=True)
     client = BookieClient(
@@ -294,6 +296,9 @@ async def main_async(args: argparse.Namespace) -> list[Result]:
                 proc.wait(30)
             except subprocess.TimeoutExpired:
                 proc.kill()
+                proc.wait(10)
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
     return results
 
 
