@@ -32,6 +32,7 @@ from support.zookeeper import ZooKeeperServer  # noqa: E402
 from magnetar.bookie import client as bookie_client  # noqa: E402
 from magnetar.bookie.client import BookieClient  # noqa: E402
 from magnetar.broker.ledger import ManagedLedgerConfig, ManagedLedgerFactory  # noqa: E402
+from magnetar.broker.ledger import handle as handle_module  # noqa: E402
 from magnetar.zk import paths  # noqa: E402
 from magnetar.zk.factory import open_metadata_store  # noqa: E402
 
@@ -246,6 +247,8 @@ def main() -> None:
         help="extra gRPC channel option of the broker's bookie clients (experiments)",
     )
     args = p.parse_args()
+    # smaller ledger batches too (a ledger's batch is never split into several messages)
+    handle_module.OUTBOX_MAX_ENTRIES = min(handle_module.OUTBOX_MAX_ENTRIES, args.max_batch_entries)
     for option in args.channel_option:
         name, _, value = option.partition("=")
         bookie_client.CHANNEL_OPTIONS.append((name, int(value)))

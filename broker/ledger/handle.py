@@ -488,7 +488,7 @@ class WriteHandle(ReadHandle):
             return  # failed or fenced: their futures have failed
         meta = self.metadata
         failed = self._failed
-        if len(meta.last_ensemble) == meta.write_quorum:
+        if len(meta.last_ensemble) == meta.write_quorum and entries[0].entry_id >= self._ws_first:
             # every entry of the last fragment goes to every bookie of its ensemble (the
             # outbox is emptied by an ensemble change, so these entries are all in it)
             for bookie in meta.last_ensemble:
@@ -555,7 +555,7 @@ class WriteHandle(ReadHandle):
             return
         if self.state not in (HandleState.OPEN, HandleState.CLOSING):
             return
-        if not any(bookie in p.ws and not p.future.done() for p in entries):
+        if not any(bookie in p.ws for p in entries):
             return  # already replaced, or nothing left to do
         log.info("ledger %s: bookie %s failed an add: %r", self.ledger_id, bookie, exc)
         self._bookie_failed(bookie)
