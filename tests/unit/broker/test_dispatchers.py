@@ -264,19 +264,19 @@ async def make_key_shared_sub(ledger: MemoryLedger) -> Subscription:
 
 
 def test_sticky_ranges_must_not_overlap() -> None:
-    from magnetar.broker.dispatchers import KeySharedSelector
+    from magnetar.broker.key_shared import KeySharedMode, KeySharedSelector
 
     sink = Sink()
-    sel = KeySharedSelector(sticky=True)
+    sel: KeySharedSelector[Consumer] = KeySharedSelector(KeySharedMode.STICKY)
     a = Consumer(1, "a", SubType.KEY_SHARED, sink=sink, key_shared_mode=1, hash_ranges=[(0, 32767)])
     b = Consumer(
         2, "b", SubType.KEY_SHARED, sink=sink, key_shared_mode=1, hash_ranges=[(32000, 65535)]
     )
-    sel.add(a)
+    sel.add_consumer(a, a.name, a.hash_ranges)
     with pytest.raises(ValueError):
-        sel.add(b)
+        sel.add_consumer(b, b.name, b.hash_ranges)
     b.hash_ranges = [(32768, 65535)]
-    sel.add(b)
+    sel.add_consumer(b, b.name, b.hash_ranges)
     assert sel.select(10) is a and sel.select(40000) is b
 
 
