@@ -9,6 +9,7 @@ Must not know: how the metadata store or the bookies were started.
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import sys
@@ -88,6 +89,18 @@ class BrokerRuntime:
         await self.storage.close()
 
 
+def tune_gc_for_serving() -> None:
+    """Collect garbage rarely and never rescan start-up objects.
+
+    A broker allocates many short-lived objects per message; with CPython's default
+    thresholds ``bench/ledger_perf.py --gc`` measured 4-5 us of collection per add and a p99
+    of ~90 ms, against ~0.04 us and 30-50 ms with a 50,000 young-generation threshold and
+    the start-up heap frozen. Call once the process is serving.
+    """
+    gc.set_threshold(50_000, 20, 100)
+    gc.freeze()
+
+
 class _KeyValueFormatter(logging.Formatter):
     """``ts=... level=... logger=... msg="..."``: one line per record, grep-friendly."""
 
@@ -132,6 +145,7 @@ async def run_broker(config: BrokerConfig) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     await runtime.start()
+    tune_gc_for_serving()
     print(
         f"Magnetar broker is ready\n  service URL: {runtime.service.service_url}\n"
         f"  admin URL:   http://{config.advertised_address}:{runtime.web_port}",
@@ -144,4 +158,10 @@ async def run_broker(config: BrokerConfig) -> int:
     return 0
 
 
-__all__ = ["BrokerRuntime", "managed_ledger_config", "run_broker", "setup_logging"]
+__all__ = [
+    "BrokerRuntime",
+    "managed_ledger_config",
+    "run_broker",
+    "setup_logging",
+    "tune_gc_for_serving",
+]

@@ -26,7 +26,7 @@ import sys
 import time
 
 from magnetar.broker.config import BrokerConfig
-from magnetar.broker.runtime import BrokerRuntime
+from magnetar.broker.runtime import BrokerRuntime, tune_gc_for_serving
 from magnetar.zk import paths
 from magnetar.zk.embedded import EmbeddedMetadataServer
 
@@ -190,6 +190,7 @@ async def run_standalone(
         log.error("standalone failed to start: %s", exc)
         print(f"magnetar standalone: failed to start: {exc}", file=sys.stderr)
         return 1
+    tune_gc_for_serving()
     print(
         f"Magnetar standalone is ready\n"
         f"  service URL: {standalone.service_url}\n"
