@@ -78,12 +78,15 @@ async def run_one(
     seconds: float,
     warmup_s: float,
     ledger_id: int,
+    batch: int = 0,
 ) -> Result:
+    """Closed loop keeping ``inflight`` entries outstanding. ``batch == 0``: one
+    ``BookieClient.add`` per entry; ``batch > 0``: ``add_batch`` calls of ``batch`` entries,
+    as the managed ledger drives bookies (one future per batch)."""
     loop = asyncio.get_running_loop()
     payload = os.urandom(entry_bytes)
     crc = crc32c.crc32c(payload)
     latencies: list[float] = []
-    append_latency = latencies.append
     perf = time.perf_counter
     start = perf()
     measure_from = start + warmup_s
@@ -107,28 +110,44 @@ async def run_one(
         fut = client.add(AddRequest(ledger_id, entry, entry - 1, crc, payload, KEY))
         fut.add_done_callback(lambda f, t0=t0: on_done(f, t0))
 
-    def on_done(fut: asyncio.Future[None], t0: float) -> None:
+    def issue_batch() -> None:
+        nonlocal next_entry, outstanding
+        first = next_entry
+        next_entry += batch
+        outstanding += batch
+        entries = [
+            AddRequest(ledger_id, e, e - 1, crc, payload, KEY) for e in range(first, first + batch)
+        ]
+        t0 = perf()
+        fut = client.add_batch(ledger_id, KEY, entries)
+        fut.add_done_callback(lambda f, t0=t0: on_done(f, t0, batch))
+
+    def on_done(fut: asyncio.Future[None], t0: float, count: int = 1) -> None:
         nonlocal outstanding, errors, completed_total
-        outstanding -= 1
-        completed_total += 1
+        outstanding -= count
+        completed_total += count
         now = perf()
         if fut.cancelled() or fut.exception() is not None:
-            errors += 1
+            errors += count
             if not first_error:
                 first_error.append(fut.exception() or asyncio.CancelledError())
         elif now >= measure_from and t0 >= measure_from:
-            append_latency(now - t0)
+            latencies.extend([now - t0] * count)
         if now < measure_from:
             stats = client.statistics()
             counted_batches[0] = stats.batches_sent
             counted_batches[1] = stats.entries_sent
         if now < stop_at and errors < 100:
-            issue()
+            issue_batch() if batch else issue()
         elif outstanding == 0 and not done.done():
             done.set_result(None)
 
-    for _ in range(inflight):
-        issue()
+    if batch:
+        for _ in range(max(1, inflight // batch)):
+            issue_batch()
+    else:
+        for _ in range(inflight):
+            issue()
     await done
     elapsed = max(1e-9, min(perf(), stop_at) - measure_from)
     if first_error and not latencies:
@@ -272,6 +291,7 @@ async def main_async(args: argparse.Namespace) -> list[Result]:
                 seconds=args.seconds,
                 warmup_s=args.warmup_seconds,
                 ledger_id=args.ledger_base + n,
+                batch=args.batch,
             )
             total_adds = max(1, r.completed_total)
             r.client_cpu_us_per_add = round((time.process_time() - cpu0) / total_adds * 1e6, 2)
@@ -329,6 +349,12 @@ def main() -> int:
     p.add_argument("--storage", choices=["disk", "memory"], default="disk")
     p.add_argument("--bookie-config", help="YAML config for the started bookie (engine: ...)")
     p.add_argument("--batch-entries", type=int, default=1000, help="max entries per message")
+    p.add_argument(
+        "--batch",
+        type=int,
+        default=0,
+        help="entries per BookieClient.add_batch call, as brokers send them (0: one add() each)",
+    )
     p.add_argument("--batch-bytes", type=int, default=4 * 1024 * 1024)
     p.add_argument("--ledger-base", type=int, default=int(time.time()) % 1_000_000 * 100)
     p.add_argument("--uvloop", action=argparse.BooleanOptionalAction, default=True)
