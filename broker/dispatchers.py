@@ -27,9 +27,12 @@ batches are not read ~100 at a time and then put back. A dispatcher runs up to
 ``DISPATCH_ROUNDS_PER_TURN`` rounds per event-loop turn, so it keeps up with publishing.
 
 Delayed delivery (Shared and Key_Shared, as Pulsar): an entry whose ``deliver_at_time`` is
-in the future is held in an in-memory heap and replayed when due (exact timers, no tick).
-The heap is not persisted: after a restart the cursor re-reads such entries and holds them
-again, so nothing is lost, only the memory is unbounded by design for now.
+in the future is held in the subscription's ``DelayedDeliveryIndex``
+(``magnetar.broker.delayed_delivery``: persisted for durable subscriptions, bounded memory)
+and enters the replay set when due: each round starts with ``pop_due`` + ``add_replay`` in one
+synchronous step; the index's ``on_due`` schedules the dispatcher (no polling). The index is
+the subscription's (one per subscription, opened before the first read, lazily here if the
+caller did not); Exclusive and Failover never use one.
 
 A dispatch round decides synchronously, awaits one cursor read (Key_Shared: replays, then
 new entries), then re-checks an epoch (bumped by rewinds, seeks and consumer changes)
@@ -42,15 +45,14 @@ from __future__ import annotations
 
 import asyncio
 import bisect
-import heapq
 import logging
 import math
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from magnetar.broker.consumer import Consumer, OutMessage, SubType
+from magnetar.broker.delayed_delivery import DelayedDeliveryIndex, DelayedIndexError
 from magnetar.broker.key_shared import (
     KeySharedMode,
     KeySharedPolicy,
@@ -441,7 +443,7 @@ class MultipleConsumersDispatcher(Dispatcher):
         *,
         max_unacked_per_subscription: int = 200_000,
         deliver_at_of: Callable[[Entry], int] | None = None,
-        now_ms: Callable[[], float] | None = None,
+        delayed_index: Callable[[], Awaitable[DelayedDeliveryIndex]] | None = None,
         chunk_of: Callable[[Entry], tuple[str, int, int] | None] | None = None,
     ) -> None:
         super().__init__(cursor, count_of, redelivery)
@@ -453,13 +455,11 @@ class MultipleConsumersDispatcher(Dispatcher):
         self.max_unacked = max_unacked_per_subscription
         self.blocked = False
         self._rr = 0
-        # delayed delivery: entries whose deliver_at_time is in the future wait here
+        # delayed delivery: entries whose deliver_at_time is in the future wait in the
+        # subscription's index (``index``, opened through ``_open_index`` before the first read)
         self.deliver_at_of = deliver_at_of
-        self.now_ms = now_ms or (lambda: time.time() * 1000.0)
-        self._delayed: list[tuple[int, Position]] = []  # heap of (deliver_at_ms, position)
-        self._delayed_set: set[Position] = set()
-        self._delay_timer: asyncio.TimerHandle | None = None
-        self._delay_due = 0.0
+        self._open_index = delayed_index
+        self.index: DelayedDeliveryIndex | None = None
 
     def __repr__(self) -> str:
         return (
@@ -473,60 +473,55 @@ class MultipleConsumersDispatcher(Dispatcher):
                 self._replay_set.add(pos)
                 bisect.insort(self.replay, pos)
 
+    async def _ensure_index(self) -> None:
+        """Open the subscription's delayed-delivery index before the first read."""
+        if self.index is None and self._open_index is not None and self.deliver_at_of:
+            self.index = await self._open_index()
+
+    def _take_due(self, want: int) -> None:
+        """Held entries now due enter the replay set (same synchronous step as the pop)."""
+        index = self.index
+        if index is None or not index.size():
+            return
+        due = index.pop_due(index.clock.now_ms(), max(want, 1))
+        if due:
+            self.add_replay(due)
+
+    def _reading_paused(self) -> bool:
+        """The index has too much unsealed (storage slow): read no new entries this round."""
+        return self.index is not None and self.index.should_pause
+
     def _hold_delayed(self, entries: list[Entry]) -> list[Entry]:
-        """Keep back entries whose deliver_at_time has not come yet (they are replayed when
-        due); returns the entries to dispatch now."""
-        if self.deliver_at_of is None or not entries:
+        """Keep back entries whose deliver_at_time has not come yet (the index hands them
+        out when due); returns the entries to dispatch now. Safe for replays too."""
+        index = self.index
+        deliver_at_of = self.deliver_at_of
+        if deliver_at_of is None or index is None or not entries:
             return entries
-        now = self.now_ms()
         out = []
         for entry in entries:
             try:
-                at = self.deliver_at_of(entry)
+                at = deliver_at_of(entry)
             except Exception:
                 at = 0
-            if at > now:
-                if entry.position not in self._delayed_set:
-                    self._delayed_set.add(entry.position)
-                    heapq.heappush(self._delayed, (at, entry.position))
-                    self._held_back(entry)
+            held = False
+            if at > 0:
+                try:
+                    held = index.add(entry.position, at)
+                except DelayedIndexError:  # closed under us: deliver (at least once)
+                    held = False
+            if held:
+                self._held_back(entry)
             else:
                 out.append(entry)
-        if self._delayed:
-            self._arm_delay_timer()
         return out
 
     def _held_back(self, entry: Entry) -> None:
         """Hook: ``entry`` is held until its delivery time (Key_Shared notes its slot)."""
 
-    def _arm_delay_timer(self) -> None:
-        due = self._delayed[0][0]
-        if self._delay_timer is not None and self._delay_due <= due:
-            return
-        if self._delay_timer is not None:
-            self._delay_timer.cancel()
-        self._delay_due = due
-        delay_s = max(0.0, (due - self.now_ms()) / 1000.0)
-        self._delay_timer = asyncio.get_running_loop().call_later(delay_s, self._on_delay_due)
-
-    def _on_delay_due(self) -> None:
-        self._delay_timer = None
-        if self.closed:
-            return
-        now = self.now_ms()
-        due = []
-        while self._delayed and self._delayed[0][0] <= now:
-            _, pos = heapq.heappop(self._delayed)
-            self._delayed_set.discard(pos)
-            due.append(pos)
-        self.add_replay(due)
-        if self._delayed:
-            self._arm_delay_timer()
-        self.schedule()
-
     @property
     def delayed_count(self) -> int:
-        return len(self._delayed)
+        return self.index.size() if self.index is not None else 0
 
     def _take_replay(self, n: int) -> list[Position]:
         taken = self.replay[:n]
@@ -597,17 +592,6 @@ class MultipleConsumersDispatcher(Dispatcher):
         self.replay.clear()
         self._replay_set.clear()
         self.blocked = False
-        self._delayed.clear()
-        self._delayed_set.clear()
-        if self._delay_timer is not None:
-            self._delay_timer.cancel()
-            self._delay_timer = None
-
-    def close(self) -> None:
-        super().close()
-        if self._delay_timer is not None:
-            self._delay_timer.cancel()
-            self._delay_timer = None
 
     def statistics(self) -> DispatcherStats:
         return DispatcherStats(
@@ -628,12 +612,19 @@ class MultipleConsumersDispatcher(Dispatcher):
         if want <= 0:  # throttled: the throttle schedules a round when tokens return
             return False
         epoch = self.epoch
+        if self.index is None and self._open_index is not None and self.deliver_at_of:
+            await self._ensure_index()
+            if epoch != self.epoch:
+                return True
+        self._take_due(want)
         if self.replay:
             positions = self._take_replay(want)
             entries = await self.cursor.read_positions(positions)
             if epoch != self.epoch:
                 return True
             progressed = True
+        elif self._reading_paused():
+            return False  # resumes on the next flow, ack or due time
         else:
             entries = await self.cursor.read_entries(want)
             if epoch != self.epoch:
@@ -683,6 +674,9 @@ class MultipleConsumersDispatcher(Dispatcher):
 #: Key_Shared: bytes of parked entries kept in memory per dispatcher, so a replay does not
 #: read them one by one from storage again (skewed keys park most of each read).
 PARKED_DATA_BYTES_MAX = 16 * 1024 * 1024
+#: Key_Shared: slots of held delayed entries remembered (beyond, a due entry is read once
+#: more to learn its slot), so the index's bounded memory is not undone here.
+DELAYED_SLOTS_MAX = 100_000
 
 
 class KeySharedDispatcher(MultipleConsumersDispatcher):
@@ -714,6 +708,7 @@ class KeySharedDispatcher(MultipleConsumersDispatcher):
         max_unacked_per_subscription: int = 200_000,
         slot_of: Callable[[Entry], int] | None = None,
         deliver_at_of: Callable[[Entry], int] | None = None,
+        delayed_index: Callable[[], Awaitable[DelayedDeliveryIndex]] | None = None,
     ) -> None:
         super().__init__(
             cursor,
@@ -721,10 +716,15 @@ class KeySharedDispatcher(MultipleConsumersDispatcher):
             redelivery,
             max_unacked_per_subscription=max_unacked_per_subscription,
             deliver_at_of=deliver_at_of,
+            delayed_index=delayed_index,
         )
         self.ks: KeySharedScheduler[Consumer, Position] | None = None
         self.slot_of_entry = slot_of or (lambda e: 0)
-        self._delayed_slots: dict[Position, int] = {}  # held delayed entry -> its slot
+        # held delayed entry -> its slot (bounded); a due entry whose slot is not known here
+        # (held in an earlier life of the broker, or past the bound) is read to learn it
+        self._delayed_slots: dict[Position, int] = {}
+        self._due_unslotted: list[Position] = []
+        self._resets = 0
         # entries a plan parked, kept (up to PARKED_DATA_BYTES_MAX) so replaying them does
         # not read each one again from storage; a subset of the parked set
         self._parked_data: dict[Position, Entry] = {}
@@ -828,28 +828,45 @@ class KeySharedDispatcher(MultipleConsumersDispatcher):
     def add_replay(self, positions: list[Position]) -> None:
         """Entries entering the replay set by another path than a plan: delayed entries now
         due. They are parked with the slot remembered when they were held."""
-        if self.ks is None:
-            return
         for pos in positions:
             slot = self._delayed_slots.pop(pos, None)
-            if slot is not None and not self.ks.guard.is_outstanding(pos):
+            if slot is None or self.ks is None:
+                self._due_unslotted.append(pos)  # read in the next round to learn its slot
+            elif not self.ks.guard.is_outstanding(pos):
                 self.ks.park(pos, slot)
 
     def _held_back(self, entry: Entry) -> None:
-        self._delayed_slots[entry.position] = self._slot(entry)
+        if len(self._delayed_slots) < DELAYED_SLOTS_MAX:
+            self._delayed_slots[entry.position] = self._slot(entry)
+
+    async def _park_unslotted(self, ks: KeySharedScheduler[Consumer, Position]) -> None:
+        """Due delayed entries whose slot is unknown: read them, park them with their slot."""
+        take = self._due_unslotted[:MAX_READ_ENTRIES]
+        del self._due_unslotted[:MAX_READ_ENTRIES]
+        resets = self._resets
+        try:
+            entries = await self.cursor.read_positions(take)
+        except Exception:
+            self._due_unslotted[:0] = take  # storage trouble: try again next round
+            raise
+        if resets != self._resets or ks is not self.ks:
+            if resets == self._resets:
+                self._due_unslotted[:0] = take  # a new scheduler: park them there
+            return
+        for e in entries:  # acked ones are not returned
+            pos = e.position
+            if not ks.guard.is_outstanding(pos) and not ks.guard.is_parked(pos):
+                ks.park(pos, self._slot(e))
+                self._keep_parked_data([e])
 
     def _forget_in_flight(self) -> None:
         self._clear_parked_data()
-        self._delayed.clear()
-        self._delayed_set.clear()
-        self._delayed_slots.clear()
-        if self._delay_timer is not None:
-            self._delay_timer.cancel()
-            self._delay_timer = None
 
     def reset(self) -> None:
         super().reset()
+        self._resets += 1
         self._delayed_slots.clear()
+        self._due_unslotted.clear()
         self._clear_parked_data()
         if self.ks is not None:
             self.ks.reset()
@@ -911,6 +928,15 @@ class KeySharedDispatcher(MultipleConsumersDispatcher):
         if want <= 0:  # throttled
             return False
         epoch = self.epoch
+        if self.index is None and self._open_index is not None and self.deliver_at_of:
+            await self._ensure_index()
+            if epoch != self.epoch or ks is not self.ks:
+                return True
+        self._take_due(want)
+        if self._due_unslotted:
+            await self._park_unslotted(ks)
+            if epoch != self.epoch or ks is not self.ks:
+                return True
         positions = ks.replay_candidates(permits, want)
         replays: list[Entry] = []
         to_read: list[Position] = []
@@ -929,7 +955,11 @@ class KeySharedDispatcher(MultipleConsumersDispatcher):
             if missing:  # acked or trimmed meanwhile
                 ks.forget(missing)
         new: list[Entry] = []
-        if len(positions) < want and ks.parked_count < ks.lookahead_limit():
+        if (
+            len(positions) < want
+            and ks.parked_count < ks.lookahead_limit()
+            and not self._reading_paused()
+        ):
             new = await self.cursor.read_entries(want - len(positions))
             if epoch != self.epoch or ks is not self.ks:
                 return True
@@ -959,7 +989,7 @@ class KeySharedDispatcher(MultipleConsumersDispatcher):
         self._keep_parked_data([entries[p] for p in plan.waiting])
         if limit > 0 and self.total_unacked >= limit:
             self.blocked = True
-        return plan.assigned_count > 0 or bool(new)
+        return plan.assigned_count > 0 or bool(new) or bool(self._due_unslotted)
 
 
 def new_dispatcher(
@@ -973,6 +1003,7 @@ def new_dispatcher(
     slot_of: Callable[[Entry], int] | None = None,
     deliver_at_of: Callable[[Entry], int] | None = None,
     chunk_of: Callable[[Entry], tuple[str, int, int] | None] | None = None,
+    delayed_index: Callable[[], Awaitable[DelayedDeliveryIndex]] | None = None,
 ) -> Dispatcher:
     if sub_type in (SubType.EXCLUSIVE, SubType.FAILOVER):
         return SingleActiveConsumerDispatcher(
@@ -986,6 +1017,7 @@ def new_dispatcher(
             max_unacked_per_subscription=max_unacked_per_subscription,
             slot_of=slot_of,
             deliver_at_of=deliver_at_of,
+            delayed_index=delayed_index,
         )
     return MultipleConsumersDispatcher(
         cursor,
@@ -993,6 +1025,7 @@ def new_dispatcher(
         redelivery,
         max_unacked_per_subscription=max_unacked_per_subscription,
         deliver_at_of=deliver_at_of,
+        delayed_index=delayed_index,
         chunk_of=chunk_of,
     )
 

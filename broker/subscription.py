@@ -5,6 +5,11 @@ refused while consumers are attached; Exclusive admits one consumer), routing of
 (individual, batch-index, cumulative where allowed) to the cursor and the dispatcher,
 redelivery requests, seek (disconnect consumers, then reset the cursor), unsubscribe.
 Redelivery counts are in memory per subscription (Pulsar's InMemoryRedeliveryTracker).
+Delayed delivery: a Shared / Key_Shared subscription owns one ``DelayedDeliveryIndex`` for
+as long as this broker owns the topic (persisted next to the cursor when durable and on
+managed-ledger storage, memory-backed otherwise), shared by its successive dispatchers;
+``open_delayed_index`` (awaited before the first read), ``delete_delayed_index`` (before the
+cursor is deleted), ``close_delayed_index`` (unload); seek clears it.
 Must not know: sockets, frames, other subscriptions.
 """
 
@@ -17,6 +22,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from magnetar.broker.consumer import Consumer, SubType
+from magnetar.broker.delayed_delivery import (
+    DelayedDeliveryIndex,
+    MemorySegmentStore,
+    delayed_index_ledger_name,
+    open_delayed_index,
+)
 from magnetar.broker.dispatchers import (
     Dispatcher,
     KeySharedDispatcher,
@@ -25,6 +36,8 @@ from magnetar.broker.dispatchers import (
 )
 from magnetar.broker.ledger.position import Position
 from magnetar.broker.storage import Entry, TopicCursor
+from magnetar.zk import paths
+from magnetar.zk.clock import Clock, SystemClock
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +81,8 @@ class Subscription:
         deliver_at_of: Any = None,
         chunk_of: Any = None,
         batch_size_hint: Any = None,
+        delayed_ledger: Any = None,
+        clock: Clock | None = None,
     ) -> None:
         self.topic_name = topic_name
         self.batch_size_hint = batch_size_hint
@@ -83,6 +98,12 @@ class Subscription:
         self.sub_type: SubType | None = None
         self.dispatcher: Dispatcher | None = None
         self._ack_ops: set[asyncio.Future[Any]] = set()
+        # delayed delivery: the managed ledger of the topic (its factory stores the index),
+        # None for memory storage
+        self.delayed_ledger = delayed_ledger
+        self.clock = clock
+        self.delayed_index: DelayedDeliveryIndex | None = None
+        self._index_opening: asyncio.Future[DelayedDeliveryIndex] | None = None
 
     def __repr__(self) -> str:
         return f"<Subscription {self.topic_name} {self.name!r} {self.sub_type}>"
@@ -117,12 +138,93 @@ class Subscription:
                 slot_of=self.slot_of,
                 deliver_at_of=self.deliver_at_of,
                 chunk_of=self.chunk_of,
+                delayed_index=self.open_delayed_index,
             )
+            if self.delayed_index is not None and stype in (SubType.SHARED, SubType.KEY_SHARED):
+                d = self.dispatcher
+                assert isinstance(d, MultipleConsumersDispatcher)
+                d.index = self.delayed_index
         try:
             self.dispatcher.add_consumer(consumer)
         except ValueError as exc:  # Key_Shared: bad or overlapping ranges, another policy
             code = getattr(exc, "code", "ConsumerAssignError")
             raise SubscriptionError(code, str(exc)) from None
+
+    # -- delayed delivery
+    async def prepare(self, sub_type: SubType) -> None:
+        """Before a consumer of ``sub_type`` is added: Shared / Key_Shared open the index."""
+        if sub_type in (SubType.SHARED, SubType.KEY_SHARED) and self.deliver_at_of is not None:
+            await self.open_delayed_index()
+
+    async def open_delayed_index(self) -> DelayedDeliveryIndex:
+        """The subscription's index, opened (and recovered) once; concurrent callers share it."""
+        if self.delayed_index is not None:
+            return self.delayed_index
+        if self._index_opening is None:
+            fut = asyncio.ensure_future(self._open_index())
+            self._index_opening = fut
+            fut.add_done_callback(self._index_opened)
+        return await asyncio.shield(self._index_opening)
+
+    def _index_opened(self, fut: asyncio.Future[DelayedDeliveryIndex]) -> None:
+        if fut is not self._index_opening:
+            return
+        if fut.cancelled() or fut.exception() is not None:
+            self._index_opening = None  # try again on the next subscribe / round
+        else:
+            self.delayed_index = fut.result()
+
+    async def _open_index(self) -> DelayedDeliveryIndex:
+        ml = self.delayed_ledger
+        if self.durable and ml is not None:
+            return await open_delayed_index(
+                ml.factory, ml.name, self.name, clock=self.clock, on_due=self._on_delayed_due
+            )
+        index = DelayedDeliveryIndex(
+            MemorySegmentStore(),
+            self.clock or SystemClock(),
+            on_due=self._on_delayed_due,
+            name=f"{self.topic_name}/{self.name}/delayed",
+        )
+        await index.recover()
+        return index
+
+    def _on_delayed_due(self) -> None:
+        d = self.dispatcher
+        if isinstance(d, MultipleConsumersDispatcher) and d.consumers:
+            d.schedule()
+
+    async def _index_settled(self) -> DelayedDeliveryIndex | None:
+        if self._index_opening is not None and self.delayed_index is None:
+            try:
+                await asyncio.shield(self._index_opening)
+            except Exception:
+                return None
+        return self.delayed_index
+
+    async def delete_delayed_index(self) -> None:
+        """Unsubscribe / topic deletion: drop the index and its storage (before the cursor)."""
+        index = await self._index_settled()
+        self.delayed_index = self._index_opening = None
+        if index is not None:
+            await index.delete()
+        elif self.durable and self.delayed_ledger is not None:
+            # never opened in this life: its ledger may still exist from an earlier one
+            ml = self.delayed_ledger
+            name = delayed_index_ledger_name(ml.name, self.name)
+            if await ml.factory.store.exists(paths.managed_ledger(name)) is not None:
+                index = await self._open_index()
+                await index.delete()
+
+    async def close_delayed_index(self) -> None:
+        """Unload: seal the tail and store a snapshot."""
+        index = await self._index_settled()
+        self.delayed_index = self._index_opening = None
+        if index is not None:
+            try:
+                await index.close()
+            except Exception:  # never stops the topic's close; recovery reads the snapshot
+                log.warning("closing the delayed index of %s failed", self, exc_info=True)
 
     def remove_consumer(self, consumer: Consumer) -> None:
         consumer.closed = True
@@ -216,6 +318,8 @@ class Subscription:
             self.dispatcher.reset()
             for c in dropped:
                 self.remove_consumer(c)
+        if self.delayed_index is not None:
+            await self.delayed_index.clear()  # the re-read holds what is still in the future
         await self.cursor.reset(position)
         return dropped
 
@@ -242,6 +346,8 @@ class Subscription:
     def close(self) -> None:
         if self.dispatcher is not None:
             self.dispatcher.close()
+        if self.delayed_index is not None and not (self.durable and self.delayed_ledger):
+            self.delayed_index.abandon()  # memory only: nothing to keep, stop its timers
 
 
 __all__ = ["Entry", "Subscription", "SubscriptionError", "SubscriptionStats"]

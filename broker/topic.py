@@ -344,6 +344,7 @@ class PersistentTopic:
             deliver_at_of=self.deliver_at_of,
             chunk_of=self.chunk_of,
             batch_size_hint=self.known_count,
+            delayed_ledger=getattr(self.ledger, "ml", None),  # the index's storage, if managed
         )
 
     async def subscribe(
@@ -373,6 +374,7 @@ class PersistentTopic:
             raise SubscriptionError(
                 "NotAllowedError", f"Durable subscription with the same name {sub_name} exists"
             )
+        await sub.prepare(consumer.sub_type)  # Shared / Key_Shared: the delayed index is open
         sub.add_consumer(consumer)
         return sub
 
@@ -410,6 +412,7 @@ class PersistentTopic:
         sub.close()
         self.subscriptions.pop(sub_name, None)
         await sub.settle_acks()
+        await sub.delete_delayed_index()  # its ledger sits under the cursor node
         if sub.durable:
             await self.ledger.delete_cursor(sub_name)
         return dropped
@@ -498,6 +501,7 @@ class PersistentTopic:
             sub.close()
         for sub in list(self.subscriptions.values()):
             await sub.settle_acks()  # acks in flight reach the cursor ledger before it closes
+            await sub.close_delayed_index()  # seal the tail, store a snapshot
         self.ledger.remove_tail_listener(self._on_new_entries)
         try:
             await self.ledger.close()
