@@ -405,14 +405,18 @@ class BrokerService:
             not tn.persistent or not await self.storage.exists(tn.managed_ledger_name)
         ):
             raise ResourceNotFound("Topic not found")
-        if loaded is not None and not force:
+        if loaded is None:
+            # Load it, so per-subscription storage (delayed-delivery indexes) goes too.
+            loaded = await self._admin_topic(topic)
+        if not force:
             if loaded.producers.producers:
                 raise PreconditionFailed("Topic has active producers")
             if any(s.consumers for s in loaded.subscriptions.values()):
                 raise PreconditionFailed("Topic has active subscriptions")
-        if loaded is not None:
-            self.topics.pop(tn.full, None)
-            await loaded.close()
+        for sub in list(loaded.subscriptions.values()):
+            await sub.delete_delayed_index()
+        self.topics.pop(tn.full, None)
+        await loaded.close()
         if tn.persistent:
             await self.storage.delete(tn.managed_ledger_name)
 

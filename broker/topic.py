@@ -515,6 +515,7 @@ class PersistentTopic:
             subs[name] = {
                 "type": s.type,
                 "msgBacklog": s.backlog,
+                "msgDelayed": sub.delayed_index.size() if sub.delayed_index is not None else 0,
                 "unackedMessages": s.unacked,
                 "isDurable": s.durable,
                 "markDeletePosition": s.mark_delete,

@@ -87,3 +87,45 @@ def test_delayed_messages_due_after_restart_arrive_then_none_early_none_lost(
     finally:
         client.close()
         broker.stop()
+
+
+def test_deleting_an_unloaded_topic_deletes_its_delayed_indexes(
+    zookeeper_server: ZooKeeperServer, bookie_factory: BookieFactory
+) -> None:
+    url = f"{zookeeper_server.url}/broker-{uuid.uuid4().hex[:10]}"
+    bookie_factory.start_many(1, metadata=url)
+    topic = f"persistent://public/default/delayed-del-{uuid.uuid4().hex[:6]}"
+    broker = InProcessBroker(metadata_url=url, managed_ledger=ML).start()
+    client = pulsar.Client(broker.service_url, operation_timeout_seconds=10)
+    try:
+        client.subscribe(topic, "sub", consumer_type=Shared)
+        producer = client.create_producer(topic, batching_enabled=False)
+        for i in range(3):
+            producer.send(f"later-{i}".encode(), deliver_after=datetime.timedelta(hours=1))
+        assert broker.service is not None
+        service = broker.service
+        deadline = time.monotonic() + 20
+        while (
+            broker.call(lambda: service.topic_stats(topic))["subscriptions"]["sub"]["msgDelayed"]
+            != 3
+        ):
+            assert time.monotonic() < deadline, "the delayed messages never reached the index"
+            time.sleep(0.05)
+        sub = service.topics[topic].subscriptions["sub"]
+        node = paths.managed_ledger(delayed_index_ledger_name(sub.delayed_ledger.name, "sub"))
+    finally:
+        client.close()
+        broker.stop()
+
+    broker = InProcessBroker(metadata_url=url, managed_ledger=ML).start()
+    try:
+        assert broker.service is not None
+        service = broker.service
+        factory = service.storage.factory  # type: ignore[attr-defined]
+        assert topic not in service.topics
+        assert broker.call(lambda: factory.store.exists(node)) is not None
+        broker.call(lambda: service.delete_topic(topic, force=True))
+        assert broker.call(lambda: factory.store.exists(node)) is None
+        assert topic not in service.topics
+    finally:
+        broker.stop()
