@@ -47,6 +47,7 @@ from magnetar.client._errors import (
 from magnetar.client._handler import ClientContext, Handler, HandlerState
 from magnetar.client._message import Message, MessageId
 from magnetar.client._routing import HashingScheme, hash_key
+from magnetar.client._wire import encode_simple_metadata, encode_simple_send_frame
 from magnetar.client.protocol import MessageId as _Id
 from magnetar.client.protocol import (
     TopicName,
@@ -100,6 +101,7 @@ class OutgoingMessage:
     deliver_at_ms: int | None = None
     replicate_to: tuple[str, ...] = ()
     explicit_sequence_id: bool = False
+    plain: bool = False  # no properties, keys, event time or replication list
 
     @property
     def key(self) -> str | bytes | None:
@@ -177,6 +179,7 @@ class PartitionProducer(Handler):
         self._timeout_task: asyncio.Task[None] | None = None
         self._sent = 0
         self._receipts = 0
+        self._name_cache = ("", b"")
 
     def __repr__(self) -> str:
         return (
@@ -356,6 +359,12 @@ class PartitionProducer(Handler):
         if self._accumulator is not None and len(self._accumulator):
             self._send_batches(self._accumulator.drain())
 
+    def _producer_name_bytes(self) -> bytes:
+        name = self.producer_name or ""
+        if name != self._name_cache[0]:
+            self._name_cache = (name, name.encode())
+        return self._name_cache[1]
+
     def _base_metadata(self, sequence_id: int) -> pb.MessageMetadata:
         return pb.MessageMetadata(
             producer_name=self.producer_name or "",
@@ -418,6 +427,22 @@ class PartitionProducer(Handler):
     def _send_single(self, msg: OutgoingMessage) -> None:
         smm = msg.smm
         seq = smm.sequence_id
+        if (
+            msg.plain
+            and msg.deliver_at_ms is None
+            and not self.schema_version
+            and self.config.compression_type == CompressionType.NONE
+        ):
+            # Hot path: no protobuf objects for a plain message (same bytes, see _wire).
+            md_bytes = encode_simple_metadata(
+                self._producer_name_bytes(), seq, self.ctx.clock.now_ms()
+            )
+            size = len(md_bytes) + len(msg.payload)
+            max_size = self._max_message_size()
+            if size <= min(self.config.chunk_max_message_size or max_size, max_size):
+                frame = encode_simple_send_frame(self.producer_id, seq, md_bytes, msg.payload)
+                self._enqueue(OpSend(seq, frame, [msg.future], 1, self.ctx.clock.monotonic_ms()))
+                return
         md = self._base_metadata(seq)
         md.properties.extend(smm.properties)
         if smm.HasField("partition_key"):
@@ -860,8 +885,21 @@ class Producer:
         elif replication_clusters:
             replicate = tuple(replication_clusters)
         fut: asyncio.Future[MessageId] = asyncio.get_running_loop().create_future()
+        plain = (
+            not properties
+            and partition_key is None
+            and ordering_key is None
+            and not event_timestamp
+            and not replicate
+        )
         return OutgoingMessage(
-            smm, content, fut, at, replicate, explicit_sequence_id=sequence_id is not None
+            smm,
+            content,
+            fut,
+            at,
+            replicate,
+            explicit_sequence_id=sequence_id is not None,
+            plain=plain,
         )
 
     async def send_async(

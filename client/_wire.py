@@ -1,0 +1,69 @@
+"""Hand encoders for the client's hot path: the SEND frame of one plain message.
+
+Owns ``encode_simple_send_frame``, which writes exactly the bytes that
+``encode_payload_command(commands.send(...), encode_headers_and_payload(md, payload))`` produces
+for ``md = MessageMetadata{producer_name, sequence_id, publish_time}`` (no other field set),
+without building protobuf objects (a unit test checks the equivalence byte for byte).
+Callers use it only for messages with no properties, keys, event time, delivery time,
+replication list, compression or schema version; anything else goes through protobuf.
+Must not know producers, connections or sockets.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from magnetar.client.protocol import crc32c
+
+_U32 = struct.Struct(">I")
+_U32U32 = struct.Struct(">II")
+_UINT64_MASK = (1 << 64) - 1
+_SMALL = [bytes([i]) for i in range(128)]
+_MAGIC_CRC32C = b"\x0e\x01"
+
+
+def _varint(value: int) -> bytes:
+    if 0 <= value < 128:
+        return _SMALL[value]
+    value &= _UINT64_MASK
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def encode_simple_metadata(producer_name: bytes, sequence_id: int, publish_time: int) -> bytes:
+    """``MessageMetadata{producer_name, sequence_id, publish_time}`` serialised (UTF-8 name)."""
+    return (
+        b"\x0a"
+        + _varint(len(producer_name))
+        + producer_name
+        + b"\x10"
+        + _varint(sequence_id)
+        + b"\x18"
+        + _varint(publish_time)
+    )
+
+
+def encode_simple_send_frame(
+    producer_id: int, sequence_id: int, metadata: bytes, payload: bytes
+) -> bytes:
+    """A whole SEND frame: ``CommandSend{producer_id, sequence_id}``, crc, metadata, payload."""
+    send = b"\x08" + _varint(producer_id) + b"\x10" + _varint(sequence_id)
+    cmd = b"\x08\x062" + _varint(len(send)) + send  # type=SEND(6); field 6 bytes: tag 0x32
+    body = _U32.pack(len(metadata)) + metadata + payload
+    tail_len = 6 + len(body)
+    return b"".join(
+        (
+            _U32U32.pack(4 + len(cmd) + tail_len, len(cmd)),
+            cmd,
+            _MAGIC_CRC32C,
+            _U32.pack(crc32c(body)),
+            body,
+        )
+    )
+
+
+__all__ = ["encode_simple_metadata", "encode_simple_send_frame"]

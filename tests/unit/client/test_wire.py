@@ -1,0 +1,35 @@
+"""The client's hand-encoded SEND frame equals the protobuf encoding byte for byte."""
+
+from __future__ import annotations
+
+import pytest
+
+from magnetar.client._wire import encode_simple_metadata, encode_simple_send_frame
+from magnetar.client.protocol import (
+    commands,
+    encode_headers_and_payload,
+    encode_payload_command,
+    pb,
+)
+
+
+@pytest.mark.parametrize(
+    ("producer_id", "sequence_id", "name", "publish_time", "payload"),
+    [
+        (0, 0, "", 0, b""),
+        (1, 5, "standalone-0-1", 1_700_000_000_123, b"x" * 100),
+        (300, 2**40, "prod\u00e9", 2**63 - 1, b"\x00" * 70_000),
+        (2**63, 127, "a" * 200, 128, b"abc"),
+    ],
+)
+def test_simple_send_frame_matches_protobuf(
+    producer_id: int, sequence_id: int, name: str, publish_time: int, payload: bytes
+) -> None:
+    md = pb.MessageMetadata(producer_name=name, sequence_id=sequence_id, publish_time=publish_time)
+    expected_md = md.SerializeToString()
+    got_md = encode_simple_metadata(name.encode(), sequence_id, publish_time)
+    assert got_md == expected_md
+    expected = encode_payload_command(
+        commands.send(producer_id, sequence_id), encode_headers_and_payload(md, payload)
+    )
+    assert encode_simple_send_frame(producer_id, sequence_id, got_md, payload) == expected
