@@ -180,6 +180,7 @@ class PartitionProducer(Handler):
         self._sent = 0
         self._receipts = 0
         self._name_cache = ("", b"")
+        self._topic_name = topic.full_name  # a property that formats a string on each call
 
     def __repr__(self) -> str:
         return (
@@ -533,8 +534,21 @@ class PartitionProducer(Handler):
             return
         self._pending.popleft()
         self._receipts += 1
-        ledger = _signed(cmd.message_id.ledgerId)
-        entry = _signed(cmd.message_id.entryId)
+        msg_id = cmd.message_id
+        ledger = _signed(msg_id.ledgerId)
+        entry = _signed(msg_id.entryId)
+        if not head.is_batch and head.chunk_ids is None and len(head.futures) == 1:
+            # Hot path (one unbatched message): same outcome as the general loop below.
+            fut = head.futures[0]
+            if not fut.done():
+                fut.set_result(MessageId(self.partition, ledger, entry, -1, topic=self._topic_name))
+            if seq > self.last_sequence_id:  # noqa: PLR1730 - max() costs a call per receipt
+                self.last_sequence_id = seq
+            self._pending_count -= 1
+            assert self._pending_count >= 0
+            if self._waiters:
+                self._release(0)
+            return
         if head.chunk_ids is not None:
             head.chunk_ids.append(_Id(ledger, entry, self.partition))
             if head.futures:
@@ -543,7 +557,7 @@ class PartitionProducer(Handler):
                     ledger,
                     entry,
                     -1,
-                    topic=self.topic.full_name,
+                    topic=self._topic_name,
                     chunk_ids=tuple(head.chunk_ids),
                 )
                 _resolve(head.futures[0], mid)
@@ -560,7 +574,7 @@ class PartitionProducer(Handler):
                     ledger,
                     entry,
                     batch_index,
-                    topic=self.topic.full_name,
+                    topic=self._topic_name,
                     batch_size=n if head.is_batch else 0,
                 ),
             )
