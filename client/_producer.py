@@ -47,7 +47,7 @@ from magnetar.client._errors import (
 from magnetar.client._handler import ClientContext, Handler, HandlerState
 from magnetar.client._message import Message, MessageId
 from magnetar.client._routing import HashingScheme, hash_key
-from magnetar.client._wire import encode_simple_metadata, encode_simple_send_frame
+from magnetar.client._wire import SimpleSendEncoder
 from magnetar.client.protocol import MessageId as _Id
 from magnetar.client.protocol import (
     TopicName,
@@ -179,7 +179,8 @@ class PartitionProducer(Handler):
         self._timeout_task: asyncio.Task[None] | None = None
         self._sent = 0
         self._receipts = 0
-        self._name_cache = ("", b"")
+        self._encoder: SimpleSendEncoder | None = None
+        self._encoder_name = ""
         self._topic_name = topic.full_name  # a property that formats a string on each call
 
     def __repr__(self) -> str:
@@ -360,11 +361,12 @@ class PartitionProducer(Handler):
         if self._accumulator is not None and len(self._accumulator):
             self._send_batches(self._accumulator.drain())
 
-    def _producer_name_bytes(self) -> bytes:
+    def _simple_encoder(self) -> SimpleSendEncoder:
         name = self.producer_name or ""
-        if name != self._name_cache[0]:
-            self._name_cache = (name, name.encode())
-        return self._name_cache[1]
+        if name != self._encoder_name or self._encoder is None:
+            self._encoder_name = name
+            self._encoder = SimpleSendEncoder(self.producer_id, name.encode())
+        return self._encoder
 
     def _base_metadata(self, sequence_id: int) -> pb.MessageMetadata:
         return pb.MessageMetadata(
@@ -435,13 +437,12 @@ class PartitionProducer(Handler):
             and self.config.compression_type == CompressionType.NONE
         ):
             # Hot path: no protobuf objects for a plain message (same bytes, see _wire).
-            md_bytes = encode_simple_metadata(
-                self._producer_name_bytes(), seq, self.ctx.clock.now_ms()
-            )
+            encoder = self._simple_encoder()
+            md_bytes = encoder.metadata(seq, self.ctx.clock.now_ms())
             size = len(md_bytes) + len(msg.payload)
             max_size = self._max_message_size()
             if size <= min(self.config.chunk_max_message_size or max_size, max_size):
-                frame = encode_simple_send_frame(self.producer_id, seq, md_bytes, msg.payload)
+                frame = encoder.frame(seq, md_bytes, msg.payload)
                 self._enqueue(OpSend(seq, frame, [msg.future], 1, self.ctx.clock.monotonic_ms()))
                 return
         md = self._base_metadata(seq)

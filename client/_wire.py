@@ -23,8 +23,12 @@ _MAGIC_CRC32C = b"\x0e\x01"
 
 
 def _varint(value: int) -> bytes:
-    if 0 <= value < 128:
+    if 0 <= value < 0x80:
         return _SMALL[value]
+    if 0 <= value < 0x4000:
+        return bytes(((value & 0x7F) | 0x80, value >> 7))
+    if 0 <= value < 0x200000:
+        return bytes(((value & 0x7F) | 0x80, ((value >> 7) & 0x7F) | 0x80, value >> 14))
     value &= _UINT64_MASK
     out = bytearray()
     while value > 0x7F:
@@ -36,14 +40,16 @@ def _varint(value: int) -> bytes:
 
 def encode_simple_metadata(producer_name: bytes, sequence_id: int, publish_time: int) -> bytes:
     """``MessageMetadata{producer_name, sequence_id, publish_time}`` serialised (UTF-8 name)."""
-    return (
-        b"\x0a"
-        + _varint(len(producer_name))
-        + producer_name
-        + b"\x10"
-        + _varint(sequence_id)
-        + b"\x18"
-        + _varint(publish_time)
+    return b"".join(
+        (
+            b"\x0a",
+            _varint(len(producer_name)),
+            producer_name,
+            b"\x10",
+            _varint(sequence_id),
+            b"\x18",
+            _varint(publish_time),
+        )
     )
 
 
@@ -66,4 +72,28 @@ def encode_simple_send_frame(
     )
 
 
-__all__ = ["encode_simple_metadata", "encode_simple_send_frame"]
+class SimpleSendEncoder:
+    """The same encoders with per-producer constants and the last publish time cached.
+
+    Bound to one producer id and name (rebuild it when the broker assigns another name).
+    """
+
+    __slots__ = ("_md_prefix", "_producer_id", "_time", "_time_bytes")
+
+    def __init__(self, producer_id: int, producer_name: bytes) -> None:
+        self._producer_id = producer_id
+        self._md_prefix = b"\x0a" + _varint(len(producer_name)) + producer_name + b"\x10"
+        self._time = 0
+        self._time_bytes = b"\x18\x00"
+
+    def metadata(self, sequence_id: int, publish_time: int) -> bytes:
+        if publish_time != self._time:  # publish times repeat within a millisecond
+            self._time = publish_time
+            self._time_bytes = b"\x18" + _varint(publish_time)
+        return self._md_prefix + _varint(sequence_id) + self._time_bytes
+
+    def frame(self, sequence_id: int, metadata: bytes, payload: bytes) -> bytes:
+        return encode_simple_send_frame(self._producer_id, sequence_id, metadata, payload)
+
+
+__all__ = ["SimpleSendEncoder", "encode_simple_metadata", "encode_simple_send_frame"]

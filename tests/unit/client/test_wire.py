@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from magnetar.client._wire import encode_simple_metadata, encode_simple_send_frame
+from magnetar.client._wire import (
+    SimpleSendEncoder,
+    encode_simple_metadata,
+    encode_simple_send_frame,
+)
 from magnetar.client.protocol import (
     commands,
     encode_headers_and_payload,
@@ -33,3 +37,25 @@ def test_simple_send_frame_matches_protobuf(
         commands.send(producer_id, sequence_id), encode_headers_and_payload(md, payload)
     )
     assert encode_simple_send_frame(producer_id, sequence_id, got_md, payload) == expected
+
+
+def test_simple_send_encoder_matches_protobuf_across_times_and_sequences() -> None:
+    encoder = SimpleSendEncoder(7, b"p-1")
+    for seq, publish_time in [
+        (0, 5),
+        (1, 5),
+        (127, 5),
+        (128, 6),
+        (16_383, 6),
+        (16_384, 2**21),
+        (2**21 - 1, 2**21),
+        (2**21, 1_700_000_000_000),
+        (2**50, 0),
+    ]:
+        md = pb.MessageMetadata(producer_name="p-1", sequence_id=seq, publish_time=publish_time)
+        got_md = encoder.metadata(seq, publish_time)
+        assert got_md == md.SerializeToString()
+        expected = encode_payload_command(
+            commands.send(7, seq), encode_headers_and_payload(md, b"payload")
+        )
+        assert encoder.frame(seq, got_md, b"payload") == expected
