@@ -444,15 +444,16 @@ class PartitionConsumer(Handler):
                 topic=topic,
                 chunk_ids=chunk_ids,
             )
-            if self._filtered(mid):
+            if self._start_filter is not None and self._filtered(mid):
                 self._dropped(1)
                 return
+            props = md.properties
             out.append(
                 Message(
                     payload,
                     mid,
                     topic=topic,
-                    properties={kv.key: kv.value for kv in md.properties},
+                    properties={kv.key: kv.value for kv in props} if props else _NO_PROPERTIES,
                     partition_key=md.partition_key if md.HasField("partition_key") else None,
                     ordering_key=md.ordering_key if md.HasField("ordering_key") else None,
                     publish_time_ms=md.publish_time,
