@@ -68,6 +68,24 @@ class ProtocolViolation(Exception):
     pass
 
 
+def _failed_response(response_type: Any, request_id: int, exc: Exception, what: str) -> Any:
+    """A ``response=Failed`` LOOKUP / PARTITIONED_METADATA answer: a refusal carries its own
+    ServerError code; anything else is logged and answered as ServiceNotReady (retriable)."""
+    from magnetar.broker.service import ServiceError
+
+    if isinstance(exc, ServiceError):
+        code, message = exc.code, exc.message
+    else:
+        log.exception("%s failed", what)
+        code, message = "ServiceNotReady", f"{what} failed: {exc}"
+    return response_type(
+        request_id=request_id,
+        response=response_type.Failed,
+        error=_error_code(code),
+        message=message,
+    )
+
+
 def _error_code(name: str) -> Any:
     try:
         return pb.ServerError.Value(name)
@@ -364,7 +382,6 @@ class ServerConnection(asyncio.Protocol):
         self._spawn(self._lookup(req.topic, req.request_id, req.authoritative))
 
     async def _lookup(self, topic: str, request_id: int, authoritative: bool) -> None:
-        from magnetar.broker.service import ServiceError
 
         R = pb.CommandLookupTopicResponse
         try:
@@ -376,21 +393,8 @@ class ServerConnection(asyncio.Protocol):
                 authoritative=True,
                 proxy_through_service_url=False,
             )
-        except ServiceError as exc:
-            resp = R(
-                request_id=request_id,
-                response=R.Failed,
-                error=_error_code(exc.code),
-                message=exc.message,
-            )
         except Exception as exc:
-            log.exception("lookup of %s failed", topic)
-            resp = R(
-                request_id=request_id,
-                response=R.Failed,
-                error=_error_code("ServiceNotReady"),
-                message=f"lookup failed: {exc}",
-            )
+            resp = _failed_response(R, request_id, exc, f"lookup of {topic}")
         self.write_command(T(type=T.LOOKUP_RESPONSE, lookupTopicResponse=resp))
 
     def _on_partitioned_metadata(self, cmd: pb.BaseCommand) -> None:
@@ -398,27 +402,13 @@ class ServerConnection(asyncio.Protocol):
         self._spawn(self._partitioned_metadata(req.topic, req.request_id))
 
     async def _partitioned_metadata(self, topic: str, request_id: int) -> None:
-        from magnetar.broker.service import ServiceError
 
         R = pb.CommandPartitionedTopicMetadataResponse
         try:
             n = await self.service.partitioned_metadata(topic)
             resp = R(request_id=request_id, response=R.Success, partitions=n)
-        except ServiceError as exc:
-            resp = R(
-                request_id=request_id,
-                response=R.Failed,
-                error=_error_code(exc.code),
-                message=exc.message,
-            )
         except Exception as exc:
-            log.exception("partitioned metadata of %s failed", topic)
-            resp = R(
-                request_id=request_id,
-                response=R.Failed,
-                error=_error_code("ServiceNotReady"),
-                message=str(exc),
-            )
+            resp = _failed_response(R, request_id, exc, f"partitioned metadata of {topic}")
         self.write_command(T(type=T.PARTITIONED_METADATA_RESPONSE, partitionMetadataResponse=resp))
 
     def _on_get_topics_of_namespace(self, cmd: pb.BaseCommand) -> None:
