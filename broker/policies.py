@@ -1,8 +1,8 @@
 """Message lifecycle policies: the model, Pulsar's JSON shapes, and resolution.
 
 Owns: ``TopicPolicies`` (what a loaded topic obeys: TTL, retention, backlog quotas, producer
-and consumer caps, unacked limits, deduplication, delayed delivery, publish and dispatch
-rates), ``resolve_policies`` (broker default -> namespace policies; a namespace value that is
+and consumer caps, unacked limits, deduplication, delayed delivery (on/off, tick, maximum
+delay), the automatic compaction threshold, publish and dispatch rates), ``resolve_policies`` (broker default -> namespace policies; a namespace value that is
 absent or ``null`` falls back to the broker default, as in Pulsar), and ``NAMESPACE_POLICIES``:
 the table that maps each REST path segment under ``/admin/v2/namespaces/{t}/{ns}/`` to its
 field in the namespace Policies JSON (Pulsar's names: ``message_ttl_in_seconds``,
@@ -94,6 +94,10 @@ class TopicPolicies:
     deduplication: bool = False
     delayed_delivery: bool = True
     delayed_delivery_tick_ms: int = 1_000
+    delayed_delivery_max_delay_ms: int = 0
+    """A SEND whose ``deliver_at_time`` is further ahead is refused (NotAllowed); 0 = no cap."""
+    compaction_threshold_bytes: int = 0
+    """Compact automatically once this many bytes are not yet compacted; 0 = off."""
     publish_rate: Rate = NO_RATE
     dispatch_rate: Rate = NO_RATE
     """Per topic (all subscriptions together)."""
@@ -175,6 +179,7 @@ def resolve_policies(config: BrokerConfig, ns: dict[str, Any]) -> TopicPolicies:
                     pass
     dedup = ns.get("deduplicationEnabled")
     delayed = ns.get("delayed_delivery_policies")
+    default_max_delay = int(getattr(config, "delayed_delivery_max_delay_in_millis", 0))
     publish = _cluster_value(ns.get("publishMaxMessageRate"), cluster)
     if publish is None:
         publish_rate = Rate(
@@ -228,6 +233,15 @@ def resolve_policies(config: BrokerConfig, ns: dict[str, Any]) -> TopicPolicies:
             int(delayed.get("tickTime", config.delayed_delivery_tick_time_millis))
             if isinstance(delayed, dict)
             else config.delayed_delivery_tick_time_millis
+        ),
+        delayed_delivery_max_delay_ms=(
+            int(delayed.get("maxDeliveryDelayInMillis", default_max_delay))
+            if isinstance(delayed, dict)
+            else default_max_delay
+        ),
+        compaction_threshold_bytes=num(
+            "compaction_threshold",
+            int(getattr(config, "broker_service_compaction_threshold_in_bytes", 0)),
         ),
         publish_rate=publish_rate,
         dispatch_rate=dispatch_rate,
@@ -291,7 +305,9 @@ def _store_delayed(body: Any, policies: dict[str, Any], cluster: str) -> dict[st
     tick = _non_negative_int(body.get("tickTime", 1000), "tickTime")
     out: dict[str, Any] = {"active": active, "tickTime": tick}
     if "maxDeliveryDelayInMillis" in body:
-        out["maxDeliveryDelayInMillis"] = _int(body["maxDeliveryDelayInMillis"], "maxDelay")
+        out["maxDeliveryDelayInMillis"] = _non_negative_int(
+            body["maxDeliveryDelayInMillis"], "maxDeliveryDelayInMillis"
+        )
     return {"delayed_delivery_policies": out}
 
 
@@ -342,6 +358,7 @@ NAMESPACE_POLICIES: dict[str, PolicyRoute] = {
         _scalar("maxUnackedMessagesPerConsumer", "max_unacked_messages_per_consumer"),
         _scalar("maxUnackedMessagesPerSubscription", "max_unacked_messages_per_subscription"),
         _scalar("deduplication", "deduplicationEnabled", "bool"),
+        _scalar("compactionThreshold", "compaction_threshold"),
         PolicyRoute(
             "delayedDelivery",
             _store_delayed,

@@ -117,3 +117,30 @@ def test_rate_limiter_limits_by_messages_and_bytes() -> None:
     assert unlimited.available_msgs() is None
     with pytest.raises(ValueError):
         TokenBucket(0, 1.0, clock)
+
+
+def test_compaction_threshold_and_max_delivery_delay_resolve_and_validate() -> None:
+    cfg = BrokerConfig()
+    p = resolve_policies(cfg, {})
+    assert (p.compaction_threshold_bytes, p.delayed_delivery_max_delay_ms) == (0, 0)
+    ns: dict[str, object] = {}
+    route = NAMESPACE_POLICIES["compactionThreshold"]
+    ns.update(route.store(10 << 20, ns, "standalone"))
+    assert route.show(ns, "standalone") == 10 << 20
+    with pytest.raises(PolicyError):
+        route.store(-1, ns, "standalone")
+    delayed = NAMESPACE_POLICIES["delayedDelivery"]
+    ns.update(
+        delayed.store(
+            {"active": True, "tickTime": 500, "maxDeliveryDelayInMillis": 60_000},
+            ns,
+            "standalone",
+        )
+    )
+    with pytest.raises(PolicyError):
+        delayed.store({"maxDeliveryDelayInMillis": -5}, ns, "standalone")
+    p = resolve_policies(cfg, ns)
+    assert p.compaction_threshold_bytes == 10 << 20
+    assert (p.delayed_delivery_tick_ms, p.delayed_delivery_max_delay_ms) == (500, 60_000)
+    ns.update(route.clear(ns, "standalone"))
+    assert resolve_policies(cfg, ns).compaction_threshold_bytes == 0
