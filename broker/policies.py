@@ -2,7 +2,8 @@
 
 Owns: ``TopicPolicies`` (what a loaded topic obeys: TTL, retention, backlog quotas, producer
 and consumer caps, unacked limits, deduplication, delayed delivery (on/off, tick, maximum
-delay), the automatic compaction threshold, publish and dispatch rates), ``resolve_policies`` (broker default -> namespace policies; a namespace value that is
+delay), the automatic compaction threshold, publish and dispatch rates),
+``resolve_policies`` (broker default -> namespace policies; a namespace value that is
 absent or ``null`` falls back to the broker default, as in Pulsar), and ``NAMESPACE_POLICIES``:
 the table that maps each REST path segment under ``/admin/v2/namespaces/{t}/{ns}/`` to its
 field in the namespace Policies JSON (Pulsar's names: ``message_ttl_in_seconds``,
