@@ -68,6 +68,10 @@ class BrokerConfig:
     dispatch_throttling_rate_per_topic_in_byte: int = 0
     dispatch_throttling_rate_per_subscription_in_msg: int = 0
     dispatch_throttling_rate_per_subscription_in_byte: int = 0
+    # topic compaction: automatic once a topic's bytes not yet compacted exceed the
+    # threshold (namespace / topic policy ``compaction_threshold`` overrides; 0 = off)
+    broker_service_compaction_monitor_interval_seconds: int = 60
+    broker_service_compaction_threshold_in_bytes: int = 0
 
     @property
     def service_url(self) -> str:

@@ -717,14 +717,21 @@ class ServerConnection(asyncio.Protocol):
             start = (
                 EARLIEST if pos.ledger_id < 0 else (LATEST if pos.ledger_id >= INT64_MAX else pos)
             )
+        if req.read_compacted and not topic.name.persistent:
+            self._error(
+                rid, "NotAllowedError", "readCompacted is only supported on persistent topics"
+            )
+            return
         try:
             self.service.policies.check_consumer(topic, consumer)  # max consumers, unacked
+            extra = {"read_compacted": True} if req.read_compacted else {}
             sub = await topic.subscribe(
                 consumer,
                 req.subscription,
                 durable=req.durable,
                 initial_earliest=req.initialPosition == pb.CommandSubscribe.Earliest,
                 start=start,
+                **extra,
             )
         except SubscriptionError as exc:
             self._error(rid, exc.code, exc.message)

@@ -62,6 +62,14 @@ class TopicAdmin(Protocol):
 
     async def unload_topic(self, topic: str) -> None: ...
 
+    async def trigger_compaction(self, topic: str) -> None:
+        """Start compacting ``topic``; ``ResourceConflict`` while one runs."""
+        ...
+
+    async def compaction_status(self, topic: str) -> dict[str, Any]:
+        """Pulsar's LongRunningProcessStatus: ``{"status": ..., "lastError": ...}``."""
+        ...
+
     def metrics_text(self) -> str:
         """Prometheus exposition text of the topic layer."""
         ...
@@ -178,6 +186,8 @@ class AdminApi:
         r.add_delete(base + "/{topic}/subscription/{subscription}", self.delete_subscription)
         r.add_get(base + "/{topic}/stats", self.topic_stats)
         r.add_put(base + "/{topic}/unload", self.unload_topic)
+        r.add_put(base + "/{topic}/compaction", self.trigger_compaction)
+        r.add_get(base + "/{topic}/compaction", self.compaction_status)
         # topic-level policies: the namespace paths under the topic, overriding them
         for name in NAMESPACE_POLICIES:
             r.add_get(base + "/{topic}/" + name, self._topic_policy_handler(name, "get"))
@@ -480,6 +490,13 @@ class AdminApi:
     async def unload_topic(self, request: web.Request) -> web.Response:
         await self.topics.unload_topic(_topic_name(request))
         return _no_content()
+
+    async def trigger_compaction(self, request: web.Request) -> web.Response:
+        await self.topics.trigger_compaction(_topic_name(request))
+        return _no_content()
+
+    async def compaction_status(self, request: web.Request) -> web.Response:
+        return _json(await self.topics.compaction_status(_topic_name(request)))
 
     async def lookup(self, request: web.Request) -> web.Response:
         topic = _topic_name(request)

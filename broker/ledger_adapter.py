@@ -124,6 +124,9 @@ class ManagedTopicCursor:
     def backlog(self) -> int:
         return self.cursor.backlog().entries
 
+    def backlog_size(self) -> int:
+        return self.cursor.backlog().bytes
+
 
 class ManagedTopicLedger:
     def __init__(self, ml: ManagedLedger) -> None:

@@ -4,7 +4,9 @@ Owns: starting/stopping the Pulsar binary-protocol server, creating the default 
 ``public`` tenant / ``public/default`` namespace, binary lookup (bundle of the topic ->
 owner; this broker takes an unowned bundle), partitioned metadata (with auto-creation),
 loading topics only for bundles this broker owns (closing them when ownership is lost),
-topic auto-creation, unload / delete, and the ``TopicAdmin`` protocol the HTTP API uses.
+topic auto-creation, unload / delete, and the ``TopicAdmin`` protocol the HTTP API uses;
+attaching each persistent topic's ``TopicCompaction`` (its stored view loaded) and running
+the ``CompactionMonitor`` (automatic compaction over the resolved ``compaction_threshold``).
 
 Start in-process::
 
@@ -25,6 +27,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from magnetar.broker.bundles import NamespaceBundles
+from magnetar.broker.compaction import (
+    CompactionAlreadyRunning,
+    CompactionMonitor,
+    TopicCompaction,
+)
 from magnetar.broker.config import BrokerConfig
 from magnetar.broker.naming import InvalidTopicName, TopicName
 from magnetar.broker.nonpersistent import NonPersistentTopic
@@ -85,7 +92,14 @@ class BrokerService:
         self.connections: set[Any] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
         self.closed = False
+        self.clock = clock
         self.policies = PolicyManager(self, clock)
+        self.compaction_monitor = CompactionMonitor(
+            lambda: [t for t in self.topics.values() if isinstance(t, PersistentTopic)],
+            self._compaction_threshold,
+            float(config.broker_service_compaction_monitor_interval_seconds),
+            clock,
+        )
 
     def __repr__(self) -> str:
         return f"<BrokerService {self.service_url} topics={len(self.topics)}>"
@@ -134,6 +148,7 @@ class BrokerService:
         except ResourceConflict:
             pass
         self.policies.start()
+        self.compaction_monitor.start()
         log.info("broker service listening on %s", self.service_url)
 
     async def close(self) -> None:
@@ -141,6 +156,7 @@ class BrokerService:
             return
         self.closed = True
         self.policies.close()
+        self.compaction_monitor.close()
         if self._server is not None:
             self._server.close()
         for topic in list(self.topics.values()):
@@ -295,6 +311,8 @@ class BrokerService:
             max_unacked_per_subscription=policies.max_unacked_per_subscription,
         )
         await topic.load()
+        topic.compaction = TopicCompaction(self.storage, ml_name, clock=self.clock)
+        await topic.compaction.load()
         topic.on_fenced = self._on_topic_fenced
         self.topics[tn.full] = topic
         self.policies.attach(topic, policies)
@@ -415,6 +433,9 @@ class BrokerService:
                 raise PreconditionFailed("Topic has active subscriptions")
         for sub in list(loaded.subscriptions.values()):
             await sub.delete_delayed_index()
+        compaction = getattr(loaded, "compaction", None)
+        if compaction is not None:
+            await compaction.delete()  # the views sit under the __compaction cursor
         self.topics.pop(tn.full, None)
         await loaded.close()
         if tn.persistent:
@@ -446,6 +467,36 @@ class BrokerService:
             if exc.code == "SubscriptionNotFound":
                 raise ResourceNotFound("Subscription not found") from None
             raise PreconditionFailed(exc.message) from None
+
+    # compaction (Pulsar: PUT / GET /admin/v2/persistent/{t}/{ns}/{topic}/compaction)
+    def _compaction_threshold(self, topic: PersistentTopic) -> int:
+        state = self.policies.state_of(topic)
+        if state is not None:
+            return int(state.policies.compaction_threshold_bytes)
+        return int(self.config.broker_service_compaction_threshold_in_bytes)
+
+    async def _compaction_of(self, topic: str) -> tuple[PersistentTopic, TopicCompaction]:
+        if not self.parse_topic(topic).persistent:
+            err = ResourceError("Compaction is not supported on non-persistent topics")
+            err.http_status = 405
+            raise err
+        t = await self._admin_topic(topic)
+        if t.compaction is None:
+            raise ResourceError("Topic has no compaction state")
+        return t, t.compaction
+
+    async def trigger_compaction(self, topic: str) -> None:
+        """Start compacting ``topic`` up to its current end; ResourceConflict (409) while a
+        compaction of it runs."""
+        t, compaction = await self._compaction_of(topic)
+        try:
+            compaction.trigger(t)
+        except CompactionAlreadyRunning as exc:
+            raise ResourceConflict(str(exc)) from None
+
+    async def compaction_status(self, topic: str) -> dict[str, Any]:
+        _, compaction = await self._compaction_of(topic)
+        return compaction.status_json()
 
     async def topic_stats(self, topic: str) -> dict[str, Any]:
         t = await self._admin_topic(topic)

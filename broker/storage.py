@@ -79,6 +79,11 @@ class TopicCursor(Protocol):
 
     def backlog(self) -> int: ...
 
+    def backlog_size(self) -> int:
+        """Bytes of the entries after the mark-delete position not yet acknowledged
+        (an estimate where the storage only knows sizes per ledger)."""
+        ...
+
 
 class TopicLedger(Protocol):
     name: str
@@ -276,6 +281,13 @@ class MemoryCursor:
         if last is None or last <= self._mark:
             return 0
         return max(0, last.entry_id - self._mark.entry_id - len(self._acked))
+
+    def backlog_size(self) -> int:
+        total = 0
+        for entry in self._ledger.read_sync(self._ledger.next_of(self._mark), 2**62):
+            if not self.is_acked(entry.position):
+                total += len(entry.data)
+        return total
 
 
 class MemoryLedger:

@@ -7,7 +7,9 @@ positions and receipts keep arrival order; duplicates found by deduplication rid
 same queue so their receipts keep order too), the entry-count cache used for permits,
 subscriptions (durable ones reopened from the ledger's cursors on load; non-durable ones
 dropped with their last consumer), last-message-id, finding a position by publish time,
-close/unload.
+close/unload. Compaction (``compaction.py``): the service attaches a ``TopicCompaction``;
+a read_compacted consumer (Exclusive / Failover only) reads through a ``CompactedCursor``;
+the ``__compaction`` subscription name is reserved, and deleting it deletes the views.
 Lifecycle (``TOPIC_TRANSITIONS``): ACTIVE -> CLOSING -> CLOSED on unload; ACTIVE -> FENCED
 when the managed ledger refuses writes for good (another owner), after which the service
 unloads the topic so clients look up the new owner.
@@ -25,7 +27,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from magnetar.broker.consumer import Consumer
+from magnetar.broker.compaction import COMPACTION_SUBSCRIPTION, CompactedCursor, TopicCompaction
+from magnetar.broker.consumer import Consumer, SubType
 from magnetar.broker.frames import MAGIC_CRC32C_BYTES, BadEntry, num_messages, parse_metadata
 from magnetar.broker.ledger.errors import LedgerFenced, ManagedLedgerClosed
 from magnetar.broker.ledger.position import EARLIEST, LATEST, Position
@@ -139,6 +142,9 @@ class PersistentTopic:
         self._complete_task: asyncio.Task[None] | None = None
         self.state = TopicState.ACTIVE
         self.on_fenced: Callable[[PersistentTopic], None] | None = None
+        # the compacted view and its compactions; set by the service when it loads the
+        # topic (None: read_compacted reads the topic as is)
+        self.compaction: TopicCompaction | None = None
         ledger.add_tail_listener(self._on_new_entries)
 
     def __repr__(self) -> str:
@@ -355,8 +361,19 @@ class PersistentTopic:
         durable: bool = True,
         initial_earliest: bool = False,
         start: Position | None = None,
+        read_compacted: bool = False,
     ) -> Subscription:
+        if sub_name == COMPACTION_SUBSCRIPTION:
+            raise SubscriptionError(
+                "NotAllowedError", f"Subscription name {sub_name} is reserved for compaction"
+            )
+        if read_compacted and consumer.sub_type not in (SubType.EXCLUSIVE, SubType.FAILOVER):
+            raise SubscriptionError(
+                "NotAllowedError",
+                "readCompacted only allowed on failover or exclusive subscriptions",
+            )
         sub = self.subscriptions.get(sub_name)
+        fresh = sub is None
         if sub is None:
             if durable:
                 cursor: Any = await self.ledger.open_cursor(
@@ -374,9 +391,30 @@ class PersistentTopic:
             raise SubscriptionError(
                 "NotAllowedError", f"Durable subscription with the same name {sub_name} exists"
             )
+        if read_compacted or isinstance(sub.cursor, CompactedCursor):
+            earliest = (start == EARLIEST) if start is not None else initial_earliest
+            self._apply_read_compacted(sub, read_compacted, from_earliest=fresh and earliest)
         await sub.prepare(consumer.sub_type)  # Shared / Key_Shared: the delayed index is open
         sub.add_consumer(consumer)
         return sub
+
+    def _apply_read_compacted(self, sub: Subscription, on: bool, *, from_earliest: bool) -> None:
+        """The first consumer of a subscription decides whether it reads the compacted
+        view (its cursor wrapped in a ``CompactedCursor``) or the topic as is."""
+        if sub.consumers:
+            return
+        cursor = sub.cursor
+        if on == isinstance(cursor, CompactedCursor):
+            return
+        if isinstance(cursor, CompactedCursor):
+            sub.cursor = cursor.unwrap()
+        elif self.compaction is not None:
+            sub.cursor = CompactedCursor(cursor, self.compaction, from_earliest=from_earliest)
+        else:
+            return
+        if sub.dispatcher is not None:  # the next consumer builds one over the new cursor
+            sub.dispatcher.close()
+            sub.dispatcher = None
 
     async def create_subscription(self, sub_name: str, *, earliest: bool = True) -> None:
         if sub_name in self.subscriptions:
@@ -413,6 +451,8 @@ class PersistentTopic:
         self.subscriptions.pop(sub_name, None)
         await sub.settle_acks()
         await sub.delete_delayed_index()  # its ledger sits under the cursor node
+        if sub_name == COMPACTION_SUBSCRIPTION and self.compaction is not None:
+            await self.compaction.delete()  # so do the compacted views
         if sub.durable:
             await self.ledger.delete_cursor(sub_name)
         return dropped
@@ -502,6 +542,8 @@ class PersistentTopic:
         for sub in list(self.subscriptions.values()):
             await sub.settle_acks()  # acks in flight reach the cursor ledger before it closes
             await sub.close_delayed_index()  # seal the tail, store a snapshot
+        if self.compaction is not None:
+            await self.compaction.close()
         self.ledger.remove_tail_listener(self._on_new_entries)
         try:
             await self.ledger.close()
@@ -558,6 +600,7 @@ class PersistentTopic:
             ],
             "subscriptions": subs,
             "deduplicationStatus": "Enabled" if self.dedup.enabled else "Disabled",
+            **({"compaction": self.compaction.stats_json()} if self.compaction else {}),
             "topicEpoch": self.producers.topic_epoch,
         }
 
