@@ -27,7 +27,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from magnetar.broker.compaction import COMPACTION_SUBSCRIPTION, CompactedCursor, TopicCompaction
+from magnetar.broker.compaction import (
+    COMPACTION_SUBSCRIPTION,
+    CompactedCursor,
+    TopicCompaction,
+    entry_messages,
+)
 from magnetar.broker.consumer import Consumer, SubType
 from magnetar.broker.frames import MAGIC_CRC32C_BYTES, BadEntry, num_messages, parse_metadata
 from magnetar.broker.ledger.errors import LedgerFenced, ManagedLedgerClosed
@@ -475,6 +480,9 @@ class PersistentTopic:
         return LastMessageId(last.ledger_id, last.entry_id, batch_index, mark)
 
     async def resolve_last_message_id(self, sub: Subscription | None) -> LastMessageId:
+        compacted = await self._last_compacted_message_id(sub)
+        if compacted is not None:
+            return compacted
         got = self.last_message_id(sub)
         if got.batch_index != -2:
             return got
@@ -488,6 +496,33 @@ class PersistentTopic:
             except Exception:
                 pass
         return LastMessageId(got.ledger_id, got.entry_id, batch_index, got.mark_delete)
+
+    async def _last_compacted_message_id(self, sub: Subscription | None) -> LastMessageId | None:
+        """For a read_compacted subscription with nothing after the horizon: the last
+        message of the view (the topic's last message may have been compacted out, and
+        ``hasMessageAvailable`` must then say no once the view is read)."""
+        comp = self.compaction
+        if sub is None or comp is None or not isinstance(sub.cursor, CompactedCursor):
+            return None
+        view = comp.view
+        last = self.ledger.last_confirmed
+        if view is None or not len(view) or last is None or last > view.horizon:
+            return None
+        rec = await view.read_at(view.originals[len(view) - 1])
+        if rec is None:
+            return None
+        batch_index = -1
+        try:
+            n, _ = entry_messages(rec.data)
+            md = parse_metadata(rec.data)
+            if md.HasField("num_messages_in_batch"):
+                batch_index = (rec.mask.bit_length() - 1) if rec.mask else n - 1
+        except Exception:
+            pass
+        pos = rec.position
+        return LastMessageId(
+            pos.ledger_id, pos.entry_id, batch_index, sub.cursor.mark_delete_position
+        )
 
     async def find_position_by_time(self, publish_time_ms: int) -> Position:
         """The first entry published at or after ``publish_time_ms`` (LATEST if none)."""
