@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import functools
 import gc
 import json
@@ -31,7 +32,11 @@ from support.zookeeper import ZooKeeperServer  # noqa: E402
 
 from magnetar.bookie import client as bookie_client  # noqa: E402
 from magnetar.bookie.client import BookieClient  # noqa: E402
-from magnetar.broker.ledger import ManagedLedgerConfig, ManagedLedgerFactory  # noqa: E402
+from magnetar.broker.ledger import (  # noqa: E402
+    ManagedLedgerConfig,
+    ManagedLedgerFactory,
+    Position,
+)
 from magnetar.broker.ledger import handle as handle_module  # noqa: E402
 from magnetar.zk import paths  # noqa: E402
 from magnetar.zk.factory import open_metadata_store  # noqa: E402
@@ -95,22 +100,37 @@ async def run(
 
     # Closed loop without a semaphore (its cost is not the ledger's): every completion
     # issues the next add from its callback, so completions delivered together issue their
-    # replacements together, as a broker's connections do.
+    # replacements together, as a broker's connections do. Every add is awaited (a done
+    # callback on its future) and timed. The futures and their issue times wait in FIFOs,
+    # because a managed ledger completes adds strictly in issue order; each completion
+    # checks it is the oldest future issued, so a reordering fails the run rather than
+    # skewing the latencies. No closure, partial or tuple is made per add.
+    issued: collections.deque[asyncio.Future[Position]] = collections.deque()
+    issued_at: collections.deque[float] = collections.deque()
+    push_fut, pop_fut = issued.append, issued.popleft
+    push_t0, pop_t0 = issued_at.append, issued_at.popleft
+    record = latencies.append
+
     def issue() -> None:
         nonlocal inflight
         fut = add_nowait(payload)
+        push_fut(fut)
+        push_t0(now())
         inflight += 1
-        fut.add_done_callback(functools.partial(on_done, now()))
+        fut.add_done_callback(on_done)
 
-    def on_done(t0: float, fut: asyncio.Future[object]) -> None:
+    def on_done(fut: asyncio.Future[Position]) -> None:
         nonlocal done_count, errors, inflight
+        if pop_fut() is not fut:
+            raise SystemExit("an add completed out of order")
+        t0 = pop_t0()
         inflight -= 1
         if fut.exception() is not None:
             errors += 1
         else:
             done_count += 1
             if measuring:
-                latencies.append((now() - t0) * 1000.0)
+                record(now() - t0)
         if not stopping:
             issue()
         elif inflight == 0 and not drained.done():
@@ -137,7 +157,7 @@ async def run(
     stopping = True
     if inflight:
         await drained
-    latencies.sort()
+    latencies = sorted(s * 1000.0 for s in latencies)
     stats = ml.statistics()
     await factory.close()
     await store.close()
@@ -236,8 +256,9 @@ def main() -> None:
     p.add_argument(
         "--gc",
         choices=["default", "freeze", "high", "freeze+high"],
-        default="default",
-        help="garbage collector setting of this (the broker's) process",
+        default="freeze+high",
+        help="garbage collector setting of this (the broker's) process; the default is "
+        "what a broker process runs with (broker/runtime.py tune_gc_for_serving)",
     )
     p.add_argument(
         "--channel-option",

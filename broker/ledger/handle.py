@@ -365,6 +365,12 @@ class WriteHandle(ReadHandle):
         self.fenced_error: Callable[[str], LedgerError] = LedgerFenced
         self._ws_first = metadata.last_fragment_first_entry
         self._ws_table = write_sets(metadata.last_ensemble, metadata.write_quorum)
+        self._ws_count = len(self._ws_table)
+        self._outbox_ms = 0.0
+        """When the first add of the current outbox was queued (its adds' ``sent_ms``)."""
+        self.result_factory: Callable[[int, int], object] | None = None
+        """What an add's future resolves to when no ``result`` is given:
+        ``result_factory(ledger_id, entry_id)`` (the managed ledger's ``Position``)."""
 
     def __repr__(self) -> str:
         return (
@@ -417,16 +423,56 @@ class WriteHandle(ReadHandle):
     # -- add path -------------------------------------------------------------------------------
     def add_nowait(self, payload: bytes, result: object = None) -> asyncio.Future[Any]:
         """Queue an add; the future resolves once it is acknowledged, to ``result`` if
-        given, else to the entry id."""
-        if self.state is not _OPEN:
-            raise self._state_error()
-        if len(self._pending) >= self._max_pending:
-            raise TooManyPendingAdds(f"{len(self._pending)} adds pending on {self.ledger_id}")
-        if self._recovery:
-            raise LedgerClosed("a recovery handle only re-writes recovered entries")
+        given, else to ``result_factory(ledger_id, entry_id)`` if set, else to the entry id."""
+        # the hot path of every add: one call, no helper calls but the pending record's
+        pending = self._pending
+        if self.state is not _OPEN or self._recovery or len(pending) >= self._max_pending:
+            raise self._add_refused()
+        # HANDLE_FSM allows (OPEN, ADD) -> OPEN
+        entry_id = self._next_entry_id
         n = len(payload)
-        stored = _pack_header(self._length + n) + payload
-        return self._add(self._next_entry_id, stored, n, result, payload)
+        length = self._length + n
+        stored = _pack_header(length) + payload
+        if result is None:
+            factory = self.result_factory
+            result = entry_id if factory is None else factory(self._ledger_id, entry_id)
+        outbox = self._outbox
+        if not outbox:
+            self._outbox_ms = self._now_ms()
+        future: asyncio.Future[Any] = self._loop.create_future()
+        add = _PendingAdd(
+            entry_id,
+            self._lac,
+            stored,
+            n,
+            future,
+            self._ws_table[entry_id % self._ws_count]
+            if entry_id >= self._ws_first
+            else self.metadata.write_set(entry_id),
+            self._outbox_ms,
+            result,
+            payload,
+        )
+        self._next_entry_id = entry_id + 1
+        self._length = length
+        if not pending:
+            self._drained.clear()
+        pending.append(add)
+        outbox.append(add)
+        self._outbox_bytes += n + HEADER_BYTES
+        if len(outbox) >= OUTBOX_MAX_ENTRIES or self._outbox_bytes >= OUTBOX_MAX_BYTES:
+            self._flush_outbox()
+        elif not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._loop.call_soon(self._on_flush)
+        return future
+
+    def _add_refused(self) -> LedgerError:
+        if self.state is not _OPEN:
+            return self._state_error()
+        if self._recovery:
+            return LedgerClosed("a recovery handle only re-writes recovered entries")
+        return TooManyPendingAdds(f"{len(self._pending)} adds pending on {self.ledger_id}")
 
     async def add(self, payload: bytes) -> int:
         return await self.add_nowait(payload)
@@ -437,38 +483,28 @@ class WriteHandle(ReadHandle):
             raise ValueError(f"recovered entry {entry.entry_id} != next {self._next_entry_id}")
         if self.state is not HandleState.OPEN:
             raise self._state_error()
+        entry_id = entry.entry_id
         n = entry.cumulative_length - self._length
-        return self._add(entry.entry_id, stored, n, None, entry.payload)
-
-    def _add(
-        self, entry_id: int, stored: bytes, data_len: int, result: object, data: bytes
-    ) -> asyncio.Future[Any]:
-        # the caller checked the state is OPEN: HANDLE_FSM allows (OPEN, ADD) -> OPEN
-        future: asyncio.Future[Any] = self._loop.create_future()
-        if entry_id >= self._ws_first:
-            ws = self._ws_table[entry_id % len(self._ws_table)]
-        else:
-            ws = self.metadata.write_set(entry_id)
-        pending = _PendingAdd(
+        future: asyncio.Future[int] = self._loop.create_future()
+        add = _PendingAdd(
             entry_id,
             self._lac,
             stored,
-            data_len,
+            n,
             future,
-            ws,
+            self.metadata.write_set(entry_id),
             self._now_ms(),
-            entry_id if result is None else result,
-            data,
+            entry_id,
+            entry.payload,
         )
         self._next_entry_id = entry_id + 1
-        self._length += data_len
-        self._pending.append(pending)
-        if len(self._pending) == 1:
+        self._length += n
+        if not self._pending:
             self._drained.clear()
-        outbox = self._outbox
-        outbox.append(pending)
+        self._pending.append(add)
+        self._outbox.append(add)
         self._outbox_bytes += len(stored)
-        if len(outbox) >= OUTBOX_MAX_ENTRIES or self._outbox_bytes >= OUTBOX_MAX_BYTES:
+        if len(self._outbox) >= OUTBOX_MAX_ENTRIES or self._outbox_bytes >= OUTBOX_MAX_BYTES:
             self._flush_outbox()
         elif not self._flush_scheduled:
             self._flush_scheduled = True
@@ -566,15 +602,23 @@ class WriteHandle(ReadHandle):
             return
         qa = self.metadata.ack_quorum
         pending = self._pending
+        popleft = pending.popleft
         confirmed: list[bytes] = []
-        while pending and len(pending[0].acked) >= qa:
-            head = pending.popleft()
-            self._lac = head.entry_id
-            self._confirmed_length += head.data_len
-            confirmed.append(head.data)
-            if not head.future.done():
-                head.future.set_result(head.result)
+        append = confirmed.append
+        length = self._confirmed_length
+        while pending:
+            head = pending[0]
+            if len(head.acked) < qa:
+                break
+            popleft()
+            length += head.data_len
+            append(head.data)
+            future = head.future
+            if not future.done():
+                future.set_result(head.result)  # callbacks run later: LAC is set below
         if confirmed:
+            self._lac += len(confirmed)  # the pending adds are consecutive from LAC + 1
+            self._confirmed_length = length
             if self.on_confirmed is not None:
                 self.on_confirmed(self._lac, confirmed)
             for listener in list(self._lac_listeners):
@@ -724,6 +768,7 @@ class WriteHandle(ReadHandle):
         self.metadata, self.version = updated, result.stat.version
         self._ws_first = updated.last_fragment_first_entry
         self._ws_table = write_sets(updated.last_ensemble, updated.write_quorum)
+        self._ws_count = len(self._ws_table)
         self._ensemble_changes += 1
         self._failed -= bad
         log.info(

@@ -268,6 +268,7 @@ class ManagedLedger:
         self._fence_reason = ""
         jitter = 1.0 + factory.ledger_client.rng.random() * 0.05
         self._max_rollover_ms = config.max_ledger_rollover_time_ms * jitter
+        self._max_size_per_ledger_bytes = config.max_size_per_ledger_bytes
 
     def __repr__(self) -> str:
         return f"<ManagedLedger {self.name} {self.state.value} last={self.last_confirmed}>"
@@ -350,6 +351,7 @@ class ManagedLedger:
         handle.on_confirmed = functools.partial(self._on_confirmed, ledger_id)
         handle.on_failed = functools.partial(self._on_handle_failed, handle)
         handle.fenced_error = ManagedLedgerFenced
+        handle.result_factory = Position
         self._current = handle
         self._current_created_ms = self.clock.monotonic_ms()
         self._issued_entries = 0
@@ -361,11 +363,25 @@ class ManagedLedger:
         """Queue an add; the future resolves to its position. Completions are in order."""
         state = self.state
         if state is _LEDGER_OPENED:
-            return self._add_to_current(payload)
+            # the hot path of every add: the current ledger's handle makes the Position
+            handle = self._current
+            assert handle is not None
+            try:
+                fut: asyncio.Future[Position] = handle.add_nowait(payload)
+            except LedgerError as exc:
+                return self._add_refused(handle, payload, exc)
+            self._issued_entries += 1
+            self._issued_bytes += len(payload)
+            if (
+                self._issued_entries >= self._roll_check_at
+                or self._issued_bytes >= self._max_size_per_ledger_bytes
+            ) and self._should_roll():
+                self._start_rollover()
+            return fut
         if state in (_S.CLOSING_LEDGER, _S.CREATING_LEDGER):
             if len(self._queued) >= self.config.max_pending_adds:
                 raise TooManyPendingAdds(f"{self.name}: {len(self._queued)} adds queued")
-            fut: asyncio.Future[Position] = asyncio.get_running_loop().create_future()
+            fut = asyncio.get_running_loop().create_future()
             self._queued.append((payload, fut))
             return fut
         raise self._state_error()
@@ -373,29 +389,16 @@ class ManagedLedger:
     async def add(self, payload: bytes) -> Position:
         return await self.add_nowait(payload)
 
-    def _add_to_current(self, payload: bytes) -> asyncio.Future[Position]:
-        handle = self._current
-        assert handle is not None
-        try:
-            fut: asyncio.Future[Position] = handle.add_nowait(
-                payload, Position(handle.ledger_id, handle.next_entry_id)
-            )
-        except LedgerFenced:
+    def _add_refused(
+        self, handle: WriteHandle, payload: bytes, exc: LedgerError
+    ) -> asyncio.Future[Position]:
+        if isinstance(exc, LedgerFenced):
             self.fence("ledger fenced")
             raise ManagedLedgerFenced(f"{self.name} was taken over by another owner") from None
-        except LedgerError:
-            if handle.state is HandleState.ERRORED:
-                self._start_rollover()
-                return self.add_nowait(payload)
-            raise
-        self._issued_entries += 1
-        self._issued_bytes += len(payload)
-        if (
-            self._issued_entries >= self._roll_check_at
-            or self._issued_bytes >= self.config.max_size_per_ledger_bytes
-        ) and self._should_roll():
+        if handle.state is HandleState.ERRORED:
             self._start_rollover()
-        return fut
+            return self.add_nowait(payload)
+        raise exc
 
     def _on_confirmed(self, ledger_id: int, last_entry_id: int, payloads: list[bytes]) -> None:
         """Batch hook from the current handle: entries confirmed in order."""
@@ -741,12 +744,10 @@ class ManagedLedger:
 
     async def read_range(self, ledger_id: int, first: int, last: int) -> list[ManagedEntry]:
         """Entries first..last of one ledger (from the cache when possible)."""
-        cached: list[ManagedEntry] = []
-        for e in range(first, last + 1):
-            payload = self._cache.get(Position(ledger_id, e))
-            if payload is None:
-                break
-            cached.append(ManagedEntry(Position(ledger_id, e), payload))
+        cached = [
+            ManagedEntry(Position(ledger_id, e), payload)
+            for e, payload in enumerate(self._cache.get_range(ledger_id, first, last), first)
+        ]
         if len(cached) == last - first + 1:
             return cached
         handle = await self._reader(ledger_id)
@@ -877,7 +878,7 @@ class ManagedLedger:
             assert cursor.mark_delete_position <= self.last_confirmed or (
                 cursor.mark_delete_position.entry_id == -1
             ), (cursor, self.last_confirmed)
-        assert self._cache.size_bytes <= self._cache.max_bytes
+        self._cache.check_invariants()
 
     def statistics(self) -> ManagedLedgerStatistics:
         sizes = self.ledger_sizes()
