@@ -750,6 +750,15 @@ class CompactedCursor:
 
     async def read_entries(self, max_entries: int) -> list[Entry]:
         view = self.compaction.view
+        try:
+            return await self._read_entries(view, max_entries)
+        except Exception:
+            if self.compaction.view is view:
+                raise
+            # a new generation replaced (and deleted) the one being read: read it instead
+            return await self._read_entries(self.compaction.view, max_entries)
+
+    async def _read_entries(self, view: CompactedView | None, max_entries: int) -> list[Entry]:
         pos = self.read_position
         if view is None or pos > view.horizon:
             if self._logical is not None:

@@ -488,6 +488,16 @@ class BrokerService:
     async def trigger_compaction(self, topic: str) -> None:
         """Start compacting ``topic`` up to its current end; ResourceConflict (409) while a
         compaction of it runs."""
+        tn = self.parse_topic(topic)
+        if tn.persistent and tn.partition_index < 0:
+            n = await self.resources.get_partitions(tn.tenant, tn.namespace, tn.domain, tn.local)
+            if n > 0:  # a partitioned topic: every partition (Pulsar does the same)
+                for i in range(n):
+                    try:
+                        await self.trigger_compaction(f"{tn.full}-partition-{i}")
+                    except (ResourceConflict, ResourceNotFound):
+                        pass  # running already, or a partition never written to
+                return
         t, compaction = await self._compaction_of(topic)
         try:
             compaction.trigger(t)

@@ -5,9 +5,13 @@ view found again after a reopen, incremental generations)."""
 
 from __future__ import annotations
 
+import pytest
+
 from magnetar.broker.compaction import (
     COMPACTION_SUBSCRIPTION,
     CompactedCursor,
+    CompactionAlreadyRunning,
+    CompactionStatus,
     KeyedMessage,
     LatestPerKey,
     TopicCompaction,
@@ -231,3 +235,20 @@ async def test_deleting_the_compaction_subscription_deletes_the_views() -> None:
     await topic.delete_subscription(COMPACTION_SUBSCRIPTION, force=True)
     assert topic.compaction.view is None
     assert not await storage.exists(name)
+
+
+async def test_one_compaction_at_a_time_and_status() -> None:
+    storage = MemoryStorageFactory()
+    topic = await _topic(storage)
+    await topic.ledger.add_entries([single("a", b"1"), single("a", b"")])
+    comp = topic.compaction
+    assert comp is not None
+    assert comp.status_json() == {"status": "NOT_RUN"}
+    task = comp.trigger(topic)
+    assert comp.status is CompactionStatus.RUNNING
+    with pytest.raises(CompactionAlreadyRunning):
+        comp.trigger(topic)
+    await task
+    assert comp.status_json() == {"status": "SUCCESS"}
+    assert comp.view is not None and len(comp.view) == 0  # the only key was deleted
+    assert comp.stats_json()["lastCompactionRemovedEventCount"] == 2
