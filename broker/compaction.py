@@ -328,7 +328,7 @@ class CompactedView:
         return bisect.bisect_left(self.originals, pos)
 
     async def read(
-        self, start: Position, max_entries: int, skip: Callable[[Position], bool]
+        self, start: Position, max_entries: int, skip: Callable[[ViewRecord], bool]
     ) -> tuple[list[ViewRecord], Position | None]:
         """Up to ``max_entries`` records at or after ``start`` that ``skip`` does not drop;
         and the next position to read in the view (None: the view is exhausted)."""
@@ -344,7 +344,7 @@ class CompactedView:
                     i = len(self)
                     break
                 i += 1
-                if skip(rec.position):
+                if skip(rec):
                     continue
                 out.append(rec)
                 if len(out) >= max_entries:
@@ -724,6 +724,17 @@ class CompactedCursor:
                 return False
         return self.inner.is_acked(position)
 
+    def _record_acked(self, rec: ViewRecord) -> bool:
+        """Acknowledged, or a batch whose retained members are all acknowledged (an ack
+        set of zeros would read as "deliver everything" to the client)."""
+        if self._view_acked(rec.position):
+            return True
+        if rec.mask is not None:
+            words = self.inner.batch_ack_set(rec.position)
+            if words and not words_to_int(words) & rec.mask:
+                return True
+        return False
+
     def is_acked(self, position: Position) -> bool:
         return self._view_acked(position)
 
@@ -765,7 +776,7 @@ class CompactedCursor:
                 self.inner.seek(self._logical)
                 self._logical = None
             return await self.inner.read_entries(max_entries)
-        recs, nxt = await view.read(pos, max_entries, self._view_acked)
+        recs, nxt = await view.read(pos, max_entries, self._record_acked)
         for r in recs:
             self._remember(r)
         out = [Entry(r.position, r.data) for r in recs]
@@ -788,7 +799,7 @@ class CompactedCursor:
         for pos in positions:
             if pos <= view.horizon and not self._view_acked(pos):
                 rec = await view.read_at(pos)
-                if rec is not None:
+                if rec is not None and not self._record_acked(rec):
                     self._remember(rec)
                     out.append(Entry(rec.position, rec.data))
         if live:
