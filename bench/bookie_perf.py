@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import os
 import shlex
@@ -359,6 +360,12 @@ def main() -> int:
     p.add_argument("--ledger-base", type=int, default=int(time.time()) % 1_000_000 * 100)
     p.add_argument("--uvloop", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--profile-bookie", metavar="FILE", help="py-spy raw profile of the bookie")
+    p.add_argument(
+        "--tune-gc",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="client process GC as a broker's (young threshold 50,000, start-up heap frozen)",
+    )
     args = p.parse_args()
     print(f"# command: {shlex.join([sys.executable, *sys.argv])}", flush=True)
     if args.uvloop:
@@ -368,6 +375,9 @@ def main() -> int:
             uvloop.install()
         except ImportError:
             pass
+    if args.tune_gc:
+        gc.set_threshold(50_000, 20, 100)
+        gc.freeze()
     results = asyncio.run(main_async(args))
     print(table(results), flush=True)
     headline = next(

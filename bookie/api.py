@@ -45,6 +45,42 @@ class AddRequest:
     recovery: bool = False
 
 
+def _add_request_init(  # noqa: PLR0917 (AddRequest's positional constructor)
+    self: AddRequest,
+    ledger_id: int,
+    entry_id: int,
+    lac: int,
+    crc32c: int,
+    payload: bytes,
+    master_key: bytes,
+    recovery: bool = False,
+) -> None:
+    """``AddRequest.__init__`` through the slot descriptors: a frozen dataclass's generated
+    ``__init__`` calls ``object.__setattr__`` per field, which made building one request
+    (once per entry, by every writer) cost ~2.5 us instead of ~1 us. Same fields, same
+    defaults, still frozen (``__setattr__`` is untouched); a unit test compares the two."""
+    _set_ledger_id(self, ledger_id)
+    _set_entry_id(self, entry_id)
+    _set_lac(self, lac)
+    _set_crc32c(self, crc32c)
+    _set_payload(self, payload)
+    _set_master_key(self, master_key)
+    _set_recovery(self, recovery)
+
+
+(
+    _set_ledger_id,
+    _set_entry_id,
+    _set_lac,
+    _set_crc32c,
+    _set_payload,
+    _set_master_key,
+    _set_recovery,
+) = (AddRequest.__dict__[name].__set__ for name in AddRequest.__slots__)
+_dataclass_add_request_init = AddRequest.__init__
+AddRequest.__init__ = _add_request_init  # type: ignore[method-assign]
+
+
 @dataclass(frozen=True, slots=True)
 class BookieInfo:
     bookie_id: str
@@ -96,6 +132,23 @@ class BookieStorage(Protocol):
     def info(self) -> BookieInfo: ...
 
 
+class EntryToAdd(Protocol):
+    """What ``add_batch`` reads of each entry: ``AddRequest`` has it, and so may a writer's own
+    per-entry record (no request object per entry)."""
+
+    @property
+    def entry_id(self) -> int: ...
+
+    @property
+    def lac(self) -> int: ...
+
+    @property
+    def crc32c(self) -> int: ...
+
+    @property
+    def payload(self) -> bytes: ...
+
+
 class BookieClientAPI(Protocol):
     """One remote bookie, as the broker's ledger layer uses it.
 
@@ -108,6 +161,20 @@ class BookieClientAPI(Protocol):
     def address(self) -> str: ...
 
     def add(self, request: AddRequest) -> Awaitable[None]: ...
+
+    def add_batch(
+        self,
+        ledger_id: int,
+        master_key: bytes,
+        entries: Sequence[EntryToAdd],
+        *,
+        recovery: bool = False,
+    ) -> Awaitable[None]:
+        """Queue entries of one ledger; ONE awaitable resolves once the bookie has them all
+        durably, or fails with a ``BookieError`` (then none counts as stored). Not a
+        coroutine; awaitables resolve in call order. ``entries`` must not change afterwards
+        (the same sequence sent to several bookies is encoded once)."""
+        ...
 
     async def read_entry(self, ledger_id: int, entry_id: int) -> Entry: ...
 
@@ -137,4 +204,5 @@ __all__ = [
     "BookieInfo",
     "BookieStorage",
     "Entry",
+    "EntryToAdd",
 ]

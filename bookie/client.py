@@ -32,13 +32,15 @@ import logging
 import struct
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from itertools import chain
+from typing import Any, TypeVar
 
 import crc32c
 import grpc
 
-from magnetar.bookie.api import NO_ENTRY_ID, AddRequest, BookieInfo, Entry
+from magnetar.bookie.api import NO_ENTRY_ID, AddRequest, BookieInfo, Entry, EntryToAdd
 from magnetar.bookie.errors import (
+    BadRequest,
     BookieError,
     BookieTimeout,
     BookieUnavailable,
@@ -48,6 +50,7 @@ from magnetar.bookie.errors import (
 )
 from magnetar.bookie.proto import bookie_pb2 as pb
 from magnetar.bookie.proto import bookie_pb2_grpc as pb_grpc
+from magnetar.bookie.wire import ENTRY_HEADER, ENTRY_HEADER_LEN, pack_entries
 from magnetar.zk.clock import Clock, SystemClock
 
 log = logging.getLogger(__name__)
@@ -81,33 +84,18 @@ class BookieClientStatistics:
     stream_failures: int
 
 
-class AddEntryLike(Protocol):
-    """What ``add_batch`` reads of each entry (``AddRequest`` has it; so may the caller's own
-    per-entry record, so that no request object is made per entry)."""
-
-    @property
-    def entry_id(self) -> int: ...
-
-    @property
-    def lac(self) -> int: ...
-
-    @property
-    def crc32c(self) -> int: ...
-
-    @property
-    def payload(self) -> bytes: ...
+AddEntryLike = EntryToAdd
+"""What ``add_batch`` reads of each entry (``api.EntryToAdd``; the old name stays)."""
 
 
 ADD_METHOD = "/magnetar.bookie.v1.Bookie/Add"
 
-_encoded: tuple[object, int, bool, bytes] | None = None
+_encoded: tuple[object, int, list[bytes], int] | None = None
 """The last sequence encoded by ``encode_entries`` (a single slot: when a writer sends the
 same entries to its Qw bookies, they are encoded once)."""
 
 
-def _varint_slow(value: int) -> bytes:
-    if value < 0:
-        value += 1 << 64  # int64: two's complement, ten bytes
+def _varint(value: int) -> bytes:
     out = bytearray()
     while value >= 0x80:
         out.append((value & 0x7F) | 0x80)
@@ -116,82 +104,57 @@ def _varint_slow(value: int) -> bytes:
     return bytes(out)
 
 
-_VARINT_SMALL = [_varint_slow(v) for v in range(1 << 14)]
-"""Varints of 0 .. 16383 (one or two bytes): entry ids, lacs and lengths are mostly here."""
+_pack_header = ENTRY_HEADER.pack
 
 
-def _varint(value: int) -> bytes:
-    if 0 <= value < 16384:
-        return _VARINT_SMALL[value]
-    if 0 < value < 1 << 21:
-        return bytes(((value & 0x7F) | 0x80, ((value >> 7) & 0x7F) | 0x80, value >> 14))
-    return _varint_slow(value)
-
-
-_TAG_CRC = struct.Struct("<BI").pack  # field 4 (fixed32) tag 0x25, then little-endian crc
-
-
-def encode_entries(ledger_id: int, entries: Sequence[AddEntryLike], recovery: bool) -> bytes:
-    """``AddBatch.entries`` (field 3) of ``entries`` as protobuf wire bytes, without batch id
-    or master key: a protobuf message's fields may be written in any order and repeated
-    fields concatenate, so ``header + encode_entries(...) + ...`` is one ``AddBatch``.
-    Written by hand (as Pulsar's LightProto does) because building messages field by field
-    through the protobuf runtime costs two to three times more per entry; a test checks the
-    bytes parse to the message the runtime builds. The same (unchanged) sequence object
-    passed again is not encoded again (a write quorum's bookies share one encoding).
-
-    AddEntry: 1 ledger_id (varint), 2 entry_id (varint), 3 lac (varint, int64), 4 crc32c
-    (fixed32), 5 payload (bytes), 7 recovery (varint, only when true); master_key (6) is
-    left to the batch header."""
+def encode_entries(ledger_id: int, entries: Sequence[AddEntryLike]) -> tuple[list[bytes], int]:
+    """(parts, bytes) of ``entries`` in the packed layout of ``AddBatch.packed``
+    (``magnetar.bookie.wire``): header, payload, header, payload, ... The parts are joined
+    once, into the message, when it is sent. The same (unchanged) sequence object passed again
+    is not encoded again (a write quorum's bookies share one encoding)."""
     global _encoded
     last = _encoded
-    if last is not None and last[0] is entries and last[1] == ledger_id and last[2] == recovery:
-        return last[3]
-    prefix = b"\x08" + _varint(ledger_id) + b"\x10"
-    tail = b"\x38\x01" if recovery else b""
-    small = _VARINT_SMALL
-    varint = _varint
-    tag_crc = _TAG_CRC
-    join = b"".join
-    parts: list[bytes] = []
-    append = parts.append
-    for e in entries:
-        payload = e.payload
-        n = len(payload)
-        entry_id = e.entry_id
-        lac = e.lac
-        head = join(
-            (
-                prefix,
-                small[entry_id] if 0 <= entry_id < 16384 else varint(entry_id),
-                b"\x18",
-                small[lac] if 0 <= lac < 16384 else varint(lac),
-                tag_crc(0x25, e.crc32c),
-                b"\x2a",
-                small[n] if n < 16384 else varint(n),
-            )
-        )
-        size = len(head) + n + len(tail)
-        append(b"\x1a" + (small[size] if size < 16384 else varint(size)) + head)
-        append(payload)
-        if tail:
-            append(tail)
-    data = join(parts)
-    _encoded = (entries, ledger_id, recovery, data)
-    return data
+    if last is not None and last[0] is entries and last[1] == ledger_id:
+        return last[2], last[3]
+    parts, nbytes = pack_entries(ledger_id, entries)
+    _encoded = (entries, ledger_id, parts, nbytes)
+    return parts, nbytes
+
+
+def encode_batch_header(
+    batch_id: int, master_key: bytes, recovery: bool, packed_bytes: int
+) -> bytes:
+    """The ``AddBatch`` fields before ``packed``'s value: batch_id (1), master_key (2),
+    recovery (5), and the tag and length of packed (4). Protobuf accepts fields in any order,
+    so ``header + packed`` is the whole message (a test checks it against the runtime)."""
+    out = [b"\x08", _varint(batch_id)]
+    if master_key:
+        out += [b"\x12", _varint(len(master_key)), master_key]
+    if recovery:
+        out.append(b"\x28\x01")
+    out += [b"\x22", _varint(packed_bytes)]
+    return b"".join(out)
 
 
 class _Chunk:
-    """The entries of one ``add``/``add_batch`` call: encoded, and one future for them all."""
+    """The entries of one ``add``/``add_batch`` call: packed parts, and one future for them."""
 
-    __slots__ = ("count", "data", "future", "master_key")
+    __slots__ = ("count", "future", "master_key", "nbytes", "parts", "recovery")
 
-    def __init__(
-        self, data: bytes, count: int, master_key: bytes, future: asyncio.Future[None]
+    def __init__(  # noqa: PLR0917 (one per add call; positional is cheapest)
+        self,
+        parts: list[bytes],
+        nbytes: int,
+        count: int,
+        master_key: bytes,
+        recovery: bool,
+        future: asyncio.Future[None],
     ) -> None:
-        self.data = data
+        self.parts = parts
+        self.nbytes = nbytes
         self.count = count
         self.master_key = master_key
+        self.recovery = recovery
         self.future = future
 
 
@@ -217,21 +180,28 @@ class _Stream:
     # -- sending ----------------------------------------------------------------------------
 
     def _build(self) -> bytes:
-        """The next ``AddBatch`` message (wire bytes): whole chunks sharing one master key,
-        up to ``max_batch_entries`` / ``max_batch_bytes`` (a bigger chunk travels alone)."""
+        """The next ``AddBatch`` message (wire bytes): whole chunks sharing one master key and
+        recovery flag, up to ``max_batch_entries`` / ``max_batch_bytes`` (a bigger chunk
+        travels alone). Payloads are copied once, into the message."""
         owner = self.owner
         max_entries = owner.max_batch_entries
         max_bytes = owner.max_batch_bytes
         queue = self.queue
         first = queue.popleft()
         key = first.master_key
+        recovery = first.recovery
         chunks = [first]
         count = first.count
-        size = len(first.data)
+        size = first.nbytes
         while queue:
             chunk = queue[0]
-            n = len(chunk.data)
-            if chunk.master_key != key or count + chunk.count > max_entries or size + n > max_bytes:
+            n = chunk.nbytes
+            if (
+                chunk.master_key != key
+                or chunk.recovery != recovery
+                or count + chunk.count > max_entries
+                or size + n > max_bytes
+            ):
                 break
             queue.popleft()
             chunks.append(chunk)
@@ -245,10 +215,10 @@ class _Stream:
         self.inflight_entries += count
         owner._batches_sent += 1
         owner._entries_sent += count
-        header = pb.AddBatch(batch_id=batch_id, master_key=key).SerializeToString()
+        header = encode_batch_header(batch_id, key, recovery, size)
         if len(chunks) == 1:
-            return header + first.data
-        return b"".join([header, *[c.data for c in chunks]])
+            return b"".join([header, *first.parts])
+        return b"".join(chain([header], *[c.parts for c in chunks]))
 
     async def _send_loop(self) -> None:
         try:
@@ -291,9 +261,9 @@ class _Stream:
             self.inflight_entries -= count
             acked += count
             if failures:
-                by_index = {f.index: f for f in failures if f.batch_id == batch_id}
-                if by_index:
-                    _fail_chunks(chunks, by_index)
+                mine = [f for f in failures if f.batch_id == batch_id]
+                if mine:
+                    _fail_chunks(chunks, mine)
                     continue
             for chunk in chunks:
                 fut = chunk.future
@@ -346,9 +316,17 @@ class _Stream:
         return None
 
 
-def _fail_chunks(chunks: list[_Chunk], by_index: dict[int, pb.AddFailure]) -> None:
+def _fail_chunks(chunks: list[_Chunk], failures: list[pb.AddFailure]) -> None:
     """A batch with failed entries: each chunk holding one fails (with its Fenced or
-    Unauthorized failure if any: those decide what the writer does), the others succeed."""
+    Unauthorized failure if any: those decide what the writer does), the others succeed.
+    A ``whole_batch`` failure fails every chunk."""
+    whole = next((f for f in failures if f.whole_batch), None)
+    if whole is not None:
+        for chunk in chunks:
+            if not chunk.future.done():
+                chunk.future.set_exception(BookieError.for_code(whole.status, whole.message))
+        return
+    by_index = {f.index: f for f in failures}
     offset = 0
     for chunk in chunks:
         chosen: pb.AddFailure | None = None
@@ -434,11 +412,26 @@ class BookieClient:
 
     def add(self, request: AddRequest) -> asyncio.Future[None]:
         """Queue one entry; see ``add_batch``."""
+        payload = request.payload
+        try:
+            header = _pack_header(
+                request.ledger_id, request.entry_id, request.lac, request.crc32c, len(payload)
+            )
+        except struct.error as exc:
+            return self._failed(BadRequest(f"unencodable add: {exc}"))
         return self._enqueue(
-            encode_entries(request.ledger_id, (request,), request.recovery),
+            [header, payload],
+            ENTRY_HEADER_LEN + len(payload),
             1,
             request.master_key,
+            request.recovery,
         )
+
+    @staticmethod
+    def _failed(exc: BookieError) -> asyncio.Future[None]:
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        fut.set_exception(exc)
+        return fut
 
     def add_batch(
         self,
@@ -458,9 +451,15 @@ class BookieClient:
             fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             fut.set_result(None)
             return fut
-        return self._enqueue(encode_entries(ledger_id, entries, recovery), len(entries), master_key)
+        try:
+            parts, nbytes = encode_entries(ledger_id, entries)
+        except struct.error as exc:
+            return self._failed(BadRequest(f"unencodable add: {exc}"))
+        return self._enqueue(parts, nbytes, len(entries), master_key, recovery)
 
-    def _enqueue(self, data: bytes, count: int, master_key: bytes) -> asyncio.Future[None]:
+    def _enqueue(
+        self, parts: list[bytes], nbytes: int, count: int, master_key: bytes, recovery: bool
+    ) -> asyncio.Future[None]:
         stream = self._stream
         if stream is None:
             fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -474,9 +473,9 @@ class BookieClient:
         if stream.queued_entries + stream.inflight_entries >= self.max_pending_adds:
             fut.set_exception(TooManyRequests(f"{self.max_pending_adds} adds pending"))
             return fut
-        stream.queue.append(_Chunk(data, count, master_key, fut))
+        stream.queue.append(_Chunk(parts, nbytes, count, master_key, recovery, fut))
         stream.queued_entries += count
-        stream.queued_bytes += len(data)
+        stream.queued_bytes += nbytes
         wake = stream.wake
         if not wake.is_set():
             wake.set()
@@ -485,7 +484,7 @@ class BookieClient:
     def _open_stream(self) -> _Stream:
         self._get_stub()
         assert self._channel is not None
-        # entries are encoded by ``encode_entries``: the stream takes wire bytes as they are
+        # messages are built by ``_Stream._build``: the stream takes wire bytes as they are
         call = self._channel.stream_stream(
             ADD_METHOD, request_serializer=None, response_deserializer=pb.AddResponse.FromString
         )(None)
@@ -683,5 +682,6 @@ __all__ = [
     "AddEntryLike",
     "BookieClient",
     "BookieClientStatistics",
+    "encode_batch_header",
     "encode_entries",
 ]

@@ -7,15 +7,16 @@ Owns: ``BookieService`` (the ``magnetar.bookie.v1.Bookie`` servicer) and ``Booki
 Must not know: how storage works (journal, caches, index), metadata, registration.
 
 Add stream (one per client connection), pipelined:
-- a reader task takes ``AddBatch`` messages off the stream, hands each batch to
-  ``storage.submit_batch`` (the engine takes the protobuf entries as they are and reports the
-  batch's bytes) or else ``storage.add_entries`` (synchronous validation + journal enqueue),
-  and queues the returned awaitable; it stops reading while ``max_inflight_batches`` /
-  ``max_inflight_bytes`` are pending (back-pressure reaches the client through gRPC flow
-  control);
+- a reader task takes ``AddBatch`` messages off the stream, hands each batch's ``packed``
+  buffer (layout: ``wire.py``) to ``storage.submit_packed`` (the engine walks it once and
+  reports entries and bytes) or else parses it and calls ``storage.add_entries`` (synchronous
+  validation + journal enqueue), and queues the returned awaitable; a malformed buffer fails
+  that batch whole (``BAD_REQUEST``, nothing of it stored); it stops reading while
+  ``max_inflight_batches`` / ``max_inflight_bytes`` are pending (back-pressure reaches the
+  client through gRPC flow control);
 - the writer awaits the queued batches strictly in order and, once the head is done, also
   takes every following batch that is already done, answering them in one ``AddResponse``
-  (OK is implicit; only failures are listed).
+  (OK is implicit; only failures are listed, per entry or ``whole_batch``).
 Invariant: acks of one stream are sent in batch order; every received batch is answered
 unless the stream itself dies.
 """
@@ -32,11 +33,22 @@ from typing import Any
 import grpc
 
 from magnetar.bookie.api import NO_ENTRY_ID, AddRequest, BookieStorage, Entry
-from magnetar.bookie.errors import BookieError, NoEntry, StatusCode
+from magnetar.bookie.errors import (
+    BadRequest,
+    BookieError,
+    BookieIOError,
+    NoEntry,
+    ReadOnly,
+    StatusCode,
+)
 from magnetar.bookie.proto import bookie_pb2 as pb
 from magnetar.bookie.proto import bookie_pb2_grpc as pb_grpc
+from magnetar.bookie.wire import MalformedBatch, parse_packed
 
 log = logging.getLogger(__name__)
+
+_Codes = asyncio.Future[list[int]] | list[int] | BookieError
+"""A batch's result: one status per entry, their future, or one error for the whole batch."""
 
 MAX_ENTRY_BYTES = 5 * 1024 * 1024 + 64 * 1024
 """Largest payload accepted (Pulsar's 5 MiB max message plus metadata headroom)."""
@@ -73,36 +85,6 @@ class ServiceStatistics:
     bad_requests: int
 
 
-_new_object = object.__new__
-_SLOTS = ("ledger_id", "entry_id", "lac", "crc32c", "payload", "master_key", "recovery")
-assert AddRequest.__slots__ == _SLOTS, "keep _new_add_request in step with AddRequest"
-_set_lid, _set_eid, _set_lac, _set_crc, _set_payload, _set_key, _set_recovery = (
-    AddRequest.__dict__[name].__set__ for name in _SLOTS
-)
-
-
-def _new_add_request(  # noqa: PLR0917 (mirrors the positional AddRequest constructor)
-    ledger_id: int,
-    entry_id: int,
-    lac: int,
-    crc: int,
-    payload: bytes,
-    master_key: bytes,
-    recovery: bool,
-) -> AddRequest:
-    """``AddRequest(...)`` without the frozen dataclass ``__init__`` (a third cheaper: this
-    runs once per received entry). Equal to the normal constructor's result."""
-    r: AddRequest = _new_object(AddRequest)
-    _set_lid(r, ledger_id)
-    _set_eid(r, entry_id)
-    _set_lac(r, lac)
-    _set_crc(r, crc)
-    _set_payload(r, payload)
-    _set_key(r, master_key)
-    _set_recovery(r, recovery)
-    return r
-
-
 def _entry_pb(entry: Entry) -> pb.Entry:
     return pb.Entry(
         ledger_id=entry.ledger_id,
@@ -119,10 +101,8 @@ class _AddStream:
     __slots__ = ("inflight_bytes", "pending", "reading_done", "space", "wake")
 
     def __init__(self) -> None:
-        # (batch_id, entry count, size in bytes, future of per-entry codes)
-        self.pending: collections.deque[
-            tuple[int, int, int, asyncio.Future[list[int]] | list[int]]
-        ] = collections.deque()
+        # (batch_id, entry count, size in bytes, codes: see ``BookieService._submit``)
+        self.pending: collections.deque[tuple[int, int, int, _Codes]] = collections.deque()
         self.wake = asyncio.Event()
         self.space = asyncio.Event()
         self.space.set()
@@ -142,15 +122,13 @@ class BookieService(pb_grpc.BookieServicer):
         max_inflight_bytes: int = 64 * 1024 * 1024,
     ) -> None:
         self.storage = storage
-        # Fast path: an engine that takes the gRPC entries as they are (``AddEntryLike``:
-        # AddRequest's attribute names, empty master_key = the batch's) needs no per-entry
-        # AddRequest; it validates sizes, keys, fences and checksums itself.
-        # ``submit_batch`` also returns the batch's bytes (for the in-flight bound), so the
-        # message is never sized here (upb's ``ByteSize`` serialises the whole message).
-        submit = getattr(storage, "submit_batch", None)
-        self._submit_batch: Callable[[Any, bytes], tuple[Awaitable[list[int]], int]] | None = (
-            submit if callable(submit) else None
-        )
+        # Fast path: an engine that takes the packed buffer as it is (``submit_packed``, see
+        # ``core.Bookie``) needs no per-entry object; it validates sizes, keys, fences and
+        # checksums itself and reports (codes awaitable, entry count, bytes).
+        submit = getattr(storage, "submit_packed", None)
+        self._submit_packed: (
+            Callable[[bytes, bytes, bool], tuple[Awaitable[list[int]], int, int]] | None
+        ) = submit if callable(submit) else None
         self.max_entry_bytes = max_entry_bytes
         self.max_inflight_batches = max_inflight_batches
         self.max_inflight_bytes = max_inflight_bytes
@@ -188,60 +166,72 @@ class BookieService(pb_grpc.BookieServicer):
 
     # -- Add --------------------------------------------------------------------------------
 
-    def _submit(self, batch: pb.AddBatch) -> tuple[asyncio.Future[list[int]] | list[int], int]:
-        """Validate and hand one batch to storage; returns (codes or their future, bytes)."""
-        entries = batch.entries
-        n = len(entries)
-        submit = self._submit_batch
-        if submit is not None and self.accepting and n:
-            # The engine validates every entry (ids, keys, fences, sizes, checksums).
+    def _submit(self, batch: pb.AddBatch) -> tuple[int, int, _Codes]:
+        """Validate and hand one batch to storage; returns (entries, bytes, codes): codes are
+        one status per entry, or their future, or one error for the whole batch (a malformed
+        ``packed`` buffer: nothing of it is stored)."""
+        packed = batch.packed
+        submit = self._submit_packed
+        if not self.accepting:
+            return 0, 0, ReadOnly("bookie is shutting down")
+        if submit is not None:
+            # The engine walks the buffer and validates every entry (ids, keys, fences,
+            # sizes, checksums) in one pass; no per-entry object is built here.
             try:
-                awaitable, size = submit(entries, batch.master_key)
-                return asyncio.ensure_future(awaitable), size
+                awaitable, count, size = submit(packed, batch.master_key, batch.recovery)
+            except MalformedBatch as exc:
+                return 0, 0, self._malformed(batch.batch_id, exc)
             except BookieError as exc:
-                return [int(exc.code)] * n, 0
-            except Exception:
-                log.exception("add_batch failed")
-                return [int(StatusCode.IO_ERROR)] * n, 0
-        shared_key = batch.master_key
+                return 0, 0, exc
+            except Exception as exc:
+                log.exception("add batch failed")
+                return 0, 0, BookieIOError(f"add batch failed: {exc!r}")
+            return count, size, asyncio.ensure_future(awaitable)
+        try:
+            parsed = parse_packed(packed)
+        except MalformedBatch as exc:
+            return 0, 0, self._malformed(batch.batch_id, exc)
+        n = len(parsed)
+        key = batch.master_key
+        recovery = batch.recovery
         max_entry = self.max_entry_bytes
         requests: list[AddRequest] = []
-        append = requests.append
-        make = _new_add_request
         # Entries refused here are answered without reaching storage.
         early: dict[int, int] = {}
         size = 0
-        accepting = self.accepting
-        for i, e in enumerate(entries):
-            payload = e.payload
-            plen = len(payload)
+        if len(key) > MAX_MASTER_KEY_BYTES:
+            return n, 0, BadRequest(f"master key over {MAX_MASTER_KEY_BYTES} bytes")
+        for i, e in enumerate(parsed):
+            plen = len(e.payload)
             size += plen
-            lid = e.ledger_id
-            eid = e.entry_id
-            key = e.master_key or shared_key
-            if lid < 0 or eid < 0 or len(key) > MAX_MASTER_KEY_BYTES:
+            if e.ledger_id < 0 or e.entry_id < 0:
                 early[i] = StatusCode.BAD_REQUEST
             elif plen > max_entry:
                 early[i] = StatusCode.ENTRY_TOO_LARGE
-            elif not accepting:
-                early[i] = StatusCode.READ_ONLY
             else:
-                append(make(lid, eid, e.lac, e.crc32c, payload, key, e.recovery))
+                requests.append(
+                    AddRequest(e.ledger_id, e.entry_id, e.lac, e.crc32c, e.payload, key, recovery)
+                )
         if early:
-            self._bad_requests += sum(1 for c in early.values() if c != StatusCode.READ_ONLY)
+            self._bad_requests += len(early)
         if not requests:
-            return [int(early.get(i, StatusCode.BAD_REQUEST)) for i in range(n)], size
+            return n, size, [int(early.get(i, StatusCode.BAD_REQUEST)) for i in range(n)]
         try:
             awaitable = self.storage.add_entries(requests)
             fut = asyncio.ensure_future(awaitable)
         except BookieError as exc:
-            return [int(early.get(i, exc.code)) for i in range(n)], size
+            return n, size, [int(early.get(i, exc.code)) for i in range(n)]
         except Exception:
             log.exception("add_entries failed")
-            return [int(early.get(i, StatusCode.IO_ERROR)) for i in range(n)], size
+            return n, size, [int(early.get(i, StatusCode.IO_ERROR)) for i in range(n)]
         if not early:
-            return fut, size
-        return asyncio.ensure_future(_merge_codes(fut, early, n)), size
+            return n, size, fut
+        return n, size, asyncio.ensure_future(_merge_codes(fut, early, n))
+
+    def _malformed(self, batch_id: int, exc: MalformedBatch) -> BookieError:
+        self._bad_requests += 1
+        log.warning("malformed add batch %d: %s", batch_id, exc)
+        return BadRequest(f"malformed add batch: {exc}")
 
     async def _read_adds(
         self, request_iterator: AsyncIterator[pb.AddBatch], state: _AddStream
@@ -255,9 +245,9 @@ class BookieService(pb_grpc.BookieServicer):
                     state.space.clear()
                     await state.space.wait()
                 self._batches += 1
-                self._entries += len(batch.entries)
-                codes, size = self._submit(batch)
-                state.pending.append((batch.batch_id, len(batch.entries), size, codes))
+                n, size, codes = self._submit(batch)
+                self._entries += n
+                state.pending.append((batch.batch_id, n, size, codes))
                 state.inflight_bytes += size
                 state.wake.set()
         finally:
@@ -280,7 +270,7 @@ class BookieService(pb_grpc.BookieServicer):
                     await state.wake.wait()
                     continue
                 head = state.pending[0][3]
-                if not isinstance(head, list) and not head.done():
+                if isinstance(head, asyncio.Future) and not head.done():
                     try:
                         await asyncio.shield(head)
                     except Exception:
@@ -301,31 +291,39 @@ class BookieService(pb_grpc.BookieServicer):
         pending = state.pending
         while pending:
             batch_id, n, size, codes_or_fut = pending[0]
-            if isinstance(codes_or_fut, list):
-                codes = codes_or_fut
-            elif codes_or_fut.done():
+            codes: list[int] | BookieError
+            if isinstance(codes_or_fut, asyncio.Future):
+                if not codes_or_fut.done():
+                    break
                 exc = codes_or_fut.exception()
                 if exc is None:
                     codes = codes_or_fut.result()
+                elif isinstance(exc, BookieError):
+                    codes = exc
                 else:
-                    code = exc.code if isinstance(exc, BookieError) else StatusCode.IO_ERROR
-                    if not isinstance(exc, BookieError):
-                        log.error("add batch failed: %r", exc)
-                    codes = [int(code)] * n
+                    log.error("add batch failed: %r", exc)
+                    codes = BookieIOError(f"add batch failed: {exc!r}")
             else:
-                break
+                codes = codes_or_fut
             pending.popleft()
             state.inflight_bytes -= size
             if first:
                 resp.first_batch_id = batch_id
                 first = False
             resp.last_batch_id = batch_id
-            if len(codes) != n:
-                codes = [int(StatusCode.IO_ERROR)] * n
-            for i, c in enumerate(codes):
-                if c:
-                    self._entries_failed += 1
-                    resp.failures.add(batch_id=batch_id, index=i, status=c)
+            if isinstance(codes, BookieError):
+                self._entries_failed += n
+                resp.failures.add(
+                    batch_id=batch_id, status=codes.code, message=str(codes), whole_batch=True
+                )
+            elif len(codes) != n:
+                self._entries_failed += n
+                resp.failures.add(batch_id=batch_id, status=StatusCode.IO_ERROR, whole_batch=True)
+            elif any(codes):
+                for i, c in enumerate(codes):
+                    if c:
+                        self._entries_failed += 1
+                        resp.failures.add(batch_id=batch_id, index=i, status=c)
         state.space.set()
         self._responses += 1
         return resp
@@ -470,8 +468,6 @@ async def _merge_codes(fut: Awaitable[list[int]], early: dict[int, int], n: int)
 
 
 def _bad(message: str) -> BookieError:
-    from magnetar.bookie.errors import BadRequest
-
     return BadRequest(message)
 
 

@@ -6,45 +6,31 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
-class AddEntry(_message.Message):
-    __slots__ = ("ledger_id", "entry_id", "lac", "crc32c", "payload", "master_key", "recovery")
-    LEDGER_ID_FIELD_NUMBER: _ClassVar[int]
-    ENTRY_ID_FIELD_NUMBER: _ClassVar[int]
-    LAC_FIELD_NUMBER: _ClassVar[int]
-    CRC32C_FIELD_NUMBER: _ClassVar[int]
-    PAYLOAD_FIELD_NUMBER: _ClassVar[int]
-    MASTER_KEY_FIELD_NUMBER: _ClassVar[int]
-    RECOVERY_FIELD_NUMBER: _ClassVar[int]
-    ledger_id: int
-    entry_id: int
-    lac: int
-    crc32c: int
-    payload: bytes
-    master_key: bytes
-    recovery: bool
-    def __init__(self, ledger_id: _Optional[int] = ..., entry_id: _Optional[int] = ..., lac: _Optional[int] = ..., crc32c: _Optional[int] = ..., payload: _Optional[bytes] = ..., master_key: _Optional[bytes] = ..., recovery: _Optional[bool] = ...) -> None: ...
-
 class AddBatch(_message.Message):
-    __slots__ = ("batch_id", "master_key", "entries")
+    __slots__ = ("batch_id", "master_key", "packed", "recovery")
     BATCH_ID_FIELD_NUMBER: _ClassVar[int]
     MASTER_KEY_FIELD_NUMBER: _ClassVar[int]
-    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    PACKED_FIELD_NUMBER: _ClassVar[int]
+    RECOVERY_FIELD_NUMBER: _ClassVar[int]
     batch_id: int
     master_key: bytes
-    entries: _containers.RepeatedCompositeFieldContainer[AddEntry]
-    def __init__(self, batch_id: _Optional[int] = ..., master_key: _Optional[bytes] = ..., entries: _Optional[_Iterable[_Union[AddEntry, _Mapping]]] = ...) -> None: ...
+    packed: bytes
+    recovery: bool
+    def __init__(self, batch_id: _Optional[int] = ..., master_key: _Optional[bytes] = ..., packed: _Optional[bytes] = ..., recovery: _Optional[bool] = ...) -> None: ...
 
 class AddFailure(_message.Message):
-    __slots__ = ("batch_id", "index", "status", "message")
+    __slots__ = ("batch_id", "index", "status", "message", "whole_batch")
     BATCH_ID_FIELD_NUMBER: _ClassVar[int]
     INDEX_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    WHOLE_BATCH_FIELD_NUMBER: _ClassVar[int]
     batch_id: int
     index: int
     status: int
     message: str
-    def __init__(self, batch_id: _Optional[int] = ..., index: _Optional[int] = ..., status: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...
+    whole_batch: bool
+    def __init__(self, batch_id: _Optional[int] = ..., index: _Optional[int] = ..., status: _Optional[int] = ..., message: _Optional[str] = ..., whole_batch: _Optional[bool] = ...) -> None: ...
 
 class AddResponse(_message.Message):
     __slots__ = ("first_batch_id", "last_batch_id", "failures")

@@ -5,12 +5,14 @@ from __future__ import annotations
 import asyncio
 import pathlib
 
+import crc32c
 import pytest
 from support.bookie_storage import KEY, OpenBookie, add_ok, payload_of, req
 
 from magnetar.bookie.errors import CorruptEntry, NoEntry, NoLedger, StatusCode, Unauthorized
 from magnetar.bookie.files import FaultyFileSystem
 from magnetar.bookie.journal import list_journal_ids
+from magnetar.bookie.wire import ENTRY_HEADER, MalformedBatch
 
 
 async def test_add_then_read_from_cache_and_from_disk(open_bookie: OpenBookie) -> None:
@@ -213,42 +215,83 @@ async def test_torn_journal_tail_on_restart(
             await bookie.read_entry(1, e)  # never served from the damaged record
 
 
-async def test_add_batch_takes_grpc_messages_with_the_batch_master_key(
+async def test_add_batch_takes_entry_like_objects_with_the_batch_master_key(
     open_bookie: OpenBookie,
 ) -> None:
-    from magnetar.bookie.proto import bookie_pb2 as pb
-
     bookie = await open_bookie()
-    entries = [
-        pb.AddEntry(
-            ledger_id=5, entry_id=e, lac=e - 1, crc32c=req(5, e).crc32c, payload=payload_of(5, e)
-        )
-        for e in range(3)
-    ]
-    entries.append(pb.AddEntry(ledger_id=5, entry_id=3, lac=2, master_key=b"other", crc32c=0))
+    entries = [req(5, e, key=b"") for e in range(3)]
+    entries.append(req(5, 3, key=b"other"))
     assert await bookie.add_batch(entries, master_key=KEY) == [0, 0, 0, StatusCode.UNAUTHORIZED]
     assert (await bookie.read_entry(5, 2)).payload == payload_of(5, 2)
     with pytest.raises(Unauthorized):
         await bookie.fence(5, b"other")
 
 
-async def test_submit_batch_refuses_negative_ids_and_reports_bytes(
+def packed_of(rows: list[tuple[int, int, bytes]], crc: int | None = None) -> bytes:
+    return b"".join(
+        ENTRY_HEADER.pack(lid, eid, -1, crc32c.crc32c(p) if crc is None else crc, len(p)) + p
+        for lid, eid, p in rows
+    )
+
+
+async def test_submit_packed_validates_per_entry_and_reports_count_and_bytes(
     open_bookie: OpenBookie,
 ) -> None:
-    from magnetar.bookie.proto import bookie_pb2 as pb
-
-    bookie = await open_bookie()
-
-    def entry(lid: int, eid: int) -> pb.AddEntry:
-        p = payload_of(max(lid, 0), max(eid, 0))
-        return pb.AddEntry(
-            ledger_id=lid, entry_id=eid, lac=-1, crc32c=req(1, 0, p).crc32c, payload=p
-        )
-
-    fut, size = bookie.submit_batch([entry(6, 0), entry(6, -2), entry(-1, 1), entry(6, 1)], KEY)
-    assert await fut == [0, StatusCode.BAD_REQUEST, StatusCode.BAD_REQUEST, 0]
-    assert size == 2 * 32 + len(payload_of(6, 0)) + len(payload_of(6, 1))  # accepted only
+    bookie = await open_bookie(entry_size_max=4096)
+    p = [payload_of(6, e) for e in range(4)]
+    packed = packed_of([(6, 0, p[0]), (6, -2, p[1]), (-1, 1, p[2]), (6, 1, p[3])])
+    packed += packed_of([(6, 2, b"bad crc")], crc=1) + packed_of([(6, 3, b"z" * 5000)])
+    fut, count, size = bookie.submit_packed(packed, KEY)
+    assert count == 6
+    assert await fut == [
+        0,
+        StatusCode.BAD_REQUEST,
+        StatusCode.BAD_REQUEST,
+        0,
+        StatusCode.CORRUPT,
+        StatusCode.ENTRY_TOO_LARGE,
+    ]
+    assert size == 2 * 32 + len(p[0]) + len(p[3])  # accepted only
     assert [e.entry_id for e in await bookie.read_range(6, 0, 9, 1 << 20)] == [0, 1]
+    # a wrong key refuses the ledger's entries; recovery adds pass a fence
+    fut, _, _ = bookie.submit_packed(packed_of([(6, 4, b"k")]), b"other")
+    assert await fut == [StatusCode.UNAUTHORIZED]
+    await bookie.fence(6, KEY)
+    fut, _, _ = bookie.submit_packed(packed_of([(6, 4, b"r")]), KEY)
+    assert await fut == [StatusCode.FENCED]
+    fut, _, _ = bookie.submit_packed(packed_of([(6, 4, b"r")]), KEY, recovery=True)
+    assert await fut == [0]
+
+
+@pytest.mark.parametrize(
+    "damage",
+    ["empty", "truncated header", "payload past the end", "huge length"],
+)
+async def test_malformed_packed_batch_is_refused_whole_and_changes_nothing(
+    open_bookie: OpenBookie, tmp_path: pathlib.Path, damage: str
+) -> None:
+    bookie = await open_bookie()
+    await add_ok(bookie, [req(1, 0)])
+    good = packed_of([(1, 1, b"one"), (9, 0, b"new ledger")])
+    bad = {
+        "empty": b"",
+        "truncated header": good + b"\x00" * 20,
+        "payload past the end": good[:-1],
+        "huge length": good + ENTRY_HEADER.pack(1, 2, -1, 0, 0xFFFFFFFF) + b"x" * 100,
+    }[damage]
+    appended = bookie.journal.statistics().appended_bytes
+    with pytest.raises(MalformedBatch):
+        bookie.submit_packed(bad, KEY)
+    assert bookie.journal.statistics().appended_bytes == appended  # nothing journaled
+    with pytest.raises(NoLedger):
+        bookie.read_lac(9)  # no ledger state created
+    with pytest.raises(NoEntry):
+        await bookie.read_entry(1, 1)
+    fut, count, _ = bookie.submit_packed(good, KEY)  # the bookie goes on
+    assert count == 2 and await fut == [0, 0]
+    await bookie.halt()
+    bookie = await open_bookie()  # and replays it
+    assert (await bookie.read_entry(9, 0)).payload == b"new ledger"
 
 
 async def test_corrupt_entry_log_record_is_never_served(
