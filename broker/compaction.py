@@ -409,6 +409,9 @@ class TopicCompaction:
         self.last_failed_ms = 0
         self.last_duration_ms = 0
         self.runs = 0
+        self.succeeded = 0
+        self.failed = 0
+        self.removed_total = 0
         self._task: asyncio.Task[None] | None = None
         self.closed = False
 
@@ -507,7 +510,10 @@ class TopicCompaction:
             self.status = CompactionStatus.ERROR
             self.last_error = f"{type(exc).__name__}: {exc}"
             self.last_failed_ms = self.clock.now_ms()
+            self.failed += 1
         else:
+            self.succeeded += 1
+            self.removed_total += self.last_removed_messages
             self.status = CompactionStatus.SUCCESS
             self.last_error = ""
             self.last_succeed_ms = self.clock.now_ms()
@@ -654,6 +660,16 @@ class TopicCompaction:
             self.last_duration_ms,
             self.runs,
         )
+
+    def metrics(self) -> dict[str, int]:
+        """Pulsar's compaction metric names (``pulsar_compaction_*``) and their values."""
+        return {
+            "pulsar_compaction_removed_event_count": self.removed_total,
+            "pulsar_compaction_succeed_count": self.succeeded,
+            "pulsar_compaction_failed_count": self.failed,
+            "pulsar_compaction_duration_time_in_mills": self.last_duration_ms,
+            "pulsar_compaction_compacted_entries_count": len(self.view) if self.view else 0,
+        }
 
     def status_json(self) -> dict[str, Any]:
         """Pulsar's ``LongRunningProcessStatus``."""

@@ -543,6 +543,10 @@ class BrokerService:
                     out_bytes += d.dispatched_bytes
             lines.append(f"pulsar_out_entries_total{{{labels}}} {out_entries}")
             lines.append(f"pulsar_out_bytes_total{{{labels}}} {out_bytes}")
+            compaction = getattr(t, "compaction", None)
+            if compaction is not None and (compaction.runs or compaction.view is not None):
+                for metric, value in compaction.metrics().items():
+                    lines.append(f"{metric}{{{labels}}} {value}")
         lines.append(f'pulsar_broker_topics_count{{cluster="{cluster}"}} {len(self.topics)}')
         lines.append(f'pulsar_active_connections{{cluster="{cluster}"}} {len(self.connections)}')
         return "\n".join(lines) + "\n"

@@ -229,6 +229,10 @@ def test_read_compacted_sees_latest_value_per_key_then_the_live_tail(
     assert stats["compaction"]["lastCompactionRemovedEventCount"] == sent - len(latest)
     assert stats["compaction"]["lastCompactionSucceedTimestamp"] > 0
     assert "__compaction" in stats["subscriptions"]
+    with urllib.request.urlopen(admin.url + "/metrics", timeout=10) as resp:
+        metrics = resp.read().decode()
+    labels = f'cluster="standalone",namespace="public/default",topic="{topic}"'
+    assert f"pulsar_compaction_succeed_count{{{labels}}} 1" in metrics
 
 
 def test_read_compacted_refused_on_shared_and_non_persistent(
@@ -311,6 +315,10 @@ def test_compacted_view_survives_standalone_restart(
         assert not reader.has_message_available()
     finally:
         client.close()
+    # deleting the topic deletes its views too (they sit under the __compaction cursor)
+    status, got = http(sa.web_url, "DELETE", topic_path(topic) + "?force=true")
+    assert status == 204, (status, got)
+    assert http(sa.web_url, "GET", topic_path(topic) + "/compaction")[0] == 404
 
 
 def test_individual_acks_of_compacted_batches_complete_their_entries(
