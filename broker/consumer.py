@@ -23,6 +23,9 @@ class SubType(enum.IntEnum):
     KEY_SHARED = 3
 
 
+_TRACKS_UNACKED = (SubType.SHARED, SubType.KEY_SHARED)
+
+
 class OutMessage(NamedTuple):
     """One entry to send to one consumer (a tuple: built once per dispatched entry)."""
 
@@ -106,10 +109,16 @@ class Consumer:
     def on_dispatched(self, position: Position, count: int) -> None:
         self.permits -= count
         self.msg_out += count
-        if position not in self.pending:
+        pending = self.pending
+        before = len(pending)
+        pending[position] = count  # one lookup: the size tells whether it was new
+        if len(pending) != before:
             self.unacked += count
-        self.pending[position] = count
-        if self.tracks_unacked_limit and self.unacked >= self.max_unacked:
+        if (
+            self.max_unacked > 0
+            and self.unacked >= self.max_unacked
+            and self.sub_type in _TRACKS_UNACKED
+        ):
             self.blocked = True
 
     def on_removed(self, position: Position) -> bool:

@@ -226,9 +226,14 @@ class Dispatcher:
             self.avg_msgs_per_entry = w * avg + (1.0 - w) * current
 
     # -- bookkeeping shared by both kinds
-    def _assign(self, consumer: Consumer, entry: Entry, out: list[OutMessage]) -> None:
+    def _assign(
+        self, consumer: Consumer, entry: Entry, out: list[OutMessage], n: int | None = None
+    ) -> None:
+        """Hand ``entry`` (``n`` messages; counted here if None) to ``consumer``: permits,
+        pending, owner, and the message to send appended to ``out``."""
         pos = entry.position
-        n = self.count_of(entry)
+        if n is None:
+            n = self.count_of(entry)
         self._round_messages += n
         self._round_entries += 1
         consumer.on_dispatched(pos, n)
@@ -250,7 +255,8 @@ class Dispatcher:
     def forget(self, position: Position) -> bool:
         """The entry is acked: drop it from its consumer; True if that unblocked someone."""
         consumer = self.owner.pop(position, None)
-        self.redelivery.pop(position, None)
+        if self.redelivery:
+            self.redelivery.pop(position, None)
         if consumer is None:
             return False
         return consumer.on_removed(position)
@@ -800,8 +806,9 @@ class KeySharedDispatcher(MultipleConsumersDispatcher):
     # -- acks
     def forget(self, position: Position) -> bool:
         unblocked = super().forget(position)
-        self._drop_parked_data(position)
-        if self.ks is not None and self.ks.on_acked([position]):
+        if self._parked_data:
+            self._drop_parked_data(position)
+        if self.ks is not None and self.ks.on_acked_one(position):
             self.schedule()  # a slot or a parked entry was freed
         return unblocked
 
@@ -965,31 +972,45 @@ class KeySharedDispatcher(MultipleConsumersDispatcher):
                 return True
             new = self._hold_delayed(new)
         # from here to the sends: no await
-        replays = sorted(
-            (e for e in replays if ks.guard.is_parked(e.position)),  # not acked meanwhile
-            key=lambda e: e.position,
-        )
+        count_of = self.count_of
+        offered: list[Entry] = []  # replays (position order), then new entries
+        plan_entries: list[PlanEntry[Position]] = []
+        if replays:
+            replays.sort(key=_position_of)
+            parked_slot = ks.guard.parked_slot
+            for e in replays:
+                slot = parked_slot(e.position)  # the slot it was parked with: no re-hash
+                if slot is not None:  # else acked meanwhile
+                    offered.append(e)
+                    plan_entries.append(PlanEntry(e.position, slot, count_of(e)))
+        if new:
+            slot_of = self._slot
+            for e in new:
+                offered.append(e)
+                plan_entries.append(PlanEntry(e.position, slot_of(e), count_of(e)))
         permits = self._available_permits()
         limit = self.max_unacked
         max_entries = max(limit - self.total_unacked, 0) if limit > 0 else None
-        entries = {e.position: e for e in replays}
-        entries.update((e.position, e) for e in new)
-        plan = ks.plan(
-            [PlanEntry(e.position, self._slot(e), self.count_of(e)) for e in replays + new],
-            permits,
-            max_entries=max_entries,
-        )
-        for consumer, assigned in plan.assignments.items():
+        plan = ks.plan(plan_entries, permits, max_entries=max_entries)
+        assign = self._assign
+        for consumer, indices in plan.indices.items():
             out: list[OutMessage] = []
-            for pos in assigned:
-                self._assign(consumer, entries[pos], out)
+            for i in indices:
+                entry = offered[i]
+                assign(consumer, entry, out, plan_entries[i].cost)
                 if self._parked_data:
-                    self._drop_parked_data(pos)  # offered as new after a rewind
+                    self._drop_parked_data(entry.position)  # offered as new after a rewind
             self._flush(consumer, out)
-        self._keep_parked_data([entries[p] for p in plan.waiting])
+        if plan.waiting:
+            by_position = {e.position: e for e in offered}
+            self._keep_parked_data([by_position[p] for p in plan.waiting])
         if limit > 0 and self.total_unacked >= limit:
             self.blocked = True
         return plan.assigned_count > 0 or bool(new) or bool(self._due_unslotted)
+
+
+def _position_of(entry: Entry) -> Position:
+    return entry.position
 
 
 def new_dispatcher(

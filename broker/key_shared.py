@@ -68,9 +68,17 @@ import enum
 import itertools
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, NamedTuple, Protocol, TypeVar
 
-from magnetar.client.protocol import KEY_SHARED_HASH_RANGE_SIZE, key_shared_slot, sticky_key
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+from magnetar.client.protocol import (
+    KEY_SHARED_HASH_RANGE_SIZE,
+    NONE_KEY,
+    key_shared_slot,
+    parse_entry,
+    sticky_key,
+)
 
 #: Slots are 0 .. KEY_SHARED_SLOTS - 1.
 KEY_SHARED_SLOTS = KEY_SHARED_HASH_RANGE_SIZE
@@ -79,6 +87,9 @@ DEFAULT_POINTS_PER_CONSUMER = 100
 #: Pulsar's keySharedLookAheadMsgInReplayThresholdPerConsumer / ...PerSubscription.
 LOOKAHEAD_PER_CONSUMER = 2000
 LOOKAHEAD_MAX = 20_000
+#: Slots whose owner a selector remembers between consumer changes.
+SELECT_MEMO_MAX = 8192
+_NONE_KEY_SLOT = key_shared_slot(NONE_KEY)
 
 
 class _Ordered(Protocol):
@@ -142,6 +153,93 @@ def entry_slot(metadata: Any) -> int:
     return key_shared_slot(sticky_key(metadata))
 
 
+def _entry_slot_parsed(data: bytes) -> int:
+    """Reference for ``entry_slot_from_bytes``: a full ``MessageMetadata`` parse."""
+    return entry_slot(parse_entry(data, verify_checksum=False).metadata)
+
+
+_CRC32C_MAGIC = b"\x0e\x01"
+
+
+def _sticky_key_view_class() -> Any:
+    """A protobuf message type with only the ``MessageMetadata`` fields a slot depends on
+    (same numbers and types; ``partition_key`` as bytes) and the required top-level ones.
+    Parsing an entry's metadata as this type skips every other field as unknown bytes, in
+    C: a fraction of the cost of building the full ``MessageMetadata``."""
+    fdp = descriptor_pb2.FileDescriptorProto(
+        name="magnetar/broker/key_shared_view.proto", package="magnetar.broker", syntax="proto2"
+    )
+    msg = fdp.message_type.add(name="StickyKeyView")
+    f = descriptor_pb2.FieldDescriptorProto
+    for name, number, kind, label in (
+        ("producer_name", 1, f.TYPE_STRING, f.LABEL_REQUIRED),
+        ("sequence_id", 2, f.TYPE_UINT64, f.LABEL_REQUIRED),
+        ("publish_time", 3, f.TYPE_UINT64, f.LABEL_REQUIRED),
+        ("partition_key", 6, f.TYPE_BYTES, f.LABEL_OPTIONAL),
+        ("partition_key_b64_encoded", 17, f.TYPE_BOOL, f.LABEL_OPTIONAL),
+        ("ordering_key", 18, f.TYPE_BYTES, f.LABEL_OPTIONAL),
+    ):
+        msg.field.add(name=name, number=number, type=kind, label=label)
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(fdp)
+    return message_factory.GetMessageClass(
+        pool.FindMessageTypeByName("magnetar.broker.StickyKeyView")
+    )
+
+
+_StickyKeyView = _sticky_key_view_class()
+#: key bytes -> slot, a memo of ``key_shared_slot`` (process-wide, cleared when full)
+_slot_memo: dict[bytes, int] = {}
+SLOT_MEMO_MAX = 16_384
+
+
+def _slot_of_key(key: bytes) -> int:
+    slot = _slot_memo.get(key)
+    if slot is None:
+        if len(_slot_memo) >= SLOT_MEMO_MAX:
+            _slot_memo.clear()
+        slot = _slot_memo[key] = key_shared_slot(key)
+    return slot
+
+
+def entry_slot_from_bytes(data: bytes) -> int:
+    """Slot of a stored entry (headers and payload, as the broker keeps it): the same as
+    ``entry_slot`` of its parsed ``MessageMetadata``, about 5x cheaper.
+
+    The metadata is parsed as ``StickyKeyView`` (only the key fields, the rest skipped in
+    C) and key -> slot is memoised; the full parse (``_entry_slot_parsed``) decides
+    whatever is unusual: a base64-flagged or non-UTF-8 partition key, bytes the view cannot
+    parse, a missing required top-level field, so the result (or the exception) is the
+    reference one. One difference, on malformed entries only: required fields *inside*
+    nested messages (a property without its value) are not checked, so such an entry gets
+    its key's slot where the full parse fails (and the dispatcher uses its fixed slot).
+    Either way an entry's slot is a pure function of its bytes."""
+    off = 6 if data[:2] == _CRC32C_MAGIC else 0
+    start = off + 4
+    end = start + int.from_bytes(data[off:start], "big")
+    if end > len(data):
+        return _entry_slot_parsed(data)
+    try:
+        view = _StickyKeyView.FromString(data[start:end])
+    except Exception:
+        return _entry_slot_parsed(data)
+    if not view.IsInitialized():
+        return _entry_slot_parsed(data)
+    if view.HasField("ordering_key"):
+        return _slot_of_key(view.ordering_key)
+    if view.HasField("partition_key"):
+        key = view.partition_key
+        if view.partition_key_b64_encoded:
+            return _entry_slot_parsed(data)
+        if not key.isascii():
+            try:
+                key.decode("utf-8")
+            except UnicodeDecodeError:
+                return _entry_slot_parsed(data)  # the reference fails on it
+        return _slot_of_key(key)
+    return _NONE_KEY_SLOT
+
+
 def lookahead_limit(consumers: int) -> int:
     """How many entries may wait (parked) before the dispatcher stops reading new ones."""
     return min(LOOKAHEAD_MAX, LOOKAHEAD_PER_CONSUMER * max(1, consumers))
@@ -201,6 +299,8 @@ class KeySharedSelector(Generic[C]):
         # STICKY: disjoint ranges sorted by start, parallel starts for bisect
         self._ranges: list[tuple[HashRange, C]] = []
         self._starts: list[int] = []
+        # slot -> owner, a memo of ``select`` (cleared on every consumer change, bounded)
+        self._memo: dict[int, C | None] = {}
 
     def __repr__(self) -> str:
         return f"<KeySharedSelector {self.mode.name} consumers={len(self._names)}>"
@@ -231,6 +331,7 @@ class KeySharedSelector(Generic[C]):
             self._ranges.extend((r, consumer) for r in ranges)
             self._ranges.sort(key=lambda rc: rc[0].start)
             self._starts = [r.start for r, _ in self._ranges]
+            self._memo.clear()
             return
         self._register(consumer, name)
         _, index = self._names[consumer]
@@ -240,6 +341,7 @@ class KeySharedSelector(Generic[C]):
             self._ring.append((point, seq, consumer))
         self._ring.sort(key=lambda p: (p[0], p[1]))
         self._points = [p[0] for p in self._ring]
+        self._memo.clear()
 
     def _register(self, consumer: C, name: str) -> None:
         used = {i for n, i in self._names.values() if n == name}
@@ -255,6 +357,7 @@ class KeySharedSelector(Generic[C]):
             return False
         del self._names[consumer]
         del self._seq[consumer]
+        self._memo.clear()
         if self._ring:
             self._ring = [p for p in self._ring if p[2] != consumer]
             self._points = [p[0] for p in self._ring]
@@ -264,7 +367,18 @@ class KeySharedSelector(Generic[C]):
         return True
 
     def select(self, slot: int) -> C | None:
-        """The consumer owning ``slot`` now (None: no consumer, or an undeclared slot)."""
+        """The consumer owning ``slot`` now (None: no consumer, or an undeclared slot).
+        Memoised per slot until the consumers change (a dispatcher asks once per entry
+        sent and once per entry acked)."""
+        memo = self._memo
+        if slot in memo:
+            return memo[slot]
+        if len(memo) >= SELECT_MEMO_MAX:
+            memo.clear()
+        owner = memo[slot] = self._select(slot)
+        return owner
+
+    def _select(self, slot: int) -> C | None:
         if self.mode is KeySharedMode.STICKY:
             i = bisect.bisect_right(self._starts, slot) - 1
             if i >= 0:
@@ -311,6 +425,9 @@ class KeySharedSelector(Generic[C]):
 
     def check_invariants(self) -> None:
         assert len(self._seq) == len(self._names)
+        assert len(self._memo) <= SELECT_MEMO_MAX
+        for slot, owner in self._memo.items():
+            assert self._select(slot) is owner, (slot, owner)
         if self.mode is KeySharedMode.STICKY:
             assert not self._ring
             assert self._starts == [r.start for r, _ in self._ranges]
@@ -454,6 +571,20 @@ class KeyOrderingGuard(Generic[C, E]):
                 changed = True
         return changed
 
+    def on_acked_one(self, entry: E, selector: KeySharedSelector[C] | None = None) -> bool:
+        """``on_acked([entry])`` without the list: the path of every individual ack."""
+        changed = False
+        rec = self._release(entry, selector)
+        if rec is not None and rec[0] not in self._held.get(rec[1], ()):
+            changed = True
+        if self._parked and self._unpark(entry):
+            changed = True
+        return changed
+
+    def parked_slot(self, entry: E) -> int | None:
+        """The slot ``entry`` was parked with (None: not parked)."""
+        return self._parked.get(entry)
+
     def on_redelivered(
         self,
         consumer: C,
@@ -563,9 +694,9 @@ class KeyOrderingGuard(Generic[C, E]):
 # ---------------------------------------------------------------------------- planning
 
 
-@dataclass(frozen=True, slots=True)
-class PlanEntry(Generic[E]):
-    """One entry offered to the planner: its id, slot and permit cost (messages in it)."""
+class PlanEntry(NamedTuple, Generic[E]):
+    """One entry offered to the planner: its id, slot and permit cost (messages in it).
+    A tuple: one is built per entry per round."""
 
     entry: E
     slot: int
@@ -582,6 +713,9 @@ class DispatchPlan(Generic[C, E]):
     skipped: list[E] = field(default_factory=list)
     #: slots that could not progress in this plan (no consumer, no permits, draining, order)
     blocked_slots: frozenset[int] = frozenset()
+    #: for each consumer, the offer index of each assigned entry (parallel to
+    #: ``assignments``): the caller finds its entry objects without a lookup by id
+    indices: dict[C, list[int]] = field(default_factory=dict)
 
     @property
     def assigned_count(self) -> int:
@@ -608,30 +742,38 @@ def plan_dispatch(
     consumer has no permits, the slot is draining from another consumer, an earlier entry
     of the slot is parked and not offered before it, or an earlier entry of the slot waits
     in this plan. Other slots are never held up by a waiting one.
+
+    This runs once per entry dispatched, so the ordered case works on the guard's tables
+    directly (the same transitions as ``on_sent``: ``check_invariants`` holds after it).
     """
+    if guard.allow_out_of_order:
+        return _plan_out_of_order(selector, guard, entries, permits, max_entries)
     left = {c: n for c, n in permits.items() if n > 0}
     budget = max_entries if max_entries is not None else len(entries)
-    ordered = not guard.allow_out_of_order
     assignments: dict[C, list[E]] = {}
+    indices: dict[C, list[int]] = {}
     waiting: list[E] = []
     skipped: list[E] = []
     stuck: set[int] = set()
-    for pe in entries:
-        entry, slot = pe.entry, pe.slot
-        if guard.is_outstanding(entry):
+    outstanding = guard._outstanding
+    held_by_slot = guard._held
+    per_consumer = guard._per_consumer
+    parked = guard._parked
+    parked_per_slot = guard._parked_per_slot
+    select = selector.select
+    for i, (entry, slot, cost) in enumerate(entries):
+        if entry in outstanding:
             skipped.append(entry)
             continue
         target: C | None = None
-        if not (ordered and slot in stuck) and budget > 0:
-            if ordered:
-                first = guard.first_parked(slot)
-                in_order = first is None or first == entry
-            else:
-                in_order = True
-            if in_order:
-                target = selector.select(slot)
-                if target is not None and (
-                    left.get(target, 0) <= 0 or not guard.can_dispatch(slot, target)
+        lst = parked_per_slot.get(slot)
+        held = None
+        if budget > 0 and slot not in stuck and (lst is None or lst[0] == entry):
+            target = select(slot)
+            if target is not None:
+                held = held_by_slot.get(slot)
+                if left.get(target, 0) <= 0 or (
+                    held is not None and (len(held) != 1 or target not in held)
                 ):
                     target = None
         if target is None:
@@ -639,11 +781,68 @@ def plan_dispatch(
             guard.park(entry, slot)
             waiting.append(entry)
             continue
+        # guard.on_sent(entry, slot, target), inlined
+        if lst is not None:  # the entry is this slot's first parked one
+            del lst[0]
+            if not lst:
+                del parked_per_slot[slot]
+            del parked[entry]
+        elif parked and entry in parked:  # parked under another slot: a caller bug
+            guard._unpark(entry)
+        outstanding[entry] = (target, slot)
+        if held is None:
+            held_by_slot[slot] = {target: 1}
+        else:
+            held[target] += 1
+        per_consumer[target] = per_consumer.get(target, 0) + 1
+        left[target] -= cost if cost > 1 else 1
+        budget -= 1
+        got = assignments.get(target)
+        if got is None:
+            assignments[target] = [entry]
+            indices[target] = [i]
+        else:
+            got.append(entry)
+            indices[target].append(i)
+    return DispatchPlan(assignments, waiting, skipped, frozenset(stuck), indices)
+
+
+def _plan_out_of_order(
+    selector: KeySharedSelector[C],
+    guard: KeyOrderingGuard[C, E],
+    entries: Sequence[PlanEntry[E]],
+    permits: Mapping[C, int],
+    max_entries: int | None,
+) -> DispatchPlan[C, E]:
+    """``plan_dispatch`` with ``allow_out_of_order``: neither draining nor parked order
+    holds an entry back; only a missing consumer, permits or the budget do."""
+    left = {c: n for c, n in permits.items() if n > 0}
+    budget = max_entries if max_entries is not None else len(entries)
+    assignments: dict[C, list[E]] = {}
+    indices: dict[C, list[int]] = {}
+    waiting: list[E] = []
+    skipped: list[E] = []
+    stuck: set[int] = set()
+    for i, (entry, slot, cost) in enumerate(entries):
+        if guard.is_outstanding(entry):
+            skipped.append(entry)
+            continue
+        target: C | None = None
+        if budget > 0:
+            target = selector.select(slot)
+            if target is not None and left.get(target, 0) <= 0:
+                target = None
+        if target is None:
+            stuck.add(slot)
+            guard.park(entry, slot)
+            waiting.append(entry)
+            continue
         guard.on_sent(entry, slot, target)
-        left[target] -= max(pe.cost, 1)
+        left[target] -= max(cost, 1)
         budget -= 1
         assignments.setdefault(target, []).append(entry)
-    return DispatchPlan(assignments, waiting, skipped, frozenset(stuck))
+        indices.setdefault(target, []).append(i)
+    return DispatchPlan(assignments, waiting, skipped, frozenset(stuck), indices)
 
 
 # ---------------------------------------------------------------------------- facade
@@ -745,6 +944,10 @@ class KeySharedScheduler(Generic[C, E]):
         in the replay set (they are parked); count a redelivery for each."""
         return self.guard.on_redelivered(consumer, entries, self.selector)
 
+    def on_acked_one(self, entry: E) -> bool:
+        """``on_acked`` of one entry (the per-ack path)."""
+        return self.guard.on_acked_one(entry, self.selector)
+
     def forget(self, entries: Iterable[E]) -> bool:
         return self.guard.on_acked(entries, self.selector)
 
@@ -798,6 +1001,7 @@ __all__ = [
     "KeySharedStats",
     "PlanEntry",
     "entry_slot",
+    "entry_slot_from_bytes",
     "lookahead_limit",
     "plan_dispatch",
     "validate_sticky_ranges",
