@@ -437,7 +437,7 @@ class TopicCompaction:
         gens = sorted(((g, n) for n in names if (g := _generation_of(n)) is not None), reverse=True)
         for gen, name in gens:
             if self.view is None:
-                ledger = await self.storage.open(name)
+                ledger = await self.storage.open(name, keep_all=True)
                 view = await CompactedView.open(ledger)
                 if view is not None and view.generation == gen:
                     self.view = view
@@ -594,7 +594,7 @@ class TopicCompaction:
         if COMPACTION_SUBSCRIPTION not in topic.subscriptions:
             # the cursor first: the generations live under its node
             await topic.create_subscription(COMPACTION_SUBSCRIPTION, earliest=True)
-        out = await self.storage.open(name)
+        out = await self.storage.open(name, keep_all=True)
         index: list[tuple[Position, Position]] = []
         try:
             batch: list[bytes] = []

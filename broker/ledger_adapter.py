@@ -11,6 +11,7 @@ Must not know: the wire protocol, dispatch.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Callable, Iterable
 
 from magnetar.broker.ledger.cursor import ManagedCursor
@@ -229,8 +230,13 @@ class ManagedLedgerStorage:
     def __init__(self, factory: ManagedLedgerFactory) -> None:
         self.factory = factory
 
-    async def open(self, name: str) -> ManagedTopicLedger:
-        return ManagedTopicLedger(await self.factory.open(name))
+    async def open(self, name: str, *, keep_all: bool = False) -> ManagedTopicLedger:
+        config = None
+        if keep_all:  # no cursor holds it: infinite retention keeps every ledger
+            config = dataclasses.replace(
+                self.factory.config, retention_time_ms=-1, retention_size_bytes=-1
+            )
+        return ManagedTopicLedger(await self.factory.open(name, config))
 
     async def exists(self, name: str) -> bool:
         return await self.factory.store.exists(paths.managed_ledger(name)) is not None

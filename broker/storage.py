@@ -122,7 +122,10 @@ class TopicLedger(Protocol):
 
 
 class TopicStorageFactory(Protocol):
-    async def open(self, name: str) -> TopicLedger: ...
+    async def open(self, name: str, *, keep_all: bool = False) -> TopicLedger:
+        """Open (creating) ``name``. ``keep_all``: never trim it, whatever the retention
+        (for ledgers no cursor holds, such as compacted views)."""
+        ...
 
     async def exists(self, name: str) -> bool: ...
 
@@ -411,7 +414,7 @@ class MemoryStorageFactory:
     def __init__(self) -> None:
         self._ledgers: dict[str, MemoryLedger] = {}
 
-    async def open(self, name: str) -> MemoryLedger:
+    async def open(self, name: str, *, keep_all: bool = False) -> MemoryLedger:
         ledger = self._ledgers.get(name)
         if ledger is None:
             ledger = MemoryLedger(name, next(_ledger_ids))

@@ -269,3 +269,51 @@ async def test_batch_with_every_retained_member_acked_is_not_served_again() -> N
     assert not await inner.ack_batch_index(pos[0], int_to_words(0b01, 2), 2)
     cursor.rewind()
     assert await _read_all(cursor) == [(pos[1], None)]
+
+
+async def test_view_outlives_trimmed_ledgers_on_the_managed_ledger() -> None:
+    """Retention may delete ledgers wholly before the horizon: readers from the earliest
+    position and new subscriptions at Earliest still get the whole view."""
+    import random
+
+    from magnetar.broker.ledger import ManagedLedgerConfig, ManagedLedgerFactory
+    from magnetar.broker.ledger.testing import FakeBookieCluster
+    from magnetar.broker.ledger_adapter import ManagedLedgerStorage
+    from magnetar.zk import MemoryMetadataServer
+
+    config = ManagedLedgerConfig(
+        ensemble_size=1,
+        write_quorum=1,
+        ack_quorum=1,
+        max_entries_per_ledger=2,
+        min_ledger_rollover_time_ms=0,
+    )
+    server = MemoryMetadataServer()
+    bookies = FakeBookieCluster(server, count=1)
+    factory = ManagedLedgerFactory(server.connect(), bookies.factory, config, rng=random.Random(1))
+    storage = ManagedLedgerStorage(factory)
+    tn = TopicName.parse("persistent://public/default/trimmed")
+    topic = PersistentTopic(tn, await storage.open(tn.managed_ledger_name))
+    await topic.load()
+    topic.compaction = TopicCompaction(storage, tn.managed_ledger_name)  # type: ignore[arg-type]
+    pos: list[Position] = []
+    for value in (b"1", b"2", b"3", b"4", b"5", b"6"):
+        pos += await topic.ledger.add_entries([single("ab"[len(pos) % 2], value)])
+    await topic.compaction.compact(topic)
+    assert topic.compaction.view is not None
+    assert [topic.compaction.view.originals[i] for i in range(2)] == [pos[4], pos[5]]
+    ml = topic.ledger.ml  # type: ignore[attr-defined]
+    await ml.trim()  # only __compaction holds the topic: ledgers up to the horizon go
+    if ml._trim_task is not None:  # the one the cursor's move started
+        await ml._trim_task
+    assert pos[0].ledger_id not in ml.ledger_ids
+    assert pos[3].ledger_id not in ml.ledger_ids
+
+    reader = CompactedCursor(
+        topic.ledger.new_non_durable_cursor("r", EARLIEST), topic.compaction, from_earliest=True
+    )
+    assert [p for p, _ in await _read_all(reader)] == [pos[4], pos[5]]
+    inner = await topic.ledger.open_cursor("late", initial_earliest=True)
+    sub = CompactedCursor(inner, topic.compaction, from_earliest=True)
+    assert [p for p, _ in await _read_all(sub)] == [pos[4], pos[5]]
+    await storage.close()
