@@ -218,6 +218,11 @@ def test_read_compacted_sees_latest_value_per_key_then_the_live_tail(
         assert got_msg.data() == b"after"
         assert got_msg.message_id().entry_id() == after.entry_id()
     assert not reader.has_message_available()
+    # seeking back to the earliest position serves the view again, then the tail
+    reader.seek(pulsar.MessageId.earliest)
+    again = drain(reader.read_next, len(latest) + 1)
+    assert as_ids(again[:-1]) == ids
+    assert again[-1].data() == b"after"
 
     # a reader that does not ask for the compacted view sees every message
     full = client.create_reader(topic, pulsar.MessageId.earliest)
