@@ -366,6 +366,12 @@ def main() -> int:
         default=True,
         help="client process GC as a broker's (young threshold 50,000, start-up heap frozen)",
     )
+    p.add_argument(
+        "--tune-malloc",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="client process glibc malloc as the bookie's (bookie.main.tune_malloc)",
+    )
     args = p.parse_args()
     print(f"# command: {shlex.join([sys.executable, *sys.argv])}", flush=True)
     if args.uvloop:
@@ -378,6 +384,10 @@ def main() -> int:
     if args.tune_gc:
         gc.set_threshold(50_000, 20, 100)
         gc.freeze()
+    if args.tune_malloc:
+        from magnetar.bookie.main import tune_malloc
+
+        tune_malloc()
     results = asyncio.run(main_async(args))
     print(table(results), flush=True)
     headline = next(

@@ -69,7 +69,7 @@ from magnetar.bookie.journal import (
 from magnetar.bookie.ledger_storage import LedgerStorage
 from magnetar.bookie.wire import ENTRY_HEADER as _WIRE_HEADER
 from magnetar.bookie.wire import MalformedBatch
-from magnetar.bookie.write_cache import Half
+from magnetar.bookie.write_cache import Buffer, CachedValue, Half
 from magnetar.zk.clock import Clock, SystemClock, TimerHandle
 
 log = logging.getLogger(__name__)
@@ -172,7 +172,7 @@ class BookieStatistics:
 _LENGTH = _struct.Struct(">I")
 
 
-def _count_packed(packed: bytes) -> int:
+def _count_packed(packed: Buffer) -> int:
     """Entries in a packed buffer, or ``MalformedBatch`` (checked before any state changes)."""
     n = len(packed)
     if n == 0:
@@ -442,7 +442,7 @@ class Bookie:
         nbytes = 0
         cur_lid = -1
         st: _LedgerState | None = None
-        d: dict[int, tuple[bytes, bytes]] = {}
+        d: dict[int, CachedValue] = {}
         cur_key = b""
         fenced = False
         max_lac = -1
@@ -557,13 +557,15 @@ class Bookie:
     # -- packed add path (the gRPC fast path) --
 
     def submit_packed(
-        self, packed: bytes, master_key: bytes = b"", recovery: bool = False
+        self, packed: Buffer, master_key: bytes = b"", recovery: bool = False
     ) -> tuple[Awaitable[list[int]], int, int]:
         """Add every entry of one ``AddBatch.packed`` buffer (layout: ``wire.py``) with the
         batch's master key and recovery flag. Returns (future of one status per entry,
         resolved after the journal fsync; entry count; bytes put into the write cache).
         Raises ``MalformedBatch`` before touching any state if the buffer does not hold whole
-        entries. The buffer must not change afterwards (the journal writes it as it is)."""
+        entries. The buffer must not change afterwards: the journal writes it as it is, and
+        the write cache keeps slices of it (a ``memoryview`` of the received message: no
+        payload is copied on the add path)."""
         count = _count_packed(packed)
         loop = self._loop
         assert loop is not None, "start() first"
@@ -585,7 +587,7 @@ class Bookie:
 
     def _add_packed(
         self,
-        packed: bytes,
+        packed: Buffer,
         n: int,
         key: bytes,
         recovery: bool,
@@ -595,7 +597,7 @@ class Bookie:
         states = self._ledgers
         cache = self._cache
         statuses: list[int] | None = None
-        parts: list[bytes] = []
+        parts: list[Buffer] = []
         append = parts.append
         metas: list[bytes] = []
         touched: list[int] = []
@@ -606,13 +608,13 @@ class Bookie:
         nbytes = 0
         cur_lid = -1
         st: _LedgerState | None = None
-        d: dict[int, tuple[bytes, bytes]] = {}
+        d: dict[int, CachedValue] = {}
         refused = 0  # the current ledger's refusal status (key, fence), 0 = accepted
         max_lac = -1
         pos = 0
-        # Per entry: one unpack, two slices (header, payload: the cache keeps bytes), one
-        # crc32c (C), two appends, one dict store. Ledger state, key and fence are checked
-        # when the ledger changes; nothing here awaits.
+        # Per entry: one unpack, two slices (header, payload: views when ``packed`` is a
+        # memoryview), one crc32c (C), two appends, one dict store. Ledger state, key and
+        # fence are checked when the ledger changes; nothing here awaits.
         for i in range(n):
             lid, eid, lac, c, length = unpack(packed, pos)
             start = pos + ENTRY_HEADER_LEN
@@ -674,7 +676,7 @@ class Bookie:
         # body is the received buffer itself (its headers are the journal's: ids >= 0).
         body_bytes = ENTRIES_PREFIX.size + nbytes
         checksum = crc(b"".join(parts[0::2]), crc(prefix))
-        body: list[bytes] = [prefix, packed] if statuses is None else [prefix, *parts]
+        body: list[Buffer] = [prefix, packed] if statuses is None else [prefix, *parts]
         group = journal.append_parts(RECORD_HEADER.pack(body_bytes, checksum), body, body_bytes)
         if self._lac_waiters:
             for lid in touched:

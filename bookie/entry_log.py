@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import struct
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import crc32c as _crc32c
@@ -155,7 +155,7 @@ class EntryLogger:
         ):
             self._roll()
 
-    def write(self, chunks: list[bytes], nbytes: int) -> None:
+    def write(self, chunks: Sequence[bytes | memoryview], nbytes: int) -> None:
         assert self._current is not None
         try:
             self._current.writev(chunks)

@@ -15,6 +15,7 @@ import errno
 import os
 import shutil
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -30,7 +31,7 @@ class AppendFile(Protocol):
 
     def write(self, data: bytes | bytearray | memoryview) -> None: ...
 
-    def writev(self, chunks: list[bytes]) -> None: ...
+    def writev(self, chunks: Sequence[bytes | memoryview]) -> None: ...
 
     def fdatasync(self) -> None: ...
 
@@ -105,7 +106,7 @@ class _OsAppendFile:
             done += os.write(self._fd, view[done:])
         self._size += total
 
-    def writev(self, chunks: list[bytes]) -> None:
+    def writev(self, chunks: Sequence[bytes | memoryview]) -> None:
         # One syscall per up to IOV_MAX chunks; short writes fall back to write().
         for start in range(0, len(chunks), _IOV_MAX):
             part = chunks[start : start + _IOV_MAX]
@@ -302,7 +303,7 @@ class _FaultyAppendFile:
         self._fs.check_write()
         self._inner.write(data)
 
-    def writev(self, chunks: list[bytes]) -> None:
+    def writev(self, chunks: Sequence[bytes | memoryview]) -> None:
         self._fs.check_write()
         self._inner.writev(chunks)
 

@@ -295,7 +295,7 @@ class _Group:
     def __init__(self, file_id: int, future: asyncio.Future[None]) -> None:
         self.file_id = file_id
         self.future = future
-        self.chunks: list[bytes] = []
+        self.chunks: list[bytes | memoryview] = []
         self.nbytes = 0
         self.end = JournalMark(file_id, 0)
         self.scheduled = False
@@ -394,7 +394,7 @@ class Journal:
         return self.append_parts(header, (body,), len(body))
 
     def append_parts(
-        self, header: bytes, parts: Sequence[bytes], body_bytes: int
+        self, header: bytes, parts: Sequence[bytes | memoryview], body_bytes: int
     ) -> asyncio.Future[None]:
         """``append`` of a body given as consecutive ``parts`` (``body_bytes`` in all), written
         with ``writev`` as they are (no join). The parts must not change until synced."""
@@ -513,7 +513,7 @@ class Journal:
     def _write_groups(self, groups: list[_Group]) -> None:
         if self._failed is not None:
             raise self._failed.cause
-        chunks: list[bytes] = []
+        chunks: list[bytes | memoryview] = []
         for group in groups:
             if group.file_id != self._writing_file_id:
                 if chunks:

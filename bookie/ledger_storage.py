@@ -90,7 +90,7 @@ class LedgerStorage:
         if hit is not None:
             header, payload = hit
             _, _, lac, crc, _ = ENTRY_HEADER.unpack(header)
-            return lac, crc, payload
+            return lac, crc, payload if isinstance(payload, bytes) else bytes(payload)
         cached = self.read_cache.get(ledger_id, entry_id)
         if cached is not None:
             return cached
@@ -137,7 +137,7 @@ class LedgerStorage:
         batch = index.batch()
         batches = [batch]  # committed in slices so no single RocksDB write holds the GIL long
         limit = logger.log_size_max
-        chunks: list[bytes] = []
+        chunks: list[bytes | memoryview] = []
         pending = 0
         unsynced = 0
         entries = 0

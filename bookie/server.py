@@ -43,7 +43,7 @@ from magnetar.bookie.errors import (
 )
 from magnetar.bookie.proto import bookie_pb2 as pb
 from magnetar.bookie.proto import bookie_pb2_grpc as pb_grpc
-from magnetar.bookie.wire import MalformedBatch, parse_packed
+from magnetar.bookie.wire import BatchHeader, MalformedBatch, parse_batch_header, parse_packed
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +98,7 @@ def _entry_pb(entry: Entry) -> pb.Entry:
 class _AddStream:
     """State of one Add stream: ordered queue of in-flight batches."""
 
-    __slots__ = ("inflight_bytes", "pending", "reading_done", "space", "wake")
+    __slots__ = ("error", "inflight_bytes", "pending", "reading_done", "space", "wake")
 
     def __init__(self) -> None:
         # (batch_id, entry count, size in bytes, codes: see ``BookieService._submit``)
@@ -108,6 +108,7 @@ class _AddStream:
         self.space.set()
         self.reading_done = False
         self.inflight_bytes = 0
+        self.error: str | None = None  # a message that could not be read ends the stream
 
 
 class BookieService(pb_grpc.BookieServicer):
@@ -127,7 +128,7 @@ class BookieService(pb_grpc.BookieServicer):
         # checksums itself and reports (codes awaitable, entry count, bytes).
         submit = getattr(storage, "submit_packed", None)
         self._submit_packed: (
-            Callable[[bytes, bytes, bool], tuple[Awaitable[list[int]], int, int]] | None
+            Callable[[memoryview, bytes, bool], tuple[Awaitable[list[int]], int, int]] | None
         ) = submit if callable(submit) else None
         self.max_entry_bytes = max_entry_bytes
         self.max_inflight_batches = max_inflight_batches
@@ -166,11 +167,10 @@ class BookieService(pb_grpc.BookieServicer):
 
     # -- Add --------------------------------------------------------------------------------
 
-    def _submit(self, batch: pb.AddBatch) -> tuple[int, int, _Codes]:
+    def _submit(self, batch: BatchHeader, packed: memoryview) -> tuple[int, int, _Codes]:
         """Validate and hand one batch to storage; returns (entries, bytes, codes): codes are
         one status per entry, or their future, or one error for the whole batch (a malformed
         ``packed`` buffer: nothing of it is stored)."""
-        packed = batch.packed
         submit = self._submit_packed
         if not self.accepting:
             return 0, 0, ReadOnly("bookie is shutting down")
@@ -188,7 +188,7 @@ class BookieService(pb_grpc.BookieServicer):
                 return 0, 0, BookieIOError(f"add batch failed: {exc!r}")
             return count, size, asyncio.ensure_future(awaitable)
         try:
-            parsed = parse_packed(packed)
+            parsed = parse_packed(bytes(packed))
         except MalformedBatch as exc:
             return 0, 0, self._malformed(batch.batch_id, exc)
         n = len(parsed)
@@ -233,11 +233,18 @@ class BookieService(pb_grpc.BookieServicer):
         log.warning("malformed add batch %d: %s", batch_id, exc)
         return BadRequest(f"malformed add batch: {exc}")
 
-    async def _read_adds(
-        self, request_iterator: AsyncIterator[pb.AddBatch], state: _AddStream
-    ) -> None:
+    async def _read_adds(self, request_iterator: AsyncIterator[bytes], state: _AddStream) -> None:
         try:
-            async for batch in request_iterator:
+            async for data in request_iterator:
+                # Raw message bytes (the Add method has no request deserializer): the header
+                # fields are read by hand and ``packed`` stays a view of ``data``.
+                try:
+                    batch = parse_batch_header(data)
+                except MalformedBatch as exc:
+                    self._bad_requests += 1
+                    state.error = f"malformed AddBatch message: {exc}"
+                    log.warning("add stream ended: %s", state.error)
+                    return
                 while (
                     len(state.pending) >= self.max_inflight_batches
                     or state.inflight_bytes >= self.max_inflight_bytes
@@ -245,7 +252,8 @@ class BookieService(pb_grpc.BookieServicer):
                     state.space.clear()
                     await state.space.wait()
                 self._batches += 1
-                n, size, codes = self._submit(batch)
+                packed = memoryview(data)[batch.packed_start : batch.packed_end]
+                n, size, codes = self._submit(batch, packed)
                 self._entries += n
                 state.pending.append((batch.batch_id, n, size, codes))
                 state.inflight_bytes += size
@@ -255,7 +263,7 @@ class BookieService(pb_grpc.BookieServicer):
             state.wake.set()
 
     async def Add(
-        self, request_iterator: AsyncIterator[pb.AddBatch], context: grpc.aio.ServicerContext
+        self, request_iterator: AsyncIterator[bytes], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.AddResponse]:
         state = _AddStream()
         self._streams_open += 1
@@ -279,6 +287,9 @@ class BookieService(pb_grpc.BookieServicer):
             if reader.done() and not reader.cancelled() and reader.exception() is not None:
                 exc = reader.exception()
                 log.debug("add stream ended: %r", exc)
+            if state.error is not None:
+                # Earlier batches are answered above; the client fails what it has in flight.
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, state.error)
         finally:
             self._streams_open -= 1
             self._streams.discard(state)
@@ -471,6 +482,36 @@ def _bad(message: str) -> BookieError:
     return BadRequest(message)
 
 
+def add_service(service: BookieService, server: grpc.aio.Server) -> None:
+    """``add_BookieServicer_to_server``, except that ``Add`` takes its requests as raw bytes
+    (``request_deserializer=None``): a protobuf parse would copy every payload twice."""
+    generated = pb_grpc.add_BookieServicer_to_server
+    captured: list[Any] = []
+
+    class _Capture:
+        def add_generic_rpc_handlers(self, handlers: Any) -> None:
+            captured.extend(handlers)
+
+        def add_registered_method_handlers(self, name: str, handlers: Any) -> None:
+            captured.append((name, handlers))
+
+    generated(service, _Capture())  # type: ignore[arg-type]
+    handlers: dict[str, grpc.RpcMethodHandler] = {}
+    for item in captured:
+        if isinstance(item, tuple):
+            handlers = dict(item[1])
+    if "Add" not in handlers:
+        raise RuntimeError("generated Bookie service has no Add method")
+    handlers["Add"] = grpc.stream_stream_rpc_method_handler(
+        service.Add,
+        request_deserializer=None,
+        response_serializer=pb.AddResponse.SerializeToString,
+    )
+    name = "magnetar.bookie.v1.Bookie"
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(name, handlers),))
+    server.add_registered_method_handlers(name, handlers)  # type: ignore[attr-defined]
+
+
 class BookieServer:
     """A grpc.aio server serving one ``BookieService`` on ``host:port`` (0 = pick one)."""
 
@@ -487,7 +528,7 @@ class BookieServer:
 
     async def start(self) -> None:
         server = grpc.aio.server(options=GRPC_OPTIONS)
-        pb_grpc.add_BookieServicer_to_server(self.service, server)
+        add_service(self.service, server)
         port = server.add_insecure_port(f"{self.host}:{self._requested_port}")
         if port == 0:
             raise OSError(f"cannot bind {self.host}:{self._requested_port}")

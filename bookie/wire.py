@@ -51,6 +51,71 @@ class PackedEntry(NamedTuple):
     payload: bytes
 
 
+class BatchHeader(NamedTuple):
+    """The fields of one raw ``AddBatch`` message; ``packed`` is ``data[start:end]``."""
+
+    batch_id: int
+    master_key: bytes
+    recovery: bool
+    packed_start: int
+    packed_end: int
+
+
+def _varint_at(data: bytes, pos: int) -> tuple[int, int]:
+    value = 0
+    shift = 0
+    n = len(data)
+    while True:
+        if pos >= n or shift > 63:
+            raise MalformedBatch(f"bad varint at offset {pos}")
+        b = data[pos]
+        pos += 1
+        value |= (b & 0x7F) << shift
+        if b < 0x80:
+            return value, pos
+        shift += 7
+
+
+def parse_batch_header(data: bytes) -> BatchHeader:
+    """Read a raw ``AddBatch`` message's fields without copying ``packed``: the bookie takes
+    Add messages as bytes (no protobuf parse, which would copy every payload twice: into the
+    message and out of it). Protobuf rules: fields in any order, the last occurrence of a
+    singular field wins, unknown fields are skipped. Raises ``MalformedBatch``."""
+    batch_id = 0
+    key = b""
+    recovery = False
+    start = end = 0
+    pos = 0
+    n = len(data)
+    while pos < n:
+        tag, pos = _varint_at(data, pos)
+        field, wire_type = tag >> 3, tag & 7
+        if wire_type == 0:
+            value, pos = _varint_at(data, pos)
+            if field == 1:
+                batch_id = value
+            elif field == 5:
+                recovery = value != 0
+        elif wire_type == 2:
+            length, pos = _varint_at(data, pos)
+            if pos + length > n:
+                raise MalformedBatch(f"field {field} runs past the end of the message")
+            if field == 2:
+                key = data[pos : pos + length]
+            elif field == 4:
+                start, end = pos, pos + length
+            pos += length
+        elif wire_type == 1:
+            pos += 8
+        elif wire_type == 5:
+            pos += 4
+        else:
+            raise MalformedBatch(f"unsupported wire type {wire_type} (field {field})")
+        if field == 0 or pos > n:
+            raise MalformedBatch("truncated or invalid message")
+    return BatchHeader(batch_id, bytes(key), recovery, start, end)
+
+
 def pack_entries(ledger_id: int, entries: Sequence[EntryToAdd]) -> tuple[list[bytes], int]:
     """(parts, total bytes): header, payload, header, payload, ... of ``entries`` of one
     ledger. The parts are joined once, with the message header, when the message is built.
@@ -93,8 +158,10 @@ def parse_packed(packed: bytes) -> list[PackedEntry]:
 __all__ = [
     "ENTRY_HEADER",
     "ENTRY_HEADER_LEN",
+    "BatchHeader",
     "MalformedBatch",
     "PackedEntry",
     "pack_entries",
+    "parse_batch_header",
     "parse_packed",
 ]

@@ -7,7 +7,8 @@ the entry log. If a flush fails, ``unswap`` merges the frozen half back so nothi
 
 Layout per half: ``{ledger id: {entry id: (entry header, payload)}}``; the 32-byte entry
 header is the same bytes the journal and the entry log carry (see ``journal.ENTRY_HEADER``),
-so a flush copies no payload.
+so a flush copies no payload. Headers and payloads of received adds are ``memoryview`` slices
+of the gRPC message they came in (no copy on the add path).
 
 Back-pressure (decided by the caller, ``core.py``): ``is_full`` says the active half holds at
 least ``half_bytes_max``; the caller then starts a flush (if none runs) or waits for the
@@ -23,7 +24,11 @@ from dataclasses import dataclass
 
 from magnetar.bookie.journal import ENTRY_HEADER_LEN
 
-Half = dict[int, dict[int, tuple[bytes, bytes]]]
+Buffer = bytes | memoryview
+"""A cached header or payload: ``bytes`` (replay), or a ``memoryview`` into the received gRPC
+message (the add path keeps no copy of its own; readers get ``bytes``)."""
+CachedValue = tuple[Buffer, Buffer]
+Half = dict[int, dict[int, CachedValue]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +58,7 @@ class WriteCache:
 
     # -- writes (loop thread) --
 
-    def ledger(self, ledger_id: int) -> dict[int, tuple[bytes, bytes]]:
+    def ledger(self, ledger_id: int) -> dict[int, CachedValue]:
         """The active half's map for a ledger (created on demand): the add path fills it
         directly and then calls ``account`` with the bytes it added."""
         d = self.active.get(ledger_id)
@@ -64,7 +69,7 @@ class WriteCache:
     def account(self, nbytes: int) -> None:
         self.active_bytes += nbytes
 
-    def put(self, ledger_id: int, entry_id: int, header: bytes, payload: bytes) -> None:
+    def put(self, ledger_id: int, entry_id: int, header: Buffer, payload: Buffer) -> None:
         self.ledger(ledger_id)[entry_id] = (header, payload)
         self.active_bytes += ENTRY_HEADER_LEN + len(payload)
 
@@ -123,7 +128,7 @@ class WriteCache:
 
     # -- reads (loop thread) --
 
-    def get(self, ledger_id: int, entry_id: int) -> tuple[bytes, bytes] | None:
+    def get(self, ledger_id: int, entry_id: int) -> CachedValue | None:
         d = self.active.get(ledger_id)
         if d is not None:
             v = d.get(entry_id)
@@ -164,4 +169,4 @@ class WriteCache:
         assert total == self.active_bytes, (total, self.active_bytes)
 
 
-__all__ = ["Half", "WriteCache", "WriteCacheStatistics"]
+__all__ = ["Buffer", "CachedValue", "Half", "WriteCache", "WriteCacheStatistics"]

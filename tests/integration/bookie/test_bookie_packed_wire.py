@@ -140,3 +140,35 @@ class _Entry:
         self.lac = entry_id - 1
         self.payload = payload
         self.crc32c = crc32c.crc32c(payload) if crc is None else crc
+
+
+async def test_unreadable_message_ends_the_stream_after_answering_earlier_batches(
+    served: Served,
+) -> None:
+    storage, server = served
+    async with grpc.aio.insecure_channel(server.address) as channel:
+        call = channel.stream_stream(
+            "/magnetar.bookie.v1.Bookie/Add",
+            request_serializer=None,
+            response_deserializer=pb.AddResponse.FromString,
+        )()
+        await call.write(_batch(1, packed_of([(8, 0, b"kept")])))
+        await call.write(b"\x22\x7f" + b"short")  # packed's length runs past the message
+        responses = []
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            while True:
+                resp = await asyncio.wait_for(call.read(), 10)
+                if resp is grpc.aio.EOF:
+                    break
+                responses.append(resp)
+        assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert [(r.first_batch_id, r.last_batch_id, list(r.failures)) for r in responses] == [
+        (1, 1, [])
+    ]
+    assert (await storage.read_entry(8, 0)).payload == b"kept"
+    client = BookieClient(server.address, timeout_ms=5_000)  # the bookie serves on
+    try:
+        await client.add_batch(8, KEY, [_Entry(1, b"next")])
+        assert (await client.read_entry(8, 1)).payload == b"next"
+    finally:
+        await client.close()

@@ -23,6 +23,7 @@ from magnetar.bookie.wire import (
     MalformedBatch,
     PackedEntry,
     pack_entries,
+    parse_batch_header,
     parse_packed,
 )
 
@@ -119,3 +120,49 @@ def test_fast_add_request_constructor_equals_the_dataclass_one() -> None:
     assert dataclasses.replace(fast, lac=9).lac == 9
     with pytest.raises(dataclasses.FrozenInstanceError):
         fast.lac = 5  # type: ignore[misc]
+
+
+@given(
+    st.integers(min_value=0, max_value=2**64 - 1),
+    st.binary(max_size=40),
+    st.binary(max_size=300),
+    st.booleans(),
+)
+def test_raw_batch_header_reads_what_protobuf_wrote(
+    batch_id: int, key: bytes, packed: bytes, recovery: bool
+) -> None:
+    data = pb.AddBatch(
+        batch_id=batch_id, master_key=key, packed=packed, recovery=recovery
+    ).SerializeToString()
+    h = parse_batch_header(data)
+    assert (h.batch_id, h.master_key, h.recovery) == (batch_id, key, recovery)
+    assert data[h.packed_start : h.packed_end] == packed
+    # and the client's hand-built header says the same
+    ours = encode_batch_header(batch_id, key, recovery, len(packed)) + packed
+    h = parse_batch_header(ours)
+    assert (h.batch_id, h.master_key, h.recovery) == (batch_id, key, recovery)
+    assert ours[h.packed_start : h.packed_end] == packed
+
+
+@given(st.binary(max_size=100))
+def test_raw_batch_header_on_garbage_is_malformed_or_in_bounds(data: bytes) -> None:
+    try:
+        h = parse_batch_header(data)
+    except MalformedBatch:
+        return
+    assert 0 <= h.packed_start <= h.packed_end <= len(data)
+
+
+def test_raw_batch_header_skips_unknown_fields_and_refuses_truncation() -> None:
+    packed = b"p" * 5
+    data = b"\x30\x07" + b"\x3a\x02ab" + encode_batch_header(9, b"k", False, 5) + packed
+    h = parse_batch_header(data)
+    assert h.batch_id == 9 and data[h.packed_start : h.packed_end] == packed
+    for bad in (
+        b"\x08",
+        b"\x22\x05abc",
+        b"\x08\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff",
+        b"\x00",
+    ):
+        with pytest.raises(MalformedBatch):
+            parse_batch_header(bad)
