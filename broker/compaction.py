@@ -63,6 +63,7 @@ _COPY_BATCH_ENTRIES = 64
 _COPY_BATCH_BYTES = 1 << 20
 _READ_BATCH_ENTRIES = 100
 _MASKS_MAX = 10_000
+_CHUNKS_PENDING_MAX = 10_000
 
 
 # --------------------------------------------------------------------------- the pure fold
@@ -76,6 +77,10 @@ class KeyedMessage:
     index: int
     key: str | None
     tombstone: bool
+    chunk_uuid: str | None = None
+    """Chunked message: the entries with this uuid are one message (kept or dropped together)."""
+    chunk_id: int = 0
+    chunks: int = 1
 
 
 def entry_messages(data: bytes) -> tuple[int, list[KeyedMessage]]:
@@ -86,6 +91,8 @@ def entry_messages(data: bytes) -> tuple[int, list[KeyedMessage]]:
     if not md.HasField("num_messages_in_batch"):
         key = md.partition_key if md.HasField("partition_key") else None
         tomb = md.null_value or len(stored.payload) == 0
+        if md.HasField("uuid") and md.num_chunks_from_msg > 1:
+            return 1, [KeyedMessage(-1, key, False, md.uuid, md.chunk_id, md.num_chunks_from_msg)]
         return 1, [KeyedMessage(-1, key, tomb)]
     n = md.num_messages_in_batch
     try:
@@ -113,13 +120,17 @@ def entry_messages(data: bytes) -> tuple[int, list[KeyedMessage]]:
 class LatestPerKey:
     """Phase one: feed entries in log order; ``retained()`` tells which messages survive.
 
-    Memory: one (key, position, index) per live key (Pulsar's phase one keeps the same map).
+    Memory: one (key, position, index) per live key (Pulsar's phase one keeps the same map),
+    plus the positions of chunked messages still being assembled (at most
+    ``_CHUNKS_PENDING_MAX`` of them; older incomplete ones are forgotten, never retained).
+    A chunked message counts once, at its last chunk, and is retained whole or not at all.
     """
 
     def __init__(self, *, retain_null_key: bool = False) -> None:
         self.retain_null_key = retain_null_key
-        self._latest: dict[str, tuple[Position, int]] = {}
-        self._null_key: list[tuple[Position, int]] = []
+        self._latest: dict[str, tuple[Position, int, tuple[Position, ...]]] = {}
+        self._null_key: list[tuple[Position, int, tuple[Position, ...]]] = []
+        self._chunks: dict[str, list[Position]] = {}
         self.messages_seen = 0
 
     def __repr__(self) -> str:
@@ -127,15 +138,28 @@ class LatestPerKey:
 
     def add(self, position: Position, messages: Iterable[KeyedMessage]) -> None:
         for m in messages:
+            earlier: tuple[Position, ...] = ()
+            if m.chunk_uuid is not None:
+                got = self._chunks.pop(m.chunk_uuid, [])  # re-inserted: newest last
+                got.append(position)
+                if m.chunk_id < m.chunks - 1:
+                    self._chunks[m.chunk_uuid] = got
+                    while len(self._chunks) > _CHUNKS_PENDING_MAX:
+                        del self._chunks[next(iter(self._chunks))]
+                    continue
+                if len(got) != m.chunks:  # its first chunks are missing: never retained
+                    self.messages_seen += 1
+                    continue
+                earlier = tuple(got[:-1])
             self.messages_seen += 1
             if m.key is None:
                 if self.retain_null_key and not m.tombstone:
-                    self._null_key.append((position, m.index))
+                    self._null_key.append((position, m.index, earlier))
                 continue
             if m.tombstone:
                 self._latest.pop(m.key, None)
             else:
-                self._latest[m.key] = (position, m.index)
+                self._latest[m.key] = (position, m.index, earlier)
 
     @property
     def keys(self) -> int:
@@ -144,8 +168,10 @@ class LatestPerKey:
     def retained(self) -> dict[Position, set[int]]:
         """Position -> retained batch indexes ({-1} for a whole single-message entry)."""
         out: dict[Position, set[int]] = {}
-        for pos, index in list(self._latest.values()) + self._null_key:
+        for pos, index, earlier in list(self._latest.values()) + self._null_key:
             out.setdefault(pos, set()).add(index)
+            for chunk in earlier:
+                out.setdefault(chunk, set()).add(-1)
         return out
 
     @property

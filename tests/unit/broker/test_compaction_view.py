@@ -83,6 +83,24 @@ def test_retain_null_key_option_keeps_keyless_messages() -> None:
     assert fold.retained() == {P(1, 0): {-1}}
 
 
+def test_a_chunked_message_is_kept_whole_or_not_at_all() -> None:
+    fold = LatestPerKey()
+
+    def chunk(uuid: str, i: int, n: int) -> list[KeyedMessage]:
+        return [KeyedMessage(-1, "k", False, uuid, i, n)]
+
+    fold.add(P(1, 0), chunk("u1", 0, 2))
+    fold.add(P(1, 1), [KeyedMessage(-1, "other", False)])
+    fold.add(P(1, 2), chunk("u1", 1, 2))
+    assert fold.retained() == {P(1, 0): {-1}, P(1, 1): {-1}, P(1, 2): {-1}}
+    fold.add(P(1, 3), chunk("u2", 1, 2))  # its first chunk is missing: not retained
+    assert fold.retained() == {P(1, 0): {-1}, P(1, 1): {-1}, P(1, 2): {-1}}
+    fold.add(P(1, 4), chunk("u3", 0, 2))
+    fold.add(P(1, 5), chunk("u3", 1, 2))  # the newer chunked value replaces the first
+    assert fold.retained() == {P(1, 1): {-1}, P(1, 4): {-1}, P(1, 5): {-1}}
+    assert fold.messages_seen == 4
+
+
 def test_entry_messages_reads_keys_and_tombstones() -> None:
     assert entry_messages(single("k", b"v")) == (1, [KeyedMessage(-1, "k", False)])
     assert entry_messages(single("k", b"")) == (1, [KeyedMessage(-1, "k", True)])
