@@ -64,6 +64,9 @@ _COPY_BATCH_BYTES = 1 << 20
 _READ_BATCH_ENTRIES = 100
 _MASKS_MAX = 10_000
 _CHUNKS_PENDING_MAX = 10_000
+_CHUNK_EXPIRY_MS = 60_000
+"""An incomplete chunked message older than this is abandoned (the client's default
+``expireTimeOfIncompleteChunkedMessage``), so it no longer holds the horizon back."""
 
 
 # --------------------------------------------------------------------------- the pure fold
@@ -81,6 +84,8 @@ class KeyedMessage:
     """Chunked message: the entries with this uuid are one message (kept or dropped together)."""
     chunk_id: int = 0
     chunks: int = 1
+    publish_time_ms: int = 0
+    """Set for chunks: an incomplete group this recent may still be being written."""
 
 
 def entry_messages(data: bytes) -> tuple[int, list[KeyedMessage]]:
@@ -92,7 +97,11 @@ def entry_messages(data: bytes) -> tuple[int, list[KeyedMessage]]:
         key = md.partition_key if md.HasField("partition_key") else None
         tomb = md.null_value or len(stored.payload) == 0
         if md.HasField("uuid") and md.num_chunks_from_msg > 1:
-            return 1, [KeyedMessage(-1, key, False, md.uuid, md.chunk_id, md.num_chunks_from_msg)]
+            return 1, [
+                KeyedMessage(
+                    -1, key, False, md.uuid, md.chunk_id, md.num_chunks_from_msg, md.publish_time
+                )
+            ]
         return 1, [KeyedMessage(-1, key, tomb)]
     n = md.num_messages_in_batch
     try:
@@ -131,21 +140,30 @@ class LatestPerKey:
         self._latest: dict[str, tuple[Position, int, tuple[Position, ...]]] = {}
         self._null_key: list[tuple[Position, int, tuple[Position, ...]]] = []
         self._chunks: dict[str, list[Position]] = {}
+        # per pending group: the position fed just before its first chunk, and that chunk's
+        # publish time (a compaction must not cut a group still being written in two)
+        self._chunk_starts: dict[str, tuple[Position | None, int]] = {}
+        self._last_fed: Position | None = None
         self.messages_seen = 0
 
     def __repr__(self) -> str:
         return f"<LatestPerKey keys={len(self._latest)} seen={self.messages_seen}>"
 
     def add(self, position: Position, messages: Iterable[KeyedMessage]) -> None:
+        before, self._last_fed = self._last_fed, position
         for m in messages:
             earlier: tuple[Position, ...] = ()
             if m.chunk_uuid is not None:
                 got = self._chunks.pop(m.chunk_uuid, [])  # re-inserted: newest last
+                start = self._chunk_starts.pop(m.chunk_uuid, (before, m.publish_time_ms))
                 got.append(position)
                 if m.chunk_id < m.chunks - 1:
                     self._chunks[m.chunk_uuid] = got
+                    self._chunk_starts[m.chunk_uuid] = start
                     while len(self._chunks) > _CHUNKS_PENDING_MAX:
-                        del self._chunks[next(iter(self._chunks))]
+                        oldest = next(iter(self._chunks))
+                        del self._chunks[oldest]
+                        self._chunk_starts.pop(oldest, None)
                     continue
                 if len(got) != m.chunks:  # its first chunks are missing: never retained
                     self.messages_seen += 1
@@ -164,6 +182,17 @@ class LatestPerKey:
     @property
     def keys(self) -> int:
         return len(self._latest)
+
+    def cut_before_pending_chunks(self, since_ms: int) -> tuple[bool, Position | None]:
+        """(True, p) when a chunked message published at or after ``since_ms`` is still
+        incomplete: the horizon must then be ``p``, the position just before its first
+        chunk (None: nothing before it). Older incomplete groups count as abandoned."""
+        cuts = [b for b, t in self._chunk_starts.values() if t >= since_ms]
+        if not cuts:
+            return False, None
+        if any(b is None for b in cuts):
+            return True, None
+        return True, min(b for b in cuts if b is not None)
 
     def retained(self) -> dict[Position, set[int]]:
         """Position -> retained batch indexes ({-1} for a whole single-message entry)."""
@@ -593,15 +622,9 @@ class TopicCompaction:
                 yield e.position, None, e.data
             start = _after(entries[-1].position)
 
-    async def compact(self, topic: Any) -> None:
-        """Build and install a new generation covering the topic up to its current end."""
-        ledger: TopicLedger = topic.ledger
-        horizon = ledger.last_confirmed
-        previous = self.view
-        if horizon is None or (previous is not None and horizon <= previous.horizon):
-            self.last_removed_messages = 0
-            return  # nothing new since the last compaction
-        # phase one: the latest message of each key
+    async def _phase_one(
+        self, ledger: TopicLedger, previous: CompactedView | None, horizon: Position
+    ) -> LatestPerKey:
         fold = LatestPerKey(retain_null_key=self.retain_null_key)
         async for pos, mask, data in self._source(ledger, previous, horizon):
             try:
@@ -611,6 +634,25 @@ class TopicCompaction:
             if mask is not None:
                 msgs = [m for m in msgs if m.index < 0 or (mask >> m.index) & 1]
             fold.add(pos, msgs)
+        return fold
+
+    async def compact(self, topic: Any) -> None:
+        """Build and install a new generation covering the topic up to its current end."""
+        ledger: TopicLedger = topic.ledger
+        horizon = ledger.last_confirmed
+        previous = self.view
+        if horizon is None or (previous is not None and horizon <= previous.horizon):
+            self.last_removed_messages = 0
+            return  # nothing new since the last compaction
+        # phase one: the latest message of each key
+        fold = await self._phase_one(ledger, previous, horizon)
+        cut, before = fold.cut_before_pending_chunks(self.clock.now_ms() - _CHUNK_EXPIRY_MS)
+        if cut:  # a chunked message is being written across the end: stop before it
+            if before is None or (previous is not None and before <= previous.horizon):
+                self.last_removed_messages = 0
+                return
+            horizon = before
+            fold = await self._phase_one(ledger, previous, horizon)
         retained = fold.retained()
         # phase two: copy the retained entries, in log order, into a new generation
         generation = (previous.generation + 1) if previous is not None else 1

@@ -101,6 +101,21 @@ def test_a_chunked_message_is_kept_whole_or_not_at_all() -> None:
     assert fold.messages_seen == 4
 
 
+def test_a_chunked_message_being_written_holds_the_horizon_back() -> None:
+    fold = LatestPerKey()
+    fold.add(P(1, 0), [KeyedMessage(-1, "a", False)])
+    fold.add(P(1, 1), [KeyedMessage(-1, "k", False, "old", 0, 2, publish_time_ms=10)])
+    fold.add(P(1, 2), [KeyedMessage(-1, "b", False)])
+    fold.add(P(1, 3), [KeyedMessage(-1, "k", False, "new", 0, 3, publish_time_ms=500)])
+    fold.add(P(1, 4), [KeyedMessage(-1, "k", False, "new", 1, 3, publish_time_ms=500)])
+    # "old" is abandoned (published before the expiry point), "new" may still complete
+    assert fold.cut_before_pending_chunks(since_ms=100) == (True, P(1, 2))
+    assert fold.cut_before_pending_chunks(since_ms=1_000) == (False, None)
+    first = LatestPerKey()
+    first.add(P(1, 0), [KeyedMessage(-1, "k", False, "u", 0, 2, publish_time_ms=500)])
+    assert first.cut_before_pending_chunks(since_ms=100) == (True, None)
+
+
 def test_entry_messages_reads_keys_and_tombstones() -> None:
     assert entry_messages(single("k", b"v")) == (1, [KeyedMessage(-1, "k", False)])
     assert entry_messages(single("k", b"")) == (1, [KeyedMessage(-1, "k", True)])
@@ -335,3 +350,33 @@ async def test_view_outlives_trimmed_ledgers_on_the_managed_ledger() -> None:
     sub = CompactedCursor(inner, topic.compaction, from_earliest=True)
     assert [p for p, _ in await _read_all(sub)] == [pos[4], pos[5]]
     await storage.close()
+
+
+def chunk_entry(key: str, uuid: str, chunk_id: int, chunks: int, value: bytes) -> bytes:
+    import time
+
+    md = pb.MessageMetadata(producer_name="p", sequence_id=0, publish_time=int(time.time() * 1000))
+    md.partition_key = key
+    md.uuid = uuid
+    md.chunk_id = chunk_id
+    md.num_chunks_from_msg = chunks
+    md.total_chunk_msg_size = 2 * len(value)
+    raw = md.SerializeToString()
+    return len(raw).to_bytes(4, "big") + raw + value
+
+
+async def test_compaction_never_cuts_a_chunked_message_being_written() -> None:
+    storage = MemoryStorageFactory()
+    topic = await _topic(storage)
+    pos = await topic.ledger.add_entries(
+        [single("a", b"1"), chunk_entry("k", "u", 0, 2, b"x" * 10)]
+    )
+    comp = topic.compaction
+    assert comp is not None
+    await comp.compact(topic)
+    assert comp.view is not None and comp.view.horizon == pos[0]  # stops before the chunk
+    rest = await topic.ledger.add_entries([chunk_entry("k", "u", 1, 2, b"y" * 10)])
+    await comp.compact(topic)
+    view = comp.view
+    assert view is not None and view.horizon == rest[0]
+    assert [view.originals[i] for i in range(len(view))] == [pos[0], pos[1], rest[0]]
