@@ -6,7 +6,9 @@ records its latency and issues the next add. Reports adds/s, MB/s and latency pe
 
 By default it starts its own bookie (``python -m magnetar.bookie``, temporary data dir, no
 metadata) and stops it at the end; ``--bookie host:port`` uses a running one instead.
-``--matrix`` runs 100 B / 1 KB / 64 KB x 1 / 16 / 256 in flight.
+``--matrix`` runs 100 B / 1 KB / 64 KB x 1 / 16 / 256 in flight. ``--baseline`` measures the
+floor on the same machine and load: a bare grpc.aio stream carrying pre-built messages of
+``--batch-entries`` entries with one write + ``fdatasync`` per message.
 
 The last output line is one JSON object (``adds_per_s``, ``mb_per_s``, ``p50_ms``, ``p99_ms``,
 ``p999_ms`` and the parameters; with ``--matrix`` also ``results`` for every combination and
@@ -338,6 +340,90 @@ def table(results: list[Result]) -> str:
     return "\n".join(lines)
 
 
+BASELINE_METHOD = "/baseline.Journal/Add"
+
+
+async def baseline_serve(port: int, directory: str) -> None:
+    """The floor: a bare grpc.aio stream whose handler writes each message to a file and
+    fdatasyncs it (in a thread) before answering with 8 bytes; no parsing, no cache, no index."""
+    fd = os.open(os.path.join(directory, "baseline.journal"), os.O_WRONLY | os.O_CREAT)
+
+    async def handler(requests: Any, context: Any) -> Any:
+        async for message in requests:
+            os.write(fd, message)
+            await asyncio.to_thread(os.fdatasync, fd)
+            yield message[:8]
+
+    server = grpc.aio.server(options=[("grpc.max_receive_message_length", 64 << 20)])
+    handlers = {"Add": grpc.stream_stream_rpc_method_handler(handler)}
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler("baseline.Journal", handlers),)
+    )
+    server.add_insecure_port(f"127.0.0.1:{port}")
+    await server.start()
+    await server.wait_for_termination()
+
+
+async def baseline_run(args: argparse.Namespace) -> Result:
+    """Closed loop over the bare stream: ``inflight / batch_entries`` messages of
+    ``batch_entries`` entries in flight (each a pre-built message: no per-entry client work)."""
+    directory = tempfile.mkdtemp(prefix="bookie-perf-baseline-")
+    port = free_port()
+    cmd = [sys.executable, __file__, "--baseline-serve", str(port), "--data-dir", directory]
+    proc = subprocess.Popen(cmd, start_new_session=True)  # noqa: ASYNC220 (once, before measuring)
+    per = max(1, min(args.batch_entries, args.inflight))
+    depth = max(1, args.inflight // per)
+    message = os.urandom(args.entry_bytes) * per
+    try:
+        async with grpc.aio.insecure_channel(
+            f"127.0.0.1:{port}", options=[("grpc.max_send_message_length", 64 << 20)]
+        ) as channel:
+            await asyncio.wait_for(channel.channel_ready(), 30)
+            call = channel.stream_stream(BASELINE_METHOD)()
+            sent: list[float] = []
+            latencies: list[float] = []
+            perf = time.perf_counter
+            for _ in range(depth):
+                sent.append(perf())
+                await call.write(message)
+            start = perf()
+            measure_from = start + args.warmup_seconds
+            stop_at = measure_from + args.seconds
+            done = 0
+            head = 0
+            while perf() < stop_at:
+                await call.read()
+                now = perf()
+                if now >= measure_from:
+                    done += per
+                    latencies.extend([now - sent[head]] * per)
+                head += 1
+                sent.append(perf())
+                await call.write(message)
+            await call.done_writing()
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        shutil.rmtree(directory, ignore_errors=True)
+    latencies.sort()
+    elapsed = args.seconds
+    return Result(
+        entry_bytes=args.entry_bytes,
+        inflight=args.inflight,
+        seconds=elapsed,
+        adds=done,
+        errors=0,
+        adds_per_s=round(done / elapsed, 1),
+        mb_per_s=round(done * args.entry_bytes / elapsed / 1e6, 2),
+        p50_ms=round(percentile(latencies, 0.50) * 1000, 3),
+        p99_ms=round(percentile(latencies, 0.99) * 1000, 3),
+        p999_ms=round(percentile(latencies, 0.999) * 1000, 3),
+        max_ms=round((latencies[-1] if latencies else float("nan")) * 1000, 3),
+        batches_sent=head,
+        entries_per_batch=float(per),
+    )
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--entry-bytes", type=int, default=1024)
@@ -372,7 +458,17 @@ def main() -> int:
         default=True,
         help="client process glibc malloc as the bookie's (bookie.main.tune_malloc)",
     )
+    p.add_argument(
+        "--baseline",
+        action="store_true",
+        help="measure the floor instead: a bare grpc.aio stream, one write + fdatasync per "
+        "message of --batch-entries entries (run it next to a bookie run: same load)",
+    )
+    p.add_argument("--baseline-serve", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = p.parse_args()
+    if args.baseline_serve:
+        asyncio.run(baseline_serve(args.baseline_serve, args.data_dir))
+        return 0
     print(f"# command: {shlex.join([sys.executable, *sys.argv])}", flush=True)
     if args.uvloop:
         try:
@@ -388,13 +484,15 @@ def main() -> int:
         from magnetar.bookie.main import tune_malloc
 
         tune_malloc()
-    results = asyncio.run(main_async(args))
+    results = [asyncio.run(baseline_run(args))] if args.baseline else asyncio.run(main_async(args))
     print(table(results), flush=True)
     headline = next(
         (r for r in results if r.entry_bytes == 1024 and r.inflight == 256), results[-1]
     )
     out: dict[str, Any] = asdict(headline)
     out.update(
+        baseline=args.baseline,
+        load_avg_1m=os.getloadavg()[0],
         storage=args.storage,
         bookie=args.bookie or "started",
         batch_entries=args.batch_entries,
