@@ -77,6 +77,7 @@ OUTBOX_MAX_BYTES = 4 << 20
 
 
 _pack_header = HEADER.pack
+_unpack_header = HEADER.unpack_from
 
 
 def frame(cumulative_length: int, payload: bytes) -> bytes:
@@ -116,13 +117,14 @@ class HandleStatistics:
 
 class _PendingAdd:
     """One add not yet completed. It is also what the bookie clients encode (``entry_id``,
-    ``lac``, ``crc32c``, ``payload`` = the stored bytes): no request object per entry."""
+    ``lac``, ``crc32c``, ``payload`` = the stored bytes): no request object per entry.
+    ``WriteHandle.add_nowait`` fills one in place (``object.__new__`` and slot stores cost
+    about 40% less than a call to ``__init__`` with nine arguments); keep both in step."""
 
     __slots__ = (
         "acked",
         "crc32c",
         "data",
-        "data_len",
         "entry_id",
         "future",
         "lac",
@@ -132,12 +134,11 @@ class _PendingAdd:
         "ws",
     )
 
-    def __init__(  # noqa: PLR0917 (one per entry on the hot path: positional is cheapest)
+    def __init__(  # noqa: PLR0917
         self,
         entry_id: int,
         lac: int,
         stored: bytes,
-        data_len: int,
         future: asyncio.Future[Any],
         ws: tuple[str, ...],
         sent_ms: float,
@@ -147,14 +148,18 @@ class _PendingAdd:
         self.entry_id = entry_id
         self.lac = lac
         self.payload = stored
-        self.crc32c = crc32c.crc32c(stored)
-        self.data_len = data_len
+        self.crc32c: int = crc32c.crc32c(stored)
         self.future = future
         self.ws = ws
         self.sent_ms = sent_ms
         self.result = result
         self.data = data
+        """The application payload (``payload`` minus the header)."""
         self.acked: set[str] = set()
+
+
+_new_pending = object.__new__
+_crc32c = crc32c.crc32c
 
 
 class ReadHandle:
@@ -440,19 +445,21 @@ class WriteHandle(ReadHandle):
         if not outbox:
             self._outbox_ms = self._now_ms()
         future: asyncio.Future[Any] = self._loop.create_future()
-        add = _PendingAdd(
-            entry_id,
-            self._lac,
-            stored,
-            n,
-            future,
+        add: _PendingAdd = _new_pending(_PendingAdd)  # as _PendingAdd.__init__ does
+        add.entry_id = entry_id
+        add.lac = self._lac
+        add.payload = stored
+        add.crc32c = _crc32c(stored)
+        add.future = future
+        add.ws = (
             self._ws_table[entry_id % self._ws_count]
             if entry_id >= self._ws_first
-            else self.metadata.write_set(entry_id),
-            self._outbox_ms,
-            result,
-            payload,
+            else self.metadata.write_set(entry_id)
         )
+        add.sent_ms = self._outbox_ms
+        add.result = result
+        add.data = payload
+        add.acked = set()
         self._next_entry_id = entry_id + 1
         self._length = length
         if not pending:
@@ -490,7 +497,6 @@ class WriteHandle(ReadHandle):
             entry_id,
             self._lac,
             stored,
-            n,
             future,
             self.metadata.write_set(entry_id),
             self._now_ms(),
@@ -605,20 +611,20 @@ class WriteHandle(ReadHandle):
         popleft = pending.popleft
         confirmed: list[bytes] = []
         append = confirmed.append
-        length = self._confirmed_length
+        last = None
         while pending:
             head = pending[0]
             if len(head.acked) < qa:
                 break
-            popleft()
-            length += head.data_len
+            last = popleft()
             append(head.data)
             future = head.future
             if not future.done():
                 future.set_result(head.result)  # callbacks run later: LAC is set below
-        if confirmed:
+        if last is not None:
             self._lac += len(confirmed)  # the pending adds are consecutive from LAC + 1
-            self._confirmed_length = length
+            # the last confirmed entry's header holds the ledger's length up to it
+            (self._confirmed_length,) = _unpack_header(last.payload)
             if self.on_confirmed is not None:
                 self.on_confirmed(self._lac, confirmed)
             for listener in list(self._lac_listeners):
