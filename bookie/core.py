@@ -28,6 +28,8 @@ import logging
 import struct as _struct
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass
+from itertools import chain
+from operator import itemgetter
 from typing import Protocol
 
 import crc32c as _crc32c
@@ -170,6 +172,7 @@ class BookieStatistics:
 
 
 _LENGTH = _struct.Struct(">I")
+_first = itemgetter(0)
 
 
 def _count_packed(packed: Buffer) -> int:
@@ -597,15 +600,13 @@ class Bookie:
         states = self._ledgers
         cache = self._cache
         statuses: list[int] | None = None
-        parts: list[Buffer] = []
-        append = parts.append
+        accepted: list[CachedValue] = []
+        append = accepted.append
         metas: list[bytes] = []
         touched: list[int] = []
         unpack = _WIRE_HEADER.unpack_from
         crc = _crc
         size_max = self._entry_size_max
-        count = 0
-        nbytes = 0
         cur_lid = -1
         st: _LedgerState | None = None
         d: dict[int, CachedValue] = {}
@@ -613,8 +614,8 @@ class Bookie:
         max_lac = -1
         pos = 0
         # Per entry: one unpack, two slices (header, payload: views when ``packed`` is a
-        # memoryview), one crc32c (C), two appends, one dict store. Ledger state, key and
-        # fence are checked when the ledger changes; nothing here awaits.
+        # memoryview), one crc32c (C), one tuple, one append, one dict store. Ledger state,
+        # key and fence are checked when the ledger changes; nothing here awaits.
         for i in range(n):
             lid, eid, lac, c, length = unpack(packed, pos)
             start = pos + ENTRY_HEADER_LEN
@@ -652,18 +653,18 @@ class Bookie:
                 statuses[i] = _CORRUPT
                 pos = end
                 continue
-            header = packed[pos:start]
-            append(header)
-            append(payload)
-            d[eid] = (header, payload)
-            nbytes += length
-            count += 1
+            d[eid] = value = (packed[pos:start], payload)
+            append(value)
             if lac > max_lac:  # noqa: PLR1730 (a max() call costs more per entry)
                 max_lac = lac
             pos = end
         if st is not None and max_lac > st.lac:
             st.lac = max_lac
-        nbytes += ENTRY_HEADER_LEN * count
+        count = len(accepted)
+        if statuses is None:
+            nbytes = len(packed)
+        else:
+            nbytes = ENTRY_HEADER_LEN * count + sum(len(v[1]) for v in accepted)
         journal = self.journal
         for meta in metas:
             journal.append(*frame(meta))
@@ -675,8 +676,10 @@ class Bookie:
         # covered by the crc32c in its header, just verified. With every entry accepted the
         # body is the received buffer itself (its headers are the journal's: ids >= 0).
         body_bytes = ENTRIES_PREFIX.size + nbytes
-        checksum = crc(b"".join(parts[0::2]), crc(prefix))
-        body: list[Buffer] = [prefix, packed] if statuses is None else [prefix, *parts]
+        checksum = crc(b"".join(map(_first, accepted)), crc(prefix))
+        body: list[Buffer] = [prefix, packed]
+        if statuses is not None:
+            body = [prefix, *chain.from_iterable(accepted)]
         group = journal.append_parts(RECORD_HEADER.pack(body_bytes, checksum), body, body_bytes)
         if self._lac_waiters:
             for lid in touched:
