@@ -23,6 +23,8 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Sequence
+from typing import Any
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
@@ -38,8 +40,10 @@ from magnetar.broker.ledger import (  # noqa: E402
     Position,
 )
 from magnetar.broker.ledger import handle as handle_module  # noqa: E402
+from magnetar.broker.ledger.testing import FakeBookieCluster  # noqa: E402
 from magnetar.zk import paths  # noqa: E402
 from magnetar.zk.factory import open_metadata_store  # noqa: E402
+from magnetar.zk.memory import MemoryMetadataServer  # noqa: E402
 
 
 def proc_cpu_s(pid: int | None) -> float:
@@ -59,10 +63,45 @@ def percentile(sorted_ms: list[float], q: float) -> float:
     return sorted_ms[min(len(sorted_ms) - 1, int(q * len(sorted_ms)))]
 
 
+class InstantBookieClient:
+    """``--in-process-bookies``: encodes each batch as ``BookieClient.add_batch`` does and
+    acknowledges it on the next loop iteration. What remains is this process's own cost:
+    the ledger layer, the encoding and this benchmark's loop (no transport, no bookie)."""
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+        self.batches_sent = self.entries_sent = 0
+
+    def add_batch(
+        self, ledger_id: int, master_key: bytes, entries: Sequence[Any], *, recovery: bool = False
+    ) -> asyncio.Future[None]:
+        parts, _ = bookie_client.encode_entries(ledger_id, entries)
+        b"".join(parts)  # the message is built once per bookie
+        self.batches_sent += 1
+        self.entries_sent += len(entries)
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[None] = loop.create_future()
+        loop.call_soon(fut.set_result, None)
+        return fut
+
+    def statistics(self) -> Any:
+        return self
+
+    async def close(self) -> None:
+        pass
+
+
 async def run(
     args: argparse.Namespace, url: str, bookie_pids: list[int | None]
 ) -> dict[str, object]:
-    store = await open_metadata_store(url)
+    if args.in_process_bookies:
+        server = MemoryMetadataServer()
+        FakeBookieCluster(server, count=args.bookies)  # registrations only
+        store: Any = server.connect()
+        client_factory: Any = InstantBookieClient
+    else:
+        store = await open_metadata_store(url)
+        client_factory = functools.partial(BookieClient, max_batch_entries=args.max_batch_entries)
     deadline = time.monotonic() + 30
     while len(await store.children(paths.AVAILABLE_BOOKIES)) < args.bookies:
         if time.monotonic() > deadline:
@@ -75,7 +114,6 @@ async def run(
         retention_time_ms=-1,
         retention_size_bytes=-1,
     )
-    client_factory = functools.partial(BookieClient, max_batch_entries=args.max_batch_entries)
     factory = ManagedLedgerFactory(store, client_factory, config)
     ml = await factory.open(f"bench/ns/persistent/perf-{uuid.uuid4().hex[:8]}")
     configure_gc(args.gc)
@@ -261,6 +299,12 @@ def main() -> None:
         "what a broker process runs with (broker/runtime.py tune_gc_for_serving)",
     )
     p.add_argument(
+        "--in-process-bookies",
+        action="store_true",
+        help="diagnostic: no bookie processes; batches are encoded and acked in this process "
+        "(measures the ledger layer + encoding + this loop: broker_cpu_us_per_add)",
+    )
+    p.add_argument(
         "--channel-option",
         action="append",
         default=[],
@@ -273,6 +317,13 @@ def main() -> None:
     for option in args.channel_option:
         name, _, value = option.partition("=")
         bookie_client.CHANNEL_OPTIONS.append((name, int(value)))
+    if args.in_process_bookies:
+        if args.loop == "uvloop":
+            import uvloop
+
+            uvloop.install()
+        print(json.dumps(asyncio.run(run(args, "", [])) | {"in_process_bookies": True}))
+        return
     with tempfile.TemporaryDirectory(prefix="ledger-perf-") as tmp:
         zk = ZooKeeperServer()
         zk.start()
