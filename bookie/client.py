@@ -13,10 +13,12 @@ add issued while the previous message was being written) travels in one message,
 ``max_batch_entries`` / ``max_batch_bytes``.
 
 Per-entry cost (the broker pays it once per entry and bookie): ``add_batch`` takes many
-entries of one ledger with one future (no request object or future per entry), and encodes
-them to protobuf wire bytes once; the same entry sequence sent to several bookies (a write
-quorum) is encoded once (``encode_entries``); the stream sends those bytes as they are, with
-a small per-message header (batch id, master key), instead of re-building messages.
+entries of one ledger with one future (no request object or future per entry) and packs
+them once into the layout of ``AddBatch.packed`` (``wire.py``: a 32-byte struct header per
+entry, then the payload; no protobuf message per entry); the same entry sequence sent to
+several bookies (a write quorum) is packed once (``encode_entries``). A message is the
+hand-written ``AddBatch`` header (batch id, master key, recovery, packed's length) followed by
+the packed parts of its chunks, joined once: the only client-side copy of a payload.
 
 Invariants: futures resolve in the order their adds were issued (acks are in batch order and
 batches are sent in order); when a stream breaks, every add queued or in flight on it fails
