@@ -116,7 +116,7 @@ class BookieConfig:
 
 
 class AddEntryLike(Protocol):
-    """What the add path reads from each entry: ``AddRequest`` or a gRPC ``AddEntry``."""
+    """What ``add_batch`` reads from each entry: ``AddRequest``'s attributes."""
 
     @property
     def ledger_id(self) -> int: ...
@@ -394,36 +394,28 @@ class Bookie:
     def add_batch(
         self, entries: Sequence[AddEntryLike], master_key: bytes = b""
     ) -> Awaitable[list[int]]:
-        """``add_entries`` for any objects with ``AddRequest``'s attribute names, e.g. the
-        gRPC ``AddEntry`` messages themselves (no per-entry ``AddRequest`` to build): an
-        entry whose ``master_key`` is empty uses ``master_key`` (the batch's key).
-        Returns a future with one status per entry (0 = OK), resolved after the fsync."""
-        return self.submit_batch(entries, master_key)[0]
-
-    def submit_batch(
-        self, entries: Sequence[AddEntryLike], master_key: bytes = b""
-    ) -> tuple[Awaitable[list[int]], int]:
-        """``add_batch`` that also returns the bytes the batch put into the write cache (the
-        gRPC service bounds its in-flight bytes with it; sizing a protobuf message costs a
-        full serialisation). Negative ids are refused per entry (``BAD_REQUEST``)."""
+        """``add_entries`` for any objects with ``AddRequest``'s attribute names (no
+        per-entry ``AddRequest`` to build): an entry whose ``master_key`` is empty uses
+        ``master_key`` (the batch's key). Returns a future with one status per entry (0 = OK),
+        resolved after the fsync. Negative ids are refused per entry (``BAD_REQUEST``). The
+        gRPC service uses ``submit_packed`` instead (no per-entry object at all)."""
         requests = entries
         loop = self._loop
         assert loop is not None, "start() first"
         if self._read_only or self._closing:
-            return _ready(loop, [_READ_ONLY] * len(requests)), 0
+            return _ready(loop, [_READ_ONLY] * len(requests))
         cache = self._cache
         if cache.active_bytes >= cache.half_bytes_max:
             if not cache.flushing:
                 self._begin_checkpoint()
             if cache.active_bytes >= cache.half_bytes_max:
                 self._throttled += 1
-                size = sum(ENTRY_HEADER_LEN + len(r.payload) for r in requests)
 
                 def later() -> Awaitable[list[int]]:
                     return self._add_now(requests, loop, master_key)[0]
 
-                return loop.create_task(self._add_throttled(len(requests), later)), size
-        return self._add_now(requests, loop, master_key)
+                return loop.create_task(self._add_throttled(len(requests), later))
+        return self._add_now(requests, loop, master_key)[0]
 
     def _add_now(
         self,
