@@ -367,7 +367,7 @@ def run_scenario(
         samples.append((t, disk["entry_logs"], ledgers, backlog))
         if marks["backlog_zero"] is None and backlog == 0:
             marks["backlog_zero"] = t
-        if marks["one_ledger"] is None and 0 < ledgers <= 1:
+        if marks["one_ledger"] is None and 0 < ledgers <= 1 < ledgers_peak:
             marks["one_ledger"] = t
         if marks["reclaimed"] is None and disk["entry_logs"] <= threshold:
             marks["reclaimed"] = t

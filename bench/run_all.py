@@ -12,7 +12,12 @@ figures and whether the issue's targets were met on this run:
 - ``shared-2c``: batching, two consumers on a Shared subscription (no target);
 - ``magnetar-client``: batching with our own client (no target; skipped if unusable);
 - ``raw-batching`` / ``raw-no-batching``: ``--client raw`` (per-entry protocol frames, no
-  client library: what the broker and bookie sustain when the client is not the bound).
+  client library: what the broker and bookie sustain when the client is not the bound);
+- ``keyshared``: ``bench/keyshared_perf.py`` on the same standalone: Key_Shared vs Shared,
+  4 consumers, 1,000 keys, unbatched — target Key_Shared >= 70% of Shared;
+- ``reclaim``: ``bench/reclaim_perf.py`` (its own ZooKeeper, bookie process and broker):
+  16 MB through TTL and through retention — target: the bookie's entry-log bytes fall to
+  10% of the peak within its timeout, in both.
 
 Numbers depend on what else runs on the machine: the load average is in each result.
 ``--only NAME`` (repeatable) runs a subset; ``--profile DIR`` py-spies the servers in each.
@@ -47,7 +52,14 @@ TARGETS = {
     "batching": ("msgs_per_s", ">=", 200_000),
     "no-batching": ("msgs_per_s", ">=", 20_000),
     "latency-5k": ("publish_p99_ms", "<=", 10.0),
+    "keyshared": ("ratio", ">=", 0.70),
 }
+BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
+#: benches with their own script, quick parameters (keyshared runs on the standalone above)
+EXTRA: list[tuple[str, str, list[str]]] = [
+    ("keyshared", "keyshared_perf.py", ["--repeat", "1"]),
+    ("reclaim", "reclaim_perf.py", ["--mb", "16", "--timeout-s", "60"]),
+]
 
 
 def run_scenario(
@@ -86,7 +98,45 @@ def run_scenario(
     return result
 
 
+def run_extra(
+    name: str,
+    script: str,
+    extra: list[str],
+    server: StandaloneServer | None,
+    args: argparse.Namespace,
+) -> dict[str, Any] | str:
+    """One of ``EXTRA``: its output indented, its last line (one JSON object) returned."""
+    cmd = [sys.executable, os.path.join(BENCH_DIR, script), *extra]
+    if name == "keyshared":
+        assert server is not None
+        cmd += ["--service-url", server.service_url, "--broker-pid", str(server.pid)]
+        cmd += ["--seconds", str(args.seconds), "--warmup-seconds", str(args.warmup_seconds)]
+    print(f"\n=== {name}: {' '.join(cmd[1:])}", flush=True)
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, check=False)
+    out = proc.stdout.decode(errors="replace").rstrip().splitlines()
+    for line in out[:-1]:
+        print(f"  {line}", flush=True)
+    if proc.returncode != 0 or not out:
+        reason = out[-1] if out else f"exit {proc.returncode}"
+        print(f"  {name}: not run: {reason}", flush=True)
+        return reason
+    try:
+        result: dict[str, Any] = json.loads(out[-1])
+    except json.JSONDecodeError:
+        return f"no JSON result: {out[-1]}"
+    return result
+
+
+def reclaim_verdict(result: dict[str, Any]) -> str:
+    scenarios = result.get("scenarios", {})
+    times = {k: v.get("t_reclaimed_s") for k, v in scenarios.items()}
+    ok = bool(times) and all(t is not None for t in times.values())
+    return f"{'met' if ok else 'MISSED'} (seconds to reclaim: {times})"
+
+
 def verdict(name: str, result: dict[str, Any]) -> str:
+    if name == "reclaim":
+        return reclaim_verdict(result)
     if name not in TARGETS:
         return ""
     key, op, goal = TARGETS[name]
@@ -101,20 +151,31 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--seconds", type=float, default=5.0, help="measured seconds per scenario")
     p.add_argument("--warmup-seconds", type=float, default=1.0)
-    p.add_argument("--only", action="append", choices=[n for n, _ in SCENARIOS])
+    p.add_argument(
+        "--only", action="append", choices=[n for n, _ in SCENARIOS] + [n for n, _, _ in EXTRA]
+    )
     p.add_argument("--profile", metavar="DIR", help="py-spy the broker and bookie per scenario")
     args = p.parse_args()
     chosen = [(n, e) for n, e in SCENARIOS if not args.only or n in args.only]
+    extras = [x for x in EXTRA if not args.only or x[0] in args.only]
     print(f"# load average at start: {loadavg()} on {os.cpu_count()} cores", flush=True)
     results: dict[str, Any] = {}
-    with StandaloneServer() as server:
-        print(
-            f"# standalone {server.service_url}: broker pid {server.pid}, "
-            f"bookie pids {server.bookie_pids()}",
-            flush=True,
-        )
-        for name, extra in chosen:
-            results[name] = run_scenario(name, extra, server, args)
+    extra_results: dict[str, Any] = {}
+    if chosen or any(n == "keyshared" for n, _, _ in extras):
+        with StandaloneServer() as server:
+            print(
+                f"# standalone {server.service_url}: broker pid {server.pid}, "
+                f"bookie pids {server.bookie_pids()}",
+                flush=True,
+            )
+            for name, extra in chosen:
+                results[name] = run_scenario(name, extra, server, args)
+            for name, script, extra in extras:
+                if name == "keyshared":
+                    extra_results[name] = run_extra(name, script, extra, server, args)
+    for name, script, extra in extras:
+        if name != "keyshared":
+            extra_results[name] = run_extra(name, script, extra, None, args)
 
     head = (
         f"{'scenario':<16} {'msg/s':>9} {'MB/s':>6} {'pub p50':>8} {'pub p99':>8} "
@@ -132,10 +193,23 @@ def main() -> int:
             f"{r['publish_p99_ms']:>8.2f} {r['e2e_p99_ms']:>8.2f} {cores:>20} "
             f"{r['loadavg_before'][0]:>5.2f}  {verdict(name, r)}"
         )
+    for name, r in extra_results.items():
+        if isinstance(r, str):
+            print(f"{name:<16} not run: {r[:80]}")
+        elif name == "keyshared":
+            print(
+                f"{name:<16} Key_Shared {r['keyshared_msgs_per_s']:.0f} msg/s vs Shared "
+                f"{r['shared_msgs_per_s']:.0f} msg/s, ratio {r['ratio']}  {verdict(name, r)}"
+            )
+        else:
+            print(f"{name:<16} {verdict(name, r)}")
+    results.update(extra_results)
     summary = {
         "scenarios": results,
         "targets": {
-            n: verdict(n, r) for n, r in results.items() if n in TARGETS and isinstance(r, dict)
+            n: verdict(n, r)
+            for n, r in results.items()
+            if (n in TARGETS or n == "reclaim") and isinstance(r, dict)
         },
         "seconds": args.seconds,
         "loadavg_end": loadavg(),
