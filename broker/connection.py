@@ -95,6 +95,10 @@ def _error_code(name: str) -> Any:
 
 _I64 = 1 << 63
 
+_FAIL_ONE_CODES = frozenset({"NotAllowedError"})
+"""SEND_ERROR codes that refuse one message (the producer stays usable)."""
+_CPP_CORE_CLIENTS = ("Pulsar-CPP", "Pulsar-Python", "Pulsar-Node")
+
 
 def _position(mid: Any) -> Position:
     """A MessageIdData as a Position; uint64 ids above INT64_MAX are the client's negatives."""
@@ -607,9 +611,9 @@ class ServerConnection(asyncio.Protocol):
         elif len(tail) < 4:
             raise ProtocolViolation("SEND without metadata")
         num = send.num_messages if send.HasField("num_messages") else 1
-        refused = self.service.policies.admit_send(topic)  # backlog quota
+        refused = self.service.policies.admit_send(topic, tail)  # backlog quota, max delay
         if refused is not None:
-            self._send_error(pid, seq, refused, "Backlog quota exceeded")
+            self._send_error(pid, seq, *refused)
             return
         check_dedup = True
         if send.is_chunk and topic.dedup.enabled:
@@ -650,6 +654,11 @@ class ServerConnection(asyncio.Protocol):
         )
 
     def _send_error(self, pid: int, seq: int, code: str, message: str) -> None:
+        if code in _FAIL_ONE_CODES and self.client_version.startswith(_CPP_CORE_CLIENTS):
+            # The C++ client core (C++, Python, Node.js) fails one message only on
+            # ChecksumError and answers any other SEND_ERROR by reconnecting and resending,
+            # forever. It logs the message text, so the reason stays visible.
+            code, message = "ChecksumError", f"{code}: {message}"
         self.write_command(
             T(
                 type=T.SEND_ERROR,

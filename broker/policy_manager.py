@@ -26,6 +26,9 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 from magnetar.broker.backlog_quota import backlog_bytes, backlog_exceeded, evict_backlog
+from magnetar.broker.compaction import COMPACTION_SUBSCRIPTION
+from magnetar.broker.frames import parse_metadata
+from magnetar.broker.ledger.position import EARLIEST
 from magnetar.broker.naming import TopicName
 from magnetar.broker.policies import (
     BacklogQuotaType,
@@ -36,6 +39,7 @@ from magnetar.broker.policies import (
 from magnetar.broker.producer import ProducerError
 from magnetar.broker.rate_limit import RateLimiter
 from magnetar.broker.resources import TOPIC_POLICIES
+from magnetar.broker.storage import Entry
 from magnetar.broker.subscription import SubscriptionError
 from magnetar.broker.topic import PersistentTopic
 from magnetar.broker.ttl import expire_messages
@@ -354,15 +358,27 @@ class PolicyManager:
                 raise SubscriptionError("ConsumerBusy", "Topic reached max consumers limit")
         consumer.max_unacked = state.policies.max_unacked_per_consumer
 
-    def admit_send(self, topic: Any) -> str | None:
-        """Before a SEND is accepted: the ServerError name to refuse it with, or None."""
+    def admit_send(self, topic: Any, data: bytes | None = None) -> tuple[str, str] | None:
+        """Before a SEND is accepted: (ServerError name, message) to refuse it with, or None.
+        ``data`` (metadata + payload) is checked against the maximum delivery delay."""
         state = self._states.get(topic.full_name)
         if state is None:
             return None
         if state.quota_action is RetentionPolicy.PRODUCER_EXCEPTION:
-            return "ProducerBlockedQuotaExceededException"
+            return ("ProducerBlockedQuotaExceededException", "Backlog quota exceeded")
         if len(state.held) >= HELD_SENDS_MAX:
-            return "ProducerBlockedQuotaExceededError"
+            return ("ProducerBlockedQuotaExceededError", "Backlog quota exceeded")
+        max_delay = state.policies.delayed_delivery_max_delay_ms
+        if max_delay > 0 and data is not None and state.policies.delayed_delivery:
+            deliver_at = PersistentTopic.deliver_at_of(Entry(EARLIEST, data))
+            if deliver_at > 0:
+                publish_time = parse_metadata(data).publish_time
+                if deliver_at - publish_time > max_delay:
+                    # Pulsar's NotAllowedException text
+                    return (
+                        "NotAllowedError",
+                        f"Exceeds max allowed delivery delay of {max_delay} milliseconds",
+                    )
         return None
 
     def publish(
@@ -444,6 +460,8 @@ class PolicyManager:
             if ttl_s <= 0:
                 continue
             for sub in list(topic.subscriptions.values()):
+                if sub.name == COMPACTION_SUBSCRIPTION:
+                    continue  # as Pulsar: TTL never moves compaction past uncompacted data
                 n = await expire_messages(topic, sub, now - ttl_s * 1000)
                 state.expired_entries += n
                 total += n

@@ -61,6 +61,10 @@ from magnetar.client.protocol import (
 log = logging.getLogger(__name__)
 
 
+_FAIL_ONE_ERRORS = frozenset({9, 22})
+"""SEND_ERROR codes that fail only the message they name (ChecksumError, NotAllowedError)."""
+
+
 @dataclass(frozen=True, slots=True)
 class ProducerConfig:
     producer_name: str | None = None
@@ -583,14 +587,21 @@ class PartitionProducer(Handler):
         self._release(n)
 
     def on_send_error(self, cmd: pb.CommandSendError) -> None:
-        if cmd.error == 9 and self._pending and self._pending[0].sequence_id == cmd.sequence_id:
-            op = self._pending.popleft()  # ChecksumError: fail just that message
+        head = self._pending[0] if self._pending else None
+        if (
+            cmd.error in _FAIL_ONE_ERRORS
+            and head is not None
+            and head.sequence_id == cmd.sequence_id
+        ):
+            # ChecksumError, NotAllowedError (e.g. beyond the maximum delivery delay): fail
+            # just that message, as the Java client does
+            op = self._pending.popleft()
             exc = for_code(cmd.error, cmd.message)
             for fut in op.futures:
                 _fail(fut, exc)
             self._release(len(op.futures))
             return
-        if self.cnx is not None:  # anything else: reconnect and resend (C++ behaviour)
+        if self.cnx is not None:  # anything else: reconnect and resend
             asyncio.get_running_loop().create_task(self.cnx.close(f"SEND_ERROR {cmd.message}"))
 
     async def _timeout_loop(self) -> None:

@@ -250,6 +250,31 @@ def test_message_ttl_expires_unacked_messages_and_applies_live(
     assert got == [b"n%d" % i for i in range(5)]  # the expired ones are never delivered
 
 
+def test_message_ttl_never_expires_the_compaction_subscription(
+    broker: InProcessBroker, admin: Admin, client: pulsar.Client, clock: VirtualClock
+) -> None:
+    topic = _topic("ttl-compaction")
+    local = topic.split("://", 1)[1]
+    client.subscribe(topic, "s").close()
+    producer = client.create_producer(topic, batching_enabled=False)
+    producer.send(b"v1", partition_key="k")
+    status, _ = admin.request("PUT", f"/admin/v2/persistent/{local}/compaction")
+    assert status == 204
+    wait_until(
+        lambda: admin.get(f"/admin/v2/persistent/{local}/compaction")["status"] == "SUCCESS",
+        what="compaction",
+    )
+    for i in range(4):  # not compacted yet: the __compaction cursor keeps them
+        producer.send(b"v%d" % (i + 2), partition_key="k")
+    assert _backlog(admin, topic, "__compaction") == 4
+    admin.post(f"{NS}/messageTTL", 60)
+    _applied(broker, topic, lambda p: p.message_ttl_s == 60)
+    _advance(broker, clock, 120)
+    _check_now(broker)
+    assert _backlog(admin, topic, "s") == 0  # expired
+    assert _backlog(admin, topic, "__compaction") == 4  # as Pulsar: TTL skips compaction
+
+
 def test_topic_level_policies_override_the_namespace_live(
     broker: InProcessBroker, admin: Admin, client: pulsar.Client, clock: VirtualClock
 ) -> None:
@@ -488,6 +513,39 @@ def test_delayed_delivery_switched_off_live(
     _applied(broker, topic, lambda p: not p.delayed_delivery)
     producer.send(b"now", deliver_after=__import__("datetime").timedelta(hours=1))
     assert consumer.receive(5000).data() == b"now"  # delivered at once when disabled
+
+
+def test_max_delivery_delay_refuses_sends_delayed_beyond_it(
+    broker: InProcessBroker, admin: Admin, client: pulsar.Client
+) -> None:
+    from datetime import timedelta
+
+    from magnetar.client import NotAllowedError
+    from magnetar.client.sync import Client as MagnetarClient
+
+    topic = _topic("maxdelay")
+    consumer = client.subscribe(topic, "s", consumer_type=Shared)
+    producer = client.create_producer(topic, batching_enabled=False, send_timeout_millis=2000)
+    producer.send(b"far", deliver_after=timedelta(hours=1))  # no cap yet: accepted
+    admin.post(
+        f"{NS}/delayedDelivery",
+        {"active": True, "tickTime": 1000, "maxDeliveryDelayInMillis": 60_000},
+    )
+    _applied(broker, topic, lambda p: p.delayed_delivery_max_delay_ms == 60_000)
+    # Pulsar answers SEND_ERROR NotAllowedError, which the C++ core under the official client
+    # answers by reconnecting and resending forever; we fail the one message instead
+    with pytest.raises(pulsar.ChecksumError):
+        producer.send(b"too-far", deliver_after=timedelta(hours=1))
+    producer.send(b"soon", deliver_after=timedelta(seconds=30))  # within the cap: accepted
+    producer.send(b"now")
+    assert consumer.receive(5000).data() == b"now"
+    # magnetar.client fails just that message with the broker's reason, as Java's does
+    with MagnetarClient(broker.service_url) as ours:
+        p2 = ours.create_producer(topic, batching_enabled=False)
+        with pytest.raises(NotAllowedError, match="max allowed delivery delay"):
+            p2.send(b"too-far", deliver_after=timedelta(hours=1))
+        p2.send(b"after")
+    assert consumer.receive(5000).data() == b"after"
 
 
 # -- rate limits -------------------------------------------------------------------------------
