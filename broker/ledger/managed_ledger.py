@@ -360,7 +360,9 @@ class ManagedLedger:
 
     # -- add path -------------------------------------------------------------------------------
     def add_nowait(self, payload: bytes) -> asyncio.Future[Position]:
-        """Queue an add; the future resolves to its position. Completions are in order."""
+        """Queue an add; the future resolves to its position. Completions are in order:
+        when an add's future is done, every earlier add's future is done too (so a caller
+        with many adds may wait for the last one only, then read each one's outcome)."""
         state = self.state
         if state is _LEDGER_OPENED:
             # the hot path of every add: the current ledger's handle makes the Position

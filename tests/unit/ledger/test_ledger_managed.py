@@ -293,3 +293,64 @@ async def test_cache_is_evicted_behind_every_reader(
     await ml.read_entries(b, 6)
     assert ml.statistics().cache.entries == 4
     ml.check_invariants()
+
+
+def watch_order(futures: list[asyncio.Future[Position]], violations: list[int]) -> None:
+    """On each add's completion, every earlier add's future must already be done: a caller
+    with many adds may await only the last one, then read the others' results."""
+
+    def check(index: int, _: asyncio.Future[Position]) -> None:
+        if not all(f.done() for f in futures[:index]):
+            violations.append(index)
+
+    for i, fut in enumerate(futures):
+        fut.add_done_callback(lambda f, i=i: check(i, f))
+
+
+async def test_an_add_completes_only_after_every_earlier_add_across_rollovers(
+    meta_server: MemoryMetadataServer, fake_bookies: FakeBookieCluster
+) -> None:
+    f = factory(meta_server, fake_bookies, max_entries_per_ledger=7)
+    ml = await f.open("t/ns/persistent/order")
+    rng = random.Random(5)
+    futures: list[asyncio.Future[Position]] = []
+    for i in range(120):
+        futures.append(ml.add_nowait(b"m%d" % i))  # some queue while the ledger rolls over
+        if rng.random() < 0.2:
+            await asyncio.sleep(0)
+    violations: list[int] = []
+    watch_order(futures, violations)
+    positions = await asyncio.wait_for(asyncio.gather(*futures), 10)
+    assert violations == []
+    assert positions == sorted(positions) and len({p.ledger_id for p in positions}) > 10
+    await f.close()
+
+
+async def test_an_add_completes_only_after_every_earlier_add_when_a_ledger_fails(
+    meta_server: MemoryMetadataServer, fake_bookies: FakeBookieCluster
+) -> None:
+    f = factory(
+        meta_server,
+        fake_bookies,
+        ensemble_change_timeout_ms=100,
+        add_timeout_ms=100,
+        retention_time_ms=-1,
+        retention_size_bytes=-1,
+    )
+    ml = await f.open("t/ns/persistent/order-fail")
+    await ml.add(b"a")
+    ensemble = ml._current.metadata.last_ensemble  # type: ignore[union-attr]
+    for b in [b for b in fake_bookies.bookies if b not in ensemble]:
+        fake_bookies.crash(b)  # no spare bookie left
+    fake_bookies.crash(ensemble[0])  # the current ledger fails: its pending adds fail
+    doomed = [ml.add_nowait(b"x%d" % i) for i in range(5)]
+    await asyncio.wait(doomed, timeout=10)  # the ledger failed them
+    later = [ml.add_nowait(b"y%d" % i) for i in range(5)]  # queued for the next ledger
+    violations: list[int] = []
+    watch_order([*doomed, *later], violations)
+    for b in list(fake_bookies.bookies):
+        fake_bookies.restart(b)
+    done = await asyncio.wait_for(asyncio.gather(*later), 10)
+    assert all(fut.exception() is not None for fut in doomed)
+    assert len(done) == 5 and violations == []
+    await f.close()
