@@ -1,6 +1,6 @@
 """In-process throughput of the bookie storage engine (no gRPC): adds/s and MB/s.
 
-Usage: .venv/bin/python bench/storage_perf.py [--seconds 3] [--dir /tmp/x] [--profile]
+Usage: .venv/bin/python bench/storage_perf.py [--seconds 3] [--dir /tmp/x] [--profile] [--packed]
 Each scenario runs ``producers`` tasks, each keeping one batch of ``batch`` entries in flight
 (so ``producers x batch`` entries are in flight), over ``ledgers`` ledgers, on a fresh bookie in
 a temporary directory on the real disk. ``engine_cpu_us_per_add`` (process CPU time of all
@@ -25,6 +25,7 @@ import crc32c
 
 from magnetar.bookie.api import AddRequest
 from magnetar.bookie.core import Bookie, BookieConfig
+from magnetar.bookie.wire import pack_entries
 
 SCENARIOS = [
     # name, entry size, batch, producers, ledgers
@@ -38,7 +39,14 @@ SCENARIOS = [
 
 
 async def run_scenario(  # noqa: PLR0917
-    base: str, name: str, size: int, batch: int, producers: int, ledgers: int, seconds: float
+    base: str,
+    name: str,
+    size: int,
+    batch: int,
+    producers: int,
+    ledgers: int,
+    seconds: float,
+    packed: bool = False,
 ) -> dict[str, object]:
     d = tempfile.mkdtemp(prefix=f"storage-perf-{name}-", dir=base)
     bookie = Bookie(BookieConfig(journal_dir=f"{d}/journal", ledger_dir=f"{d}/ledgers"))
@@ -65,9 +73,14 @@ async def run_scenario(  # noqa: PLR0917
             reqs = [
                 AddRequest(lid, e, e - 1, crc, payload, key) for e in range(first, first + batch)
             ]
+            if packed:  # as the gRPC service hands a received message to the engine
+                buf = b"".join(pack_entries(lid, reqs)[0])
             build_s[0] += time.thread_time() - b0
             t0 = time.perf_counter()
-            statuses = await bookie.add_entries(reqs)
+            if packed:
+                statuses = await bookie.submit_packed(buf, key)[0]
+            else:
+                statuses = await bookie.add_entries(reqs)
             latencies.append(time.perf_counter() - t0)
             if any(statuses):
                 failures += 1
@@ -86,7 +99,7 @@ async def run_scenario(  # noqa: PLR0917
     latencies.sort()
     q = statistics.quantiles(latencies, n=100) if len(latencies) > 2 else [0.0] * 99
     return {
-        "scenario": name,
+        "scenario": name + ("-packed" if packed else ""),
         "entry_bytes": size,
         "batch": batch,
         "in_flight": batch * producers,
@@ -107,7 +120,9 @@ async def main_async(args: argparse.Namespace) -> list[dict[str, object]]:
     for name, size, batch, producers, ledgers in SCENARIOS:
         if args.only and name not in args.only:
             continue
-        r = await run_scenario(args.dir, name, size, batch, producers, ledgers, args.seconds)
+        r = await run_scenario(
+            args.dir, name, size, batch, producers, ledgers, args.seconds, args.packed
+        )
         print(r, file=sys.stderr)
         results.append(r)
     return results
@@ -120,6 +135,11 @@ def main() -> None:
     parser.add_argument("--only", nargs="*")
     parser.add_argument("--profile", action="store_true", help="pyinstrument the run")
     parser.add_argument("--uvloop", action="store_true")
+    parser.add_argument(
+        "--packed",
+        action="store_true",
+        help="add through submit_packed (the gRPC service's path: one packed buffer per batch)",
+    )
     parser.add_argument(
         "--switch-interval-ms", type=float, default=None, help="sys.setswitchinterval (GIL)"
     )

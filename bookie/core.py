@@ -175,22 +175,28 @@ _LENGTH = _struct.Struct(">I")
 _first = itemgetter(0)
 
 
-def _count_packed(packed: Buffer) -> int:
-    """Entries in a packed buffer, or ``MalformedBatch`` (checked before any state changes)."""
-    n = len(packed)
-    if n == 0:
+def _count_packed(buf: bytes, first: int, stop: int) -> int:
+    """Entries in ``buf[first:stop]``, or ``MalformedBatch`` (checked before any state
+    changes)."""
+    if stop <= first:
         raise MalformedBatch("empty batch")
-    pos = 0
+    pos = first
     count = 0
     length_at = _LENGTH.unpack_from
-    while pos < n:
-        if n - pos < ENTRY_HEADER_LEN:
-            raise MalformedBatch(f"truncated entry header at offset {pos}")
-        pos += ENTRY_HEADER_LEN + length_at(packed, pos + 28)[0]
+    while pos < stop:
+        if stop - pos < ENTRY_HEADER_LEN:
+            raise MalformedBatch(f"truncated entry header at offset {pos - first}")
+        pos += ENTRY_HEADER_LEN + length_at(buf, pos + 28)[0]
         count += 1
-    if pos != n:
-        raise MalformedBatch(f"last entry runs {pos - n} bytes past the end")
+    if pos != stop:
+        raise MalformedBatch(f"last entry runs {pos - stop} bytes past the end")
     return count
+
+
+_VIEW_MIN_BYTES = 8192
+"""Payloads at least this large are kept as ``memoryview`` slices of the received message;
+smaller ones are copied (a bytes slice of 1 KiB costs less than a memoryview, which is also
+tracked by the GC; measured with ``bench/storage_perf.py --packed``)."""
 
 
 def _ready(loop: asyncio.AbstractEventLoop, value: list[int]) -> asyncio.Future[list[int]]:
@@ -552,16 +558,22 @@ class Bookie:
     # -- packed add path (the gRPC fast path) --
 
     def submit_packed(
-        self, packed: Buffer, master_key: bytes = b"", recovery: bool = False
+        self,
+        buf: bytes,
+        master_key: bytes = b"",
+        recovery: bool = False,
+        first: int = 0,
+        stop: int | None = None,
     ) -> tuple[Awaitable[list[int]], int, int]:
-        """Add every entry of one ``AddBatch.packed`` buffer (layout: ``wire.py``) with the
-        batch's master key and recovery flag. Returns (future of one status per entry,
-        resolved after the journal fsync; entry count; bytes put into the write cache).
+        """Add every entry of one ``AddBatch.packed`` buffer, ``buf[first:stop]`` (layout:
+        ``wire.py``; the service passes the whole received message and packed's bounds),
+        with the batch's master key and recovery flag. Returns (future of one status per
+        entry, resolved after the journal fsync; entry count; bytes put into the write cache).
         Raises ``MalformedBatch`` before touching any state if the buffer does not hold whole
-        entries. The buffer must not change afterwards: the journal writes it as it is, and
-        the write cache keeps slices of it (a ``memoryview`` of the received message: no
-        payload is copied on the add path)."""
-        count = _count_packed(packed)
+        entries. ``buf`` must not change afterwards: the journal writes it as it is, and the
+        write cache keeps views of its large payloads (no copy of them on the add path)."""
+        stop = len(buf) if stop is None else stop
+        count = _count_packed(buf, first, stop)
         loop = self._loop
         assert loop is not None, "start() first"
         if self._read_only or self._closing:
@@ -574,21 +586,25 @@ class Bookie:
                 self._throttled += 1
 
                 def later() -> Awaitable[list[int]]:
-                    return self._add_packed(packed, count, master_key, recovery, loop)[0]
+                    return self._add_packed(buf, first, stop, count, master_key, recovery)[0]
 
-                return loop.create_task(self._add_throttled(count, later)), count, len(packed)
-        fut, nbytes = self._add_packed(packed, count, master_key, recovery, loop)
+                return loop.create_task(self._add_throttled(count, later)), count, stop - first
+        fut, nbytes = self._add_packed(buf, first, stop, count, master_key, recovery)
         return fut, count, nbytes
 
-    def _add_packed(
+    def _add_packed(  # noqa: PLR0917
         self,
-        packed: Buffer,
+        buf: bytes,
+        first: int,
+        stop: int,
         n: int,
         key: bytes,
         recovery: bool,
-        loop: asyncio.AbstractEventLoop,
     ) -> tuple[asyncio.Future[list[int]], int]:
         """``submit_packed`` after the structure check: one pass over the entries."""
+        loop = self._loop
+        assert loop is not None
+        view: memoryview | None = None
         states = self._ledgers
         cache = self._cache
         statuses: list[int] | None = None
@@ -604,12 +620,12 @@ class Bookie:
         d: dict[int, CachedValue] = {}
         refused = 0  # the current ledger's refusal status (key, fence), 0 = accepted
         max_lac = -1
-        pos = 0
-        # Per entry: one unpack, two slices (header, payload: views when ``packed`` is a
-        # memoryview), one crc32c (C), one tuple, one append, one dict store. Ledger state,
-        # key and fence are checked when the ledger changes; nothing here awaits.
+        pos = first
+        # Per entry: one unpack, two slices (header, payload: a view when large), one crc32c
+        # (C), one tuple, one append, one dict store. Ledger state, key and fence are checked
+        # when the ledger changes; nothing here awaits.
         for i in range(n):
-            lid, eid, lac, c, length = unpack(packed, pos)
+            lid, eid, lac, c, length = unpack(buf, pos)
             start = pos + ENTRY_HEADER_LEN
             end = start + length
             if lid != cur_lid:
@@ -639,13 +655,18 @@ class Bookie:
                 statuses[i] = refused or (_BAD_REQUEST if eid < 0 else _TOO_LARGE)
                 pos = end
                 continue
-            payload = packed[start:end]
+            if length < _VIEW_MIN_BYTES:
+                payload: Buffer = buf[start:end]
+            else:
+                if view is None:
+                    view = memoryview(buf)
+                payload = view[start:end]
             if crc(payload) != c:
                 statuses = statuses or [_OK] * n
                 statuses[i] = _CORRUPT
                 pos = end
                 continue
-            d[eid] = value = (packed[pos:start], payload)
+            d[eid] = value = (buf[pos:start], payload)
             append(value)
             if lac > max_lac:  # noqa: PLR1730 (a max() call costs more per entry)
                 max_lac = lac
@@ -654,7 +675,7 @@ class Bookie:
             st.lac = max_lac
         count = len(accepted)
         if statuses is None:
-            nbytes = len(packed)
+            nbytes = stop - first
         else:
             nbytes = ENTRY_HEADER_LEN * count + sum(len(v[1]) for v in accepted)
         journal = self.journal
@@ -669,7 +690,10 @@ class Bookie:
         # body is the received buffer itself (its headers are the journal's: ids >= 0).
         body_bytes = ENTRIES_PREFIX.size + nbytes
         checksum = crc(b"".join(map(_first, accepted)), crc(prefix))
-        body: list[Buffer] = [prefix, packed]
+        body: list[Buffer] = [
+            prefix,
+            buf if first == 0 and stop == len(buf) else memoryview(buf)[first:stop],
+        ]
         if statuses is not None:
             body = [prefix, *chain.from_iterable(accepted)]
         group = journal.append_parts(RECORD_HEADER.pack(body_bytes, checksum), body, body_bytes)

@@ -128,7 +128,7 @@ class BookieService(pb_grpc.BookieServicer):
         # checksums itself and reports (codes awaitable, entry count, bytes).
         submit = getattr(storage, "submit_packed", None)
         self._submit_packed: (
-            Callable[[memoryview, bytes, bool], tuple[Awaitable[list[int]], int, int]] | None
+            Callable[[bytes, bytes, bool, int, int], tuple[Awaitable[list[int]], int, int]] | None
         ) = submit if callable(submit) else None
         self.max_entry_bytes = max_entry_bytes
         self.max_inflight_batches = max_inflight_batches
@@ -167,7 +167,7 @@ class BookieService(pb_grpc.BookieServicer):
 
     # -- Add --------------------------------------------------------------------------------
 
-    def _submit(self, batch: BatchHeader, packed: memoryview) -> tuple[int, int, _Codes]:
+    def _submit(self, batch: BatchHeader, data: bytes) -> tuple[int, int, _Codes]:
         """Validate and hand one batch to storage; returns (entries, bytes, codes): codes are
         one status per entry, or their future, or one error for the whole batch (a malformed
         ``packed`` buffer: nothing of it is stored)."""
@@ -178,7 +178,9 @@ class BookieService(pb_grpc.BookieServicer):
             # The engine walks the buffer and validates every entry (ids, keys, fences,
             # sizes, checksums) in one pass; no per-entry object is built here.
             try:
-                awaitable, count, size = submit(packed, batch.master_key, batch.recovery)
+                awaitable, count, size = submit(
+                    data, batch.master_key, batch.recovery, batch.packed_start, batch.packed_end
+                )
             except MalformedBatch as exc:
                 return 0, 0, self._malformed(batch.batch_id, exc)
             except BookieError as exc:
@@ -188,7 +190,7 @@ class BookieService(pb_grpc.BookieServicer):
                 return 0, 0, BookieIOError(f"add batch failed: {exc!r}")
             return count, size, asyncio.ensure_future(awaitable)
         try:
-            parsed = parse_packed(bytes(packed))
+            parsed = parse_packed(data[batch.packed_start : batch.packed_end])
         except MalformedBatch as exc:
             return 0, 0, self._malformed(batch.batch_id, exc)
         n = len(parsed)
@@ -252,8 +254,7 @@ class BookieService(pb_grpc.BookieServicer):
                     state.space.clear()
                     await state.space.wait()
                 self._batches += 1
-                packed = memoryview(data)[batch.packed_start : batch.packed_end]
-                n, size, codes = self._submit(batch, packed)
+                n, size, codes = self._submit(batch, data)
                 self._entries += n
                 state.pending.append((batch.batch_id, n, size, codes))
                 state.inflight_bytes += size

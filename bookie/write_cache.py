@@ -7,8 +7,8 @@ the entry log. If a flush fails, ``unswap`` merges the frozen half back so nothi
 
 Layout per half: ``{ledger id: {entry id: (entry header, payload)}}``; the 32-byte entry
 header is the same bytes the journal and the entry log carry (see ``journal.ENTRY_HEADER``),
-so a flush copies no payload. Headers and payloads of received adds are ``memoryview`` slices
-of the gRPC message they came in (no copy on the add path).
+so a flush copies no payload. Large payloads of received adds are ``memoryview`` slices of the
+gRPC message they came in (no copy on the add path); small ones are ``bytes`` copies.
 
 Back-pressure (decided by the caller, ``core.py``): ``is_full`` says the active half holds at
 least ``half_bytes_max``; the caller then starts a flush (if none runs) or waits for the
@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from magnetar.bookie.journal import ENTRY_HEADER_LEN
 
 Buffer = bytes | memoryview
-"""A cached header or payload: ``bytes`` (replay), or a ``memoryview`` into the received gRPC
-message (the add path keeps no copy of its own; readers get ``bytes``)."""
+"""A cached header or payload: ``bytes``, or a ``memoryview`` into the received gRPC message
+(large payloads: the add path keeps no copy of its own; readers get ``bytes``)."""
 CachedValue = tuple[Buffer, Buffer]
 Half = dict[int, dict[int, CachedValue]]
 
