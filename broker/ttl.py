@@ -1,13 +1,19 @@
 """Message expiry (TTL): auto-acknowledge the messages of a subscription older than a cutoff.
 
-Owns: ``expire_messages`` — scan from the subscription's mark-delete position forward (at
-most ``EXPIRY_SCAN_MAX_ENTRIES`` per call, in reads of ``EXPIRY_READ_ENTRIES``), find the
-newest entry published at or before the cutoff (publish time from the entry's
-``MessageMetadata``; entries are in publish order per producer, and the scan stops at the
-first younger entry, as Pulsar's expiry monitor does), and move the mark-delete position
-there (a cumulative acknowledgement on the cursor, so the state is durable and trimming
-follows). Dispatched-but-unacknowledged messages up to there are forgotten by the
-dispatcher. Also used by the ``message_age`` backlog quota's eviction.
+Owns: ``expire_messages`` — find the newest entry published at or before the cutoff from the
+subscription's mark-delete position on (publish time from the entry's ``MessageMetadata``),
+and move the mark-delete position there (a cumulative acknowledgement on the cursor, so the
+state is durable and trimming follows). Dispatched-but-unacknowledged messages up to there
+are forgotten by the dispatcher. Also used by the ``message_age`` backlog quota's eviction.
+
+Finding the boundary, as Pulsar's expiry monitor (``findNewestMatching``): entries are taken
+to be in publish-time order, so on a managed ledger it is a binary search over the entries
+(the ledger's ``find_by_publish_time``: about log2(entries) single-entry reads), whatever the
+backlog: one check expires a backlog of millions. A linear scan was bounded to
+``EXPIRY_SCAN_MAX_ENTRIES`` per check (one check every 5 minutes by default: a 1,000,000-entry
+backlog took 20 checks, 100 minutes, to expire). Other storage (the in-memory ledger), or a
+search that fails (a ledger trimmed meanwhile), uses the linear scan: reads of
+``EXPIRY_READ_ENTRIES`` from the mark-delete position, stopping at the first younger entry.
 Must not know: policies, clocks (the caller passes the cutoff), the wire protocol.
 """
 
@@ -36,8 +42,66 @@ def publish_time_of(data: bytes) -> int | None:
         return None
 
 
+def _publish_time_or_zero(data: bytes) -> int:
+    """For the search: an entry without a readable publish time counts as expired (as in
+    the linear scan)."""
+    t = publish_time_of(data)
+    return 0 if t is None else t
+
+
 async def find_expired(topic: Any, start: Position, cutoff_ms: int) -> tuple[Position | None, int]:
     """(newest position published at or before ``cutoff_ms`` from ``start`` on, entries)."""
+    ml = getattr(topic.ledger, "ml", None)
+    if ml is not None and hasattr(ml, "find_by_publish_time") and hasattr(ml, "ledger_sizes"):
+        try:
+            return await find_expired_by_search(ml, start, cutoff_ms)
+        except Exception as exc:  # e.g. a ledger trimmed under the search: scan instead
+            log.debug("expiry search failed on %s (%r): scanning", topic.ledger, exc)
+    return await _find_expired_by_scan(topic, start, cutoff_ms)
+
+
+async def find_expired_by_search(
+    ml: Any, start: Position, cutoff_ms: int
+) -> tuple[Position | None, int]:
+    """``find_expired`` on a managed ledger: binary search for the first entry published
+    after ``cutoff_ms``; the newest expired entry is the one before it (or the last entry).
+    Entries are numbered in ledger order from the ledger's own sizes (a snapshot: entries
+    added during the search are not expired by it)."""
+    spans = [(lid, n) for lid, n, _ in ml.ledger_sizes() if n > 0]
+    total = sum(n for _, n in spans)
+    if total == 0:
+        return None, 0
+
+    def index_of(pos: Position) -> int:
+        """Index of ``pos`` among the entries (one past its ledger's end allowed; before
+        the first ledger: 0; after the last: ``total``)."""
+        base = 0
+        for lid, n in spans:
+            if pos.ledger_id < lid:
+                return base
+            if pos.ledger_id == lid:
+                return base + min(max(pos.entry_id, 0), n)
+            base += n
+        return total
+
+    def at(index: int) -> Position:
+        for lid, n in spans:
+            if index < n:
+                return Position(lid, index)
+            index -= n
+        raise IndexError(index)
+
+    younger = await ml.find_by_publish_time(cutoff_ms + 1, _publish_time_or_zero)
+    newest = (index_of(younger) if younger is not None else total) - 1
+    first = index_of(start)
+    if newest < first:
+        return None, 0
+    return at(newest), newest - first + 1
+
+
+async def _find_expired_by_scan(
+    topic: Any, start: Position, cutoff_ms: int
+) -> tuple[Position | None, int]:
     last = topic.ledger.last_confirmed
     if last is None:
         return None, 0
@@ -95,4 +159,10 @@ async def expire_messages(topic: Any, sub: Any, cutoff_ms: int) -> int:
     return count
 
 
-__all__ = ["EXPIRY_SCAN_MAX_ENTRIES", "expire_messages", "find_expired", "skip_to"]
+__all__ = [
+    "EXPIRY_SCAN_MAX_ENTRIES",
+    "expire_messages",
+    "find_expired",
+    "find_expired_by_search",
+    "skip_to",
+]
