@@ -24,6 +24,7 @@ Must not know: storage, dispatch policy.
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import logging
 import socket
@@ -37,9 +38,10 @@ from magnetar.broker.consumer import Consumer, OutMessage, SubType
 from magnetar.broker.frames import (
     MAGIC_CRC32C_BYTES,
     frame,
-    message_frame,
+    message_frames,
     parse_metadata,
     send_receipt_frame,
+    send_receipt_frames,
 )
 from magnetar.broker.ledger.position import EARLIEST, LATEST, Position
 from magnetar.broker.producer import AccessMode, Admission, Producer, ProducerError
@@ -128,6 +130,7 @@ class ServerConnection(asyncio.Protocol):
         self._loop = asyncio.get_event_loop()
         self.producers: dict[int, Producer] = {}
         self.producer_topics: dict[int, PersistentTopic] = {}
+        self.producer_persistent: dict[int, bool] = {}  # True: publish_to (batched receipts)
         self.producer_requests: dict[int, int] = {}
         self._closed_by_broker: set[int] = set()  # producer ids we closed (unload): late SENDs
         self.consumers: dict[int, tuple[Consumer, Subscription, PersistentTopic]] = {}
@@ -518,6 +521,7 @@ class ServerConnection(asyncio.Protocol):
             return
         self.producers[pid] = producer
         self.producer_topics[pid] = topic
+        self.producer_persistent[pid] = hasattr(topic, "publish_to")  # a PublishSink topic
         self.producer_requests[pid] = rid
         if admission is Admission.QUEUED:
             self.write_command(
@@ -561,6 +565,7 @@ class ServerConnection(asyncio.Protocol):
     def _drop_producer(self, pid: int) -> None:
         producer = self.producers.pop(pid, None)
         topic = self.producer_topics.pop(pid, None)
+        self.producer_persistent.pop(pid, None)
         self.producer_requests.pop(pid, None)
         if producer is not None and topic is not None:
             self._notify_admitted(topic.remove_producer(producer))
@@ -580,6 +585,7 @@ class ServerConnection(asyncio.Protocol):
         if self.producers.get(pid) is producer:
             self.producers.pop(pid, None)
             self.producer_topics.pop(pid, None)
+            self.producer_persistent.pop(pid, None)
             self.producer_requests.pop(pid, None)
             self._closed_by_broker.add(pid)
             self.write_command(
@@ -595,7 +601,6 @@ class ServerConnection(asyncio.Protocol):
         producer = self.producers.get(pid)
         topic = self.producer_topics.get(pid)
         seq = send.sequence_id
-        highest = send.highest_sequence_id
         if producer is None or topic is None:
             if pid in self._closed_by_broker:
                 return  # in flight when we closed it; the client resends after reconnecting
@@ -629,29 +634,83 @@ class ServerConnection(asyncio.Protocol):
             self._paused = True
             if self.transport is not None:
                 self.transport.pause_reading()
+        if self.producer_persistent.get(pid, False):
+            publish: Callable[[], None] = functools.partial(
+                topic.publish_to,  # type: ignore[attr-defined]
+                self,
+                producer,
+                seq,
+                send.highest_sequence_id,
+                num,
+                tail,
+                check_dedup,
+            )
+        else:
+            publish = functools.partial(
+                topic.publish,
+                producer,
+                seq,
+                send.highest_sequence_id,
+                num,
+                tail,
+                functools.partial(self._published_one, pid, seq, send.highest_sequence_id),
+                check_dedup=check_dedup,
+            )
+        # held by the backlog quota, publish throttling
+        self.service.policies.publish(topic, self, num, len(tail), publish)
 
-        def done(pos: Position | None, exc: Exception | None) -> None:
-            self._pending_sends -= 1
-            if self._paused and self._pending_sends <= self.max_pending_sends // 2:
-                self._paused = False
-                # publish throttling (policy_manager) may hold reading paused: it resumes
-                throttled = getattr(self, "_policy_paused", False)
-                if self.transport is not None and not self.closed and not throttled:
-                    self.transport.resume_reading()
-            if exc is not None:
-                self._send_error(pid, seq, "PersistenceError", f"write failed: {exc}")
-            elif pos is None:  # duplicate: acknowledged, not stored
-                self.write(send_receipt_frame(pid, seq, highest, U64, U64))
+    # PublishSink of persistent topics: one call per run of this connection's SENDs
+    def on_published(self, items: list[Any], positions: list[Position | None]) -> None:
+        self._sends_done(len(items))
+        if self.closed:
+            return
+        receipts = []
+        for p, pos in zip(items, positions, strict=True):
+            if pos is None:  # duplicate: acknowledged, not stored
+                receipts.append(
+                    (p.producer.producer_id, p.sequence_id, p.highest_sequence_id, U64, U64)
+                )
             else:
-                self.write(send_receipt_frame(pid, seq, highest, pos.ledger_id, pos.entry_id))
+                receipts.append(
+                    (
+                        p.producer.producer_id,
+                        p.sequence_id,
+                        p.highest_sequence_id,
+                        pos.ledger_id,
+                        pos.entry_id,
+                    )
+                )
+        self._out.append(b"".join(send_receipt_frames(receipts)))
+        if self._flush_handle is None:
+            self._flush_handle = self._loop.call_soon(self._flush_out)
 
-        self.service.policies.publish(  # held by the backlog quota, publish throttling
-            topic,
-            self,
-            num,
-            len(tail),
-            lambda: topic.publish(producer, seq, highest, num, tail, done, check_dedup=check_dedup),
-        )
+    def on_publish_failed(self, items: list[Any], exc: Exception) -> None:
+        self._sends_done(len(items))
+        for p in items:
+            self._send_error(
+                p.producer.producer_id, p.sequence_id, "PersistenceError", f"write failed: {exc}"
+            )
+
+    def _published_one(
+        self, pid: int, seq: int, highest: int, pos: Position | None, exc: Exception | None
+    ) -> None:
+        """Completion of one SEND to a non-persistent topic."""
+        self._sends_done(1)
+        if exc is not None:
+            self._send_error(pid, seq, "PersistenceError", f"write failed: {exc}")
+        elif pos is None:
+            self.write(send_receipt_frame(pid, seq, highest, U64, U64))
+        else:
+            self.write(send_receipt_frame(pid, seq, highest, pos.ledger_id, pos.entry_id))
+
+    def _sends_done(self, n: int) -> None:
+        self._pending_sends -= n
+        if self._paused and self._pending_sends <= self.max_pending_sends // 2:
+            self._paused = False
+            # publish throttling (policy_manager) may hold reading paused: it resumes
+            throttled = getattr(self, "_policy_paused", False)
+            if self.transport is not None and not self.closed and not throttled:
+                self.transport.resume_reading()
 
     def _send_error(self, pid: int, seq: int, code: str, message: str) -> None:
         if code in _FAIL_ONE_CODES and self.client_version.startswith(_CPP_CORE_CLIENTS):
@@ -792,10 +851,20 @@ class ServerConnection(asyncio.Protocol):
                 if req.message_id:
                     await sub.ack_cumulative(consumer, _position(req.message_id[0]))
             else:
-                await sub.ack_individual(
-                    consumer,
-                    [(_position(m), list(m.ack_set) or None) for m in req.message_id],
-                )
+                whole: list[Position] = []
+                partial: list[tuple[Position, list[int]]] = []
+                add = whole.append
+                for m in req.message_id:
+                    ledger, entry = m.ledgerId, m.entryId
+                    if ledger >= _I64 or entry >= _I64:  # the client's negative ids
+                        pos = _position(m)
+                    else:
+                        pos = Position(ledger, entry)
+                    if m.ack_set:
+                        partial.append((pos, list(m.ack_set)))
+                    else:
+                        add(pos)
+                await sub.ack_positions(consumer, whole, partial)
             if req.HasField("request_id"):
                 self._ack_response(cid, req.request_id, None, None)
 
@@ -963,21 +1032,8 @@ class ServerConnection(asyncio.Protocol):
     def send_messages(self, consumer: Consumer, messages: list[OutMessage]) -> None:
         if self.closed:
             return
-        cid = consumer.consumer_id
-        part = consumer.partition_index
         out = self._out
-        for m in messages:
-            out.append(
-                message_frame(
-                    cid,
-                    m.position.ledger_id,
-                    m.position.entry_id,
-                    part,
-                    m.data,
-                    m.redelivery_count,
-                    m.ack_set,
-                )
-            )
+        out += message_frames(consumer.consumer_id, consumer.partition_index, messages)
         if self._flush_handle is None and out:
             self._flush_handle = self._loop.call_soon(self._flush_out)
 

@@ -10,7 +10,6 @@ Must not know: the wire protocol, dispatch.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 from collections.abc import Callable, Iterable
 
@@ -164,8 +163,19 @@ class ManagedTopicLedger:
         return sum(b for _, _, b in self.ml.ledger_sizes())
 
     async def add_entries(self, datas: list[bytes]) -> list[Position]:
-        futures = [self.ml.add_nowait(d) for d in datas]
-        positions = list(await asyncio.gather(*futures))
+        if not datas:
+            return []
+        add = self.ml.add_nowait
+        futures = [add(d) for d in datas]
+        # the managed ledger completes adds in order: once the last is done, all are
+        try:
+            await futures[-1]
+            positions = [f.result() for f in futures]
+        except BaseException:
+            for f in futures:  # every outcome retrieved (no "never retrieved" warnings)
+                if f.done() and not f.cancelled():
+                    f.exception()
+            raise
         for listener in list(self._listeners):
             listener()
         return positions

@@ -251,12 +251,34 @@ class Subscription:
                 partial.append((pos, ack_set))
             else:
                 whole.append(pos)
+        await self.ack_positions(consumer, whole, partial)
+
+    async def ack_positions(
+        self,
+        consumer: Consumer,
+        whole: list[Position],
+        partial: list[tuple[Position, list[int]]] | None = None,
+    ) -> None:
+        """Individual acks: ``whole`` entries, and batch indexes of ``partial`` ones (an ack
+        set's words, 1 = still unacknowledged)."""
         unblocked = False
-        for pos in whole:
-            if self.dispatcher is not None:
-                unblocked |= self.dispatcher.forget(pos)
-            else:
-                self.redelivery.pop(pos, None)
+        d = self.dispatcher
+        if d is not None:
+            forget = d.forget
+            for pos in whole:
+                if forget(pos):
+                    unblocked = True
+        else:
+            pop = self.redelivery.pop
+            for pos in whole:
+                pop(pos, None)
+        if not partial:
+            # the cursor operation starts now: it changes the ack state before it waits
+            # for persistence, so commands handled after this ACK already see it
+            if whole:
+                await self._track(asyncio.ensure_future(self.cursor.ack(whole)))
+            self._after_ack(unblocked)
+            return
         sized = [(pos, ack_set, await self._batch_size(pos)) for pos, ack_set in partial]
         sized = [x for x in sized if x[2] > 0]
         # the cursor operations start together: each changes the ack state before it waits

@@ -25,7 +25,7 @@ import enum
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from magnetar.broker.compaction import (
     COMPACTION_SUBSCRIPTION,
@@ -89,15 +89,65 @@ _DELIVER_AT_TAG = b"\x98\x01"  # MessageMetadata field 19 (deliver_at_time), var
 _UUID_TAG = b"\xd2\x01"  # MessageMetadata field 26 (uuid, chunking), length-delimited
 
 
-@dataclass(slots=True)
 class _Pending:
-    producer: Producer
-    data: bytes
-    num_messages: int
-    callback: PublishCallback
-    duplicate: bool = False
-    dedup_name: str | None = None
-    highest: int = -1
+    """One SEND waiting for its append (positional init: one is made per SEND)."""
+
+    __slots__ = (
+        "data",
+        "dedup_name",
+        "duplicate",
+        "highest",
+        "highest_sequence_id",
+        "num_messages",
+        "producer",
+        "sequence_id",
+        "sink",
+    )
+
+    def __init__(  # noqa: PLR0917 - hot path, positional on purpose
+        self,
+        producer: Producer,
+        data: bytes,
+        num_messages: int,
+        sink: PublishSink,
+        sequence_id: int,
+        highest_sequence_id: int,
+    ) -> None:
+        self.producer = producer
+        self.data = data
+        self.num_messages = num_messages
+        self.sink = sink
+        self.sequence_id = sequence_id
+        self.highest_sequence_id = highest_sequence_id  # as the SEND carried it
+        self.duplicate = False
+        self.dedup_name: str | None = None
+        self.highest = -1  # the highest sequence id deduplication records
+
+
+class PublishSink(Protocol):
+    """Where a topic reports its SENDs' outcomes: once per run of consecutive SENDs of one
+    sink in a completed append, in arrival order (a duplicate's position is None)."""
+
+    def on_published(self, items: list[_Pending], positions: list[Position | None]) -> None: ...
+
+    def on_publish_failed(self, items: list[_Pending], exc: Exception) -> None: ...
+
+
+class _CallbackSink:
+    """A ``PublishSink`` calling ``callback(position, error)`` per SEND."""
+
+    __slots__ = ("callback",)
+
+    def __init__(self, callback: PublishCallback) -> None:
+        self.callback = callback
+
+    def on_published(self, items: list[_Pending], positions: list[Position | None]) -> None:
+        for pos in positions:
+            self.callback(pos, None)
+
+    def on_publish_failed(self, items: list[_Pending], exc: Exception) -> None:
+        for _ in items:
+            self.callback(None, exc)
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +167,23 @@ class TopicCounters:
     extra: dict[str, int] = field(default_factory=dict)
 
 
+def _runs_by_sink(
+    batch: list[_Pending], positions: list[Position | None] | None
+) -> list[tuple[PublishSink, list[_Pending], list[Position | None] | None]]:
+    """``batch`` (and its positions) cut into runs of consecutive SENDs of one sink."""
+    first = batch[0].sink
+    if all(p.sink is first for p in batch):
+        return [(first, batch, positions)]
+    runs: list[tuple[PublishSink, list[_Pending], list[Position | None] | None]] = []
+    start = 0
+    for i in range(1, len(batch) + 1):
+        if i == len(batch) or batch[i].sink is not batch[start].sink:
+            poss = positions[start:i] if positions is not None else None
+            runs.append((batch[start].sink, batch[start:i], poss))
+            start = i
+    return runs
+
+
 class PersistentTopic:
     def __init__(
         self,
@@ -128,6 +195,7 @@ class PersistentTopic:
         max_unacked_per_subscription: int = 200_000,
     ) -> None:
         self.name = name
+        self.full_name = name.full  # read per SEND (policies): not a property
         self.ledger = ledger
         self.producers = ProducerRegistry()
         self.dedup = Deduplication(dedup_enabled)
@@ -154,10 +222,6 @@ class PersistentTopic:
 
     def __repr__(self) -> str:
         return f"<PersistentTopic {self.name} subs={len(self.subscriptions)}>"
-
-    @property
-    def full_name(self) -> str:
-        return self.name.full
 
     async def load(self) -> None:
         """Reopen the durable subscriptions stored with the ledger."""
@@ -268,8 +332,32 @@ class PersistentTopic:
         *,
         check_dedup: bool = True,
     ) -> None:
-        item = _Pending(producer, data, num_msgs, callback)
-        if self.dedup.enabled and check_dedup:
+        """Append ``data``; ``callback(position, None)`` once it is stored, ``(None, None)``
+        for a duplicate, ``(None, error)`` if the append failed."""
+        self.publish_to(
+            _CallbackSink(callback),
+            producer,
+            sequence_id,
+            highest_sequence_id,
+            num_msgs,
+            data,
+            check_dedup,
+        )
+
+    def publish_to(  # noqa: PLR0917 - hot path, positional on purpose
+        self,
+        sink: PublishSink,
+        producer: Producer,
+        sequence_id: int,
+        highest_sequence_id: int,
+        num_msgs: int,
+        data: bytes,
+        check_dedup: bool = True,
+    ) -> None:
+        """Append ``data``; its outcome goes to ``sink`` (see ``PublishSink``), with the
+        SENDs completed in the same append and the same sink."""
+        item = _Pending(producer, data, num_msgs, sink, sequence_id, highest_sequence_id)
+        if check_dedup and self.dedup.enabled:
             highest = max(highest_sequence_id, sequence_id + num_msgs - 1)
             if self.dedup.is_duplicate(producer.name, sequence_id, highest):
                 item.duplicate = True
@@ -299,7 +387,7 @@ class PersistentTopic:
         while self._inflight:
             batch, task = self._inflight[0]
             try:
-                positions = await task if task is not None else []
+                stored = await task if task is not None else []
             except Exception as exc:
                 self._inflight.popleft()
                 log.warning("append to %s failed: %s", self.name, exc)
@@ -308,26 +396,38 @@ class PersistentTopic:
                 for p in batch:
                     if p.dedup_name is not None:
                         self.dedup.failed(p.dedup_name)
-                    p.callback(None, exc)
+                for sink, items, _ in _runs_by_sink(batch, None):
+                    sink.on_publish_failed(items, exc)
                 continue
             self._inflight.popleft()
-            it = iter(positions)
             self.counters.publish_batches += 1
-            for p in batch:
-                if p.duplicate:
-                    p.callback(None, None)
+            positions: list[Position | None]
+            if len(stored) == len(batch):
+                positions = stored  # type: ignore[assignment]  # read-only from here
+            else:  # duplicates ride along without a position
+                it = iter(stored)
+                positions = [None if p.duplicate else next(it) for p in batch]
+            if positions and self._counted_from is None:
+                self._counted_from = next((x for x in positions if x is not None), None)
+            msgs = nbytes = entries = 0
+            dedup = self.dedup
+            for p, pos in zip(batch, positions, strict=True):
+                if pos is None:
                     continue
-                pos = next(it)
-                if self._counted_from is None:
-                    self._counted_from = pos
-                if p.num_messages != 1:
-                    self._remember_count(pos, p.num_messages)
-                self.counters.msg_in += p.num_messages
-                self.counters.bytes_in += len(p.data)
-                self.counters.entries_in += 1
+                n = p.num_messages
+                if n != 1:
+                    self._remember_count(pos, n)
+                msgs += n
+                nbytes += len(p.data)
+                entries += 1
                 if p.dedup_name is not None:
-                    self.dedup.persisted(p.dedup_name, p.highest)
-                p.callback(pos, None)
+                    dedup.persisted(p.dedup_name, p.highest)
+            counters = self.counters
+            counters.msg_in += msgs
+            counters.bytes_in += nbytes
+            counters.entries_in += entries
+            for sink, items, poss in _runs_by_sink(batch, positions):
+                sink.on_published(items, poss)  # type: ignore[arg-type]  # not None here
 
     async def _drain_publishes(self) -> None:
         if self._pending:
@@ -646,6 +746,7 @@ __all__ = [
     "LastMessageId",
     "PersistentTopic",
     "PublishCallback",
+    "PublishSink",
     "TopicEvent",
     "TopicState",
     "next_topic_state",

@@ -1,0 +1,171 @@
+"""The broker's per-message fast paths give the same results as the plain ones.
+
+- ``message_frames`` / ``send_receipt_frames`` (frames with shared parts encoded once)
+  produce exactly the bytes of the protocol codec's per-frame encoders.
+- ``PersistentTopic.publish_to`` reports each completed append to its sinks in runs of
+  consecutive SENDs, in arrival order, with duplicates (deduplication) as None and failures
+  to every SEND of the failed append.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from typing import Any
+
+import pytest
+
+from magnetar.broker.consumer import OutMessage
+from magnetar.broker.frames import (
+    message_frame,
+    message_frames,
+    send_receipt_frame,
+    send_receipt_frames,
+    varint,
+)
+from magnetar.broker.ledger.position import Position
+from magnetar.broker.naming import TopicName
+from magnetar.broker.producer import AccessMode, Producer
+from magnetar.broker.storage import MemoryLedger
+from magnetar.broker.topic import PersistentTopic
+from magnetar.client.protocol import encode_send_receipt_frame
+from magnetar.client.protocol.proto import pulsar_api_pb2 as pb
+
+VALUES = [0, 1, 127, 128, 16383, 16384, 2**21 - 1, 2**21, 2**35, 2**63 - 1, -1, -7]
+
+
+def test_varint_matches_protobuf() -> None:
+    for v in VALUES:
+        m = pb.MessageIdData(ledgerId=v & ((1 << 64) - 1), entryId=0)
+        assert m.SerializeToString() == b"\x08" + varint(v) + b"\x10\x00", v
+
+
+def test_message_frames_equal_one_by_one() -> None:
+    rng = random.Random(7)
+    msgs = [
+        OutMessage(
+            Position(rng.choice([0, 5, 300, 2**33]), rng.randrange(0, 3_000_000)),
+            b"x" * rng.randrange(0, 300),
+            rng.choice([0, 0, 3, 200]),
+            rng.choice([None, None, [], [1, -1, 2**62]]),
+        )
+        for _ in range(500)
+    ]
+    for cid in (0, 7, 100_000):
+        for part in (-1, 0, 3):
+            expected = [
+                message_frame(
+                    cid,
+                    m.position.ledger_id,
+                    m.position.entry_id,
+                    part,
+                    m.data,
+                    m.redelivery_count,
+                    m.ack_set,
+                )
+                for m in msgs
+            ]
+            assert message_frames(cid, part, msgs) == expected
+
+
+def test_send_receipt_frames_equal_the_codec() -> None:
+    rng = random.Random(8)
+    receipts = [
+        (
+            rng.choice([0, 1, 200]),
+            rng.randrange(0, 10**7),
+            rng.randrange(0, 10**7),
+            rng.choice([1, 400, 2**40, (1 << 64) - 1]),
+            rng.choice([rng.randrange(0, 10**6), (1 << 64) - 1]),
+        )
+        for _ in range(500)
+    ]
+    expected = [
+        encode_send_receipt_frame(p, s, ledger, e, highest_sequence_id=h)
+        for p, s, h, ledger, e in receipts
+    ]
+    assert send_receipt_frames(receipts) == expected
+    assert [send_receipt_frame(*r[:3], r[3], r[4]) for r in receipts] == expected
+
+
+class _Sink:
+    def __init__(self, log: list[Any], name: str) -> None:
+        self.log, self.name = log, name
+
+    def on_published(self, items: list[Any], positions: list[Position | None]) -> None:
+        self.log.append((self.name, [p.sequence_id for p in items], positions))
+
+    def on_publish_failed(self, items: list[Any], exc: Exception) -> None:
+        self.log.append((self.name, [p.sequence_id for p in items], str(exc)))
+
+
+class _FailingLedger(MemoryLedger):
+    fail = False
+
+    async def add_entries(self, datas: list[bytes]) -> list[Position]:
+        if self.fail:
+            raise OSError("disk gone")
+        return await super().add_entries(datas)
+
+
+def _producer(pid: int, name: str) -> Producer:
+    return Producer(pid, name, AccessMode.SHARED)
+
+
+async def _settle(topic: PersistentTopic) -> None:
+    for _ in range(100):
+        await asyncio.sleep(0)
+        if not topic._inflight and not topic._pending:
+            return
+    raise AssertionError("publishes did not complete")
+
+
+async def test_publish_to_reports_runs_in_order_with_duplicates() -> None:
+    ledger = _FailingLedger("t", 3)
+    topic = PersistentTopic(TopicName.parse("persistent://a/b/t"), ledger, dedup_enabled=True)
+    log: list[Any] = []
+    a, b = _Sink(log, "a"), _Sink(log, "b")
+    pa, pb_ = _producer(0, "pa"), _producer(1, "pb")
+    topic.publish_to(a, pa, 0, 0, 1, b"a0")
+    topic.publish_to(a, pa, 1, 1, 1, b"a1")
+    topic.publish_to(b, pb_, 0, 0, 1, b"b0")
+    topic.publish_to(a, pa, 1, 1, 1, b"a1 again")  # duplicate: acknowledged, not stored
+    topic.publish_to(a, pa, 2, 2, 1, b"a2")
+    await _settle(topic)
+    assert log == [
+        ("a", [0, 1], [Position(3, 0), Position(3, 1)]),
+        ("b", [0], [Position(3, 2)]),
+        ("a", [1, 2], [None, Position(3, 3)]),
+    ]
+    assert topic.counters.entries_in == 4
+    assert topic.last_sequence_id("pa") == 2
+
+
+async def test_publish_to_reports_a_failed_append_to_every_send() -> None:
+    ledger = _FailingLedger("t", 3)
+    topic = PersistentTopic(TopicName.parse("persistent://a/b/t"), ledger)
+    log: list[Any] = []
+    a, b = _Sink(log, "a"), _Sink(log, "b")
+    ledger.fail = True
+    topic.publish_to(a, _producer(0, "pa"), 5, 5, 1, b"x")
+    topic.publish_to(b, _producer(1, "pb"), 6, 6, 1, b"y")
+    await _settle(topic)
+    assert log == [("a", [5], "disk gone"), ("b", [6], "disk gone")]
+
+
+async def test_publish_with_a_callback_still_works() -> None:
+    topic = PersistentTopic(TopicName.parse("persistent://a/b/t"), MemoryLedger("t", 4))
+    got: list[Any] = []
+    topic.publish(_producer(0, "p"), 0, 0, 1, b"x", lambda pos, exc: got.append((pos, exc)))
+    await _settle(topic)
+    assert got == [(Position(4, 0), None)]
+
+
+@pytest.mark.parametrize("n", [1, 3])
+async def test_batch_counts_are_remembered(n: int) -> None:
+    topic = PersistentTopic(TopicName.parse("persistent://a/b/t"), MemoryLedger("t", 5))
+    log: list[Any] = []
+    topic.publish_to(_Sink(log, "a"), _producer(0, "p"), 0, n - 1, n, b"x")
+    await _settle(topic)
+    assert topic.known_count(Position(5, 0)) == n
+    assert topic.counters.msg_in == n
