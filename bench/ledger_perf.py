@@ -286,6 +286,12 @@ def main() -> None:
     p.add_argument("--max-batch-entries", type=int, default=1000, help="per gRPC message")
     p.add_argument("--warmup", type=float, default=2.0)
     p.add_argument(
+        "--completions-per-step",
+        type=int,
+        default=None,
+        help="experiment: adds completed per loop callback (handle.COMPLETIONS_PER_STEP)",
+    )
+    p.add_argument(
         "--loop",
         choices=["uvloop", "asyncio"],
         default="uvloop",
@@ -314,6 +320,8 @@ def main() -> None:
     args = p.parse_args()
     # smaller ledger batches too (a ledger's batch is never split into several messages)
     handle_module.OUTBOX_MAX_ENTRIES = min(handle_module.OUTBOX_MAX_ENTRIES, args.max_batch_entries)
+    if args.completions_per_step is not None:
+        handle_module.COMPLETIONS_PER_STEP = args.completions_per_step
     for option in args.channel_option:
         name, _, value = option.partition("=")
         bookie_client.CHANNEL_OPTIONS.append((name, int(value)))

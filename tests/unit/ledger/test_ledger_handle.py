@@ -315,3 +315,30 @@ async def test_no_stall_while_qa_healthy_bookies_remain_then_full_replication_re
     await w.add(b"after")
     assert w.last_add_confirmed in spare.entries[w.ledger_id]
     assert [g.payload for g in await w.read(0, 21)][-1] == b"after"
+
+
+async def test_completions_split_over_loop_callbacks_stay_in_order(
+    meta_server: MemoryMetadataServer,
+    fake_bookies: FakeBookieCluster,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from magnetar.broker.ledger import handle as handle_module
+
+    monkeypatch.setattr(handle_module, "COMPLETIONS_PER_STEP", 3)
+    client = make_client(meta_server, fake_bookies, ensemble_size=2, write_quorum=2, ack_quorum=2)
+    w = await client.create_ledger()
+    completed: list[int] = []
+    lacs: list[int] = []
+    w.add_lac_listener(lacs.append)
+    futures = [w.add_nowait(b"m%d" % i) for i in range(20)]
+    for fut in futures:
+        fut.add_done_callback(lambda f: completed.append(f.result()))
+    assert await asyncio.gather(*futures) == list(range(20))
+    assert completed == list(range(20))
+    # one LAC step per callback of at most 3 completions, each step after the previous
+    assert lacs == sorted(lacs) and lacs[-1] == 19 and len(lacs) >= 7
+    assert all(b - a <= 3 for a, b in zip([-1, *lacs], lacs, strict=False))
+    w.check_invariants()
+    await w.close()
+    meta, _ = await client.read_metadata(w.ledger_id)
+    assert meta.last_entry_id == 19 and meta.length == sum(len(b"m%d" % i) for i in range(20))
