@@ -16,8 +16,8 @@ figures and whether the issue's targets were met on this run:
 - ``keyshared``: ``bench/keyshared_perf.py`` on the same standalone: Key_Shared vs Shared,
   4 consumers, 1,000 keys, unbatched — target Key_Shared >= 70% of Shared;
 - ``reclaim``: ``bench/reclaim_perf.py`` (its own ZooKeeper, bookie process and broker):
-  16 MB through TTL and through retention — target: the bookie's entry-log bytes fall to
-  10% of the peak within its timeout, in both.
+  16 MB through TTL and through retention (1 s expiry checks and bookie GC) — target: the
+  bookie's entry-log bytes fall to 10% of the peak within 10 s, in both.
 
 Numbers depend on what else runs on the machine: the load average is in each result.
 ``--only NAME`` (repeatable) runs a subset; ``--profile DIR`` py-spies the servers in each.
@@ -58,8 +58,10 @@ BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
 #: benches with their own script, quick parameters (keyshared runs on the standalone above)
 EXTRA: list[tuple[str, str, list[str]]] = [
     ("keyshared", "keyshared_perf.py", ["--repeat", "1"]),
-    ("reclaim", "reclaim_perf.py", ["--mb", "16", "--timeout-s", "60"]),
+    ("reclaim", "reclaim_perf.py", ["--mb", "16", "--timeout-s", "75"]),
 ]
+#: reclaim: seconds from the TTL policy / the last ack until the entry logs are down
+RECLAIM_TARGET_S = 10.0
 
 
 def run_scenario(
@@ -130,8 +132,8 @@ def run_extra(
 def reclaim_verdict(result: dict[str, Any]) -> str:
     scenarios = result.get("scenarios", {})
     times = {k: v.get("t_reclaimed_s") for k, v in scenarios.items()}
-    ok = bool(times) and all(t is not None for t in times.values())
-    return f"{'met' if ok else 'MISSED'} (seconds to reclaim: {times})"
+    ok = bool(times) and all(t is not None and t <= RECLAIM_TARGET_S for t in times.values())
+    return f"{'met' if ok else 'MISSED'} (seconds to reclaim: {times} <= {RECLAIM_TARGET_S})"
 
 
 def verdict(name: str, result: dict[str, Any]) -> str:
