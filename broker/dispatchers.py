@@ -700,7 +700,8 @@ class KeySharedDispatcher(MultipleConsumersDispatcher):
     slot can go now); one read of them, then (if room) one read of new entries; the plan;
     the sends, with no ``await`` between plan and send. An epoch change during a read drops
     the round (nothing was planned, so nothing changes). Delayed entries are held out before
-    planning (``_hold_delayed``) and parked when due.
+    planning (``_hold_delayed``) and parked when due. An entry is hashed once: a parked one
+    replays with the slot it was parked with.
     """
 
     sub_type = SubType.KEY_SHARED

@@ -5,7 +5,9 @@ Owns the decisions of a Key_Shared dispatcher, made synchronously and without I/
 - ``KeySharedSelector``: slot (0..65535) -> consumer. A message's slot is Murmur3_32 of its
   sticky key (ordering key, else partition key, else ``NONE_KEY``) mod 65,536, computed by
   ``magnetar.client.protocol.key_shared_slot`` (``entry_slot`` below); this module never
-  hashes keys a second way.
+  hashes keys a second way. ``entry_slot_from_bytes`` gives the same slot from a stored
+  entry's bytes several times cheaper (a key-only view of the metadata, key -> slot
+  memoised); ``select`` is memoised per slot until the consumers change.
 
   * ``AUTO_SPLIT`` (default): consistent hashing. Each consumer puts
     ``points_per_consumer`` (Pulsar: 100) points on a ring of 65,536 positions, point ``i``
