@@ -42,6 +42,40 @@ def publish_time_of(data: bytes) -> int | None:
         return None
 
 
+class LedgerSpans:
+    """Entries of a managed ledger numbered 0.. in ledger order, from its ledger sizes
+    (ledgers hold entries 0..n-1 with no holes): position <-> index without reading."""
+
+    __slots__ = ("spans", "total")
+
+    def __init__(self, spans: list[tuple[int, int]]) -> None:
+        self.spans = spans  # (ledger id, entries), ledgers with entries, in order
+        self.total = sum(n for _, n in spans)
+
+    @classmethod
+    def of(cls, ml: Any) -> LedgerSpans:
+        return cls([(lid, n) for lid, n, _ in ml.ledger_sizes() if n > 0])
+
+    def index_of(self, pos: Position) -> int:
+        """Index of ``pos`` (one past its ledger's end allowed; before the first ledger: 0;
+        after the last: ``total``)."""
+        base = 0
+        for lid, n in self.spans:
+            if pos.ledger_id < lid:
+                return base
+            if pos.ledger_id == lid:
+                return base + min(max(pos.entry_id, 0), n)
+            base += n
+        return self.total
+
+    def at(self, index: int) -> Position:
+        for lid, n in self.spans:
+            if index < n:
+                return Position(lid, index)
+            index -= n
+        raise IndexError(index)
+
+
 def _publish_time_or_zero(data: bytes) -> int:
     """For the search: an entry without a readable publish time counts as expired (as in
     the linear scan)."""
@@ -67,36 +101,15 @@ async def find_expired_by_search(
     after ``cutoff_ms``; the newest expired entry is the one before it (or the last entry).
     Entries are numbered in ledger order from the ledger's own sizes (a snapshot: entries
     added during the search are not expired by it)."""
-    spans = [(lid, n) for lid, n, _ in ml.ledger_sizes() if n > 0]
-    total = sum(n for _, n in spans)
-    if total == 0:
+    spans = LedgerSpans.of(ml)
+    if spans.total == 0:
         return None, 0
-
-    def index_of(pos: Position) -> int:
-        """Index of ``pos`` among the entries (one past its ledger's end allowed; before
-        the first ledger: 0; after the last: ``total``)."""
-        base = 0
-        for lid, n in spans:
-            if pos.ledger_id < lid:
-                return base
-            if pos.ledger_id == lid:
-                return base + min(max(pos.entry_id, 0), n)
-            base += n
-        return total
-
-    def at(index: int) -> Position:
-        for lid, n in spans:
-            if index < n:
-                return Position(lid, index)
-            index -= n
-        raise IndexError(index)
-
     younger = await ml.find_by_publish_time(cutoff_ms + 1, _publish_time_or_zero)
-    newest = (index_of(younger) if younger is not None else total) - 1
-    first = index_of(start)
+    newest = (spans.index_of(younger) if younger is not None else spans.total) - 1
+    first = spans.index_of(start)
     if newest < first:
         return None, 0
-    return at(newest), newest - first + 1
+    return spans.at(newest), newest - first + 1
 
 
 async def _find_expired_by_scan(
@@ -161,6 +174,7 @@ async def expire_messages(topic: Any, sub: Any, cutoff_ms: int) -> int:
 
 __all__ = [
     "EXPIRY_SCAN_MAX_ENTRIES",
+    "LedgerSpans",
     "expire_messages",
     "find_expired",
     "find_expired_by_search",

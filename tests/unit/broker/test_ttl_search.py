@@ -149,3 +149,32 @@ async def test_a_failing_search_falls_back_to_the_scan() -> None:
     topic = Topic(TopicLedger(ml))
     assert await ttl.find_expired(topic, Position(3, 0), 25) == (Position(3, 1), 2)
     assert topic.ledger.scan_reads > 0
+
+
+class _Cursor:
+    def __init__(self, mark_delete: Position) -> None:
+        self.mark_delete_position = mark_delete
+
+
+class _Sub:
+    def __init__(self, mark_delete: Position) -> None:
+        self.cursor = _Cursor(mark_delete)
+
+
+@pytest.mark.parametrize("seed", range(20))
+async def test_backlog_eviction_target_counted_without_reading(seed: int) -> None:
+    from magnetar.broker import backlog_quota
+
+    rng = random.Random(seed)
+    ml = FakeManagedLedger(layout(rng))
+    topic = Topic(TopicLedger(ml))
+    scan = Topic(ScanOnly(topic.ledger))
+    positions = [Position(lid, e) for lid, es in ml.ledgers.items() for e in range(-1, len(es))]
+    for _ in range(15):
+        sub = _Sub(rng.choice(positions))
+        n = rng.randint(0, 60)
+        want = await backlog_quota._position_after_skipping(scan, sub, n)
+        reads = topic.ledger.scan_reads
+        got = await backlog_quota._position_after_skipping(topic, sub, n)
+        assert got == want, (sub.cursor.mark_delete_position, n)
+        assert topic.ledger.scan_reads == reads and ml.reads == 0  # counted, not read
