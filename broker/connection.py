@@ -242,19 +242,22 @@ class ServerConnection(asyncio.Protocol):
     # ------------------------------------------------------------------ input
     def data_received(self, data: bytes) -> None:
         buf = self._buf
-        buf += data
+        if buf:  # the rest of a frame arrived: frames are sliced from one bytes object
+            buf += data
+            data = bytes(buf)
+            buf.clear()
         offset = 0
-        n = len(buf)
+        n = len(data)
         try:
             while n - offset >= 4:
-                (total,) = _U32.unpack_from(buf, offset)
+                (total,) = _U32.unpack_from(data, offset)
                 if total > self.max_frame or total < 4:
                     raise ProtocolViolation(f"frame size {total} out of bounds")
                 if n - offset - 4 < total:
                     break
                 start = offset + 4
                 offset = start + total
-                self._handle_frame(bytes(buf[start:offset]))
+                self._handle_frame(data, start, offset)
                 if self.closed:
                     return
         except ProtocolViolation as exc:
@@ -265,17 +268,20 @@ class ServerConnection(asyncio.Protocol):
             log.exception("closing %s: error handling a frame", self.peer)
             self.close()
             return
-        finally:
-            if offset:
-                del buf[:offset]
+        if offset < n:
+            buf += data[offset:] if offset else data
 
-    def _handle_frame(self, data: bytes) -> None:
-        (cmd_size,) = _U32.unpack_from(data, 0)
-        if cmd_size > len(data) - 4 or cmd_size == 0:
+    def _handle_frame(self, data: bytes, start: int, end: int) -> None:
+        """The frame ``data[start:end]`` (after its total size)."""
+        if end - start < 4:
+            raise ProtocolViolation("frame without command size")
+        (cmd_size,) = _U32.unpack_from(data, start)
+        cmd_end = start + 4 + cmd_size
+        if cmd_end > end or cmd_size == 0:
             raise ProtocolViolation("command size exceeds frame")
         cmd = T()
         try:
-            cmd.ParseFromString(data[4 : 4 + cmd_size])
+            cmd.ParseFromString(data[start + 4 : cmd_end])
         except Exception as exc:
             raise ProtocolViolation(f"cannot parse command: {exc}") from None
         if not cmd.IsInitialized():
@@ -285,9 +291,9 @@ class ServerConnection(asyncio.Protocol):
         if kind == T.SEND:
             if not self.connected:
                 raise ProtocolViolation("SEND before CONNECT")
-            self._handle_send(cmd.send, data, 4 + cmd_size)
+            self._handle_send(cmd.send, data[cmd_end:end])
             return
-        if len(data) > 4 + cmd_size:
+        if end > cmd_end:
             raise ProtocolViolation(f"unexpected payload on {T.Type.Name(kind)}")
         if not self.connected:
             if kind != T.CONNECT:
@@ -596,7 +602,7 @@ class ServerConnection(asyncio.Protocol):
             )
 
     # ------------------------------------------------------------------ publish
-    def _handle_send(self, send: pb.CommandSend, data: bytes, tail_start: int) -> None:
+    def _handle_send(self, send: pb.CommandSend, tail: bytes) -> None:
         pid = send.producer_id
         producer = self.producers.get(pid)
         topic = self.producer_topics.get(pid)
@@ -605,7 +611,6 @@ class ServerConnection(asyncio.Protocol):
             if pid in self._closed_by_broker:
                 return  # in flight when we closed it; the client resends after reconnecting
             raise ProtocolViolation(f"SEND for unknown producer {pid}")
-        tail = data[tail_start:]
         if tail[:2] == MAGIC_CRC32C_BYTES:
             if len(tail) < 10:
                 raise ProtocolViolation("truncated checksum")

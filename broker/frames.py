@@ -108,7 +108,9 @@ def message_frames(
         if ack_set:
             for word in ack_set:
                 body += b" " + varint(word)  # field 4 varint: tag 0x20
-        cmd = b"\x08\x09J" + varint(len(body)) + body  # type=9; field 9 bytes: tag 0x4a
+        n = len(body)
+        # type=9; field 9 bytes: tag 0x4a
+        cmd = b"\x08\x09J" + (_SMALL[n] if n < 0x80 else varint(n)) + body
         append(pack(4 + len(cmd) + len(data), len(cmd)) + cmd + data)
     return out
 
@@ -153,10 +155,11 @@ def send_receipt_frames(receipts: Iterable[tuple[int, int, int, int, int]]) -> l
             last_ledger = ledger_id
             ledger_part = b"\x08" + varint(ledger_id) + b"\x10"
         msg_id = ledger_part + varint(entry_id)
-        body = (
-            pid_part + varint(seq) + b"\x1a" + _SMALL[len(msg_id)] + msg_id + b" " + varint(highest)
-        )
-        cmd = b"\x08\x07:" + varint(len(body)) + body  # type=7; field 7 bytes: tag 0x3a
+        seq_part = varint(seq)
+        highest_part = seq_part if highest == seq else varint(highest)
+        body = pid_part + seq_part + b"\x1a" + _SMALL[len(msg_id)] + msg_id + b" " + highest_part
+        # type=7; field 7 bytes: tag 0x3a; a receipt body is < 128 bytes (ids <= 10 each)
+        cmd = b"\x08\x07:" + _SMALL[len(body)] + body
         append(pack(4 + len(cmd), len(cmd)) + cmd)
     return out
 

@@ -210,9 +210,13 @@ class PersistentTopic:
         self._pending: list[_Pending] = []
         self._submit_scheduled = False
         self._inflight: collections.deque[
-            tuple[list[_Pending], asyncio.Task[list[Position]] | None]
+            tuple[list[_Pending], asyncio.Future[list[Position]] | None]
         ] = collections.deque()
-        self._complete_task: asyncio.Task[None] | None = None
+        self._drain_waiters: list[asyncio.Future[None]] = []
+        # the storage's task-free append (a future of the positions), if it has one
+        self._add_nowait: Callable[[list[bytes]], asyncio.Future[list[Position]]] | None = getattr(
+            ledger, "add_entries_nowait", None
+        )
         self.state = TopicState.ACTIVE
         self.on_fenced: Callable[[PersistentTopic], None] | None = None
         # the compacted view and its compactions; set by the service when it loads the
@@ -255,10 +259,16 @@ class PersistentTopic:
     # -- entry counts (permits)
     def count_of(self, entry: Entry) -> int:
         pos = entry.position
-        n = self._counts.get(pos)
-        if n is not None:
-            return n
-        if self._counted_from is not None and pos >= self._counted_from:
+        counts = self._counts
+        if counts:  # empty while no batch entry was published since load: no hashing
+            n = counts.get(pos)
+            if n is not None:
+                return n
+        start = self._counted_from
+        if start is not None and (
+            pos.ledger_id > start.ledger_id
+            or (pos.ledger_id == start.ledger_id and pos.entry_id >= start.entry_id)
+        ):
             return 1
         try:
             n = num_messages(entry.data)
@@ -371,72 +381,106 @@ class PersistentTopic:
     def _submit(self) -> None:
         """End of a loop iteration: append what arrived as one batch, without waiting for
         earlier batches (the managed ledger completes adds in order); completions are then
-        handled strictly in submission order by ``_complete``."""
+        handled strictly in submission order by ``_complete_ready``, called back when an
+        append completes (no task per batch)."""
         self._submit_scheduled = False
         batch, self._pending = self._pending, []
         if not batch:
             return
         datas = [p.data for p in batch if not p.duplicate]
-        loop = asyncio.get_running_loop()
-        task = loop.create_task(self.ledger.add_entries(datas)) if datas else None
-        self._inflight.append((batch, task))
-        if self._complete_task is None or self._complete_task.done():
-            self._complete_task = loop.create_task(self._complete())
+        fut: asyncio.Future[list[Position]] | None = None
+        if datas:
+            if self._add_nowait is not None:
+                try:
+                    fut = self._add_nowait(datas)
+                except Exception as exc:  # refused at once (state, too many pending adds)
+                    fut = asyncio.get_running_loop().create_future()
+                    fut.set_exception(exc)
+            else:
+                fut = asyncio.get_running_loop().create_task(self.ledger.add_entries(datas))
+            fut.add_done_callback(self._on_appended)
+        self._inflight.append((batch, fut))
+        if fut is None and len(self._inflight) == 1:
+            self._complete_ready()  # duplicates only, nothing in flight before them
 
-    async def _complete(self) -> None:
-        while self._inflight:
-            batch, task = self._inflight[0]
+    def _on_appended(self, _fut: asyncio.Future[list[Position]]) -> None:
+        self._complete_ready()
+
+    def _complete_ready(self) -> None:
+        """Report the appends done at the head of the in-flight queue, in order."""
+        inflight = self._inflight
+        while inflight:
+            batch, fut = inflight[0]
+            if fut is not None and not fut.done():
+                break
+            inflight.popleft()
             try:
-                stored = await task if task is not None else []
-            except Exception as exc:
-                self._inflight.popleft()
-                log.warning("append to %s failed: %s", self.name, exc)
-                if isinstance(exc, (LedgerFenced, ManagedLedgerClosed)):
-                    self.fence(str(exc))
-                for p in batch:
-                    if p.dedup_name is not None:
-                        self.dedup.failed(p.dedup_name)
-                for sink, items, _ in _runs_by_sink(batch, None):
-                    sink.on_publish_failed(items, exc)
+                if fut is None:
+                    self._completed(batch, [])
+                elif fut.cancelled():
+                    self._failed(batch, ManagedLedgerClosed(f"append to {self.name} cancelled"))
+                else:
+                    exc = fut.exception()
+                    if exc is not None:
+                        self._failed(batch, exc)  # type: ignore[arg-type]
+                    else:
+                        self._completed(batch, fut.result())
+            except Exception:  # a sink's failure must not stall the later receipts
+                log.exception("reporting publishes on %s failed", self.name)
+        if not inflight and self._drain_waiters:
+            waiters, self._drain_waiters = self._drain_waiters, []
+            for w in waiters:
+                if not w.done():
+                    w.set_result(None)
+
+    def _failed(self, batch: list[_Pending], exc: Exception) -> None:
+        log.warning("append to %s failed: %s", self.name, exc)
+        if isinstance(exc, (LedgerFenced, ManagedLedgerClosed)):
+            self.fence(str(exc))
+        for p in batch:
+            if p.dedup_name is not None:
+                self.dedup.failed(p.dedup_name)
+        for sink, items, _ in _runs_by_sink(batch, None):
+            sink.on_publish_failed(items, exc)
+
+    def _completed(self, batch: list[_Pending], stored: list[Position]) -> None:
+        self.counters.publish_batches += 1
+        positions: list[Position | None]
+        if len(stored) == len(batch):
+            positions = stored  # type: ignore[assignment]  # read-only from here
+        else:  # duplicates ride along without a position
+            it = iter(stored)
+            positions = [None if p.duplicate else next(it) for p in batch]
+        if stored and self._counted_from is None:
+            self._counted_from = stored[0]
+        msgs = nbytes = entries = 0
+        dedup = self.dedup
+        for p, pos in zip(batch, positions, strict=True):
+            if pos is None:
                 continue
-            self._inflight.popleft()
-            self.counters.publish_batches += 1
-            positions: list[Position | None]
-            if len(stored) == len(batch):
-                positions = stored  # type: ignore[assignment]  # read-only from here
-            else:  # duplicates ride along without a position
-                it = iter(stored)
-                positions = [None if p.duplicate else next(it) for p in batch]
-            if positions and self._counted_from is None:
-                self._counted_from = next((x for x in positions if x is not None), None)
-            msgs = nbytes = entries = 0
-            dedup = self.dedup
-            for p, pos in zip(batch, positions, strict=True):
-                if pos is None:
-                    continue
-                n = p.num_messages
-                if n != 1:
-                    self._remember_count(pos, n)
-                msgs += n
-                nbytes += len(p.data)
-                entries += 1
-                if p.dedup_name is not None:
-                    dedup.persisted(p.dedup_name, p.highest)
-            counters = self.counters
-            counters.msg_in += msgs
-            counters.bytes_in += nbytes
-            counters.entries_in += entries
-            for sink, items, poss in _runs_by_sink(batch, positions):
-                sink.on_published(items, poss)  # type: ignore[arg-type]  # not None here
+            n = p.num_messages
+            if n != 1:
+                self._remember_count(pos, n)
+            msgs += n
+            nbytes += len(p.data)
+            entries += 1
+            if p.dedup_name is not None:
+                dedup.persisted(p.dedup_name, p.highest)
+        counters = self.counters
+        counters.msg_in += msgs
+        counters.bytes_in += nbytes
+        counters.entries_in += entries
+        for sink, items, poss in _runs_by_sink(batch, positions):
+            sink.on_published(items, poss)  # type: ignore[arg-type]  # not None here
 
     async def _drain_publishes(self) -> None:
+        """Wait until every SEND received so far has been reported."""
         if self._pending:
             self._submit()
-        while self._complete_task is not None and not self._complete_task.done():
-            try:
-                await asyncio.shield(self._complete_task)
-            except Exception:
-                break
+        if self._inflight:
+            waiter = asyncio.get_running_loop().create_future()
+            self._drain_waiters.append(waiter)
+            await waiter
 
     def _on_new_entries(self) -> None:
         for sub in self.subscriptions.values():

@@ -47,7 +47,7 @@ def test_message_frames_equal_one_by_one() -> None:
             Position(rng.choice([0, 5, 300, 2**33]), rng.randrange(0, 3_000_000)),
             b"x" * rng.randrange(0, 300),
             rng.choice([0, 0, 3, 200]),
-            rng.choice([None, None, [], [1, -1, 2**62]]),
+            rng.choice([None, None, [], [1, -1, 2**62], [-1] * 20]),  # 20 words: body > 127 B
         )
         for _ in range(500)
     ]
