@@ -7,8 +7,6 @@ restart; automatic compaction once the ``compactionThreshold`` policy is exceede
 
 from __future__ import annotations
 
-import json
-import time
 import urllib.error
 import urllib.request
 import uuid
@@ -17,56 +15,11 @@ from typing import Any
 
 import pulsar
 import pytest
-from aiohttp import web
+from support.admin import Admin, http, wait_until
 from support.broker import InProcessBroker
 from support.standalone import StandaloneFactory
 
-from magnetar.broker.http_api import AdminApi
-
 Earliest = pulsar.InitialPosition.Earliest
-
-
-def http(base: str, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-    data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(base + path, data=data, method=method)
-    req.add_header("Content-Type", "application/json")
-    try:
-        with urllib.request.urlopen(req, timeout=10) as resp:
-            raw = resp.read()
-            return resp.status, json.loads(raw) if raw else None
-    except urllib.error.HTTPError as exc:
-        raw = exc.read()
-        return exc.code, json.loads(raw) if raw else None
-
-
-def wait_until(pred: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not pred():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not reached: {what}")
-        time.sleep(0.02)  # polling interval of a deadline-bounded wait
-
-
-class Admin:
-    """The in-process broker's admin REST API on a free port."""
-
-    def __init__(self, broker: InProcessBroker) -> None:
-        self.broker = broker
-        service = broker.service
-        assert service is not None
-
-        async def start() -> tuple[web.AppRunner, int]:
-            runner = web.AppRunner(AdminApi(service.resources, service).app())
-            await runner.setup()
-            site = web.TCPSite(runner, "127.0.0.1", 0)
-            await site.start()
-            return runner, runner.addresses[0][1]
-
-        self.runner, port = broker.call(start)
-        self.url = f"http://127.0.0.1:{port}"
-
-    def close(self) -> None:
-        self.broker.call(self.runner.cleanup)
 
 
 def topic_path(topic: str) -> str:

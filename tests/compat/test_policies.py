@@ -11,77 +11,22 @@ logs going down once consumed ledgers fall outside retention.
 
 from __future__ import annotations
 
-import json
 import pathlib
 import time
-import urllib.error
-import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pulsar
 import pytest
-from aiohttp import web
+from support.admin import Admin, wait_until
 from support.broker import InProcessBroker
 
-from magnetar.broker.http_api import AdminApi
 from magnetar.zk.clock import VirtualClock
 
 Shared = pulsar.ConsumerType.Shared
 Earliest = pulsar.InitialPosition.Earliest
 NS = "/admin/v2/namespaces/public/default"
-
-
-class Admin:
-    """The broker's admin REST API on a free port, served on the broker's loop."""
-
-    def __init__(self, broker: InProcessBroker) -> None:
-        self.broker = broker
-        service = broker.service
-        assert service is not None
-
-        async def start() -> tuple[web.AppRunner, int]:
-            runner = web.AppRunner(AdminApi(service.resources, service).app())
-            await runner.setup()
-            site = web.TCPSite(runner, "127.0.0.1", 0)
-            await site.start()
-            return runner, runner.addresses[0][1]
-
-        self.runner, port = broker.call(start)
-        self.url = f"http://127.0.0.1:{port}"
-
-    def close(self) -> None:
-        self.broker.call(self.runner.cleanup)
-
-    def request(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-        data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(self.url + path, data=data, method=method)
-        req.add_header("Content-Type", "application/json")
-        try:
-            with urllib.request.urlopen(req, timeout=10) as resp:
-                raw = resp.read()
-                return resp.status, json.loads(raw) if raw else None
-        except urllib.error.HTTPError as exc:
-            raw = exc.read()
-            return exc.code, json.loads(raw) if raw else None
-
-    def post(self, path: str, body: Any) -> None:
-        status, got = self.request("POST", path, body)
-        assert status == 204, (status, got)
-
-    def get(self, path: str) -> Any:
-        status, got = self.request("GET", path)
-        assert status == 200, (status, got)
-        return got
-
-
-def wait_until(pred: Callable[[], bool], timeout_s: float = 10.0, what: str = "") -> None:
-    deadline = time.monotonic() + timeout_s
-    while not pred():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not reached: {what}")
-        time.sleep(0.02)
 
 
 @pytest.fixture
