@@ -35,7 +35,7 @@ from typing import Protocol
 import crc32c as _crc32c
 
 from magnetar.bookie import gc as _gc
-from magnetar.bookie.api import AddRequest, BookieInfo, Entry
+from magnetar.bookie.api import AddRequest, BookieInfo, Entry, EntryToAdd
 from magnetar.bookie.errors import (
     BookieIOError,
     NoEntry,
@@ -115,19 +115,11 @@ class BookieConfig:
         return self.index_dir or f"{self.ledger_dir}/index"
 
 
-class AddEntryLike(Protocol):
+class AddEntryLike(EntryToAdd, Protocol):
     """What ``add_batch`` reads from each entry: ``AddRequest``'s attributes."""
 
     @property
     def ledger_id(self) -> int: ...
-    @property
-    def entry_id(self) -> int: ...
-    @property
-    def lac(self) -> int: ...
-    @property
-    def crc32c(self) -> int: ...
-    @property
-    def payload(self) -> bytes: ...
     @property
     def master_key(self) -> bytes: ...
     @property
