@@ -284,15 +284,23 @@ class ServerConnection(asyncio.Protocol):
             cmd.ParseFromString(data[start + 4 : cmd_end])
         except Exception as exc:
             raise ProtocolViolation(f"cannot parse command: {exc}") from None
-        if not cmd.IsInitialized():
-            raise ProtocolViolation("command misses required fields")
         kind = cmd.type
-        self._ping_outstanding = False
-        if kind == T.SEND:
+        if kind == T.SEND:  # the hot path: CommandSend's required fields checked directly
+            send = cmd.send
+            if not (
+                send.HasField("producer_id")
+                and send.HasField("sequence_id")
+                and (not send.HasField("message_id") or send.message_id.IsInitialized())
+            ):
+                raise ProtocolViolation("command misses required fields")
+            self._ping_outstanding = False
             if not self.connected:
                 raise ProtocolViolation("SEND before CONNECT")
-            self._handle_send(cmd.send, data[cmd_end:end])
+            self._handle_send(send, data[cmd_end:end])
             return
+        if not cmd.IsInitialized():
+            raise ProtocolViolation("command misses required fields")
+        self._ping_outstanding = False
         if end > cmd_end:
             raise ProtocolViolation(f"unexpected payload on {T.Type.Name(kind)}")
         if not self.connected:
@@ -620,7 +628,7 @@ class ServerConnection(asyncio.Protocol):
                 return
         elif len(tail) < 4:
             raise ProtocolViolation("SEND without metadata")
-        num = send.num_messages if send.HasField("num_messages") else 1
+        num = send.num_messages  # [default = 1]
         refused = self.service.policies.admit_send(topic, tail)  # backlog quota, max delay
         if refused is not None:
             self._send_error(pid, seq, *refused)

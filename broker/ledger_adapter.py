@@ -21,6 +21,7 @@ from magnetar.broker.storage import Entry
 from magnetar.zk import paths
 
 _WORD = 1 << 64
+_new_entry = tuple.__new__  # Entry(p, d) without the NamedTuple's Python-level __new__
 
 
 def _words_to_int(words: list[int]) -> int:
@@ -75,7 +76,7 @@ class ManagedTopicCursor:
 
     async def read_entries(self, max_entries: int) -> list[Entry]:
         got = await self._ml.read_entries(self.cursor, max_entries)
-        return [Entry(e.position, e.payload) for e in got]
+        return [_new_entry(Entry, (e.position, e.payload)) for e in got]
 
     async def read_positions(self, positions: list[Position]) -> list[Entry]:
         """The unacknowledged entries at ``positions``, in the order given; consecutive

@@ -10,7 +10,9 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
+import struct
 from typing import Any
 
 import pytest
@@ -169,3 +171,45 @@ async def test_batch_counts_are_remembered(n: int) -> None:
     await _settle(topic)
     assert topic.known_count(Position(5, 0)) == n
     assert topic.counters.msg_in == n
+
+
+def _send_frame(send: bytes) -> bytes:
+    """A SEND frame whose CommandSend body is ``send`` (raw bytes: fields may be missing)."""
+    cmd = b"\x08\x06" + b"\x32" + bytes([len(send)]) + send  # type=SEND; field 6: send
+    tail = b"\x00\x00\x00\x00"  # an empty metadata section
+    return struct.pack(">II", 4 + len(cmd) + len(tail), len(cmd)) + cmd + tail
+
+
+@pytest.mark.parametrize(
+    ("body", "why"),
+    [
+        (b"\x10\x01", "no producer_id"),
+        (b"\x08\x00", "no sequence_id"),
+        (b"\x08\x00\x10\x01\x4a\x02\x08\x01", "message_id without entryId"),
+    ],
+)
+async def test_send_missing_required_fields_closes_the_connection(
+    body: bytes, why: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    from support.fake_transport import CONNECT, FakeTransport
+
+    from magnetar.broker.config import BrokerConfig
+    from magnetar.broker.connection import ServerConnection
+    from magnetar.broker.service import BrokerService
+    from magnetar.broker.storage import MemoryStorageFactory
+    from magnetar.zk.memory import MemoryMetadataServer
+
+    service = BrokerService(
+        BrokerConfig(keep_alive_interval_seconds=0),
+        MemoryMetadataServer().connect(),
+        MemoryStorageFactory(),
+    )
+    cnx = ServerConnection(service)
+    transport = FakeTransport()
+    cnx.connection_made(transport)  # type: ignore[arg-type]
+    cnx.data_received(CONNECT)
+    assert not transport.closed
+    with caplog.at_level(logging.INFO, logger="magnetar.broker.connection"):
+        cnx.data_received(_send_frame(body))
+    assert transport.closed, why
+    assert "misses required fields" in caplog.text, why
