@@ -121,15 +121,6 @@ def broker() -> Iterator[InProcessBroker]:
 
 
 @pytest.fixture
-def admin(broker: InProcessBroker) -> Iterator[Admin]:
-    a = Admin(broker)
-    try:
-        yield a
-    finally:
-        a.close()
-
-
-@pytest.fixture
 def client(broker: InProcessBroker) -> Iterator[pulsar.Client]:
     c = pulsar.Client(broker.service_url, operation_timeout_seconds=10, log_conf_file_path=None)
     try:

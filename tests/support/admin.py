@@ -1,8 +1,9 @@
 """The admin REST API of an in-process broker for tests, and a deadline-bounded wait.
 
 Owns: ``Admin`` (serves ``AdminApi`` of an ``InProcessBroker`` on a free 127.0.0.1 port, on
-the broker's loop; JSON requests with status codes), ``http`` (one JSON request to any base
-URL) and ``wait_until`` (polls a predicate until a deadline; never a sleep as synchronisation).
+the broker's loop; JSON requests with status codes) and its ``admin`` fixture (over the
+requesting module's ``broker`` fixture), ``http`` (one JSON request to any base URL) and
+``wait_until`` (polls a predicate until a deadline; never a sleep as synchronisation).
 """
 
 from __future__ import annotations
@@ -11,9 +12,10 @@ import json
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
+import pytest
 from aiohttp import web
 
 from magnetar.broker.http_api import AdminApi
@@ -74,3 +76,13 @@ class Admin:
         status, got = self.request("GET", path)
         assert status == 200, (status, got)
         return got
+
+
+@pytest.fixture
+def admin(broker: InProcessBroker) -> Iterator[Admin]:
+    """The admin API of the test module's ``broker`` fixture."""
+    a = Admin(broker)
+    try:
+        yield a
+    finally:
+        a.close()

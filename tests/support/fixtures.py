@@ -13,3 +13,4 @@ from support.zookeeper import zookeeper_server, zookeeper_server_factory  # noqa
 from support.broker import magnetar_broker  # noqa: F401
 from support.standalone import standalone_factory  # noqa: F401
 from support.bookie_storage import open_bookie  # noqa: F401
+from support.admin import admin  # noqa: F401
