@@ -182,12 +182,16 @@ class ManagedTopicLedger:
             listener()
         return positions
 
-    def add_entries_nowait(self, datas: list[bytes]) -> asyncio.Future[list[Position]]:
-        """``add_entries`` without a task: a future of the positions, done (after the tail
-        listeners ran) when the last add is. Raises at once if the ledger refuses an add."""
+    def add_entries_then(
+        self,
+        datas: list[bytes],
+        then: Callable[[list[Position] | None, BaseException | None], None],
+    ) -> None:
+        """``add_entries`` without a task or a future of its own: ``then(positions, None)``
+        (after the tail listeners ran) or ``then(None, error)`` is called back once the
+        last add is done. Raises at once if the ledger refuses an add."""
         add = self.ml.add_nowait
         futures = [add(d) for d in datas]
-        out: asyncio.Future[list[Position]] = asyncio.get_running_loop().create_future()
 
         def done(_last: asyncio.Future[Position]) -> None:
             # the managed ledger completes adds in order: once the last is done, all are
@@ -197,19 +201,13 @@ class ManagedTopicLedger:
                 for f in futures:  # every outcome retrieved (no "never retrieved" warnings)
                     if f.done() and not f.cancelled():
                         f.exception()
-                if not out.done():
-                    if isinstance(exc, asyncio.CancelledError):
-                        out.cancel()
-                    else:
-                        out.set_exception(exc)
+                then(None, exc)
                 return
             for listener in list(self._listeners):
                 listener()
-            if not out.done():
-                out.set_result(positions)
+            then(positions, None)
 
         futures[-1].add_done_callback(done)
-        return out
 
     async def read_entries(self, start: Position, max_entries: int) -> list[Entry]:
         ml = self.ml

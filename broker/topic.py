@@ -167,6 +167,38 @@ class TopicCounters:
     extra: dict[str, int] = field(default_factory=dict)
 
 
+AddThen = Callable[
+    [list[bytes], Callable[[list[Position] | None, BaseException | None], None]], None
+]
+
+
+class _Inflight:
+    """One submitted batch of SENDs and, once its append is done, the outcome."""
+
+    __slots__ = ("batch", "done", "error", "positions", "topic")
+
+    def __init__(self, topic: PersistentTopic, batch: list[_Pending]) -> None:
+        self.topic = topic
+        self.batch = batch
+        self.done = False
+        self.positions: list[Position] = []
+        self.error: BaseException | None = None
+
+    def finish(self, positions: list[Position] | None, error: BaseException | None) -> None:
+        self.done = True
+        if positions is not None:
+            self.positions = positions
+        self.error = error
+        self.topic._complete_ready()
+
+    def finish_task(self, task: asyncio.Future[list[Position]]) -> None:
+        if task.cancelled():
+            self.finish(None, asyncio.CancelledError())
+            return
+        exc = task.exception()
+        self.finish(None if exc is not None else task.result(), exc)
+
+
 def _runs_by_sink(
     batch: list[_Pending], positions: list[Position | None] | None
 ) -> list[tuple[PublishSink, list[_Pending], list[Position | None] | None]]:
@@ -209,14 +241,10 @@ class PersistentTopic:
         self._counted_from: Position | None = None
         self._pending: list[_Pending] = []
         self._submit_scheduled = False
-        self._inflight: collections.deque[
-            tuple[list[_Pending], asyncio.Future[list[Position]] | None]
-        ] = collections.deque()
+        self._inflight: collections.deque[_Inflight] = collections.deque()
         self._drain_waiters: list[asyncio.Future[None]] = []
-        # the storage's task-free append (a future of the positions), if it has one
-        self._add_nowait: Callable[[list[bytes]], asyncio.Future[list[Position]]] | None = getattr(
-            ledger, "add_entries_nowait", None
-        )
+        # the storage's task-free append (calls back with the positions), if it has one
+        self._add_then: AddThen | None = getattr(ledger, "add_entries_then", None)
         self.state = TopicState.ACTIVE
         self.on_fenced: Callable[[PersistentTopic], None] | None = None
         # the compacted view and its compactions; set by the service when it loads the
@@ -382,49 +410,44 @@ class PersistentTopic:
         """End of a loop iteration: append what arrived as one batch, without waiting for
         earlier batches (the managed ledger completes adds in order); completions are then
         handled strictly in submission order by ``_complete_ready``, called back when an
-        append completes (no task per batch)."""
+        append completes (no task, no future per batch on the managed ledger)."""
         self._submit_scheduled = False
         batch, self._pending = self._pending, []
         if not batch:
             return
         datas = [p.data for p in batch if not p.duplicate]
-        fut: asyncio.Future[list[Position]] | None = None
-        if datas:
-            if self._add_nowait is not None:
-                try:
-                    fut = self._add_nowait(datas)
-                except Exception as exc:  # refused at once (state, too many pending adds)
-                    fut = asyncio.get_running_loop().create_future()
-                    fut.set_exception(exc)
-            else:
-                fut = asyncio.get_running_loop().create_task(self.ledger.add_entries(datas))
-            fut.add_done_callback(self._on_appended)
-        self._inflight.append((batch, fut))
-        if fut is None and len(self._inflight) == 1:
-            self._complete_ready()  # duplicates only, nothing in flight before them
-
-    def _on_appended(self, _fut: asyncio.Future[list[Position]]) -> None:
-        self._complete_ready()
+        item = _Inflight(self, batch)
+        self._inflight.append(item)
+        if not datas:  # duplicates only: reported once everything before them is
+            item.done = True
+            if len(self._inflight) == 1:
+                self._complete_ready()
+            return
+        if self._add_then is not None:
+            try:
+                self._add_then(datas, item.finish)
+            except Exception as exc:  # refused at once (state, too many pending adds)
+                item.finish(None, exc)
+            return
+        task = asyncio.get_running_loop().create_task(self.ledger.add_entries(datas))
+        task.add_done_callback(item.finish_task)
 
     def _complete_ready(self) -> None:
         """Report the appends done at the head of the in-flight queue, in order."""
         inflight = self._inflight
         while inflight:
-            batch, fut = inflight[0]
-            if fut is not None and not fut.done():
+            item = inflight[0]
+            if not item.done:
                 break
             inflight.popleft()
             try:
-                if fut is None:
-                    self._completed(batch, [])
-                elif fut.cancelled():
-                    self._failed(batch, ManagedLedgerClosed(f"append to {self.name} cancelled"))
+                if item.error is not None:
+                    exc = item.error
+                    if not isinstance(exc, Exception):  # cancelled
+                        exc = ManagedLedgerClosed(f"append to {self.name} cancelled")
+                    self._failed(item.batch, exc)
                 else:
-                    exc = fut.exception()
-                    if exc is not None:
-                        self._failed(batch, exc)  # type: ignore[arg-type]
-                    else:
-                        self._completed(batch, fut.result())
+                    self._completed(item.batch, item.positions)
             except Exception:  # a sink's failure must not stall the later receipts
                 log.exception("reporting publishes on %s failed", self.name)
         if not inflight and self._drain_waiters:

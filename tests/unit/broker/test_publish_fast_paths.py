@@ -213,3 +213,13 @@ async def test_send_missing_required_fields_closes_the_connection(
         cnx.data_received(_send_frame(body))
     assert transport.closed, why
     assert "misses required fields" in caplog.text, why
+
+
+async def test_drain_waits_until_every_send_is_reported() -> None:
+    topic = PersistentTopic(TopicName.parse("persistent://a/b/t"), MemoryLedger("t", 6))
+    log: list[Any] = []
+    sink = _Sink(log, "a")
+    for seq in range(3):
+        topic.publish_to(sink, _producer(0, "p"), seq, seq, 1, b"x")
+    await topic._drain_publishes()  # what close() awaits before disconnecting producers
+    assert [seqs for _, seqs, _ in log] == [[0, 1, 2]]
