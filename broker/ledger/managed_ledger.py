@@ -257,6 +257,7 @@ class ManagedLedger:
         )
         self._rollover_task: asyncio.Task[None] | None = None
         self._trim_task: asyncio.Task[list[int]] | None = None
+        self._trim_again = False
         self._abort_task: asyncio.Future[None] | None = None
         self._cursors: dict[str, ManagedCursor] = {}
         self._non_durable: list[ManagedCursor] = []
@@ -816,7 +817,15 @@ class ManagedLedger:
         if self.state is not _S.LEDGER_OPENED:
             return
         if self._trim_task is None or self._trim_task.done():
+            self._trim_again = False
             self._trim_task = asyncio.ensure_future(self.trim())
+            self._trim_task.add_done_callback(self._after_trim)
+        else:  # a trigger during a trim may concern what that trim already looked at
+            self._trim_again = True
+
+    def _after_trim(self, task: asyncio.Task[list[int]]) -> None:
+        if self._trim_again:
+            self.trim_soon()
 
     def _slowest_mark_delete(self) -> Position | None:
         if not self._cursors:

@@ -354,3 +354,38 @@ async def test_an_add_completes_only_after_every_earlier_add_when_a_ledger_fails
     assert all(fut.exception() is not None for fut in doomed)
     assert len(done) == 5 and violations == []
     await f.close()
+
+
+async def test_trim_requested_during_a_trim_runs_again_after_it(
+    meta_server: MemoryMetadataServer, fake_bookies: FakeBookieCluster
+) -> None:
+    """A trigger (an ack, a rollover) that arrives while a trim runs is not dropped: that trim
+    may have read the cursors before the ack moved them."""
+    f = factory(meta_server, fake_bookies)
+    ml = await f.open("t/ns/persistent/trim-again")
+    await ml.add(b"x")
+    started: list[int] = []
+    gate = asyncio.Event()
+
+    async def gated_trim() -> list[int]:
+        started.append(1)
+        await gate.wait()
+        return []
+
+    ml.trim = gated_trim  # type: ignore[method-assign]
+    ml.trim_soon()
+    for _ in range(100):
+        if started:
+            break
+        await asyncio.sleep(0)
+    assert started == [1]
+    ml.trim_soon()  # during the running trim
+    ml.trim_soon()  # coalesced with the previous trigger
+    assert started == [1]
+    gate.set()
+    for _ in range(100):
+        if len(started) == 2 and ml._trim_task is not None and ml._trim_task.done():
+            break
+        await asyncio.sleep(0)
+    assert started == [1, 1]  # exactly one more trim
+    await f.close()
