@@ -3,7 +3,10 @@
 Owns: nothing of the wire format itself (``magnetar.client.protocol`` does): it adapts the
 codec's protobuf-free encoders of ``MESSAGE`` (CommandMessage + the stored entry bytes
 unchanged) and ``SEND_RECEIPT`` to the broker's positional call sites, frames other
-commands, and reads ``MessageMetadata`` out of a stored entry (the SEND tail).
+commands, and reads ``MessageMetadata`` out of a stored entry (the SEND tail). The per-message
+frames of the hot path (``message_frames``, ``send_receipt_frames``) are built here without
+protobuf objects, the parts shared by a run (consumer or producer id, ledger id) encoded once;
+tests check they equal the codec's bytes.
 Must not know: topics, consumers, sockets.
 """
 

@@ -5,6 +5,8 @@ Owns: ``ManagedLedgerStorage`` (a ``TopicStorageFactory`` over ``ManagedLedgerFa
 positions and sentinels (EARLIEST / LATEST), batch-index ack sets between the wire format
 (words of a bit set, 1 = not yet acknowledged) and the cursor's (batch size, acknowledged
 mask), durable redelivery counts, tail notifications after each completed append.
+``add_entries_then`` is the publish hot path: one managed-ledger add per entry and one
+callback when the last is done (adds complete in order), instead of a task per batch.
 Must not know: the wire protocol, dispatch.
 """
 

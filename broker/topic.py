@@ -13,7 +13,11 @@ the ``__compaction`` subscription name is reserved, and deleting it deletes the 
 Lifecycle (``TOPIC_TRANSITIONS``): ACTIVE -> CLOSING -> CLOSED on unload; ACTIVE -> FENCED
 when the managed ledger refuses writes for good (another owner), after which the service
 unloads the topic so clients look up the new owner.
-Invariant: every SEND gets exactly one completion callback, in arrival order per topic.
+Invariant: every SEND gets exactly one outcome, in arrival order per topic: a ``PublishSink``
+(the connection) hears once per run of its consecutive SENDs in a completed append (so it
+writes that run's receipts as one buffer); ``publish`` adapts a per-SEND callback to it. On
+the managed ledger a batch completes through ``add_entries_then`` (a callback when its last
+add is done, no task or future per batch).
 Must not know: sockets or frames (callers pass callbacks and sinks).
 """
 
