@@ -39,13 +39,13 @@ from magnetar.broker.compaction import (
 )
 from magnetar.broker.consumer import Consumer, SubType
 from magnetar.broker.frames import MAGIC_CRC32C_BYTES, BadEntry, num_messages, parse_metadata
+from magnetar.broker.key_shared import entry_slot_from_bytes
 from magnetar.broker.ledger.errors import LedgerFenced, ManagedLedgerClosed
 from magnetar.broker.ledger.position import EARLIEST, LATEST, Position
 from magnetar.broker.naming import TopicName
 from magnetar.broker.producer import Admission, Deduplication, Producer, ProducerRegistry
 from magnetar.broker.storage import Entry, TopicLedger
 from magnetar.broker.subscription import Subscription, SubscriptionError
-from magnetar.client.protocol import key_shared_slot, sticky_key
 
 log = logging.getLogger(__name__)
 
@@ -320,7 +320,7 @@ class PersistentTopic:
     @staticmethod
     def slot_of(entry: Entry) -> int:
         """Key_Shared slot of an entry (its outer metadata's sticky key)."""
-        return key_shared_slot(sticky_key(parse_metadata(entry.data)))
+        return entry_slot_from_bytes(entry.data)
 
     @staticmethod
     def deliver_at_of(entry: Entry) -> int:
