@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from magnetar.client.protocol import (
     MAGIC_CRC32C,
     encode_message_frame,
+    encode_varint,
     parse_entry,
     to_int64,
 )
@@ -26,26 +27,11 @@ from magnetar.client.protocol.proto import pulsar_api_pb2 as pb
 MAGIC_CRC32C_BYTES = MAGIC_CRC32C.to_bytes(2, "big")
 _U32U32 = struct.Struct(">II")
 _SMALL = [bytes((i,)) for i in range(128)]
-_UINT64_MASK = (1 << 64) - 1
 _PARTITION_NONE = b"\x18" + b"\xff" * 9 + b"\x01"  # MessageIdData.partition = -1
 
 
-def varint(value: int) -> bytes:
-    """Protobuf varint (negative numbers as 64-bit two's complement), unrolled for the
-    small values of the hot path (ids, sequence ids, lengths)."""
-    if 0 <= value < 0x80:
-        return _SMALL[value]
-    if 0 < value < 0x4000:
-        return bytes(((value & 0x7F) | 0x80, value >> 7))
-    if 0 < value < 0x200000:
-        return bytes(((value & 0x7F) | 0x80, ((value >> 7) & 0x7F) | 0x80, value >> 14))
-    value &= _UINT64_MASK
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
+varint = encode_varint
+"""Protobuf varint (the codec's, unrolled for small values)."""
 
 
 class BadEntry(ValueError):

@@ -14,28 +14,11 @@ from __future__ import annotations
 import struct
 
 from magnetar.client.protocol import crc32c
+from magnetar.client.protocol import encode_varint as _varint
 
 _U32 = struct.Struct(">I")
 _U32U32 = struct.Struct(">II")
-_UINT64_MASK = (1 << 64) - 1
-_SMALL = [bytes([i]) for i in range(128)]
 _MAGIC_CRC32C = b"\x0e\x01"
-
-
-def _varint(value: int) -> bytes:
-    if 0 <= value < 0x80:
-        return _SMALL[value]
-    if 0 <= value < 0x4000:
-        return bytes(((value & 0x7F) | 0x80, value >> 7))
-    if 0 <= value < 0x200000:
-        return bytes(((value & 0x7F) | 0x80, ((value >> 7) & 0x7F) | 0x80, value >> 14))
-    value &= _UINT64_MASK
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
 
 
 def encode_simple_metadata(producer_name: bytes, sequence_id: int, publish_time: int) -> bytes:

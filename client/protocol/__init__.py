@@ -60,6 +60,7 @@ from ._framing import (
     encode_message_frame,
     encode_payload_command,
     encode_send_receipt_frame,
+    encode_varint,
     parse_entry,
     serialize_command,
 )
@@ -142,6 +143,7 @@ __all__ = [
     "encode_message_frame",
     "encode_payload_command",
     "encode_send_receipt_frame",
+    "encode_varint",
     "is_batch",
     "key_shared_slot",
     "murmur3_32_hash",

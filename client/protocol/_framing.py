@@ -69,10 +69,15 @@ _TYPE_OF = {int(t): t for t in CommandType}
 _PARTITION_NONE = b"\x18" + b"\xff" * 9 + b"\x01"  # MessageIdData.partition = -1
 
 
-def _varint(value: int) -> bytes:
-    """Protobuf varint of ``value``; negative numbers as 64-bit two's complement (10 bytes)."""
-    if 0 <= value < 128:
+def encode_varint(value: int) -> bytes:
+    """Protobuf varint of ``value``; negative numbers as 64-bit two's complement (10 bytes).
+    Unrolled for the small values of hot paths (ids, sequence ids, lengths)."""
+    if 0 <= value < 0x80:
         return _SMALL_VARINTS[value]
+    if 0 < value < 0x4000:
+        return bytes(((value & 0x7F) | 0x80, value >> 7))
+    if 0 < value < 0x200000:
+        return bytes(((value & 0x7F) | 0x80, ((value >> 7) & 0x7F) | 0x80, value >> 14))
     value &= _UINT64_MASK
     out = bytearray()
     while value > 0x7F:
@@ -80,6 +85,9 @@ def _varint(value: int) -> bytes:
         value >>= 7
     out.append(value)
     return bytes(out)
+
+
+_varint = encode_varint
 
 
 # ----------------------------------------------------------------------------- encoding
