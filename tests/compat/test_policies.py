@@ -518,13 +518,23 @@ def test_publish_rate_pauses_only_the_throttled_connection(
     finally:
         other.close()
     # the throttled connection reads nothing more until virtual time repays the debt
-    time.sleep(0.3)  # what was read before the pause settles
+
+    def read_by_broker() -> int:
+        async def get() -> int:
+            assert broker.service is not None
+            t = broker.service.topics[topic]
+            return sum(p.msg_in for p in t.producers.producers.values())
+
+        return broker.call(get)
+
+    # every SEND read before the pause is answered (the rest wait unread in the socket)
+    wait_until(lambda: len(receipts) == read_by_broker(), what="receipts of what was read")
     settled = len(receipts)
+    assert settled < 20
     late: list[Any] = []
     producer.send_async(b"late", lambda res, mid: late.append(res))
-    time.sleep(0.3)
-    # nothing more is read while paused (virtual time stands still)
-    assert (len(receipts), late) == (settled, [])
+    time.sleep(0.3)  # an observation window: nothing may arrive while virtual time stands still
+    assert (len(receipts), late, read_by_broker()) == (settled, [], settled)
     deadline = time.monotonic() + 10
     while not late:
         assert time.monotonic() < deadline
