@@ -7,7 +7,7 @@ positions and receipts keep arrival order; duplicates found by deduplication rid
 same queue so their receipts keep order too), the entry-count cache used for permits,
 subscriptions (durable ones reopened from the ledger's cursors on load; non-durable ones
 dropped with their last consumer), last-message-id, finding a position by publish time,
-close/unload. Compaction (``compaction.py``): the service attaches a ``TopicCompaction``;
+close/unload. Compaction (``compaction/``): the service attaches a ``TopicCompaction``;
 a read_compacted consumer (Exclusive / Failover only) reads through a ``CompactedCursor``;
 the ``__compaction`` subscription name is reserved, and deleting it deletes the views.
 Lifecycle (``TOPIC_TRANSITIONS``): ACTIVE -> CLOSING -> CLOSED on unload; ACTIVE -> FENCED
