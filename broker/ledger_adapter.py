@@ -19,26 +19,10 @@ from collections.abc import Callable, Iterable
 from magnetar.broker.ledger.cursor import ManagedCursor
 from magnetar.broker.ledger.managed_ledger import ManagedLedger, ManagedLedgerFactory
 from magnetar.broker.ledger.position import EARLIEST, LATEST, Position
-from magnetar.broker.storage import Entry
+from magnetar.broker.storage import Entry, int_to_words, words_to_int
 from magnetar.zk import paths
 
-_WORD = 1 << 64
 _new_entry = tuple.__new__  # Entry(p, d) without the NamedTuple's Python-level __new__
-
-
-def _words_to_int(words: list[int]) -> int:
-    value = 0
-    for i, w in enumerate(words):
-        value |= (w % _WORD) << (64 * i)
-    return value
-
-
-def _int_to_words(value: int, size: int) -> list[int]:
-    out = []
-    for i in range((size + 63) // 64):
-        w = (value >> (64 * i)) & (_WORD - 1)
-        out.append(w - _WORD if w >= (1 << 63) else w)
-    return out
 
 
 class ManagedTopicCursor:
@@ -68,7 +52,7 @@ class ManagedTopicCursor:
         if got is None:
             return None
         size, acked = got
-        return _int_to_words(((1 << size) - 1) & ~acked, size)
+        return int_to_words(((1 << size) - 1) & ~acked, size)
 
     def redelivery_count(self, position: Position) -> int:
         return self.cursor.redelivery_count(position)
@@ -107,7 +91,7 @@ class ManagedTopicCursor:
     async def ack_batch_index(self, position: Position, ack_set: list[int], size: int) -> bool:
         if self.cursor.is_acknowledged(position):
             return True
-        unacked = _words_to_int(ack_set)
+        unacked = words_to_int(ack_set)
         indexes = [i for i in range(size) if not (unacked >> i) & 1]
         if not indexes:
             return False

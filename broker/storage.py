@@ -22,6 +22,25 @@ from typing import NamedTuple, Protocol
 
 from magnetar.broker.ledger.position import Position
 
+_WORD = 1 << 64
+
+
+def words_to_int(words: list[int]) -> int:
+    """A batch ack set on the wire (signed int64 words, Pulsar's ``long[]``) as one int."""
+    value = 0
+    for i, w in enumerate(words):
+        value |= (w % _WORD) << (64 * i)
+    return value
+
+
+def int_to_words(value: int, size: int) -> list[int]:
+    """The first ``size`` bits of ``value`` as signed int64 words (the wire's ack set)."""
+    out = []
+    for i in range((size + 63) // 64):
+        w = (value >> (64 * i)) & (_WORD - 1)
+        out.append(w - _WORD if w >= (1 << 63) else w)
+    return out
+
 
 class Entry(NamedTuple):
     position: Position
@@ -440,4 +459,6 @@ __all__ = [
     "TopicCursor",
     "TopicLedger",
     "TopicStorageFactory",
+    "int_to_words",
+    "words_to_int",
 ]

@@ -4,8 +4,8 @@ Owns: a ``TopicCursor`` over a subscription's own cursor that, while the read po
 or before the horizon, serves the view (only retained entries at or after the read position,
 with their original message ids), then continues on the live tail. A partially retained
 batch goes out with a CommandMessage ``ack_set`` whose 0 bits are the messages compacted out
-(the official clients skip them and return their permits); the ack-set word helpers
-(``words_to_int``, ``int_to_words``: a bit set as signed int64 words, Pulsar's ``long[]``).
+(the official clients skip them and return their permits). The ack-set word helpers
+(``words_to_int``, ``int_to_words``) are ``broker/storage.py``'s.
 
 Invariants: acks go to the inner cursor (the entries keep their original ids); messages
 compacted out of a batch count as acknowledged; the remembered batch masks are bounded
@@ -25,25 +25,9 @@ from typing import Protocol
 from magnetar.broker.compaction.fold import entry_messages
 from magnetar.broker.compaction.view import CompactedView, ViewRecord, next_position
 from magnetar.broker.ledger.position import Position
-from magnetar.broker.storage import Entry, TopicCursor
+from magnetar.broker.storage import Entry, TopicCursor, int_to_words, words_to_int
 
-_WORD = 1 << 64
 _MASKS_MAX = 10_000
-
-
-def words_to_int(words: list[int]) -> int:
-    value = 0
-    for i, w in enumerate(words):
-        value |= (w % _WORD) << (64 * i)
-    return value
-
-
-def int_to_words(value: int, size: int) -> list[int]:
-    out = []
-    for i in range((size + 63) // 64):
-        w = (value >> (64 * i)) & (_WORD - 1)
-        out.append(w - _WORD if w >= (1 << 63) else w)
-    return out
 
 
 class ViewHolder(Protocol):
