@@ -64,6 +64,25 @@ EXTRA: list[tuple[str, str, list[str]]] = [
 RECLAIM_TARGET_S = 10.0
 
 
+def run_json(name: str, cmd: list[str]) -> dict[str, Any] | str:
+    """Run one bench command: its output indented, its last line (one JSON object) returned,
+    or the reason it did not run."""
+    print(f"\n=== {name}: {' '.join(cmd[1:])}", flush=True)
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, check=False)
+    out = proc.stdout.decode(errors="replace").rstrip().splitlines()
+    for line in out[:-1]:
+        print(f"  {line}", flush=True)
+    if proc.returncode != 0 or not out:
+        reason = out[-1] if out else f"exit {proc.returncode}"
+        print(f"  {name}: not run: {reason}", flush=True)
+        return reason
+    try:
+        result: dict[str, Any] = json.loads(out[-1])
+    except json.JSONDecodeError:
+        return f"no JSON result: {out[-1]}"
+    return result
+
+
 def run_scenario(
     name: str, extra: list[str], server: StandaloneServer, args: argparse.Namespace
 ) -> dict[str, Any] | str:
@@ -84,20 +103,7 @@ def run_scenario(
     ]
     if args.profile:
         cmd += ["--profile", os.path.join(args.profile, name)]
-    print(f"\n=== {name}: {' '.join(cmd[1:])}", flush=True)
-    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, check=False)
-    out = proc.stdout.decode(errors="replace").rstrip().splitlines()
-    for line in out[:-1]:
-        print(f"  {line}", flush=True)
-    if proc.returncode != 0 or not out:
-        reason = out[-1] if out else f"exit {proc.returncode}"
-        print(f"  {name}: not run: {reason}", flush=True)
-        return reason
-    try:
-        result: dict[str, Any] = json.loads(out[-1])
-    except json.JSONDecodeError:
-        return f"no JSON result: {out[-1]}"
-    return result
+    return run_json(name, cmd)
 
 
 def run_extra(
@@ -113,20 +119,7 @@ def run_extra(
         assert server is not None
         cmd += ["--service-url", server.service_url, "--broker-pid", str(server.pid)]
         cmd += ["--seconds", str(args.seconds), "--warmup-seconds", str(args.warmup_seconds)]
-    print(f"\n=== {name}: {' '.join(cmd[1:])}", flush=True)
-    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, check=False)
-    out = proc.stdout.decode(errors="replace").rstrip().splitlines()
-    for line in out[:-1]:
-        print(f"  {line}", flush=True)
-    if proc.returncode != 0 or not out:
-        reason = out[-1] if out else f"exit {proc.returncode}"
-        print(f"  {name}: not run: {reason}", flush=True)
-        return reason
-    try:
-        result: dict[str, Any] = json.loads(out[-1])
-    except json.JSONDecodeError:
-        return f"no JSON result: {out[-1]}"
-    return result
+    return run_json(name, cmd)
 
 
 def reclaim_verdict(result: dict[str, Any]) -> str:
