@@ -163,6 +163,11 @@ class EntryLogger:
             self._needs_roll = True  # the file's tail is unknown now: never append to it again
             raise
         self.position += nbytes
+        # Writeback of each chunk starts now rather than at the next sync: the disk takes
+        # the log's megabytes a chunk at a time, and a journal fdatasync waits behind one
+        # chunk, not behind a sync of several (p90 of a 264 KB journal sync during a flush:
+        # 4-5 ms -> 1.2 ms in a microbenchmark on this machine's disk).
+        self._current.start_writeback()
 
     def sync(self) -> None:
         assert self._current is not None

@@ -11,13 +11,14 @@ Must not know: record formats, asyncio. Methods may be called from worker thread
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import os
 import shutil
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, cast
 
 
 class AppendFile(Protocol):
@@ -34,6 +35,13 @@ class AppendFile(Protocol):
     def writev(self, chunks: Sequence[bytes | memoryview]) -> None: ...
 
     def fdatasync(self) -> None: ...
+
+    def start_writeback(self) -> None:
+        """Ask the kernel to start writing what was appended since the last call (no wait,
+        no durability: ``fdatasync`` still decides that). Spreads a large flush's disk
+        writes over time, so one ``fdatasync`` of many megabytes does not hold up the
+        journal's syncs behind it."""
+        ...
 
     def close(self) -> None: ...
 
@@ -82,13 +90,31 @@ class FileSystem(Protocol):
 _IOV_MAX = 1024
 
 
+def _load_sync_file_range() -> Callable[[int, int, int, int], int] | None:
+    """libc's ``sync_file_range`` (Linux; Python's ``os`` lacks it), or None. Called through
+    ctypes, which releases the GIL for the call."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        fn = libc.sync_file_range
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
+    fn.restype = ctypes.c_int
+    return cast(Callable[[int, int, int, int], int], fn)
+
+
+_sync_file_range = _load_sync_file_range()
+_SYNC_FILE_RANGE_WRITE = 2
+
+
 class _OsAppendFile:
-    __slots__ = ("_fd", "_path", "_size")
+    __slots__ = ("_fd", "_path", "_size", "_writeback_offset")
 
     def __init__(self, path: str) -> None:
         self._path = path
         self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         self._size = os.fstat(self._fd).st_size
+        self._writeback_offset = self._size
 
     @property
     def path(self) -> str:
@@ -119,6 +145,14 @@ class _OsAppendFile:
 
     def fdatasync(self) -> None:
         os.fdatasync(self._fd)
+
+    def start_writeback(self) -> None:
+        start = self._writeback_offset
+        if _sync_file_range is None or self._size <= start:
+            return
+        self._writeback_offset = self._size
+        # A hint only: a failure here changes nothing (the next fdatasync reports errors).
+        _sync_file_range(self._fd, start, self._size - start, _SYNC_FILE_RANGE_WRITE)
 
     def close(self) -> None:
         if self._fd >= 0:
@@ -206,6 +240,7 @@ class FaultyFileSystem:
     - ``hold_fsync()`` / ``release_fsync()``: ``fdatasync`` blocks until released;
       ``fsync_waiting`` is set while a sync is blocked (assert on durability ordering).
     - ``free_bytes_override``: what ``disk_usage`` reports as free.
+    - ``writeback_paths``: every file whose ``start_writeback`` was called (counted per path).
     """
 
     def __init__(self, inner: FileSystem | None = None) -> None:
@@ -218,6 +253,7 @@ class FaultyFileSystem:
         self.fsync_waiting = threading.Event()
         self.fsync_count = 0
         self.write_count = 0
+        self.writeback_paths: dict[str, int] = {}
 
     def fail_writes(self, err: int | None = errno.ENOSPC) -> None:
         self.write_errno = err
@@ -310,6 +346,11 @@ class _FaultyAppendFile:
     def fdatasync(self) -> None:
         self._fs.check_fsync()
         self._inner.fdatasync()
+
+    def start_writeback(self) -> None:
+        counts = self._fs.writeback_paths
+        counts[self.path] = counts.get(self.path, 0) + 1
+        self._inner.start_writeback()
 
     def close(self) -> None:
         self._inner.close()
