@@ -402,18 +402,28 @@ class Bookie:
         assert loop is not None, "start() first"
         if self._read_only or self._closing:
             return _ready(loop, [_READ_ONLY] * len(requests))
-        cache = self._cache
-        if cache.active_bytes >= cache.half_bytes_max:
-            if not cache.flushing:
-                self._begin_checkpoint()
-            if cache.active_bytes >= cache.half_bytes_max:
-                self._throttled += 1
-
-                def later() -> Awaitable[list[int]]:
-                    return self._add_now(requests, loop, master_key)[0]
-
-                return loop.create_task(self._add_throttled(len(requests), later))
+        held = self._hold_if_full(
+            len(requests), lambda: self._add_now(requests, loop, master_key)[0]
+        )
+        if held is not None:
+            return held
         return self._add_now(requests, loop, master_key)[0]
+
+    def _hold_if_full(
+        self, count: int, add: Callable[[], Awaitable[list[int]]]
+    ) -> asyncio.Task[list[int]] | None:
+        """None while the write cache's active half has room; else (a checkpoint started)
+        the task that runs ``add`` once it has."""
+        cache = self._cache
+        if cache.active_bytes < cache.half_bytes_max:
+            return None
+        if not cache.flushing:
+            self._begin_checkpoint()
+        if cache.active_bytes < cache.half_bytes_max:
+            return None
+        self._throttled += 1
+        assert self._loop is not None
+        return self._loop.create_task(self._add_throttled(count, add))
 
     def _add_now(
         self,
@@ -570,17 +580,11 @@ class Bookie:
         assert loop is not None, "start() first"
         if self._read_only or self._closing:
             return _ready(loop, [_READ_ONLY] * count), count, 0
-        cache = self._cache
-        if cache.active_bytes >= cache.half_bytes_max:
-            if not cache.flushing:
-                self._begin_checkpoint()
-            if cache.active_bytes >= cache.half_bytes_max:
-                self._throttled += 1
-
-                def later() -> Awaitable[list[int]]:
-                    return self._add_packed(buf, first, stop, count, master_key, recovery)[0]
-
-                return loop.create_task(self._add_throttled(count, later)), count, stop - first
+        held = self._hold_if_full(
+            count, lambda: self._add_packed(buf, first, stop, count, master_key, recovery)[0]
+        )
+        if held is not None:
+            return held, count, stop - first
         fut, nbytes = self._add_packed(buf, first, stop, count, master_key, recovery)
         return fut, count, nbytes
 
