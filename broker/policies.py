@@ -181,36 +181,37 @@ def resolve_policies(config: BrokerConfig, ns: dict[str, Any]) -> TopicPolicies:
     dedup = ns.get("deduplicationEnabled")
     delayed = ns.get("delayed_delivery_policies")
     default_max_delay = int(getattr(config, "delayed_delivery_max_delay_in_millis", 0))
-    publish = _cluster_value(ns.get("publishMaxMessageRate"), cluster)
-    if publish is None:
-        publish_rate = Rate(
+
+    def rate(key: str, fields: tuple[str, str], default: Rate) -> Rate:
+        """The namespace's rate for this cluster, else the broker default."""
+        value = _cluster_value(ns.get(key), cluster)
+        return default if value is None else _rate_of(value, *fields)
+
+    publish_rate = rate(
+        "publishMaxMessageRate",
+        ("publishThrottlingRateInMsg", "publishThrottlingRateInByte"),
+        Rate(
             config.max_publish_rate_per_topic_in_messages,
             config.max_publish_rate_per_topic_in_bytes,
-        )
-    else:
-        publish_rate = _rate_of(
-            publish, "publishThrottlingRateInMsg", "publishThrottlingRateInByte"
-        )
-    topic_dispatch = _cluster_value(ns.get("topicDispatchRate"), cluster)
-    if topic_dispatch is None:
-        dispatch_rate = Rate(
+        ),
+    )
+    dispatch_fields = ("dispatchThrottlingRateInMsg", "dispatchThrottlingRateInByte")
+    dispatch_rate = rate(
+        "topicDispatchRate",
+        dispatch_fields,
+        Rate(
             config.dispatch_throttling_rate_per_topic_in_msg,
             config.dispatch_throttling_rate_per_topic_in_byte,
-        )
-    else:
-        dispatch_rate = _rate_of(
-            topic_dispatch, "dispatchThrottlingRateInMsg", "dispatchThrottlingRateInByte"
-        )
-    sub_dispatch = _cluster_value(ns.get("subscriptionDispatchRate"), cluster)
-    if sub_dispatch is None:
-        sub_rate = Rate(
+        ),
+    )
+    sub_rate = rate(
+        "subscriptionDispatchRate",
+        dispatch_fields,
+        Rate(
             config.dispatch_throttling_rate_per_subscription_in_msg,
             config.dispatch_throttling_rate_per_subscription_in_byte,
-        )
-    else:
-        sub_rate = _rate_of(
-            sub_dispatch, "dispatchThrottlingRateInMsg", "dispatchThrottlingRateInByte"
-        )
+        ),
+    )
     return TopicPolicies(
         message_ttl_s=num("message_ttl_in_seconds", config.ttl_duration_default_in_seconds),
         retention_time_minutes=r_time,
