@@ -8,16 +8,12 @@ batches of the same message succeed.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 
 import crc32c
 import pytest
 
 from magnetar.bookie.api import AddRequest
-from magnetar.bookie.client import BookieClient
 from magnetar.bookie.errors import BookieUnavailable, Fenced
-from magnetar.bookie.server import BookieServer, BookieService
-from magnetar.bookie.testing import MemoryBookieStorage
 
 KEY = b"k" * 20
 
@@ -28,20 +24,6 @@ def entries(ledger: int, first: int, count: int, *, lac: int = -1) -> list[AddRe
         payload = b"p%d-%d" % (ledger, e)
         out.append(AddRequest(ledger, e, lac, crc32c.crc32c(payload), payload, KEY))
     return out
-
-
-@pytest.fixture
-async def served() -> AsyncIterator[tuple[MemoryBookieStorage, BookieServer, BookieClient]]:
-    storage = MemoryBookieStorage("b1", max_entry_bytes=64 * 1024)
-    service = BookieService(storage, max_entry_bytes=64 * 1024)
-    server = BookieServer(service, "127.0.0.1", 0)
-    await server.start()
-    client = BookieClient(server.address, timeout_ms=5_000)
-    try:
-        yield storage, server, client
-    finally:
-        await client.close()
-        await server.stop(0)
 
 
 async def test_batches_share_a_message_and_resolve_in_order(served) -> None:

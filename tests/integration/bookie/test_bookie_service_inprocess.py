@@ -8,7 +8,6 @@ in ``test_bookie_process.py`` and ``tests/chaos/test_bookie_crash.py``.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 
 import crc32c
 import grpc
@@ -45,20 +44,6 @@ def req(
     recovery: bool = False,
 ) -> AddRequest:
     return AddRequest(ledger, entry, lac, crc32c.crc32c(payload), payload, key, recovery)
-
-
-@pytest.fixture
-async def served() -> AsyncIterator[tuple[MemoryBookieStorage, BookieServer, BookieClient]]:
-    storage = MemoryBookieStorage("b1", max_entry_bytes=64 * 1024)
-    service = BookieService(storage, max_entry_bytes=64 * 1024)
-    server = BookieServer(service, "127.0.0.1", 0)
-    await server.start()
-    client = BookieClient(server.address, timeout_ms=5_000)
-    try:
-        yield storage, server, client
-    finally:
-        await client.close()
-        await server.stop(0)
 
 
 async def test_adds_in_one_iteration_travel_in_one_batch_and_ack_in_order(served) -> None:
