@@ -28,7 +28,7 @@ batches are not read ~100 at a time and then put back. A dispatcher runs up to
 
 Delayed delivery (Shared and Key_Shared, as Pulsar): an entry whose ``deliver_at_time`` is
 in the future is held in the subscription's ``DelayedDeliveryIndex``
-(``magnetar.broker.delayed_delivery``: persisted for durable subscriptions, bounded memory)
+(``magnetar.broker.delayed``: persisted for durable subscriptions, bounded memory)
 and enters the replay set when due: each round starts with ``pop_due`` + ``add_replay`` in one
 synchronous step; the index's ``on_due`` schedules the dispatcher (no polling). The index is
 the subscription's (one per subscription, opened before the first read, lazily here if the
@@ -52,7 +52,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from magnetar.broker.consumer import Consumer, OutMessage, SubType
-from magnetar.broker.delayed_delivery import DelayedDeliveryIndex, DelayedIndexError
+from magnetar.broker.delayed import DelayedDeliveryIndex, DelayedIndexError
 from magnetar.broker.key_shared import (
     KeySharedMode,
     KeySharedPolicy,

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from magnetar.broker.consumer import Consumer, SubType
-from magnetar.broker.delayed_delivery import (
+from magnetar.broker.delayed import (
     DelayedDeliveryIndex,
     MemorySegmentStore,
     delayed_index_ledger_name,

@@ -16,7 +16,7 @@ from support.bookies import BookieFactory
 from support.broker import InProcessBroker
 from support.zookeeper import ZooKeeperServer
 
-from magnetar.broker.delayed_delivery import delayed_index_ledger_name
+from magnetar.broker.delayed import delayed_index_ledger_name
 from magnetar.zk import paths
 
 ML = {"ensemble_size": 1, "write_quorum": 1, "ack_quorum": 1}
