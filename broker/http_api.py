@@ -287,12 +287,29 @@ class AdminApi:
         return _json(policies.get("bundles") or {})
 
     def _policy_handler(self, name: str, op: str) -> Handler:
+        return self._route_handler(
+            name,
+            op,
+            lambda r: (r.match_info["tenant"], r.match_info["namespace"]),
+            self.resources.get_policies,
+            self.resources.update_policies,
+        )
+
+    def _route_handler(
+        self,
+        name: str,
+        op: str,
+        key_of: Callable[[web.Request], tuple[str, ...]],
+        load: Callable[..., Awaitable[dict[str, Any]]],
+        save: Callable[..., Awaitable[Any]],
+    ) -> Handler:
+        """GET / POST / DELETE of one policy (``NAMESPACE_POLICIES[name]``) on the policies
+        that ``key_of(request)`` names: a namespace's or a topic's."""
         route = NAMESPACE_POLICIES[name]
 
         async def handle(request: web.Request) -> web.Response:
-            m = request.match_info
-            tenant, namespace = m["tenant"], m["namespace"]
-            policies = await self.resources.get_policies(tenant, namespace)
+            key = key_of(request)
+            policies = await load(*key)
             cluster = self.resources.cluster
             if op == "get":
                 return _json(route.show(policies, cluster))
@@ -304,7 +321,7 @@ class AdminApi:
                     raise InvalidResource(str(exc)) from None
             else:
                 changes = route.clear(policies, cluster)
-            await self.resources.update_policies(tenant, namespace, changes)
+            await save(*key, changes)
             return _no_content()
 
         return handle
@@ -343,26 +360,13 @@ class AdminApi:
         return m["tenant"], m["namespace"], m["domain"], topic.rsplit("/", 1)[1]
 
     def _topic_policy_handler(self, name: str, op: str) -> Handler:
-        route = NAMESPACE_POLICIES[name]
-
-        async def handle(request: web.Request) -> web.Response:
-            key = self._topic_key(request)
-            policies = await self.resources.get_topic_policies(*key)
-            cluster = self.resources.cluster
-            if op == "get":
-                return _json(route.show(policies, cluster))
-            if op == "set":
-                body = await _body_json(request)
-                try:
-                    changes = route.store(body, policies, cluster)
-                except PolicyError as exc:
-                    raise InvalidResource(str(exc)) from None
-            else:
-                changes = route.clear(policies, cluster)
-            await self.resources.update_topic_policies(*key, changes)
-            return _no_content()
-
-        return handle
+        return self._route_handler(
+            name,
+            op,
+            self._topic_key,
+            self.resources.get_topic_policies,
+            self.resources.update_topic_policies,
+        )
 
     async def get_topic_backlog_quota_map(self, request: web.Request) -> web.Response:
         policies = await self.resources.get_topic_policies(*self._topic_key(request))
