@@ -703,3 +703,62 @@ def test_retry_topic_holds_reconsumed_messages_for_their_delay(
         consumer.acknowledge(again)
     finally:
         ours.close()
+
+
+def test_retention_time_trims_an_idle_topic_at_the_periodic_check(
+    zookeeper_server: Any, bookie_factory: Any, clock: VirtualClock
+) -> None:
+    """Consumed ledgers leave a time-based retention with time alone: nothing acks, rolls
+    over or changes a policy after that, so only the managed ledger's periodic check (every
+    ``rollover_check_interval_ms``, 60 s; Pulsar's ``retentionCheckIntervalInSeconds``) can
+    trim them. The broker's clock is virtual: the check runs when the test moves time."""
+    from support.ledger_cluster import chroot_url, wait_registered
+
+    url = chroot_url(zookeeper_server.url)
+    bookie_factory.start(metadata=url)
+    broker = InProcessBroker(
+        metadata_url=url,
+        clock=clock,
+        managed_ledger={
+            "ensemble_size": 1,
+            "write_quorum": 1,
+            "ack_quorum": 1,
+            "min_ledger_rollover_time_ms": 0,
+            "max_entries_per_ledger": 10,
+        },
+    ).start()
+    service = broker.service
+    assert service is not None
+    broker.call(lambda: wait_registered(service.store, 1), timeout=35)
+    admin = Admin(broker)
+    client = pulsar.Client(
+        broker.service_url, operation_timeout_seconds=10, log_conf_file_path=None
+    )
+    try:
+        admin.post(f"{NS}/retention", {"retentionTimeInMinutes": 1, "retentionSizeInMB": -1})
+        topic = _topic("retention-time")
+        consumer = client.subscribe(topic, "s")
+        producer = client.create_producer(topic, batching_enabled=False)
+        _applied(broker, topic, lambda p: p.retention_time_minutes == 1)
+        for i in range(60):
+            producer.send_async(b"%04d" % i, None)
+        producer.flush()
+        for _ in range(60):
+            consumer.acknowledge(consumer.receive(5000))
+
+        def ledgers() -> int:
+            async def get() -> int:
+                assert broker.service is not None
+                return len(broker.service.topics[topic].ledger.ml.ledger_ids)
+
+            return int(broker.call(get))
+
+        wait_until(lambda: _backlog(admin, topic, "s") == 0, what="acked")
+        assert ledgers() >= 5, "consumed, but closed less than a minute ago: kept"
+        # Two minutes pass with no traffic: the periodic check fires and trims.
+        _advance(broker, clock, 121)
+        wait_until(lambda: ledgers() == 1, what="trimmed to the current ledger")
+    finally:
+        client.close()
+        admin.close()
+        broker.stop()

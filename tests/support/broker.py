@@ -86,7 +86,7 @@ class InProcessBroker:
                         return BookieClient(address, timeout_ms=5_000, add_timeout_ms=10_000)
 
                     factory = ManagedLedgerFactory(
-                        store, bookie, ManagedLedgerConfig(**self.managed_ledger)
+                        store, bookie, ManagedLedgerConfig(**self.managed_ledger), clock=self.clock
                     )
                     self.storage = ManagedLedgerStorage(factory)
                 else:
