@@ -8,7 +8,9 @@ By default it starts its own bookie (``python -m magnetar.bookie``, temporary da
 metadata) and stops it at the end; ``--bookie host:port`` uses a running one instead.
 ``--matrix`` runs 100 B / 1 KB / 64 KB x 1 / 16 / 256 in flight. ``--baseline`` measures the
 floor on the same machine and load: a bare grpc.aio stream carrying pre-built messages of
-``--batch-entries`` entries with one write + ``fdatasync`` per message.
+``--batch-entries`` entries with one write + ``fdatasync`` per message; ``--floor`` measures
+that floor for the run's window right after the run and reports the run as a fraction of it
+(``of_floor``): this machine's speed varies from day to day, the fraction much less.
 
 The last output line is one JSON object (``adds_per_s``, ``mb_per_s``, ``p50_ms``, ``p99_ms``,
 ``p999_ms`` and the parameters; with ``--matrix`` also ``results`` for every combination and
@@ -464,6 +466,12 @@ def main() -> int:
         help="measure the floor instead: a bare grpc.aio stream, one write + fdatasync per "
         "message of --batch-entries entries (run it next to a bookie run: same load)",
     )
+    p.add_argument(
+        "--floor",
+        action="store_true",
+        help="after the run, measure the --baseline floor for the same window (--inflight "
+        "entries in one message) and report floor_adds_per_s and of_floor (the fraction)",
+    )
     p.add_argument("--baseline-serve", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.baseline_serve:
@@ -500,6 +508,19 @@ def main() -> int:
     )
     if args.matrix:
         out["results"] = [asdict(r) for r in results]
+    if args.floor and not args.baseline:
+        # The same machine, minutes apart: its speed varies from day to day (the floor below
+        # measured 35,000-158,000 entries/s on different days), so a figure is read against it.
+        floor_args = argparse.Namespace(**vars(args))
+        floor_args.batch_entries = headline.inflight  # the whole window in one message
+        floor_args.inflight = headline.inflight
+        floor = asyncio.run(baseline_run(floor_args))
+        print(f"# floor (bare stream, one message + fdatasync per window): {floor.adds_per_s:.0f}")
+        out.update(
+            floor_adds_per_s=floor.adds_per_s,
+            floor_p99_ms=floor.p99_ms,
+            of_floor=round(headline.adds_per_s / max(1e-9, floor.adds_per_s), 3),
+        )
     print(json.dumps(out), flush=True)
     return 0
 
