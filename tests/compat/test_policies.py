@@ -11,6 +11,7 @@ logs going down once consumed ledgers fall outside retention.
 
 from __future__ import annotations
 
+import contextlib
 import pathlib
 import time
 import uuid
@@ -556,28 +557,31 @@ def _entry_log_bytes(data_dir: pathlib.Path) -> int:
     return sum(p.stat().st_size for p in (data_dir / "ledgers").glob("*.log") if p.is_file())
 
 
-def test_retention_trims_and_bookie_disk_bytes_go_down(
-    zookeeper_server: Any, bookie_factory: Any, tmp_path: pathlib.Path
-) -> None:
+@contextlib.contextmanager
+def _on_real_storage(
+    zookeeper_server: Any,
+    bookie_factory: Any,
+    *,
+    entries_per_ledger: int,
+    bookie_args: list[str] | None = None,
+    clock: VirtualClock | None = None,
+) -> Iterator[tuple[InProcessBroker, Any, Admin, pulsar.Client]]:
+    """(broker, bookie, admin, client): a ZooKeeper-registered bookie process and an
+    in-process broker whose managed ledgers (E=Qw=Qa=1, no minimum rollover time) roll every
+    ``entries_per_ledger`` entries."""
     from support.ledger_cluster import chroot_url, wait_registered
 
     url = chroot_url(zookeeper_server.url)
-    cfg = tmp_path / "bookie.yaml"
-    cfg.write_text(
-        "engine:\n  entry_log_size_max: 65536\n  checkpoint_interval_ms: 100\n"
-        "  write_cache_bytes_max: 262144\n"
-    )
-    bookie = bookie_factory.start(
-        metadata=url, extra_args=["--gc-interval-s", "0.2", "--config", str(cfg)]
-    )
+    bookie = bookie_factory.start(metadata=url, extra_args=bookie_args or [])
     broker = InProcessBroker(
         metadata_url=url,
+        clock=clock,
         managed_ledger={
             "ensemble_size": 1,
             "write_quorum": 1,
             "ack_quorum": 1,
             "min_ledger_rollover_time_ms": 0,
-            "max_entries_per_ledger": 20,
+            "max_entries_per_ledger": entries_per_ledger,
         },
     ).start()
     service = broker.service
@@ -588,6 +592,37 @@ def test_retention_trims_and_bookie_disk_bytes_go_down(
         broker.service_url, operation_timeout_seconds=10, log_conf_file_path=None
     )
     try:
+        yield broker, bookie, admin, client
+    finally:
+        client.close()
+        admin.close()
+        broker.stop()
+
+
+def _ledger_count(broker: InProcessBroker, topic: str) -> int:
+    """Ledgers of the loaded topic's managed ledger."""
+
+    async def get() -> int:
+        assert broker.service is not None
+        return len(broker.service.topics[topic].ledger.ml.ledger_ids)
+
+    return int(broker.call(get))
+
+
+def test_retention_trims_and_bookie_disk_bytes_go_down(
+    zookeeper_server: Any, bookie_factory: Any, tmp_path: pathlib.Path
+) -> None:
+    cfg = tmp_path / "bookie.yaml"
+    cfg.write_text(
+        "engine:\n  entry_log_size_max: 65536\n  checkpoint_interval_ms: 100\n"
+        "  write_cache_bytes_max: 262144\n"
+    )
+    with _on_real_storage(
+        zookeeper_server,
+        bookie_factory,
+        entries_per_ledger=20,
+        bookie_args=["--gc-interval-s", "0.2", "--config", str(cfg)],
+    ) as (broker, bookie, admin, client):
         admin.post(f"{NS}/retention", {"retentionTimeInMinutes": -1, "retentionSizeInMB": -1})
         topic = _topic("retention")
         consumer = client.subscribe(topic, "s")
@@ -598,25 +633,13 @@ def test_retention_trims_and_bookie_disk_bytes_go_down(
         for _ in range(200):
             consumer.acknowledge(consumer.receive(5000))
         _applied(broker, topic, lambda p: p.retention_time_minutes == -1)
-
-        def ledgers() -> int:
-            async def get() -> int:
-                assert broker.service is not None
-                return len(broker.service.topics[topic].ledger.ml.ledger_ids)
-
-            return int(broker.call(get))
-
         wait_until(lambda: _backlog(admin, topic, "s") == 0, what="acked")
-        assert ledgers() >= 10  # consumed, but kept: infinite retention
+        assert _ledger_count(broker, topic) >= 10  # consumed, but kept: infinite retention
         wait_until(lambda: _entry_log_bytes(bookie.data_dir) > 600_000, what="flushed")
         before = _entry_log_bytes(bookie.data_dir)
         admin.post(f"{NS}/retention", {"retentionTimeInMinutes": 0, "retentionSizeInMB": 0})
-        wait_until(lambda: ledgers() == 1, what="trimmed to the current ledger")
+        wait_until(lambda: _ledger_count(broker, topic) == 1, what="trimmed to the current ledger")
         wait_until(lambda: _entry_log_bytes(bookie.data_dir) < before // 4, timeout_s=20, what="GC")
-    finally:
-        client.close()
-        admin.close()
-        broker.stop()
 
 
 def test_subscription_dispatch_rate_limits_delivery_until_time_passes(
@@ -712,29 +735,12 @@ def test_retention_time_trims_an_idle_topic_at_the_periodic_check(
     over or changes a policy after that, so only the managed ledger's periodic check (every
     ``rollover_check_interval_ms``, 60 s; Pulsar's ``retentionCheckIntervalInSeconds``) can
     trim them. The broker's clock is virtual: the check runs when the test moves time."""
-    from support.ledger_cluster import chroot_url, wait_registered
-
-    url = chroot_url(zookeeper_server.url)
-    bookie_factory.start(metadata=url)
-    broker = InProcessBroker(
-        metadata_url=url,
-        clock=clock,
-        managed_ledger={
-            "ensemble_size": 1,
-            "write_quorum": 1,
-            "ack_quorum": 1,
-            "min_ledger_rollover_time_ms": 0,
-            "max_entries_per_ledger": 10,
-        },
-    ).start()
-    service = broker.service
-    assert service is not None
-    broker.call(lambda: wait_registered(service.store, 1), timeout=35)
-    admin = Admin(broker)
-    client = pulsar.Client(
-        broker.service_url, operation_timeout_seconds=10, log_conf_file_path=None
-    )
-    try:
+    with _on_real_storage(zookeeper_server, bookie_factory, entries_per_ledger=10, clock=clock) as (
+        broker,
+        _bookie,
+        admin,
+        client,
+    ):
         admin.post(f"{NS}/retention", {"retentionTimeInMinutes": 1, "retentionSizeInMB": -1})
         topic = _topic("retention-time")
         consumer = client.subscribe(topic, "s")
@@ -745,20 +751,8 @@ def test_retention_time_trims_an_idle_topic_at_the_periodic_check(
         producer.flush()
         for _ in range(60):
             consumer.acknowledge(consumer.receive(5000))
-
-        def ledgers() -> int:
-            async def get() -> int:
-                assert broker.service is not None
-                return len(broker.service.topics[topic].ledger.ml.ledger_ids)
-
-            return int(broker.call(get))
-
         wait_until(lambda: _backlog(admin, topic, "s") == 0, what="acked")
-        assert ledgers() >= 5, "consumed, but closed less than a minute ago: kept"
+        assert _ledger_count(broker, topic) >= 5, "consumed, closed under a minute ago: kept"
         # Two minutes pass with no traffic: the periodic check fires and trims.
         _advance(broker, clock, 121)
-        wait_until(lambda: ledgers() == 1, what="trimmed to the current ledger")
-    finally:
-        client.close()
-        admin.close()
-        broker.stop()
+        wait_until(lambda: _ledger_count(broker, topic) == 1, what="trimmed to the current ledger")
