@@ -480,25 +480,30 @@ class ServerConnection(asyncio.Protocol):
         req = cmd.producer
         self._chain(("p", req.producer_id), lambda: self._create_producer(req))
 
-    async def _create_producer(self, req: pb.CommandProducer) -> None:
+    async def _topic_or_error(self, rid: int, name: str, what: str) -> PersistentTopic | None:
+        """The topic a PRODUCER or SUBSCRIBE names (loaded here if this broker owns it), or
+        None after answering request ``rid`` with the error (the service's code, else
+        ServiceNotReady)."""
         from magnetar.broker.service import ServiceError
 
+        try:
+            return await self.service.topic_for_client(name)
+        except ServiceError as exc:
+            self._error(rid, exc.code, exc.message)
+        except Exception as exc:
+            log.exception("%s on %s failed", what, name)
+            self._error(rid, "ServiceNotReady", str(exc))
+        return None
+
+    async def _create_producer(self, req: pb.CommandProducer) -> None:
         pid, rid = req.producer_id, req.request_id
         self._closed_by_broker.discard(pid)
         existing = self.producers.get(pid)
         if existing is not None:
             self._producer_success(rid, existing, self.producer_topics[pid])
             return
-        try:
-            topic = await self.service.topic_for_client(req.topic)
-        except ServiceError as exc:
-            self._error(rid, exc.code, exc.message)
-            return
-        except Exception as exc:
-            log.exception("producer on %s failed", req.topic)
-            self._error(rid, "ServiceNotReady", str(exc))
-            return
-        if self.closed:
+        topic = await self._topic_or_error(rid, req.topic, "producer")
+        if topic is None or self.closed:
             return
         if req.HasField("producer_name") and req.producer_name:
             name = req.producer_name
@@ -746,8 +751,6 @@ class ServerConnection(asyncio.Protocol):
         self._chain(("c", req.consumer_id), lambda: self._subscribe(req))
 
     async def _subscribe(self, req: pb.CommandSubscribe) -> None:
-        from magnetar.broker.service import ServiceError
-
         cid, rid = req.consumer_id, req.request_id
         if cid in self.consumers:
             self._success(rid)
@@ -755,16 +758,8 @@ class ServerConnection(asyncio.Protocol):
         if not req.subscription:
             self._error(rid, "InvalidTopicName", "Empty subscription name")
             return
-        try:
-            topic = await self.service.topic_for_client(req.topic)
-        except ServiceError as exc:
-            self._error(rid, exc.code, exc.message)
-            return
-        except Exception as exc:
-            log.exception("subscribe on %s failed", req.topic)
-            self._error(rid, "ServiceNotReady", str(exc))
-            return
-        if self.closed:
+        topic = await self._topic_or_error(rid, req.topic, "subscribe")
+        if topic is None or self.closed:
             return
         if (
             not self.service.config.allow_auto_subscription_creation
