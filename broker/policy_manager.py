@@ -4,7 +4,8 @@ Owns: the per-topic policy state (resolved ``TopicPolicies``, publish and dispat
 limiters, the backlog-quota verdict, sends held by ``producer_request_hold``), the watch on
 ``/admin/policies/<tenant>/<ns>`` (metadata-store notifications; each one re-reads the node,
 which re-arms the watch, and re-applies the policies to that namespace's loaded topics),
-the periodic message-expiry (TTL) and backlog-quota checks on an injected ``Clock``, and the
+the periodic message-expiry (TTL), backlog-quota and retention (trim) checks on an injected
+``Clock``, and the
 small hooks the connection calls: ``check_producer``, ``check_consumer``, ``publish``.
 
 Applying a policy to a loaded topic changes: deduplication on/off, unacked limits (topic,
@@ -20,7 +21,7 @@ import asyncio
 import collections
 import dataclasses
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
@@ -156,9 +157,13 @@ class PolicyManager:
     # -- lifecycle
     def start(self) -> None:
         self.service.store.add_listener(self._on_change)
-        self._schedule("ttl", self.config.message_expiry_check_interval_in_minutes * 60.0)
+        self._schedule(self.expire_all, self.config.message_expiry_check_interval_in_minutes * 60.0)
         if self.config.backlog_quota_check_enabled:
-            self._schedule("quota", float(self.config.backlog_quota_check_interval_in_seconds))
+            self._schedule(
+                self.check_backlog_quotas,
+                float(self.config.backlog_quota_check_interval_in_seconds),
+            )
+        self._schedule(self.trim_all, float(self.config.retention_check_interval_in_seconds))
 
     def close(self) -> None:
         self.closed = True
@@ -173,17 +178,18 @@ class PolicyManager:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    def _schedule(self, what: str, interval_s: float) -> None:
+    def _schedule(self, check: Callable[[], Awaitable[object]], interval_s: float) -> None:
+        """Run ``check`` every ``interval_s`` seconds (never when it is 0 or less)."""
         if self.closed or interval_s <= 0:
             return
 
         def fire() -> None:
             if self.closed:
                 return
-            self._spawn(self.expire_all() if what == "ttl" else self.check_backlog_quotas())
-            self._schedule(what, interval_s)
+            self._spawn(check())
+            self._schedule(check, interval_s)
 
-        self._timers[what] = self.clock.call_later(interval_s, fire)
+        self._timers[check.__name__] = self.clock.call_later(interval_s, fire)
 
     # -- resolution and watching
     async def policies_for(
@@ -444,9 +450,24 @@ class PolicyManager:
 
     # -- periodic checks
     async def check_now(self) -> None:
-        """Run the TTL and backlog-quota checks once (tests, admin)."""
+        """Run the TTL, backlog-quota and retention checks once (tests, admin)."""
         await self.expire_all()
         await self.check_backlog_quotas()
+        await self.trim_all()
+
+    async def trim_all(self) -> int:
+        """Ask every loaded persistent topic's managed ledger to trim what left retention
+        (Pulsar's consumed-ledgers monitor, every ``retention_check_interval_in_seconds``):
+        time alone takes consumed ledgers out of a time-based retention, and an idle topic
+        has no ack, rollover or policy change to trigger a trim. Returns how many ledgers
+        were asked."""
+        asked = 0
+        for topic in list(self.service.topics.values()):
+            ml = getattr(getattr(topic, "ledger", None), "ml", None)
+            if isinstance(topic, PersistentTopic) and ml is not None:
+                ml.trim_soon()
+                asked += 1
+        return asked
 
     async def expire_all(self) -> int:
         """Expire messages older than each topic's TTL in every subscription."""

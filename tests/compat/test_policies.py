@@ -499,8 +499,11 @@ def test_publish_rate_pauses_only_the_throttled_connection(
     producer = client.create_producer(topic, batching_enabled=False)
     _applied(broker, topic, lambda p: p.publish_rate.msgs == 5)
     receipts: list[Any] = []
-    for i in range(20):
-        producer.send_async(b"%d" % i, lambda res, mid: receipts.append(res))
+    # 800 KB of SENDs: more than one socket read, however busy the machine (the broker reads
+    # at most one buffer of frames before the limiter pauses the connection)
+    n = 200
+    for i in range(n):
+        producer.send_async(b"%04d" % i + b"r" * 4096, lambda res, mid: receipts.append(res))
 
     def stats() -> Any:
         async def get() -> Any:
@@ -531,7 +534,7 @@ def test_publish_rate_pauses_only_the_throttled_connection(
     # every SEND read before the pause is answered (the rest wait unread in the socket)
     wait_until(lambda: len(receipts) == read_by_broker(), what="receipts of what was read")
     settled = len(receipts)
-    assert settled < 20
+    assert settled < n
     late: list[Any] = []
     producer.send_async(b"late", lambda res, mid: late.append(res))
     time.sleep(0.3)  # an observation window: nothing may arrive while virtual time stands still
@@ -542,7 +545,7 @@ def test_publish_rate_pauses_only_the_throttled_connection(
         _advance(broker, clock, 1)
         time.sleep(0.01)
     assert late == [pulsar.Result.Ok]
-    while len(receipts) < 20:
+    while len(receipts) < n:
         assert time.monotonic() < deadline, receipts
         _advance(broker, clock, 1)
         time.sleep(0.01)
@@ -565,10 +568,11 @@ def _on_real_storage(
     entries_per_ledger: int,
     bookie_args: list[str] | None = None,
     clock: VirtualClock | None = None,
+    **managed_ledger: Any,
 ) -> Iterator[tuple[InProcessBroker, Any, Admin, pulsar.Client]]:
     """(broker, bookie, admin, client): a ZooKeeper-registered bookie process and an
-    in-process broker whose managed ledgers (E=Qw=Qa=1, no minimum rollover time) roll every
-    ``entries_per_ledger`` entries."""
+    in-process broker whose managed ledgers (E=Qw=Qa=1, no minimum rollover time, more
+    ``managed_ledger`` settings) roll every ``entries_per_ledger`` entries."""
     from support.ledger_cluster import chroot_url, wait_registered
 
     url = chroot_url(zookeeper_server.url)
@@ -582,6 +586,7 @@ def _on_real_storage(
             "ack_quorum": 1,
             "min_ledger_rollover_time_ms": 0,
             "max_entries_per_ledger": entries_per_ledger,
+            **managed_ledger,
         },
     ).start()
     service = broker.service
@@ -732,15 +737,17 @@ def test_retention_time_trims_an_idle_topic_at_the_periodic_check(
     zookeeper_server: Any, bookie_factory: Any, clock: VirtualClock
 ) -> None:
     """Consumed ledgers leave a time-based retention with time alone: nothing acks, rolls
-    over or changes a policy after that, so only the managed ledger's periodic check (every
-    ``rollover_check_interval_ms``, 60 s; Pulsar's ``retentionCheckIntervalInSeconds``) can
-    trim them. The broker's clock is virtual: the check runs when the test moves time."""
-    with _on_real_storage(zookeeper_server, bookie_factory, entries_per_ledger=10, clock=clock) as (
-        broker,
-        _bookie,
-        admin,
-        client,
-    ):
+    over or changes a policy after that, so only a periodic check can trim them — the
+    broker's, every ``retention_check_interval_in_seconds`` (120 s, Pulsar's
+    ``retentionCheckIntervalInSeconds``). The managed ledger's own timer is pushed out of
+    the way and the broker's clock is virtual: the check runs when the test moves time."""
+    with _on_real_storage(
+        zookeeper_server,
+        bookie_factory,
+        entries_per_ledger=10,
+        clock=clock,
+        rollover_check_interval_ms=3_600_000,
+    ) as (broker, _bookie, admin, client):
         admin.post(f"{NS}/retention", {"retentionTimeInMinutes": 1, "retentionSizeInMB": -1})
         topic = _topic("retention-time")
         consumer = client.subscribe(topic, "s")
@@ -753,6 +760,6 @@ def test_retention_time_trims_an_idle_topic_at_the_periodic_check(
             consumer.acknowledge(consumer.receive(5000))
         wait_until(lambda: _backlog(admin, topic, "s") == 0, what="acked")
         assert _ledger_count(broker, topic) >= 5, "consumed, closed under a minute ago: kept"
-        # Two minutes pass with no traffic: the periodic check fires and trims.
+        # Two minutes pass with no traffic: the broker's retention check fires and trims.
         _advance(broker, clock, 121)
         wait_until(lambda: _ledger_count(broker, topic) == 1, what="trimmed to the current ledger")

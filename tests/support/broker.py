@@ -23,7 +23,20 @@ import pytest
 from magnetar.broker.config import BrokerConfig
 from magnetar.broker.service import BrokerService
 from magnetar.broker.storage import MemoryStorageFactory
+from magnetar.zk.clock import Clock, SystemClock
 from magnetar.zk.memory import MemoryMetadataServer
+
+
+class _WallTimeOf(SystemClock):
+    """The managed ledgers' clock beside a test's clock: wall time (ledger close times,
+    retention) from ``clock``, so a test moving it ages ledgers; timeouts, retries and timers
+    real, so storage never waits for a test to move time."""
+
+    def __init__(self, clock: Clock) -> None:
+        self._clock = clock
+
+    def now_ms(self) -> int:
+        return self._clock.now_ms()
 
 
 class InProcessBroker:
@@ -86,7 +99,10 @@ class InProcessBroker:
                         return BookieClient(address, timeout_ms=5_000, add_timeout_ms=10_000)
 
                     factory = ManagedLedgerFactory(
-                        store, bookie, ManagedLedgerConfig(**self.managed_ledger), clock=self.clock
+                        store,
+                        bookie,
+                        ManagedLedgerConfig(**self.managed_ledger),
+                        clock=None if self.clock is None else _WallTimeOf(self.clock),
                     )
                     self.storage = ManagedLedgerStorage(factory)
                 else:
