@@ -5,8 +5,8 @@ limiters, the backlog-quota verdict, sends held by ``producer_request_hold``), t
 ``/admin/policies/<tenant>/<ns>`` (metadata-store notifications; each one re-reads the node,
 which re-arms the watch, and re-applies the policies to that namespace's loaded topics),
 the periodic message-expiry (TTL), backlog-quota and retention (trim) checks on an injected
-``Clock``, and the
-small hooks the connection calls: ``check_producer``, ``check_consumer``, ``publish``.
+``Clock``, and the small hooks the connection calls: ``check_producer``, ``check_consumer``,
+``publish``.
 
 Applying a policy to a loaded topic changes: deduplication on/off, unacked limits (topic,
 subscriptions, dispatchers, consumers), delayed delivery on/off, the managed ledger's
