@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
 
 import pulsar
 import pytest
@@ -22,24 +21,6 @@ Earliest = pulsar.InitialPosition.Earliest
 
 def _topic(prefix: str = "t") -> str:
     return f"persistent://public/default/{prefix}-{uuid.uuid4().hex[:8]}"
-
-
-@pytest.fixture
-def broker() -> Iterator[InProcessBroker]:
-    b = InProcessBroker().start()
-    try:
-        yield b
-    finally:
-        b.stop()
-
-
-@pytest.fixture
-def client(broker: InProcessBroker) -> Iterator[pulsar.Client]:
-    c = pulsar.Client(broker.service_url, operation_timeout_seconds=5, log_conf_file_path=None)
-    try:
-        yield c
-    finally:
-        c.close()
 
 
 def _drain(consumer: pulsar.Consumer, n: int, timeout_ms: int = 5000) -> list[pulsar.Message]:
@@ -588,8 +569,7 @@ def test_non_persistent_topic_delivers_to_connected_consumers_only(client: pulsa
 def test_non_persistent_key_shared_keeps_each_key_on_one_consumer(client: pulsar.Client) -> None:
     topic = f"non-persistent://public/default/npks-{uuid.uuid4().hex[:8]}"
     consumers = [
-        client.subscribe(topic, "ks", consumer_type=pulsar.ConsumerType.KeyShared)
-        for _ in range(2)
+        client.subscribe(topic, "ks", consumer_type=pulsar.ConsumerType.KeyShared) for _ in range(2)
     ]
     producer = client.create_producer(topic, batching_enabled=False)
     for i in range(60):

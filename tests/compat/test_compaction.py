@@ -120,15 +120,6 @@ def broker() -> Iterator[InProcessBroker]:
         b.stop()
 
 
-@pytest.fixture
-def client(broker: InProcessBroker) -> Iterator[pulsar.Client]:
-    c = pulsar.Client(broker.service_url, operation_timeout_seconds=10, log_conf_file_path=None)
-    try:
-        yield c
-    finally:
-        c.close()
-
-
 def _topic(prefix: str) -> str:
     return f"persistent://public/default/{prefix}-{uuid.uuid4().hex[:8]}"
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import datetime
 import time
 import uuid
-from collections.abc import Iterator
 
 import pulsar
 import pytest
@@ -27,24 +26,6 @@ def _topic(prefix: str) -> str:
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
-
-
-@pytest.fixture
-def broker() -> Iterator[InProcessBroker]:
-    b = InProcessBroker().start()
-    try:
-        yield b
-    finally:
-        b.stop()
-
-
-@pytest.fixture
-def client(broker: InProcessBroker) -> Iterator[pulsar.Client]:
-    c = pulsar.Client(broker.service_url, operation_timeout_seconds=10, log_conf_file_path=None)
-    try:
-        yield c
-    finally:
-        c.close()
 
 
 def test_shared_delayed_messages_arrive_no_earlier_than_due(

@@ -56,15 +56,6 @@ def _wait(pred: Callable[[], bool], timeout_s: float, what: str) -> None:
         time.sleep(0.02)
 
 
-@pytest.fixture
-def broker() -> Iterator[InProcessBroker]:
-    b = InProcessBroker().start()
-    try:
-        yield b
-    finally:
-        b.stop()
-
-
 class Deliveries:
     """(monotonic ns, key, seq, consumer) of every delivery, from threads and the child."""
 
