@@ -351,6 +351,24 @@ class BrokerService:
                 await topic.close()
         await self.ownership.release(bundle)
 
+    async def unload_namespace_bundle(self, tenant: str, namespace: str, name: str) -> str | None:
+        """Unload the bundle ``name`` (``0x00000000_0x40000000``) if this broker owns it: its
+        topics close and the ownership is released, so the next lookup assigns it anew.
+        Returns None when done (or when nobody owns it), else the owner's HTTP URL."""
+        if self.ownership is None or self.closed:
+            raise _to_resource_error(ServiceError("ServiceNotReady", "Broker is not running"))
+        bundles = await self.resources.bundles(tenant, namespace)  # ResourceNotFound
+        found = [r for r in bundles.ranges if r.name == name]
+        if not found:
+            raise ResourceNotFound(f"Namespace bundle {tenant}/{namespace}/{name} does not exist")
+        bundle = NamespaceBundle(tenant, namespace, found[0])
+        if self.ownership.is_owned(bundle):
+            log.info("unloading bundle %s", bundle)
+            await self.unload_bundle(bundle)
+            return None
+        owner = await self.ownership.get_owner(bundle)
+        return None if owner is None else owner.http_url
+
     def _on_topic_fenced(self, topic: PersistentTopic) -> None:
         async def unload() -> None:
             if self.topics.get(topic.full_name) is topic:
