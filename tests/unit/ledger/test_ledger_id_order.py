@@ -76,6 +76,37 @@ async def test_takeovers_back_and_forth_lose_nothing(
         await f.close()
 
 
+async def test_publish_time_search_and_acks_span_ledgers_of_both_brokers(
+    meta_server: MemoryMetadataServer, fake_bookies: FakeBookieCluster
+) -> None:
+    """The TTL / reset-by-time search and individual acks walk the ledger list in id order."""
+    brokers = [factory(meta_server, fake_bookies, s, retention_time_ms=-1) for s in (1, 2)]
+    for i, f in enumerate(brokers):
+        await f.open(f"t/ns/persistent/warm{i}")
+    name = "t/ns/persistent/spans"
+    positions = []
+    for step in range(6):
+        ml = await brokers[(step + 1) % 2].open(name)
+        if "sub" not in ml.cursors:
+            await ml.open_cursor("sub", EARLIEST)
+        for i in range(4):
+            positions.append(await ml.add(b"%d" % (step * 4 + i)))  # payload: "publish time"
+        await ml.close()
+    ml = await brokers[0].open(name)
+    assert [p.ledger_id for p in positions] == sorted(p.ledger_id for p in positions)
+    for t in (0, 5, 13, 23):
+        assert await ml.find_by_publish_time(t, int) == positions[t]
+    assert await ml.find_by_publish_time(24, int) is None
+    cursor = ml.cursors["sub"]
+    await cursor.delete(positions[1::2])  # every other entry, across all ledgers
+    assert cursor.backlog().entries == 12
+    await cursor.delete(positions[0::2])
+    assert cursor.backlog().entries == 0
+    assert cursor.mark_delete_position >= positions[-1]
+    for f in brokers:
+        await f.close()
+
+
 async def test_open_refuses_a_ledger_not_above_the_last(
     meta_server: MemoryMetadataServer,
     fake_bookies: FakeBookieCluster,
