@@ -907,6 +907,11 @@ class ManagedLedger:
             await self._write_info()
         except ManagedLedgerFenced:
             return []
+        if self.last_confirmed.ledger_id in gone:
+            # Every entry is gone (the current ledger is still empty): the last position
+            # is the start of the current ledger, so "is there a message after X" says no
+            # instead of pointing at an entry nobody can read (Pulsar does the same).
+            self.last_confirmed = Position(self._current.ledger_id, -1)
         for ledger_id in sorted(gone):
             self._readers.pop(ledger_id, None)
             self._cache.evict_ledger(ledger_id)
