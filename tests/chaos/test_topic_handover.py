@@ -28,10 +28,12 @@ import pathlib
 import re
 import threading
 import time
+import urllib.error
 import uuid
 from collections.abc import Callable
 
 import pulsar
+import pytest
 from support.bookies import BookieFactory
 from support.broker_process import BrokerProcess
 from support.zookeeper import ZooKeeperServer
@@ -157,6 +159,12 @@ def test_topic_moves_between_brokers_lose_no_acknowledged_publish(
 
     # Broker 2 (started second) owns the topic first, as in the report.
     assert b2.lookup(lookup_path) == b2.service_url
+    # An unload sent to a broker that does not own the bundle points at the owner.
+    unload_path = f"/admin/v2/namespaces/public/default/{bundle}/unload"
+    with pytest.raises(urllib.error.HTTPError) as redirect:
+        b1.admin("PUT", unload_path)
+    assert redirect.value.code == 307
+    assert redirect.value.headers["Location"] == b2.web_url + unload_path
     load = _Load(f"pulsar://127.0.0.1:{b1.port},127.0.0.1:{b2.port}", topic)
     load.start()
     owners = [b2.service_url]
