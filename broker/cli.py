@@ -87,8 +87,31 @@ def _broker_run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"magnetar broker: {exc}", file=sys.stderr)
         return 2
+    problem = _shared_metadata_problem(config.metadata_store_url)
+    if problem is not None:
+        print(f"magnetar broker: {problem}", file=sys.stderr)
+        return 2
     _install_uvloop()
     return asyncio.run(run_broker(config))
+
+
+def _shared_metadata_problem(url: str) -> str | None:
+    """Why a broker cannot run on the metadata store ``url`` (None: it can).
+
+    A broker finds its bookies, and the other brokers, in a metadata store shared between
+    processes; an in-process ``memory://`` store (the default of ``metadata_store_url``) is
+    seen by nobody else, so no bookie could ever register there and every topic would fail.
+    """
+    if url.startswith(("zk://", "embedded://")):
+        return None
+    if url.startswith("memory://"):
+        return (
+            f"no shared metadata store (metadata_store_url is {url}, private to this "
+            "process: no bookie can register in it). Pass --metadata zk://HOST:PORT[/root], "
+            "the ZooKeeper the bookies registered in; or run `magnetar standalone` for "
+            "everything in one command"
+        )
+    return f"metadata store URL {url!r}: a broker needs zk://HOST:PORT[/root] (or embedded://)"
 
 
 def _standalone_arguments(parser: argparse.ArgumentParser) -> None:
@@ -115,7 +138,11 @@ def _standalone_run(args: argparse.Namespace) -> int:
     _install_uvloop()
     return asyncio.run(
         run_standalone(
-            args.data_dir, config, num_bookies=args.bookies, bookie_port=args.bookie_port
+            args.data_dir,
+            config,
+            num_bookies=args.bookies,
+            bookie_port=args.bookie_port,
+            log_level=args.log_level,
         )
     )
 
@@ -143,7 +170,10 @@ SUBCOMMANDS: list[Subcommand] = [
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from magnetar import __version__
+
     parser = argparse.ArgumentParser(prog="magnetar", description="Magnetar server processes.")
+    parser.add_argument("--version", action="version", version=f"magnetar {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for sub in SUBCOMMANDS:
         sp = subparsers.add_parser(sub.name, help=sub.help, description=sub.help)

@@ -43,6 +43,7 @@ from magnetar.broker.frames import (
     send_receipt_frame,
     send_receipt_frames,
 )
+from magnetar.broker.ledger.errors import LedgerError
 from magnetar.broker.ledger.position import EARLIEST, LATEST, Position
 from magnetar.broker.producer import AccessMode, Admission, Producer, ProducerError
 from magnetar.broker.subscription import Subscription, SubscriptionError
@@ -165,11 +166,18 @@ class ServerConnection(asyncio.Protocol):
             except OSError:
                 pass
         self.service.connections.add(self)
+        log.info("new connection from %s", self.peer)
         self._arm_keepalive()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self.service.connections.discard(self)
+        log.info(
+            "closed connection from %s (%d producers, %d consumers)",
+            self.peer,
+            len(self.producers),
+            len(self.consumers),
+        )
         if self._keepalive is not None:
             self._keepalive.cancel()
         for pid in list(self.producers):
@@ -490,6 +498,10 @@ class ServerConnection(asyncio.Protocol):
             return await self.service.topic_for_client(name)
         except ServiceError as exc:
             self._error(rid, exc.code, exc.message)
+        except LedgerError as exc:  # storage not available (no bookies, ...): no traceback
+            reason = f"cannot open topic {name}: {type(exc).__name__}: {exc}"
+            log.warning("%s failed: %s", what, reason)
+            self._error(rid, "ServiceNotReady", reason)
         except Exception as exc:
             log.exception("%s on %s failed", what, name)
             self._error(rid, "ServiceNotReady", str(exc))
@@ -540,6 +552,7 @@ class ServerConnection(asyncio.Protocol):
             return
         self.producers[pid] = producer
         self.producer_topics[pid] = topic
+        log.info("[%s] created producer %r (id %d) for %s", topic.name, name, pid, self.peer)
         self.producer_persistent[pid] = hasattr(topic, "publish_to")  # a PublishSink topic
         self.producer_requests[pid] = rid
         if admission is Admission.QUEUED:
@@ -587,6 +600,7 @@ class ServerConnection(asyncio.Protocol):
         self.producer_persistent.pop(pid, None)
         self.producer_requests.pop(pid, None)
         if producer is not None and topic is not None:
+            log.info("[%s] closed producer %r (id %d)", topic.name, producer.name, pid)
             self._notify_admitted(topic.remove_producer(producer))
 
     def _on_close_producer(self, cmd: pb.BaseCommand) -> None:
@@ -820,6 +834,15 @@ class ServerConnection(asyncio.Protocol):
             topic.remove_consumer(sub, consumer)
             return
         self.consumers[cid] = (consumer, sub, topic)
+        log.info(
+            "[%s][%s] created %s consumer %r (id %d) for %s",
+            topic.name,
+            sub.name,
+            consumer.sub_type.name,
+            consumer.name,
+            cid,
+            self.peer,
+        )
         self.service.policies.after_subscribe(topic, sub)  # dispatch rate on a new dispatcher
         self._success(rid)
 
@@ -936,6 +959,9 @@ class ServerConnection(asyncio.Protocol):
         got = self.consumers.pop(cid, None)
         if got is not None:
             consumer, sub, topic = got
+            log.info(
+                "[%s][%s] closed consumer %r (id %d)", topic.name, sub.name, consumer.name, cid
+            )
             topic.remove_consumer(sub, consumer)
 
     def _on_unsubscribe(self, cmd: pb.BaseCommand) -> None:

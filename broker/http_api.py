@@ -62,6 +62,10 @@ class TopicAdmin(Protocol):
 
     async def unload_topic(self, topic: str) -> None: ...
 
+    async def unload_namespace_bundle(self, tenant: str, namespace: str, name: str) -> str | None:
+        """Unload a bundle owned here (None), or the owner's HTTP URL (None if unowned)."""
+        ...
+
     async def trigger_compaction(self, topic: str) -> None:
         """Start compacting ``topic``; ``ResourceConflict`` while one runs."""
         ...
@@ -169,6 +173,7 @@ class AdminApi:
             r.add_post(ns_base + name, self._policy_handler(name, "set"))
             r.add_put(ns_base + name, self._policy_handler(name, "set"))
             r.add_delete(ns_base + name, self._policy_handler(name, "clear"))
+        r.add_put(ns_base + "{bundle}/unload", self.unload_namespace_bundle)
         r.add_get(ns_base + "backlogQuotaMap", self.get_backlog_quota_map)
         r.add_post(ns_base + "backlogQuota", self.set_backlog_quota)
         r.add_delete(ns_base + "backlogQuota", self.remove_backlog_quota)
@@ -280,6 +285,13 @@ class AdminApi:
         for domain in domains:
             topics += await self.topics.list_topics(m["tenant"], m["namespace"], domain)
         return _json(sorted(topics))
+
+    async def unload_namespace_bundle(self, request: web.Request) -> web.Response:
+        m = request.match_info
+        owner = await self.topics.unload_namespace_bundle(m["tenant"], m["namespace"], m["bundle"])
+        if owner is not None:
+            raise web.HTTPTemporaryRedirect(owner.rstrip("/") + request.path_qs)
+        return _no_content()
 
     async def namespace_bundles(self, request: web.Request) -> web.Response:
         m = request.match_info

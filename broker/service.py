@@ -88,6 +88,11 @@ class BrokerService:
         self.ownership: OwnershipCache | None = None
         self.topics: dict[str, PersistentTopic] = {}
         self._loading: dict[str, asyncio.Future[PersistentTopic | None]] = {}
+        # topics being unloaded, and bundles being unloaded: not loaded again here until
+        # their close is done (a client reconnecting at once would get the closing managed
+        # ledger, or take a released bundle back); clients get ServiceNotReady and retry
+        self._closing: set[str] = set()
+        self._unloading: set[NamespaceBundle] = set()
         self._server: asyncio.AbstractServer | None = None
         self.connections: set[Any] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -205,6 +210,8 @@ class BrokerService:
     async def _ensure_owned(self, tn: TopicName) -> None:
         assert self.ownership is not None
         bundle = await self.bundle_of(tn)
+        if bundle in self._unloading:
+            raise ServiceError("ServiceNotReady", f"Namespace bundle {bundle} is being unloaded")
         if self.ownership.is_owned(bundle):
             return
         owner = await self.ownership.try_acquire(bundle)
@@ -267,6 +274,8 @@ class BrokerService:
                 return loaded
         if self.closed:
             raise ServiceError("ServiceNotReady", "Broker is closing")
+        if name in self._closing:
+            raise ServiceError("ServiceNotReady", f"Topic {name} is being unloaded")
         fut: asyncio.Future[PersistentTopic | None] = asyncio.get_running_loop().create_future()
         self._loading[name] = fut
         try:
@@ -338,18 +347,48 @@ class BrokerService:
         tn = self.parse_topic(topic)
         got = self.topics.pop(tn.full, None)
         if got is not None:
-            await got.close()
+            await self._close_topic(tn.full, got)
+
+    async def _close_topic(self, name: str, topic: Any) -> None:
+        """Close an unloaded topic; it is not loaded again here until the close is done."""
+        self._closing.add(name)
+        try:
+            await topic.close()
+        finally:
+            self._closing.discard(name)
 
     async def unload_bundle(self, bundle: NamespaceBundle) -> None:
         assert self.ownership is not None
-        await self.ownership.set_disabled(bundle)
-        for name, topic in list(self.topics.items()):
-            if (topic.name.tenant, topic.name.namespace) != (bundle.tenant, bundle.namespace):
-                continue
-            if (await self.bundle_of(topic.name)) == bundle:
-                self.topics.pop(name, None)
-                await topic.close()
-        await self.ownership.release(bundle)
+        self._unloading.add(bundle)
+        try:
+            await self.ownership.set_disabled(bundle)
+            for name, topic in list(self.topics.items()):
+                if (topic.name.tenant, topic.name.namespace) != (bundle.tenant, bundle.namespace):
+                    continue
+                if (await self.bundle_of(topic.name)) == bundle:
+                    self.topics.pop(name, None)
+                    await self._close_topic(name, topic)
+            await self.ownership.release(bundle)
+        finally:
+            self._unloading.discard(bundle)
+
+    async def unload_namespace_bundle(self, tenant: str, namespace: str, name: str) -> str | None:
+        """Unload the bundle ``name`` (``0x00000000_0x40000000``) if this broker owns it: its
+        topics close and the ownership is released, so the next lookup assigns it anew.
+        Returns None when done (or when nobody owns it), else the owner's HTTP URL."""
+        if self.ownership is None or self.closed:
+            raise _to_resource_error(ServiceError("ServiceNotReady", "Broker is not running"))
+        bundles = await self.resources.bundles(tenant, namespace)  # ResourceNotFound
+        found = [r for r in bundles.ranges if r.name == name]
+        if not found:
+            raise ResourceNotFound(f"Namespace bundle {tenant}/{namespace}/{name} does not exist")
+        bundle = NamespaceBundle(tenant, namespace, found[0])
+        if self.ownership.is_owned(bundle):
+            log.info("unloading bundle %s", bundle)
+            await self.unload_bundle(bundle)
+            return None
+        owner = await self.ownership.get_owner(bundle)
+        return None if owner is None else owner.http_url
 
     def _on_topic_fenced(self, topic: PersistentTopic) -> None:
         async def unload() -> None:

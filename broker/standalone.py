@@ -10,6 +10,11 @@ Must not know: broker or bookie internals.
 
 Bookies keep a stable id and port across restarts (``--bookie-port``, default 3181 + i),
 because ledger metadata names the bookies holding each ledger.
+
+One standalone per data dir: ``start`` takes an exclusive ``flock`` on
+``<data-dir>/standalone.lock`` (holding this process's pid) before opening anything, so a
+second one says the directory is in use, and by which pid, instead of failing inside
+RocksDB. The lock dies with the process, SIGKILL included.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import fcntl
 import logging
 import os
 import pathlib
@@ -56,6 +62,7 @@ class Standalone:
         num_bookies: int = 1,
         bookie_port: int = 3181,
         bookie_start_timeout_s: float = 30.0,
+        log_level: str = "INFO",
     ) -> None:
         if num_bookies < 1:
             raise ValueError("standalone needs at least one bookie")
@@ -72,6 +79,8 @@ class Standalone:
         self.num_bookies = num_bookies
         self.bookie_port = bookie_port
         self.bookie_start_timeout_s = bookie_start_timeout_s
+        self.log_level = log_level
+        self._lock_fd: int | None = None
         self.metadata: EmbeddedMetadataServer | None = None
         self.metadata_url = ""
         self.bookies: list[subprocess.Popen[bytes]] = []
@@ -89,6 +98,7 @@ class Standalone:
 
     async def start(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        self._lock_fd = _lock_data_dir(self.data_dir)
         self.metadata = EmbeddedMetadataServer(self.data_dir / "metadata")
         self.metadata_url = await self.metadata.start_serving("127.0.0.1", 0)
         store = self.metadata.connect()
@@ -120,6 +130,8 @@ class Standalone:
             str(port),
             "--bookie-id",
             address,
+            "--log-level",
+            self.log_level,
         ]
         log.info("starting bookie %d: %s", index, " ".join(cmd))
         return subprocess.Popen(cmd, preexec_fn=_die_with_parent)  # noqa: PLW1509
@@ -170,6 +182,29 @@ class Standalone:
         if self.metadata is not None:
             await self.metadata.close()
             self.metadata = None
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # releases the flock
+            self._lock_fd = None
+
+
+def _lock_data_dir(data_dir: pathlib.Path) -> int:
+    """Take the data dir's exclusive lock (a file descriptor holding it); ``StandaloneError``
+    naming the holder's pid when another process has it."""
+    path = data_dir / "standalone.lock"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.read(fd, 32).decode(errors="replace").strip()
+        os.close(fd)
+        by = f" by pid {holder}" if holder.isdigit() else ""
+        raise StandaloneError(
+            f"data dir {data_dir} is in use{by} (another magnetar standalone): stop it, "
+            "or give this one another --data-dir"
+        ) from None
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode())
+    return fd
 
 
 async def run_standalone(
@@ -178,8 +213,11 @@ async def run_standalone(
     *,
     num_bookies: int = 1,
     bookie_port: int = 3181,
+    log_level: str = "INFO",
 ) -> int:
-    standalone = Standalone(data_dir, config, num_bookies=num_bookies, bookie_port=bookie_port)
+    standalone = Standalone(
+        data_dir, config, num_bookies=num_bookies, bookie_port=bookie_port, log_level=log_level
+    )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

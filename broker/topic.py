@@ -563,6 +563,8 @@ class PersistentTopic:
             if sub is None:
                 sub = self._new_subscription(sub_name, cursor)
                 self.subscriptions[sub_name] = sub
+                if durable:
+                    log.info("[%s][%s] subscription opened", self.name, sub_name)
         elif not durable and sub.durable:
             raise SubscriptionError(
                 "NotAllowedError", f"Durable subscription with the same name {sub_name} exists"
@@ -597,6 +599,7 @@ class PersistentTopic:
             return
         cursor = await self.ledger.open_cursor(sub_name, initial_earliest=earliest)
         self.subscriptions.setdefault(sub_name, self._new_subscription(sub_name, cursor))
+        log.info("[%s][%s] subscription opened", self.name, sub_name)
 
     def remove_consumer(self, sub: Subscription, consumer: Consumer) -> None:
         sub.remove_consumer(consumer)
@@ -625,6 +628,7 @@ class PersistentTopic:
             sub.remove_consumer(c)
         sub.close()
         self.subscriptions.pop(sub_name, None)
+        log.info("[%s][%s] subscription deleted", self.name, sub_name)
         await sub.settle_acks()
         await sub.delete_delayed_index()  # its ledger sits under the cursor node
         if sub_name == COMPACTION_SUBSCRIPTION and self.compaction is not None:

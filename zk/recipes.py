@@ -11,12 +11,16 @@ Owns:
   lock is released on ``release``/close and lost with the session; after a reconnect it is
   revalidated and re-created if it vanished while still ours.
 - ``IdAllocator``: unique 64-bit ids across processes by claiming blocks with a
-  compare-and-set on one counter node (``paths.LEDGER_IDGEN`` by default).
+  compare-and-set on one counter node (``paths.LEDGER_IDGEN`` by default). Ids are not
+  ordered across processes (each hands out its own block), but ``next_id(min_id)`` returns
+  an id above ``min_id``, skipping to a fresh block when needed: a caller that must see its
+  ids increase (a managed ledger's ledgers) passes the largest id it knows.
 Must not know: who competes, what the ids name.
 
 Invariants: at most one contender of an election observes ``is_leader`` while its node is
 the lowest; an ``IdAllocator`` never returns an id twice, and no two allocators on one
-counter return the same id (blocks are disjoint by CAS).
+counter return the same id (blocks are disjoint by CAS); the counter is above every id
+returned; ``next_id(min_id) > min_id``.
 """
 
 from __future__ import annotations
@@ -401,23 +405,35 @@ class IdAllocator:
     def statistics(self) -> IdAllocatorStatistics:
         return IdAllocatorStatistics(self._returned, self._blocks, self._conflicts)
 
-    async def next_id(self) -> int:
-        if self._next >= self._end:
-            async with self._lock:
-                if self._next >= self._end:
-                    self._next, self._end = await self._claim_block()
-        # No await between the check above and taking the id.
-        if self._next >= self._end:
-            return await self.next_id()
-        value = self._next
-        self._next += 1
-        self._returned += 1
-        return value
+    async def next_id(self, min_id: int = -1) -> int:
+        """A new id, greater than ``min_id``.
 
-    async def _claim_block(self) -> tuple[int, int]:
+        Ids come from this allocator's block while it has one above ``min_id``; otherwise a
+        new block is claimed, starting at the counter (above every id any allocator on the
+        counter has returned) or above ``min_id``, whichever is larger, and the rest of the
+        old block is skipped. So a caller that passes the largest id it has seen gets an id
+        larger than every id it has seen, whichever process allocated those.
+        """
+        if min_id >= self.ID_MAX:
+            raise MetadataError(f"no 64-bit id above {min_id}", path=self._path)
+        while True:
+            if self._next >= self._end or self._next <= min_id:
+                async with self._lock:
+                    if self._next >= self._end or self._next <= min_id:
+                        self._next, self._end = await self._claim_block(min_id + 1)
+            # No await between the check above and taking the id; another task may have
+            # taken the last id of the block (or a lower block) while we waited: look again.
+            if self._next < self._end and self._next > min_id:
+                value = self._next
+                self._next += 1
+                self._returned += 1
+                return value
+
+    async def _claim_block(self, floor: int = 0) -> tuple[int, int]:
         for _ in range(self._cas_attempts_max):
             got = await self._store.get(self._path)
             start = self._first_id if got is None else int(got.value.decode() or "0")
+            start = max(start, floor)
             end = start + self._block_size
             if end > self.ID_MAX:
                 raise MetadataError("64-bit id space exhausted", path=self._path)

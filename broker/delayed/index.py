@@ -358,7 +358,7 @@ class DelayedDeliveryIndex:
         if self._dirty:
             await self._run_maintenance()
         self._after_change()
-        log.info(
+        log.debug(
             "%s: recovered %d runs (%d pending) at %d, scanned through %s",
             self.name,
             len(runs),

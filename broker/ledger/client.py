@@ -87,7 +87,10 @@ class LedgerClient:
         write_quorum: int | None = None,
         ack_quorum: int | None = None,
         custom: dict[str, str] | None = None,
+        min_ledger_id: int = -1,
     ) -> WriteHandle:
+        """A new OPEN ledger whose id is above ``min_ledger_id`` (a managed ledger passes its
+        largest ledger id: its ledgers' ids must increase, see ``IdAllocator.next_id``)."""
         cfg = self.config
         e = ensemble_size or cfg.ensemble_size
         qw = write_quorum or cfg.write_quorum
@@ -95,7 +98,7 @@ class LedgerClient:
         ensemble = await self.registry.choose_ensemble(e)
         await self.registry.resolve(ensemble)
         while True:
-            ledger_id = await self._ids.next_id()
+            ledger_id = await self._ids.next_id(min_ledger_id)
             meta = LedgerMetadata(
                 ledger_id=ledger_id,
                 ensemble_size=e,

@@ -77,6 +77,14 @@ class ManagedLedgerTerminated(ManagedLedgerError):
     """The managed ledger was terminated: no more adds."""
 
 
+class LedgerOutOfOrder(ManagedLedgerError):
+    """A ledger whose id is not above every ledger of the managed ledger was offered to it.
+
+    Positions compare by ledger id first, so appending it would order its entries before
+    entries written earlier: cursors would skip them and trimming could delete them unread.
+    The managed ledger refuses it rather than misorder anything."""
+
+
 class CursorNotFound(ManagedLedgerError):
     pass
 
@@ -95,6 +103,7 @@ __all__ = [
     "LedgerError",
     "LedgerFenced",
     "LedgerNotFound",
+    "LedgerOutOfOrder",
     "ManagedLedgerClosed",
     "ManagedLedgerError",
     "ManagedLedgerFenced",

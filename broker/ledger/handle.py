@@ -843,10 +843,16 @@ class WriteHandle(ReadHandle):
         self.state = HANDLE_FSM.next(self.state, HandleEvent.FENCED)
         self._fail_pending(self.fenced_error(f"ledger {self.ledger_id} fenced: {why}"))
 
-    def _fail(self, error: LedgerError) -> None:
+    def _fail(self, error: LedgerError, *, expected: bool = False) -> None:
         if self.state not in (HandleState.OPEN, HandleState.CLOSING):
             return
-        log.warning("ledger %s failed: %s", self.ledger_id, error)
+        # an abort is the owner's decision (unload, fencing, a refused ledger): not alarming
+        log.log(
+            logging.DEBUG if expected else logging.WARNING,
+            "ledger %s failed: %s",
+            self.ledger_id,
+            error,
+        )
         self._error = error
         self.state = HANDLE_FSM.next(self.state, HandleEvent.FATAL)
         self._fail_pending(error)
@@ -911,7 +917,7 @@ class WriteHandle(ReadHandle):
     async def abort(self) -> None:
         """Stop without closing the metadata (the next owner will recover the ledger)."""
         if self.state in (HandleState.OPEN, HandleState.CLOSING):
-            self._fail(LedgerClosed(f"ledger {self.ledger_id} aborted"))
+            self._fail(LedgerClosed(f"ledger {self.ledger_id} aborted"), expected=True)
         if self._change_task is not None:
             self._change_task.cancel()
 

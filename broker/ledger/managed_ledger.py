@@ -14,7 +14,12 @@ adds arriving meanwhile queue (bounded) and go to the new ledger in order.
 Trimming: ledgers wholly before the slowest durable cursor's mark-delete and outside the
 retention policy are removed from the list (CAS), then their ledger metadata is deleted;
 bookies reclaim the space in GC. The current ledger is never trimmed.
-Invariants: positions of completed adds only grow; readers never see past last_confirmed.
+Invariants: positions of completed adds only grow; readers never see past last_confirmed;
+ledger ids strictly increase along the list (positions compare by ledger id first, so
+cursors, backlog, trimming, publish-time search and everything above rely on it): a new
+ledger is asked for above the largest id this managed ledger has had, and one that is not
+is refused with ``LedgerOutOfOrder`` (never appended); a stored list out of order is
+refused at open.
 Must not know: topics, producers, subscriptions, message formats, the wire protocol.
 """
 
@@ -23,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import functools
+import itertools
 import json
 import logging
 import random
@@ -37,6 +43,7 @@ from magnetar.broker.ledger.errors import (
     CursorAlreadyExists,
     LedgerError,
     LedgerFenced,
+    LedgerOutOfOrder,
     ManagedLedgerClosed,
     ManagedLedgerFenced,
     ManagedLedgerTerminated,
@@ -265,6 +272,8 @@ class ManagedLedger:
         self._cache = EntryCache(config.entry_cache_bytes)
         self._waiters: list[asyncio.Future[None]] = []
         self.last_confirmed = Position(-1, -1)
+        self._max_ledger_id = -1
+        """The largest ledger id this managed ledger has had (dropped empty ledgers too)."""
         self._timer = None
         self._fence_reason = ""
         jitter = 1.0 + factory.ledger_client.rng.random() * 0.05
@@ -289,6 +298,14 @@ class ManagedLedger:
             self._info = _Info.from_bytes(got.value)
             self._version = got.stat.version
         ledgers = self._info.ledgers
+        ids = [i.ledger_id for i in ledgers]
+        if any(a >= b for a, b in itertools.pairwise(ids)):
+            log.error("%s: stored ledger ids are not increasing: %s", self.name, ids)
+            raise LedgerOutOfOrder(
+                f"{self.name}: stored ledger ids {ids} are not increasing; positions would "
+                "misorder (written by a version without per-managed-ledger ordering)"
+            )
+        self._max_ledger_id = max(ids, default=-1)
         if ledgers:
             last = ledgers[-1]
             handle = await self.ledger_client.open_ledger(last.ledger_id, recovery=True)
@@ -308,10 +325,10 @@ class ManagedLedger:
             await self._recover_cursors()
             return
         current = await self._create_ledger()
-        self._info.ledgers.append(LedgerInfo(current.ledger_id, 0, 0, self.clock.now_ms()))
         try:
+            self._append_ledger(current.ledger_id)
             await self._write_info()
-        except ManagedLedgerFenced:
+        except (ManagedLedgerFenced, LedgerOutOfOrder):
             await current.abort()
             await self.ledger_client.delete_ledger(current.ledger_id)
             raise
@@ -335,7 +352,26 @@ class ManagedLedger:
             self._cursors[child] = await ManagedCursor.recover(self, child)
 
     async def _create_ledger(self) -> WriteHandle:
-        return await self.ledger_client.create_ledger(custom={"managed-ledger": self.name})
+        return await self.ledger_client.create_ledger(
+            custom={"managed-ledger": self.name}, min_ledger_id=self._max_ledger_id
+        )
+
+    def _append_ledger(self, ledger_id: int) -> None:
+        """Append a new ledger to the list; refuses one that would not sort after every
+        ledger this managed ledger has had (``LedgerOutOfOrder``, logged as an error)."""
+        if ledger_id <= self._max_ledger_id:
+            log.error(
+                "%s: refusing new ledger %d: not above ledger %d",
+                self.name,
+                ledger_id,
+                self._max_ledger_id,
+            )
+            raise LedgerOutOfOrder(
+                f"{self.name}: new ledger {ledger_id} is not above ledger "
+                f"{self._max_ledger_id}; its entries would sort before older ones"
+            )
+        self._max_ledger_id = ledger_id
+        self._info.ledgers.append(LedgerInfo(ledger_id, 0, 0, self.clock.now_ms()))
 
     async def _write_info(self) -> None:
         try:
@@ -471,12 +507,18 @@ class ManagedLedger:
             if self.state is not _S.CREATING_LEDGER:
                 await new.abort()
                 return
+            try:
+                self._append_ledger(new.ledger_id)
+            except LedgerOutOfOrder as exc:
+                await new.abort()
+                await self.ledger_client.delete_ledger(new.ledger_id)
+                self.fence(str(exc))  # the topic unloads; the next open starts afresh
+                return
             dropped = None
             if info.entries == 0:
-                dropped = self._info.ledgers.pop()
+                dropped = self._info.ledgers.pop(-2)
             else:
                 self._readers[old.ledger_id] = reader
-            self._info.ledgers.append(LedgerInfo(new.ledger_id, 0, 0, self.clock.now_ms()))
             await self._write_info()
             if dropped is not None:
                 await self.ledger_client.delete_ledger(dropped.ledger_id)
@@ -865,6 +907,11 @@ class ManagedLedger:
             await self._write_info()
         except ManagedLedgerFenced:
             return []
+        if self.last_confirmed.ledger_id in gone:
+            # Every entry is gone (the current ledger is still empty): the last position
+            # is the start of the current ledger, so "is there a message after X" says no
+            # instead of pointing at an entry nobody can read (Pulsar does the same).
+            self.last_confirmed = Position(self._current.ledger_id, -1)
         for ledger_id in sorted(gone):
             self._readers.pop(ledger_id, None)
             self._cache.evict_ledger(ledger_id)

@@ -4,13 +4,14 @@ store over TCP, and memory."""
 from __future__ import annotations
 
 import asyncio
+import random
 from collections.abc import Callable
 
 import pytest
 from support.metadata_backends import MetadataBackend, eventually
 
 from magnetar.zk import paths
-from magnetar.zk.errors import AlreadyExists, LockBusy
+from magnetar.zk.errors import AlreadyExists, LockBusy, MetadataError
 from magnetar.zk.recipes import IdAllocator, LeaderElection, OwnershipLock
 from magnetar.zk.store import MetadataStore
 
@@ -156,3 +157,49 @@ async def test_id_allocator_unique_across_stores(backend: MetadataBackend) -> No
     # A fresh allocator (a restarted process) continues after every claimed block.
     fresh = IdAllocator(await backend.open(), block_size=7)
     assert await fresh.next_id() > max(ids)
+
+
+async def test_id_allocator_min_id_orders_ids_across_allocators(backend: MetadataBackend) -> None:
+    """A managed ledger moving between brokers asks each one's allocator for an id above its
+    last ledger: every id it gets is larger than the one before, although each allocator
+    still holds an older block."""
+    allocators = [IdAllocator(await backend.open(), block_size=100) for _ in range(3)]
+    for a in allocators:
+        await a.next_id()  # each holds a block now: [0,100), [100,200), [200,300)
+    rng = random.Random(5)
+    last = -1
+    owned: list[int] = []
+    for _ in range(60):
+        allocator = rng.choice(allocators)
+        for _ in range(rng.randrange(3)):  # other ledgers created meanwhile on that broker
+            await allocator.next_id()
+        got = await allocator.next_id(last)
+        assert got > last
+        last = got
+        owned.append(got)
+    assert owned == sorted(set(owned))
+
+
+async def test_id_allocator_min_id_above_the_counter(backend: MetadataBackend) -> None:
+    store = await backend.open()
+    allocator = IdAllocator(store, block_size=10)
+    assert await allocator.next_id() == 0
+    # an id above everything the counter handed out (a counter reset, or an id from elsewhere)
+    assert await allocator.next_id(min_id=1234) == 1235
+    assert await allocator.next_id() == 1236
+    got = await store.get(paths.LEDGER_IDGEN)
+    assert got is not None and int(got.value) == 1245
+    other = IdAllocator(await backend.open(), block_size=10)
+    assert await other.next_id() == 1245  # the counter stays above every id returned
+    with pytest.raises(MetadataError):
+        await allocator.next_id(min_id=IdAllocator.ID_MAX)
+
+
+async def test_id_allocator_min_id_concurrent_takers_stay_unique(
+    backend: MetadataBackend,
+) -> None:
+    allocator = IdAllocator(await backend.open(), block_size=5)
+    floors = [i * 3 for i in range(40)]
+    got = await asyncio.gather(*(allocator.next_id(f) for f in floors))
+    assert all(g > f for g, f in zip(got, floors, strict=True))
+    assert len(set(got)) == len(got)

@@ -14,3 +14,4 @@ from support.broker import magnetar_broker  # noqa: F401
 from support.standalone import standalone_factory  # noqa: F401
 from support.bookie_storage import open_bookie  # noqa: F401
 from support.admin import admin  # noqa: F401
+from support.broker_process import broker_processes  # noqa: F401

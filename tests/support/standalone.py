@@ -15,7 +15,8 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import pytest
 
@@ -23,8 +24,16 @@ from support.net import free_port
 
 
 class StandaloneProcess:
-    def __init__(self, data_dir: pathlib.Path, log_path: pathlib.Path, *, bookies: int = 1) -> None:
+    def __init__(
+        self,
+        data_dir: pathlib.Path,
+        log_path: pathlib.Path,
+        *,
+        bookies: int = 1,
+        extra_args: Sequence[str] = (),
+    ) -> None:
         self.data_dir = data_dir
+        self.extra_args = list(extra_args)
         self.log_path = log_path
         self.port = free_port()
         self.web_port = free_port()
@@ -58,6 +67,7 @@ class StandaloneProcess:
             str(self.bookies),
             "--advertised-address",
             "127.0.0.1",
+            *self.extra_args,
         ]
         log = open(self.log_path, "ab")  # noqa: SIM115 - owned by the child for its lifetime
         self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
@@ -124,7 +134,7 @@ class StandaloneFactory:
         self.base = base
         self.started: list[StandaloneProcess] = []
 
-    def create(self, name: str = "standalone", **kwargs: int) -> StandaloneProcess:
+    def create(self, name: str = "standalone", **kwargs: Any) -> StandaloneProcess:
         proc = StandaloneProcess(self.base / name, self.base / f"{name}.log", **kwargs)
         self.started.append(proc)
         return proc

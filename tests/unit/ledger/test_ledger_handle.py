@@ -342,3 +342,19 @@ async def test_completions_split_over_loop_callbacks_stay_in_order(
     await w.close()
     meta, _ = await client.read_metadata(w.ledger_id)
     assert meta.last_entry_id == 19 and meta.length == sum(len(b"m%d" % i) for i in range(20))
+
+
+async def test_abort_is_not_logged_as_a_warning(
+    meta_server: MemoryMetadataServer,
+    fake_bookies: FakeBookieCluster,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """An abort is the owner's decision (a topic unloads, a ledger is refused): pending adds
+    fail with LedgerClosed, and nothing alarming is logged."""
+    client = make_client(meta_server, fake_bookies, ensemble_size=2, write_quorum=2, ack_quorum=2)
+    w = await client.create_ledger()
+    await w.add(b"a")
+    with caplog.at_level("DEBUG", logger="magnetar.broker.ledger"):
+        await w.abort()
+    assert [r for r in caplog.records if r.levelno >= 30] == []
+    assert any("aborted" in r.getMessage() for r in caplog.records)
