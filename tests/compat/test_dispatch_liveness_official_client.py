@@ -209,4 +209,7 @@ def test_key_shared_join_then_close_with_small_queues_delivers_everything(
     poller.poll_until(lambda: len(poller.distinct) == 3000, "all 3,000 messages")
     _first_deliveries_in_key_order(poller)
     assert poller.count("c2") > 0
-    _wait_backlog_zero(broker, topic, "ks")
+    stats = _wait_backlog_zero(broker, topic, "ks")
+    assert sorted(c["consumerName"] for c in stats["consumers"]) == ["c1", "c2"]
+    for c in stats["consumers"]:
+        assert 0 < c["availablePermits"] <= 50, c
