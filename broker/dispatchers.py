@@ -195,6 +195,11 @@ class Dispatcher:
         finally:
             self._running = False
 
+    @property
+    def running(self) -> bool:
+        """A round is under way or scheduled (tests wait for this to turn False)."""
+        return self._running
+
     async def _round(self) -> bool:
         raise NotImplementedError
 

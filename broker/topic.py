@@ -239,10 +239,14 @@ class PersistentTopic:
         self.max_unacked_per_consumer = max_unacked_per_consumer
         self.max_unacked_per_subscription = max_unacked_per_subscription
         self.counters = TopicCounters()
-        # message counts of batch entries; entries at or after ``_counted_from`` that are
-        # absent are single messages, older ones are parsed (and cached) when needed
+        # message counts of batch entries; entries in [``_counted_from``, ``_counted_to``]
+        # that are absent are single messages; others are parsed (and cached) when needed.
+        # ``_counted_to`` is the last position whose append was reported: a dispatcher can
+        # read an entry between its storage and that report, and must not take a batch for
+        # one message then (it would charge one permit for the whole batch)
         self._counts: dict[Position, int] = {}
         self._counted_from: Position | None = None
+        self._counted_to: Position | None = None
         self._pending: list[_Pending] = []
         self._submit_scheduled = False
         self._inflight: collections.deque[_Inflight] = collections.deque()
@@ -296,11 +300,7 @@ class PersistentTopic:
             n = counts.get(pos)
             if n is not None:
                 return n
-        start = self._counted_from
-        if start is not None and (
-            pos.ledger_id > start.ledger_id
-            or (pos.ledger_id == start.ledger_id and pos.entry_id >= start.entry_id)
-        ):
+        if self._single_if_uncounted(pos):
             return 1
         try:
             n = num_messages(entry.data)
@@ -313,9 +313,15 @@ class PersistentTopic:
     def known_count(self, pos: Position) -> int | None:
         """Messages in the entry at ``pos`` if known without reading it."""
         n = self._counts.get(pos)
-        if n is None and self._counted_from is not None and pos >= self._counted_from:
+        if n is None and self._single_if_uncounted(pos):
             n = 1
         return n
+
+    def _single_if_uncounted(self, pos: Position) -> bool:
+        """Is an entry at ``pos`` absent from ``_counts`` known to be a single message?
+        True only within the span whose appends this topic has reported."""
+        start, end = self._counted_from, self._counted_to
+        return start is not None and end is not None and start <= pos <= end
 
     @staticmethod
     def slot_of(entry: Entry) -> int:
@@ -349,7 +355,7 @@ class PersistentTopic:
     def _remember_count(self, pos: Position, n: int) -> None:
         if len(self._counts) >= _COUNT_CACHE_MAX:  # forget: older entries get parsed again
             self._counts.clear()
-            self._counted_from = None
+            self._counted_from = self._counted_to = None
         self._counts[pos] = n
 
     # -- producers
@@ -493,6 +499,8 @@ class PersistentTopic:
             entries += 1
             if p.dedup_name is not None:
                 dedup.persisted(p.dedup_name, p.highest)
+        if stored and self._counted_from is not None:
+            self._counted_to = stored[-1]  # counts of this batch recorded: single if absent
         counters = self.counters
         counters.msg_in += msgs
         counters.bytes_in += nbytes
@@ -645,9 +653,7 @@ class PersistentTopic:
             ledger_id = mark.ledger_id if mark is not None and mark.ledger_id >= 0 else 0
             return LastMessageId(ledger_id, -1, -1, mark)
         batch_index = -1
-        n = self._counts.get(last)
-        if n is None and self._counted_from is not None and last >= self._counted_from:
-            n = 1
+        n = self.known_count(last)
         if n is None:
             return LastMessageId(last.ledger_id, last.entry_id, -2, mark)  # caller resolves
         if n > 1:

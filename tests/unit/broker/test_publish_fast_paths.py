@@ -223,3 +223,31 @@ async def test_drain_waits_until_every_send_is_reported() -> None:
         topic.publish_to(sink, _producer(0, "p"), seq, seq, 1, b"x")
     await topic._drain_publishes()  # what close() awaits before disconnecting producers
     assert [seqs for _, seqs, _ in log] == [[0, 1, 2]]
+
+
+def _batch_entry(n: int) -> bytes:
+    from magnetar.client.protocol import encode_headers_and_payload
+
+    md = pb.MessageMetadata(producer_name="p", sequence_id=0, publish_time=1)
+    md.num_messages_in_batch = n
+    return encode_headers_and_payload(md, b"x" * n)
+
+
+async def test_an_entry_read_before_its_append_is_reported_is_counted_from_its_bytes() -> None:
+    """A dispatcher may read an entry between its storage and the topic's report of the
+    append: its count then comes from its bytes, not the "absent = one message" rule (a
+    batch of 1,000 charged one permit overfilled a consumer's receiver queue)."""
+    from magnetar.broker.storage import Entry
+
+    ledger = MemoryLedger("t", 6)
+    topic = PersistentTopic(TopicName.parse("persistent://a/b/t"), ledger)
+    log: list[Any] = []
+    topic.publish_to(_Sink(log, "a"), _producer(0, "p"), 0, 0, 1, _batch_entry(1))
+    await _settle(topic)
+    assert topic.known_count(Position(6, 0)) == 1
+    # stored, not yet reported (the topic's completion callback has not run)
+    data = _batch_entry(1000)
+    [pos] = await ledger.add_entries([data])
+    assert topic.known_count(pos) is None
+    assert topic.count_of(Entry(pos, data)) == 1000
+    assert topic.last_message_id(None).batch_index in (-2, 999)  # resolved by a read
