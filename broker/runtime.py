@@ -40,6 +40,12 @@ def managed_ledger_config(config: BrokerConfig) -> ManagedLedgerConfig:
         retention_time_ms=config.default_retention_time_in_minutes * 60_000,
         retention_size_bytes=config.default_retention_size_in_mb << 20,
         entry_cache_bytes=config.managed_ledger_cache_size_mb << 20,
+        entry_cache_eviction_watermark=config.managed_ledger_cache_eviction_watermark,
+        entry_cache_eviction_time_threshold_ms=(
+            config.managed_ledger_cache_eviction_time_threshold_millis
+        ),
+        entry_cache_eviction_interval_ms=config.managed_ledger_cache_eviction_interval_ms,
+        cursor_backlogged_threshold=config.managed_ledger_cursor_backlogged_threshold,
     )
 
 
