@@ -259,7 +259,7 @@ class _WindowReader:
         """``length`` bytes at ``offset`` (>= every earlier offset), fewer at the file end."""
         rel = offset - self._buf_offset
         buf = self._buf
-        if 0 <= rel and rel + length <= len(buf):
+        if rel >= 0 and rel + length <= len(buf):
             return buf[rel : rel + length]
         kept = buf[rel:] if 0 <= rel < len(buf) else b""
         want = max(length - len(kept), self._read_bytes)
@@ -291,7 +291,8 @@ def replay(
         file = fs.open_read(path)
         try:
             stats.files += 1
-            yield from _replay_file(file, path, file_id, mark, stats, read_bytes)
+            start = mark.offset if file_id == mark.file_id else 0
+            yield from _replay_file(file, path, file_id, start, stats, read_bytes=read_bytes)
         finally:
             file.close()
 
@@ -300,8 +301,9 @@ def _replay_file(
     file: ReadFile,
     path: str,
     file_id: int,
-    mark: JournalMark,
+    start: int,
     stats: ReplayStats,
+    *,
     read_bytes: int,
 ) -> Iterator[tuple[JournalMark, bytes]]:
     end = file.size
@@ -314,9 +316,7 @@ def _replay_file(
     if magic != JOURNAL_MAGIC or version not in READABLE_VERSIONS or header_id != file_id:
         _report(stats, path, 0, "bad file header")
         return
-    pos = FILE_HEADER_LEN
-    if file_id == mark.file_id:
-        pos = max(pos, mark.offset)
+    pos = max(FILE_HEADER_LEN, start)
     reader = _WindowReader(file, pos, read_bytes)
     while pos < end:
         head = reader.read(pos, RECORD_HEADER_LEN)
