@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -523,9 +524,15 @@ class BrokerService:
         }
 
     def metrics_text(self) -> str:
-        lines = []
+        return "".join(self.metrics_chunks())
+
+    def metrics_chunks(self) -> Iterator[str]:
+        """The exposition text, one topic's lines per chunk, then the broker's. Iterates a
+        snapshot of the topics: a caller may let the loop run between chunks (``/metrics``
+        does), and a topic closed meanwhile is reported with its last figures."""
         cluster = self.config.cluster_name
         for name, t in sorted(self.topics.items()):
+            lines = []
             ns = t.name.namespace_name
             labels = f'cluster="{cluster}",namespace="{ns}",topic="{name}"'
             lines.append(f"pulsar_in_messages_total{{{labels}}} {t.counters.msg_in}")
@@ -547,9 +554,11 @@ class BrokerService:
             if compaction is not None and (compaction.runs or compaction.view is not None):
                 for metric, value in compaction.metrics().items():
                     lines.append(f"{metric}{{{labels}}} {value}")
-        lines.append(f'pulsar_broker_topics_count{{cluster="{cluster}"}} {len(self.topics)}')
-        lines.append(f'pulsar_active_connections{{cluster="{cluster}"}} {len(self.connections)}')
-        return "\n".join(lines) + "\n"
+            yield "\n".join(lines) + "\n"
+        yield (
+            f'pulsar_broker_topics_count{{cluster="{cluster}"}} {len(self.topics)}\n'
+            f'pulsar_active_connections{{cluster="{cluster}"}} {len(self.connections)}\n'
+        )
 
 
 def _to_resource_error(exc: ServiceError) -> ResourceError:
