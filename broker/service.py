@@ -88,6 +88,8 @@ class BrokerService:
         self._web_service_url: str | None = None
         self.ownership: OwnershipCache | None = None
         self.topics: dict[str, PersistentTopic] = {}
+        self.topics_loaded_total = 0
+        """Topics loaded since start (unloads are ``topics_loaded_total - len(topics)``)."""
         self._loading: dict[str, asyncio.Future[PersistentTopic | None]] = {}
         self._server: asyncio.AbstractServer | None = None
         self.connections: set[Any] = set()
@@ -290,6 +292,7 @@ class BrokerService:
                 raise ServiceError("TopicNotFound", f"Namespace {tn.namespace_name} does not exist")
             np_topic: Any = NonPersistentTopic(tn)
             self.topics[tn.full] = np_topic
+            self.topics_loaded_total += 1
             self.policies.attach(
                 np_topic, await self.policies.policies_for(tn.tenant, tn.namespace, tn)
             )
@@ -316,6 +319,7 @@ class BrokerService:
         await topic.compaction.load()
         topic.on_fenced = self._on_topic_fenced
         self.topics[tn.full] = topic
+        self.topics_loaded_total += 1
         self.policies.attach(topic, policies)
         log.info("loaded topic %s", tn.full)
         return topic
@@ -528,10 +532,14 @@ class BrokerService:
 
     def metrics_chunks(self) -> Iterator[str]:
         """The exposition text, one topic's lines per chunk, then the broker's. Iterates a
-        snapshot of the topics: a caller may let the loop run between chunks (``/metrics``
-        does), and a topic closed meanwhile is reported with its last figures."""
+        snapshot of the topic names: a caller may let the loop run between chunks
+        (``/metrics`` does); a topic unloaded meanwhile is left out."""
         cluster = self.config.cluster_name
-        for name, t in sorted(self.topics.items()):
+        topics = self.topics
+        for name in sorted(topics):
+            t = topics.get(name)
+            if t is None:
+                continue
             lines = []
             ns = t.name.namespace_name
             labels = f'cluster="{cluster}",namespace="{ns}",topic="{name}"'
