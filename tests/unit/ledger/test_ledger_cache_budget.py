@@ -226,3 +226,13 @@ def test_bad_cache_settings_are_refused() -> None:
         EntryCacheManager(100, eviction_watermark=1.5)
     with pytest.raises(ValueError, match=">= 0"):
         EntryCacheManager(-1)
+
+
+def test_the_eviction_interval_spaces_the_age_checks() -> None:
+    mgr, clock = manager(1 << 20, eviction_time_threshold_ms=100, eviction_interval_ms=1_000)
+    cache = mgr.new_cache("a")
+    cache.put_entries(1, 0, [b"a"])
+    clock.advance(0.5)  # past the age threshold, but the next check is 1 s away
+    assert len(cache) == 1
+    clock.advance(0.6)
+    assert len(cache) == 0
