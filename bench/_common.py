@@ -105,8 +105,11 @@ def percentile(sorted_values: Sequence[float], q: float) -> float:
 class StandaloneServer:
     """A ``magnetar standalone`` child process on free ports and a (temporary) data dir."""
 
-    def __init__(self, data_dir: str | None = None, *, bookies: int = 1) -> None:
+    def __init__(
+        self, data_dir: str | None = None, *, bookies: int = 1, extra_args: Sequence[str] = ()
+    ) -> None:
         self._own_dir = data_dir is None
+        self.extra_args = list(extra_args)
         self.data_dir = pathlib.Path(data_dir or tempfile.mkdtemp(prefix="magnetar-perf-"))
         self.port = free_port()
         self.web_port = free_port()
@@ -150,6 +153,7 @@ class StandaloneServer:
             "127.0.0.1",
             "--log-level",
             "WARNING",
+            *self.extra_args,
         ]
 
     def start(self, timeout_s: float = 60.0) -> StandaloneServer:

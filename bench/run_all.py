@@ -15,6 +15,9 @@ figures and whether the issue's targets were met on this run:
   client library: what the broker and bookie sustain when the client is not the bound);
 - ``keyshared``: ``bench/keyshared_perf.py`` on the same standalone: Key_Shared vs Shared,
   4 consumers, 1,000 keys, unbatched — target Key_Shared >= 70% of Shared;
+- ``cache-memory``: ``bench/cache_memory.py`` (its own standalone): 600 MB of unread backlog
+  over 20 topics through a 64 MB entry cache budget — target: the broker's RSS grows by at
+  most the budget plus the bench's stated overhead;
 - ``reclaim``: ``bench/reclaim_perf.py`` (its own ZooKeeper, bookie process and broker):
   16 MB through TTL and through retention (1 s expiry checks and bookie GC) — target: the
   bookie's entry-log bytes fall to 10% of the peak within 10 s, in both.
@@ -59,6 +62,7 @@ BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
 EXTRA: list[tuple[str, str, list[str]]] = [
     ("keyshared", "keyshared_perf.py", ["--repeat", "1"]),
     ("reclaim", "reclaim_perf.py", ["--mb", "16", "--timeout-s", "75"]),
+    ("cache-memory", "cache_memory.py", []),
 ]
 #: reclaim: seconds from the TTL policy / the last ack until the entry logs are down
 RECLAIM_TARGET_S = 10.0
@@ -129,9 +133,19 @@ def reclaim_verdict(result: dict[str, Any]) -> str:
     return f"{'met' if ok else 'MISSED'} (seconds to reclaim: {times} <= {RECLAIM_TARGET_S})"
 
 
+def cache_memory_verdict(result: dict[str, Any]) -> str:
+    ok = bool(result.get("within_budget"))
+    return (
+        f"{'met' if ok else 'MISSED'} (RSS +{result.get('rss_growth_peak_mb')} MB <= "
+        f"{result.get('limit_growth_mb')} MB for {result.get('unread_backlog_mb')} MB unread)"
+    )
+
+
 def verdict(name: str, result: dict[str, Any]) -> str:
     if name == "reclaim":
         return reclaim_verdict(result)
+    if name == "cache-memory":
+        return cache_memory_verdict(result)
     if name not in TARGETS:
         return ""
     key, op, goal = TARGETS[name]
@@ -204,7 +218,7 @@ def main() -> int:
         "targets": {
             n: verdict(n, r)
             for n, r in results.items()
-            if (n in TARGETS or n == "reclaim") and isinstance(r, dict)
+            if (n in TARGETS or n in ("reclaim", "cache-memory")) and isinstance(r, dict)
         },
         "seconds": args.seconds,
         "loadavg_end": loadavg(),

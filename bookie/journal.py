@@ -30,8 +30,11 @@ groups' futures on the loop. Invariant: a group's future resolves only after its
 synced; it fails if the write or the sync failed, and after the first failure the journal
 refuses new records (``JournalFailed``).
 
-Replay: files are read in id order from a mark; a short record, an impossible length or a bad
-checksum ends that file (logged with file and offset); nothing after it in that file is used.
+Replay: files are read in id order from a mark, streamed through a bounded window
+(``REPLAY_READ_BYTES`` at a time, more only for one bigger record): nothing before the mark
+is read but the file header, and memory does not grow with the journal. A short record, an
+impossible length or a bad checksum ends that file (logged with file and offset); nothing
+after it in that file is used.
 Must not know: ledgers' state, the write cache, asyncio users beyond returning futures.
 """
 
@@ -47,7 +50,7 @@ from dataclasses import dataclass, field
 
 import crc32c as _crc32c
 
-from magnetar.bookie.files import AppendFile, FileSystem
+from magnetar.bookie.files import AppendFile, FileSystem, ReadFile
 
 log = logging.getLogger(__name__)
 
@@ -234,49 +237,111 @@ class ReplayStats:
     corrupt_tails: list[tuple[str, int, str]] = field(default_factory=list)
 
 
+REPLAY_READ_BYTES = 1 << 20
+"""Replay reads a journal file this many bytes at a time (more only for a bigger record)."""
+
+
+class _WindowReader:
+    """Sequential reads of one file through one bounded window: a read returns bytes at
+    increasing offsets; the window holds what was read past the last record and grows
+    beyond ``read_bytes`` only to hold one record bigger than that."""
+
+    __slots__ = ("_buf", "_buf_offset", "_file", "_read_bytes", "size")
+
+    def __init__(self, file: ReadFile, start: int, read_bytes: int) -> None:
+        self._file = file
+        self._read_bytes = read_bytes
+        self._buf = b""
+        self._buf_offset = start
+        self.size = file.size
+
+    def read(self, offset: int, length: int) -> bytes:
+        """``length`` bytes at ``offset`` (>= every earlier offset), fewer at the file end."""
+        rel = offset - self._buf_offset
+        buf = self._buf
+        if rel >= 0 and rel + length <= len(buf):
+            return buf[rel : rel + length]
+        kept = buf[rel:] if 0 <= rel < len(buf) else b""
+        want = max(length - len(kept), self._read_bytes)
+        want = min(want, max(0, self.size - offset - len(kept)))
+        more = self._file.pread(want, offset + len(kept)) if want > 0 else b""
+        self._buf = buf = kept + more if kept else more
+        self._buf_offset = offset
+        return buf[:length]
+
+
 def replay(
-    fs: FileSystem, directory: str, mark: JournalMark, stats: ReplayStats | None = None
+    fs: FileSystem,
+    directory: str,
+    mark: JournalMark,
+    stats: ReplayStats | None = None,
+    *,
+    read_bytes: int = REPLAY_READ_BYTES,
 ) -> Iterator[tuple[JournalMark, bytes]]:
-    """Yield (position after the record, body) for every valid record at or after ``mark``."""
+    """Yield (position after the record, body) for every valid record at or after ``mark``.
+
+    Streams: each file is read from the mark on, ``read_bytes`` at a time (a record bigger
+    than that is read whole), so memory is bounded by the read size plus one record however
+    big the journal; nothing before the mark is read but the file header."""
     stats = stats if stats is not None else ReplayStats()
     for file_id in list_journal_ids(fs, directory):
         if file_id < mark.file_id:
             continue
         path = f"{directory}/{file_name(file_id)}"
-        data = fs.read_all(path)
-        stats.files += 1
-        if len(data) < FILE_HEADER_LEN:
-            if data:
-                _report(stats, path, 0, "short file header")
-            continue
-        magic, version, header_id = FILE_HEADER.unpack_from(data, 0)
-        if magic != JOURNAL_MAGIC or version not in READABLE_VERSIONS or header_id != file_id:
-            _report(stats, path, 0, "bad file header")
-            continue
-        pos = FILE_HEADER_LEN
-        if file_id == mark.file_id:
-            pos = max(pos, mark.offset)
-        end = len(data)
-        while pos < end:
-            if end - pos < RECORD_HEADER_LEN:
-                _report(stats, path, pos, "torn record header")
-                break
-            length, crc = RECORD_HEADER.unpack_from(data, pos)
-            if length == 0 or length > RECORD_BODY_MAX:
-                _report(stats, path, pos, f"impossible record length {length}")
-                break
-            body_start = pos + RECORD_HEADER_LEN
-            if end - body_start < length:
-                _report(stats, path, pos, f"torn record ({end - body_start} of {length} bytes)")
-                break
-            body = data[body_start : body_start + length]
-            if not _record_ok(body, crc, version):
-                _report(stats, path, pos, "checksum mismatch")
-                break
-            pos = body_start + length
-            stats.records += 1
-            stats.bytes += length
-            yield JournalMark(file_id, pos), body
+        file = fs.open_read(path)
+        try:
+            stats.files += 1
+            start = mark.offset if file_id == mark.file_id else 0
+            yield from _replay_file(file, path, file_id, start, stats, read_bytes=read_bytes)
+        finally:
+            file.close()
+
+
+def _replay_file(
+    file: ReadFile,
+    path: str,
+    file_id: int,
+    start: int,
+    stats: ReplayStats,
+    *,
+    read_bytes: int,
+) -> Iterator[tuple[JournalMark, bytes]]:
+    end = file.size
+    header = file.pread(FILE_HEADER_LEN, 0) if end else b""
+    if len(header) < FILE_HEADER_LEN:
+        if end:
+            _report(stats, path, 0, "short file header")
+        return
+    magic, version, header_id = FILE_HEADER.unpack(header)
+    if magic != JOURNAL_MAGIC or version not in READABLE_VERSIONS or header_id != file_id:
+        _report(stats, path, 0, "bad file header")
+        return
+    pos = max(FILE_HEADER_LEN, start)
+    reader = _WindowReader(file, pos, read_bytes)
+    while pos < end:
+        head = reader.read(pos, RECORD_HEADER_LEN)
+        if len(head) < RECORD_HEADER_LEN:
+            _report(stats, path, pos, "torn record header")
+            return
+        length, crc = RECORD_HEADER.unpack(head)
+        if length == 0 or length > RECORD_BODY_MAX:
+            _report(stats, path, pos, f"impossible record length {length}")
+            return
+        body_start = pos + RECORD_HEADER_LEN
+        if end - body_start < length:
+            _report(stats, path, pos, f"torn record ({end - body_start} of {length} bytes)")
+            return
+        body = reader.read(body_start, length)
+        if len(body) < length:  # the file shrank under us: as torn
+            _report(stats, path, pos, f"torn record ({len(body)} of {length} bytes)")
+            return
+        if not _record_ok(body, crc, version):
+            _report(stats, path, pos, "checksum mismatch")
+            return
+        pos = body_start + length
+        stats.records += 1
+        stats.bytes += length
+        yield JournalMark(file_id, pos), body
 
 
 def _report(stats: ReplayStats, path: str, offset: int, reason: str) -> None:

@@ -45,7 +45,13 @@ class BrokerConfig:
     managed_ledger_max_entries_per_ledger: int = 50_000
     managed_ledger_max_ledger_rollover_time_minutes: int = 240
     managed_ledger_min_ledger_rollover_time_minutes: int = 10
+    # the entry cache: ONE budget for every topic of the broker (Pulsar's
+    # managedLedgerCacheSizeMB; 0 = no cache); see docs/operations.md "Memory"
     managed_ledger_cache_size_mb: int = 256
+    managed_ledger_cache_eviction_watermark: float = 0.9
+    managed_ledger_cache_eviction_time_threshold_millis: int = 1000
+    managed_ledger_cache_eviction_interval_ms: int = 10
+    managed_ledger_cursor_backlogged_threshold: int = 1000
     # retention defaults (0 = keep nothing after acknowledgement, as Pulsar)
     default_retention_time_in_minutes: int = 0
     default_retention_size_in_mb: int = 0

@@ -10,9 +10,11 @@ protocol that ``BrokerService`` implements.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
-from collections.abc import Awaitable, Callable
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any, Protocol
 from urllib.parse import unquote
 
@@ -37,6 +39,38 @@ from magnetar.broker.resources import (
 log = logging.getLogger(__name__)
 
 DOMAINS = ("persistent", "non-persistent")
+METRICS_SLICE_S = 0.002
+"""``/metrics`` holds the loop at most about this long at a time (plus one chunk)."""
+
+
+async def slices_yielding(
+    chunks: Iterable[str],
+    slice_s: float = METRICS_SLICE_S,
+    clock: Callable[[], float] = time.perf_counter,
+) -> AsyncIterator[str]:
+    """``chunks`` joined a slice at a time: a slice is what was produced in ``slice_s``;
+    the loop gets a turn after each one, so a big text (``/metrics`` over thousands of
+    topics) is built without stalling the clients served by the same loop."""
+    parts: list[str] = []
+    deadline = clock() + slice_s
+    for chunk in chunks:
+        parts.append(chunk)
+        if clock() >= deadline:
+            yield "".join(parts)
+            parts = []
+            await asyncio.sleep(0)
+            deadline = clock() + slice_s
+    if parts:
+        yield "".join(parts)
+
+
+async def join_yielding(
+    chunks: Iterable[str],
+    slice_s: float = METRICS_SLICE_S,
+    clock: Callable[[], float] = time.perf_counter,
+) -> str:
+    """``chunks`` joined, letting the loop run between slices (``slices_yielding``)."""
+    return "".join([s async for s in slices_yielding(chunks, slice_s, clock)])
 
 
 class TopicAdmin(Protocol):
@@ -76,6 +110,11 @@ class TopicAdmin(Protocol):
 
     def metrics_text(self) -> str:
         """Prometheus exposition text of the topic layer."""
+        ...
+
+    def metrics_chunks(self) -> Iterable[str]:
+        """The same text in pieces (a topic's lines each), so that ``/metrics`` can let the
+        loop serve clients between them."""
         ...
 
 
@@ -140,11 +179,13 @@ class AdminApi:
         *,
         default_bundles: int = 4,
         extra_metrics: Callable[[], str] | None = None,
+        metrics_slice_s: float = METRICS_SLICE_S,
     ) -> None:
         self.resources = resources
         self.topics = topics
         self.default_bundles = default_bundles
         self.extra_metrics = extra_metrics
+        self.metrics_slice_s = metrics_slice_s
 
     def app(self) -> web.Application:
         app = web.Application(middlewares=[_errors], client_max_size=8 << 20)
@@ -209,11 +250,23 @@ class AdminApi:
     async def health(self, request: web.Request) -> web.Response:
         return web.Response(text="ok")
 
-    async def metrics(self, request: web.Request) -> web.Response:
-        text = self.topics.metrics_text()
+    async def metrics(self, request: web.Request) -> web.StreamResponse:
+        """Streamed a slice at a time (``slices_yielding``): neither building the text nor
+        joining it holds the loop. An error in the first slice is an ordinary 500; a later
+        one aborts the response (the status was sent)."""
+        slices = slices_yielding(self.topics.metrics_chunks(), self.metrics_slice_s)
+        first = await anext(slices, "")
+        response = web.StreamResponse()
+        response.content_type = "text/plain"
+        response.charset = "utf-8"
+        await response.prepare(request)
+        await response.write(first.encode())
+        async for piece in slices:
+            await response.write(piece.encode())
         if self.extra_metrics is not None:
-            text += self.extra_metrics()
-        return web.Response(text=text, content_type="text/plain", charset="utf-8")
+            await response.write(self.extra_metrics().encode())
+        await response.write_eof()
+        return response
 
     async def list_clusters(self, request: web.Request) -> web.Response:
         return _json(await self.resources.list_clusters())
@@ -529,4 +582,4 @@ class AdminApi:
         )
 
 
-__all__ = ["AdminApi", "TopicAdmin"]
+__all__ = ["METRICS_SLICE_S", "AdminApi", "TopicAdmin", "join_yielding", "slices_yielding"]

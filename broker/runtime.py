@@ -9,6 +9,7 @@ Must not know: how the metadata store or the bookies were started.
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import json
 import logging
@@ -40,6 +41,12 @@ def managed_ledger_config(config: BrokerConfig) -> ManagedLedgerConfig:
         retention_time_ms=config.default_retention_time_in_minutes * 60_000,
         retention_size_bytes=config.default_retention_size_in_mb << 20,
         entry_cache_bytes=config.managed_ledger_cache_size_mb << 20,
+        entry_cache_eviction_watermark=config.managed_ledger_cache_eviction_watermark,
+        entry_cache_eviction_time_threshold_ms=(
+            config.managed_ledger_cache_eviction_time_threshold_millis
+        ),
+        entry_cache_eviction_interval_ms=config.managed_ledger_cache_eviction_interval_ms,
+        cursor_backlogged_threshold=config.managed_ledger_cursor_backlogged_threshold,
     )
 
 
@@ -89,8 +96,9 @@ class BrokerRuntime:
         await self.storage.close()
 
 
-def tune_gc_for_serving() -> None:
-    """Collect garbage rarely and never rescan start-up objects.
+def tune_gc_for_serving(service: BrokerService | None = None) -> TopicGcFreezer | None:
+    """Collect garbage rarely and never rescan start-up objects; with ``service``, keep
+    freezing what bulk topic loads add (``TopicGcFreezer``, on the running loop).
 
     A broker allocates many short-lived objects per message; with CPython's default
     thresholds ``bench/ledger_perf.py --gc`` measured 4-5 us of collection per add and a p99
@@ -99,6 +107,76 @@ def tune_gc_for_serving() -> None:
     """
     gc.set_threshold(50_000, 20, 100)
     gc.freeze()
+    if service is None:
+        return None
+    freezer = TopicGcFreezer(service)
+    freezer.start()
+    return freezer
+
+
+class TopicGcFreezer:
+    """Keeps the long-lived objects of loaded topics out of the collector's work.
+
+    Every collection of an older generation traverses every object in it: thousands of
+    topics loaded after start-up (each a few dozen tracked objects that live as long as the
+    topic) made full collections take hundreds of ms, stalling every client. So once
+    ``every_topics`` topics were loaded since the last freeze, ``gc.freeze()`` (O(1)) moves
+    everything tracked to the permanent generation, which collections skip. The price: a
+    reference cycle frozen as garbage, or left by a frozen topic later unloaded, is not
+    collected. So once as many topics were unloaded since the last full collection as are
+    loaded now (and at least ``every_topics``), the heap is unfrozen, collected once and
+    frozen again: one pause, after churn of the whole topic set, never during a bulk load.
+    Checked every ``interval_s`` on the loop (a counter compare).
+    """
+
+    def __init__(
+        self, service: BrokerService, *, every_topics: int = 500, interval_s: float = 0.1
+    ) -> None:
+        self.service = service
+        self.every_topics = every_topics
+        self.interval_s = interval_s
+        self.freezes = 0
+        self.full_collections = 0
+        self._loaded_at_freeze = service.topics_loaded_total
+        self._unloaded_at_collect = self._unloaded()
+        self._timer: asyncio.TimerHandle | None = None
+
+    def _unloaded(self) -> int:
+        return self.service.topics_loaded_total - len(self.service.topics)
+
+    def start(self) -> None:
+        self._timer = asyncio.get_running_loop().call_later(self.interval_s, self._tick)
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def check(self) -> None:
+        loaded = self.service.topics_loaded_total
+        unloaded = self._unloaded()
+        churn = unloaded - self._unloaded_at_collect
+        if churn >= max(self.every_topics, len(self.service.topics)):
+            t0 = time.perf_counter()
+            gc.unfreeze()
+            gc.collect()
+            gc.freeze()
+            self.full_collections += 1
+            self._unloaded_at_collect = unloaded
+            self._loaded_at_freeze = loaded
+            log.info(
+                "gc: %d topics unloaded since the last full collection: collected in %.0f ms",
+                churn,
+                (time.perf_counter() - t0) * 1000,
+            )
+        elif loaded - self._loaded_at_freeze >= self.every_topics:
+            gc.freeze()
+            self.freezes += 1
+            self._loaded_at_freeze = loaded
+
+    def _tick(self) -> None:
+        self.check()
+        self.start()
 
 
 class _KeyValueFormatter(logging.Formatter):
@@ -145,7 +223,7 @@ async def run_broker(config: BrokerConfig) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     await runtime.start()
-    tune_gc_for_serving()
+    freezer = tune_gc_for_serving(runtime.service)
     print(
         f"Magnetar broker is ready\n  service URL: {runtime.service.service_url}\n"
         f"  admin URL:   http://{config.advertised_address}:{runtime.web_port}",
@@ -153,6 +231,8 @@ async def run_broker(config: BrokerConfig) -> int:
     )
     await stop.wait()
     log.info("shutting down")
+    if freezer is not None:
+        freezer.close()
     await runtime.close()
     await store.close()
     return 0
@@ -160,6 +240,7 @@ async def run_broker(config: BrokerConfig) -> int:
 
 __all__ = [
     "BrokerRuntime",
+    "TopicGcFreezer",
     "managed_ledger_config",
     "run_broker",
     "setup_logging",

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -87,6 +88,8 @@ class BrokerService:
         self._web_service_url: str | None = None
         self.ownership: OwnershipCache | None = None
         self.topics: dict[str, PersistentTopic] = {}
+        self.topics_loaded_total = 0
+        """Topics loaded since start (unloads are ``topics_loaded_total - len(topics)``)."""
         self._loading: dict[str, asyncio.Future[PersistentTopic | None]] = {}
         # topics being unloaded, and bundles being unloaded: not loaded again here until
         # their close is done (a client reconnecting at once would get the closing managed
@@ -298,6 +301,7 @@ class BrokerService:
                 raise ServiceError("TopicNotFound", f"Namespace {tn.namespace_name} does not exist")
             np_topic: Any = NonPersistentTopic(tn)
             self.topics[tn.full] = np_topic
+            self.topics_loaded_total += 1
             self.policies.attach(
                 np_topic, await self.policies.policies_for(tn.tenant, tn.namespace, tn)
             )
@@ -324,6 +328,7 @@ class BrokerService:
         await topic.compaction.load()
         topic.on_fenced = self._on_topic_fenced
         self.topics[tn.full] = topic
+        self.topics_loaded_total += 1
         self.policies.attach(topic, policies)
         log.info("loaded topic %s", tn.full)
         return topic
@@ -562,9 +567,19 @@ class BrokerService:
         }
 
     def metrics_text(self) -> str:
-        lines = []
+        return "".join(self.metrics_chunks())
+
+    def metrics_chunks(self) -> Iterator[str]:
+        """The exposition text, one topic's lines per chunk, then the broker's. Iterates a
+        snapshot of the topic names: a caller may let the loop run between chunks
+        (``/metrics`` does); a topic unloaded meanwhile is left out."""
         cluster = self.config.cluster_name
-        for name, t in sorted(self.topics.items()):
+        topics = self.topics
+        for name in sorted(topics):
+            t = topics.get(name)
+            if t is None:
+                continue
+            lines = []
             ns = t.name.namespace_name
             labels = f'cluster="{cluster}",namespace="{ns}",topic="{name}"'
             lines.append(f"pulsar_in_messages_total{{{labels}}} {t.counters.msg_in}")
@@ -586,9 +601,11 @@ class BrokerService:
             if compaction is not None and (compaction.runs or compaction.view is not None):
                 for metric, value in compaction.metrics().items():
                     lines.append(f"{metric}{{{labels}}} {value}")
-        lines.append(f'pulsar_broker_topics_count{{cluster="{cluster}"}} {len(self.topics)}')
-        lines.append(f'pulsar_active_connections{{cluster="{cluster}"}} {len(self.connections)}')
-        return "\n".join(lines) + "\n"
+            yield "\n".join(lines) + "\n"
+        yield (
+            f'pulsar_broker_topics_count{{cluster="{cluster}"}} {len(self.topics)}\n'
+            f'pulsar_active_connections{{cluster="{cluster}"}} {len(self.connections)}\n'
+        )
 
 
 def _to_resource_error(exc: ServiceError) -> ResourceError:

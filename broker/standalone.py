@@ -228,7 +228,8 @@ async def run_standalone(
         log.error("standalone failed to start: %s", exc)
         print(f"magnetar standalone: failed to start: {exc}", file=sys.stderr)
         return 1
-    tune_gc_for_serving()
+    assert standalone.runtime is not None
+    freezer = tune_gc_for_serving(standalone.runtime.service)
     print(
         f"Magnetar standalone is ready\n"
         f"  service URL: {standalone.service_url}\n"
@@ -238,6 +239,8 @@ async def run_standalone(
     )
     await stop.wait()
     log.info("shutting down")
+    if freezer is not None:
+        freezer.close()
     await standalone.close()
     return 0
 

@@ -36,7 +36,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from magnetar.broker.ledger.ackstate import AckState
-from magnetar.broker.ledger.cache import CacheStatistics, EntryCache
+from magnetar.broker.ledger.cache import CacheStatistics, EntryCacheManager
 from magnetar.broker.ledger.client import LedgerClient, LedgerClientConfig
 from magnetar.broker.ledger.cursor import CursorInfo, ManagedCursor
 from magnetar.broker.ledger.errors import (
@@ -87,6 +87,17 @@ class ManagedLedgerConfig:
     retention_size_bytes: int = 0
     """How many bytes of consumed ledgers are kept; -1 = no limit, 0 = none."""
     entry_cache_bytes: int = 64 << 20
+    """The broker-wide entry cache budget (the factory's config sets it; per-ledger configs
+    do not: every managed ledger of a factory shares one ``EntryCacheManager``)."""
+    entry_cache_eviction_watermark: float = 0.9
+    """Over budget, evict down to this fraction of it (factory-wide)."""
+    entry_cache_eviction_time_threshold_ms: int = 1000
+    """Entries older than this are evicted (0 = no age eviction; factory-wide)."""
+    entry_cache_eviction_interval_ms: int = 10
+    """The age eviction runs at most this often (factory-wide)."""
+    cursor_backlogged_threshold: int = 1000
+    """A cursor this many entries or more behind the last confirmed entry is not an active
+    reader for caching: the cache does not keep entries for it."""
     max_pending_adds: int = 100_000
     cursor_snapshot_min_bytes: int = 1 << 20
     """A new cursor snapshot (and cursor ledger) once the deltas since the last one exceed
@@ -195,6 +206,13 @@ class ManagedLedgerFactory:
             clock=self.clock,
             rng=rng,
         )
+        self.entry_cache = EntryCacheManager(
+            self.config.entry_cache_bytes,
+            eviction_watermark=self.config.entry_cache_eviction_watermark,
+            eviction_time_threshold_ms=self.config.entry_cache_eviction_time_threshold_ms,
+            eviction_interval_ms=self.config.entry_cache_eviction_interval_ms,
+            clock=self.clock,
+        )
         self._open: dict[str, ManagedLedger] = {}
         self._opening: dict[str, asyncio.Future[ManagedLedger]] = {}
         store.add_session_listener(self._on_session_event)
@@ -237,6 +255,7 @@ class ManagedLedgerFactory:
                 await ml.close()
             except LedgerError:
                 log.debug("closing %s failed", ml.name, exc_info=True)
+        self.entry_cache.close()
         await self.ledger_client.close()
 
 
@@ -269,7 +288,7 @@ class ManagedLedger:
         self._cursors: dict[str, ManagedCursor] = {}
         self._non_durable: list[ManagedCursor] = []
         self._readers: dict[int, ReadHandle] = {}
-        self._cache = EntryCache(config.entry_cache_bytes)
+        self._cache = factory.entry_cache.new_cache(name, self._cache_needed_from)
         self._waiters: list[asyncio.Future[None]] = []
         self.last_confirmed = Position(-1, -1)
         self._max_ledger_id = -1
@@ -598,6 +617,7 @@ class ManagedLedger:
             self._abort_task = asyncio.ensure_future(self._current.abort())
         if self._timer is not None:
             self._timer.cancel()
+        self._cache.close()
         self.factory.forget(self)
 
     async def close(self) -> None:
@@ -616,6 +636,7 @@ class ManagedLedger:
             except LedgerError:
                 log.warning("%s: closing the current ledger failed", self.name, exc_info=True)
         self._fail_queued(self._state_error())
+        self._cache.close()
         self.factory.forget(self)
 
     async def terminate(self) -> Position:
@@ -921,10 +942,36 @@ class ManagedLedger:
 
     # -- observability --------------------------------------------------------------------------
     def _evict_cache(self) -> None:
-        """Entries every cursor has read past are no longer needed by tailing readers."""
-        cursors = [*self._cursors.values(), *self._non_durable]
-        if cursors:
-            self._cache.evict_before(min(c.read_position for c in cursors))
+        """Entries every active reader has read past are no longer needed."""
+        self._cache.evict_unneeded()
+
+    def _cache_needed_from(self) -> Position | None:
+        """The slowest active reader's read position (None: no active reader). A cursor
+        ``cursor_backlogged_threshold`` entries or more behind is not active for caching
+        (Pulsar's ``managedLedgerCursorBackloggedThreshold``): it reads from the bookies."""
+        threshold = self.config.cursor_backlogged_threshold
+        slowest: Position | None = None
+        for cursor in (*self._cursors.values(), *self._non_durable):
+            pos = cursor.read_position
+            if slowest is not None and pos >= slowest:
+                continue
+            if self._entries_from(pos, threshold) < threshold:
+                slowest = pos
+        return slowest
+
+    def _entries_from(self, pos: Position, limit: int) -> int:
+        """Confirmed entries at ``pos`` and after, counted up to ``limit``."""
+        last = self.last_confirmed
+        if pos.ledger_id == last.ledger_id:
+            return max(0, last.entry_id - pos.entry_id + 1)
+        if pos > last:
+            return 0
+        count = 0
+        for ledger_id, entries, _ in reversed(self.ledger_sizes()):
+            if ledger_id < pos.ledger_id or count >= limit:
+                break
+            count += entries - max(0, pos.entry_id) if ledger_id == pos.ledger_id else entries
+        return count
 
     def check_invariants(self) -> None:
         ids = self.ledger_ids

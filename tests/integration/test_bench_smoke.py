@@ -6,6 +6,8 @@ belongs in ``make bench``).
   produced message was consumed.
 - ``bench/keyshared_perf.py``: one Shared and one Key_Shared run on its own standalone, all
   messages received in both, the ratio computed from the two rates.
+- ``bench/cache_memory.py``: a few topics of unread backlog through a small entry cache
+  budget on its own standalone; the report's figures and that the broker stayed within it.
 - ``bench/reclaim_perf.py``: 2 MB through TTL and through retention on ZooKeeper + a bookie
   process; each run brings the bookie's entry-log bytes down to 10% of the peak.
 """
@@ -154,3 +156,27 @@ def test_reclaim_perf_smoke_ttl_frees_the_bookie_entry_logs() -> None:
     assert retention["ledgers_end"] < retention["ledgers_peak"]  # consumed ledgers trimmed
     assert retention["t_reclaimed_s"] is not None, retention  # and their bytes reclaimed
     assert retention["end"]["entry_logs"] <= 0.1 * retention["peak"]["entry_logs"]
+
+
+def test_cache_memory_smoke_reports_rss_against_the_budget(tmp_path: pathlib.Path) -> None:
+    report = _run_bench(
+        "cache_memory.py",
+        [
+            "--topics",
+            "4",
+            "--mb-per-topic",
+            "4",
+            "--budget-mb",
+            "4",
+            "--settle-s",
+            "0.2",
+            "--data-dir",
+            str(tmp_path / "standalone"),
+        ],
+        timeout_s=150,
+    )
+    assert report["topics"] == 4 and report["topics_with_idle_subscription"] == 2
+    assert report["publish_errors"] == 0 and report["messages"] == 4 * (4 * 2**20 // 10_000)
+    assert report["unread_backlog_mb"] > report["budget_mb"]
+    assert report["within_budget"] is True, report
+    assert report["rss_peak_mb"] >= report["rss_before_mb"] > 0

@@ -52,7 +52,10 @@ class FakeTopics:
         return None
 
     def metrics_text(self) -> str:
-        return "pulsar_topics_count 0\n"
+        return "".join(self.metrics_chunks())
+
+    def metrics_chunks(self) -> list[str]:
+        return ["pulsar_topics_count 0\n"]
 
 
 @pytest.fixture

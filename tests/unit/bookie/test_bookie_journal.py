@@ -8,13 +8,19 @@ import asyncio
 import logging
 import os
 import pathlib
+import tracemalloc
 
 import pytest
 from crc32c import crc32c
 
-from magnetar.bookie.files import FaultyFileSystem
+from magnetar.bookie.files import FaultyFileSystem, ReadFile
 from magnetar.bookie.journal import ENTRY_HEADER as H
 from magnetar.bookie.journal import (
+    FILE_HEADER,
+    FILE_HEADER_LEN,
+    JOURNAL_MAGIC,
+    JOURNAL_VERSION,
+    RECORD_HEADER_LEN,
     ZERO_MARK,
     Journal,
     JournalFailed,
@@ -218,3 +224,100 @@ def test_version_1_files_still_replay(tmp_path: pathlib.Path) -> None:
     stats = ReplayStats()
     assert _replayed_ids(tmp_path, stats) == [0, 1]
     assert stats.corrupt_tails == []
+
+
+# -- streamed replay: same records whatever the read size, bounded memory -------------------
+
+
+def _write_raw_journal(directory: pathlib.Path, bodies: list[bytes], file_id: int = 1) -> str:
+    """A journal file written directly (header + framed records), no writer thread."""
+    path = directory / f"{file_id:016x}.txn"
+    with open(path, "wb") as f:
+        f.write(FILE_HEADER.pack(JOURNAL_MAGIC, JOURNAL_VERSION, file_id))
+        for body in bodies:
+            f.write(b"".join(frame(body)))
+    return str(path)
+
+
+class _CountingFs(FaultyFileSystem):
+    """Records the length of every positional read and refuses whole-file reads."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads: list[int] = []
+
+    def open_read(self, path: str) -> ReadFile:
+        inner = super().open_read(path)
+        reads = self.reads
+
+        class Counting:
+            size = inner.size
+
+            def pread(self, length: int, offset: int) -> bytes:
+                reads.append(length)
+                return inner.pread(length, offset)
+
+            def close(self) -> None:
+                inner.close()
+
+        return Counting()
+
+    def read_all(self, path: str) -> bytes:
+        raise AssertionError("replay must not read a whole journal file")
+
+
+@pytest.mark.parametrize("read_bytes", [1, 7, 100, 4096, 1 << 20])
+@pytest.mark.parametrize("cut", [None, 1, 5, 40, 300])
+def test_streamed_replay_yields_the_same_records_whatever_the_read_size(
+    tmp_path: pathlib.Path, read_bytes: int, cut: int | None
+) -> None:
+    bodies = [entries_body(3, i * 5, 5, size=i * 37 % 500) for i in range(30)]
+    bodies += [encode_fence(3), encode_master_key(4, b"k" * 400)]
+    path = _write_raw_journal(tmp_path, bodies)
+    if cut is not None:  # a torn tail: the last record loses its last ``cut`` bytes
+        size = os.path.getsize(path)
+        with open(path, "r+b") as f:
+            f.truncate(size - cut)
+        bodies = bodies[:-1]
+    stats = ReplayStats()
+    got = list(replay(_CountingFs(), str(tmp_path), ZERO_MARK, stats, read_bytes=read_bytes))
+    assert [body for _, body in got] == bodies
+    offsets = [m.offset for m, _ in got]
+    assert offsets == sorted(offsets) and got[-1][0].offset == FILE_HEADER_LEN + sum(
+        RECORD_HEADER_LEN + len(b) for b in bodies
+    )
+    assert len(stats.corrupt_tails) == (0 if cut is None else 1)
+    # from every record's mark on, the rest and only the rest
+    mid = got[len(got) // 2][0]
+    rest = list(replay(_CountingFs(), str(tmp_path), mid, read_bytes=read_bytes))
+    assert [b for _, b in rest] == bodies[len(got) // 2 + 1 :]
+
+
+def test_replay_reads_in_bounded_windows_and_nothing_before_the_mark(
+    tmp_path: pathlib.Path,
+) -> None:
+    bodies = [entries_body(9, i * 100, 100, size=1000) for i in range(80)]  # ~8 MB
+    _write_raw_journal(tmp_path, bodies)
+    fs = _CountingFs()
+    marks = [m for m, _ in replay(fs, str(tmp_path), ZERO_MARK, read_bytes=64 * 1024)]
+    assert len(marks) == 80
+    record = RECORD_HEADER_LEN + len(bodies[0])  # ~103 KB: bigger than a window
+    assert max(fs.reads) <= record, "a read is one window, or one record bigger than it"
+    assert sum(fs.reads) <= FILE_HEADER_LEN + 80 * record + 64 * 1024
+    fs.reads.clear()
+    assert list(replay(fs, str(tmp_path), marks[-1])) == []  # nothing to replay
+    assert sum(fs.reads) == FILE_HEADER_LEN, "only the file header was read"
+
+
+def test_replay_memory_does_not_grow_with_the_journal(tmp_path: pathlib.Path) -> None:
+    bodies = [entries_body(5, i * 50, 50, size=1000) for i in range(320)]  # ~16 MB
+    _write_raw_journal(tmp_path, bodies)
+    del bodies
+    tracemalloc.start()
+    try:
+        count = sum(1 for _ in replay(FaultyFileSystem(), str(tmp_path), ZERO_MARK))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert count == 320
+    assert peak < 4 << 20, f"replaying a 16 MB journal peaked at {peak} bytes"
