@@ -757,8 +757,11 @@ class WriteHandle(ReadHandle):
         candidates = await self._client.registry.healthy(exclude)
         new_ensemble: list[str]
         if len(candidates) >= len(wanted):
-            picks = iter(self._client.rng.sample(sorted(candidates), len(wanted)))
-            new_ensemble = [next(picks) if b in bad else b for b in current]
+            new_ensemble = list(
+                await self._client.registry.replace_bookies(
+                    current, wanted, old.write_quorum, exclude
+                )
+            )
         else:
             kept = [b for b in current if b not in bad]
             fill = list(candidates)
