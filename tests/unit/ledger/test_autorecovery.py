@@ -29,7 +29,9 @@ RACKS = {f"b{i}": f"/rack-{i % 3}" for i in range(6)}  # 3 racks, 2 bookies each
 
 @pytest.mark.parametrize(("size", "qw"), [(2, 2), (3, 2), (3, 3), (4, 2), (5, 3)])
 def test_rack_aware_ensembles_never_put_a_write_quorum_in_one_rack(size: int, qw: int) -> None:
-    policy = RackPolicy(min_num_racks_per_write_quorum=2, enforce_min_num_racks_per_write_quorum=True)
+    policy = RackPolicy(
+        min_num_racks_per_write_quorum=2, enforce_min_num_racks_per_write_quorum=True
+    )
     rng = random.Random(1)
     for _ in range(200):
         ensemble = policy.choose(sorted(RACKS), RACKS, size, qw, rng)
@@ -60,7 +62,9 @@ def test_replacement_keeps_write_quorums_across_racks() -> None:
     policy = RackPolicy(2, enforce_min_num_racks_per_write_quorum=True)
     for seed in range(50):
         # b0 (rack-0) and b1 (rack-1) ; replacing b1 must not pick b3 (rack-0)
-        new = policy.replace(("b0", "b1"), {"b1"}, ["b3", "b2", "b5"], RACKS, 2, rng=random.Random(seed))
+        new = policy.replace(
+            ("b0", "b1"), {"b1"}, ["b3", "b2", "b5"], RACKS, 2, rng=random.Random(seed)
+        )
         assert new[0] == "b0" and new[1] != "b1"
         assert write_quorum_racks(new, RACKS, 2) == 2, new
 
@@ -98,7 +102,9 @@ async def test_worker_copies_then_swaps_and_unmarks(meta_server: MemoryMetadataS
     marks = UnderReplication(client.store)
     for h in handles:
         await marks.mark(h.ledger_id, {victim}, "test", 0)
-    worker = ReplicationWorker(make_client(meta_server, bookies), AutoRecoveryConfig(rereplication_entry_batch_size=4))
+    worker = ReplicationWorker(
+        make_client(meta_server, bookies), AutoRecoveryConfig(rereplication_entry_batch_size=4)
+    )
     assert await worker.run_once() == 6
     assert await marks.marked() == []
     for h in handles:
@@ -107,11 +113,19 @@ async def test_worker_copies_then_swaps_and_unmarks(meta_server: MemoryMetadataS
         # bytes equal to what was written (read back from each replica)
         for e in range(25):
             for b in meta.ensemble_for(e):
-                assert bookies[b].entries[h.ledger_id][e].payload.endswith(b"payload-%d-%d" % (h.ledger_id, e))
-    assert worker.stats.entries_copied == sum(25 for h in handles if victim in h.metadata.all_bookies)
+                assert (
+                    bookies[b]
+                    .entries[h.ledger_id][e]
+                    .payload.endswith(b"payload-%d-%d" % (h.ledger_id, e))
+                )
+    assert worker.stats.entries_copied == sum(
+        25 for h in handles if victim in h.metadata.all_bookies
+    )
 
 
-async def test_open_ledger_last_fragment_is_left_to_its_writer(meta_server: MemoryMetadataServer) -> None:
+async def test_open_ledger_last_fragment_is_left_to_its_writer(
+    meta_server: MemoryMetadataServer,
+) -> None:
     bookies = FakeBookieCluster(meta_server, count=4)
     client = make_client(meta_server, bookies)
     (w,) = await _write_ledgers(client, 1, 10, close=False)
@@ -132,7 +146,9 @@ async def test_open_ledger_last_fragment_is_left_to_its_writer(meta_server: Memo
     _assert_fully_replicated(meta, bookies, {victim})
 
 
-async def test_open_ledger_is_fenced_after_the_grace_period(meta_server: MemoryMetadataServer) -> None:
+async def test_open_ledger_is_fenced_after_the_grace_period(
+    meta_server: MemoryMetadataServer,
+) -> None:
     bookies = FakeBookieCluster(meta_server, count=4)
     client = make_client(meta_server, bookies)
     (w,) = await _write_ledgers(client, 1, 10, close=False)
@@ -181,19 +197,25 @@ async def test_wiped_bookie_is_refilled_in_place(meta_server: MemoryMetadataServ
     assert sorted(bookies[victim].entries[w.ledger_id]) == list(range(12))
 
 
-async def test_auditor_marks_ledgers_of_a_lost_bookie_after_the_delay(meta_server: MemoryMetadataServer) -> None:
+async def test_auditor_marks_ledgers_of_a_lost_bookie_after_the_delay(
+    meta_server: MemoryMetadataServer,
+) -> None:
     bookies = FakeBookieCluster(meta_server, count=4)
     client = make_client(meta_server, bookies)
     handles = await _write_ledgers(client, 5, 2)
     victim = handles[0].metadata.last_ensemble[0]
     expected = sorted(h.ledger_id for h in handles if victim in h.metadata.all_bookies)
-    delayed = Auditor(make_client(meta_server, bookies), AutoRecoveryConfig(lost_bookie_recovery_delay_s=3600))
+    delayed = Auditor(
+        make_client(meta_server, bookies), AutoRecoveryConfig(lost_bookie_recovery_delay_s=3600)
+    )
     await delayed._start()
     bookies.crash(victim)
     await delayed.check_lost_bookies()
     marks = UnderReplication(client.store)
     assert await marks.marked() == []  # within lostBookieRecoveryDelay
-    prompt = Auditor(make_client(meta_server, bookies), AutoRecoveryConfig(lost_bookie_recovery_delay_s=0))
+    prompt = Auditor(
+        make_client(meta_server, bookies), AutoRecoveryConfig(lost_bookie_recovery_delay_s=0)
+    )
     await prompt._start()
     await prompt.check_lost_bookies()
     assert await marks.marked() == expected
