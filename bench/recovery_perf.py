@@ -170,7 +170,9 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             str(int(args.rate_mb * (1 << 20))) if args.rate_mb > 0 else "-1",
             "--log-level", "WARNING",
         ]  # fmt: skip
-        auto = subprocess.Popen(auto_cmd, stdout=subprocess.DEVNULL, start_new_session=True)
+        auto = subprocess.Popen(  # noqa: ASYNC220 (returns at once; the bench is single-task here)
+            auto_cmd, stdout=subprocess.DEVNULL, start_new_session=True
+        )
         load = Load(client, args)
         load_task = asyncio.ensure_future(load.run())
         await asyncio.sleep(args.baseline_s)  # measuring window of the baseline (a benchmark)
@@ -178,7 +180,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         t_kill = time.monotonic()
         victim.kill()
         shutil.rmtree(victim.data_dir, ignore_errors=True)
-        while await store.exists(paths.bookie_registration(victim.bookie_id)) is not None:
+        while await store.exists(paths.bookie_registration(victim.bookie_id)) is not None:  # noqa: ASYNC110 (timing the expiry: polled on purpose)
             await asyncio.sleep(0.05)
         t_gone = time.monotonic()
         deadline = t_gone + args.timeout_s
@@ -219,12 +221,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             "load_rate": args.load_rate,
             "load_adds": {k: len(v) for k, v in load.latencies.items()},
             "load_failures": load.failures,
-            "load_p50_ms": {
-                k: round(percentile(v, 0.5), 2) for k, v in load.latencies.items()
-            },
-            "load_p99_ms": {
-                k: round(percentile(v, 0.99), 2) for k, v in load.latencies.items()
-            },
+            "load_p50_ms": {k: round(percentile(v, 0.5), 2) for k, v in load.latencies.items()},
+            "load_p99_ms": {k: round(percentile(v, 0.99), 2) for k, v in load.latencies.items()},
             "p99_ratio": round(rec_p99 / base_p99, 2) if base_p99 else None,
             "loadavg": loadavg(),
         }
@@ -244,7 +242,9 @@ def main() -> None:
     p.add_argument("--entry-bytes", type=int, default=4096)
     p.add_argument("--bookies", type=int, default=4)
     p.add_argument("--batch", type=int, default=10, help="rereplicationEntryBatchSize")
-    p.add_argument("--rate-mb", type=float, default=0.0, help="replicationRateByBytes in MB/s (0: unlimited)")
+    p.add_argument(
+        "--rate-mb", type=float, default=0.0, help="replicationRateByBytes in MB/s (0: unlimited)"
+    )
     p.add_argument("--load-rate", type=float, default=200.0, help="foreground adds per second")
     p.add_argument("--load-bytes", type=int, default=1024)
     p.add_argument("--load-ledger-entries", type=int, default=2000)

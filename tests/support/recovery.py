@@ -7,13 +7,12 @@ import asyncio
 import os
 from collections.abc import Iterable
 
-from support.ledger_cluster import bookie_client_factory
-
 from magnetar.broker.ledger.client import LedgerClient, LedgerClientConfig
 from magnetar.broker.ledger.handle import unframe
 from magnetar.broker.ledger.metadata import LedgerMetadata, write_set
 from magnetar.zk import paths
 from magnetar.zk.store import MetadataStore
+from support.ledger_cluster import bookie_client_factory
 
 
 def ledger_client(store: MetadataStore, **config: object) -> LedgerClient:
@@ -108,3 +107,13 @@ async def read_back(client: LedgerClient, written: dict[int, list[bytes]]) -> No
         handle = await client.open_ledger(ledger_id, recovery=False)
         got = await handle.read(0, len(payloads) - 1)
         assert [g.payload for g in got] == payloads, ledger_id
+
+
+async def wait_unregistered(store: MetadataStore, bookie_id: str, timeout_s: float = 60.0) -> None:
+    """Until the bookie's registration node is gone (its session expired)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while await store.exists(paths.bookie_registration(bookie_id)) is not None:
+        if loop.time() > deadline:
+            raise AssertionError(f"{bookie_id} still registered after {timeout_s}s")
+        await asyncio.sleep(0.1)

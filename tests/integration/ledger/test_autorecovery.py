@@ -14,8 +14,14 @@ import asyncio
 import os
 import sys
 
-from support.ledger_cluster import chroot_url, open_factory, wait_registered
-from support.recovery import ledger_client, metadata_of, verify_every_replica, write_ledgers
+from support.ledger_cluster import chroot_url, open_factory, wait_for, wait_registered
+from support.recovery import (
+    ledger_client,
+    metadata_of,
+    verify_every_replica,
+    wait_unregistered,
+    write_ledgers,
+)
 
 from magnetar.broker.ledger import EARLIEST
 from magnetar.broker.ledger.autorecovery import (
@@ -54,7 +60,9 @@ async def test_decommission_live_bookie_under_write_load(zookeeper_server, booki
         i = 0
         while not stop.is_set():
             batch = [os.urandom(200) + b"%d" % (i + k) for k in range(20)]
-            results = await asyncio.gather(*(ml.add_nowait(p) for p in batch), return_exceptions=True)
+            results = await asyncio.gather(
+                *(ml.add_nowait(p) for p in batch), return_exceptions=True
+            )
             for p, pos in zip(batch, results, strict=True):
                 if isinstance(pos, BaseException):
                     failures.append(pos)
@@ -64,15 +72,24 @@ async def test_decommission_live_bookie_under_write_load(zookeeper_server, booki
 
     task = asyncio.ensure_future(writer())
     try:
-        while len(acked) < 600:
-            await asyncio.sleep(0.05)
+        await wait_for(lambda: len(acked) >= 600, 60)
         current = ml._current
         assert current is not None
         victim_id = current.metadata.last_ensemble[0]  # in the open ledger's ensemble too
         victim = next(b for b in bookies if b.bookie_id == victim_id)
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "magnetar.broker.cli", "bookie", "decommission", victim_id,
-            "--metadata", url, "--zk-timeout-ms", "4000", "--timeout-s", "120",
+            sys.executable,
+            "-m",
+            "magnetar.broker.cli",
+            "bookie",
+            "decommission",
+            victim_id,
+            "--metadata",
+            url,
+            "--zk-timeout-ms",
+            "4000",
+            "--timeout-s",
+            "120",
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
         )
@@ -82,18 +99,19 @@ async def test_decommission_live_bookie_under_write_load(zookeeper_server, booki
         assert any("ledgers (" in line for line in lines), lines
         assert lines[-1].startswith(f"{victim_id} decommissioned"), lines
         before = len(acked)
-        while len(acked) < before + 300:  # writes go on without the bookie
-            await asyncio.sleep(0.05)
+        await wait_for(lambda: len(acked) >= before + 300, 60)  # writes go on without it
     finally:
         stop.set()
         await task
     assert not failures, failures[:3]
     assert await store.exists(paths.bookie_cookie(victim_id)) is None
     assert await store.exists(paths.draining_bookie(victim_id)) is None
+
     async def unregistered() -> bool:
         return await store.exists(paths.bookie_registration(victim_id)) is None and (
             "decommissioned, not registering" in victim.log_text()
         )
+
     for _ in range(100):
         if await unregistered():
             break
@@ -128,7 +146,8 @@ async def test_racks_keep_every_write_quorum_in_two_racks(zookeeper_server, book
     url = chroot_url(zookeeper_server.url)
     racks = ["/dc/r1", "/dc/r1", "/dc/r2", "/dc/r2"]
     bookies = [
-        bookie_factory.create(metadata=url, extra_args=[*FAST, "--bookie-rack", rack]) for rack in racks
+        bookie_factory.create(metadata=url, extra_args=[*FAST, "--bookie-rack", rack])
+        for rack in racks
     ]
     for b in bookies:
         b.spawn()
@@ -146,10 +165,11 @@ async def test_racks_keep_every_write_quorum_in_two_racks(zookeeper_server, book
         # lose a bookie of rack r1: its replacement must be the other r1 bookie
         victim = bookies[0]
         victim.kill()
-        while await store.exists(paths.bookie_registration(victim.bookie_id)) is not None:
-            await asyncio.sleep(0.2)
+        await wait_unregistered(store, victim.bookie_id)
         config = AutoRecoveryConfig(enforce_min_num_racks_per_write_quorum=True)
-        worker = ReplicationWorker(ledger_client_for(store, factory_client_factory(), config), config)
+        worker = ReplicationWorker(
+            ledger_client_for(store, factory_client_factory(), config), config
+        )
         result = await recover_bookie(worker, victim.bookie_id, timeout_s=90)
         assert result.done
         for lid in written:

@@ -3,14 +3,15 @@ placement, the replication worker (copy, verify, one CAS, locks), the auditor's 
 
 from __future__ import annotations
 
+import asyncio
 import random
 
 import pytest
 from support.ledger_fakes import make_client
 
 from magnetar.broker.ledger.autorecovery import (
-    AutoRecoveryConfig,
     Auditor,
+    AutoRecoveryConfig,
     ReplicationWorker,
     UnderReplication,
 )
@@ -40,7 +41,7 @@ def test_rack_aware_ensembles_never_put_a_write_quorum_in_one_rack(size: int, qw
 
 
 def test_enforced_rack_minimum_refuses_when_impossible() -> None:
-    one_rack = {b: "/rack-0" for b in ("b0", "b1", "b2")} | {"b3": "/rack-1"}
+    one_rack = dict.fromkeys(("b0", "b1", "b2"), "/rack-0") | {"b3": "/rack-1"}
     policy = RackPolicy(2, enforce_min_num_racks_per_write_quorum=True)
     with pytest.raises(NotEnoughBookies):
         policy.choose(["b0", "b1", "b2"], one_rack, 2, 2, random.Random(1))
@@ -232,3 +233,90 @@ async def test_draining_bookie_is_never_chosen(meta_server: MemoryMetadataServer
         ensemble = await client.registry.choose_ensemble(2)
         assert drained not in ensemble
     assert await client.store.exists(paths.draining_bookie(drained)) is not None
+
+
+# -- settings ------------------------------------------------------------------------------
+
+
+def test_bookie_config_carries_every_auto_recovery_setting_with_the_same_default() -> None:
+    import dataclasses
+
+    from magnetar.bookie.main import BookieConfig
+
+    bookie = {f.name: f.default for f in dataclasses.fields(BookieConfig)}
+    for f in dataclasses.fields(AutoRecoveryConfig):
+        assert f.name in bookie, f.name
+        assert bookie[f.name] == f.default, f.name
+    assert AutoRecoveryConfig.from_object(BookieConfig(lost_bookie_recovery_delay_s=0)) == (
+        AutoRecoveryConfig(lost_bookie_recovery_delay_s=0)
+    )
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"rereplication_entry_batch_size": 0},
+        {"lost_bookie_recovery_delay_s": -1},
+        {"replication_rate_by_bytes": 0},
+    ],
+)
+def test_bad_settings_are_refused(bad: dict[str, int]) -> None:
+    with pytest.raises(ValueError):
+        AutoRecoveryConfig(**bad)
+
+
+async def test_throttle_holds_the_byte_rate() -> None:
+    from magnetar.broker.ledger.autorecovery import ByteThrottle
+    from magnetar.zk.clock import VirtualClock
+
+    clock = VirtualClock()
+    throttle = ByteThrottle(1000, clock)
+
+    async def run() -> None:
+        for _ in range(5):
+            await throttle.consume(1000)
+
+    task = asyncio.ensure_future(run())
+    for _ in range(10):
+        await asyncio.sleep(0)
+    assert not task.done()  # 1 s of tokens spent, the 2nd second's bytes wait
+    for _ in range(4):
+        clock.advance(1.0)
+        for _ in range(10):
+            await asyncio.sleep(0)
+    assert task.done()
+    assert throttle.waited_s == pytest.approx(4.0)
+    assert ByteThrottle(-1, clock).unlimited
+
+
+@pytest.mark.parametrize("which", ["bookie", "periodic"])
+async def test_auditor_periodic_checks_run_at_their_interval(
+    meta_server: MemoryMetadataServer, which: str
+) -> None:
+    bookies = FakeBookieCluster(meta_server, count=3)
+    client = make_client(meta_server, bookies)
+    (w,) = await _write_ledgers(client, 1, 4)
+    victim = w.metadata.last_ensemble[0]
+    if which == "bookie":
+        # unregistered while no auditor watched: only the bookie check finds it at once
+        bookies.unregister(victim)
+        config = AutoRecoveryConfig(
+            lost_bookie_recovery_delay_s=3600, auditor_periodic_bookie_check_interval_s=1
+        )
+    else:
+        bookies[victim].delete_ledger(w.ledger_id)
+        config = AutoRecoveryConfig(auditor_periodic_check_interval_s=1)
+    auditor = Auditor(make_client(meta_server, bookies), config)
+    stop = asyncio.Event()
+    task = asyncio.ensure_future(auditor.run(stop))
+    marks = UnderReplication(client.store)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 30
+    while await marks.marked() != [w.ledger_id]:
+        assert loop.time() < deadline, "not marked"
+        await asyncio.sleep(0.05)
+    stop.set()
+    await task
+    assert (
+        auditor.stats.bookie_checks if which == "bookie" else auditor.stats.periodic_checks
+    ) >= 1

@@ -1,0 +1,50 @@
+"""``magnetar autorecovery`` and ``magnetar bookie decommission|recover``: clear errors, no
+tracebacks, on bad use (the working paths run against real processes in the integration and
+chaos tiers)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from magnetar.broker import cli
+from magnetar.zk import paths
+from magnetar.zk.factory import memory_server
+
+
+def test_autorecovery_needs_metadata(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["autorecovery"]) == 2
+    assert "--metadata" in capsys.readouterr().err
+
+
+def test_autorecovery_refuses_a_bad_setting(capsys: pytest.CaptureFixture[str]) -> None:
+    rc = cli.main(
+        ["autorecovery", "--metadata", "memory://x", "--rereplication-entry-batch-size", "0"]
+    )
+    assert rc == 2
+    assert "rereplication_entry_batch_size" in capsys.readouterr().err
+
+
+def test_bookie_action_needs_an_id(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["bookie", "recover", "--metadata", "memory://x"]) == 2
+    assert "bookie id is required" in capsys.readouterr().err
+
+
+def test_recover_refuses_a_live_bookie(capsys: pytest.CaptureFixture[str]) -> None:
+    server = memory_server("cli-recover")
+
+    async def register() -> None:
+        store = server.connect()
+        await store.put(paths.bookie_registration("b1:1"), b"{}")
+
+    asyncio.run(register())
+    rc = cli.main(["bookie", "recover", "b1:1", "--metadata", "memory://cli-recover"])
+    assert rc == 1
+    assert "decommission" in capsys.readouterr().err
+
+
+def test_decommission_refuses_an_unknown_bookie(capsys: pytest.CaptureFixture[str]) -> None:
+    rc = cli.main(["bookie", "decommission", "nobody:1", "--metadata", "memory://cli-decom"])
+    assert rc == 1
+    assert "no cookie" in capsys.readouterr().err
