@@ -17,7 +17,8 @@ Owns the client side of BookKeeper replication for one ledger:
 - ``Fenced`` from any bookie, or a CAS that finds the ledger IN_RECOVERY/CLOSED by someone
   else, puts the handle in FENCED: every pending and later add fails with ``LedgerFenced``.
 - Reads come from any replica holding the entry (falling back to the others) and never go
-  past the last add confirmed.
+  past the last add confirmed; when no replica of the known ensembles answers, the metadata
+  is read again (auto-recovery may have moved the entries) and the read retried once.
 Must not know: managed ledgers, topics, gRPC.
 """
 
@@ -172,6 +173,8 @@ _crc32c = crc32c.crc32c
 class ReadHandle:
     """Reads of one ledger, up to its last add confirmed, from any replica."""
 
+    _adopts_fresh_metadata = True
+
     def __init__(self, client: LedgerClient, metadata: LedgerMetadata, version: int) -> None:
         self._client = client
         self.metadata = metadata
@@ -246,7 +249,32 @@ class ReadHandle:
             raise ReadBeyondLastConfirmed(
                 f"ledger {self.ledger_id}: {last_entry_id} > LAC {self.last_add_confirmed}"
             )
-        return await read_entries(self._client, self.metadata, first_entry_id, last_entry_id)
+        try:
+            return await read_entries(self._client, self.metadata, first_entry_id, last_entry_id)
+        except BookieFailure:
+            # No replica of the ensembles we know answered: auto-recovery may have moved the
+            # entries (it swaps ensembles in the metadata); read again with the current ones.
+            fresh = await self._fresh_ensembles()
+            if fresh is None:
+                raise
+            return await read_entries(self._client, fresh, first_entry_id, last_entry_id)
+
+    async def _fresh_ensembles(self) -> LedgerMetadata | None:
+        """The metadata as stored now if its ensembles differ from ours (else None); a
+        reader adopts it (a writer keeps its own, changed only by its own CAS)."""
+        try:
+            got = await self._client.store.get(paths.ledger_metadata(self.ledger_id))
+        except MetadataError:
+            return None
+        if got is None:
+            return None
+        fresh = LedgerMetadata.from_bytes(got.value)
+        if fresh.ensembles == self.metadata.ensembles:
+            return None
+        await self._client.registry.resolve(fresh.all_bookies)
+        if self._adopts_fresh_metadata and fresh.state is self.metadata.state:
+            self.metadata, self.version = fresh, got.stat.version
+        return fresh
 
 
 async def read_entries(
@@ -324,6 +352,8 @@ async def _read_one(
 
 class WriteHandle(ReadHandle):
     """The single writer of an OPEN ledger (or the recoverer of an IN_RECOVERY one)."""
+
+    _adopts_fresh_metadata = False
 
     def __init__(
         self,

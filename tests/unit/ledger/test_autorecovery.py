@@ -320,3 +320,19 @@ async def test_auditor_periodic_checks_run_at_their_interval(
     assert (
         auditor.stats.bookie_checks if which == "bookie" else auditor.stats.periodic_checks
     ) >= 1
+
+
+async def test_open_reader_follows_the_repaired_ensemble(meta_server: MemoryMetadataServer) -> None:
+    """A reader opened before the repair still reads after both original replicas are gone
+    (it re-reads the metadata when no replica of its stale ensemble answers)."""
+    bookies = FakeBookieCluster(meta_server, count=4)
+    client = make_client(meta_server, bookies)
+    (w,) = await _write_ledgers(client, 1, 8)
+    reader = await make_client(meta_server, bookies).open_ledger(w.ledger_id)
+    first, second = w.metadata.last_ensemble
+    bookies.crash(first)
+    await UnderReplication(client.store).mark(w.ledger_id, {first}, "test", 0)
+    assert await ReplicationWorker(make_client(meta_server, bookies)).run_once() == 1
+    bookies.crash(second)  # both bookies the reader knows of are gone now
+    got = await reader.read(0, 7)
+    assert [g.payload for g in got] == [b"payload-%d-%d" % (w.ledger_id, i) for i in range(8)]
