@@ -33,7 +33,7 @@ from magnetar.broker.ledger.autorecovery import (
     recover_bookie,
 )
 from magnetar.zk.factory import open_metadata_store
-from magnetar.zk.store import MetadataStore
+from magnetar.zk.store import MetadataStore, SessionEvent
 
 log = logging.getLogger(__name__)
 
@@ -53,32 +53,96 @@ async def open_store(url: str, zk_timeout_ms: int) -> MetadataStore:
     return await open_metadata_store(url, **options)
 
 
-class _RunningDaemon:
-    def __init__(self, daemon: AutoRecovery, store: MetadataStore) -> None:
-        self.daemon = daemon
-        self.store = store
+RESTART_BACKOFF_S = 1.0
+
+
+class Supervisor:
+    """Runs an ``AutoRecovery`` on its own metadata session and, when that session is lost
+    (its locks and election vote are gone with it), starts a new one on a new session."""
+
+    def __init__(
+        self, url: str, zk_timeout_ms: int, config: AutoRecoveryConfig, node_id: str
+    ) -> None:
+        self.url = url
+        self.zk_timeout_ms = zk_timeout_ms
+        self.config = config
+        self.node_id = node_id
+        self.daemon: AutoRecovery | None = None
+        self.restarts = 0
+        self._stop = asyncio.Event()
+        self._started = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="autorecovery-supervisor")
+        started = asyncio.ensure_future(self._started.wait())
+        await asyncio.wait({started, self._task}, return_when=asyncio.FIRST_COMPLETED)
+        started.cancel()
+        if self._task.done():
+            self._task.result()  # raises what ended it
+
+    async def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                store = await open_store(self.url, self.zk_timeout_ms)
+            except ValueError:
+                raise  # a bad URL: a configuration error, not an outage
+            except Exception as exc:  # metadata unreachable: try again
+                log.warning("auto-recovery: cannot open the metadata store: %r", exc)
+                await _wait_or(self._stop, RESTART_BACKOFF_S)
+                continue
+            lost = asyncio.Event()
+
+            def on_session(event: SessionEvent, lost: asyncio.Event = lost) -> None:
+                if event is SessionEvent.LOST:
+                    lost.set()
+
+            store.add_session_listener(on_session)
+            daemon = AutoRecovery(store, bookie_client_factory, self.config, node_id=self.node_id)
+            try:
+                await daemon.start()
+                self.daemon = daemon
+                self._started.set()
+                stopper = asyncio.ensure_future(self._stop.wait())
+                loser = asyncio.ensure_future(lost.wait())
+                try:
+                    await asyncio.wait({stopper, loser}, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    stopper.cancel()
+                    loser.cancel()
+            except Exception:
+                log.exception("auto-recovery failed; restarting it")
+            finally:
+                with contextlib.suppress(Exception):
+                    await daemon.stop()
+                with contextlib.suppress(Exception):
+                    await store.close()
+            if not self._stop.is_set():
+                self.restarts += 1
+                log.warning("auto-recovery: metadata session lost; starting again")
+                await _wait_or(self._stop, RESTART_BACKOFF_S)
 
     async def stop(self) -> None:
-        try:
-            await self.daemon.stop()
-        finally:
-            with contextlib.suppress(Exception):
-                await self.store.close()
+        self._stop.set()
+        if self._task is not None:
+            with contextlib.suppress(Exception):  # start() already reported how it ended
+                await self._task
 
 
-async def bookie_sidecar(config: BookieConfig, bookie_id: str) -> _RunningDaemon | None:
+async def _wait_or(event: asyncio.Event, timeout_s: float) -> None:
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(event.wait(), timeout_s)
+
+
+async def bookie_sidecar(config: BookieConfig, bookie_id: str) -> Supervisor | None:
     """The auto-recovery daemon inside a bookie process (its own metadata session)."""
     if not config.auto_recovery_daemon_enabled:
         return None
-    store = await open_store(config.metadata, config.zk_timeout_ms)
-    daemon = AutoRecovery(
-        store,
-        bookie_client_factory,
-        AutoRecoveryConfig.from_object(config),
-        node_id=bookie_id,
+    supervisor = Supervisor(
+        config.metadata, config.zk_timeout_ms, AutoRecoveryConfig.from_object(config), bookie_id
     )
-    await daemon.start()
-    return _RunningDaemon(daemon, store)
+    await supervisor.start()
+    return supervisor
 
 
 # -- magnetar autorecovery -------------------------------------------------------------------
@@ -141,16 +205,18 @@ async def run_autorecovery(args: argparse.Namespace) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    store = await open_store(process["metadata"], int(process["zk_timeout_ms"]))
     node_id = args.node_id or f"autorecovery-{os.getpid()}"
-    daemon = AutoRecovery(store, bookie_client_factory, config, node_id=node_id)
+    supervisor = Supervisor(process["metadata"], int(process["zk_timeout_ms"]), config, node_id)
     try:
-        await daemon.start()
+        try:
+            await supervisor.start()
+        except ValueError as exc:
+            print(f"magnetar autorecovery: configuration error: {exc}", file=sys.stderr)
+            return EXIT_USAGE
         print(f"autorecovery {node_id} running", flush=True)
         await stop.wait()
     finally:
-        await daemon.stop()
-        await store.close()
+        await supervisor.stop()
     return EXIT_OK
 
 
@@ -184,7 +250,11 @@ async def run_bookie_action(args: argparse.Namespace) -> int:
     if config.metadata in ("", "none"):
         print(f"magnetar bookie {args.action}: --metadata is required", file=sys.stderr)
         return EXIT_USAGE
-    store = await open_store(config.metadata, config.zk_timeout_ms)
+    try:
+        store = await open_store(config.metadata, config.zk_timeout_ms)
+    except ValueError as exc:
+        print(f"magnetar bookie {args.action}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     ledgers = ledger_client_for(store, bookie_client_factory, settings)
     worker = ReplicationWorker(ledgers, settings, worker_id=f"{args.action}-{os.getpid()}")
 
@@ -214,6 +284,7 @@ def _bookie_values(args: argparse.Namespace) -> dict[str, Any]:
 
 
 __all__ = [
+    "Supervisor",
     "add_autorecovery_arguments",
     "add_bookie_action_arguments",
     "autorecovery_config",

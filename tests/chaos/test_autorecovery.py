@@ -58,7 +58,7 @@ async def test_lost_bookie_is_healed_then_a_second_loss_loses_nothing(
     client = ledger_client(store)
     try:
         await wait_registered(store, 4)
-        written = await write_ledgers(client, n_ledgers=40, n_entries=50, size=512)
+        written = await write_ledgers(client, n_ledgers=100, n_entries=100, size=256)
         by_id = {b.bookie_id: b for b in bookies}
         counts = dict.fromkeys(by_id, 0)
         for lid in written:
@@ -77,7 +77,7 @@ async def test_lost_bookie_is_healed_then_a_second_loss_loses_nothing(
         for lid in written:
             meta = await metadata_of(store, lid)
             assert all(len(ens) == 2 and victim.bookie_id not in ens for _, ens in meta.ensembles)
-        assert await verify_every_replica(client, written) == 2 * 40 * 50
+        assert await verify_every_replica(client, written) == 2 * 100 * 100
         marks = UnderReplication(store)
         await _wait(lambda: _no_marks(marks))
 

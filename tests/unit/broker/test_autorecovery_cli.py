@@ -48,3 +48,33 @@ def test_decommission_refuses_an_unknown_bookie(capsys: pytest.CaptureFixture[st
     rc = cli.main(["bookie", "decommission", "nobody:1", "--metadata", "memory://cli-decom"])
     assert rc == 1
     assert "no cookie" in capsys.readouterr().err
+
+
+def test_autorecovery_refuses_a_bad_metadata_url(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["autorecovery", "--metadata", "nonsense"]) == 2
+    assert "scheme" in capsys.readouterr().err
+
+
+async def test_supervisor_starts_again_on_a_new_session_after_session_loss() -> None:
+    from magnetar.broker.autorecovery_main import Supervisor
+    from magnetar.broker.ledger.autorecovery import AutoRecoveryConfig
+
+    server = memory_server("cli-supervisor")
+    supervisor = Supervisor("memory://cli-supervisor", 4000, AutoRecoveryConfig(), "node-a")
+    await supervisor.start()
+    try:
+        first = supervisor.daemon
+        assert first is not None
+        server.expire_session(first.store.session_id)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 30
+        while supervisor.daemon is first or supervisor.daemon is None:
+            assert loop.time() < deadline, "not restarted"
+            await asyncio.sleep(0.05)
+        assert supervisor.restarts == 1
+        new = supervisor.daemon
+        while not new.is_auditor:  # the new session joins the election again and leads
+            assert loop.time() < deadline, "no auditor after the restart"
+            await asyncio.sleep(0.05)
+    finally:
+        await supervisor.stop()
