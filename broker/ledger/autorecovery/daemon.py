@@ -71,6 +71,8 @@ class AutoRecovery:
         self._worker_task: asyncio.Task[None] | None = None
         self._auditor_task: asyncio.Task[None] | None = None
         self._auditor_stop = asyncio.Event()
+        self._auditor_tasks: set[asyncio.Task[None]] = set()
+        """Every auditor run not finished yet (a resigned one may still be winding down)."""
 
     def __repr__(self) -> str:
         return f"<AutoRecovery {self.node_id} auditor={self.is_auditor} {self.worker!r}>"
@@ -93,6 +95,8 @@ class AutoRecovery:
             self._auditor_task = asyncio.create_task(
                 self.auditor.run(self._auditor_stop), name="auditor"
             )
+            self._auditor_tasks.add(self._auditor_task)
+            self._auditor_task.add_done_callback(self._auditor_tasks.discard)
             log.info("auto-recovery %s is the auditor", self.node_id)
         elif not leader and self._auditor_task is not None:
             self._auditor_stop.set()
@@ -103,7 +107,7 @@ class AutoRecovery:
         self._stop.set()
         self._auditor_stop.set()
         await self._election.resign()
-        tasks = [t for t in (self._worker_task, self._auditor_task) if t is not None]
+        tasks = [t for t in (self._worker_task, *self._auditor_tasks) if t is not None]
         for task in tasks:
             task.cancel()
         for task in tasks:

@@ -336,3 +336,31 @@ async def test_open_reader_follows_the_repaired_ensemble(meta_server: MemoryMeta
     bookies.crash(second)  # both bookies the reader knows of are gone now
     got = await reader.read(0, 7)
     assert [g.payload for g in got] == [b"payload-%d-%d" % (w.ledger_id, i) for i in range(8)]
+
+
+async def test_one_auditor_is_elected_and_another_takes_over(
+    meta_server: MemoryMetadataServer,
+) -> None:
+    from magnetar.broker.ledger.autorecovery import AutoRecovery
+
+    bookies = FakeBookieCluster(meta_server, count=3)
+    daemons = [
+        AutoRecovery(meta_server.connect(), bookies.factory, AutoRecoveryConfig(), node_id=f"n{i}")
+        for i in range(3)
+    ]
+    for d in daemons:
+        await d.start()
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 10
+    while sum(d.is_auditor for d in daemons) != 1:
+        assert loop.time() < deadline
+        await asyncio.sleep(0.01)
+    leader = next(d for d in daemons if d.is_auditor)
+    await leader.stop()
+    rest = [d for d in daemons if d is not leader]
+    while sum(d.is_auditor for d in rest) != 1:
+        assert loop.time() < deadline
+        await asyncio.sleep(0.01)
+    for d in rest:
+        await d.stop()
+    assert not any(d.is_auditor for d in daemons)
