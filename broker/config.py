@@ -46,6 +46,9 @@ class BrokerConfig:
     managed_ledger_max_ledger_rollover_time_minutes: int = 240
     managed_ledger_min_ledger_rollover_time_minutes: int = 10
     managed_ledger_cache_size_mb: int = 256
+    # placement of ledger ensembles on bookies that announce a rack (bookie_rack)
+    bookkeeper_client_min_num_racks_per_write_quorum: int = 2
+    bookkeeper_client_enforce_min_num_racks_per_write_quorum: bool = False
     # retention defaults (0 = keep nothing after acknowledgement, as Pulsar)
     default_retention_time_in_minutes: int = 0
     default_retention_size_in_mb: int = 0

@@ -78,3 +78,19 @@ async def test_supervisor_starts_again_on_a_new_session_after_session_loss() -> 
             await asyncio.sleep(0.05)
     finally:
         await supervisor.stop()
+
+
+async def test_broker_conf_rack_settings_reach_the_brokers_placement(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from magnetar.broker.config import BrokerConfig
+    from magnetar.broker.runtime import BrokerRuntime
+
+    conf = tmp_path / "broker.conf"
+    conf.write_text(
+        "bookkeeper_client_min_num_racks_per_write_quorum=3\n"
+        "bookkeeper_client_enforce_min_num_racks_per_write_quorum=true\n"
+    )
+    config = BrokerConfig.load(conf)
+    runtime = BrokerRuntime(config, memory_server("cli-broker-racks").connect())
+    policy = runtime.factory.ledger_client.registry.rack_policy
+    assert policy.min_num_racks_per_write_quorum == 3
+    assert policy.enforce_min_num_racks_per_write_quorum is True
