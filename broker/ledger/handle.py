@@ -14,6 +14,8 @@ Owns the client side of BookKeeper replication for one ledger:
   ensemble change (new fragment from LAC+1, metadata CAS), unacknowledged entries are
   re-sent; no completion is delivered while a change is in progress. When no spare bookie
   exists the ensemble may shrink to the healthy members if at least Qw remain.
+- A bookie of the open fragment that is draining (being decommissioned) is replaced the same
+  way, when a spare bookie exists (checked on the add-timeout timer).
 - ``Fenced`` from any bookie, or a CAS that finds the ledger IN_RECOVERY/CLOSED by someone
   else, puts the handle in FENCED: every pending and later add fails with ``LedgerFenced``.
 - Reads come from any replica holding the entry (falling back to the others) and never go
@@ -395,6 +397,7 @@ class WriteHandle(ReadHandle):
         self._loop = asyncio.get_running_loop()
         self._clients: dict[str, LedgerBookieClient] = {}
         self._change_task: asyncio.Task[None] | None = None
+        self._drain_check: asyncio.Future[None] | None = None
         self._ensemble_changes = 0
         self._error: LedgerError | None = None
         self._drained: asyncio.Event = asyncio.Event()
@@ -689,6 +692,12 @@ class WriteHandle(ReadHandle):
         self._timer = self._client.clock.call_later(self._add_timeout_ms / 2000.0, self._on_timer)
         if self._changing:
             return
+        draining = self._client.registry.draining
+        if draining and not self._drain_check:
+            members = draining.intersection(self.metadata.last_ensemble) - self._failed
+            if members:
+                self._drain_check = asyncio.ensure_future(self._move_off_draining(members))
+                self._drain_check.add_done_callback(self._drain_check_done)
         if self._degraded_retry_ms and self._client.clock.monotonic_ms() >= self._degraded_retry_ms:
             self._degraded_retry_ms = 0.0
             if self._failed & set(self.metadata.last_ensemble):
@@ -704,6 +713,23 @@ class WriteHandle(ReadHandle):
             if bookie not in head.acked:
                 log.info("ledger %s: bookie %s timed out on an add", self.ledger_id, bookie)
                 self._bookie_failed(bookie)
+
+    async def _move_off_draining(self, members: frozenset[str]) -> None:
+        """A bookie of the open fragment is being decommissioned: replace it like a failed
+        one (ensemble change) if spare bookies exist; otherwise keep writing to it (the
+        decommission waits)."""
+        try:
+            spare = await self._client.registry.healthy(self.metadata.last_ensemble)
+        except MetadataError:
+            return
+        if len(spare) < len(members) or self.state not in (HandleState.OPEN, HandleState.CLOSING):
+            return
+        log.info("ledger %s: moving off draining bookies %s", self.ledger_id, sorted(members))
+        for bookie in sorted(members):
+            self._bookie_failed(bookie)
+
+    def _drain_check_done(self, _: asyncio.Future[None]) -> None:
+        self._drain_check = None
 
     def _bookie_failed(self, bookie: str) -> None:
         if bookie in self._failed:

@@ -12,7 +12,8 @@ ensemble ring) should span at least ``min(min_num_racks_per_write_quorum, Qw)`` 
 ``enforce_min_num_racks_per_write_quorum`` an ensemble that cannot is refused
 (``NotEnoughBookies``), otherwise the most rack-diverse one found is used. Read-only bookies
 (registered under ``readonly/``) and draining ones (``zk.paths.draining_bookie``, being
-decommissioned) are never chosen.
+decommissioned) are never chosen; ``draining`` is kept current by a watch so that writers
+can move their open fragments off a draining bookie.
 Must not know: ledgers' contents, gRPC.
 """
 
@@ -31,7 +32,8 @@ from magnetar.broker.ledger.errors import NotEnoughBookies
 from magnetar.broker.ledger.metadata import write_sets
 from magnetar.zk import paths
 from magnetar.zk.clock import Clock
-from magnetar.zk.store import MetadataStore
+from magnetar.zk.errors import MetadataError
+from magnetar.zk.store import MetadataStore, Notification
 
 if TYPE_CHECKING:
     from magnetar.bookie.client import AddEntryLike
@@ -224,6 +226,11 @@ class BookieRegistry:
         self._store = store
         self.rack_policy = rack_policy or RackPolicy()
         self._racks: dict[str, str] = {}
+        self.draining: frozenset[str] = frozenset()
+        """Bookies being decommissioned, as last read (kept current by a watch once read):
+        writers move their open fragments off them."""
+        self._draining_refresh: asyncio.Future[None] | None = None
+        store.add_listener(self._on_notification)
         self._factory = client_factory
         self._clock = clock
         self._quarantine_ms = quarantine_ms
@@ -238,7 +245,7 @@ class BookieRegistry:
     async def available(self) -> list[str]:
         """Writable registered bookies that are not draining (refreshing their addresses)."""
         names = [n for n in await self._store.children(paths.AVAILABLE_BOOKIES) if n != "readonly"]
-        draining = set(await self._store.children(paths.DRAINING_BOOKIES))
+        draining = await self._read_draining()
         for name in names:
             if name not in self._addresses or name not in self._racks:
                 got = await self._store.get(paths.bookie_registration(name))
@@ -246,6 +253,22 @@ class BookieRegistry:
                     self._addresses[name] = parse_registration(name, got.value)
                     self._racks[name] = rack_of_registration(got.value)
         return [n for n in names if n not in draining]
+
+    async def _read_draining(self) -> frozenset[str]:
+        self.draining = frozenset(await self._store.children(paths.DRAINING_BOOKIES))
+        return self.draining
+
+    def _on_notification(self, notification: Notification) -> None:
+        if notification.path != paths.DRAINING_BOOKIES:
+            return
+        if self._draining_refresh is None or self._draining_refresh.done():
+            self._draining_refresh = asyncio.ensure_future(self._refresh_draining())
+
+    async def _refresh_draining(self) -> None:
+        try:
+            await self._read_draining()  # and watch again
+        except MetadataError as exc:
+            log.debug("reading draining bookies failed: %r", exc)
 
     def rack(self, bookie_id: str) -> str:
         return self._racks.get(bookie_id, DEFAULT_RACK)
@@ -310,6 +333,9 @@ class BookieRegistry:
         )
 
     async def close(self) -> None:
+        self._store.remove_listener(self._on_notification)
+        if self._draining_refresh is not None:
+            self._draining_refresh.cancel()
         clients, self._clients = self._clients, {}
         for client in clients.values():
             try:

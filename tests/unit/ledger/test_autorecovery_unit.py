@@ -364,3 +364,27 @@ async def test_one_auditor_is_elected_and_another_takes_over(
     for d in rest:
         await d.stop()
     assert not any(d.is_auditor for d in daemons)
+
+
+async def test_writer_moves_its_open_fragment_off_a_draining_bookie(
+    meta_server: MemoryMetadataServer,
+) -> None:
+    bookies = FakeBookieCluster(meta_server, count=3)
+    client = make_client(meta_server, bookies, add_timeout_ms=200)
+    w = await client.create_ledger(ensemble_size=2, write_quorum=2, ack_quorum=2)
+    for i in range(5):
+        await w.add(b"%d" % i)
+    drained = w.metadata.last_ensemble[0]
+    await UnderReplication(meta_server.connect()).drain(drained)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 10
+    i = 5
+    while drained in w.metadata.last_ensemble:
+        assert loop.time() < deadline, "the writer kept the draining bookie"
+        await w.add(b"%d" % i)  # writes keep succeeding meanwhile
+        i += 1
+        await asyncio.sleep(0.02)
+    await w.add(b"after")
+    assert drained in w.metadata.all_bookies  # its old fragment: the workers' job
+    assert w.statistics().ensemble_changes == 1
+    await w.close()
