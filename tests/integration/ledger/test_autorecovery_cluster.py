@@ -1,9 +1,10 @@
 """Decommissioning and rack-aware placement with real bookie processes and ZooKeeper.
 
 - ``magnetar bookie decommission <id>`` of a live bookie while a managed ledger is written
-  (default rollover: the open ledger's writer moves off the draining bookie): no write fails, progress is printed, afterwards no ledger references the bookie, nothing is
-  marked under-replicated, its cookie and registration are gone (and it does not register
-  again), and every entry reads back.
+  (default rollover: the open ledger's writer moves off the draining bookie): no write
+  fails, progress is printed, afterwards no ledger references the bookie, nothing is marked
+  under-replicated, its cookie and registration are gone (and it does not register again),
+  and every entry reads back.
 - Racks: bookies announce ``--bookie-rack``; with ``enforce_min_num_racks_per_write_quorum``
   no write quorum sits in one rack, also after a lost bookie is replaced by a worker.
 """
