@@ -152,6 +152,12 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     p.add_argument("--rereplication-entry-batch-size", type=int)
     p.add_argument("--replication-rate-by-bytes", type=int)
     p.add_argument("--open-ledger-rereplication-grace-period-ms", type=int)
+    p.add_argument("--min-num-racks-per-write-quorum", type=int)
+    p.add_argument(
+        "--enforce-min-num-racks-per-write-quorum",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+    )
     return p
 
 
