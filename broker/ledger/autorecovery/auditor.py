@@ -141,8 +141,7 @@ class Auditor:
         log.info("auditor started; %d bookies referenced by ledgers", len(self._known))
 
     async def check_lost_bookies(self) -> None:
-        view = await ClusterView.read(self.store)
-        await self.store.children(paths.AVAILABLE_BOOKIES)  # keep watching registrations
+        view = await ClusterView.read(self.store)  # (re)arms the watch on registrations
         self._known |= view.registered
         now = self.clock.monotonic_ms()
         for bookie in sorted(self._known):

@@ -388,3 +388,29 @@ async def test_writer_moves_its_open_fragment_off_a_draining_bookie(
     assert drained in w.metadata.all_bookies  # its old fragment: the workers' job
     assert w.statistics().ensemble_changes == 1
     await w.close()
+
+
+def test_underreplication_paths_follow_bookkeepers_layout() -> None:
+    assert paths.underreplicated_ledger(0x1234_5678_9ABC_DEF0) == (
+        "/ledgers/underreplication/ledgers/1234/5678/9abc/def0/urL1311768467463790320"
+    )
+    assert paths.underreplicated_ledger_id_of("urL42") == 42
+    assert paths.underreplicated_ledger_id_of("L42") is None
+    assert paths.replication_lock(7) == "/ledgers/underreplication/locks/urL7"
+
+
+async def test_marks_merge_and_unmark_cleans_the_hex_levels(
+    meta_server: MemoryMetadataServer,
+) -> None:
+    store = meta_server.connect()
+    marks = UnderReplication(store)
+    assert await marks.mark(5, {"a"}, "lost bookie", 1)
+    assert not await marks.mark(5, {"b"}, "periodic check", 2)
+    mark = await marks.get(5)
+    assert mark is not None and mark.bookies == ("a", "b") and mark.marked_ms == 1
+    assert await marks.mark(70_000, {"a"}, "x", 3)
+    assert await marks.marked() == [5, 70_000]
+    await marks.unmark(5)
+    await marks.unmark(70_000)
+    assert await marks.marked() == []
+    assert await store.children(paths.UNDERREPLICATED_LEDGERS) == []
