@@ -27,7 +27,7 @@ import sys
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, fields
-from typing import Any
+from typing import Any, Protocol
 
 from magnetar.bookie.api import BookieStorage
 from magnetar.bookie.registration import (
@@ -69,6 +69,36 @@ class BookieConfig:
     log_format: str = "kv"  # kv | json
     log_level: str = "INFO"
     engine: dict[str, Any] | None = None  # passed through to the storage engine
+    zk_timeout_ms: int = 30_000
+    """BookKeeper's ``zkTimeout``: the metadata session timeout (a dead bookie's registration
+    disappears this long after it died; ZooKeeper caps it at 20 x its tickTime)."""
+    bookie_rack: str | None = None
+    """BookKeeper's ``bookieRack`` (e.g. ``/region-a/rack-1``), announced in the registration
+    for rack-aware placement; none: the default rack."""
+    # Auto-recovery (BookKeeper's names in camelCase; run by ``magnetar bookie``, which starts
+    # the auditor/replication daemon beside the bookie; ``python -m magnetar.bookie`` is the
+    # storage node alone and only warns when it is enabled).
+    auto_recovery_daemon_enabled: bool = True
+    """``autoRecoveryDaemonEnabled``."""
+    lost_bookie_recovery_delay_s: int = 300
+    """``lostBookieRecoveryDelay``: a bookie gone this long has its ledgers re-replicated."""
+    auditor_periodic_check_interval_s: int = 604_800
+    """``auditorPeriodicCheckInterval``: every closed ledger's fragments probed on their
+    bookies (0: never)."""
+    auditor_periodic_bookie_check_interval_s: int = 86_400
+    """``auditorPeriodicBookieCheckInterval``: every ledger scanned for unregistered bookies
+    (0: never)."""
+    rereplication_entry_batch_size: int = 10
+    """``rereplicationEntryBatchSize``: entries read and copied per step."""
+    replication_rate_by_bytes: int = -1
+    """``replicationRateByBytes``: bytes/s copied by one worker (-1: unlimited)."""
+    open_ledger_rereplication_grace_period_ms: int = 30_000
+    """``openLedgerRereplicationGracePeriod``: how long an open ledger's last fragment is
+    left to its writer before the worker fences (recovers and closes) the ledger."""
+    min_num_racks_per_write_quorum: int = 2
+    """``minNumRacksPerWriteQuorum`` for the ensembles chosen by the replication worker."""
+    enforce_min_num_racks_per_write_quorum: bool = False
+    """``enforceMinNumRacksPerWriteQuorum``."""
 
     @property
     def address(self) -> str:
@@ -108,6 +138,26 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     p.add_argument("--shutdown-grace-s", type=float)
     p.add_argument("--log-format", choices=["kv", "json"])
     p.add_argument("--log-level")
+    p.add_argument("--zk-timeout-ms", type=int, help="metadata session timeout (zkTimeout)")
+    p.add_argument("--bookie-rack", help="rack announced for rack-aware placement (bookieRack)")
+    p.add_argument(
+        "--auto-recovery-daemon-enabled",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="run the auditor/replication daemon beside the bookie (magnetar bookie; default on)",
+    )
+    p.add_argument("--lost-bookie-recovery-delay-s", type=int)
+    p.add_argument("--auditor-periodic-check-interval-s", type=int)
+    p.add_argument("--auditor-periodic-bookie-check-interval-s", type=int)
+    p.add_argument("--rereplication-entry-batch-size", type=int)
+    p.add_argument("--replication-rate-by-bytes", type=int)
+    p.add_argument("--open-ledger-rereplication-grace-period-ms", type=int)
+    p.add_argument("--min-num-racks-per-write-quorum", type=int)
+    p.add_argument(
+        "--enforce-min-num-racks-per-write-quorum",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+    )
     return p
 
 
@@ -184,12 +234,15 @@ def setup_logging(config: BookieConfig) -> None:
 # -- metadata and storage -----------------------------------------------------------------
 
 
-async def open_metadata(url: str) -> MetadataStore | None:
+async def open_metadata(url: str, session_timeout_ms: int | None = None) -> MetadataStore | None:
     """Open the metadata store named by ``url``; None for ``none``."""
     if url in ("", "none"):
         return None
+    options: dict[str, Any] = {}
+    if session_timeout_ms is not None and url.startswith(("zk://", "embedded://")):
+        options["session_timeout_ms"] = session_timeout_ms
     try:
-        return await open_metadata_store(url)
+        return await open_metadata_store(url, **options)
     except ValueError as exc:
         raise StartRefused(str(exc)) from exc
 
@@ -333,11 +386,23 @@ def tune_gc_for_serving() -> None:
     gc.freeze()
 
 
+class Sidecar(Protocol):
+    """A service started beside the bookie once it is registered, stopped before it
+    deregisters (the auto-recovery daemon, started by the ``magnetar`` CLI layer)."""
+
+    async def stop(self) -> None: ...
+
+
+SidecarStarter = Callable[[BookieConfig, str], Awaitable[Sidecar | None]]
+"""Starts a sidecar given the config and the bookie id; None: nothing to run."""
+
+
 async def run(
     config: BookieConfig,
     ready: Callable[[str], None] | None = None,
     *,
     tune_gc: bool = False,
+    sidecar: SidecarStarter | None = None,
 ) -> int:
     os.makedirs(config.data_dir, exist_ok=True)
     lock = _DataDirLock(config.data_dir)
@@ -348,13 +413,14 @@ async def run(
     registration: BookieRegistration | None = None
     metrics: Any = None
     tasks: list[asyncio.Task[Any]] = []
+    running_sidecar: Sidecar | None = None
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     bookie_id = config.resolved_bookie_id()
     try:
-        store = await open_metadata(config.metadata)
+        store = await open_metadata(config.metadata, config.zk_timeout_ms)
         try:
             cookie = await check_cookie(store, bookie_id, [config.data_dir])
         except CookieError as exc:
@@ -375,11 +441,12 @@ async def run(
                 address=config.address,
                 instance_id=cookie.instance_id,
                 http_port=config.http_port,
+                extra={"rack": config.bookie_rack} if config.bookie_rack else {},
             )
             metadata_url = config.metadata
 
             async def reopen() -> MetadataStore:
-                new = await open_metadata(metadata_url)
+                new = await open_metadata(metadata_url, config.zk_timeout_ms)
                 assert new is not None
                 return new
 
@@ -390,6 +457,13 @@ async def run(
             await registration.start()
             tasks.append(asyncio.create_task(_gc_loop(config, LiveLedgerLister(store), engine)))
         service.ready = True
+        if sidecar is not None and store is not None:
+            running_sidecar = await sidecar(config, bookie_id)
+        elif config.auto_recovery_daemon_enabled and store is not None:
+            log.warning(
+                "auto_recovery_daemon_enabled is set but this entry point runs the storage "
+                "node only: run the bookie as `magnetar bookie` or run `magnetar autorecovery`"
+            )
         if tune_gc:
             tune_gc_for_serving()
         log.info(
@@ -410,6 +484,11 @@ async def run(
         server = None
         return EXIT_OK
     finally:
+        if running_sidecar is not None:
+            try:
+                await running_sidecar.stop()
+            except Exception:
+                log.exception("sidecar stop failed")
         for task in tasks:
             task.cancel()
         if server is not None:
@@ -443,7 +522,7 @@ def _install_uvloop() -> bool:
     return True
 
 
-def main_with_args(args: argparse.Namespace) -> int:
+def main_with_args(args: argparse.Namespace, sidecar: SidecarStarter | None = None) -> int:
     try:
         config = load_config(args)
     except (StartRefused, TypeError, ValueError, OSError) as exc:
@@ -463,7 +542,7 @@ def main_with_args(args: argparse.Namespace) -> int:
         malloc_tuned,
     )
     try:
-        return asyncio.run(run(config, tune_gc=True))
+        return asyncio.run(run(config, tune_gc=True, sidecar=sidecar))
     except StartRefused as exc:
         log.error("refusing to start: %s", exc)
         print(f"magnetar bookie: refusing to start: {exc}", file=sys.stderr)
@@ -482,6 +561,8 @@ def main(argv: list[str] | None = None) -> int:
 
 __all__ = [
     "BookieConfig",
+    "Sidecar",
+    "SidecarStarter",
     "StartRefused",
     "build_parser",
     "load_config",

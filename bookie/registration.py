@@ -8,9 +8,11 @@ Owns:
   has one for this bookie id (the disk was wiped: this bookie would answer "no entry" for
   entries it acknowledged) or any mismatch raises ``CookieError`` and the bookie refuses to start;
 - the **registration**: an ephemeral node ``zk.paths.bookie_registration(id)`` (or the
-  read-only path while the bookie is read-only) whose value is JSON with the address and
-  ports. ``BookieRegistration`` keeps it present: re-checks after reconnects, reopens the
-  store and re-registers after session loss, moves it when read-only mode changes;
+  read-only path while the bookie is read-only) whose value is JSON with the address,
+  ports and rack. ``BookieRegistration`` keeps it present: re-checks after reconnects, reopens
+  the store and re-registers after session loss, moves it when read-only mode changes; once
+  the cookie node is gone (the bookie was decommissioned) it deletes the node and never
+  registers again;
 - **GC wiring**: ``LiveLedgerLister`` lists live ledger ids from ``LEDGER_META_ROOT``.
 Must not know: how storage works, gRPC.
 
@@ -224,6 +226,7 @@ class BookieRegistration:
         self._task: asyncio.Task[None] | None = None
         self._stopped = False
         self.registrations = 0
+        self.decommissioned = False
 
     @property
     def registered_path(self) -> str | None:
@@ -284,6 +287,20 @@ class BookieRegistration:
                 await store.delete(self._registered_path)
             log.info("bookie mode changed read_only=%s", read_only)
             self._registered_path = None
+        if await store.exists(paths.bookie_cookie(self.info.bookie_id)) is None:
+            # Decommissioned (``magnetar bookie decommission`` deleted the cookie after moving
+            # every ledger away): never announce this bookie again.
+            if not self.decommissioned:
+                log.warning(
+                    "bookie %s has no cookie in metadata: decommissioned, not registering",
+                    self.info.bookie_id,
+                )
+            self.decommissioned = True
+            if self._registered_path is not None:
+                with contextlib.suppress(NotFound):
+                    await store.delete(self._registered_path)
+                self._registered_path = None
+            return
         stat = await store.exists(path)
         if stat is not None and stat.ephemeral_owner == store.session_id:
             self._registered_path = path

@@ -13,6 +13,7 @@ and ``run`` (lazily importing the implementation) and append one ``Subcommand`` 
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,14 +33,40 @@ class Subcommand:
 
 def _bookie_arguments(parser: argparse.ArgumentParser) -> None:
     from magnetar.bookie.main import build_parser
+    from magnetar.broker.autorecovery_main import add_bookie_action_arguments
 
     build_parser(parser)
+    add_bookie_action_arguments(parser)
 
 
 def _bookie_run(args: argparse.Namespace) -> int:
-    from magnetar.bookie.main import main_with_args
+    """Run a bookie with its auto-recovery daemon, or a decommission/recover action."""
+    import asyncio
 
-    return main_with_args(args)
+    from magnetar.bookie.main import main_with_args
+    from magnetar.broker.autorecovery_main import bookie_sidecar, run_bookie_action
+
+    if args.action:
+        logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+        return asyncio.run(run_bookie_action(args))
+    return main_with_args(args, sidecar=bookie_sidecar)
+
+
+def _autorecovery_arguments(parser: argparse.ArgumentParser) -> None:
+    from magnetar.broker.autorecovery_main import add_autorecovery_arguments
+
+    add_autorecovery_arguments(parser)
+
+
+def _autorecovery_run(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from magnetar.broker.autorecovery_main import run_autorecovery
+    from magnetar.broker.runtime import setup_logging
+
+    setup_logging(args.log_level)
+    _install_uvloop()
+    return asyncio.run(run_autorecovery(args))
 
 
 def _broker_common(parser: argparse.ArgumentParser) -> None:
@@ -157,6 +184,12 @@ def _install_uvloop() -> None:
 
 SUBCOMMANDS: list[Subcommand] = [
     Subcommand("bookie", "run a bookie (storage node)", _bookie_arguments, _bookie_run),
+    Subcommand(
+        "autorecovery",
+        "run the auditor and a replication worker (without a bookie)",
+        _autorecovery_arguments,
+        _autorecovery_run,
+    ),
     Subcommand(
         "broker", "run a broker against a ZooKeeper cluster", _broker_arguments, _broker_run
     ),

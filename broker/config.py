@@ -52,6 +52,9 @@ class BrokerConfig:
     managed_ledger_cache_eviction_time_threshold_millis: int = 1000
     managed_ledger_cache_eviction_interval_ms: int = 10
     managed_ledger_cursor_backlogged_threshold: int = 1000
+    # placement of ledger ensembles on bookies that announce a rack (bookie_rack)
+    bookkeeper_client_min_num_racks_per_write_quorum: int = 2
+    bookkeeper_client_enforce_min_num_racks_per_write_quorum: bool = False
     # retention defaults (0 = keep nothing after acknowledgement, as Pulsar)
     default_retention_time_in_minutes: int = 0
     default_retention_size_in_mb: int = 0

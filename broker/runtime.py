@@ -23,6 +23,7 @@ from magnetar.bookie.client import BookieClient
 from magnetar.broker.config import BrokerConfig
 from magnetar.broker.http_api import AdminApi
 from magnetar.broker.ledger import ManagedLedgerConfig, ManagedLedgerFactory
+from magnetar.broker.ledger.placement import RackPolicy
 from magnetar.broker.ledger_adapter import ManagedLedgerStorage
 from magnetar.broker.service import BrokerService
 from magnetar.zk.store import MetadataStore
@@ -50,6 +51,15 @@ def managed_ledger_config(config: BrokerConfig) -> ManagedLedgerConfig:
     )
 
 
+def rack_policy(config: BrokerConfig) -> RackPolicy:
+    """Pulsar's ``bookkeeperClientMinNumRacksPerWriteQuorum`` /
+    ``bookkeeperClientEnforceMinNumRacksPerWriteQuorum`` for the brokers' ensembles."""
+    return RackPolicy(
+        config.bookkeeper_client_min_num_racks_per_write_quorum,
+        config.bookkeeper_client_enforce_min_num_racks_per_write_quorum,
+    )
+
+
 class BrokerRuntime:
     """A broker on an open metadata store: ``await start()``, then ``await close()``."""
 
@@ -59,6 +69,7 @@ class BrokerRuntime:
         self.factory = ManagedLedgerFactory(
             store, self._bookie_client, managed_ledger_config(config)
         )
+        self.factory.ledger_client.registry.rack_policy = rack_policy(config)
         self.storage = ManagedLedgerStorage(self.factory)
         self.service = BrokerService(config, store, self.storage)
         self._web: web.AppRunner | None = None

@@ -132,6 +132,9 @@ class Standalone:
             address,
             "--log-level",
             self.log_level,
+            # the storage node only: standalone's bookies share one disk, so re-replicating
+            # between them protects nothing
+            "--no-auto-recovery-daemon-enabled",
         ]
         log.info("starting bookie %d: %s", index, " ".join(cmd))
         return subprocess.Popen(cmd, preexec_fn=_die_with_parent)  # noqa: PLW1509

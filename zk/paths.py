@@ -13,6 +13,11 @@ READONLY_BOOKIES = "/ledgers/available/readonly"
 COOKIES = "/ledgers/cookies"
 LEDGER_IDGEN = "/ledgers/idgen"
 LEDGER_META_ROOT = "/ledgers/meta"
+UNDERREPLICATION = "/ledgers/underreplication"
+UNDERREPLICATED_LEDGERS = "/ledgers/underreplication/ledgers"
+REPLICATION_LOCKS = "/ledgers/underreplication/locks"
+AUDITOR_ELECTION = "/ledgers/underreplication/auditorelection"
+DRAINING_BOOKIES = "/ledgers/draining"
 CLUSTERS = "/admin/clusters"
 POLICIES = "/admin/policies"
 PARTITIONED_TOPICS = "/admin/partitioned-topics"
@@ -33,6 +38,32 @@ def readonly_bookie_registration(bookie_id: str) -> str:
 
 def bookie_cookie(bookie_id: str) -> str:
     return f"{COOKIES}/{bookie_id}"
+
+
+def underreplicated_ledger(ledger_id: int) -> str:
+    """BookKeeper's re-replication task node: the id as 16 hex digits split 4/4/4/4 (no
+    node gets more than 65,536 children), then ``urL<id>``."""
+    if ledger_id < 0:
+        raise ValueError(f"ledger id must be >= 0, got {ledger_id}")
+    h = f"{ledger_id:016x}"
+    return f"{UNDERREPLICATED_LEDGERS}/{h[0:4]}/{h[4:8]}/{h[8:12]}/{h[12:16]}/urL{ledger_id}"
+
+
+def underreplicated_ledger_id_of(name: str) -> int | None:
+    """Parse the last component of an ``underreplicated_ledger`` path; None otherwise."""
+    if name.startswith("urL") and name[3:].isdigit():
+        return int(name[3:])
+    return None
+
+
+def replication_lock(ledger_id: int) -> str:
+    """Ephemeral lock held by the replication worker working on the ledger."""
+    return f"{REPLICATION_LOCKS}/urL{ledger_id}"
+
+
+def draining_bookie(bookie_id: str) -> str:
+    """Marker of a bookie being decommissioned: never chosen for new ensembles."""
+    return f"{DRAINING_BOOKIES}/{bookie_id}"
 
 
 def ledger_metadata(ledger_id: int) -> str:

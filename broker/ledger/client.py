@@ -28,7 +28,7 @@ from magnetar.broker.ledger.errors import (
 )
 from magnetar.broker.ledger.handle import LedgerEntry, ReadHandle, WriteHandle, unframe
 from magnetar.broker.ledger.metadata import LedgerMetadata, master_key_for, write_set, write_sets
-from magnetar.broker.ledger.placement import BookieClientFactory, BookieRegistry
+from magnetar.broker.ledger.placement import BookieClientFactory, BookieRegistry, RackPolicy
 from magnetar.broker.ledger.states import LedgerState
 from magnetar.zk import paths
 from magnetar.zk.clock import Clock, SystemClock
@@ -56,6 +56,11 @@ class LedgerClientConfig:
     """While writing under-replicated (no spare bookie), retry the replacement this often."""
     recovery_read_batch: int = 64
     fence_timeout_ms: int = 5_000
+    min_num_racks_per_write_quorum: int = 2
+    """BookKeeper's ``minNumRacksPerWriteQuorum``: racks each write set should span (when
+    bookies announce racks, ``bookieRack``)."""
+    enforce_min_num_racks_per_write_quorum: bool = False
+    """BookKeeper's ``enforceMinNumRacksPerWriteQuorum``: refuse ensembles that cannot."""
 
 
 class LedgerClient:
@@ -75,7 +80,15 @@ class LedgerClient:
         self.clock: Clock = clock or SystemClock()
         self.rng = rng or random.Random()
         self.registry = BookieRegistry(
-            store, client_factory, self.clock, quarantine_ms=self.config.quarantine_ms, rng=self.rng
+            store,
+            client_factory,
+            self.clock,
+            quarantine_ms=self.config.quarantine_ms,
+            rng=self.rng,
+            rack_policy=RackPolicy(
+                self.config.min_num_racks_per_write_quorum,
+                self.config.enforce_min_num_racks_per_write_quorum,
+            ),
         )
         self._ids = IdAllocator(store, paths.LEDGER_IDGEN)
         self.master_key = master_key_for(self.config.password)
@@ -95,7 +108,7 @@ class LedgerClient:
         e = ensemble_size or cfg.ensemble_size
         qw = write_quorum or cfg.write_quorum
         qa = ack_quorum or cfg.ack_quorum
-        ensemble = await self.registry.choose_ensemble(e)
+        ensemble = await self.registry.choose_ensemble(e, write_quorum=qw)
         await self.registry.resolve(ensemble)
         while True:
             ledger_id = await self._ids.next_id(min_ledger_id)

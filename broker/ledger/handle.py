@@ -14,10 +14,13 @@ Owns the client side of BookKeeper replication for one ledger:
   ensemble change (new fragment from LAC+1, metadata CAS), unacknowledged entries are
   re-sent; no completion is delivered while a change is in progress. When no spare bookie
   exists the ensemble may shrink to the healthy members if at least Qw remain.
+- A bookie of the open fragment that is draining (being decommissioned) is replaced the same
+  way, when a spare bookie exists (checked on the add-timeout timer).
 - ``Fenced`` from any bookie, or a CAS that finds the ledger IN_RECOVERY/CLOSED by someone
   else, puts the handle in FENCED: every pending and later add fails with ``LedgerFenced``.
 - Reads come from any replica holding the entry (falling back to the others) and never go
-  past the last add confirmed.
+  past the last add confirmed; when no replica of the known ensembles answers, the metadata
+  is read again (auto-recovery may have moved the entries) and the read retried once.
 Must not know: managed ledgers, topics, gRPC.
 """
 
@@ -172,6 +175,8 @@ _crc32c = crc32c.crc32c
 class ReadHandle:
     """Reads of one ledger, up to its last add confirmed, from any replica."""
 
+    _adopts_fresh_metadata = True
+
     def __init__(self, client: LedgerClient, metadata: LedgerMetadata, version: int) -> None:
         self._client = client
         self.metadata = metadata
@@ -246,7 +251,32 @@ class ReadHandle:
             raise ReadBeyondLastConfirmed(
                 f"ledger {self.ledger_id}: {last_entry_id} > LAC {self.last_add_confirmed}"
             )
-        return await read_entries(self._client, self.metadata, first_entry_id, last_entry_id)
+        try:
+            return await read_entries(self._client, self.metadata, first_entry_id, last_entry_id)
+        except BookieFailure:
+            # No replica of the ensembles we know answered: auto-recovery may have moved the
+            # entries (it swaps ensembles in the metadata); read again with the current ones.
+            fresh = await self._fresh_ensembles()
+            if fresh is None:
+                raise
+            return await read_entries(self._client, fresh, first_entry_id, last_entry_id)
+
+    async def _fresh_ensembles(self) -> LedgerMetadata | None:
+        """The metadata as stored now if its ensembles differ from ours (else None); a
+        reader adopts it (a writer keeps its own, changed only by its own CAS)."""
+        try:
+            got = await self._client.store.get(paths.ledger_metadata(self.ledger_id))
+        except MetadataError:
+            return None
+        if got is None:
+            return None
+        fresh = LedgerMetadata.from_bytes(got.value)
+        if fresh.ensembles == self.metadata.ensembles:
+            return None
+        await self._client.registry.resolve(fresh.all_bookies)
+        if self._adopts_fresh_metadata and fresh.state is self.metadata.state:
+            self.metadata, self.version = fresh, got.stat.version
+        return fresh
 
 
 async def read_entries(
@@ -325,6 +355,8 @@ async def _read_one(
 class WriteHandle(ReadHandle):
     """The single writer of an OPEN ledger (or the recoverer of an IN_RECOVERY one)."""
 
+    _adopts_fresh_metadata = False
+
     def __init__(
         self,
         client: LedgerClient,
@@ -365,6 +397,7 @@ class WriteHandle(ReadHandle):
         self._loop = asyncio.get_running_loop()
         self._clients: dict[str, LedgerBookieClient] = {}
         self._change_task: asyncio.Task[None] | None = None
+        self._drain_check: asyncio.Future[None] | None = None
         self._ensemble_changes = 0
         self._error: LedgerError | None = None
         self._drained: asyncio.Event = asyncio.Event()
@@ -659,6 +692,12 @@ class WriteHandle(ReadHandle):
         self._timer = self._client.clock.call_later(self._add_timeout_ms / 2000.0, self._on_timer)
         if self._changing:
             return
+        draining = self._client.registry.draining
+        if draining and not self._drain_check:
+            members = draining.intersection(self.metadata.last_ensemble) - self._failed
+            if members:
+                self._drain_check = asyncio.ensure_future(self._move_off_draining(members))
+                self._drain_check.add_done_callback(self._drain_check_done)
         if self._degraded_retry_ms and self._client.clock.monotonic_ms() >= self._degraded_retry_ms:
             self._degraded_retry_ms = 0.0
             if self._failed & set(self.metadata.last_ensemble):
@@ -674,6 +713,23 @@ class WriteHandle(ReadHandle):
             if bookie not in head.acked:
                 log.info("ledger %s: bookie %s timed out on an add", self.ledger_id, bookie)
                 self._bookie_failed(bookie)
+
+    async def _move_off_draining(self, members: frozenset[str]) -> None:
+        """A bookie of the open fragment is being decommissioned: replace it like a failed
+        one (ensemble change) if spare bookies exist; otherwise keep writing to it (the
+        decommission waits)."""
+        try:
+            spare = await self._client.registry.healthy(self.metadata.last_ensemble)
+        except MetadataError:
+            return
+        if len(spare) < len(members) or self.state not in (HandleState.OPEN, HandleState.CLOSING):
+            return
+        log.info("ledger %s: moving off draining bookies %s", self.ledger_id, sorted(members))
+        for bookie in sorted(members):
+            self._bookie_failed(bookie)
+
+    def _drain_check_done(self, _: asyncio.Future[None]) -> None:
+        self._drain_check = None
 
     def _bookie_failed(self, bookie: str) -> None:
         if bookie in self._failed:
@@ -757,8 +813,11 @@ class WriteHandle(ReadHandle):
         candidates = await self._client.registry.healthy(exclude)
         new_ensemble: list[str]
         if len(candidates) >= len(wanted):
-            picks = iter(self._client.rng.sample(sorted(candidates), len(wanted)))
-            new_ensemble = [next(picks) if b in bad else b for b in current]
+            new_ensemble = list(
+                await self._client.registry.replace_bookies(
+                    current, wanted, old.write_quorum, exclude
+                )
+            )
         else:
             kept = [b for b in current if b not in bad]
             fill = list(candidates)

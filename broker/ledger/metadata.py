@@ -89,6 +89,29 @@ class LedgerMetadata:
         kept = [f for f in self.ensembles if f[0] < first_entry_id]
         return replace(self, ensembles=(*kept, (first_entry_id, tuple(ensemble))))
 
+    def with_replaced_bookies(self, replacements: dict[int, dict[str, str]]) -> LedgerMetadata:
+        """Re-replication (any state): in the fragment starting at each key, swap members
+        old -> new (positions kept, so write sets keep their order). Every swap is applied
+        in one value: callers CAS it once, never a half-swapped ensemble."""
+        firsts = {first for first, _ in self.ensembles}
+        unknown = set(replacements) - firsts
+        if unknown:
+            raise ValueError(f"no fragment starts at {sorted(unknown)}")
+        ensembles = tuple(
+            (first, tuple(replacements.get(first, {}).get(b, b) for b in ensemble))
+            for first, ensemble in self.ensembles
+        )
+        return replace(self, ensembles=ensembles)
+
+    def fragment_last_entry(self, index: int) -> int | None:
+        """Last entry id of fragment ``index``; None for the last fragment of a ledger that
+        is not closed (its end belongs to the writer)."""
+        if index + 1 < len(self.ensembles):
+            return self.ensembles[index + 1][0] - 1
+        if self.state is LedgerState.CLOSED:
+            return self.last_entry_id
+        return None
+
     def closed(self, last_entry_id: int, length: int) -> LedgerMetadata:
         state = LEDGER_FSM.next(self.state, LedgerEvent.CLOSE)
         return replace(self, state=state, last_entry_id=last_entry_id, length=length)

@@ -1,10 +1,19 @@
 """Which bookies exist and how to reach them: registration, placement, client pool.
 
 Owns: reading the registered writable bookies (children of ``zk.paths.AVAILABLE_BOOKIES``,
-whose value is JSON carrying the bookie's address, or the address itself), choosing
-ensembles at random among healthy ones, a short quarantine of bookies that just failed (a
-SIGKILLed bookie's ephemeral registration lingers until its session expires), and one
+whose value is JSON carrying the bookie's address and rack, or the address itself), choosing
+ensembles among healthy ones, a short quarantine of bookies that just failed (a SIGKILLed
+bookie's ephemeral registration lingers until its session expires), and one
 ``BookieClientAPI`` per address, made by the injected factory.
+
+Placement (BookKeeper's RackawareEnsemblePlacementPolicy, falling back to the default random
+policy when no bookie announces a rack): every write set (Qw consecutive members of the
+ensemble ring) should span at least ``min(min_num_racks_per_write_quorum, Qw)`` racks; with
+``enforce_min_num_racks_per_write_quorum`` an ensemble that cannot is refused
+(``NotEnoughBookies``), otherwise the most rack-diverse one found is used. Read-only bookies
+(registered under ``readonly/``) and draining ones (``zk.paths.draining_bookie``, being
+decommissioned) are never chosen; ``draining`` is kept current by a watch so that writers
+can move their open fragments off a draining bookie.
 Must not know: ledgers' contents, gRPC.
 """
 
@@ -14,14 +23,17 @@ import asyncio
 import json
 import logging
 import random
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from magnetar.bookie.api import BookieClientAPI
 from magnetar.broker.ledger.errors import NotEnoughBookies
+from magnetar.broker.ledger.metadata import write_sets
 from magnetar.zk import paths
 from magnetar.zk.clock import Clock
-from magnetar.zk.store import MetadataStore
+from magnetar.zk.errors import MetadataError
+from magnetar.zk.store import MetadataStore, Notification
 
 if TYPE_CHECKING:
     from magnetar.bookie.client import AddEntryLike
@@ -45,6 +57,140 @@ class LedgerBookieClient(BookieClientAPI, Protocol):
 
 BookieClientFactory = Callable[[str], LedgerBookieClient]
 """Makes a client for one bookie, given its address (``host:port``)."""
+
+
+DEFAULT_RACK = "/default-rack"
+"""BookKeeper's rack of a bookie that announces none."""
+
+PLACEMENT_ATTEMPTS = 64
+"""Random ensembles tried before settling for the most rack-diverse one."""
+
+
+def rack_of_registration(value: bytes) -> str:
+    """The rack announced in a registration node's JSON (``rack``), else ``DEFAULT_RACK``."""
+    try:
+        doc = json.loads(value) if value else None
+    except ValueError:
+        return DEFAULT_RACK
+    if isinstance(doc, dict) and isinstance(doc.get("rack"), str) and doc["rack"]:
+        return str(doc["rack"])
+    return DEFAULT_RACK
+
+
+def write_quorum_racks(ensemble: Sequence[str], racks: Mapping[str, str], write_quorum: int) -> int:
+    """The fewest distinct racks spanned by any write set of ``ensemble``."""
+    return min(
+        len({racks.get(b, DEFAULT_RACK) for b in ws})
+        for ws in write_sets(tuple(ensemble), write_quorum)
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class RackPolicy:
+    """``minNumRacksPerWriteQuorum`` / ``enforceMinNumRacksPerWriteQuorum``."""
+
+    min_num_racks_per_write_quorum: int = 2
+    enforce_min_num_racks_per_write_quorum: bool = False
+
+    def target(self, write_quorum: int) -> int:
+        return max(1, min(self.min_num_racks_per_write_quorum, write_quorum))
+
+    def choose(
+        self,
+        candidates: Sequence[str],
+        racks: Mapping[str, str],
+        size: int,
+        write_quorum: int,
+        rng: random.Random,
+    ) -> tuple[str, ...]:
+        """An ensemble of ``size`` among ``candidates`` (pure: no I/O)."""
+        pool = sorted(candidates)
+        if len(pool) < size:
+            raise NotEnoughBookies(f"need {size} bookies, {len(pool)} healthy: {pool}")
+        if all(racks.get(b, DEFAULT_RACK) == DEFAULT_RACK for b in pool):
+            return tuple(rng.sample(pool, size))  # no racks configured: the default policy
+        target = self.target(write_quorum)
+        best: tuple[str, ...] = ()
+        best_score = -1
+        for attempt in range(PLACEMENT_ATTEMPTS):
+            ensemble = (
+                _rack_round_robin(pool, racks, size, rng)
+                if attempt % 2 == 0
+                else tuple(rng.sample(pool, size))
+            )
+            score = write_quorum_racks(ensemble, racks, write_quorum)
+            if score >= target:
+                return ensemble
+            if score > best_score:
+                best, best_score = ensemble, score
+        if self.enforce_min_num_racks_per_write_quorum:
+            raise NotEnoughBookies(
+                f"no ensemble of {size} with every write quorum of {write_quorum} in "
+                f">= {target} racks among {[(b, racks.get(b, DEFAULT_RACK)) for b in pool]}"
+            )
+        return best
+
+    def replace(
+        self,
+        ensemble: Sequence[str],
+        bad: Iterable[str],
+        candidates: Sequence[str],
+        racks: Mapping[str, str],
+        write_quorum: int,
+        *,
+        rng: random.Random,
+    ) -> tuple[str, ...]:
+        """``ensemble`` with every ``bad`` member replaced by a candidate (not already a
+        member), keeping members' positions (pure: no I/O)."""
+        bad_set = set(bad)
+        result = list(ensemble)
+        pool = [c for c in sorted(candidates) if c not in result]
+        rng.shuffle(pool)
+        use_racks = any(racks.get(b, DEFAULT_RACK) != DEFAULT_RACK for b in (*pool, *result))
+        target = self.target(write_quorum)
+        for index, member in enumerate(ensemble):
+            if member not in bad_set:
+                continue
+            if not pool:
+                raise NotEnoughBookies(
+                    f"no replacement for {member} in {list(ensemble)}: no spare bookie"
+                )
+            pick = pool[0]
+            if use_racks:
+                best_score = -1
+                for candidate in pool:
+                    trial = [*result[:index], candidate, *result[index + 1 :]]
+                    score = write_quorum_racks(trial, racks, write_quorum)
+                    if score > best_score:
+                        pick, best_score = candidate, score
+                    if score >= target:
+                        break
+                if best_score < target and self.enforce_min_num_racks_per_write_quorum:
+                    raise NotEnoughBookies(
+                        f"no replacement for {member} keeps every write quorum in >= {target} racks"
+                    )
+            pool.remove(pick)
+            result[index] = pick
+        return tuple(result)
+
+
+def _rack_round_robin(
+    pool: Sequence[str], racks: Mapping[str, str], size: int, rng: random.Random
+) -> tuple[str, ...]:
+    """Members taken from the racks in turn (random rack order, random member per rack)."""
+    by_rack: dict[str, list[str]] = {}
+    for b in pool:
+        by_rack.setdefault(racks.get(b, DEFAULT_RACK), []).append(b)
+    groups = list(by_rack.values())
+    for group in groups:
+        rng.shuffle(group)
+    rng.shuffle(groups)
+    out: list[str] = []
+    while len(out) < size:
+        for group in groups:
+            if group and len(out) < size:
+                out.append(group.pop())
+    return tuple(out)
 
 
 def parse_registration(bookie_id: str, value: bytes) -> str:
@@ -75,8 +221,16 @@ class BookieRegistry:
         *,
         quarantine_ms: int = 30_000,
         rng: random.Random | None = None,
+        rack_policy: RackPolicy | None = None,
     ) -> None:
         self._store = store
+        self.rack_policy = rack_policy or RackPolicy()
+        self._racks: dict[str, str] = {}
+        self.draining: frozenset[str] = frozenset()
+        """Bookies being decommissioned, as last read (kept current by a watch once read):
+        writers move their open fragments off them."""
+        self._draining_refresh: asyncio.Future[None] | None = None
+        store.add_listener(self._on_notification)
         self._factory = client_factory
         self._clock = clock
         self._quarantine_ms = quarantine_ms
@@ -89,14 +243,35 @@ class BookieRegistry:
         return f"<BookieRegistry known={sorted(self._addresses)} clients={len(self._clients)}>"
 
     async def available(self) -> list[str]:
-        """Writable registered bookies (refreshing their addresses)."""
+        """Writable registered bookies that are not draining (refreshing their addresses)."""
         names = [n for n in await self._store.children(paths.AVAILABLE_BOOKIES) if n != "readonly"]
+        draining = await self._read_draining()
         for name in names:
-            if name not in self._addresses:
+            if name not in self._addresses or name not in self._racks:
                 got = await self._store.get(paths.bookie_registration(name))
                 if got is not None:
                     self._addresses[name] = parse_registration(name, got.value)
-        return names
+                    self._racks[name] = rack_of_registration(got.value)
+        return [n for n in names if n not in draining]
+
+    async def _read_draining(self) -> frozenset[str]:
+        self.draining = frozenset(await self._store.children(paths.DRAINING_BOOKIES))
+        return self.draining
+
+    def _on_notification(self, notification: Notification) -> None:
+        if notification.path != paths.DRAINING_BOOKIES:
+            return
+        if self._draining_refresh is None or self._draining_refresh.done():
+            self._draining_refresh = asyncio.ensure_future(self._refresh_draining())
+
+    async def _refresh_draining(self) -> None:
+        try:
+            await self._read_draining()  # and watch again
+        except MetadataError as exc:
+            log.debug("reading draining bookies failed: %r", exc)
+
+    def rack(self, bookie_id: str) -> str:
+        return self._racks.get(bookie_id, DEFAULT_RACK)
 
     async def resolve(self, bookie_ids: Iterable[str]) -> None:
         """Learn the addresses of bookies named in ledger metadata (registered or not)."""
@@ -134,13 +309,33 @@ class BookieRegistry:
             b for b in await self.available() if b not in excluded and not self.is_quarantined(b)
         ]
 
-    async def choose_ensemble(self, size: int, exclude: Iterable[str] = ()) -> tuple[str, ...]:
+    async def choose_ensemble(
+        self, size: int, exclude: Iterable[str] = (), *, write_quorum: int | None = None
+    ) -> tuple[str, ...]:
         candidates = await self.healthy(exclude)
         if len(candidates) < size:
             raise NotEnoughBookies(f"need {size} bookies, {len(candidates)} healthy: {candidates}")
-        return tuple(self._rng.sample(sorted(candidates), size))
+        return self.rack_policy.choose(
+            candidates, self._racks, size, write_quorum or size, self._rng
+        )
+
+    async def replace_bookies(
+        self,
+        ensemble: Sequence[str],
+        bad: Iterable[str],
+        write_quorum: int,
+        exclude: Iterable[str] = (),
+    ) -> tuple[str, ...]:
+        """``ensemble`` with the ``bad`` members replaced by healthy bookies (rack-aware)."""
+        candidates = await self.healthy({*exclude, *ensemble})
+        return self.rack_policy.replace(
+            ensemble, bad, candidates, self._racks, write_quorum, rng=self._rng
+        )
 
     async def close(self) -> None:
+        self._store.remove_listener(self._on_notification)
+        if self._draining_refresh is not None:
+            self._draining_refresh.cancel()
         clients, self._clients = self._clients, {}
         for client in clients.values():
             try:
@@ -150,8 +345,12 @@ class BookieRegistry:
 
 
 __all__ = [
+    "DEFAULT_RACK",
     "BookieClientFactory",
     "BookieRegistry",
     "LedgerBookieClient",
+    "RackPolicy",
     "parse_registration",
+    "rack_of_registration",
+    "write_quorum_racks",
 ]

@@ -59,8 +59,12 @@ class BookieProcess:
         extra_args: Sequence[str] = (),
         data_dir: pathlib.Path | None = None,
         env: dict[str, str] | None = None,
+        cli: bool = False,
     ) -> None:
         self.name = name
+        self.cli = cli
+        """Run as ``magnetar bookie`` (with the auto-recovery daemon beside the bookie)
+        instead of ``python -m magnetar.bookie`` (the storage node alone)."""
         self.base_dir = base_dir
         self.data_dir = data_dir or base_dir / name / "data"
         self.log_path = base_dir / f"{name}.log"
@@ -94,10 +98,11 @@ class BookieProcess:
         return "running" if self.running else f"stopped rc={self.returncode}"
 
     def command(self) -> list[str]:
+        entry = ["magnetar.broker.cli", "bookie"] if self.cli else ["magnetar.bookie"]
         return [
             sys.executable,
             "-m",
-            "magnetar.bookie",
+            *entry,
             "--data-dir",
             str(self.data_dir),
             "--metadata",
