@@ -165,10 +165,7 @@ async def test_shedding_and_split_rounds_ask_the_owner(cluster: Cluster) -> None
     await wait_for(lambda: len(a.reports) == 2)
     assert await a.shedding_round() == 1
     assert cluster.actions.unloads == [("a", "t/n/0x00000000_0x40000000")]
-    assert (
-        await a.shedding_round() == 0
-        or cluster.actions.unloads[-1][1] != "t/n/0x00000000_0x40000000"
-    )
+    assert await a.shedding_round() == 0  # moved within the grace period; one stays
     assert await a.split_round() == 3  # every bundle carries 2,000 msg/s > 1,500
     assert {s[1] for s in cluster.actions.splits} == {
         "t/n/0x00000000_0x40000000",
