@@ -389,35 +389,35 @@ class LoadManager:
 
     async def _declare_dead(self, report: BrokerLoadReport) -> None:
         """Free a dead broker's bundles now (their ephemeral nodes would wait for its
-        session to expire), then remove its report."""
+        session to expire), then remove its report. The bundles are found by the session
+        that holds its report node, not from the report (which may predate them)."""
+        self._failures.pop(report.broker_id, None)
+        self.reports.pop(report.broker_id, None)
+        report_path = paths.broker_load(report.broker_id)
+        got = await self._store.get(report_path)
+        if got is None or not got.stat.ephemeral:
+            return  # its session is gone already, and its bundles with it
+        session = got.stat.ephemeral_owner
+        self._dead += 1
+        freed = 0
+        root = paths.NAMESPACE_OWNERSHIP
+        for tenant in await self._store.children(root):
+            for ns in await self._store.children(f"{root}/{tenant}"):
+                for rng in await self._store.children(f"{root}/{tenant}/{ns}"):
+                    path = f"{root}/{tenant}/{ns}/{rng}"
+                    node = await self._store.get(path)
+                    if node is not None and node.stat.ephemeral_owner == session:
+                        with contextlib.suppress(NotFound, BadVersion):
+                            await self._store.delete(path, expected_version=node.stat.version)
+                            freed += 1
         log.warning(
-            "broker %s does not answer on %s: freeing its %d bundles",
+            "broker %s does not answer on %s: freed its %d bundles",
             report.broker_id,
             report.pulsar_service_url,
-            len(report.bundles),
+            freed,
         )
-        self._dead += 1
-        self._failures.pop(report.broker_id, None)
-        for bundle in report.bundles:
-            tenant, ns, rng = bundle.split("/")
-            path = paths.bundle_ownership(tenant, ns, rng)
-            got = await self._store.get(path)
-            if got is None:
-                continue
-            try:
-                owner = json.loads(got.value).get("nativeUrl")
-            except ValueError:
-                owner = None
-            if owner == report.pulsar_service_url:
-                with contextlib.suppress(NotFound, BadVersion):
-                    await self._store.delete(path, expected_version=got.stat.version)
-        got = await self._store.get(paths.broker_load(report.broker_id))
-        if got is not None:
-            with contextlib.suppress(NotFound, BadVersion):
-                await self._store.delete(
-                    paths.broker_load(report.broker_id), expected_version=got.stat.version
-                )
-        self.reports.pop(report.broker_id, None)
+        with contextlib.suppress(NotFound, BadVersion):
+            await self._store.delete(report_path, expected_version=got.stat.version)
 
     async def _probe_leader(self) -> None:
         current = await self._election.current_leader()

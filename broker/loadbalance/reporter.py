@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
 
 from magnetar.broker.loadbalance.host_usage import HostUsageSampler
@@ -46,7 +46,7 @@ class BundleCounters:
     consumers: int = 0
 
 
-CountersSource = Callable[[], Mapping[str, BundleCounters]]
+CountersSource = Callable[[], Awaitable[Mapping[str, BundleCounters]]]
 
 
 def bundle_rates(
@@ -110,10 +110,10 @@ class LoadReporter:
     def __repr__(self) -> str:
         return f"<LoadReporter {self.broker_id} writes={self.writes}>"
 
-    def measure(self) -> BrokerLoadReport:
+    async def measure(self) -> BrokerLoadReport:
         """A report of now (rates since the previous measurement)."""
         now = self._clock.now_ms()
-        counters = dict(self._counters())
+        counters = dict(await self._counters())
         seconds = (now - self._last_sample_ms) / 1000 if self._last_sample_ms else 0.0
         rates = bundle_rates(self._last_counters, counters, seconds)
         self._last_counters, self._last_sample_ms = counters, now
@@ -176,14 +176,14 @@ class LoadReporter:
 
     async def start(self) -> None:
         self._store.add_session_listener(self._on_session)
-        await self.publish(self.measure())
+        await self.publish(await self.measure())
         self._schedule()
         self._task = asyncio.get_running_loop().create_task(self._run(), name="load-reporter")
 
     async def set_draining(self) -> None:
         """This broker is shutting down: say so now, so nothing new is placed here."""
         self._draining = True
-        await self.publish(replace(self.measure(), draining=True))
+        await self.publish(replace(await self.measure(), draining=True))
 
     def _schedule(self) -> None:
         if self._timer is not None:
@@ -196,7 +196,7 @@ class LoadReporter:
             await self._wake.wait()
             self._wake.clear()
             try:
-                report = self.measure()
+                report = await self.measure()
                 if self._version is None or needs_report(
                     self.published, report, report.last_update_ms, self.policy
                 ):

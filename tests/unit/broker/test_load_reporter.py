@@ -76,6 +76,10 @@ def test_bundle_rates_from_counters() -> None:
     assert reset["a"].msg_rate_in == 5
 
 
+async def _ready(counters: dict[str, BundleCounters]) -> dict[str, BundleCounters]:
+    return counters
+
+
 @pytest.fixture
 def server() -> Iterator[MemoryMetadataServer]:
     yield MemoryMetadataServer()
@@ -92,7 +96,7 @@ async def test_reporter_publishes_on_change_within_intervals(server: MemoryMetad
         "127.0.0.1:8080",
         pulsar_service_url="pulsar://127.0.0.1:6650",
         web_service_url="http://127.0.0.1:8080",
-        counters=lambda: counters,
+        counters=lambda: _ready(counters),
         sampler=sampler,
         policy=ReportPolicy(threshold_percent=10, min_interval_ms=1000, max_interval_ms=60_000),
     )
@@ -133,7 +137,7 @@ async def test_a_report_left_by_an_earlier_session_is_replaced(
         "b:1",
         pulsar_service_url="",
         web_service_url="",
-        counters=dict,
+        counters=lambda: _ready({}),
         sampler=sampler,
         policy=ReportPolicy(),
     )
