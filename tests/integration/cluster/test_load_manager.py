@@ -128,7 +128,7 @@ def test_admin_split_with_unload_keeps_every_message(cluster: Cluster) -> None:
     for t, checker in checkers.items():
         acked = checker.stop()
         ids: dict[bytes, list[str]] = {}
-        got = drain(consumers[t], set(acked), timeout_s=120, ids=ids)
+        drain(consumers[t], set(acked), timeout_s=120, ids=ids)
         twice = {p: i for p, i in ids.items() if len(i) > 1}
         assert not twice, f"{t}: {len(twice)} delivered twice: {list(twice.items())[:5]}"
     client.close()
