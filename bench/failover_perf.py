@@ -54,9 +54,7 @@ def main() -> None:
             cluster.start_broker(extra)
         topic = "persistent://public/default/failover-perf"
         client = pulsar.Client(cluster.service_url, operation_timeout_seconds=60)
-        consumer = client.subscribe(
-            topic, "perf", initial_position=pulsar.InitialPosition.Earliest
-        )
+        consumer = client.subscribe(topic, "perf", initial_position=pulsar.InitialPosition.Earliest)
         checker = PublishChecker(client, topic).start()
         wait_until(lambda: checker.acked_count() >= 100, 60, "receipts before the first kill")
         gaps_s: list[float] = []
