@@ -425,6 +425,20 @@ class Bookie:
         assert self._loop is not None
         return self._loop.create_task(self._add_throttled(count, add))
 
+    def _admit_ledger(
+        self, lid: int, key: bytes, metas: list[bytes], touched: list[int]
+    ) -> _LedgerState:
+        """The state of ledger ``lid`` (>= 0) for an add batch, noted in ``touched``. On the
+        ledger's first add it is created with ``key`` and its master-key record goes into
+        ``metas``, to be journaled before the batch's entries. The caller checks key and fence."""
+        st = self._ledgers.get(lid)
+        if st is None:
+            st = self._ledgers[lid] = _LedgerState(lid, key)
+            metas.append(encode_master_key(lid, key))
+            self._dirty.add(lid)
+        touched.append(lid)
+        return st
+
     def _add_now(
         self,
         requests: Sequence[AddEntryLike],
@@ -432,7 +446,6 @@ class Bookie:
         default_key: bytes = b"",
     ) -> tuple[asyncio.Future[list[int]], int]:
         n = len(requests)
-        states = self._ledgers
         cache = self._cache
         statuses: list[int] | None = None
         parts: list[bytes] = [b""]
@@ -456,23 +469,18 @@ class Bookie:
             if lid != cur_lid:
                 if st is not None and max_lac > st.lac:
                     st.lac = max_lac
-                st = states.get(lid)
-                if st is None:
-                    if lid < 0:
-                        statuses = statuses or [_OK] * n
-                        statuses[i] = _BAD_REQUEST
-                        cur_lid = -1
-                        continue
-                    first_key = r.master_key or default_key
-                    st = states[lid] = _LedgerState(lid, first_key)
-                    metas.append(encode_master_key(lid, first_key))
-                    self._dirty.add(lid)
+                if lid < 0:
+                    statuses = statuses or [_OK] * n
+                    statuses[i] = _BAD_REQUEST
+                    st = None
+                    cur_lid = -1
+                    continue
+                st = self._admit_ledger(lid, r.master_key or default_key, metas, touched)
                 cur_lid = lid
                 cur_key = st.master_key
                 fenced = st.fenced
                 max_lac = st.lac
                 d = cache.ledger(lid)
-                touched.append(lid)
             key = r.master_key or default_key
             if key is not cur_key and key != cur_key:
                 statuses = statuses or [_OK] * n
@@ -601,7 +609,6 @@ class Bookie:
         loop = self._loop
         assert loop is not None
         view: memoryview | None = None
-        states = self._ledgers
         cache = self._cache
         statuses: list[int] | None = None
         accepted: list[CachedValue] = []
@@ -632,11 +639,7 @@ class Bookie:
                     st = None
                     refused = _BAD_REQUEST
                 else:
-                    st = states.get(lid)
-                    if st is None:
-                        st = states[lid] = _LedgerState(lid, key)
-                        metas.append(encode_master_key(lid, key))
-                        self._dirty.add(lid)
+                    st = self._admit_ledger(lid, key, metas, touched)
                     if st.master_key != key:
                         refused = _UNAUTHORIZED
                     elif st.fenced and not recovery:
@@ -645,7 +648,6 @@ class Bookie:
                         refused = 0
                     max_lac = st.lac
                     d = cache.ledger(lid)
-                    touched.append(lid)
             if refused or eid < 0 or length > size_max:
                 statuses = statuses or [_OK] * n
                 statuses[i] = refused or (_BAD_REQUEST if eid < 0 else _TOO_LARGE)

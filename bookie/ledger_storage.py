@@ -24,7 +24,7 @@ from magnetar.bookie.files import FileSystem
 from magnetar.bookie.index import BookieIndex, LedgerRecord
 from magnetar.bookie.journal import ENTRY_HEADER, ENTRY_HEADER_LEN
 from magnetar.bookie.read_cache import CachedEntry, ReadCache
-from magnetar.bookie.write_cache import Half, WriteCache
+from magnetar.bookie.write_cache import CachedValue, Half, WriteCache
 
 log = logging.getLogger(__name__)
 
@@ -133,30 +133,17 @@ class LedgerStorage:
         """Write a frozen half sorted by (ledger, entry), fsync, commit index + ledgers + mark."""
         index = self.index
         assert index is not None
-        logger = self.entry_logger
+        out = _LogAppender(self.entry_logger)
         batch = index.batch()
         batches = [batch]  # committed in slices so no single RocksDB write holds the GIL long
-        limit = logger.log_size_max
-        chunks: list[bytes | memoryview] = []
-        pending = 0
-        unsynced = 0
         entries = 0
-        total = 0
-        logger.ensure_room(0)
-        log_id = logger.current_log_id
-        logs = [log_id]
-        pos = logger.position
-        ledger_bytes: dict[int, int] = {}
         budget = _YIELD_EVERY_ENTRIES
         for ledger_id in sorted(half):
             d = half[ledger_id]
             if not d:
                 continue
-            lbytes = 0
             eids: list[int] = []
             locs: list[int] = []
-            add_eid = eids.append
-            add_loc = locs.append
             ids = sorted(d)
             # Fast path, a slice (~1 MB) at a time, while the log has room: positions by
             # ``accumulate``, chunks by ``chain`` (no Python step per entry but the size).
@@ -167,57 +154,16 @@ class LedgerStorage:
                 part = ids[start : start + step]
                 values = list(map(d.__getitem__, part))
                 sizes = [ENTRY_HEADER_LEN + len(v[1]) for v in values]
-                nbytes = sum(sizes)
-                if pos + nbytes > limit and pos > LOG_HEADER_LEN:
+                if not out.append_slice(ledger_id, values, sizes, locs):
                     break  # the log rolls inside this slice: the rest goes entry by entry
                 eids.extend(part)
-                locs.extend(accumulate(sizes[:-1], initial=(log_id << 32) | pos))
-                chunks.extend(chain.from_iterable(values))
-                pos += nbytes
-                pending += nbytes
-                lbytes += nbytes
                 start += len(part)
-                if pending >= _WRITE_CHUNK_BYTES:
-                    logger.write(chunks, pending)
-                    chunks = []
-                    unsynced += pending
-                    pending = 0
-                    if unsynced >= _SYNC_EVERY_BYTES:
-                        logger.sync()
-                        unsynced = 0
                 time.sleep(_YIELD_S)  # hand the GIL to the event loop between slices
+            add_eid = eids.append
+            add_loc = locs.append
             for entry_id in ids[start:]:
-                header, payload = d[entry_id]
-                n = ENTRY_HEADER_LEN + len(payload)
-                if pos + n > limit and pos > LOG_HEADER_LEN:
-                    if chunks:
-                        logger.write(chunks, pending)
-                        chunks = []
-                        pending = 0
-                    if lbytes:
-                        ledger_bytes[ledger_id] = ledger_bytes.get(ledger_id, 0) + lbytes
-                        lbytes = 0
-                    logger.account(log_id, ledger_bytes)
-                    ledger_bytes = {}
-                    logger.ensure_room(n)  # rolls: syncs and closes the full log
-                    log_id = logger.current_log_id
-                    logs.append(log_id)
-                    pos = logger.position
-                chunks.append(header)
-                chunks.append(payload)
                 add_eid(entry_id)
-                add_loc((log_id << 32) | pos)
-                pos += n
-                pending += n
-                lbytes += n
-                if pending >= _WRITE_CHUNK_BYTES:
-                    logger.write(chunks, pending)
-                    chunks = []
-                    unsynced += pending
-                    pending = 0
-                    if unsynced >= _SYNC_EVERY_BYTES:
-                        logger.sync()
-                        unsynced = 0
+                add_loc(out.append(ledger_id, d[entry_id]))
                 budget -= 1
                 if not budget:
                     budget = _YIELD_EVERY_ENTRIES
@@ -226,17 +172,11 @@ class LedgerStorage:
                     time.sleep(_YIELD_S)
             batch.put_entries(ledger_id, eids, locs)
             entries += len(d)
-            total += lbytes
             if batch.count >= _INDEX_SLICE_KEYS:
                 batch = index.batch()
                 batches.append(batch)
-            if lbytes:
-                ledger_bytes[ledger_id] = ledger_bytes.get(ledger_id, 0) + lbytes
-        if chunks:
-            logger.write(chunks, pending)
-        logger.sync()
-        if ledger_bytes:
-            logger.account(log_id, ledger_bytes)
+        out.finish()
+        logger = self.entry_logger
         for dirty in list(logger.dirty_maps):
             m = logger.ledger_maps.get(dirty)
             if m is not None:
@@ -254,7 +194,106 @@ class LedgerStorage:
         index.commit(batch, sync=True)
         logger.dirty_maps.clear()
         self.flushed_entries += entries
-        return FlushResult(entries, total, tuple(logs))
+        return FlushResult(entries, out.total, tuple(out.logs))
+
+
+class _LogAppender:
+    """The bookkeeping of one flush's appends to the entry logs (worker thread).
+
+    Buffers records into ~1 MB writes, fdatasyncs every ``_SYNC_EVERY_BYTES``, rolls to a new
+    log when a record does not fit, and accounts each ledger's bytes to the log that holds
+    them. ``finish`` writes the rest and syncs: only then may index locations be committed.
+    """
+
+    __slots__ = (
+        "_chunks",
+        "_ledger_bytes",
+        "_logger",
+        "_pending",
+        "_unsynced",
+        "log_id",
+        "logs",
+        "pos",
+        "total",
+    )
+
+    def __init__(self, logger: EntryLogger) -> None:
+        self._logger = logger
+        self._chunks: list[bytes | memoryview] = []
+        self._pending = 0
+        self._unsynced = 0
+        self._ledger_bytes: dict[int, int] = {}
+        logger.ensure_room(0)
+        self.log_id = logger.current_log_id
+        self.logs = [self.log_id]
+        self.pos = logger.position
+        self.total = 0
+
+    def _fits(self, nbytes: int) -> bool:
+        return self.pos + nbytes <= self._logger.log_size_max or self.pos <= LOG_HEADER_LEN
+
+    def _advance(self, ledger_id: int, nbytes: int) -> None:
+        self.pos += nbytes
+        self._pending += nbytes
+        self.total += nbytes
+        self._ledger_bytes[ledger_id] = self._ledger_bytes.get(ledger_id, 0) + nbytes
+        if self._pending >= _WRITE_CHUNK_BYTES:
+            self._write()
+            if self._unsynced >= _SYNC_EVERY_BYTES:
+                self._logger.sync()
+                self._unsynced = 0
+
+    def _write(self) -> None:
+        if self._chunks:
+            self._logger.write(self._chunks, self._pending)
+            self._chunks = []
+        self._unsynced += self._pending
+        self._pending = 0
+
+    def append_slice(
+        self,
+        ledger_id: int,
+        values: list[CachedValue],
+        sizes: list[int],
+        locs: list[int],
+    ) -> bool:
+        """Append a slice of records whole and their locations to ``locs``; False (nothing
+        appended) when the slice does not fit in the current log."""
+        nbytes = sum(sizes)
+        if not self._fits(nbytes):
+            return False
+        locs.extend(accumulate(sizes[:-1], initial=(self.log_id << 32) | self.pos))
+        self._chunks.extend(chain.from_iterable(values))
+        self._advance(ledger_id, nbytes)
+        return True
+
+    def append(self, ledger_id: int, record: CachedValue) -> int:
+        """Append one record, rolling the log first if it does not fit; its location."""
+        header, payload = record
+        n = ENTRY_HEADER_LEN + len(payload)
+        if not self._fits(n):
+            self._roll(n)
+        loc = (self.log_id << 32) | self.pos
+        self._chunks.append(header)
+        self._chunks.append(payload)
+        self._advance(ledger_id, n)
+        return loc
+
+    def _roll(self, n: int) -> None:
+        self._write()
+        self._logger.account(self.log_id, self._ledger_bytes)
+        self._ledger_bytes = {}
+        self._logger.ensure_room(n)  # rolls: syncs and closes the full log
+        self._unsynced = 0
+        self.log_id = self._logger.current_log_id
+        self.logs.append(self.log_id)
+        self.pos = self._logger.position
+
+    def finish(self) -> None:
+        self._write()
+        self._logger.sync()
+        if self._ledger_bytes:
+            self._logger.account(self.log_id, self._ledger_bytes)
 
 
 __all__ = ["FlushResult", "LedgerStorage", "location"]

@@ -81,6 +81,39 @@ class BrokerConfig:
     # threshold (namespace / topic policy ``compaction_threshold`` overrides; 0 = off)
     broker_service_compaction_monitor_interval_seconds: int = 60
     broker_service_compaction_threshold_in_bytes: int = 0
+    # load manager (Pulsar's loadBalancer* names; docs/cluster.md): reports, placement,
+    # bundle split, shedding, and failure detection of dead brokers
+    load_balancer_enabled: bool = True
+    load_balancer_report_update_threshold_percentage: float = 10.0
+    load_balancer_report_update_min_interval_millis: int = 5_000
+    load_balancer_report_update_max_interval_minutes: float = 15.0
+    load_balancer_history_resource_percentage: float = 0.9
+    load_balancer_average_resource_usage_difference_threshold_percentage: float = 10.0
+    load_balancer_cpu_resource_weight: float = 1.0
+    load_balancer_memory_resource_weight: float = 1.0
+    load_balancer_bandwidth_in_resource_weight: float = 1.0
+    load_balancer_bandwidth_out_resource_weight: float = 1.0
+    load_balancer_override_broker_nic_speed_gbps: float = 0.0  # 0: unknown (usage 0 %)
+    load_balancer_shedding_enabled: bool = True
+    load_balancer_load_shedding_strategy: str = (
+        "org.apache.pulsar.broker.loadbalance.impl.ThresholdShedder"
+    )
+    load_balancer_shedding_interval_minutes: float = 1.0
+    load_balancer_shedding_grace_period_minutes: float = 30.0
+    load_balancer_broker_threshold_shedder_percentage: float = 10.0
+    load_balancer_broker_overloaded_threshold_percentage: float = 85.0
+    load_balancer_bundle_unload_min_throughput_threshold: float = 10.0  # MB/s
+    load_balancer_auto_bundle_split_enabled: bool = True
+    load_balancer_auto_unload_split_bundles_enabled: bool = True
+    load_balancer_split_interval_minutes: float = 1.0
+    load_balancer_namespace_bundle_max_topics: int = 1000
+    load_balancer_namespace_bundle_max_sessions: int = 1000
+    load_balancer_namespace_bundle_max_msg_rate: int = 30_000
+    load_balancer_namespace_bundle_max_bandwidth_mbytes: int = 100
+    load_balancer_namespace_maximum_bundles: int = 128
+    default_namespace_bundle_split_algorithm: str = "range_equally_divide"
+    load_balancer_broker_probe_interval_millis: int = 500
+    load_balancer_broker_probe_failures: int = 2
 
     @property
     def service_url(self) -> str:

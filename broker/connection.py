@@ -419,7 +419,7 @@ class ServerConnection(asyncio.Protocol):
                 request_id=request_id,
                 response=R.Redirect if got.redirect else R.Connect,
                 brokerServiceUrl=got.broker_url,
-                authoritative=True,
+                authoritative=got.authoritative,
                 proxy_through_service_url=False,
             )
         except Exception as exc:

@@ -180,16 +180,20 @@ class AdminApi:
         default_bundles: int = 4,
         extra_metrics: Callable[[], str] | None = None,
         metrics_slice_s: float = METRICS_SLICE_S,
+        extra_routes: Callable[[web.UrlDispatcher], None] | None = None,
     ) -> None:
         self.resources = resources
         self.topics = topics
         self.default_bundles = default_bundles
         self.extra_metrics = extra_metrics
         self.metrics_slice_s = metrics_slice_s
+        self.extra_routes = extra_routes
 
     def app(self) -> web.Application:
         app = web.Application(middlewares=[_errors], client_max_size=8 << 20)
         r = app.router
+        if self.extra_routes is not None:  # first: more specific than the topic routes
+            self.extra_routes(r)
         r.add_get("/admin/v2/brokers/health", self.health)
         r.add_get("/metrics", self.metrics)
         r.add_get("/metrics/", self.metrics)

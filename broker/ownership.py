@@ -4,7 +4,11 @@ Owns: acquiring, checking and releasing ``/namespace/<tenant>/<ns>/<bundle-range
 (ephemeral, value = Pulsar's ``NamespaceEphemeralData`` JSON: ``nativeUrl``, ``nativeUrlTls``,
 ``httpUrl``, ``httpUrlTls``, ``disabled``), and the local cache of bundles this broker owns.
 On metadata-session loss every owned bundle is dropped at once and ``on_lost`` listeners run,
-so the broker stops serving before another broker can take over (ARCHITECTURE §7).
+so the broker stops serving before another broker can take over (ARCHITECTURE §7); the same
+happens to one bundle whose node somebody else deleted (the load-manager leader frees the
+bundles of a broker it found dead: if this broker is in fact alive, it must stop serving them).
+Owners of other bundles are answered from a watched cache (bounded), so lookups of bundles
+owned elsewhere cost no metadata read.
 Must not know: topics, the protocol, load.
 """
 
@@ -18,7 +22,13 @@ from dataclasses import dataclass
 from magnetar.broker.bundles import BundleRange
 from magnetar.zk import paths
 from magnetar.zk.errors import AlreadyExists, BadVersion, NotFound
-from magnetar.zk.store import CREATE_ONLY, MetadataStore, SessionEvent
+from magnetar.zk.store import (
+    CREATE_ONLY,
+    MetadataStore,
+    Notification,
+    NotificationType,
+    SessionEvent,
+)
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +74,10 @@ class OwnerInfo:
         )
 
 
+OTHERS_CACHED_MAX = 100_000
+"""Owners of bundles owned elsewhere remembered at most (then the cache starts over)."""
+
+
 class OwnershipCache:
     """This broker's view of bundle ownership."""
 
@@ -71,8 +85,10 @@ class OwnershipCache:
         self._store = store
         self.me = me
         self._owned: dict[NamespaceBundle, int] = {}  # bundle -> node version
+        self._others: dict[str, OwnerInfo | None] = {}  # path -> owner, watched
         self._on_lost: list[Callable[[list[NamespaceBundle]], None]] = []
         store.add_session_listener(self._on_session_event)
+        store.add_listener(self._on_notification)
 
     def __repr__(self) -> str:
         return f"<OwnershipCache {self.me.native_url} owns={len(self._owned)}>"
@@ -90,8 +106,15 @@ class OwnershipCache:
     async def get_owner(self, bundle: NamespaceBundle) -> OwnerInfo | None:
         if bundle in self._owned:
             return self.me
-        got = await self._store.get(bundle.path)
-        return None if got is None else OwnerInfo.from_bytes(got.value)
+        path = bundle.path
+        if path in self._others:
+            return self._others[path]
+        got = await self._store.get(path)  # watched from now on
+        owner = None if got is None else OwnerInfo.from_bytes(got.value)
+        if len(self._others) >= OTHERS_CACHED_MAX:
+            self._others.clear()
+        self._others[path] = owner
+        return owner
 
     async def try_acquire(self, bundle: NamespaceBundle) -> OwnerInfo:
         """Take the bundle if nobody owns it; return whoever owns it afterwards."""
@@ -111,6 +134,8 @@ class OwnershipCache:
                 return self.me
             return owner
         self._owned[bundle] = result.stat.version
+        self._others.pop(bundle.path, None)
+        await self._store.exists(bundle.path)  # watch it: a deletion by another means lost
         log.info("acquired bundle %s", bundle)
         return self.me
 
@@ -140,7 +165,23 @@ class OwnershipCache:
         for bundle in list(self._owned):
             await self.release(bundle)
 
+    def _on_notification(self, n: Notification) -> None:
+        self._others.pop(n.path, None)
+        if n.type is not NotificationType.DELETED:
+            return
+        if not n.path.startswith(paths.NAMESPACE_OWNERSHIP + "/"):
+            return
+        bundle = next((b for b in self._owned if b.path == n.path), None)
+        if bundle is None:
+            return
+        del self._owned[bundle]
+        log.warning("ownership of bundle %s was taken away: no longer serving it", bundle)
+        for listener in list(self._on_lost):
+            listener([bundle])
+
     def _on_session_event(self, event: SessionEvent) -> None:
+        if event is not SessionEvent.CONNECTED:
+            self._others.clear()  # changes may have been missed while disconnected
         if event is SessionEvent.LOST and self._owned:
             lost = list(self._owned)
             self._owned.clear()

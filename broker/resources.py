@@ -17,7 +17,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from magnetar.broker.bundles import NamespaceBundles
+from magnetar.broker.bundles import BundleRange, NamespaceBundles
 from magnetar.zk import paths
 from magnetar.zk.errors import AlreadyExists, BadVersion, NotFound
 from magnetar.zk.store import CREATE_ONLY, MetadataStore
@@ -73,6 +73,13 @@ def topic_policies_path(tenant: str, namespace: str, domain: str, local: str) ->
 
 def _name_ok(name: str) -> bool:
     return bool(name) and all(c.isalnum() or c in "-_=:." for c in name)
+
+
+def _bundles_of(policies: dict[str, Any]) -> NamespaceBundles:
+    bounds = (policies.get("bundles") or {}).get("boundaries")
+    if not bounds:
+        return NamespaceBundles.default(1)
+    return NamespaceBundles(tuple(int(b, 16) if isinstance(b, str) else int(b) for b in bounds))
 
 
 def _dump(value: Any) -> bytes:
@@ -242,11 +249,44 @@ class Resources:
         raise ResourceConflict("Concurrent modification of the topic policies")
 
     async def bundles(self, tenant: str, namespace: str) -> NamespaceBundles:
-        policies = await self.get_policies(tenant, namespace)
-        bounds = (policies.get("bundles") or {}).get("boundaries")
-        if not bounds:
-            return NamespaceBundles.default(1)
-        return NamespaceBundles(tuple(int(b, 16) if isinstance(b, str) else int(b) for b in bounds))
+        return _bundles_of(await self.get_policies(tenant, namespace))
+
+    async def split_bundle(
+        self, tenant: str, namespace: str, bundle: BundleRange, points: list[int]
+    ) -> NamespaceBundles:
+        """Add ``points`` (strictly inside ``bundle``) to the namespace's boundaries by
+        compare-and-set on the policies, re-reading on a race; ``ResourceConflict`` when
+        ``bundle`` is no longer one of the namespace's bundles (split meanwhile)."""
+        path = paths.namespace_policies(tenant, namespace)
+        for _ in range(16):
+            got = await self.store.get(path)
+            if got is None:
+                raise ResourceNotFound("Namespace does not exist")
+            data = dict(json.loads(got.value or b"{}"))
+            bounds = (data.get("bundles") or {}).get("boundaries")
+            current = (
+                NamespaceBundles(
+                    tuple(int(b, 16) if isinstance(b, str) else int(b) for b in bounds)
+                )
+                if bounds
+                else NamespaceBundles.default(1)
+            )
+            if bundle not in current.ranges:
+                raise ResourceConflict(f"Bundle {bundle} is not a bundle of {tenant}/{namespace}")
+            inside = sorted({p for p in points if bundle.lower < p < bundle.upper})
+            if not inside:
+                raise ResourceConflict(f"No split point inside bundle {bundle}")
+            split = NamespaceBundles(tuple(sorted({*current.boundaries, *inside})))
+            data["bundles"] = {
+                "boundaries": [f"0x{b:08x}" for b in split.boundaries],
+                "numBundles": len(split.boundaries) - 1,
+            }
+            try:
+                await self.store.put(path, _dump(data), expected_version=got.stat.version)
+                return split
+            except BadVersion:
+                continue
+        raise ResourceConflict("Concurrent modification of the namespace policies")
 
     async def set_bundles(self, tenant: str, namespace: str, bundles: NamespaceBundles) -> None:
         await self.update_policies(

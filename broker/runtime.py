@@ -20,6 +20,7 @@ from typing import Any
 from aiohttp import web
 
 from magnetar.bookie.client import BookieClient
+from magnetar.broker.cluster_api import ClusterApi
 from magnetar.broker.config import BrokerConfig
 from magnetar.broker.http_api import AdminApi
 from magnetar.broker.ledger import ManagedLedgerConfig, ManagedLedgerFactory
@@ -85,6 +86,7 @@ class BrokerRuntime:
             self.service.resources,
             self.service,
             default_bundles=self.config.default_number_of_namespace_bundles,
+            extra_routes=ClusterApi(self.service).register,
         )
         self._web = web.AppRunner(api.app(), access_log=None)
         await self._web.setup()
@@ -92,6 +94,7 @@ class BrokerRuntime:
         await site.start()
         self.web_port = int(self._web.addresses[0][1])
         self.service.set_web_service_url(f"http://{self.config.advertised_address}:{self.web_port}")
+        await self.service.start_cluster()
         log.info(
             "broker ready service_url=%s web_url=http://%s:%d",
             self.service.service_url,

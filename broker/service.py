@@ -25,9 +25,9 @@ import asyncio
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from magnetar.broker.bundles import NamespaceBundles
+from magnetar.broker.bundles import NamespaceBundles, topic_hash
 from magnetar.broker.compaction import (
     CompactionAlreadyRunning,
     CompactionMonitor,
@@ -49,8 +49,11 @@ from magnetar.broker.resources import (
 from magnetar.broker.storage import TopicStorageFactory
 from magnetar.broker.subscription import SubscriptionError
 from magnetar.broker.topic import PersistentTopic
-from magnetar.zk.clock import Clock
+from magnetar.zk.clock import Clock, SystemClock
 from magnetar.zk.store import MetadataStore
+
+if TYPE_CHECKING:
+    from magnetar.broker.cluster import BrokerCluster
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +72,8 @@ class LookupResult:
     broker_url: str
     http_url: str
     redirect: bool
+    authoritative: bool = True
+    """False when redirecting to the load-manager leader, which decides the owner."""
 
 
 class BrokerService:
@@ -101,6 +106,7 @@ class BrokerService:
         self._tasks: set[asyncio.Task[Any]] = set()
         self.closed = False
         self.clock = clock
+        self.cluster: BrokerCluster | None = None
         self.policies = PolicyManager(self, clock)
         self.compaction_monitor = CompactionMonitor(
             lambda: [t for t in self.topics.values() if isinstance(t, PersistentTopic)],
@@ -159,10 +165,23 @@ class BrokerService:
         self.compaction_monitor.start()
         log.info("broker service listening on %s", self.service_url)
 
+    async def start_cluster(self) -> None:
+        """Join the cluster's load management (once the web URL is known)."""
+        if not self.config.load_balancer_enabled or self.cluster is not None:
+            return
+        from magnetar.broker.cluster import BrokerCluster
+
+        self.cluster = BrokerCluster(self, self.clock or SystemClock())
+        await self.cluster.start(self.web_service_url)
+
     async def close(self) -> None:
         if self.closed:
             return
+        if self.cluster is not None:
+            await self.cluster.drain(self.unload_bundle)
         self.closed = True
+        if self.cluster is not None:
+            await self.cluster.close()
         self.policies.close()
         self.compaction_monitor.close()
         if self._server is not None:
@@ -225,12 +244,21 @@ class BrokerService:
 
     # ------------------------------------------------------------------ lookup
     async def lookup(self, topic: str, authoritative: bool = False) -> LookupResult:
-        """Owner of ``topic``'s bundle (taking it if unowned)."""
+        """Owner of ``topic``'s bundle. An unowned bundle is placed by the load-manager
+        leader: the leader redirects to the broker it chose (authoritative), others
+        redirect to the leader; an authoritative lookup (the leader chose us), a broker
+        without a load manager, or one that finds no leader takes the bundle itself."""
         if self.ownership is None or self.closed:
             raise ServiceError("ServiceNotReady", "Broker is not running")
         tn = self.parse_topic(topic)
         bundle = await self.bundle_of(tn)
-        owner = await self.ownership.try_acquire(bundle)
+        owner = await self.ownership.get_owner(bundle)
+        if owner is None and not authoritative and self.cluster is not None:
+            where = await self.cluster.assign(bundle)
+            if where is not None:
+                return LookupResult(where.broker_url, where.http_url, True, where.authoritative)
+        if owner is None:
+            owner = await self.ownership.try_acquire(bundle)
         if owner.disabled:
             raise ServiceError("ServiceNotReady", f"Namespace bundle {bundle} is being unloaded")
         if owner.native_url == self.service_url:
@@ -363,19 +391,25 @@ class BrokerService:
             self._closing.discard(name)
 
     async def unload_bundle(self, bundle: NamespaceBundle) -> None:
+        """Graceful unload: lookups stop pointing here, the bundle's topics close (their
+        clients reconnect through a lookup), then the ownership node goes."""
         assert self.ownership is not None
         self._unloading.add(bundle)
         try:
             await self.ownership.set_disabled(bundle)
-            for name, topic in list(self.topics.items()):
-                if (topic.name.tenant, topic.name.namespace) != (bundle.tenant, bundle.namespace):
-                    continue
-                if (await self.bundle_of(topic.name)) == bundle:
-                    self.topics.pop(name, None)
-                    await self._close_topic(name, topic)
+            await self.close_topics_of(bundle)
             await self.ownership.release(bundle)
         finally:
             self._unloading.discard(bundle)
+
+    async def close_topics_of(self, bundle: NamespaceBundle) -> None:
+        """Close the loaded topics that belong to ``bundle``."""
+        for name, topic in list(self.topics.items()):
+            if (topic.name.tenant, topic.name.namespace) != (bundle.tenant, bundle.namespace):
+                continue
+            if bundle.range.contains(topic_hash(name)):
+                self.topics.pop(name, None)
+                await self._close_topic(name, topic)
 
     async def unload_namespace_bundle(self, tenant: str, namespace: str, name: str) -> str | None:
         """Unload the bundle ``name`` (``0x00000000_0x40000000``) if this broker owns it: its
@@ -425,6 +459,9 @@ class BrokerService:
     async def lookup_urls(self, topic: str) -> tuple[str, str]:
         try:
             got = await self.lookup(topic)
+            if got.redirect and not got.authoritative and self.cluster is not None:
+                # HTTP has no lookup redirects: ask the leader, which places the bundle
+                return await self.cluster.http_lookup(got.http_url, self.parse_topic(topic))
         except ServiceError as exc:
             raise _to_resource_error(exc) from None
         return got.broker_url, got.http_url

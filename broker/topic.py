@@ -744,7 +744,12 @@ class PersistentTopic:
         if self.closed:
             return
         self.state = next_topic_state(self.state, TopicEvent.CLOSE)
-        await self._drain_publishes()
+        # SENDs keep arriving until the producers hear CLOSE_PRODUCER: drain until none is
+        # left, then tell every producer with nothing awaited in between. A SEND read after
+        # that finds its producer gone and is resent by the client to the next owner; one
+        # stored here without its receipt reaching the client would be stored twice.
+        while self._pending or self._inflight:
+            await self._drain_publishes()
         for producer in list(self.producers.producers.values()) + list(self.producers.waiting):
             if producer.cnx is not None:
                 producer.cnx.send_close_producer(producer)

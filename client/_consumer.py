@@ -24,14 +24,10 @@ import contextlib
 import logging
 import re
 import secrets
-import struct
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from google.protobuf.message import DecodeError
-
-from magnetar.client._compression import DecompressionError, decompress
 from magnetar.client._config import (
     ConsumerBatchReceivePolicy,
     ConsumerDeadLetterPolicy,
@@ -42,6 +38,7 @@ from magnetar.client._config import (
     RedeliveryBackoff,
 )
 from magnetar.client._connection import ClientConnection
+from magnetar.client._entry_decode import EntryDecodeError, decode_entry
 from magnetar.client._errors import (
     AlreadyClosed,
     CumulativeAcknowledgementNotAllowedError,
@@ -62,8 +59,8 @@ from magnetar.client._trackers import (
     ack_set_words,
     unacked_from_ack_set,
 )
+from magnetar.client.protocol import MessageId as _Id
 from magnetar.client.protocol import (
-    BatchDeserializeError,
     PayloadCommand,
     TopicName,
     chunk_info,
@@ -73,41 +70,10 @@ from magnetar.client.protocol import (
     to_int64,
     to_uint64,
 )
-from magnetar.client.protocol import MessageId as _Id
 
 log = logging.getLogger(__name__)
 
 RETRY_PROPS = ("REAL_TOPIC", "ORIGIN_MESSAGE_ID", "RECONSUMETIMES", "DELAY_TIME")
-_NO_PROPERTIES: dict[str, str] = {}  # shared: Message.properties() returns a copy
-_U32 = struct.Struct(">I")
-_parse_smm = pb.SingleMessageMetadata.FromString
-
-
-def _split_batch(payload: bytes, n: int) -> list[tuple[pb.SingleMessageMetadata, bytes]]:
-    """The members of an uncompressed batch payload (layout in ``protocol._batch``); the
-    consumer's hot path, so no per-member record objects. Raises ``BatchDeserializeError``."""
-    out: list[tuple[pb.SingleMessageMetadata, bytes]] = []
-    pos = 0
-    end = len(payload)
-    unpack = _U32.unpack_from
-    try:
-        for _ in range(n):
-            (size,) = unpack(payload, pos)
-            pos += 4
-            if pos + size > end:
-                raise BatchDeserializeError("metadata size exceeds the batch")
-            smm = _parse_smm(payload[pos : pos + size])
-            pos += size
-            psize = smm.payload_size
-            if psize < 0 or pos + psize > end:
-                raise BatchDeserializeError("payload size exceeds the batch")
-            out.append((smm, payload[pos : pos + psize]))
-            pos += psize
-    except (struct.error, DecodeError) as exc:
-        raise BatchDeserializeError(f"bad batch: {exc}") from None
-    if pos != end:
-        raise BatchDeserializeError(f"{end - pos} stray bytes after {n} messages")
-    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -371,98 +337,41 @@ class PartitionConsumer(Handler):
                 self._dropped(1)  # a partial chunk is not a message for the app
                 return
             payload, chunk_ids = assembled
-        if md.HasField("compression") and md.compression != 0:
-            try:
-                payload = decompress(md.compression, payload, md.uncompressed_size)
-            except DecompressionError as exc:
-                log.error("%s: dropping %s: %s", self.topic, entry, exc)
-                self._ack_with_validation_error(entry, 1)
-                self._dropped(md.num_messages_in_batch if is_batch(md) else 1)
-                return
-        out: list[Message] = []
-        topic = self.topic_name
+        still: set[int] | None = None
         if is_batch(md):
             n = md.num_messages_in_batch
-            try:
-                members = _split_batch(payload, n)
-            except BatchDeserializeError as exc:
-                log.error("%s: dropping batch %s: %s", self.topic, entry, exc)
-                self._ack_with_validation_error(entry, 3)
-                self._dropped(n)
-                return
-            still = unacked_from_ack_set(list(body.ack_set), n) if body.ack_set else None
+            if body.ack_set:
+                still = unacked_from_ack_set(list(body.ack_set), n)
             if self.batches.known(entry):  # redelivered: skip members already acked here
                 local = self.batches.remaining(entry)
                 still = local if still is None else still & local
-            delivered: set[int] = set()
-            skipped = 0
-            partition = self.partition
-            publish_time = md.publish_time
-            outer_event_time = md.event_time
-            schema_version = md.schema_version
-            filtering = self._start_filter is not None
-            for index, (smm, data) in enumerate(members):
-                if (still is not None and index not in still) or smm.compacted_out:
-                    skipped += 1
-                    continue
-                mid = MessageId(partition, ledger, entry_id, index, topic=topic, batch_size=n)
-                if filtering and self._filtered(mid):
-                    skipped += 1
-                    continue
-                delivered.add(index)
-                out.append(
-                    Message(
-                        data,
-                        mid,
-                        topic=topic,
-                        properties=(
-                            {kv.key: kv.value for kv in smm.properties}
-                            if smm.properties
-                            else _NO_PROPERTIES
-                        ),
-                        partition_key=smm.partition_key if smm.HasField("partition_key") else None,
-                        ordering_key=smm.ordering_key if smm.HasField("ordering_key") else None,
-                        publish_time_ms=publish_time,
-                        event_time_ms=smm.event_time or outer_event_time,
-                        redelivery_count=redelivery,
-                        schema_version=schema_version,
-                        consumer_ref=self,
-                    )
-                )
-            if delivered and self.config.durable:  # readers never ack: nothing to track
-                self.batches.received(entry, n, delivered)
-            elif skipped == n:
-                self._reack(entry)
-            if skipped:
-                self._dropped(skipped)
-        else:
-            mid = MessageId(
-                self.partition,
-                ledger,
-                entry_id,
-                -1,
-                topic=topic,
+        try:
+            decoded = decode_entry(
+                md,
+                payload,
+                partition=self.partition,
+                ledger=ledger,
+                entry_id=entry_id,
+                topic=self.topic_name,
+                redelivery=redelivery,
                 chunk_ids=chunk_ids,
+                still=still,
+                drop=None if self._start_filter is None else self._filtered,
+                consumer_ref=self,
             )
-            if self._start_filter is not None and self._filtered(mid):
-                self._dropped(1)
-                return
-            props = md.properties
-            out.append(
-                Message(
-                    payload,
-                    mid,
-                    topic=topic,
-                    properties={kv.key: kv.value for kv in props} if props else _NO_PROPERTIES,
-                    partition_key=md.partition_key if md.HasField("partition_key") else None,
-                    ordering_key=md.ordering_key if md.HasField("ordering_key") else None,
-                    publish_time_ms=md.publish_time,
-                    event_time_ms=md.event_time,
-                    redelivery_count=redelivery,
-                    schema_version=md.schema_version,
-                    consumer_ref=self,
-                )
-            )
+        except EntryDecodeError as exc:
+            log.error("%s: dropping %s: %s", self.topic, entry, exc)
+            self._ack_with_validation_error(entry, exc.validation_error)
+            self._dropped(exc.count)
+            return
+        out = decoded.messages
+        if decoded.batch_size:
+            if decoded.delivered and self.config.durable:  # readers never ack: nothing to track
+                self.batches.received(entry, decoded.batch_size, decoded.delivered)
+            elif decoded.skipped == decoded.batch_size:
+                self._reack(entry)
+        if decoded.skipped:
+            self._dropped(decoded.skipped)
         if not out:
             return
         self._received += len(out)

@@ -116,10 +116,18 @@ class LeaderElection:
 
     async def leader_value(self) -> bytes | None:
         """The value written by the current leader (None: no contender)."""
+        current = await self.current_leader()
+        return None if current is None else current[1]
+
+    async def current_leader(self) -> tuple[str, bytes, int] | None:
+        """(node path, value, version) of the current leader's node (None: no contender).
+        Deleting that node (by version) makes the next contender the leader: how another
+        process deposes a leader it knows to be dead before its session expires."""
         for name in await self._candidates():
-            got = await self._store.get(f"{self._path}/{name}")
+            path = f"{self._path}/{name}"
+            got = await self._store.get(path)
             if got is not None:
-                return got.value
+                return path, got.value, got.stat.version
         return None
 
     async def resign(self) -> None:

@@ -21,6 +21,7 @@ from ._batch import (
     is_batch,
     parse_batch,
     serialize_single_message,
+    split_batch,
 )
 from ._connection import (
     MAX_PROTOCOL_VERSION,
@@ -153,6 +154,7 @@ __all__ = [
     "pb",
     "serialize_command",
     "serialize_single_message",
+    "split_batch",
     "sticky_key",
     "to_int64",
     "to_uint64",

@@ -1,0 +1,164 @@
+"""A real cluster for tests: ZooKeeper (the session fixture), bookie processes and
+``magnetar broker`` processes under one metadata chroot, plus the official client's view.
+
+Owns: ``Cluster`` (start N bookies and M brokers, find a topic's owner and the leader, kill
+or stop brokers) and ``PublishChecker`` (an official-client producer that records every
+acknowledged payload, so a test can prove that each one reaches a consumer).
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import threading
+import time
+import uuid
+from collections.abc import Callable
+
+import pulsar
+
+from support.bookies import BookieFactory
+from support.broker_process import BrokerProcess
+from support.zookeeper import ZooKeeperServer
+
+
+class Cluster:
+    def __init__(
+        self,
+        zookeeper: ZooKeeperServer,
+        bookies: BookieFactory,
+        base: pathlib.Path,
+        made: list[BrokerProcess],
+    ) -> None:
+        self.metadata = f"{zookeeper.url}/cluster-{uuid.uuid4().hex[:8]}"
+        self._bookies = bookies
+        self._base = base
+        self.brokers = made
+
+    def start_bookies(self, n: int = 2) -> None:
+        self._bookies.start_many(n, metadata=self.metadata)
+
+    def start_broker(self, extra_config: str = "") -> BrokerProcess:
+        b = BrokerProcess(
+            self._base, f"broker-{len(self.brokers) + 1}", self.metadata, extra_config=extra_config
+        )
+        self.brokers.append(b)
+        return b.start()
+
+    @property
+    def running(self) -> list[BrokerProcess]:
+        return [b for b in self.brokers if b.running]
+
+    @property
+    def service_url(self) -> str:
+        """Every running broker, as a client's multi-host service URL."""
+        return "pulsar://" + ",".join(f"127.0.0.1:{b.port}" for b in self.running)
+
+    def by_url(self, service_url: str) -> BrokerProcess:
+        return next(b for b in self.brokers if b.service_url == service_url)
+
+    def owner(self, topic: str) -> BrokerProcess:
+        """The broker owning ``topic`` (a full name), asking any running broker."""
+        return self.by_url(self.running[0].lookup(topic.replace("://", "/")))
+
+    def leader_id(self, via: BrokerProcess | None = None) -> str:
+        b = via or self.running[0]
+        return str(json.loads(b.admin("GET", "/admin/v2/brokers/leaderBroker"))["brokerId"])
+
+    def leader(self) -> BrokerProcess:
+        lid = self.leader_id()
+        return next(b for b in self.brokers if lid == f"127.0.0.1:{b.web_port}")
+
+
+def wait_until(pred: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not pred():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+        time.sleep(0.05)  # polling interval of a deadline-bounded wait
+
+
+class PublishChecker:
+    """Publishes ``<prefix>-<n>`` as fast as the producer allows (send_async, bounded by its
+    pending queue) in a thread, recording each payload whose receipt came back Ok and when."""
+
+    def __init__(self, client: pulsar.Client, topic: str, prefix: str = "m") -> None:
+        self.producer = client.create_producer(
+            topic, batching_enabled=False, send_timeout_millis=120_000, max_pending_messages=200
+        )
+        self.prefix = prefix
+        self.acked: dict[bytes, float] = {}
+        self.failed: list[str] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self.sent = 0
+
+    def start(self) -> PublishChecker:
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            payload = f"{self.prefix}-{self.sent}".encode()
+            self.sent += 1
+
+            def done(res: pulsar.Result, _mid: object, payload: bytes = payload) -> None:
+                with self._lock:
+                    if res == pulsar.Result.Ok:
+                        self.acked[payload] = time.monotonic()
+                    else:
+                        self.failed.append(f"{payload!r}: {res}")
+
+            try:
+                self.producer.send_async(payload, done)
+            except pulsar.PulsarException as exc:  # queue full while reconnecting
+                self.failed.append(f"send_async {payload!r}: {exc}")
+                self.sent -= 1
+                time.sleep(0.01)  # back-off before offering the same payload again
+            if self.sent % 20 == 0:
+                time.sleep(0.005)  # a steady load, not a flood, on a 2-core machine
+
+    def acked_count(self) -> int:
+        with self._lock:
+            return len(self.acked)
+
+    def first_ack_after(self, t: float) -> float | None:
+        with self._lock:
+            later = [a for a in self.acked.values() if a > t]
+        return min(later) if later else None
+
+    def stop(self) -> dict[bytes, float]:
+        self._stop.set()
+        self._thread.join(30)
+        self.producer.flush()
+        with self._lock:
+            return dict(self.acked)
+
+
+def drain(
+    consumer: pulsar.Consumer,
+    expected: set[bytes],
+    timeout_s: float,
+    ids: dict[bytes, list[str]] | None = None,
+) -> list[bytes]:
+    """Receive (and acknowledge) until every payload of ``expected`` arrived; all received.
+    ``ids`` collects each payload's message ids (a payload stored twice has two)."""
+    got: list[bytes] = []
+    seen: set[bytes] = set()
+    deadline = time.monotonic() + timeout_s
+    while not expected <= seen:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            missing = sorted(expected - seen)[:10]
+            raise AssertionError(f"{len(expected - seen)} acknowledged messages missing: {missing}")
+        try:
+            msg = consumer.receive(int(min(left, 5) * 1000))
+        except pulsar.Timeout:
+            continue
+        got.append(msg.data())
+        seen.add(msg.data())
+        if ids is not None:
+            ids.setdefault(msg.data(), []).append(str(msg.message_id()))
+        consumer.acknowledge(msg)
+    return got

@@ -1,0 +1,175 @@
+"""The load manager over an in-memory metadata store: leadership, placement, failure
+detection, deposing a dead leader, shedding and split rounds (actions recorded, not done)."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import AsyncIterator
+
+import pytest
+from support.ledger_cluster import wait_for
+
+from magnetar.broker.loadbalance import BrokerLoadReport, BundleStats, ResourceUsage, SheddingConfig
+from magnetar.broker.loadbalance.manager import (
+    LeaderInfo,
+    LoadManager,
+    LoadManagerConfig,
+    NotLeader,
+    ProbeResult,
+)
+from magnetar.broker.loadbalance.split import SplitAlgorithm, SplitThresholds
+from magnetar.zk import paths
+from magnetar.zk.clock import VirtualClock
+from magnetar.zk.memory import MemoryMetadataServer, MemoryMetadataStore
+
+MB = 1024 * 1024
+
+
+class Actions:
+    def __init__(self) -> None:
+        self.refused: set[str] = set()
+        self.unloads: list[tuple[str, str]] = []
+        self.splits: list[tuple[str, str, SplitAlgorithm, bool]] = []
+
+    async def unload(self, owner: BrokerLoadReport, bundle: str) -> None:
+        self.unloads.append((owner.broker_id, bundle))
+
+    async def split(
+        self, owner: BrokerLoadReport, bundle: str, algorithm: SplitAlgorithm, unload: bool
+    ) -> None:
+        self.splits.append((owner.broker_id, bundle, algorithm, unload))
+
+    async def bundle_count(self, namespace: str) -> int:
+        return 4
+
+    async def probe(self, broker: BrokerLoadReport) -> ProbeResult:
+        return ProbeResult.REFUSED if broker.broker_id in self.refused else ProbeResult.ALIVE
+
+
+def report(name: str, cpu: float, bundles: dict[str, float]) -> BrokerLoadReport:
+    stats = {b: BundleStats(1000, 1000, mbs * MB, mbs * MB, topics=5) for b, mbs in bundles.items()}
+    total = sum(s.msg_throughput_in for s in stats.values())
+    return BrokerLoadReport(
+        name,
+        f"pulsar://{name}",
+        f"http://{name}",
+        cpu=ResourceUsage(cpu, 100),
+        msg_throughput_in=total,
+        msg_throughput_out=total,
+        bundles=stats,
+        last_update_ms=1,
+    )
+
+
+class Cluster:
+    def __init__(self) -> None:
+        self.server = MemoryMetadataServer()
+        self.clock = VirtualClock()
+        self.actions = Actions()
+        self.managers: dict[str, LoadManager] = {}
+        self.stores: dict[str, MemoryMetadataStore] = {}
+
+    async def broker(self, name: str, cpu: float, bundles: dict[str, float]) -> LoadManager:
+        store = self.stores[name] = self.server.connect()
+        r = report(name, cpu, bundles)
+        await store.put(paths.broker_load(name), r.encode(), ephemeral=True)
+        for bundle in bundles:
+            t, ns, rng = bundle.split("/")
+            await store.put(
+                paths.bundle_ownership(t, ns, rng),
+                json.dumps({"nativeUrl": r.pulsar_service_url}).encode(),
+                ephemeral=True,
+            )
+        config = LoadManagerConfig(
+            shedding=SheddingConfig(min_throughput_bytes=0),
+            split=SplitThresholds(max_msg_rate=1500),
+            probe_failures=2,
+        )
+        lm = LoadManager(
+            store, self.clock, LeaderInfo(name, f"http://{name}", f"pulsar://{name}"),
+            config, self.actions, rng=random.Random(1),
+        )  # fmt: skip
+        await lm.start()
+        self.managers[name] = lm
+        return lm
+
+
+@pytest.fixture
+async def cluster() -> AsyncIterator[Cluster]:
+    c = Cluster()
+    yield c
+    for lm in c.managers.values():
+        await lm.close()
+
+
+async def test_one_leader_places_and_followers_refuse(cluster: Cluster) -> None:
+    a = await cluster.broker("a", 80, {"t/n/0x00000000_0x80000000": 1})
+    b = await cluster.broker("b", 5, {})
+    await wait_for(lambda: len(a.reports) == 2 and len(b.reports) == 2)
+    assert a.is_leader and not b.is_leader
+    assert (await b.leader()) == a.me
+    chosen = await a.select_broker("t/n/0x80000000_0xffffffff")
+    assert chosen.broker_id == "b"  # far below the average usage
+    with pytest.raises(NotLeader):
+        await b.select_broker("t/n/0x80000000_0xffffffff")
+    assert a.statistics().bundles_assigned == 1
+
+
+async def test_a_broker_refusing_probes_is_declared_dead_and_its_bundles_freed(
+    cluster: Cluster,
+) -> None:
+    a = await cluster.broker("a", 10, {})
+    await cluster.broker("b", 10, {"t/n/0x00000000_0x80000000": 1, "t/n/0x80000000_0xffffffff": 1})
+    await wait_for(lambda: len(a.reports) == 2)
+    owner_path = paths.bundle_ownership("t", "n", "0x00000000_0x80000000")
+    cluster.actions.refused.add("b")
+    await a.run_round()
+    assert await cluster.stores["a"].get(owner_path) is not None  # one refusal is not enough
+    await a.run_round()
+    assert await cluster.stores["a"].get(owner_path) is None
+    assert await cluster.stores["a"].get(paths.broker_load("b")) is None
+    assert "b" not in a.reports and a.statistics().brokers_declared_dead == 1
+
+
+async def test_a_timeout_alone_never_frees_bundles(cluster: Cluster) -> None:
+    a = await cluster.broker("a", 10, {})
+    await cluster.broker("b", 10, {"t/n/0x00000000_0xffffffff": 1})
+    await wait_for(lambda: len(a.reports) == 2)
+
+    async def slow(broker: BrokerLoadReport) -> ProbeResult:
+        return ProbeResult.TIMEOUT
+
+    cluster.actions.probe = slow  # type: ignore[method-assign]
+    for _ in range(5):
+        await a.run_round()
+    assert await cluster.stores["a"].get(paths.bundle_ownership("t", "n", "0x00000000_0xffffffff"))
+
+
+async def test_followers_depose_a_dead_leader(cluster: Cluster) -> None:
+    a = await cluster.broker("a", 10, {})
+    b = await cluster.broker("b", 10, {})
+    await wait_for(lambda: len(b.reports) == 2 and a.is_leader)
+    cluster.actions.refused.add("a")
+    await b.run_round()
+    await b.run_round()
+    await wait_for(lambda: b.is_leader)
+    assert (await b.leader()) == b.me
+
+
+async def test_shedding_and_split_rounds_ask_the_owner(cluster: Cluster) -> None:
+    a = await cluster.broker(
+        "a", 90, {"t/n/0x00000000_0x40000000": 30, "t/n/0x40000000_0x80000000": 5}
+    )
+    await cluster.broker("b", 10, {"t/n/0x80000000_0xffffffff": 5})
+    await wait_for(lambda: len(a.reports) == 2)
+    assert await a.shedding_round() == 1
+    assert cluster.actions.unloads == [("a", "t/n/0x00000000_0x40000000")]
+    assert await a.shedding_round() == 0  # moved within the grace period; one stays
+    assert await a.split_round() == 3  # every bundle carries 2,000 msg/s > 1,500
+    assert {s[1] for s in cluster.actions.splits} == {
+        "t/n/0x00000000_0x40000000",
+        "t/n/0x40000000_0x80000000",
+        "t/n/0x80000000_0xffffffff",
+    }
+    assert all(s[2] is SplitAlgorithm.RANGE_EQUALLY_DIVIDE and s[3] for s in cluster.actions.splits)
