@@ -504,16 +504,10 @@ class Brokers(Kind):
     def list_all(self, api: Api, scope: Scope, *, full: bool) -> list[Obj]:
         cluster = api.cluster()
         names = api.get(f"/admin/v2/brokers/{quote(cluster, safe='')}")
-        leader = (api.try_get("/admin/v2/brokers/leaderBroker") or {}).get("brokerId")
-        return [
-            make("Broker", str(b), spec={"cluster": cluster},
-                 status={"leader": leader is not None and str(b) in str(leader)})
-            for b in sorted(names or [])
-        ]
+        return [make("Broker", str(b), spec={"cluster": cluster}) for b in sorted(names or [])]
 
     def columns(self, wide: bool) -> list[Column]:
-        return [("NAME", self.key), ("CLUSTER", lambda o: dig(o, "spec", "cluster")),
-                ("LEADER", lambda o: str(dig(o, "status", "leader")).lower())]
+        return [("NAME", self.key), ("CLUSTER", lambda o: dig(o, "spec", "cluster"))]
 
 
 # -------------------------------------------------------------------------------- bookies
@@ -527,6 +521,9 @@ class Bookies(Kind):
             bid = b.get("bookieId") if isinstance(b, dict) else str(b)
             out.append(make("Bookie", str(bid), status=b if isinstance(b, dict) else {}))
         return out
+
+    def columns(self, wide: bool) -> list[Column]:
+        return [("NAME", self.key), ("STATE", lambda o: dig(o, "status", "state") or "<none>")]
 
 
 # -------------------------------------------------------------------------------- ledgers

@@ -59,7 +59,7 @@ RESOURCES: tuple[ResourceType, ...] = (
 
 _BY_NAME: dict[str, ResourceType] = {}
 for _r in RESOURCES:
-    for _n in (*_r.names, _r.kind.lower()):
+    for _n in (*_r.names, _r.kind.lower(), _r.short + "s"):
         _BY_NAME[_n] = _r
 _BY_KIND = {r.kind: r for r in RESOURCES}
 
