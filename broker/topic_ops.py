@@ -204,10 +204,7 @@ class TopicOperations:
                 if stop(e, messages):
                     return out
                 out.append(e)
-                try:
-                    messages += t.count_of(e)
-                except BadEntry:
-                    messages += 1
+                messages += self._count(t, e)
             tail = entries[-1].position
             if tail >= last:
                 break
@@ -286,9 +283,16 @@ class TopicOperations:
             raise PreconditionFailed("The message position starts at 1")
         t, s = await self.subscription(topic, sub)
         entries = await self._unacked(t, s, lambda e, n: n >= nth)
-        if not entries:
+        if sum(self._count(t, e) for e in entries) < nth:
             raise ResourceNotFound("Message not found")
         return _peeked(entries[-1])
+
+    @staticmethod
+    def _count(t: PersistentTopic, e: Entry) -> int:
+        try:
+            return t.count_of(e)
+        except BadEntry:
+            return 1
 
     async def examine(self, topic: str, initial: str, nth: int) -> PeekedMessage:
         """Pulsar's ``examinemessage``: the ``nth`` entry from the start or from the end."""
