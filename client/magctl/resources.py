@@ -3,12 +3,14 @@
 Owns: ``RESOURCES`` (the table ``magctl api-resources`` prints), ``resolve`` (``topics``,
 ``topic``, ``tp`` and ``TOPIC`` all name one type; anything else is a usage error), and
 ``TopicName`` (``persistent://t/ns/x``, ``t/ns/x`` and a short ``x`` resolved in the current
-namespace, ``persistent`` by default). Must not know: HTTP, output.
+namespace, ``persistent`` by default). Records are NamedTuples, not dataclasses: importing
+``dataclasses`` costs several ms at start-up, and ``magctl --help`` loads this module.
+Must not know: HTTP, output.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 from urllib.parse import quote
 
 from magnetar.client.magctl.errors import UsageError
@@ -18,8 +20,7 @@ DOMAINS = ("persistent", "non-persistent")
 DEFAULT_NAMESPACE = "public/default"
 
 
-@dataclass(frozen=True, slots=True)
-class ResourceType:
+class ResourceType(NamedTuple):
     plural: str
     singular: str
     short: str
@@ -87,8 +88,7 @@ def split_namespace(ns: str) -> tuple[str, str]:
     return parts[0], parts[1]
 
 
-@dataclass(frozen=True, slots=True)
-class TopicName:
+class TopicName(NamedTuple):
     domain: str
     tenant: str
     namespace: str
