@@ -72,6 +72,9 @@ class BrokerConfig:
     # threshold (namespace / topic policy ``compaction_threshold`` overrides; 0 = off)
     broker_service_compaction_monitor_interval_seconds: int = 60
     broker_service_compaction_threshold_in_bytes: int = 0
+    # metrics: per-topic series on /metrics (off: summed per namespace, as Pulsar's
+    # exposeTopicLevelMetricsInPrometheus=false; subscription series need topic level)
+    expose_topic_level_metrics_in_prometheus: bool = True
 
     @property
     def service_url(self) -> str:

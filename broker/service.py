@@ -91,6 +91,7 @@ class BrokerService:
         self._server: asyncio.AbstractServer | None = None
         self.connections: set[Any] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._metrics: Any = None  # broker/metrics.py BrokerMetrics, made on first scrape
         self.closed = False
         self.clock = clock
         self.policies = PolicyManager(self, clock)
@@ -523,33 +524,12 @@ class BrokerService:
         }
 
     def metrics_text(self) -> str:
-        lines = []
-        cluster = self.config.cluster_name
-        for name, t in sorted(self.topics.items()):
-            ns = t.name.namespace_name
-            labels = f'cluster="{cluster}",namespace="{ns}",topic="{name}"'
-            lines.append(f"pulsar_in_messages_total{{{labels}}} {t.counters.msg_in}")
-            lines.append(f"pulsar_in_bytes_total{{{labels}}} {t.counters.bytes_in}")
-            lines.append(f"pulsar_producers_count{{{labels}}} {len(t.producers.producers)}")
-            lines.append(f"pulsar_subscriptions_count{{{labels}}} {len(t.subscriptions)}")
-            lines.append(f"pulsar_storage_size{{{labels}}} {t.ledger.total_size}")
-            backlog = sum(s.cursor.backlog() for s in t.subscriptions.values())
-            lines.append(f"pulsar_msg_backlog{{{labels}}} {backlog}")
-            out_entries = out_bytes = 0
-            for sub in t.subscriptions.values():
-                d = getattr(sub, "dispatcher", None)
-                if d is not None:
-                    out_entries += d.dispatched_entries
-                    out_bytes += d.dispatched_bytes
-            lines.append(f"pulsar_out_entries_total{{{labels}}} {out_entries}")
-            lines.append(f"pulsar_out_bytes_total{{{labels}}} {out_bytes}")
-            compaction = getattr(t, "compaction", None)
-            if compaction is not None and (compaction.runs or compaction.view is not None):
-                for metric, value in compaction.metrics().items():
-                    lines.append(f"{metric}{{{labels}}} {value}")
-        lines.append(f'pulsar_broker_topics_count{{cluster="{cluster}"}} {len(self.topics)}')
-        lines.append(f'pulsar_active_connections{{cluster="{cluster}"}} {len(self.connections)}')
-        return "\n".join(lines) + "\n"
+        """Prometheus exposition text of this broker (``broker/metrics.py``)."""
+        if self._metrics is None:
+            from magnetar.broker.metrics import BrokerMetrics
+
+            self._metrics = BrokerMetrics(self)
+        return self._metrics.render()
 
 
 def _to_resource_error(exc: ServiceError) -> ResourceError:
