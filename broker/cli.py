@@ -98,6 +98,13 @@ def _standalone_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--bookie-port", type=int, default=3181, help="first bookie's port (then +1 each)"
     )
+    parser.add_argument(
+        "--bookie-http-port",
+        type=int,
+        default=0,
+        help="first bookie's HTTP port for /metrics and /health (then +1 each; "
+        "BookKeeper's default is 8000; 0 = none)",
+    )
 
 
 def _standalone_run(args: argparse.Namespace) -> int:
@@ -115,7 +122,11 @@ def _standalone_run(args: argparse.Namespace) -> int:
     _install_uvloop()
     return asyncio.run(
         run_standalone(
-            args.data_dir, config, num_bookies=args.bookies, bookie_port=args.bookie_port
+            args.data_dir,
+            config,
+            num_bookies=args.bookies,
+            bookie_port=args.bookie_port,
+            bookie_http_port=args.bookie_http_port,
         )
     )
 

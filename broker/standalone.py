@@ -9,7 +9,8 @@ then SIGKILL after a grace period), metadata.
 Must not know: broker or bookie internals.
 
 Bookies keep a stable id and port across restarts (``--bookie-port``, default 3181 + i),
-because ledger metadata names the bookies holding each ledger.
+because ledger metadata names the bookies holding each ledger. With ``--bookie-http-port``
+they serve their BookKeeper-named ``/metrics`` on that port + i.
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ class Standalone:
         num_bookies: int = 1,
         bookie_port: int = 3181,
         bookie_start_timeout_s: float = 30.0,
+        bookie_http_port: int = 0,
     ) -> None:
         if num_bookies < 1:
             raise ValueError("standalone needs at least one bookie")
@@ -71,6 +73,8 @@ class Standalone:
         )
         self.num_bookies = num_bookies
         self.bookie_port = bookie_port
+        self.bookie_http_port = bookie_http_port
+        """First bookie's /metrics port (then +1 each); 0 = the bookies serve no HTTP."""
         self.bookie_start_timeout_s = bookie_start_timeout_s
         self.metadata: EmbeddedMetadataServer | None = None
         self.metadata_url = ""
@@ -121,6 +125,8 @@ class Standalone:
             "--bookie-id",
             address,
         ]
+        if self.bookie_http_port:
+            cmd += ["--http-port", str(self.bookie_http_port + index)]
         log.info("starting bookie %d: %s", index, " ".join(cmd))
         return subprocess.Popen(cmd, preexec_fn=_die_with_parent)  # noqa: PLW1509
 
@@ -178,8 +184,15 @@ async def run_standalone(
     *,
     num_bookies: int = 1,
     bookie_port: int = 3181,
+    bookie_http_port: int = 0,
 ) -> int:
-    standalone = Standalone(data_dir, config, num_bookies=num_bookies, bookie_port=bookie_port)
+    standalone = Standalone(
+        data_dir,
+        config,
+        num_bookies=num_bookies,
+        bookie_port=bookie_port,
+        bookie_http_port=bookie_http_port,
+    )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

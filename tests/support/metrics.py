@@ -12,9 +12,11 @@ def families(text: str) -> dict[str, object]:
 
 
 def sample(text: str, name: str, **labels: str) -> float | None:
-    """The value of the sample ``name`` whose labels include ``labels``; None if absent."""
+    """The value of the sample ``name`` whose labels include ``labels``; None if absent.
+    The parser names every counter sample ``..._total``; either name finds it."""
+    names = (name, name + "_total")
     for family in text_string_to_metric_families(text):
         for s in family.samples:
-            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
+            if s.name in names and all(s.labels.get(k) == v for k, v in labels.items()):
                 return float(s.value)
     return None

@@ -23,7 +23,15 @@ from support.net import free_port
 
 
 class StandaloneProcess:
-    def __init__(self, data_dir: pathlib.Path, log_path: pathlib.Path, *, bookies: int = 1) -> None:
+    def __init__(
+        self,
+        data_dir: pathlib.Path,
+        log_path: pathlib.Path,
+        *,
+        bookies: int = 1,
+        extra_args: list[str] | None = None,
+    ) -> None:
+        self.extra_args = list(extra_args or [])
         self.data_dir = data_dir
         self.log_path = log_path
         self.port = free_port()
@@ -58,6 +66,7 @@ class StandaloneProcess:
             str(self.bookies),
             "--advertised-address",
             "127.0.0.1",
+            *self.extra_args,
         ]
         log = open(self.log_path, "ab")  # noqa: SIM115 - owned by the child for its lifetime
         self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
