@@ -91,6 +91,7 @@ class OperationRoutes:
         r.add_put(ns + "/unload", self.unload_namespace)
         r.add_get(ns + "/permissions", self.namespace_permissions)
         r.add_put(ns + "/{bundle:0x[0-9a-fA-F]+_0x[0-9a-fA-F]+}/unload", self.unload_bundle)
+        r.add_put(ns + "/{bundle:0x[0-9a-fA-F]+_0x[0-9a-fA-F]+}/split", self.split_bundle)
         r.add_get("/admin/v2/non-persistent/{tenant}/{namespace}", self.list_non_persistent)
         base = "/admin/v2/{domain}/{tenant}/{namespace}/{topic}"
         sub = base + "/subscription/{subscription}"
@@ -128,6 +129,26 @@ class OperationRoutes:
         m = request.match_info
         await self.ops.unload_bundle(m["tenant"], m["namespace"], m["bundle"])
         return _no_content()
+
+    async def split_bundle(self, request: web.Request) -> web.Response:
+        """Pulsar: ``PUT .../{bundle}/split?unload=&splitAlgorithmName=``, body: an optional
+        list of boundaries (``specified_positions_divide``). Answers the new ranges."""
+        m = request.match_info
+        body = await _body(request)
+        boundaries: list[int] = []
+        if body is not None:
+            if not isinstance(body, list):
+                raise PreconditionFailed("The body must be a list of boundaries")
+            try:
+                boundaries = [int(b, 16) if isinstance(b, str) else int(b) for b in body]
+            except (TypeError, ValueError):
+                raise PreconditionFailed("Boundaries must be integers or 0x-hex") from None
+        algorithm = request.query.get("splitAlgorithmName") or "range_equally_divide"
+        ranges = await self.ops.split_bundle(
+            m["tenant"], m["namespace"], m["bundle"], algorithm=algorithm,
+            boundaries=boundaries,
+        )
+        return _json(ranges)
 
     async def namespace_permissions(self, request: web.Request) -> web.Response:
         m = request.match_info

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from magnetar.broker.bundles import BundleRange
+from magnetar.broker.bundles import BundleRange, NamespaceBundles, topic_hash
 from magnetar.broker.frames import BadEntry
 from magnetar.broker.ledger.position import EARLIEST, LATEST, Position
 from magnetar.broker.ownership import NamespaceBundle
@@ -436,6 +436,63 @@ class TopicOperations:
         for bundle in await self._owned_bundles(tenant, namespace):
             if bundle.range == wanted:
                 await self.service.unload_bundle(bundle)
+
+    async def split_bundle(
+        self,
+        tenant: str,
+        namespace: str,
+        bundle_range: str,
+        *,
+        algorithm: str = "range_equally_divide",
+        boundaries: list[int] | None = None,
+    ) -> list[str]:
+        """Pulsar's ``split-bundle``: the new bundle ranges. Only the bundle's owner (or
+        anyone while nobody owns it) may split it; the old bundle is then unloaded so its
+        topics reload in their new bundles on the next lookup."""
+        try:
+            wanted = BundleRange.parse(bundle_range)
+        except (ValueError, IndexError):
+            raise PreconditionFailed(f"Invalid bundle range {bundle_range!r}") from None
+        bundles = await self.service.resources.bundles(tenant, namespace)
+        if wanted not in bundles.ranges:
+            raise ResourceNotFound(f"Bundle {bundle_range} not found in {tenant}/{namespace}")
+        bundle = NamespaceBundle(tenant, namespace, wanted)
+        ownership = self.service.ownership
+        if ownership is not None and not ownership.is_owned(bundle):
+            owner = await ownership.get_owner(bundle)
+            if owner is not None:
+                raise PreconditionFailed(
+                    f"Bundle {bundle_range} is owned by {owner.http_url}: split it there"
+                )
+        if boundaries:
+            algorithm = "specified_positions_divide"
+        cuts: list[int]
+        if algorithm == "range_equally_divide":
+            cuts = [wanted.lower + (wanted.upper - wanted.lower) // 2]
+        elif algorithm == "specified_positions_divide":
+            cuts = sorted(set(boundaries or []))
+            if not cuts:
+                raise PreconditionFailed("specified_positions_divide needs boundaries")
+        elif algorithm == "topic_count_equally_divide":
+            hashes = sorted(
+                h for name in await self.service.list_topics(tenant, namespace)
+                if wanted.lower <= (h := topic_hash(name)) < wanted.upper
+            )
+            if len(hashes) < 2:
+                raise PreconditionFailed("topic_count_equally_divide needs two topics or more")
+            cuts = [hashes[len(hashes) // 2]]
+        else:
+            raise PreconditionFailed(
+                f"Unsupported split algorithm {algorithm!r}: range_equally_divide, "
+                "topic_count_equally_divide or specified_positions_divide"
+            )
+        if any(not wanted.lower < c < wanted.upper for c in cuts):
+            raise PreconditionFailed(f"Split boundaries must lie inside {bundle_range}")
+        new = NamespaceBundles(tuple(sorted({*bundles.boundaries, *cuts})))
+        await self.service.resources.set_bundles(tenant, namespace, new)
+        if ownership is not None and ownership.is_owned(bundle):
+            await self.service.unload_bundle(bundle)
+        return [r.name for r in new.ranges if wanted.lower <= r.lower < wanted.upper]
 
     def non_persistent_topics(self, tenant: str, namespace: str) -> list[str]:
         return sorted(

@@ -19,8 +19,8 @@ from magnetar.client.magctl.errors import EXIT_USAGE, MagctlError, UnknownFlag, 
 
 VERBS = (
     "get", "describe", "create", "delete", "apply", "diff", "explain", "api-resources",
-    "unload", "seek", "skip", "clear", "expire", "peek", "terminate", "truncate", "compact",
-    "scale", "lookup", "config", "completion", "version",
+    "unload", "split", "seek", "skip", "clear", "expire", "peek", "compact", "scale", "lookup",
+    "top", "config", "completion", "version",
 )
 
 DESCRIPTION = """magctl controls a Magnetar (or any Pulsar-compatible) cluster through its admin
@@ -39,16 +39,16 @@ Declarative:
 
 Topic and subscription operations:
   unload         Unload a topic, a namespace or a bundle from its broker
+  split          Split a namespace bundle (--algorithm, --boundaries)
   seek           Move a subscription's cursor (--to earliest|latest|L:E, --time 3h)
   skip           Skip N messages of a subscription
   clear          Clear a subscription's backlog
   expire         Expire messages older than a duration
   peek           Show messages of a subscription or a topic without consuming them
-  terminate      Terminate a topic (no more writes)
-  truncate       Delete a topic's data, keeping the topic
   compact        Compact a topic (--wait for the end)
   scale          Grow a partitioned topic (--partitions N)
   lookup         The broker that serves a topic
+  top            Rates, throughput and backlog of topics or subscriptions (--once)
 
 Settings and tooling:
   api-resources  The resource types, with short names
@@ -167,6 +167,23 @@ def build() -> Parser:
     p = _sub(subs, "unload", "Unload a topic, namespace or bundle")
     _resource_args(p)
 
+    p = _sub(subs, "split", "Split a namespace bundle")
+    _resource_args(p)
+    p.add_argument("--algorithm", default="range_equally_divide",
+                   choices=("range_equally_divide", "topic_count_equally_divide",
+                            "specified_positions_divide"))
+    p.add_argument("--boundaries", help="comma-separated hash boundaries (0x... or decimal)")
+    p.add_argument("--unload", action="store_true",
+                   help="unload the bundle (always done: its topics reload in the new bundles)")
+
+    p = _sub(subs, "top", "Rates, throughput and backlog, refreshed")
+    p.add_argument("resource", help="topics or subscriptions")
+    p.add_argument("--topic", "-t", help="subscriptions of this topic only")
+    p.add_argument("--once", action="store_true", help="print once and exit (for scripts)")
+    p.add_argument("--interval", type=float, default=2.0, help="seconds between refreshes")
+    p.add_argument("--sort-by", default="rate-in",
+                   help="rate-in, rate-out, throughput-in, throughput-out or backlog")
+
     p = _sub(subs, "seek", "Move a subscription's cursor")
     _resource_args(p)
     g = p.add_mutually_exclusive_group(required=True)
@@ -190,13 +207,9 @@ def build() -> Parser:
     p.add_argument("--position", default="earliest", help="topics: earliest or latest")
     p.add_argument("-o", "--output", help="json|yaml")
 
-    for verb, help_ in (("terminate", "Terminate a topic"),
-                        ("truncate", "Delete a topic's data"),
-                        ("lookup", "The broker serving a topic")):
-        p = _sub(subs, verb, help_)
-        _resource_args(p)
-        if verb == "lookup":
-            p.add_argument("-o", "--output", help="json|yaml")
+    p = _sub(subs, "lookup", "The broker serving a topic")
+    _resource_args(p)
+    p.add_argument("-o", "--output", help="json|yaml")
 
     p = _sub(subs, "compact", "Compact a topic")
     _resource_args(p)

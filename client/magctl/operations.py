@@ -1,10 +1,11 @@
-"""Topic and subscription operations as verbs: unload, seek, skip, clear, expire, peek,
-terminate, truncate, compact, scale, lookup.
+"""Topic, subscription and bundle operations as verbs: unload, split, seek, skip, clear,
+expire, peek, compact, scale, lookup.
 
 Owns: each verb's REST call with Pulsar's paths (``.../subscription/{s}/resetcursor/{ts}``,
 ``.../skip/{n}``, ``.../skip_all``, ``.../expireMessages/{s}``, ``.../position/{n}``,
-``.../examinemessage``, ``.../terminate``, ``.../truncate``, ``.../compaction``,
-``.../partitions``, ``/lookup/v2/topic/...``, ``/admin/v2/namespaces/{t}/{ns}[/{bundle}]/unload``)
+``.../examinemessage``, ``.../compaction``,
+``.../partitions``, ``/lookup/v2/topic/...``, ``/admin/v2/namespaces/{t}/{ns}[/{bundle}]/unload``,
+``.../{bundle}/split``)
 and their one-line results. A partitioned topic is operated partition by partition where
 Pulsar's API is per partition. Must not know: argparse beyond the namespace it is given.
 """
@@ -43,10 +44,10 @@ def run(verb: str, args: argparse.Namespace, api: Api, scope: Scope, *, out: IO[
     if not names:
         raise UsageError(f"{verb} {rtype.singular}: a name is required")
     allowed = {
-        "unload": ("topics", "namespaces", "bundles"),
+        "unload": ("topics", "namespaces", "bundles"), "split": ("bundles",),
         "seek": ("subscriptions",), "skip": ("subscriptions",), "clear": ("subscriptions",),
         "expire": ("subscriptions",), "peek": ("subscriptions", "topics"),
-        "terminate": ("topics",), "truncate": ("topics",), "compact": ("topics",),
+        "compact": ("topics",),
         "scale": ("topics",), "lookup": ("topics",),
     }[verb]
     if rtype.plural not in allowed:
@@ -99,6 +100,25 @@ def _unload(op: _Op, name: str) -> None:
         tenant, ns = split_namespace(scope.namespace)
         api.put(f"/admin/v2/namespaces/{tenant}/{ns}/{name}/unload", what=("bundles", name))
         out.write(f"bundle/{name} unloaded\n")
+
+
+def _split(op: _Op, name: str) -> None:
+    api, scope, _plural, args, out, _err = op
+    tenant, ns = split_namespace(scope.namespace)
+    body = None
+    if args.boundaries:
+        body = [b.strip() for b in args.boundaries.split(",") if b.strip()]
+        for b in body:
+            try:
+                int(b, 16) if b.lower().startswith("0x") else int(b)
+            except ValueError:
+                raise UsageError(f'--boundaries: "{b}" is not a number') from None
+        body = [b if b.lower().startswith("0x") else int(b) for b in body]
+    ranges = api.call("PUT", f"/admin/v2/namespaces/{tenant}/{ns}/{name}/split", body,
+                      what=("bundles", name),
+                      query={"splitAlgorithmName": args.algorithm, "unload": True})
+    new = ", ".join(ranges) if isinstance(ranges, list) else "new bundles"
+    out.write(f"bundle/{name} split into {new}\n")
 
 
 # ------------------------------------------------------------------------ subscriptions
@@ -233,26 +253,6 @@ def _peek(op: _Op, name: str) -> None:
 
 
 # --------------------------------------------------------------------------------- topics
-def _terminate(op: _Op, name: str) -> None:
-    api, scope, _plural, _args, out, _err = op
-    tn, n = _topic(api, scope, name)
-    for part in _parts(tn, n):
-        last = api.post(f"/admin/v2/{part.path}/terminate", what=("topics", part.full))
-        if isinstance(last, dict) and "ledgerId" in last:
-            out.write(f"topic/{part.full} terminated at {last['ledgerId']}:"
-                      f"{last.get('entryId')}\n")
-        else:
-            out.write(f"topic/{part.full} terminated\n")
-
-
-def _truncate(op: _Op, name: str) -> None:
-    api, scope, _plural, _args, out, _err = op
-    tn, n = _topic(api, scope, name)
-    for part in _parts(tn, n):
-        api.delete(f"/admin/v2/{part.path}/truncate", what=("topics", part.full))
-    out.write(f"topic/{tn.full} truncated\n")
-
-
 def _compact(op: _Op, name: str) -> None:
     api, scope, _plural, args, out, err = op
     tn, n = _topic(api, scope, name)

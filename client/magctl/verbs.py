@@ -59,8 +59,13 @@ def dispatch(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
         return api_resources(args, out)
     if verb == "explain":
         return explain(args, out)
-    if verb in ("unload", "seek", "skip", "clear", "expire", "peek", "terminate", "truncate",
-                "compact", "scale", "lookup"):
+    if verb == "top":
+        from magnetar.client.magctl import top
+
+        api, scope, _ = _session(args)
+        return int(top.run(args, api, scope, out))
+    if verb in ("unload", "split", "seek", "skip", "clear", "expire", "peek", "compact", "scale",
+                "lookup"):
         from magnetar.client.magctl import operations
 
         api, scope, _ = _session(args)

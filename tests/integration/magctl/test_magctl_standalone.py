@@ -354,3 +354,80 @@ def test_topic_operations(magctl: Magctl, url: str, server: StandaloneProcess,
     )
     ledgers = ok(magctl("get", "ledgers", "--topic", compacted, "--no-headers", admin_url=url))
     assert ledgers.split()[1] == compacted
+
+
+def test_split_bundle(magctl: Magctl, url: str, client: pulsar.Client) -> None:
+    ok(magctl("create", "tenant", "split", admin_url=url))
+    ok(magctl("create", "ns", "split/ns", "--bundles", "1", admin_url=url))
+    for i in range(6):
+        producer = client.create_producer(f"persistent://split/ns/t{i}")
+        producer.send(b"x")
+        producer.close()
+    full = "0x00000000_0xffffffff"
+    assert ok(magctl("split", "bundle", full, "-n", "split/ns", admin_url=url)) == (
+        f"bundle/{full} split into 0x00000000_0x7fffffff, 0x7fffffff_0xffffffff\n"
+    )
+    out = ok(magctl("split", "bdl", "0x7fffffff_0xffffffff", "-n", "split/ns",
+                    "--boundaries", "0x90000000,0xa0000000", admin_url=url))
+    assert out.endswith("0x7fffffff_0x90000000, 0x90000000_0xa0000000, 0xa0000000_0xffffffff\n")
+    names = ok(magctl("get", "bundles", "-n", "split/ns", "-o", "name", admin_url=url))
+    assert len(names.splitlines()) == 4
+    r = magctl("split", "bundle", "0x90000000_0xa0000000", "-n", "split/ns",
+               "--boundaries", "0x10", admin_url=url)
+    assert r.code == 1
+    assert "must lie inside" in r.err
+    r = magctl("split", "bundle", "0x00000000_0x00000010", "-n", "split/ns", admin_url=url)
+    assert r.err == 'Error from server (NotFound): bundles "0x00000000_0x00000010" not found\n'
+    # every topic is still served after the splits (they reload in their new bundles)
+    for i in range(6):
+        producer = client.create_producer(f"persistent://split/ns/t{i}")
+        producer.send(b"y")
+        producer.close()
+
+
+def test_top_once(magctl: Magctl, url: str, client: pulsar.Client) -> None:
+    topic = "persistent://public/default/top-me"
+    consumer = client.subscribe(topic, "watcher")
+    producer = client.create_producer(topic)
+    producer.send(b"warm-up")
+    out = ok(magctl("top", "topics", "--once", "--interval", "0.1", admin_url=url))
+    assert out.splitlines()[0].split() == ["NAME", "RATE-IN", "RATE-OUT", "THROUGHPUT-IN",
+                                           "BACKLOG", "STORAGE"]
+    assert topic in out
+    subs = ok(magctl("top", "subs", "--topic", topic, "--once", "--interval", "0.1",
+                     "--sort-by", "backlog", admin_url=url))
+    assert subs.splitlines()[1].split()[:2] == ["watcher", topic]
+    assert magctl("top", "tenants", "--once", admin_url=url).code == 2
+    producer.close()
+    consumer.close()
+
+
+def test_get_watch_streams_changes(url: str, magctl: Magctl, config_file: pathlib.Path) -> None:
+    import os
+    import subprocess
+    import sys
+    import threading
+
+    ok(magctl("create", "tenant", "watch", admin_url=url))
+    ok(magctl("create", "ns", "watch/ns", admin_url=url))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "magnetar.client.magctl", "get", "topics", "-n", "watch/ns",
+         "-w", "--watch-interval", "0.2", "-s", url],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "MAGCTL_CONFIG": str(config_file)},
+    )
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")),
+                              daemon=True)
+    reader.start()
+    try:
+        ok(magctl("create", "topic", "first", "-n", "watch/ns", admin_url=url))
+        from support.admin import wait_until
+
+        wait_until(lambda: any(line.startswith("first") for line in lines), 30, "first row")
+        ok(magctl("create", "topic", "second", "-n", "watch/ns", "-p", "2", admin_url=url))
+        wait_until(lambda: any(line.startswith("second") for line in lines), 30, "second row")
+    finally:
+        proc.kill()
+        proc.wait(10)
+    assert sum(1 for line in lines if line.startswith("NAME")) <= 1  # one header at most
