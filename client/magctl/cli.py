@@ -18,7 +18,7 @@ from typing import IO, Any, NoReturn
 from magnetar.client.magctl.errors import EXIT_USAGE, MagctlError, UnknownFlag, UsageError
 
 VERBS = (
-    "get", "describe", "create", "delete", "apply", "diff", "explain", "api-resources",
+    "get", "describe", "create", "delete", "edit", "apply", "diff", "explain", "api-resources",
     "unload", "split", "seek", "skip", "clear", "expire", "peek", "compact", "scale", "lookup",
     "top", "config", "completion", "version",
 )
@@ -31,6 +31,7 @@ Basic commands:
   describe       Show details of a resource: spec, policies and stats
   create         Create a tenant, namespace, topic or subscription
   delete         Delete resources by name, by label selector or --all
+  edit           Edit a tenant, namespace or topic in $EDITOR; applied on save
   explain        Documentation of a manifest kind and its fields
 
 Declarative:
@@ -146,6 +147,9 @@ def build() -> Parser:
     p.add_argument("--force", action="store_true", help="also when in use")
     p.add_argument("--all", action="store_true", help="every resource of the type in scope")
     p.add_argument("-l", "--selector", help="label selector")
+
+    p = _sub(subs, "edit", "Edit a resource in $EDITOR (MAGCTL_EDITOR, EDITOR, vi)")
+    _resource_args(p)
 
     for verb, help_ in (("apply", "Apply manifests to the cluster"),
                         ("diff", "Diff manifests against the live cluster")):

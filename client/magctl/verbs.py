@@ -263,6 +263,73 @@ class _Progress:
             self.err.write("\r\033[K")
 
 
+# --------------------------------------------------------------------------------- edit
+_EDITABLE = ("tenants", "namespaces", "topics")
+
+
+def cmd_edit(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
+    """kubectl edit: the object's YAML (no status) in an editor; saved changes are applied
+    as a manifest, and a policy deleted from the file is removed."""
+    import shlex
+    import subprocess
+    import tempfile
+
+    from magnetar.client.magctl.manifests import Manifest, plan, validate
+    from magnetar.client.magctl.output import dump_yaml
+
+    rtype, names = targets(args.resource, args.names)
+    if rtype.plural not in _EDITABLE:
+        raise UsageError(f"edit applies to {', '.join(_EDITABLE)}, not {rtype.plural}")
+    if len(names) != 1:
+        raise UsageError("edit takes exactly one name")
+    api, scope, _ = _session(args)
+    obj = _fetch(api, scope, rtype, names, full=True)[0]
+    obj.pop("status", None)
+    original = dump_yaml(obj)
+    editor = (os.environ.get("MAGCTL_EDITOR") or os.environ.get("KUBE_EDITOR")
+              or os.environ.get("EDITOR") or "vi")
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", prefix="magctl-edit-",
+                                     delete=False) as f:
+        f.write(original)
+        path = f.name
+    try:
+        done = subprocess.run([*shlex.split(editor), path], check=False)
+        if done.returncode != 0:
+            raise MagctlError(f"the editor {editor!r} exited with {done.returncode}; "
+                              "nothing was changed")
+        with open(path) as f:
+            edited = f.read()
+    finally:
+        os.unlink(path)
+    if edited == original:
+        err.write("Edit cancelled, no changes made.\n")
+        return EXIT_OK
+    import yaml
+
+    try:
+        new = yaml.safe_load(edited)
+    except yaml.YAMLError as exc:
+        raise UsageError(f"the edited YAML does not parse: {exc}") from None
+    if not isinstance(new, dict):
+        raise UsageError("the edited document must be a mapping")
+    new.pop("status", None)
+    removed = set((obj.get("spec") or {}).get("policies") or {}) - set(
+        (new.get("spec") or {}).get("policies") or {})
+    if removed:
+        new.setdefault("spec", {}).setdefault("policies", {})
+        new["spec"]["policies"] = {**(new["spec"]["policies"] or {}),
+                                   **dict.fromkeys(removed)}
+    m = Manifest(new, "edited")
+    validate(m)
+    p = plan(api, m, scope.namespace)
+    for w in p.warnings:
+        err.write(f"Warning: {w}\n")
+    for write in p.writes:
+        write()
+    out.write(f"{p.singular}/{p.name} {'edited' if p.changed else 'unchanged'}\n")
+    return EXIT_OK
+
+
 # ---------------------------------------------------------------------------- apply/diff
 def cmd_apply(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
     from magnetar.client.magctl.manifests import load_manifests, plan

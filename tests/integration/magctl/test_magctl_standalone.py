@@ -431,3 +431,34 @@ def test_get_watch_streams_changes(url: str, magctl: Magctl, config_file: pathli
         proc.kill()
         proc.wait(10)
     assert sum(1 for line in lines if line.startswith("NAME")) <= 1  # one header at most
+
+
+def test_edit_applies_the_saved_yaml(
+    magctl: Magctl, url: str, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sys
+
+    ok(magctl("create", "tenant", "edit", admin_url=url))
+    ok(magctl("create", "ns", "edit/ns", admin_url=url))
+    ok(magctl("apply", "-f", "-", admin_url=url, stdin=(
+        "apiVersion: magnetar.io/v1alpha1\nkind: Namespace\nmetadata: {name: edit/ns}\n"
+        "spec: {policies: {messageTTL: 1h, deduplication: true}}\n")))
+    script = tmp_path / "editor.py"
+    script.write_text(
+        "import sys, pathlib\n"
+        "p = pathlib.Path(sys.argv[1])\n"
+        "text = p.read_text().replace('messageTTL: 1h', 'messageTTL: 3h')\n"
+        "p.write_text(text.replace('    deduplication: true\\n', ''))\n"
+    )
+    monkeypatch.setenv("MAGCTL_EDITOR", f"{sys.executable} {script}")
+    assert ok(magctl("edit", "ns", "edit/ns", admin_url=url)) == "namespace/edit/ns edited\n"
+    ns = yaml.safe_load(ok(magctl("get", "ns", "edit/ns", "-o", "yaml", admin_url=url)))
+    assert ns["spec"]["policies"] == {"messageTTL": "3h"}  # deduplication was deleted
+    monkeypatch.setenv("MAGCTL_EDITOR", "true")  # saves nothing
+    r = magctl("edit", "ns", "edit/ns", admin_url=url)
+    assert (r.code, r.err) == (0, "Edit cancelled, no changes made.\n")
+    monkeypatch.setenv("MAGCTL_EDITOR", "false")
+    r = magctl("edit", "ns", "edit/ns", admin_url=url)
+    assert r.code == 1
+    assert "nothing was changed" in r.err
+    assert magctl("edit", "bundles", "x", admin_url=url).code == 2
