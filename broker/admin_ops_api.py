@@ -3,8 +3,9 @@
 Owns: the routes (Pulsar's paths and JSON shapes) for subscription create / skip /
 skip_all / expireMessages / resetcursor / position (peek), examinemessage, lastMessageId,
 internalStats, partitioned-stats, partition-aware stats / subscriptions / unload,
-namespace and bundle unload, the non-persistent topic list, namespace permissions,
-``/clusters/{cluster}``, ``/brokers/{cluster}``, ``/brokers/version``,
+namespace and bundle unload and split, namespace permissions, ``/clusters/{cluster}``,
+``/brokers/{cluster}``, ``/brokers/{cluster}/{broker}/ownedNamespaces``,
+``/lookup/v2/topic/.../bundle``, ``/brokers/version``,
 ``/brokers/configuration[/runtime]``, ``/bookies/all``, ``/broker-stats/topics``; and
 ``json_unknown_routes``, which answers a path or method nobody serves with Pulsar's JSON
 error body instead of plain text. ``add_priority_routes`` must run before the generic
@@ -92,7 +93,6 @@ class OperationRoutes:
         r.add_get(ns + "/permissions", self.namespace_permissions)
         r.add_put(ns + "/{bundle:0x[0-9a-fA-F]+_0x[0-9a-fA-F]+}/unload", self.unload_bundle)
         r.add_put(ns + "/{bundle:0x[0-9a-fA-F]+_0x[0-9a-fA-F]+}/split", self.split_bundle)
-        r.add_get("/admin/v2/non-persistent/{tenant}/{namespace}", self.list_non_persistent)
         base = "/admin/v2/{domain}/{tenant}/{namespace}/{topic}"
         sub = base + "/subscription/{subscription}"
         r.add_put(sub, self.create_subscription)
@@ -116,6 +116,9 @@ class OperationRoutes:
         r.add_get("/admin/v2/brokers/configuration", self.dynamic_configuration)
         r.add_get("/admin/v2/brokers/configuration/runtime", self.runtime_configuration)
         r.add_get("/admin/v2/brokers/{cluster}", self.brokers)
+        r.add_get("/admin/v2/brokers/{cluster}/{broker}/ownedNamespaces", self.owned_namespaces)
+        r.add_get("/lookup/v2/topic/{domain}/{tenant}/{namespace}/{topic}/bundle",
+                  self.topic_bundle)
         r.add_get("/admin/v2/bookies/all", self.bookies)
         r.add_get("/admin/v2/broker-stats/topics", self.broker_stats_topics)
 
@@ -155,12 +158,6 @@ class OperationRoutes:
         if not await self.ops.service.resources.namespace_exists(m["tenant"], m["namespace"]):
             raise ResourceNotFound("Namespace does not exist")
         return _json({})  # no authorization provider: nobody has been granted anything
-
-    async def list_non_persistent(self, request: web.Request) -> web.Response:
-        m = request.match_info
-        if not await self.ops.service.resources.namespace_exists(m["tenant"], m["namespace"]):
-            raise ResourceNotFound("Namespace does not exist")
-        return _json(self.ops.non_persistent_topics(m["tenant"], m["namespace"]))
 
     # -- subscriptions ------------------------------------------------------------------------
     def _sub(self, request: web.Request) -> tuple[str, str]:
@@ -247,6 +244,15 @@ class OperationRoutes:
 
     async def brokers(self, request: web.Request) -> web.Response:
         return _json(await self.ops.brokers(request.match_info["cluster"]))
+
+    async def owned_namespaces(self, request: web.Request) -> web.Response:
+        m = request.match_info
+        owned = await self.ops.owned_bundles(m["cluster"], m["broker"])
+        return _json({name: {"broker_assignment": "shared", "is_controlled": False,
+                             "is_active": True} for name in owned})
+
+    async def topic_bundle(self, request: web.Request) -> web.Response:
+        return _json(await self.ops.topic_bundle(_topic(request)))
 
     async def bookies(self, request: web.Request) -> web.Response:
         return _json({"bookies": await self.ops.bookies()})

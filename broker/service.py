@@ -389,8 +389,12 @@ class BrokerService:
     async def list_topics(
         self, tenant: str, namespace: str, domain: str = "persistent"
     ) -> list[str]:
-        if domain != "persistent":
-            return []
+        if domain != "persistent":  # non-persistent topics exist while they are loaded
+            return sorted(
+                name
+                for name, t in self.topics.items()
+                if not t.name.persistent and t.name.namespace_name == f"{tenant}/{namespace}"
+            )
         prefix = f"{tenant}/{namespace}/persistent/"
         names = set()
         from urllib.parse import unquote

@@ -5,9 +5,10 @@ semantics): create a subscription at a position, skip N messages, clear a backlo
 messages older than T, reset a cursor to a time or a position, peek the Nth message of a
 subscription or examine a topic's, last message id, internal (managed-ledger) stats,
 partitioned stats and subscriptions, unload of a partitioned topic, a namespace or a bundle,
-non-persistent topic lists, the broker and bookie lists. Decisions are made here; the
-cursor moves go through the subscription's ``TopicCursor``. Must not know: HTTP (errors are
-``ResourceError``s with their status), the wire protocol beyond reading stored entries.
+bundle split, the broker and bookie lists, owned bundles, a topic's bundle. Decisions are
+made here; the cursor moves go through the subscription's ``TopicCursor``. Must not know:
+HTTP (errors are ``ResourceError``s with their status), the wire protocol beyond reading
+stored entries.
 """
 
 from __future__ import annotations
@@ -494,12 +495,6 @@ class TopicOperations:
             await self.service.unload_bundle(bundle)
         return [r.name for r in new.ranges if wanted.lower <= r.lower < wanted.upper]
 
-    def non_persistent_topics(self, tenant: str, namespace: str) -> list[str]:
-        return sorted(
-            name for name, t in self.service.topics.items()
-            if not t.name.persistent and (t.name.tenant, t.name.namespace) == (tenant, namespace)
-        )
-
     # -- cluster -------------------------------------------------------------------------
     async def cluster_data(self, cluster: str) -> dict[str, Any]:
         import json
@@ -528,6 +523,22 @@ class TopicOperations:
                         if info.http_url:
                             found.add(_host_port(info.http_url))
         return sorted(found)
+
+    async def owned_bundles(self, cluster: str, broker: str) -> list[str]:
+        """Bundles this broker owns (``tenant/ns/0x..._0x...``); another broker's answer
+        is its own to give."""
+        if cluster != self.service.config.cluster_name:
+            raise ResourceNotFound(f"Cluster {cluster} does not exist or is not this one")
+        if broker != _host_port(self.service.web_service_url):
+            raise ResourceNotFound(f"Broker {broker} is not this broker: ask it")
+        ownership = self.service.ownership
+        return sorted(str(b) for b in ownership.owned) if ownership is not None else []
+
+    async def topic_bundle(self, topic: str) -> str:
+        tn = self.service.parse_topic(topic)
+        if not await self.service.resources.namespace_exists(tn.tenant, tn.namespace):
+            raise ResourceNotFound("Namespace does not exist")
+        return (await self.service.bundle_of(tn)).range.name
 
     async def bookies(self) -> list[dict[str, Any]]:
         store = self.service.store

@@ -172,6 +172,10 @@ def _describe_topic_extras(api: Api, obj: dict[str, Any]) -> None:
                          f"/lookup/v2/topic/{tn.partition(0).path}")
     if isinstance(looked, dict):
         obj["owner"] = {"brokerUrl": looked.get("brokerUrl"), "httpUrl": looked.get("httpUrl")}
+    parts = [tn] if n == 0 else [tn.partition(i) for i in range(n)]
+    bundles = {p.local: api.try_get(f"/lookup/v2/topic/{p.path}/bundle") for p in parts}
+    if all(isinstance(b, str) for b in bundles.values()):
+        obj["bundle"] = bundles[tn.local] if n == 0 else bundles
     stats = topic_stats(api, tn, n)
     subs = stats.get("subscriptions") or {}
     if subs:
@@ -233,6 +237,8 @@ def cmd_delete(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
     failed: MagctlError | None = None
     for name in names:
         try:
+            if rtype.plural == "namespaces" and args.force:
+                _delete_topics_of(api, name, err)
             kind.delete(api, name, scope, force=args.force)
             out.write(f'{rtype.singular} "{_display(rtype, name, scope)}" deleted\n')
         except MagctlError as exc:
@@ -243,6 +249,22 @@ def cmd_delete(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
         progress.step()
     progress.done()
     return failed.exit_code if failed else EXIT_OK
+
+
+def _delete_topics_of(api: Api, namespace: str, err: IO[str]) -> None:
+    """``delete ns --force``: every persistent topic of the namespace first (Pulsar's force
+    delete), with progress on a terminal. Active non-persistent topics still make the server
+    refuse: they end when their clients go."""
+    from magnetar.client.magctl.api import Scope
+    from magnetar.client.magctl.kinds import TOPICS
+
+    topics = [n for n in TOPICS.names(api, namespace) if n.startswith("persistent://")]
+    progress = _Progress(err, len(topics), f"deleting the topics of {namespace}")
+    scope = Scope(namespace, True)
+    for name in sorted(topics):
+        TOPICS.delete(api, name, scope, force=True)
+        progress.step()
+    progress.done()
 
 
 class _Progress:

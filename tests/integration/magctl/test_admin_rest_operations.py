@@ -209,5 +209,38 @@ def test_non_persistent_topics_are_listed_while_active(
         assert topic in names
         status, names = call(server, "GET", f"{NS}/topics?mode=ALL")
         assert status == 200
+        assert topic in names
     finally:
         producer.close()
+
+
+def test_owned_namespaces_and_a_topics_bundle(
+    server: StandaloneProcess, client: pulsar.Client
+) -> None:
+    produce(client, "persistent://public/default/rest-owned", 1)
+    status, bundle = call(server, "GET",
+                          "/lookup/v2/topic/persistent/public/default/rest-owned/bundle")
+    assert status == 200
+    assert bundle.startswith("0x") and "_0x" in bundle
+    me = f"127.0.0.1:{server.web_port}"
+    status, owned = call(server, "GET", f"/admin/v2/brokers/standalone/{me}/ownedNamespaces")
+    assert status == 200
+    assert f"public/default/{bundle}" in owned
+    assert owned[f"public/default/{bundle}"]["is_active"] is True
+    assert call(server, "GET", "/admin/v2/brokers/standalone/10.0.0.1:8080/ownedNamespaces")[0] \
+        == 404
+    assert call(server, "GET", "/lookup/v2/topic/persistent/public/none/x/bundle")[0] == 404
+
+
+def test_split_bundle_endpoint(server: StandaloneProcess) -> None:
+    assert call(server, "PUT", "/admin/v2/tenants/rest-split", {})[0] == 204
+    base = "/admin/v2/namespaces/rest-split/ns"
+    assert call(server, "PUT", base, {"bundles": {"numBundles": 1}})[0] == 204
+    status, ranges = call(server, "PUT", f"{base}/0x00000000_0xffffffff/split")
+    assert (status, ranges) == (200, ["0x00000000_0x7fffffff", "0x7fffffff_0xffffffff"])
+    status, ranges = call(server, "PUT", f"{base}/0x7fffffff_0xffffffff/split",
+                          ["0x90000000"])
+    assert ranges == ["0x7fffffff_0x90000000", "0x90000000_0xffffffff"]
+    assert call(server, "PUT",
+                f"{base}/0x00000000_0x7fffffff/split?splitAlgorithmName=nope")[0] == 412
+    assert call(server, "GET", f"{base}/bundles")[1]["numBundles"] == 3

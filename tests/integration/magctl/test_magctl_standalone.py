@@ -178,6 +178,7 @@ def test_output_formats(magctl: Magctl, url: str) -> None:
     assert "Name:" in described
     assert "persistent://fmt/ns/b" in described
     assert "Owner:" in described
+    assert "Bundle:" in described
 
 
 def test_errors_from_the_server_in_kubectl_form(
@@ -203,7 +204,13 @@ def test_errors_from_the_server_in_kubectl_form(
         'topic "persistent://dup/full/x" deleted\n'
     )
     assert magctl("delete", "topics", "-n", "dup/full", admin_url=url).code == 2  # no names
-    ok(magctl("delete", "ns", "dup/full", admin_url=url))
+    ok(magctl("create", "topic", "y", "-n", "dup/full", "-p", "3", admin_url=url))
+    ok(magctl("create", "topic", "z", "-n", "dup/full", admin_url=url))
+    assert magctl("delete", "ns", "dup/full", admin_url=url).code == 1  # not empty
+    assert ok(magctl("delete", "ns", "dup/full", "--force", admin_url=url)) == (
+        'namespace "dup/full" deleted\n'
+    )
+    assert magctl("get", "ns", "dup/full", admin_url=url).code == 1
     ok(magctl("delete", "tenant", "dup", admin_url=url))
 
 
