@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from magnetar.broker.bundles import BundleRange, NamespaceBundles, topic_hash
 from magnetar.broker.frames import BadEntry
 from magnetar.broker.ledger.position import EARLIEST, LATEST, Position
+from magnetar.broker.naming import InvalidTopicName, TopicName
 from magnetar.broker.ownership import NamespaceBundle
 from magnetar.broker.resources import (
     PreconditionFailed,
@@ -109,9 +110,16 @@ class TopicOperations:
         return f"TopicOperations({self.service!r})"
 
     # -- lookup helpers ------------------------------------------------------------------
+    def parse(self, topic: str) -> TopicName:
+        """The topic's name, or 412 (Pulsar's answer to an invalid topic name)."""
+        try:
+            return TopicName.parse(topic)
+        except InvalidTopicName as exc:
+            raise PreconditionFailed(str(exc)) from None
+
     async def partitions(self, topic: str) -> int:
         """Partitions of ``topic`` (0 = not partitioned, or a partition itself)."""
-        tn = self.service.parse_topic(topic)
+        tn = self.parse(topic)
         if tn.partition_index >= 0:
             return 0
         return await self.service.resources.get_partitions(
@@ -130,7 +138,7 @@ class TopicOperations:
         return got
 
     async def persistent(self, topic: str) -> PersistentTopic:
-        if not self.service.parse_topic(topic).persistent:
+        if not self.parse(topic).persistent:
             raise not_allowed("The operation is not supported on non-persistent topics")
         return await self.topic(topic)
 
@@ -145,7 +153,7 @@ class TopicOperations:
         n = await self.partitions(topic)
         if n == 0:
             return [topic]
-        base = self.service.parse_topic(topic).full
+        base = self.parse(topic).full
         return [f"{base}-partition-{i}" for i in range(n)]
 
     # -- subscriptions -------------------------------------------------------------------
@@ -330,7 +338,7 @@ class TopicOperations:
         t = await self.persistent(topic)
         got = await t.resolve_last_message_id(None)
         out: dict[str, Any] = {"ledgerId": got.ledger_id, "entryId": got.entry_id,
-                               "partitionIndex": self.service.parse_topic(topic).partition_index}
+                               "partitionIndex": self.parse(topic).partition_index}
         if got.batch_index >= 0:
             out["batchIndex"] = got.batch_index
         return out
@@ -377,7 +385,7 @@ class TopicOperations:
         n = await self.partitions(topic)
         if n == 0:
             raise ResourceNotFound("Partitioned topic does not exist")
-        base = self.service.parse_topic(topic).full
+        base = self.parse(topic).full
         totals: dict[str, Any] = {"msgInCounter": 0, "bytesInCounter": 0, "storageSize": 0,
                                   "numberOfEntries": 0, "publishers": [], "subscriptions": {},
                                   "metadata": {"partitions": n}}
@@ -407,7 +415,7 @@ class TopicOperations:
         """Unload the topic, or every partition of a partitioned topic; how many were loaded."""
         count = 0
         for name in await self._each_partition(topic):
-            if self.service.parse_topic(name).full in self.service.topics:
+            if self.parse(name).full in self.service.topics:
                 count += 1
             await self.service.unload_topic(name)
         return count
@@ -535,7 +543,7 @@ class TopicOperations:
         return sorted(str(b) for b in ownership.owned) if ownership is not None else []
 
     async def topic_bundle(self, topic: str) -> str:
-        tn = self.service.parse_topic(topic)
+        tn = self.parse(topic)
         if not await self.service.resources.namespace_exists(tn.tenant, tn.namespace):
             raise ResourceNotFound("Namespace does not exist")
         return (await self.service.bundle_of(tn)).range.name

@@ -16,7 +16,7 @@ import urllib.parse
 import urllib.request
 from typing import Any
 
-from magnetar.client.magctl.errors import ConnectionFailed
+from magnetar.client.magctl.errors import ConnectionFailed, UsageError
 
 
 class HttpError(Exception):
@@ -81,7 +81,12 @@ class AdminHttp:
                 {k: str(v).lower() if isinstance(v, bool) else v for k, v in query.items()}
             )
         data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(url, data=data, method=method)
+        try:
+            req = urllib.request.Request(url, data=data, method=method)
+        except ValueError:
+            raise UsageError(
+                f'invalid admin URL "{self.base_url}": expected http://host:port or https://...'
+            ) from None
         req.add_header("Accept", "application/json")
         if data is not None:
             req.add_header("Content-Type", "application/json")
