@@ -3,7 +3,8 @@
 Owns: the routes (Pulsar's paths and JSON shapes) for subscription create / skip /
 skip_all / expireMessages / resetcursor / position (peek), examinemessage, lastMessageId,
 internalStats, partitioned-stats, partition-aware stats / subscriptions / unload,
-namespace and bundle unload and split, namespace permissions, ``/clusters/{cluster}``,
+namespace and bundle unload and split, namespace permissions, namespace and topic
+``properties`` (magctl's labels), ``/clusters/{cluster}``,
 ``/brokers/{cluster}``, ``/brokers/{cluster}/{broker}/ownedNamespaces``,
 ``/lookup/v2/topic/.../bundle``, ``/brokers/version``,
 ``/brokers/configuration[/runtime]``, ``/bookies/all``, ``/broker-stats/topics``; and
@@ -91,6 +92,9 @@ class OperationRoutes:
         ns = "/admin/v2/namespaces/{tenant}/{namespace}"
         r.add_put(ns + "/unload", self.unload_namespace)
         r.add_get(ns + "/permissions", self.namespace_permissions)
+        r.add_get(ns + "/properties", self.get_namespace_properties)
+        r.add_put(ns + "/properties", self.put_namespace_properties)
+        r.add_delete(ns + "/properties", self.clear_namespace_properties)
         r.add_put(ns + "/{bundle:0x[0-9a-fA-F]+_0x[0-9a-fA-F]+}/unload", self.unload_bundle)
         r.add_put(ns + "/{bundle:0x[0-9a-fA-F]+_0x[0-9a-fA-F]+}/split", self.split_bundle)
         base = "/admin/v2/{domain}/{tenant}/{namespace}/{topic}"
@@ -104,6 +108,9 @@ class OperationRoutes:
         r.add_get(sub + "/position/{messagePosition}", self.peek)
         r.add_get(base + "/examinemessage", self.examine)
         r.add_get(base + "/lastMessageId", self.last_message_id)
+        r.add_get(base + "/properties", self.get_topic_properties)
+        r.add_put(base + "/properties", self.put_topic_properties)
+        r.add_delete(base + "/properties", self.remove_topic_property)
         r.add_get(base + "/internalStats", self.internal_stats)
         r.add_get(base + "/partitioned-stats", self.partitioned_stats)
         r.add_get(base + "/stats", self.stats)
@@ -152,6 +159,21 @@ class OperationRoutes:
             boundaries=boundaries,
         )
         return _json(ranges)
+
+    async def get_namespace_properties(self, request: web.Request) -> web.Response:
+        m = request.match_info
+        return _json(await self.ops.namespace_properties(m["tenant"], m["namespace"]))
+
+    async def put_namespace_properties(self, request: web.Request) -> web.Response:
+        m = request.match_info
+        await self.ops.update_namespace_properties(m["tenant"], m["namespace"],
+                                                   await _body(request))
+        return _no_content()
+
+    async def clear_namespace_properties(self, request: web.Request) -> web.Response:
+        m = request.match_info
+        await self.ops.update_namespace_properties(m["tenant"], m["namespace"], None, clear=True)
+        return _no_content()
 
     async def namespace_permissions(self, request: web.Request) -> web.Response:
         m = request.match_info
@@ -208,6 +230,20 @@ class OperationRoutes:
     # -- topics -------------------------------------------------------------------------------
     async def last_message_id(self, request: web.Request) -> web.Response:
         return _json(await self.ops.last_message_id(_topic(request)))
+
+    async def get_topic_properties(self, request: web.Request) -> web.Response:
+        return _json(await self.ops.topic_properties(_topic(request)))
+
+    async def put_topic_properties(self, request: web.Request) -> web.Response:
+        await self.ops.update_topic_properties(_topic(request), await _body(request))
+        return _no_content()
+
+    async def remove_topic_property(self, request: web.Request) -> web.Response:
+        key = request.query.get("key")
+        if not key:
+            raise PreconditionFailed("Give the property to remove: ?key=...")
+        await self.ops.update_topic_properties(_topic(request), None, remove=key)
+        return _no_content()
 
     async def internal_stats(self, request: web.Request) -> web.Response:
         return _json(await self.ops.internal_stats(_topic(request)))

@@ -532,6 +532,59 @@ class TopicOperations:
                             found.add(_host_port(info.http_url))
         return sorted(found)
 
+    # -- properties (magctl's labels) -----------------------------------------------------
+    @staticmethod
+    def _check_properties(body: Any) -> dict[str, str]:
+        if not isinstance(body, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in body.items()
+        ):
+            raise PreconditionFailed("Properties must be a JSON object of strings")
+        return body
+
+    async def namespace_properties(self, tenant: str, namespace: str) -> dict[str, str]:
+        policies = await self.service.resources.get_policies(tenant, namespace)
+        return dict(policies.get("properties") or {})
+
+    async def update_namespace_properties(
+        self, tenant: str, namespace: str, changes: Any, *, clear: bool = False
+    ) -> None:
+        """Merge ``changes`` (Pulsar's PUT ``.../properties``), or remove every property."""
+        merged = {} if clear else {
+            **await self.namespace_properties(tenant, namespace),
+            **self._check_properties(changes),
+        }
+        await self.service.resources.update_policies(
+            tenant, namespace, {"properties": merged or None}
+        )
+
+    def _topic_key(self, topic: str) -> tuple[str, str, str, str]:
+        tn = self.parse(topic)
+        if tn.partition_index >= 0:  # a partition's properties are its topic's
+            tn = tn.partitioned_base
+        return tn.tenant, tn.namespace, tn.domain, tn.local
+
+    async def topic_properties(self, topic: str) -> dict[str, str]:
+        key = self._topic_key(topic)
+        if not await self.service.resources.namespace_exists(key[0], key[1]):
+            raise ResourceNotFound("Namespace does not exist")
+        policies = await self.service.resources.get_topic_policies(*key)
+        return dict(policies.get("properties") or {})
+
+    async def update_topic_properties(
+        self, topic: str, changes: Any, *, remove: str | None = None
+    ) -> None:
+        """Merge ``changes`` (PUT), or remove the key ``remove`` (DELETE ``?key=``)."""
+        props = await self.topic_properties(topic)
+        if remove is not None:
+            if remove not in props:
+                raise ResourceNotFound(f"Property {remove!r} not found")
+            props.pop(remove)
+        else:
+            props.update(self._check_properties(changes))
+        await self.service.resources.update_topic_policies(
+            *self._topic_key(topic), {"properties": props or None}
+        )
+
     async def owned_bundles(self, cluster: str, broker: str) -> list[str]:
         """Bundles this broker owns (``tenant/ns/0x..._0x...``); another broker's answer
         is its own to give."""

@@ -184,7 +184,9 @@ class Namespaces(Kind):
                 )
                 if v is not None
             }
-        return make("Namespace", name, spec=spec)
+        labels = api.try_get(f"{base}/properties")
+        return make("Namespace", name, spec=spec, labels=labels if isinstance(labels, dict)
+                    else None)
 
     def columns(self, wide: bool) -> list[Column]:
         cols: list[Column] = [
@@ -195,6 +197,7 @@ class Namespaces(Kind):
         if wide:
             cols.append(("RETENTION", lambda o: _retention_str(
                 dig(o, "spec", "policies", "retention"))))
+            cols.append(("LABELS", lambda o: _labels_str(dig(o, "metadata", "labels"))))
         return cols
 
     def create(self, api: Api, name: str, scope: Scope, opts: dict[str, Any]) -> None:
@@ -208,6 +211,12 @@ class Namespaces(Kind):
         tenant, ns = split_namespace(name)
         q = {"force": True} if force else {}
         api.delete(f"/admin/v2/namespaces/{tenant}/{ns}", what=("namespaces", name), **q)
+
+
+def _labels_str(labels: Any) -> str:
+    if not isinstance(labels, dict) or not labels:
+        return "<none>"
+    return ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
 
 
 def _retention_str(r: Any) -> str:
@@ -291,7 +300,9 @@ class Topics(Kind):
             except ServerError:
                 policies = {}
             spec["policies"] = {k: v for k, v in policies.items() if v is not None}
-        return make("Topic", tn.local, tn.ns, spec=spec, status=status)
+        labels = api.try_get(f"/admin/v2/{tn.path}/properties")
+        return make("Topic", tn.local, tn.ns, spec=spec, status=status,
+                    labels=labels if isinstance(labels, dict) else None)
 
     def list_all(self, api: Api, scope: Scope, *, full: bool) -> list[Obj]:
         return [
@@ -334,6 +345,7 @@ class Topics(Kind):
             cols += [
                 ("MSG-IN", lambda o: dig(o, "status", "msgInCounter", default=0)),
                 ("BYTES-IN", lambda o: dig(o, "status", "bytesInCounter", default=0)),
+                ("LABELS", lambda o: _labels_str(dig(o, "metadata", "labels"))),
                 ("FULL-NAME", self.key),
             ]
         return cols

@@ -104,6 +104,16 @@ def validate(m: Manifest) -> None:
     meta = obj.get("metadata")
     if not isinstance(meta, dict) or not isinstance(meta.get("name"), str) or not meta["name"]:
         raise UsageError(f"{where}: metadata.name is required")
+    labels = meta.get("labels")
+    if labels is not None:
+        if kind not in ("Namespace", "Topic"):
+            raise UsageError(f"{where}: metadata.labels are stored for namespaces and topics "
+                             f"only, not for a {kind}")
+        if not isinstance(labels, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in labels.items()
+        ):
+            raise UsageError(f"{where}: metadata.labels must map strings to strings "
+                             "(quote numbers and booleans)")
     spec = obj.get("spec") or {}
     if not isinstance(spec, dict):
         raise UsageError(f"{where}: spec must be a mapping")
@@ -210,6 +220,34 @@ def _policy_write(api: Api, base: str, key: str, live: Any, wanted: Any) -> Writ
     return write
 
 
+def _label_writes(api: Api, p: Plan, obj: dict[str, Any], base: str, exists: bool,
+                  *, namespace: bool) -> None:
+    """``metadata.labels`` are the object's Pulsar properties; when the manifest names them,
+    the live set is made equal (extra keys removed)."""
+    wanted = obj["metadata"].get("labels")
+    if wanted is None:
+        return
+    live = (api.try_get(f"{base}/properties") or {}) if exists else {}
+    if live:
+        p.live["metadata"]["labels"] = dict(sorted(live.items()))
+    if wanted:
+        p.desired["metadata"]["labels"] = dict(sorted(wanted.items()))
+    if live == wanted:
+        return
+    extra = sorted(set(live) - set(wanted))
+
+    def write() -> None:
+        if namespace and extra:
+            api.delete(f"{base}/properties")
+        elif extra:
+            for key in extra:
+                api.delete(f"{base}/properties", key=key)
+        if wanted:
+            api.put(f"{base}/properties", wanted)
+
+    p.writes.append(write)
+
+
 def _namespace_name(obj: dict[str, Any]) -> str:
     name = obj["metadata"]["name"]
     if "/" not in name and obj["metadata"].get("namespace"):
@@ -251,6 +289,7 @@ def _plan_namespace(api: Api, obj: dict[str, Any], _ns: str) -> Plan:
         body = {"bundles": {"numBundles": spec["bundles"]}} if "bundles" in spec else {}
         p.writes.append(lambda: api.put(base, body, what=("namespaces", name)))
     _policy_writes(api, p, base, wanted, exists)
+    _label_writes(api, p, obj, base, exists, namespace=True)
     return p
 
 
@@ -295,10 +334,8 @@ def _plan_topic(api: Api, obj: dict[str, Any], default_namespace: str) -> Plan:
     if wanted:
         if not tn.persistent:
             raise UsageError(f"Topic {tn.full}: policies apply to persistent topics")
-        if exists:
-            _policy_writes(api, p, f"/admin/v2/{tn.path}", wanted, True)
-        else:
-            _policy_writes(api, p, f"/admin/v2/{tn.path}", wanted, False)
+        _policy_writes(api, p, f"/admin/v2/{tn.path}", wanted, exists)
+    _label_writes(api, p, obj, f"/admin/v2/{tn.path}", exists, namespace=False)
     return p
 
 

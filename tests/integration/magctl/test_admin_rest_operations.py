@@ -244,3 +244,21 @@ def test_split_bundle_endpoint(server: StandaloneProcess) -> None:
     assert call(server, "PUT",
                 f"{base}/0x00000000_0x7fffffff/split?splitAlgorithmName=nope")[0] == 412
     assert call(server, "GET", f"{base}/bundles")[1]["numBundles"] == 3
+
+
+def test_namespace_and_topic_properties(server: StandaloneProcess) -> None:
+    assert call(server, "GET", f"{NS}/properties") == (200, {})
+    assert call(server, "PUT", f"{NS}/properties", {"a": "1"})[0] == 204
+    assert call(server, "PUT", f"{NS}/properties", {"b": "2"})[0] == 204  # merged
+    assert call(server, "GET", f"{NS}/properties") == (200, {"a": "1", "b": "2"})
+    assert call(server, "PUT", f"{NS}/properties", {"a": 1})[0] == 412
+    assert call(server, "DELETE", f"{NS}/properties")[0] == 204
+    assert call(server, "GET", f"{NS}/properties") == (200, {})
+    topic = f"{T}/rest-props"
+    assert call(server, "PUT", f"{topic}/partitions", 2)[0] == 204
+    assert call(server, "PUT", f"{topic}/properties", {"team": "pay", "x": "y"})[0] == 204
+    assert call(server, "GET", f"{topic}/properties") == (200, {"team": "pay", "x": "y"})
+    assert call(server, "GET", f"{topic}-partition-1/properties")[1] == {"team": "pay", "x": "y"}
+    assert call(server, "DELETE", f"{topic}/properties?key=x")[0] == 204
+    assert call(server, "DELETE", f"{topic}/properties?key=x")[0] == 404
+    assert call(server, "GET", f"{topic}/properties") == (200, {"team": "pay"})

@@ -158,7 +158,7 @@ def test_output_formats(magctl: Magctl, url: str) -> None:
     assert ok(magctl(*get, "--no-headers", "--sort-by", "{.spec.partitions}",
                      admin_url=url)).split("\n")[0].split()[0] == "c"
     wide = ok(magctl(*get, "-o", "wide", admin_url=url)).splitlines()[0].split()
-    assert wide[-3:] == ["MSG-IN", "BYTES-IN", "FULL-NAME"]
+    assert wide[-4:] == ["MSG-IN", "BYTES-IN", "LABELS", "FULL-NAME"]
     parsed = yaml.safe_load(ok(magctl("get", "tp/a", "-n", "fmt/ns", "-o", "yaml",
                                       admin_url=url)))
     assert parsed["status"]["fullName"] == "persistent://fmt/ns/a"
@@ -469,3 +469,54 @@ def test_edit_applies_the_saved_yaml(
     assert r.code == 1
     assert "nothing was changed" in r.err
     assert magctl("edit", "bundles", "x", admin_url=url).code == 2
+
+
+LABELLED = """\
+apiVersion: magnetar.io/v1alpha1
+kind: Namespace
+metadata: {name: lbl/ns, labels: {env: prod}}
+---
+apiVersion: magnetar.io/v1alpha1
+kind: Topic
+metadata: {name: pay, namespace: lbl/ns, labels: {team: pay, tier: gold}}
+spec: {partitions: 2}
+---
+apiVersion: magnetar.io/v1alpha1
+kind: Topic
+metadata: {name: ship, namespace: lbl/ns, labels: {team: ship}}
+---
+apiVersion: magnetar.io/v1alpha1
+kind: Topic
+metadata: {name: misc, namespace: lbl/ns}
+"""
+
+
+def test_labels_are_properties_and_select(magctl: Magctl, url: str) -> None:
+    ok(magctl("create", "tenant", "lbl", admin_url=url))
+    assert ok(magctl("apply", "-f", "-", admin_url=url, stdin=LABELLED)).splitlines() == [
+        "namespace/lbl/ns created", "topic/persistent://lbl/ns/pay created",
+        "topic/persistent://lbl/ns/ship created", "topic/persistent://lbl/ns/misc created",
+    ]
+    assert magctl("diff", "-f", "-", admin_url=url, stdin=LABELLED).code == 0
+    get = ("get", "topics", "-n", "lbl/ns", "-o", "jsonpath={.items[*].metadata.name}")
+    assert ok(magctl(*get, "-l", "team=pay", admin_url=url)) == "pay"
+    assert ok(magctl(*get, "-l", "team in (pay,ship)", admin_url=url)) == "pay ship"
+    assert ok(magctl(*get, "-l", "!team", admin_url=url)) == "misc"
+    assert ok(magctl(*get, "-l", "team,tier!=gold", admin_url=url)) == "ship"
+    assert ok(magctl("get", "ns", "-l", "env=prod", "-o", "name", admin_url=url)) == (
+        "namespace/lbl/ns\n"
+    )
+    changed = LABELLED.replace("{team: pay, tier: gold}", "{team: pay}")
+    diff = magctl("diff", "-f", "-", admin_url=url, stdin=changed)
+    assert diff.code == 1
+    assert "-    tier: gold\n" in diff.out
+    ok(magctl("apply", "-f", "-", admin_url=url, stdin=changed))
+    assert ok(magctl("get", "tp", "pay", "-n", "lbl/ns", "-o", "jsonpath={.metadata.labels}",
+                     admin_url=url)) == '{"team": "pay"}'
+    out = ok(magctl("delete", "topics", "-n", "lbl/ns", "-l", "team", admin_url=url))
+    assert sorted(out.splitlines()) == ['topic "persistent://lbl/ns/pay" deleted',
+                                        'topic "persistent://lbl/ns/ship" deleted']
+    r = magctl("apply", "-f", "-", admin_url=url, stdin=(
+        "apiVersion: magnetar.io/v1alpha1\nkind: Tenant\nmetadata: {name: x, labels: {a: b}}\n"))
+    assert r.code == 2
+    assert "namespaces and topics only" in r.err
