@@ -157,6 +157,10 @@ def build() -> Parser:
         p.add_argument("-f", "--filename", action="append", required=True,
                        help="FILE, DIR or - (repeatable)")
         if verb == "apply":
+            p.add_argument("--prune", action="store_true",
+                           help="delete topics and namespaces matching -l that the manifests "
+                           "no longer name (in the namespaces and tenants they touch)")
+            p.add_argument("-l", "--selector", help="label selector for --prune")
             p.add_argument("--dry-run", nargs="?", const="client", default="none",
                            choices=("none", "client", "server"),
                            help="client|server: print what would change, change nothing")

@@ -356,10 +356,14 @@ def cmd_edit(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
 def cmd_apply(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
     from magnetar.client.magctl.manifests import load_manifests, plan
 
+    if args.prune and not args.selector:
+        raise UsageError("--prune needs -l SELECTOR: only objects with matching labels are "
+                         "pruned")
     manifests = load_manifests(args.filename)
     api, scope, _ = _session(args)
     dry = {"none": "", "client": " (dry run)", "server": " (server dry run)"}[args.dry_run]
     progress = _Progress(err, len(manifests), "applying")
+    applied: set[tuple[str, str]] = set()
     for m in manifests:
         p = plan(api, m, scope.namespace)
         for w in p.warnings:
@@ -369,9 +373,41 @@ def cmd_apply(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
                 write()
         word = "created" if not p.exists else ("configured" if p.changed else "unchanged")
         out.write(f"{p.singular}/{p.name} {word}{dry}\n")
+        applied.add((p.kind, p.name))
         progress.step()
     progress.done()
+    if args.prune:
+        _prune(api, applied, args.selector, dry, out)
     return EXIT_OK
+
+
+def _prune(api: Api, applied: set[tuple[str, str]], selector: str, dry: str,
+           out: IO[str]) -> None:
+    """kubectl apply --prune: objects of the scopes the manifests touch, matching the
+    selector, that no manifest names any more, are deleted (topics first)."""
+    from magnetar.client.magctl.api import Scope
+    from magnetar.client.magctl.kinds import KINDS
+    from magnetar.client.magctl.resources import TopicName
+
+    namespaces = {name for kind, name in applied if kind == "Namespace"}
+    topic_scopes = {TopicName.parse(name).ns for kind, name in applied if kind == "Topic"}
+    tenants = {ns.split("/")[0] for ns in namespaces}
+    doomed: list[tuple[str, str, str]] = []
+    for ns in sorted(topic_scopes | namespaces):
+        for o in _select(KINDS["topics"].list_all(api, Scope(ns, True), full=False), selector):
+            name = KINDS["topics"].key(o)
+            if ("Topic", name) not in applied:
+                doomed.append(("topics", name, ns))
+    for tenant in sorted(tenants):
+        objs = KINDS["namespaces"].list_all(api, Scope(f"{tenant}/x", True), full=False)
+        for o in _select(objs, selector):
+            name = o["metadata"]["name"]
+            if ("Namespace", name) not in applied:
+                doomed.append(("namespaces", name, name))
+    for plural, name, ns in doomed:
+        if not dry:
+            KINDS[plural].delete(api, name, Scope(ns, True), force=False)
+        out.write(f"{plural[:-1]}/{name} pruned{dry}\n")
 
 
 def cmd_diff(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:

@@ -520,3 +520,28 @@ def test_labels_are_properties_and_select(magctl: Magctl, url: str) -> None:
         "apiVersion: magnetar.io/v1alpha1\nkind: Tenant\nmetadata: {name: x, labels: {a: b}}\n"))
     assert r.code == 2
     assert "namespaces and topics only" in r.err
+
+
+def test_apply_prune_deletes_what_the_manifests_dropped(magctl: Magctl, url: str) -> None:
+    ok(magctl("create", "tenant", "prune", admin_url=url))
+    three = "".join(
+        "---\napiVersion: magnetar.io/v1alpha1\nkind: Topic\n"
+        f"metadata: {{name: {n}, namespace: prune/ns, labels: {{app: shop}}}}\n"
+        for n in ("a", "b", "c")
+    )
+    ns = ("apiVersion: magnetar.io/v1alpha1\nkind: Namespace\n"
+          "metadata: {name: prune/ns, labels: {app: shop}}\n")
+    ok(magctl("apply", "-f", "-", admin_url=url, stdin=ns + three))
+    ok(magctl("create", "topic", "unlabelled", "-n", "prune/ns", admin_url=url))
+    two = "".join("---\n" + doc for doc in three.split("---\n")[1:3])  # a and b
+    r = magctl("apply", "-f", "-", "--prune", admin_url=url, stdin=ns + two)
+    assert r.code == 2  # --prune needs -l
+    dry = ok(magctl("apply", "-f", "-", "--prune", "-l", "app=shop", "--dry-run", "client",
+                    admin_url=url, stdin=ns + two))
+    assert dry.splitlines()[-1] == "topic/persistent://prune/ns/c pruned (dry run)"
+    out = ok(magctl("apply", "-f", "-", "--prune", "-l", "app=shop", admin_url=url,
+                    stdin=ns + two))
+    assert out.splitlines()[-1] == "topic/persistent://prune/ns/c pruned"
+    names = ok(magctl("get", "topics", "-n", "prune/ns", "-o",
+                      "jsonpath={.items[*].metadata.name}", admin_url=url))
+    assert names == "a b unlabelled"  # the unlabelled topic is not the selector's
