@@ -49,7 +49,7 @@ Topic and subscription operations:
   compact        Compact a topic (--wait for the end)
   scale          Grow a partitioned topic (--partitions N)
   lookup         The broker that serves a topic
-  top            Rates, throughput and backlog of topics or subscriptions (--once)
+  top            Rates, throughput and backlog of topics, subscriptions, bundles, brokers
 
 Settings and tooling:
   api-resources  The resource types, with short names
@@ -185,12 +185,12 @@ def build() -> Parser:
                    help="unload the bundle (always done: its topics reload in the new bundles)")
 
     p = _sub(subs, "top", "Rates, throughput and backlog, refreshed")
-    p.add_argument("resource", help="topics or subscriptions")
+    p.add_argument("resource", help="topics, subscriptions, bundles or brokers")
     p.add_argument("--topic", "-t", help="subscriptions of this topic only")
     p.add_argument("--once", action="store_true", help="print once and exit (for scripts)")
     p.add_argument("--interval", type=float, default=2.0, help="seconds between refreshes")
     p.add_argument("--sort-by", default="rate-in",
-                   help="rate-in, rate-out, throughput-in, throughput-out or backlog")
+                   help="rate-in, rate-out, throughput-in or backlog")
 
     p = _sub(subs, "seek", "Move a subscription's cursor")
     _resource_args(p)

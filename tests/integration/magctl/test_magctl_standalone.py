@@ -404,6 +404,13 @@ def test_top_once(magctl: Magctl, url: str, client: pulsar.Client) -> None:
     subs = ok(magctl("top", "subs", "--topic", topic, "--once", "--interval", "0.1",
                      "--sort-by", "backlog", admin_url=url))
     assert subs.splitlines()[1].split()[:2] == ["watcher", topic]
+    bundles = ok(magctl("top", "bundles", "-n", "public/default", "--once", "--interval", "0.1",
+                        admin_url=url))
+    assert bundles.splitlines()[0].split() == ["NAME", "RATE-IN", "RATE-OUT", "THROUGHPUT-IN",
+                                               "BACKLOG", "TOPICS"]
+    assert all(line.startswith("0x") for line in bundles.splitlines()[1:])
+    brokers = ok(magctl("top", "brokers", "--once", "--interval", "0.1", admin_url=url))
+    assert brokers.splitlines()[1].split()[0] == url.removeprefix("http://")
     assert magctl("top", "tenants", "--once", admin_url=url).code == 2
     producer.close()
     consumer.close()
