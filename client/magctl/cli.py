@@ -15,7 +15,7 @@ import sys
 from collections.abc import Sequence
 from typing import IO, Any, NoReturn
 
-from magnetar.client.magctl.errors import EXIT_USAGE, MagctlError, UnknownFlag, UsageError
+from magnetar.client.magctl.errors import MagctlError, UnknownFlag, UsageError
 
 VERBS = (
     "get", "describe", "create", "delete", "edit", "apply", "diff", "explain", "api-resources",
@@ -73,6 +73,10 @@ class Parser(argparse.ArgumentParser):
                 raise UnknownFlag(flag.split("=")[0])
             raise UsageError(f"unexpected argument(s): {' '.join(extras)}\n"
                              f"See '{self.prog} --help' for usage.")
+        if message.startswith("argument <verb>: invalid choice: "):
+            verb = message.split("invalid choice: ", 1)[1].split(" (choose", 1)[0].strip("'")
+            raise UsageError(f'unknown command "{verb}" for "magctl"\n'
+                             "Run 'magctl --help' for usage.")
         if message.startswith("argument ") and ": invalid choice: " in message:
             head, _, rest = message.partition(": invalid choice: ")
             raise UsageError(f"{head.removeprefix('argument ')}: invalid value {rest}")
@@ -273,14 +277,14 @@ def run(argv: Sequence[str] | None = None, *, out: IO[str] | None = None,
         parser = build()
         if not args_list:
             parser.print_help(out)
-            return EXIT_USAGE
+            return 0
         try:
             args = parser.parse_args(args_list)
         except SystemExit as exc:  # --help
             return int(exc.code or 0)
-        if args.verb is None:
+        if args.verb is None:  # global flags only
             parser.print_help(out)
-            return EXIT_USAGE
+            return 0
         from magnetar.client.magctl.verbs import dispatch
 
         return dispatch(args, out, err)

@@ -35,6 +35,13 @@ def test_unknown_flag_in_kubectl_form(magctl_proc: Magctl) -> None:
     _no_traceback(r.err)
 
 
+def test_unknown_command(magctl_proc: Magctl) -> None:
+    r = magctl_proc("gett", "topics")
+    assert r.code == 2
+    assert r.err.splitlines()[0] == 'error: unknown command "gett" for "magctl"'
+    _no_traceback(r.err)
+
+
 def test_missing_argument_and_bad_output_format_are_usage_errors(magctl: Magctl) -> None:
     r = magctl("skip", "sub", "s")
     assert r.code == 2
