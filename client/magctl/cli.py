@@ -248,6 +248,9 @@ def build() -> Parser:
     c.add_argument("--ns", "-n", dest="ctx_namespace", help="default tenant/namespace")
     c.add_argument("--service-url")
     c.add_argument("--token-file")
+    c.add_argument("--certificate-authority", help="CA bundle (PEM) to verify the admin URL")
+    c.add_argument("--insecure-skip-tls-verify", action="store_true",
+                   help="do not verify the admin URL's certificate")
     c = csub.add_parser("view", help="print the merged config", parents=[_globals()])
     c.add_argument("--raw", action="store_true", help="show tokens")
     c.add_argument("--minify", action="store_true", help="only the current context")

@@ -56,7 +56,10 @@ class AdminHttp:
         self.timeout_s = timeout_s
         self._context: ssl.SSLContext | None = None
         if self.base_url.startswith("https://"):
-            ctx = ssl.create_default_context(cafile=tls_ca_file)
+            try:
+                ctx = ssl.create_default_context(cafile=tls_ca_file)
+            except (OSError, ssl.SSLError) as exc:
+                raise UsageError(f"cannot use certificate-authority {tls_ca_file}: {exc}") from None
             if tls_insecure:
                 ctx.check_hostname = False
                 ctx.verify_mode = ssl.CERT_NONE
@@ -100,6 +103,11 @@ class AdminHttp:
         except (TimeoutError, urllib.error.URLError, OSError) as exc:
             where = urllib.parse.urlsplit(self.base_url).netloc or self.base_url
             cause = getattr(exc, "reason", exc)
+            if isinstance(cause, ssl.SSLCertVerificationError):
+                raise ConnectionFailed(
+                    f"the server {where}'s certificate is not trusted ({cause.verify_message}): "
+                    "set certificate-authority (or insecure-skip-tls-verify) in the context"
+                ) from None
             if isinstance(cause, ConnectionRefusedError):
                 raise ConnectionFailed(
                     f"The connection to the server {where} was refused - "

@@ -110,12 +110,17 @@ def _set_context(cfg: Any, args: argparse.Namespace, out: IO[str]) -> None:
     cluster = args.cluster or (cfg.entry("contexts", name) or {}).get("cluster") or name
     user = args.user or (cfg.entry("contexts", name) or {}).get("user") or name
     admin_url = getattr(args, "admin_url", None)
-    if admin_url or args.service_url:
+    tls = args.certificate_authority or args.insecure_skip_tls_verify
+    if admin_url or args.service_url or tls:
         values: dict[str, Any] = {}
         if admin_url:
             values["admin-url"] = admin_url
         if args.service_url:
             values["service-url"] = args.service_url
+        if args.certificate_authority:
+            values["certificate-authority"] = args.certificate_authority
+        if args.insecure_skip_tls_verify:
+            values["insecure-skip-tls-verify"] = True
         cfg.set_entry("clusters", cluster, values)
         ctx["cluster"] = cluster
     elif args.cluster:

@@ -212,3 +212,53 @@ def test_zsh_and_fish_completion_scripts(magctl: Magctl) -> None:
         done = subprocess.run(["zsh", "-c", zsh], capture_output=True, text=True, check=False)
         assert done.returncode == 0, done.stderr
     assert magctl("completion", "tcsh").code == 2
+
+
+def test_https_admin_url_with_the_contexts_tls_settings(
+    magctl: Magctl, tmp_path: pathlib.Path
+) -> None:
+    import http.server
+    import ssl
+    import threading
+
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+         "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True, timeout=60,
+    )
+
+    class Admin(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = b'["secure"]' if self.path == "/admin/v2/tenants" else b"{}"
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Admin)
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(cert, key)
+    server.socket = ctx.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"https://127.0.0.1:{server.server_address[1]}"
+    try:
+        names = ("get", "tenants", "-o", "jsonpath={.items[*].metadata.name}")
+        r = magctl(*names, admin_url=url)  # no CA: refused, clearly
+        assert r.code == 1
+        assert "certificate is not trusted" in r.err
+        assert magctl("config", "set-context", "tls", "--admin-url", url,
+                      "--certificate-authority", str(cert)).code == 0
+        assert magctl(*names).out == "secure"
+        assert magctl("config", "set-context", "loose", "--admin-url", url,
+                      "--insecure-skip-tls-verify").code == 0
+        assert magctl(*names, "--context", "loose").out == "secure"
+        assert magctl("config", "set-context", "bad", "--admin-url", url,
+                      "--certificate-authority", str(tmp_path / "none.pem")).code == 0
+        assert magctl(*names, "--context", "bad").code == 2
+    finally:
+        server.shutdown()
