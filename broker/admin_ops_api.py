@@ -7,7 +7,8 @@ namespace and bundle unload and split, namespace permissions, namespace and topi
 ``properties`` (magctl's labels), ``/clusters/{cluster}``,
 ``/brokers/{cluster}``, ``/brokers/{cluster}/{broker}/ownedNamespaces``,
 ``/lookup/v2/topic/.../bundle``, ``/brokers/version``,
-``/brokers/configuration[/runtime]``, ``/bookies/all``, ``/broker-stats/topics``; and
+``/brokers/configuration[/runtime]``, ``/bookies/all``, ``/bookies/racks-info``,
+``/broker-stats/topics``; and
 ``json_unknown_routes``, which answers a path or method nobody serves with Pulsar's JSON
 error body instead of plain text. ``add_priority_routes`` must run before the generic
 topic routes of ``http_api`` (it serves paths they would otherwise swallow, such as
@@ -127,6 +128,7 @@ class OperationRoutes:
         r.add_get("/lookup/v2/topic/{domain}/{tenant}/{namespace}/{topic}/bundle",
                   self.topic_bundle)
         r.add_get("/admin/v2/bookies/all", self.bookies)
+        r.add_get("/admin/v2/bookies/racks-info", self.racks_info)
         r.add_get("/admin/v2/broker-stats/topics", self.broker_stats_topics)
 
     # -- namespaces -------------------------------------------------------------------------
@@ -292,6 +294,9 @@ class OperationRoutes:
 
     async def bookies(self, request: web.Request) -> web.Response:
         return _json({"bookies": await self.ops.bookies()})
+
+    async def racks_info(self, request: web.Request) -> web.Response:
+        return _json({})  # no rack placement is configured: every bookie is in no rack
 
     async def broker_stats_topics(self, request: web.Request) -> web.Response:
         return _json(await self.ops.broker_stats_topics())

@@ -602,14 +602,29 @@ class TopicOperations:
         return (await self.service.bundle_of(tn)).range.name
 
     async def bookies(self) -> list[dict[str, Any]]:
+        """Registered bookies (Pulsar's ``BookiesClusterInfo`` entries), with what each one
+        registered: address, HTTP (metrics) port, read-only state."""
+        import json
+
         store = self.service.store
         out = []
-        for name in sorted(await store.children(paths.AVAILABLE_BOOKIES)):
-            if name == "readonly":
-                continue
-            out.append({"bookieId": name, "state": "writable"})
-        for name in sorted(await store.children(paths.READONLY_BOOKIES)):
-            out.append({"bookieId": name, "state": "readonly"})
+        for parent, state in ((paths.AVAILABLE_BOOKIES, "writable"),
+                              (paths.READONLY_BOOKIES, "readonly")):
+            for name in sorted(await store.children(parent)):
+                if name == "readonly":
+                    continue
+                entry: dict[str, Any] = {"bookieId": name, "state": state}
+                got = await store.get(f"{parent}/{name}")
+                try:
+                    reg = json.loads(got.value) if got is not None and got.value else {}
+                except ValueError:
+                    reg = {}
+                if isinstance(reg, dict):
+                    for src, dst in (("address", "address"), ("http_port", "httpPort"),
+                                     ("instance_id", "instanceId")):
+                        if reg.get(src) is not None:
+                            entry[dst] = reg[src]
+                out.append(entry)
         return out
 
     async def broker_stats_topics(self) -> dict[str, Any]:

@@ -535,7 +535,11 @@ class Bookies(Kind):
         return out
 
     def columns(self, wide: bool) -> list[Column]:
-        return [("NAME", self.key), ("STATE", lambda o: dig(o, "status", "state") or "<none>")]
+        cols: list[Column] = [("NAME", self.key),
+                              ("STATE", lambda o: dig(o, "status", "state") or "<none>")]
+        if wide:
+            cols.append(("HTTP-PORT", lambda o: dig(o, "status", "httpPort") or "<none>"))
+        return cols
 
 
 # -------------------------------------------------------------------------------- ledgers

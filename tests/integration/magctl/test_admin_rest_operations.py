@@ -70,8 +70,11 @@ def test_cluster_brokers_bookies_version_configuration(server: StandaloneProcess
     assert (status, brokers) == (200, [f"127.0.0.1:{server.web_port}"])
     status, bookies = call(server, "GET", "/admin/v2/bookies/all")
     assert status == 200
-    assert bookies == {"bookies": [{"bookieId": f"127.0.0.1:{server.bookie_port}",
-                                    "state": "writable"}]}
+    (entry,) = bookies["bookies"]
+    assert entry["bookieId"] == f"127.0.0.1:{server.bookie_port}"
+    assert entry["state"] == "writable"
+    assert entry["address"] == f"127.0.0.1:{server.bookie_port}"
+    assert call(server, "GET", "/admin/v2/bookies/racks-info") == (200, {})
     code, _, body = raw(server, "/admin/v2/brokers/version")
     assert (code, body) == (200, b"0.1.0")
     assert call(server, "GET", "/admin/v2/brokers/configuration") == (200, [])
