@@ -28,7 +28,7 @@ $(STAMP_SERVER): pyproject.toml | $(VENV)/bin/python
 	@touch $@
 
 $(STAMP_ALL): pyproject.toml | $(VENV)/bin/python
-	$(PY) -m pip install -q -e '.[server,spark,dev]'
+	$(PY) -m pip install -q -e '.[server,spark,dev,cli]'
 	@touch $@ $(STAMP_SERVER)
 
 venv: $(STAMP_SERVER)

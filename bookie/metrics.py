@@ -51,6 +51,24 @@ def render(service: BookieService, storage: BookieStorage) -> str:
     metric("bookkeeper_server_READ_ENTRY_count", "counter", stats.reads, "read requests")
     metric("bookkeeper_server_BAD_REQUEST_count", "counter", stats.bad_requests, "bad requests")
     metric("bookie_add_streams", "gauge", stats.add_streams_open, "open Add streams")
+    metric("bookie_WRITE_BYTES", "counter", stats.add_bytes_received, "bytes of entries added")
+    metric("bookie_READ_BYTES", "counter", stats.read_bytes_sent, "bytes of entries read")
+    from magnetar.bookie.core import Bookie
+
+    if isinstance(storage, Bookie):
+        core = storage.statistics()
+        journal = storage.journal.statistics()
+        metric("bookie_ledgers_count", "gauge", core.ledgers, "ledgers stored")
+        metric("bookie_journal_JOURNAL_WRITE_BYTES", "counter", journal.appended_bytes,
+               "bytes appended to the journal")
+        metric("bookie_journal_JOURNAL_SYNC_count", "counter", journal.syncs,
+               "fdatasync calls of the journal")
+        metric("bookie_journal_JOURNAL_FORCE_WRITE_GROUPING_count", "counter",
+               journal.groups_synced, "group commits made durable")
+        metric("bookie_journal_JOURNAL_QUEUE_SIZE", "gauge", journal.pending_groups,
+               "groups waiting for their fdatasync")
+        metric("bookie_journal_lag_bytes_synced", "gauge",
+               journal.appended_bytes - journal.synced_bytes, "journal bytes not yet synced")
     engine_stats = getattr(storage, "statistics", None)
     if callable(engine_stats):
         try:

@@ -83,6 +83,8 @@ class ServiceStatistics:
     add_responses_sent: int
     reads: int
     bad_requests: int
+    add_bytes_received: int = 0
+    read_bytes_sent: int = 0
 
 
 def _entry_pb(entry: Entry) -> pb.Entry:
@@ -140,6 +142,8 @@ class BookieService(pb_grpc.BookieServicer):
         self._responses = 0
         self._reads = 0
         self._bad_requests = 0
+        self._add_bytes = 0
+        self._read_bytes = 0
         self.accepting = True
         # Health answers serving=False until the process finished starting (registration).
         self.ready = True
@@ -163,6 +167,8 @@ class BookieService(pb_grpc.BookieServicer):
             add_responses_sent=self._responses,
             reads=self._reads,
             bad_requests=self._bad_requests,
+            add_bytes_received=self._add_bytes,
+            read_bytes_sent=self._read_bytes,
         )
 
     # -- Add --------------------------------------------------------------------------------
@@ -256,6 +262,7 @@ class BookieService(pb_grpc.BookieServicer):
                 self._batches += 1
                 n, size, codes = self._submit(batch, data)
                 self._entries += n
+                self._add_bytes += size
                 state.pending.append((batch.batch_id, n, size, codes))
                 state.inflight_bytes += size
                 state.wake.set()
@@ -359,6 +366,7 @@ class BookieService(pb_grpc.BookieServicer):
                     try:
                         entry = await self.storage.read_entry(lid, prev + 1)
                         resp.entries.append(_entry_pb(entry))
+                        self._read_bytes += len(entry.payload)
                     except NoEntry:
                         pass
                 return resp
@@ -367,12 +375,14 @@ class BookieService(pb_grpc.BookieServicer):
                 raise _bad(f"invalid entry id {first}")
             if last <= first:
                 entry = await self.storage.read_entry(lid, first)
+                self._read_bytes += len(entry.payload)
                 return pb.ReadResponse(status=0, entries=[_entry_pb(entry)], lac=NO_ENTRY_ID)
             if first < 0:
                 raise _bad("a range read needs first_entry_id >= 0")
             max_bytes = request.max_bytes if request.max_bytes > 0 else MAX_READ_BYTES
             max_bytes = min(max_bytes, MAX_READ_BYTES)
             entries = await self.storage.read_range(lid, first, last, max_bytes)
+            self._read_bytes += sum(len(e.payload) for e in entries)
             return pb.ReadResponse(
                 status=0, entries=[_entry_pb(e) for e in entries], lac=NO_ENTRY_ID
             )

@@ -148,6 +148,13 @@ def _standalone_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--bookie-port", type=int, default=3181, help="first bookie's port (then +1 each)"
     )
+    parser.add_argument(
+        "--bookie-http-port",
+        type=int,
+        default=0,
+        help="first bookie's HTTP port for /metrics and /health (then +1 each; "
+        "BookKeeper's default is 8000; 0 = none)",
+    )
 
 
 def _standalone_run(args: argparse.Namespace) -> int:
@@ -170,6 +177,7 @@ def _standalone_run(args: argparse.Namespace) -> int:
             num_bookies=args.bookies,
             bookie_port=args.bookie_port,
             log_level=args.log_level,
+            bookie_http_port=args.bookie_http_port,
         )
     )
 

@@ -37,6 +37,29 @@ def _flag(request: web.Request, name: str) -> bool:
     return request.query.get(name, "false").lower() in ("true", "1", "yes")
 
 
+def _positions(raw: bytes) -> list[int]:
+    if not raw.strip():
+        return []
+    try:
+        body = json.loads(raw)
+    except ValueError as exc:
+        raise InvalidResource(f"Invalid JSON body: {exc}") from None
+    if not isinstance(body, list):
+        raise InvalidResource("split boundaries must be a JSON list")
+    out = []
+    for p in body:
+        if isinstance(p, int) and not isinstance(p, bool):
+            out.append(p)
+        elif isinstance(p, str) and p.lower().startswith("0x"):
+            try:
+                out.append(int(p, 16))
+            except ValueError:
+                raise InvalidResource(f"invalid split boundary {p!r}") from None
+        else:
+            raise InvalidResource(f"invalid split boundary {p!r}: a number or 0x-hex")
+    return out
+
+
 class ClusterApi:
     def __init__(self, service: BrokerService) -> None:
         self.service = service
@@ -79,39 +102,31 @@ class ClusterApi:
     # -- bundles --
 
     async def split_bundle(self, request: web.Request) -> web.Response:
+        """Pulsar's split; answers (200) the new ranges. Positions in the body (numbers, or
+        ``0x`` strings) imply ``specified_positions_divide`` when no algorithm is named."""
         bundle = await self._bundle(request)
+        positions = _positions(await request.read())
+        name = request.query.get("splitAlgorithmName") or (
+            "specified_positions_divide"
+            if positions
+            else self.service.config.default_namespace_bundle_split_algorithm
+        )
         try:
-            algorithm = SplitAlgorithm.parse(
-                request.query.get(
-                    "splitAlgorithmName",
-                    self.service.config.default_namespace_bundle_split_algorithm,
-                )
-            )
+            algorithm = SplitAlgorithm.parse(name)
         except SplitError as exc:
             raise PreconditionFailed(str(exc)) from None
-        positions: list[int] = []
-        raw = (await request.read()).strip()
-        if raw:
-            try:
-                body = json.loads(raw)
-            except ValueError as exc:
-                raise InvalidResource(f"Invalid JSON body: {exc}") from None
-            if not isinstance(body, list) or not all(
-                isinstance(p, int) and not isinstance(p, bool) for p in body
-            ):
-                raise InvalidResource("split boundaries must be a JSON list of integers")
-            positions = body
         await self._owned_here_or_redirect(request, bundle)
         cluster = self.service.cluster
         if cluster is None:
             raise PreconditionFailed("Load management is disabled on this broker")
         try:
-            await cluster.split(
+            after = await cluster.split(
                 bundle, algorithm, unload=_flag(request, "unload"), positions=positions
             )
         except SplitError as exc:
             raise PreconditionFailed(str(exc)) from None
-        return web.Response(status=204)
+        lo, hi = bundle.range.lower, bundle.range.upper
+        return _json([r.name for r in after.ranges if lo <= r.lower and r.upper <= hi])
 
     # -- brokers and load --
 

@@ -20,6 +20,7 @@ from urllib.parse import unquote
 
 from aiohttp import web
 
+from magnetar.broker.admin_ops_api import OperationRoutes, json_unknown_routes
 from magnetar.broker.policies import (
     NAMESPACE_POLICIES,
     PolicyError,
@@ -35,6 +36,7 @@ from magnetar.broker.resources import (
     Resources,
     TenantInfo,
 )
+from magnetar.broker.topic_ops import TopicOperations
 
 log = logging.getLogger(__name__)
 
@@ -181,6 +183,7 @@ class AdminApi:
         extra_metrics: Callable[[], str] | None = None,
         metrics_slice_s: float = METRICS_SLICE_S,
         extra_routes: Callable[[web.UrlDispatcher], None] | None = None,
+        operations: TopicOperations | None = None,
     ) -> None:
         self.resources = resources
         self.topics = topics
@@ -188,12 +191,19 @@ class AdminApi:
         self.extra_metrics = extra_metrics
         self.metrics_slice_s = metrics_slice_s
         self.extra_routes = extra_routes
+        self.operations = operations
+        """Subscription, topic, namespace and cluster operations (``admin_ops_api``)."""
 
     def app(self) -> web.Application:
-        app = web.Application(middlewares=[_errors], client_max_size=8 << 20)
+        app = web.Application(
+            middlewares=[json_unknown_routes, _errors], client_max_size=8 << 20
+        )
         r = app.router
         if self.extra_routes is not None:  # first: more specific than the topic routes
             self.extra_routes(r)
+        ops = OperationRoutes(self.operations) if self.operations is not None else None
+        if ops is not None:
+            ops.add_priority_routes(r)  # before the generic topic routes that would match
         r.add_get("/admin/v2/brokers/health", self.health)
         r.add_get("/metrics", self.metrics)
         r.add_get("/metrics/", self.metrics)
@@ -248,6 +258,8 @@ class AdminApi:
         r.add_delete(base + "/{topic}/backlogQuota", self.remove_topic_backlog_quota)
         # lookup
         r.add_get("/lookup/v2/topic/{domain}/{tenant}/{namespace}/{topic}", self.lookup)
+        if ops is not None:
+            ops.add_routes(r)
         return app
 
     # -- broker -----------------------------------------------------------------------------

@@ -27,6 +27,7 @@ from magnetar.broker.ledger import ManagedLedgerConfig, ManagedLedgerFactory
 from magnetar.broker.ledger.placement import RackPolicy
 from magnetar.broker.ledger_adapter import ManagedLedgerStorage
 from magnetar.broker.service import BrokerService
+from magnetar.broker.topic_ops import TopicOperations
 from magnetar.zk.store import MetadataStore
 
 log = logging.getLogger(__name__)
@@ -87,6 +88,7 @@ class BrokerRuntime:
             self.service,
             default_bundles=self.config.default_number_of_namespace_bundles,
             extra_routes=ClusterApi(self.service).register,
+            operations=TopicOperations(self.service),
         )
         self._web = web.AppRunner(api.app(), access_log=None)
         await self._web.setup()

@@ -104,6 +104,7 @@ class BrokerService:
         self._server: asyncio.AbstractServer | None = None
         self.connections: set[Any] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._metrics: Any = None  # broker/metrics.py BrokerMetrics, made on first scrape
         self.closed = False
         self.clock = clock
         self.cluster: BrokerCluster | None = None
@@ -469,8 +470,12 @@ class BrokerService:
     async def list_topics(
         self, tenant: str, namespace: str, domain: str = "persistent"
     ) -> list[str]:
-        if domain != "persistent":
-            return []
+        if domain != "persistent":  # non-persistent topics exist while they are loaded
+            return sorted(
+                name
+                for name, t in self.topics.items()
+                if not t.name.persistent and t.name.namespace_name == f"{tenant}/{namespace}"
+            )
         prefix = f"{tenant}/{namespace}/persistent/"
         names = set()
         from urllib.parse import unquote
@@ -604,45 +609,17 @@ class BrokerService:
         }
 
     def metrics_text(self) -> str:
+        """Prometheus exposition text of this broker (``broker/metrics.py``)."""
         return "".join(self.metrics_chunks())
 
     def metrics_chunks(self) -> Iterator[str]:
-        """The exposition text, one topic's lines per chunk, then the broker's. Iterates a
-        snapshot of the topic names: a caller may let the loop run between chunks
-        (``/metrics`` does); a topic unloaded meanwhile is left out."""
-        cluster = self.config.cluster_name
-        topics = self.topics
-        for name in sorted(topics):
-            t = topics.get(name)
-            if t is None:
-                continue
-            lines = []
-            ns = t.name.namespace_name
-            labels = f'cluster="{cluster}",namespace="{ns}",topic="{name}"'
-            lines.append(f"pulsar_in_messages_total{{{labels}}} {t.counters.msg_in}")
-            lines.append(f"pulsar_in_bytes_total{{{labels}}} {t.counters.bytes_in}")
-            lines.append(f"pulsar_producers_count{{{labels}}} {len(t.producers.producers)}")
-            lines.append(f"pulsar_subscriptions_count{{{labels}}} {len(t.subscriptions)}")
-            lines.append(f"pulsar_storage_size{{{labels}}} {t.ledger.total_size}")
-            backlog = sum(s.cursor.backlog() for s in t.subscriptions.values())
-            lines.append(f"pulsar_msg_backlog{{{labels}}} {backlog}")
-            out_entries = out_bytes = 0
-            for sub in t.subscriptions.values():
-                d = getattr(sub, "dispatcher", None)
-                if d is not None:
-                    out_entries += d.dispatched_entries
-                    out_bytes += d.dispatched_bytes
-            lines.append(f"pulsar_out_entries_total{{{labels}}} {out_entries}")
-            lines.append(f"pulsar_out_bytes_total{{{labels}}} {out_bytes}")
-            compaction = getattr(t, "compaction", None)
-            if compaction is not None and (compaction.runs or compaction.view is not None):
-                for metric, value in compaction.metrics().items():
-                    lines.append(f"{metric}{{{labels}}} {value}")
-            yield "\n".join(lines) + "\n"
-        yield (
-            f'pulsar_broker_topics_count{{cluster="{cluster}"}} {len(self.topics)}\n'
-            f'pulsar_active_connections{{cluster="{cluster}"}} {len(self.connections)}\n'
-        )
+        """The exposition text in pieces (``BrokerMetrics.chunks``): ``/metrics`` lets the
+        loop serve clients between them."""
+        if self._metrics is None:
+            from magnetar.broker.metrics import BrokerMetrics
+
+            self._metrics = BrokerMetrics(self)
+        return self._metrics.chunks()
 
 
 def _to_resource_error(exc: ServiceError) -> ResourceError:

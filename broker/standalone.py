@@ -9,7 +9,8 @@ then SIGKILL after a grace period), metadata.
 Must not know: broker or bookie internals.
 
 Bookies keep a stable id and port across restarts (``--bookie-port``, default 3181 + i),
-because ledger metadata names the bookies holding each ledger.
+because ledger metadata names the bookies holding each ledger. With ``--bookie-http-port``
+they serve their BookKeeper-named ``/metrics`` on that port + i.
 
 One standalone per data dir: ``start`` takes an exclusive ``flock`` on
 ``<data-dir>/standalone.lock`` (holding this process's pid) before opening anything, so a
@@ -63,6 +64,7 @@ class Standalone:
         bookie_port: int = 3181,
         bookie_start_timeout_s: float = 30.0,
         log_level: str = "INFO",
+        bookie_http_port: int = 0,
     ) -> None:
         if num_bookies < 1:
             raise ValueError("standalone needs at least one bookie")
@@ -78,6 +80,8 @@ class Standalone:
         )
         self.num_bookies = num_bookies
         self.bookie_port = bookie_port
+        self.bookie_http_port = bookie_http_port
+        """First bookie's /metrics port (then +1 each); 0 = the bookies serve no HTTP."""
         self.bookie_start_timeout_s = bookie_start_timeout_s
         self.log_level = log_level
         self._lock_fd: int | None = None
@@ -136,6 +140,8 @@ class Standalone:
             # between them protects nothing
             "--no-auto-recovery-daemon-enabled",
         ]
+        if self.bookie_http_port:
+            cmd += ["--http-port", str(self.bookie_http_port + index)]
         log.info("starting bookie %d: %s", index, " ".join(cmd))
         return subprocess.Popen(cmd, preexec_fn=_die_with_parent)  # noqa: PLW1509
 
@@ -217,9 +223,15 @@ async def run_standalone(
     num_bookies: int = 1,
     bookie_port: int = 3181,
     log_level: str = "INFO",
+    bookie_http_port: int = 0,
 ) -> int:
     standalone = Standalone(
-        data_dir, config, num_bookies=num_bookies, bookie_port=bookie_port, log_level=log_level
+        data_dir,
+        config,
+        num_bookies=num_bookies,
+        bookie_port=bookie_port,
+        log_level=log_level,
+        bookie_http_port=bookie_http_port,
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

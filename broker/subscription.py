@@ -95,6 +95,9 @@ class Subscription:
         self.partition_index = partition_index
         self.max_unacked_per_subscription = max_unacked_per_subscription
         self.redelivery: dict[Position, int] = {}
+        self.redelivery_requests = 0
+        """Messages consumers asked to have redelivered (for
+        ``pulsar_subscription_msg_rate_redeliver``)."""
         self.sub_type: SubType | None = None
         self.dispatcher: Dispatcher | None = None
         self._ack_ops: set[asyncio.Future[Any]] = set()
@@ -329,6 +332,7 @@ class Subscription:
 
     def redeliver(self, consumer: Consumer, positions: list[Position] | None) -> None:
         if self.dispatcher is not None:
+            self.redelivery_requests += consumer.unacked if positions is None else len(positions)
             self.dispatcher.redeliver(consumer, positions)
 
     # -- seek / reset

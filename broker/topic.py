@@ -27,6 +27,7 @@ import asyncio
 import collections
 import enum
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -44,6 +45,7 @@ from magnetar.broker.ledger.errors import LedgerFenced, ManagedLedgerClosed
 from magnetar.broker.ledger.position import EARLIEST, LATEST, Position
 from magnetar.broker.naming import TopicName
 from magnetar.broker.producer import Admission, Deduplication, Producer, ProducerRegistry
+from magnetar.broker.stats_buckets import StatsBuckets
 from magnetar.broker.storage import Entry, TopicLedger
 from magnetar.broker.subscription import Subscription, SubscriptionError
 
@@ -179,7 +181,7 @@ AddThen = Callable[
 class _Inflight:
     """One submitted batch of SENDs and, once its append is done, the outcome."""
 
-    __slots__ = ("batch", "done", "error", "positions", "topic")
+    __slots__ = ("batch", "done", "error", "positions", "started", "topic")
 
     def __init__(self, topic: PersistentTopic, batch: list[_Pending]) -> None:
         self.topic = topic
@@ -187,11 +189,13 @@ class _Inflight:
         self.done = False
         self.positions: list[Position] = []
         self.error: BaseException | None = None
+        self.started = time.monotonic()
 
     def finish(self, positions: list[Position] | None, error: BaseException | None) -> None:
         self.done = True
         if positions is not None:
             self.positions = positions
+            self.topic.write_latency.add((time.monotonic() - self.started) * 1000)
         self.error = error
         self.topic._complete_ready()
 
@@ -239,6 +243,9 @@ class PersistentTopic:
         self.max_unacked_per_consumer = max_unacked_per_consumer
         self.max_unacked_per_subscription = max_unacked_per_subscription
         self.counters = TopicCounters()
+        self.write_latency = StatsBuckets()
+        """Milliseconds from handing a batch to storage until it is durable
+        (``pulsar_storage_write_latency_le_*``)."""
         # message counts of batch entries; entries in [``_counted_from``, ``_counted_to``]
         # that are absent are single messages; others are parsed (and cached) when needed.
         # ``_counted_to`` is the last position whose append was reported: a dispatcher can

@@ -130,7 +130,7 @@ def split_boundaries(
         inside = _inside(bundle, positions)
         if not inside:
             raise SplitError(
-                f"no split position strictly inside {bundle} "
+                f"split positions must lie inside {bundle}, its ends excluded "
                 f"(given: {', '.join(hex(p) for p in positions) or 'none'})"
             )
         return inside

@@ -19,6 +19,7 @@ import pytest
 from aiohttp import web
 
 from magnetar.broker.http_api import AdminApi
+from magnetar.broker.topic_ops import TopicOperations
 from support.broker import InProcessBroker
 
 
@@ -53,7 +54,8 @@ class Admin:
         assert service is not None
 
         async def start() -> tuple[web.AppRunner, int]:
-            runner = web.AppRunner(AdminApi(service.resources, service).app())
+            api = AdminApi(service.resources, service, operations=TopicOperations(service))
+            runner = web.AppRunner(api.app())
             await runner.setup()
             site = web.TCPSite(runner, "127.0.0.1", 0)
             await site.start()

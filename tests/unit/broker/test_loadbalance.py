@@ -203,7 +203,7 @@ def test_specified_positions_must_lie_inside_the_bundle() -> None:
     assert split_boundaries(
         SplitAlgorithm.SPECIFIED_POSITIONS_DIVIDE, b, positions=[150, 120, 100, 250, 150]
     ) == [120, 150]
-    with pytest.raises(SplitError, match="strictly inside"):
+    with pytest.raises(SplitError, match="must lie inside"):
         split_boundaries(SplitAlgorithm.SPECIFIED_POSITIONS_DIVIDE, b, positions=[100, 200])
 
 

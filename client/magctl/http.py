@@ -1,0 +1,144 @@
+"""The admin REST transport: JSON over urllib (stdlib keeps start-up fast).
+
+Owns: ``AdminHttp`` (one base URL, an optional bearer token, TLS options, a request timeout)
+and the translation of transport failures into magctl errors: an HTTP error status becomes
+``HttpError`` (status and the server's ``reason``), an unreachable server ``ConnectionFailed``
+with kubectl's wording. Must not know: resources, verbs or output.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import ssl
+import urllib.error
+import urllib.parse
+import urllib.request
+from typing import Any
+
+from magnetar.client.magctl.errors import ConnectionFailed, UsageError
+
+
+class HttpError(Exception):
+    """The admin API answered ``status`` (>= 400) with ``reason`` (its JSON ``reason``)."""
+
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(f"{status}: {reason}")
+        self.status = status
+        self.reason = reason
+
+
+def _reason_of(status: int, raw: bytes) -> str:
+    text = raw.decode("utf-8", "replace").strip()
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return text or f"HTTP {status}"
+    if isinstance(data, dict):
+        for key in ("reason", "message", "error"):
+            if isinstance(data.get(key), str):
+                return str(data[key])
+    return text
+
+
+class AdminHttp:
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        token: str | None = None,
+        timeout_s: float = 30.0,
+        tls_insecure: bool = False,
+        tls_ca_file: str | None = None,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.token = token
+        self.timeout_s = timeout_s
+        self._context: ssl.SSLContext | None = None
+        if self.base_url.startswith("https://"):
+            try:
+                ctx = ssl.create_default_context(cafile=tls_ca_file)
+            except (OSError, ssl.SSLError) as exc:
+                raise UsageError(f"cannot use certificate-authority {tls_ca_file}: {exc}") from None
+            if tls_insecure:
+                ctx.check_hostname = False
+                ctx.verify_mode = ssl.CERT_NONE
+            self._context = ctx
+
+    def __repr__(self) -> str:
+        return f"AdminHttp({self.base_url!r})"
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        query: dict[str, Any] | None = None,
+        raw: bool = False,
+    ) -> Any:
+        """One request; the decoded JSON answer (None when empty), or the bytes if ``raw``."""
+        url = self.base_url + path
+        if query:
+            url += "?" + urllib.parse.urlencode(
+                {k: str(v).lower() if isinstance(v, bool) else v for k, v in query.items()}
+            )
+        data = None if body is None else json.dumps(body).encode()
+        try:
+            req = urllib.request.Request(url, data=data, method=method)
+        except ValueError:
+            raise UsageError(
+                f'invalid admin URL "{self.base_url}": expected http://host:port or https://...'
+            ) from None
+        req.add_header("Accept", "application/json")
+        if data is not None:
+            req.add_header("Content-Type", "application/json")
+        if self.token:
+            req.add_header("Authorization", f"Bearer {self.token}")
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout_s, context=self._context) as r:
+                payload: bytes = r.read()
+        except urllib.error.HTTPError as exc:
+            raise HttpError(exc.code, _reason_of(exc.code, exc.read())) from None
+        except (TimeoutError, urllib.error.URLError, OSError) as exc:
+            where = urllib.parse.urlsplit(self.base_url).netloc or self.base_url
+            cause = getattr(exc, "reason", exc)
+            if isinstance(cause, ssl.SSLCertVerificationError):
+                raise ConnectionFailed(
+                    f"the server {where}'s certificate is not trusted ({cause.verify_message}): "
+                    "set certificate-authority (or insecure-skip-tls-verify) in the context"
+                ) from None
+            if isinstance(cause, ConnectionRefusedError):
+                raise ConnectionFailed(
+                    f"The connection to the server {where} was refused - "
+                    "did you specify the right host or port?"
+                ) from None
+            if isinstance(cause, socket.timeout | TimeoutError):
+                raise ConnectionFailed(
+                    f"the server {where} did not answer within {self.timeout_s:g} s "
+                    "(--request-timeout)"
+                ) from None
+            raise ConnectionFailed(f"cannot reach the server {where}: {cause}") from None
+        if raw:
+            return payload
+        if not payload.strip():
+            return None
+        try:
+            return json.loads(payload)
+        except ValueError:
+            return payload.decode("utf-8", "replace")
+
+    def get(self, path: str, **query: Any) -> Any:
+        return self.request("GET", path, query=query or None)
+
+    def put(self, path: str, body: Any = None, **query: Any) -> Any:
+        return self.request("PUT", path, body, query=query or None)
+
+    def post(self, path: str, body: Any = None, **query: Any) -> Any:
+        return self.request("POST", path, body, query=query or None)
+
+    def delete(self, path: str, **query: Any) -> Any:
+        return self.request("DELETE", path, query=query or None)
+
+
+__all__ = ["AdminHttp", "HttpError"]

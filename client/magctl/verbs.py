@@ -1,0 +1,545 @@
+"""What each verb does: resolve the resource, call the admin API, print.
+
+Owns: ``dispatch`` (argparse namespace -> verb) and the CRUD and declarative verbs (get,
+describe, create, delete, apply, diff, explain, api-resources). Topic and subscription
+operations live in ``operations``, tooling (config, completion, version) in ``tooling``.
+Must not know: argparse internals, REST paths beyond the kinds' and manifests' own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from typing import IO, TYPE_CHECKING, Any
+
+from magnetar.client.magctl.errors import EXIT_OK, MagctlError, UsageError
+from magnetar.client.magctl.resources import RESOURCES, ResourceType, lookup, resolve
+
+if TYPE_CHECKING:
+    from magnetar.client.magctl.api import Api, Scope
+
+
+def _session(args: argparse.Namespace) -> tuple[Api, Scope, Any]:
+    from magnetar.client.magctl.api import Api, Scope
+    from magnetar.client.magctl.config import ConfigFile
+    from magnetar.client.magctl.http import AdminHttp
+
+    conn = ConfigFile().connection(
+        context=getattr(args, "context", None),
+        admin_url=getattr(args, "admin_url", None),
+        token=getattr(args, "token", None),
+        namespace=getattr(args, "namespace", None),
+    )
+    http = AdminHttp(conn.admin_url, token=conn.token,
+                     timeout_s=getattr(args, "request_timeout", 30.0),
+                     tls_insecure=conn.tls_insecure, tls_ca_file=conn.tls_ca_file)
+    scope = Scope(conn.namespace, conn.namespace_explicit, getattr(args, "topic", None))
+    return Api(http), scope, conn
+
+
+def targets(resource: str, names: list[str]) -> tuple[ResourceType, list[str]]:
+    """kubectl's forms: ``TYPE``, ``TYPE NAME...`` and ``TYPE/NAME``."""
+    head, sep, rest = resource.partition("/")
+    if sep and lookup(head) is not None and "://" not in resource:
+        if names:
+            raise UsageError("there is no need to specify a resource type as a separate "
+                             "argument when passing arguments in resource/name form")
+        return resolve(head), [rest]
+    return resolve(resource), list(names)
+
+
+def dispatch(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
+    verb = args.verb
+    if verb in ("config", "completion", "version"):
+        from magnetar.client.magctl import tooling
+
+        return int(getattr(tooling, f"cmd_{verb}")(args, out, err))
+    if verb == "api-resources":
+        return api_resources(args, out)
+    if verb == "explain":
+        return explain(args, out)
+    if verb == "top":
+        from magnetar.client.magctl import top
+
+        api, scope, _ = _session(args)
+        return int(top.run(args, api, scope, out))
+    if verb in ("unload", "split", "seek", "skip", "clear", "expire", "peek", "compact", "scale",
+                "lookup"):
+        from magnetar.client.magctl import operations
+
+        api, scope, _ = _session(args)
+        return int(operations.run(verb, args, api, scope, out=out, err=err))
+    return int(globals()[f"cmd_{verb}"](args, out, err))
+
+
+# ------------------------------------------------------------------------------- get
+def _fetch(api: Api, scope: Scope, rtype: ResourceType, names: list[str], *,
+           full: bool) -> list[dict[str, Any]]:
+    from magnetar.client.magctl.kinds import KINDS
+
+    kind = KINDS[rtype.plural]
+    if names:
+        return [kind.get(api, n, scope, full=full) for n in names]
+    return kind.list_all(api, scope, full=full)
+
+
+def _select(objects: list[dict[str, Any]], selector: str | None) -> list[dict[str, Any]]:
+    if not selector:
+        return objects
+    from magnetar.client.magctl.selectors import matches, parse_selector
+
+    sel = parse_selector(selector)
+    return [o for o in objects if matches(sel, (o.get("metadata") or {}).get("labels"))]
+
+
+def _scope_words(rtype: ResourceType, scope: Scope) -> str:
+    if rtype.scope == "namespace":
+        return f" in {scope.namespace} namespace"
+    if rtype.scope == "topic" and scope.topic:
+        return f" in topic {scope.topic}"
+    return ""
+
+
+def cmd_get(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
+    from magnetar.client.magctl.kinds import KINDS
+    from magnetar.client.magctl.output import OutputFormat, print_objects, sort_objects
+
+    fmt = OutputFormat.parse(args.output)
+    rtype, names = targets(args.resource, args.names)
+    api, scope, _ = _session(args)
+    kind = KINDS[rtype.plural]
+    columns = kind.columns(fmt.kind == "wide")
+    last: dict[str, str] = {}
+    first = True
+    while True:
+        objects = _select(_fetch(api, scope, rtype, names, full=fmt.needs_full), args.selector)
+        if args.sort_by:
+            objects = sort_objects(objects, args.sort_by)
+        if not args.watch:
+            if not objects and fmt.kind in ("table", "wide"):
+                err.write(f"No resources found{_scope_words(rtype, scope)}.\n")
+                return EXIT_OK
+            print_objects(out, objects, fmt, columns=columns, name_of=kind.key,
+                          singular=rtype.singular, single=len(names) == 1,
+                          no_headers=args.no_headers)
+            return EXIT_OK
+        # -w: print the table once, then every object whose row changed or appeared
+        import json
+
+        changed = []
+        now = {}
+        for o in objects:
+            k = kind.key(o)
+            now[k] = json.dumps(o, sort_keys=True, default=str)
+            if last.get(k) != now[k]:
+                changed.append(o)
+        if changed or first:
+            print_objects(out, changed, fmt, columns=columns, name_of=kind.key,
+                          singular=rtype.singular, single=False,
+                          no_headers=args.no_headers or not first)
+            out.flush()
+        last, first = now, False
+        time.sleep(max(0.1, args.watch_interval))  # the watch's polling period
+
+
+def cmd_describe(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
+    from magnetar.client.magctl.output import describe
+
+    rtype, names = targets(args.resource, args.names)
+    api, scope, _ = _session(args)
+    objects = _fetch(api, scope, rtype, names, full=True)
+    if rtype.plural in ("topics", "partitions"):
+        for o in objects:
+            _describe_topic_extras(api, o)
+    if not objects:
+        err.write(f"No resources found{_scope_words(rtype, scope)}.\n")
+    for i, o in enumerate(objects):
+        if i:
+            out.write("\n\n")
+        out.write(describe(o))
+    return EXIT_OK
+
+
+def _describe_topic_extras(api: Api, obj: dict[str, Any]) -> None:
+    """Owner broker and subscriptions, as far as the server tells them."""
+    from magnetar.client.magctl.kinds import dig, topic_stats
+    from magnetar.client.magctl.resources import TopicName
+
+    tn = TopicName.parse(dig(obj, "status", "fullName"))
+    n = int(dig(obj, "spec", "partitions", default=0) or 0)
+    looked = api.try_get(f"/lookup/v2/topic/{tn.path}" if n == 0 else
+                         f"/lookup/v2/topic/{tn.partition(0).path}")
+    if isinstance(looked, dict):
+        obj["owner"] = {"brokerUrl": looked.get("brokerUrl"), "httpUrl": looked.get("httpUrl")}
+    parts = [tn] if n == 0 else [tn.partition(i) for i in range(n)]
+    bundles = {p.local: api.try_get(f"/lookup/v2/topic/{p.path}/bundle") for p in parts}
+    if all(isinstance(b, str) for b in bundles.values()):
+        obj["bundle"] = bundles[tn.local] if n == 0 else bundles
+    stats = topic_stats(api, tn, n)
+    subs = stats.get("subscriptions") or {}
+    if subs:
+        obj["subscriptions"] = {
+            name: {"type": s.get("type"), "backlog": s.get("msgBacklog"),
+                   "consumers": len(s.get("consumers") or [])}
+            for name, s in sorted(subs.items())
+        }
+    pubs = stats.get("publishers") or []
+    if pubs:
+        obj["producers"] = [p.get("producerName") for p in pubs]
+
+
+# ------------------------------------------------------------------------- create/delete
+def cmd_create(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
+    from magnetar.client.magctl.kinds import KINDS
+
+    rtype, names = targets(args.resource, args.names)
+    if not names:
+        raise UsageError(f"create {rtype.singular}: a name is required")
+    api, scope, _ = _session(args)
+    opts = {
+        "partitions": args.partitions,
+        "bundles": args.bundles,
+        "admin_roles": [r for r in (args.admin_roles or "").split(",") if r],
+        "allowed_clusters": [c for c in (args.allowed_clusters or "").split(",") if c],
+        "position": args.position,
+    }
+    for name in names:
+        KINDS[rtype.plural].create(api, name, scope, opts)
+        out.write(f"{rtype.singular}/{_display(rtype, name, scope)} created\n")
+    return EXIT_OK
+
+
+def _display(rtype: ResourceType, name: str, scope: Scope) -> str:
+    if rtype.plural == "topics":
+        from magnetar.client.magctl.resources import TopicName
+
+        return TopicName.parse(name, scope.namespace).full
+    return name
+
+
+def cmd_delete(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
+    from magnetar.client.magctl.kinds import KINDS
+
+    rtype, names = targets(args.resource, args.names)
+    api, scope, _ = _session(args)
+    kind = KINDS[rtype.plural]
+    if not names:
+        if not (args.all or args.selector):
+            raise UsageError("resource(s) were provided, but no name was specified "
+                             "(give names, -l SELECTOR or --all)")
+        objects = _select(kind.list_all(api, scope, full=False), args.selector)
+        names = [kind.key(o) for o in objects]
+        if not names:
+            err.write(f"No resources found{_scope_words(rtype, scope)}.\n")
+            return EXIT_OK
+    progress = _Progress(err, len(names), "deleting")
+    failed: MagctlError | None = None
+    for name in names:
+        try:
+            if rtype.plural == "namespaces" and args.force:
+                _delete_topics_of(api, name, err)
+            kind.delete(api, name, scope, force=args.force)
+            out.write(f'{rtype.singular} "{_display(rtype, name, scope)}" deleted\n')
+        except MagctlError as exc:
+            if len(names) == 1:
+                raise
+            err.write(exc.render() + "\n")
+            failed = exc
+        progress.step()
+    progress.done()
+    return failed.exit_code if failed else EXIT_OK
+
+
+def _delete_topics_of(api: Api, namespace: str, err: IO[str]) -> None:
+    """``delete ns --force``: every persistent topic of the namespace first (Pulsar's force
+    delete), with progress on a terminal. Active non-persistent topics still make the server
+    refuse: they end when their clients go."""
+    from magnetar.client.magctl.api import Scope
+    from magnetar.client.magctl.kinds import TOPICS
+
+    topics = [n for n in TOPICS.names(api, namespace) if n.startswith("persistent://")]
+    progress = _Progress(err, len(topics), f"deleting the topics of {namespace}")
+    scope = Scope(namespace, True)
+    for name in sorted(topics):
+        TOPICS.delete(api, name, scope, force=True)
+        progress.step()
+    progress.done()
+
+
+class _Progress:
+    """``[3/40] deleting`` on a terminal; silent when stderr is piped."""
+
+    def __init__(self, err: IO[str], total: int, what: str) -> None:
+        self.err, self.total, self.what, self.n = err, total, what, 0
+        self.on = total > 1 and hasattr(err, "isatty") and err.isatty()
+
+    def step(self) -> None:
+        self.n += 1
+        if self.on:
+            self.err.write(f"\r[{self.n}/{self.total}] {self.what}")
+            self.err.flush()
+
+    def done(self) -> None:
+        if self.on:
+            self.err.write("\r\033[K")
+
+
+# --------------------------------------------------------------------------------- edit
+_EDITABLE = ("tenants", "namespaces", "topics")
+
+
+def cmd_edit(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
+    """kubectl edit: the object's YAML (no status) in an editor; saved changes are applied
+    as a manifest, and a policy deleted from the file is removed."""
+    import shlex
+    import subprocess
+    import tempfile
+
+    from magnetar.client.magctl.manifests import Manifest, plan, validate
+    from magnetar.client.magctl.output import dump_yaml
+
+    rtype, names = targets(args.resource, args.names)
+    if rtype.plural not in _EDITABLE:
+        raise UsageError(f"edit applies to {', '.join(_EDITABLE)}, not {rtype.plural}")
+    if len(names) != 1:
+        raise UsageError("edit takes exactly one name")
+    api, scope, _ = _session(args)
+    obj = _fetch(api, scope, rtype, names, full=True)[0]
+    obj.pop("status", None)
+    original = dump_yaml(obj)
+    editor = (os.environ.get("MAGCTL_EDITOR") or os.environ.get("KUBE_EDITOR")
+              or os.environ.get("EDITOR") or "vi")
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", prefix="magctl-edit-",
+                                     delete=False) as f:
+        f.write(original)
+        path = f.name
+    try:
+        done = subprocess.run([*shlex.split(editor), path], check=False)
+        if done.returncode != 0:
+            raise MagctlError(f"the editor {editor!r} exited with {done.returncode}; "
+                              "nothing was changed")
+        with open(path) as f:
+            edited = f.read()
+    finally:
+        os.unlink(path)
+    if edited == original:
+        err.write("Edit cancelled, no changes made.\n")
+        return EXIT_OK
+    import yaml
+
+    try:
+        new = yaml.safe_load(edited)
+    except yaml.YAMLError as exc:
+        raise UsageError(f"the edited YAML does not parse: {exc}") from None
+    if not isinstance(new, dict):
+        raise UsageError("the edited document must be a mapping")
+    new.pop("status", None)
+    removed = set((obj.get("spec") or {}).get("policies") or {}) - set(
+        (new.get("spec") or {}).get("policies") or {})
+    if removed:
+        new.setdefault("spec", {}).setdefault("policies", {})
+        new["spec"]["policies"] = {**(new["spec"]["policies"] or {}),
+                                   **dict.fromkeys(removed)}
+    m = Manifest(new, "edited")
+    validate(m)
+    p = plan(api, m, scope.namespace)
+    for w in p.warnings:
+        err.write(f"Warning: {w}\n")
+    for write in p.writes:
+        write()
+    out.write(f"{p.singular}/{p.name} {'edited' if p.changed else 'unchanged'}\n")
+    return EXIT_OK
+
+
+# ---------------------------------------------------------------------------- apply/diff
+def cmd_apply(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
+    from magnetar.client.magctl.manifests import load_manifests, plan
+
+    if args.prune and not args.selector:
+        raise UsageError("--prune needs -l SELECTOR: only objects with matching labels are "
+                         "pruned")
+    manifests = load_manifests(args.filename)
+    api, scope, _ = _session(args)
+    dry = {"none": "", "client": " (dry run)", "server": " (server dry run)"}[args.dry_run]
+    progress = _Progress(err, len(manifests), "applying")
+    applied: set[tuple[str, str]] = set()
+    for m in manifests:
+        p = plan(api, m, scope.namespace)
+        for w in p.warnings:
+            err.write(f"Warning: {w}\n")
+        if not dry:
+            for write in p.writes:
+                write()
+        word = "created" if not p.exists else ("configured" if p.changed else "unchanged")
+        out.write(f"{p.singular}/{p.name} {word}{dry}\n")
+        applied.add((p.kind, p.name))
+        progress.step()
+    progress.done()
+    if args.prune:
+        _prune(api, applied, args.selector, dry, out)
+    return EXIT_OK
+
+
+def _prune(api: Api, applied: set[tuple[str, str]], selector: str, dry: str,
+           out: IO[str]) -> None:
+    """kubectl apply --prune: objects of the scopes the manifests touch, matching the
+    selector, that no manifest names any more, are deleted (topics first)."""
+    from magnetar.client.magctl.api import Scope
+    from magnetar.client.magctl.kinds import KINDS
+    from magnetar.client.magctl.resources import TopicName
+
+    namespaces = {name for kind, name in applied if kind == "Namespace"}
+    topic_scopes = {TopicName.parse(name).ns for kind, name in applied if kind == "Topic"}
+    tenants = {ns.split("/")[0] for ns in namespaces}
+    doomed: list[tuple[str, str, str]] = []
+    for ns in sorted(topic_scopes | namespaces):
+        for o in _select(KINDS["topics"].list_all(api, Scope(ns, True), full=False), selector):
+            name = KINDS["topics"].key(o)
+            if ("Topic", name) not in applied:
+                doomed.append(("topics", name, ns))
+    for tenant in sorted(tenants):
+        objs = KINDS["namespaces"].list_all(api, Scope(f"{tenant}/x", True), full=False)
+        for o in _select(objs, selector):
+            name = o["metadata"]["name"]
+            if ("Namespace", name) not in applied:
+                doomed.append(("namespaces", name, name))
+    for plural, name, ns in doomed:
+        if not dry:
+            KINDS[plural].delete(api, name, Scope(ns, True), force=False)
+        out.write(f"{plural[:-1]}/{name} pruned{dry}\n")
+
+
+def cmd_diff(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
+    import difflib
+
+    from magnetar.client.magctl.manifests import load_manifests, plan
+    from magnetar.client.magctl.output import dump_yaml
+
+    try:
+        manifests = load_manifests(args.filename)
+        api, scope, _ = _session(args)
+        differs = False
+        for m in manifests:
+            p = plan(api, m, scope.namespace)
+            if not p.changed:
+                continue
+            differs = True
+            live = dump_yaml(p.live) if p.exists else ""
+            merged = dump_yaml(p.desired)
+            label = f"{p.singular}.{p.name.replace('/', '.').replace(':', '')}"
+            external = os.environ.get("MAGCTL_EXTERNAL_DIFF")
+            if external:
+                _external_diff(external, label, live, merged, out)
+            else:
+                out.writelines(difflib.unified_diff(
+                    live.splitlines(keepends=True), merged.splitlines(keepends=True),
+                    fromfile=f"live/{label}", tofile=f"merged/{label}"))
+        return 1 if differs else EXIT_OK
+    except MagctlError as exc:  # kubectl diff: >1 on error
+        err.write(exc.render() + "\n")
+        return max(2, exc.exit_code)
+
+
+def _external_diff(cmd: str, label: str, live: str, merged: str, out: IO[str]) -> None:
+    import subprocess
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        a, b = os.path.join(tmp, "live", label), os.path.join(tmp, "merged", label)
+        for path, text in ((a, live), (b, merged)):
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "w") as f:
+                f.write(text)
+        done = subprocess.run([*cmd.split(), a, b], capture_output=True, text=True,
+                              check=False)
+        out.write(done.stdout)
+
+
+# ------------------------------------------------------------------------ api-resources
+def api_resources(args: argparse.Namespace, out: IO[str]) -> int:
+    from magnetar.client.magctl.output import table
+
+    if args.output == "name":
+        for r in RESOURCES:
+            out.write(r.plural + "\n")
+        return EXIT_OK
+    wide = args.output == "wide"
+    if args.output not in (None, "wide", "name"):
+        raise UsageError(f'--output: "{args.output}" is not one of wide, name')
+    headers = ["NAME", "SHORTNAMES", "APIVERSION", "NAMESPACED", "KIND"]
+    if wide:
+        headers += ["VERBS", "DESCRIPTION"]
+    rows = []
+    for r in RESOURCES:
+        row = [r.plural, r.short, "magnetar.io/v1alpha1",
+               str(r.scope in ("namespace", "topic")).lower(), r.kind]
+        if wide:
+            verbs = "get,describe" + (",create,delete,apply" if r.writable else "")
+            row += [verbs, r.description]
+        rows.append(row)
+    out.write(table(headers, rows, no_headers=args.no_headers))
+    return EXIT_OK
+
+
+# ------------------------------------------------------------------------------ explain
+_EXPLAIN: dict[str, dict[str, str]] = {
+    "Tenant": {
+        "adminRoles": "<[]string> roles that administer the tenant",
+        "allowedClusters": "<[]string> clusters the tenant's namespaces may use "
+                           "(default: this cluster)",
+    },
+    "Namespace": {
+        "bundles": "<integer> number of bundles at creation (split them later)",
+        "policies": "<Object> namespace policies (see explain namespace.policies)",
+    },
+    "Topic": {
+        "partitions": "<integer> 0 = not partitioned; can only grow",
+        "persistent": "<boolean> false = non-persistent:// (default true)",
+        "policies": "<Object> topic-level policies overriding the namespace's",
+    },
+    "Subscription": {
+        "topic": "<string> the topic (persistent://t/ns/x, t/ns/x or short with "
+                 "metadata.namespace)",
+        "initialPosition": "<string> earliest, latest (default) or LEDGER:ENTRY",
+    },
+}
+
+
+def explain(args: argparse.Namespace, out: IO[str]) -> int:
+    from magnetar.client.magctl.policyspec import POLICIES
+
+    head, *path = args.target.split(".")
+    rtype = resolve(head)
+    fields = _EXPLAIN.get(rtype.kind)
+    out.write(f"KIND:     {rtype.kind}\nVERSION:  magnetar.io/v1alpha1\n\n")
+    if path and path[0] == "spec":
+        path = path[1:]
+    if fields is None:
+        out.write(f"DESCRIPTION:\n     {rtype.description} (read-only: status only)\n")
+        return EXIT_OK
+    if not path:
+        out.write(f"DESCRIPTION:\n     {rtype.description}\n\nFIELDS (spec):\n")
+        for k, v in fields.items():
+            out.write(f"   {k}\t{v}\n")
+        return EXIT_OK
+    if path[0] == "policies" and "policies" in fields:
+        if len(path) == 1:
+            out.write("FIELD:    policies <Object>\n\nFIELDS:\n")
+            for k, pol in POLICIES.items():
+                out.write(f"   {k}\t{pol.description}\n")
+            return EXIT_OK
+        found = POLICIES.get(path[1])
+        if found is not None:
+            out.write(f"FIELD:    policies.{found.key}\n\nDESCRIPTION:\n     "
+                      f"{found.description}\n     REST: POST .../{found.segment}\n")
+            return EXIT_OK
+    if len(path) == 1 and path[0] in fields:
+        out.write(f"FIELD:    {path[0]} {fields[path[0]]}\n")
+        return EXIT_OK
+    raise UsageError(f'field "{".".join(path)}" does not exist in {rtype.kind}')
+
+
+__all__ = ["dispatch", "targets"]
+
+
