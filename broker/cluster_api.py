@@ -84,19 +84,23 @@ class ClusterApi:
             raise PreconditionFailed(str(exc)) from None
         bundles = await self.service.resources.bundles(m["tenant"], m["namespace"])
         if rng not in bundles.ranges:
-            raise PreconditionFailed(
-                f"Bundle {rng} is not a bundle of {m['tenant']}/{m['namespace']}"
+            raise ResourceNotFound(
+                f"Namespace bundle {m['tenant']}/{m['namespace']}/{rng} does not exist"
             )
         return NamespaceBundle(m["tenant"], m["namespace"], rng)
 
     async def _owned_here_or_redirect(self, request: web.Request, bundle: NamespaceBundle) -> None:
+        """Return when this broker owns ``bundle`` (taking it when nobody does, as Pulsar's
+        owner validation does); else redirect (307) to the owner."""
         ownership = self.service.ownership
         assert ownership is not None
         if ownership.is_owned(bundle):
             return
         owner = await ownership.get_owner(bundle)
         if owner is None:
-            raise PreconditionFailed(f"Bundle {bundle} is not owned by any broker")
+            owner = await ownership.try_acquire(bundle)
+            if owner is ownership.me:
+                return
         raise web.HTTPTemporaryRedirect(owner.http_url.rstrip("/") + str(request.rel_url))
 
     # -- bundles --
@@ -132,7 +136,7 @@ class ClusterApi:
 
     async def list_brokers(self, request: web.Request) -> web.Response:
         if request.match_info["cluster"] != self.service.config.cluster_name:
-            raise PreconditionFailed(f"Cluster {request.match_info['cluster']} does not exist")
+            raise ResourceNotFound(f"Cluster {request.match_info['cluster']} does not exist")
         cluster = self.service.cluster
         if cluster is None or cluster.manager is None:
             return _json([cluster.broker_id] if cluster and cluster.broker_id else [])
@@ -157,12 +161,11 @@ class ClusterApi:
     async def owned_namespaces(self, request: web.Request) -> web.Response:
         cluster = self.service.cluster
         ownership = self.service.ownership
-        if (
-            cluster is None
-            or ownership is None
-            or request.match_info["broker"] != cluster.broker_id
-        ):
-            raise PreconditionFailed(f"Broker {request.match_info['broker']} is not this broker")
+        if request.match_info["cluster"] != self.service.config.cluster_name:
+            raise ResourceNotFound(f"Cluster {request.match_info['cluster']} does not exist")
+        broker = request.match_info["broker"]
+        if cluster is None or ownership is None or broker != cluster.broker_id:
+            raise ResourceNotFound(f"Broker {broker} is not this broker: ask it")
         return _json(
             {
                 str(b): {"broker_assignment": "shared", "is_controlled": False, "is_active": True}
