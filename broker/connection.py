@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 import crc32c
 
+from magnetar.broker.connection_security import ConnectionSecurity
 from magnetar.broker.consumer import Consumer, OutMessage, SubType
 from magnetar.broker.frames import (
     MAGIC_CRC32C_BYTES,
@@ -113,8 +114,10 @@ def _position(mid: Any) -> Position:
 
 
 class ServerConnection(asyncio.Protocol):
-    def __init__(self, service: BrokerService) -> None:
+    def __init__(self, service: BrokerService, *, tls: bool = False) -> None:
         self.service = service
+        self.tls = tls
+        self.security = ConnectionSecurity(self)
         cfg = service.config
         self.max_frame = cfg.max_message_size + FRAME_PADDING
         self.max_pending_sends = max(1, cfg.max_pending_publish_requests_per_connection)
@@ -170,6 +173,7 @@ class ServerConnection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self.service.connections.discard(self)
+        self.security.close()
         if self._keepalive is not None:
             self._keepalive.cancel()
         for pid in list(self.producers):
@@ -376,6 +380,8 @@ class ServerConnection(asyncio.Protocol):
     def _handle_connect(self, c: pb.CommandConnect) -> None:
         self.protocol_version = min(c.protocol_version, MAX_PROTOCOL_VERSION)
         self.client_version = c.client_version
+        if not self.security.on_connect(c):
+            return
         self.connected = True
         self.write_command(
             T(
@@ -403,14 +409,19 @@ class ServerConnection(asyncio.Protocol):
         self._spawn(self._lookup(req.topic, req.request_id, req.authoritative))
 
     async def _lookup(self, topic: str, request_id: int, authoritative: bool) -> None:
+        from magnetar.broker.service import ServiceError
 
         R = pb.CommandLookupTopicResponse
         try:
+            denied = await self.security.denied_lookup(topic)
+            if denied is not None:
+                raise ServiceError("AuthorizationError", denied)
             got = await self.service.lookup(topic, authoritative)
             resp = R(
                 request_id=request_id,
                 response=R.Redirect if got.redirect else R.Connect,
                 brokerServiceUrl=got.broker_url,
+                brokerServiceUrlTls=got.broker_url_tls,
                 authoritative=True,
                 proxy_through_service_url=False,
             )
@@ -423,9 +434,13 @@ class ServerConnection(asyncio.Protocol):
         self._spawn(self._partitioned_metadata(req.topic, req.request_id))
 
     async def _partitioned_metadata(self, topic: str, request_id: int) -> None:
+        from magnetar.broker.service import ServiceError
 
         R = pb.CommandPartitionedTopicMetadataResponse
         try:
+            denied = await self.security.denied_lookup(topic, metadata=True)
+            if denied is not None:
+                raise ServiceError("AuthorizationError", denied)
             n = await self.service.partitioned_metadata(topic)
             resp = R(request_id=request_id, response=R.Success, partitions=n)
         except Exception as exc:
@@ -501,6 +516,10 @@ class ServerConnection(asyncio.Protocol):
         existing = self.producers.get(pid)
         if existing is not None:
             self._producer_success(rid, existing, self.producer_topics[pid])
+            return
+        denied = await self.security.denied_produce(req.topic)
+        if denied is not None:
+            self._error(rid, "AuthorizationError", denied)
             return
         topic = await self._topic_or_error(rid, req.topic, "producer")
         if topic is None or self.closed:
@@ -757,6 +776,10 @@ class ServerConnection(asyncio.Protocol):
             return
         if not req.subscription:
             self._error(rid, "InvalidTopicName", "Empty subscription name")
+            return
+        denied = await self.security.denied_consume(req.topic, req.subscription)
+        if denied is not None:
+            self._error(rid, "AuthorizationError", denied)
             return
         topic = await self._topic_or_error(rid, req.topic, "subscribe")
         if topic is None or self.closed:
@@ -1089,6 +1112,7 @@ class ServerConnection(asyncio.Protocol):
         T.SEEK: _on_seek,
         T.GET_LAST_MESSAGE_ID: _on_get_last_message_id,
         T.CONSUMER_STATS: _on_consumer_stats,
+        T.AUTH_RESPONSE: lambda self, cmd: self.security.on_auth_response(cmd),
     }
 
 

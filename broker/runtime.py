@@ -21,6 +21,7 @@ from aiohttp import web
 from magnetar.bookie.client import BookieClient
 from magnetar.broker.config import BrokerConfig
 from magnetar.broker.http_api import AdminApi
+from magnetar.broker.http_security import add_permission_routes, security_middleware
 from magnetar.broker.ledger import ManagedLedgerConfig, ManagedLedgerFactory
 from magnetar.broker.ledger_adapter import ManagedLedgerStorage
 from magnetar.broker.service import BrokerService
@@ -46,16 +47,19 @@ def managed_ledger_config(config: BrokerConfig) -> ManagedLedgerConfig:
 class BrokerRuntime:
     """A broker on an open metadata store: ``await start()``, then ``await close()``."""
 
-    def __init__(self, config: BrokerConfig, store: MetadataStore) -> None:
+    def __init__(self, config: BrokerConfig, store: MetadataStore, storage: Any = None) -> None:
+        """``storage``: a ``TopicStorageFactory`` to use instead of managed ledgers on the
+        registered bookies (tests serving topics from memory)."""
         self.config = config
         self.store = store
         self.factory = ManagedLedgerFactory(
             store, self._bookie_client, managed_ledger_config(config)
         )
-        self.storage = ManagedLedgerStorage(self.factory)
+        self.storage = storage if storage is not None else ManagedLedgerStorage(self.factory)
         self.service = BrokerService(config, store, self.storage)
         self._web: web.AppRunner | None = None
         self.web_port = config.web_service_port
+        self.web_port_tls = config.web_service_port_tls
 
     @staticmethod
     def _bookie_client(address: str) -> BookieClient:
@@ -68,12 +72,30 @@ class BrokerRuntime:
             self.service,
             default_bundles=self.config.default_number_of_namespace_bundles,
         )
-        self._web = web.AppRunner(api.app(), access_log=None)
+        app = api.app()
+        app.middlewares.append(security_middleware(self.service.authn, self.service.authz))
+        add_permission_routes(app, self.service.authz)
+        self._web = web.AppRunner(app, access_log=None)
         await self._web.setup()
-        site = web.TCPSite(self._web, self.config.bind_address, self.config.web_service_port)
-        await site.start()
-        self.web_port = int(self._web.addresses[0][1])
-        self.service.set_web_service_url(f"http://{self.config.advertised_address}:{self.web_port}")
+        host = self.config.bind_address
+        if self.config.web_service_port >= 0:
+            site = web.TCPSite(self._web, host, self.config.web_service_port)
+            await site.start()
+            self.web_port = int(self._web.addresses[-1][1])
+            self.service.set_web_service_url(
+                f"http://{self.config.advertised_address}:{self.web_port}"
+            )
+        tls = self.service.tls
+        if tls is not None and self.config.web_service_port_tls >= 0:
+            site = web.TCPSite(
+                self._web, host, self.config.web_service_port_tls, ssl_context=tls.front
+            )
+            await site.start()
+            self.web_port_tls = int(self._web.addresses[-1][1])
+            url = f"https://{self.config.advertised_address}:{self.web_port_tls}"
+            self.service.set_web_service_url_tls(url)
+            if self.config.web_service_port < 0:
+                self.service.set_web_service_url(url)
         log.info(
             "broker ready service_url=%s web_url=http://%s:%d",
             self.service.service_url,
