@@ -446,12 +446,12 @@ class BrokerService:
         self._spawn(close_lost())
 
     # ------------------------------------------------------------------ admin (TopicAdmin)
-    async def lookup_urls(self, topic: str) -> tuple[str, str]:
+    async def lookup_urls(self, topic: str) -> tuple[str, ...]:
         try:
             got = await self.lookup(topic)
         except ServiceError as exc:
             raise _to_resource_error(exc) from None
-        return got.broker_url, got.http_url
+        return got.broker_url, got.http_url, got.broker_url_tls, got.http_url_tls
 
     async def list_topics(
         self, tenant: str, namespace: str, domain: str = "persistent"
