@@ -59,7 +59,6 @@ def security_middleware(authn: AuthenticationService, authz: AuthorizationServic
                 role = authn.authenticate_http(request.headers.get("Authorization"), peer).role
             except AuthenticationError:
                 return _reason(401, "Authentication required")
-        request["magnetar.role"] = role
         denial = await authz.http_denial(request.method, request.path, role)
         if denial is not None:
             return _reason(403, denial)

@@ -108,7 +108,9 @@ class BrokerRuntime:
             await self._web.cleanup()
             self._web = None
         await self.service.close()
-        await self.storage.close()
+        close = getattr(self.storage, "close", None)  # memory storage has none
+        if close is not None:
+            await close()
 
 
 def tune_gc_for_serving() -> None:
