@@ -163,12 +163,17 @@ async def run_broker(config: BrokerConfig) -> int:
         else {}
     )
     store = await open_metadata_store(url, **options)
-    runtime = BrokerRuntime(config, store)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    await runtime.start()
+    try:
+        runtime = BrokerRuntime(config, store)
+        await runtime.start()
+    except ValueError as exc:  # unusable TLS/authentication settings
+        print(f"magnetar broker: {exc}", file=sys.stderr)
+        await store.close()
+        return 2
     tune_gc_for_serving()
     print(
         f"Magnetar broker is ready\n  service URL: {runtime.service.service_url}\n"
