@@ -95,6 +95,12 @@ class BrokerConfig:
     token_audience: str = ""
     authorization_enabled: bool = False
     superuser_roles: str = ""  # comma list
+    # broker -> bookie gRPC over TLS (Pulsar's bookkeeperTLS* settings, PEM): on when a trusted
+    # CA is set; a client certificate when bookkeeper_tls_client_authentication
+    bookkeeper_tls_trust_certs_file_path: str = ""
+    bookkeeper_tls_client_authentication: bool = False
+    bookkeeper_tls_certificate_file_path: str = ""
+    bookkeeper_tls_key_file_path: str = ""
 
     @property
     def service_url(self) -> str:

@@ -19,6 +19,7 @@ from typing import Any
 from aiohttp import web
 
 from magnetar.bookie.client import BookieClient
+from magnetar.bookie.tls import GrpcTls
 from magnetar.broker.config import BrokerConfig
 from magnetar.broker.http_api import AdminApi
 from magnetar.broker.http_security import add_permission_routes, security_middleware
@@ -44,6 +45,18 @@ def managed_ledger_config(config: BrokerConfig) -> ManagedLedgerConfig:
     )
 
 
+def bookie_tls(config: BrokerConfig) -> GrpcTls | None:
+    """The broker's TLS settings towards bookies (None: plain gRPC)."""
+    if not config.bookkeeper_tls_trust_certs_file_path:
+        return None
+    client_auth = config.bookkeeper_tls_client_authentication
+    return GrpcTls(
+        config.bookkeeper_tls_certificate_file_path if client_auth else "",
+        config.bookkeeper_tls_key_file_path if client_auth else "",
+        config.bookkeeper_tls_trust_certs_file_path,
+    )
+
+
 class BrokerRuntime:
     """A broker on an open metadata store: ``await start()``, then ``await close()``."""
 
@@ -61,9 +74,10 @@ class BrokerRuntime:
         self.web_port = config.web_service_port
         self.web_port_tls = config.web_service_port_tls
 
-    @staticmethod
-    def _bookie_client(address: str) -> BookieClient:
-        return BookieClient(address, timeout_ms=5_000, add_timeout_ms=10_000)
+    def _bookie_client(self, address: str) -> BookieClient:
+        return BookieClient(
+            address, timeout_ms=5_000, add_timeout_ms=10_000, tls=bookie_tls(self.config)
+        )
 
     async def start(self) -> None:
         await self.service.start()
@@ -189,6 +203,7 @@ async def run_broker(config: BrokerConfig) -> int:
 
 __all__ = [
     "BrokerRuntime",
+    "bookie_tls",
     "managed_ledger_config",
     "run_broker",
     "setup_logging",
