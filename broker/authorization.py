@@ -35,6 +35,7 @@ NOT_AUTHORIZED_PRODUCE = "Client is not authorized to Publish"
 NOT_AUTHORIZED_SUBSCRIBE = "Client is not authorized to subscribe"
 NOT_AUTHORIZED_LOOKUP = "Client is not authorized to Lookup"
 NOT_AUTHORIZED_METADATA = "Client is not authorized to Get Partition Metadata"
+NOT_AUTHORIZED_GET_TOPICS = "Client is not authorized to GetTopicsOfNamespace"
 REQUIRES_SUPERUSER = "This operation requires super-user access"
 NOT_TENANT_ADMIN = "Don't have permission to administrate resources on this tenant"
 
@@ -131,6 +132,29 @@ class AuthorizationService:
         if not self.enabled:
             return True
         return await self._allowed(tn, role, "produce") or await self._allowed(tn, role, "consume")
+
+    async def can_list_topics(self, tenant: str, namespace: str, role: str | None) -> bool:
+        """GET_TOPICS_OF_NAMESPACE: a tenant admin, or a role granted produce or consume on
+        the namespace (Pulsar's namespace operation GET_TOPICS)."""
+        if not self.enabled:
+            return True
+        if role is None:
+            return False
+        if await self.is_tenant_admin(tenant, role):
+            return True
+        try:
+            policies = await self.resources.get_policies(tenant, namespace)
+        except ResourceNotFound:
+            return False
+        auth = policies.get("auth_policies") or {}
+        actions = (auth.get("namespace_auth") or {}).get(role) or ()
+        ok = "produce" in actions or "consume" in actions
+        if not ok:
+            self.denials += 1
+            log.warning(
+                "role %r is not authorized to list topics of %s/%s", role, tenant, namespace
+            )
+        return ok
 
     def _count(self, ok: bool, what: str, tn: TopicName, role: str | None) -> None:
         if not ok:
@@ -253,6 +277,7 @@ class AuthorizationService:
 
 __all__ = [
     "ACTIONS",
+    "NOT_AUTHORIZED_GET_TOPICS",
     "NOT_AUTHORIZED_LOOKUP",
     "NOT_AUTHORIZED_METADATA",
     "NOT_AUTHORIZED_PRODUCE",

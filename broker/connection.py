@@ -456,6 +456,10 @@ class ServerConnection(asyncio.Protocol):
         if not tenant or not ns or "/" in ns:
             self._error(request_id, "MetadataError", f"Invalid namespace {namespace!r}")
             return
+        denied = await self.security.denied_list_topics(tenant, ns)
+        if denied is not None:
+            self._error(request_id, "AuthorizationError", denied)
+            return
         topics: list[str] = []
         by_mode: dict[int, tuple[str, ...]] = {
             pb.CommandGetTopicsOfNamespace.PERSISTENT: ("persistent",),

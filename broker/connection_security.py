@@ -22,6 +22,7 @@ from magnetar.broker.authentication import (
     RefreshAction,
 )
 from magnetar.broker.authorization import (
+    NOT_AUTHORIZED_GET_TOPICS,
     NOT_AUTHORIZED_LOOKUP,
     NOT_AUTHORIZED_METADATA,
     NOT_AUTHORIZED_PRODUCE,
@@ -147,6 +148,12 @@ class ConnectionSecurity:
         if tn is None or await authz.can_lookup(tn, self.role):
             return None
         return NOT_AUTHORIZED_METADATA if metadata else NOT_AUTHORIZED_LOOKUP
+
+    async def denied_list_topics(self, tenant: str, namespace: str) -> str | None:
+        authz = self.cnx.service.authz
+        if not authz.enabled or await authz.can_list_topics(tenant, namespace, self.role):
+            return None
+        return NOT_AUTHORIZED_GET_TOPICS
 
     async def denied_produce(self, topic: str) -> str | None:
         authz = self.cnx.service.authz

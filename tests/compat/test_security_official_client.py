@@ -301,3 +301,24 @@ def test_client_certificate_role_is_authorized_by_cn(
             client.create_producer("persistent://public/default/mtls-guest")
     finally:
         client.close()
+
+
+def test_pattern_subscription_needs_a_namespace_grant(secure: SecureBroker) -> None:
+    """A regex subscription lists the namespace's topics (GET_TOPICS_OF_NAMESPACE)."""
+    import re
+
+    app = secure.client(secure.tokens.token("app"))
+    stranger = secure.client(secure.tokens.token("stranger"))
+    try:
+        app.subscribe(re.compile("persistent://public/default/pattern-.*"), "s").close()
+        service = secure.broker.service
+        assert service is not None
+        before = service.authz.denials
+        # the broker answers ERROR(AuthorizationError); this client reports every failure of
+        # that request as LookupError
+        with pytest.raises((pulsar.AuthorizationError, pulsar.LookupError)):
+            stranger.subscribe(re.compile("persistent://public/default/pattern-.*"), "s")
+        assert service.authz.denials > before
+    finally:
+        stranger.close()
+        app.close()

@@ -245,6 +245,11 @@ async def test_authorization_decisions() -> None:
     assert not await authz.can_consume(t, "app", "other")
     with pytest.raises(InvalidResource):
         await authz.grant_namespace("acme", "ns", "app", ["fly"])
+    assert await authz.can_list_topics("acme", "ns", "boss")
+    assert not await authz.can_list_topics("acme", "ns", "app")
+    await authz.grant_namespace("acme", "ns", "app", ["produce"])
+    assert await authz.can_list_topics("acme", "ns", "app")
+    assert not await authz.can_list_topics("acme", "missing", "app")
 
 
 async def test_http_denials() -> None:
