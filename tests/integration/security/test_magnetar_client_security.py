@@ -136,3 +136,18 @@ async def test_lookup_redirects_to_the_owner_tls_url(env: Env) -> None:
     finally:
         second.stop()
         first.stop()
+
+
+async def test_tls_only_broker(env: Env) -> None:
+    """``broker_service_port=-1``: no plain listener; the TLS URL is the broker's identity."""
+    config = {**_secure_config(env), "broker_service_port": -1}
+    b = InProcessBroker(**config).start()  # type: ignore[arg-type]
+    try:
+        assert b.service is not None
+        assert b.service.service_url == b.service.service_url_tls
+        assert b.service.service_url.startswith("pulsar+ssl://")
+        async with _client(b, env, env.kit.token("admin")) as client:
+            producer = await client.create_producer("persistent://public/default/tls-only")
+            await producer.send(b"only tls")
+    finally:
+        b.stop()
