@@ -181,6 +181,19 @@ class AuthorizationService:
             if len(parts) >= 4 and method == "GET":
                 return None if await self.is_tenant_admin(parts[3], role) else NOT_TENANT_ADMIN
             return REQUIRES_SUPERUSER
+        if (
+            area in ("persistent", "non-persistent")
+            and method == "GET"
+            and len(parts) == 7
+            and parts[6] == "partitions"
+        ):  # partitioned metadata: what an HTTP-lookup client asks first (Pulsar: LOOKUP)
+            try:
+                tn = TopicName.parse(f"{area}://{parts[3]}/{parts[4]}/{parts[5]}")
+            except ValueError:
+                return None
+            if await self.can_lookup(tn, role):
+                return None
+            return NOT_AUTHORIZED_METADATA
         if area in ("namespaces", "persistent", "non-persistent") and len(parts) >= 4:
             return None if await self.is_tenant_admin(parts[3], role) else NOT_TENANT_ADMIN
         return REQUIRES_SUPERUSER

@@ -217,3 +217,34 @@ async def test_default_is_tls12_or_newer(secured: Secured) -> None:
     assert await _handshake(port, secured.tls.ca, maximum_version=ssl.TLSVersion.TLSv1_2)
     assert secured.runtime.service.tls is not None
     assert secured.runtime.service.tls.front.minimum_version == ssl.TLSVersion.TLSv1_2
+
+
+async def test_official_client_with_an_https_service_url(secured: Secured) -> None:
+    """HTTP lookup over HTTPS with a token (partitioned metadata and lookup need only a
+    produce/consume grant), then the binary connection to the TLS URL the lookup answers."""
+    import pulsar
+
+    authz = secured.runtime.service.authz
+    await authz.grant_namespace("public", "default", "app", ["produce", "consume"])
+    token = await asyncio.to_thread(secured.kit.token, "app")
+    stranger = await asyncio.to_thread(secured.kit.token, "stranger")
+
+    def roundtrip(tok: str) -> bytes:
+        client = pulsar.Client(
+            secured.base,
+            authentication=pulsar.AuthenticationToken(tok),
+            tls_trust_certs_file_path=secured.tls.ca,
+            operation_timeout_seconds=10,
+            log_conf_file_path=None,
+        )
+        try:
+            topic = "persistent://public/default/https-lookup"
+            consumer = client.subscribe(topic, "s")
+            client.create_producer(topic).send(b"via https lookup")
+            return bytes(consumer.receive(timeout_millis=10_000).data())
+        finally:
+            client.close()
+
+    assert await asyncio.to_thread(roundtrip, token) == b"via https lookup"
+    with pytest.raises(pulsar.PulsarException):
+        await asyncio.to_thread(roundtrip, stranger)

@@ -262,6 +262,11 @@ async def test_http_denials() -> None:
     assert await authz.http_denial("GET", "/admin/v2/persistent/acme/ns", "boss") is None
     assert await authz.http_denial("GET", "/admin/v2/brokers/health", "boss") is not None
     assert await authz.http_denial("GET", "/admin/v2/clusters", "app") is None
+    partitions = "/admin/v2/persistent/acme/ns/t/partitions"
+    assert await authz.http_denial("GET", partitions, "app") is not None
+    await authz.grant_namespace("acme", "ns", "app", ["consume"])
+    assert await authz.http_denial("GET", partitions, "app") is None  # lookup-level
+    assert await authz.http_denial("PUT", partitions, "app") is not None  # admin-level
 
 
 async def test_authorization_off_allows_everything() -> None:
