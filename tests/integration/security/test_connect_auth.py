@@ -8,6 +8,7 @@ import base64
 import json
 import pathlib
 import random
+import struct
 import time
 from collections.abc import Iterator
 
@@ -233,3 +234,36 @@ def test_anonymous_role_admits_clients_without_credentials(kit: TokenKit) -> Non
         _assert_refused(_connect(b.port, b"bad"))  # bad credentials are still refused
     finally:
         b.stop()
+
+
+def test_commands_pipelined_after_a_refused_connect_are_never_served(
+    broker: InProcessBroker,
+) -> None:
+    """CONNECT with bad credentials and a PRODUCER in the same write: only the refusal."""
+    rc = RawClient(broker.port)
+    rc.sock.settimeout(30)
+    frames = b""
+    for cmd in (
+        T(
+            type=T.CONNECT,
+            connect=pb.CommandConnect(
+                client_version="raw",
+                protocol_version=20,
+                auth_method_name="token",
+                auth_data=b"bad",
+            ),
+        ),
+        T(
+            type=T.PRODUCER,
+            producer=pb.CommandProducer(
+                topic="persistent://public/default/sneaky", producer_id=1, request_id=1
+            ),
+        ),
+    ):
+        body = cmd.SerializeToString()
+        frames += struct.pack(">II", 4 + len(body), len(body)) + body
+    rc.send_raw(frames)
+    _assert_refused(rc)  # ERROR then EOF: no PRODUCER_SUCCESS or ERROR for request 1
+    service = broker.service
+    assert service is not None
+    assert "persistent://public/default/sneaky" not in service.topics
