@@ -106,12 +106,22 @@ class StandaloneServer:
     """A ``magnetar standalone`` child process on free ports and a (temporary) data dir."""
 
     def __init__(
-        self, data_dir: str | None = None, *, bookies: int = 1, extra_args: Sequence[str] = ()
+        self,
+        data_dir: str | None = None,
+        *,
+        bookies: int = 1,
+        extra_args: Sequence[str] = (),
+        tls: bool = False,
     ) -> None:
+        """``tls``: also serve ``pulsar+ssl://`` (``service_url_tls``) with a certificate from
+        a fresh test CA (``trust_certs_file``); health checks stay on plain HTTP."""
         self._own_dir = data_dir is None
         self.extra_args = list(extra_args)
         self.data_dir = pathlib.Path(data_dir or tempfile.mkdtemp(prefix="magnetar-perf-"))
         self.port = free_port()
+        self.tls = tls
+        self.port_tls = free_port() if tls else -1
+        self.trust_certs_file = ""
         self.web_port = free_port()
         self.bookie_port = free_port()
         self.bookies = bookies
@@ -121,6 +131,30 @@ class StandaloneServer:
     @property
     def service_url(self) -> str:
         return f"pulsar://127.0.0.1:{self.port}"
+
+    @property
+    def service_url_tls(self) -> str:
+        return f"pulsar+ssl://127.0.0.1:{self.port_tls}"
+
+    def _write_tls_config(self) -> pathlib.Path:
+        import trustme  # dev extra
+
+        tls_dir = self.data_dir / "tls"
+        tls_dir.mkdir(parents=True, exist_ok=True)
+        ca = trustme.CA()
+        cert = ca.issue_cert("localhost", "127.0.0.1")
+        ca.cert_pem.write_to_path(str(tls_dir / "ca.pem"))
+        cert.cert_chain_pems[0].write_to_path(str(tls_dir / "broker.pem"))
+        cert.private_key_pem.write_to_path(str(tls_dir / "broker-key.pem"))
+        self.trust_certs_file = str(tls_dir / "ca.pem")
+        conf = self.data_dir / "tls-broker.conf"
+        conf.write_text(
+            f"broker_service_port_tls={self.port_tls}\n"
+            f"tls_certificate_file_path={tls_dir / 'broker.pem'}\n"
+            f"tls_key_file_path={tls_dir / 'broker-key.pem'}\n"
+            f"tls_trust_certs_file_path={tls_dir / 'ca.pem'}\n"
+        )
+        return conf
 
     @property
     def web_url(self) -> str:
@@ -154,10 +188,13 @@ class StandaloneServer:
             "--log-level",
             "WARNING",
             *self.extra_args,
+            *(["--config", str(self.data_dir / "tls-broker.conf")] if self.tls else []),
         ]
 
     def start(self, timeout_s: float = 60.0) -> StandaloneServer:
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        if self.tls:
+            self._write_tls_config()
         with open(self.log_path, "ab") as log:
             # Same process group as the bench: killing the bench's group kills it too.
             self.proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT)

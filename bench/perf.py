@@ -40,6 +40,7 @@ Examples::
     .venv/bin/python bench/perf.py --seconds 10                      # batching, max rate
     .venv/bin/python bench/perf.py --no-batching --seconds 10
     .venv/bin/python bench/perf.py --rate 5000 --seconds 10          # latency at fixed rate
+    .venv/bin/python bench/perf.py --tls --seconds 10                # over pulsar+ssl://
     .venv/bin/python bench/perf.py --consumers 2 --subscription-type Shared --profile /tmp/p
 """
 
@@ -141,6 +142,7 @@ def _official_client(cfg: dict[str, Any]) -> Any:
 
     return pulsar.Client(
         cfg["service_url"],
+        tls_trust_certs_file_path=cfg.get("tls_trust_certs_file_path") or None,
         io_threads=cfg["io_threads"],
         operation_timeout_seconds=30,
         logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error),
@@ -355,7 +357,9 @@ def _official_consumer(conn: Connection, cfg: dict[str, Any]) -> None:
 def _magnetar_client(cfg: dict[str, Any]) -> Any:
     from magnetar.client import Client
 
-    return Client(cfg["service_url"])
+    return Client(
+        cfg["service_url"], tls_trust_certs_file_path=cfg.get("tls_trust_certs_file_path") or None
+    )
 
 
 async def _recv_in_thread(conn: Connection) -> Any:
@@ -606,11 +610,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     service_url = args.service_url
     load_before = loadavg()
     print(f"# load average before: {load_before}", flush=True)
+    trust_certs = args.tls_trust_certs_file_path or ""
+    if args.tls and args.client == "raw":
+        raise SystemExit("--tls: use --client official or magnetar (the raw client is plain TCP)")
     if not service_url:
-        server = StandaloneServer(args.data_dir)
+        server = StandaloneServer(args.data_dir, tls=args.tls)
         print(f"# standalone: {shlex.join(server.command())}", flush=True)
         server.start()
-        service_url = server.service_url
+        service_url = server.service_url_tls if args.tls else server.service_url
+        trust_certs = trust_certs or server.trust_certs_file
         print(
             f"# standalone ready at {service_url}: broker pid {server.pid}, "
             f"bookie pids {server.bookie_pids()} (log {server.log_path})",
@@ -628,6 +636,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "client": args.client,
         "official_api": args.official_api,
         "service_url": service_url,
+        "tls_trust_certs_file_path": trust_certs,
         "topic": topic,
         "subscription": args.subscription,
         "subscription_type": args.subscription_type,
@@ -768,6 +777,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "client": args.client,
         "official_api": args.official_api if args.client == "official" else None,
         "service_url": args.service_url or "started standalone",
+        "tls": bool(args.tls or (args.service_url or "").startswith("pulsar+ssl://")),
         "rate": rate or None,
         "size": args.size,
         "producers": args.producers,
@@ -844,6 +854,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--service-url", help="use this broker instead of starting standalone")
+    p.add_argument(
+        "--tls",
+        action="store_true",
+        help="over TLS: the started standalone also listens on pulsar+ssl:// (a fresh test CA) "
+        "and the clients use that URL; compare with a run without --tls for the TLS cost",
+    )
+    p.add_argument(
+        "--tls-trust-certs-file-path", help="CA file for a --service-url pulsar+ssl://..."
+    )
     p.add_argument(
         "--broker-pid", type=int, help="with --service-url: broker pid for CPU and profiles"
     )

@@ -52,6 +52,7 @@ from magnetar.bookie.errors import (
 )
 from magnetar.bookie.proto import bookie_pb2 as pb
 from magnetar.bookie.proto import bookie_pb2_grpc as pb_grpc
+from magnetar.bookie.tls import GrpcTls
 from magnetar.bookie.wire import ENTRY_HEADER, ENTRY_HEADER_LEN, pack_entries
 from magnetar.zk.clock import Clock, SystemClock
 
@@ -363,8 +364,10 @@ class BookieClient:
         max_batch_bytes: int = 4 * 1024 * 1024,
         max_pending_adds: int = 200_000,
         clock: Clock | None = None,
+        tls: GrpcTls | None = None,
     ) -> None:
         self._address = address
+        self._tls = tls
         self.timeout_ms = timeout_ms
         self.add_timeout_ms = add_timeout_ms
         self.max_batch_entries = max_batch_entries
@@ -406,7 +409,12 @@ class BookieClient:
         if self._closed:
             raise BookieUnavailable(f"client for {self._address} is closed")
         if self._stub is None:
-            self._channel = grpc.aio.insecure_channel(self._address, options=CHANNEL_OPTIONS)
+            if self._tls is not None:
+                self._channel = grpc.aio.secure_channel(
+                    self._address, self._tls.channel_credentials(), options=CHANNEL_OPTIONS
+                )
+            else:
+                self._channel = grpc.aio.insecure_channel(self._address, options=CHANNEL_OPTIONS)
             self._stub = pb_grpc.BookieStub(self._channel)
         return self._stub
 

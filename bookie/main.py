@@ -38,6 +38,7 @@ from magnetar.bookie.registration import (
     check_cookie,
 )
 from magnetar.bookie.server import MAX_ENTRY_BYTES, BookieServer, BookieService
+from magnetar.bookie.tls import GrpcTls
 from magnetar.zk.factory import open_metadata_store
 from magnetar.zk.store import MetadataStore
 
@@ -99,6 +100,12 @@ class BookieConfig:
     """``minNumRacksPerWriteQuorum`` for the ensembles chosen by the replication worker."""
     enforce_min_num_racks_per_write_quorum: bool = False
     """``enforceMinNumRacksPerWriteQuorum``."""
+    # gRPC over TLS (BookKeeper's tlsCertificatePath / tlsKeyStore / tlsTrustStore /
+    # tlsClientAuthentication, as PEM files); no certificate = plain gRPC
+    tls_certificate_path: str = ""
+    tls_key_path: str = ""
+    tls_trust_store_path: str = ""
+    tls_client_authentication: bool = False
 
     @property
     def address(self) -> str:
@@ -428,7 +435,22 @@ async def run(
         engine = await open_engine(config, bookie_id)
         service = BookieService(engine.storage, max_entry_bytes=config.max_entry_bytes)
         service.ready = False  # Health says serving once registered
-        server = BookieServer(service, config.host, config.port)
+        tls = (
+            GrpcTls(
+                config.tls_certificate_path,
+                config.tls_key_path,
+                config.tls_trust_store_path,
+                config.tls_client_authentication,
+            )
+            if config.tls_certificate_path
+            else None
+        )
+        if tls is not None:
+            try:
+                tls.server_credentials()  # unreadable files refuse the start, clearly
+            except ValueError as exc:
+                raise StartRefused(str(exc)) from exc
+        server = BookieServer(service, config.host, config.port, tls=tls)
         await server.start()
         if config.http_port:
             from magnetar.bookie.metrics import MetricsServer

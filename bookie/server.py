@@ -43,6 +43,7 @@ from magnetar.bookie.errors import (
 )
 from magnetar.bookie.proto import bookie_pb2 as pb
 from magnetar.bookie.proto import bookie_pb2_grpc as pb_grpc
+from magnetar.bookie.tls import GrpcTls
 from magnetar.bookie.wire import BatchHeader, MalformedBatch, parse_batch_header, parse_packed
 
 log = logging.getLogger(__name__)
@@ -526,8 +527,17 @@ def add_service(service: BookieService, server: grpc.aio.Server) -> None:
 class BookieServer:
     """A grpc.aio server serving one ``BookieService`` on ``host:port`` (0 = pick one)."""
 
-    def __init__(self, service: BookieService, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(
+        self,
+        service: BookieService,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        tls: GrpcTls | None = None,
+    ) -> None:
+        """``tls``: serve gRPC over TLS (optionally requiring client certificates)."""
         self.service = service
+        self.tls = tls
         self.host = host
         self._requested_port = port
         self.port = 0
@@ -540,7 +550,11 @@ class BookieServer:
     async def start(self) -> None:
         server = grpc.aio.server(options=GRPC_OPTIONS)
         add_service(self.service, server)
-        port = server.add_insecure_port(f"{self.host}:{self._requested_port}")
+        bind = f"{self.host}:{self._requested_port}"
+        if self.tls is not None:
+            port = server.add_secure_port(bind, self.tls.server_credentials())
+        else:
+            port = server.add_insecure_port(bind)
         if port == 0:
             raise OSError(f"cannot bind {self.host}:{self._requested_port}")
         self.port = port

@@ -92,7 +92,6 @@ class OperationRoutes:
     def add_priority_routes(self, r: web.UrlDispatcher) -> None:
         ns = "/admin/v2/namespaces/{tenant}/{namespace}"
         r.add_put(ns + "/unload", self.unload_namespace)
-        r.add_get(ns + "/permissions", self.namespace_permissions)
         r.add_get(ns + "/properties", self.get_namespace_properties)
         r.add_put(ns + "/properties", self.put_namespace_properties)
         r.add_delete(ns + "/properties", self.clear_namespace_properties)
@@ -147,12 +146,6 @@ class OperationRoutes:
         m = request.match_info
         await self.ops.update_namespace_properties(m["tenant"], m["namespace"], None, clear=True)
         return _no_content()
-
-    async def namespace_permissions(self, request: web.Request) -> web.Response:
-        m = request.match_info
-        if not await self.ops.service.resources.namespace_exists(m["tenant"], m["namespace"]):
-            raise ResourceNotFound("Namespace does not exist")
-        return _json({})  # no authorization provider: nobody has been granted anything
 
     # -- subscriptions ------------------------------------------------------------------------
     def _sub(self, request: web.Request) -> tuple[str, str]:

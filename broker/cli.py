@@ -182,6 +182,18 @@ def _standalone_run(args: argparse.Namespace) -> int:
     )
 
 
+def _tokens_arguments(parser: argparse.ArgumentParser) -> None:
+    from magnetar.broker.tokens_cli import add_arguments
+
+    add_arguments(parser)
+
+
+def _tokens_run(args: argparse.Namespace) -> int:
+    from magnetar.broker.tokens_cli import run
+
+    return run(args)
+
+
 def _install_uvloop() -> None:
     try:
         import uvloop
@@ -206,6 +218,12 @@ SUBCOMMANDS: list[Subcommand] = [
         "run a whole Magnetar (metadata, bookies, broker) in one command",
         _standalone_arguments,
         _standalone_run,
+    ),
+    Subcommand(
+        "tokens",
+        "create keys and JSON Web Tokens for token authentication (Pulsar's `pulsar tokens`)",
+        _tokens_arguments,
+        _tokens_run,
     ),
 ]
 

@@ -305,8 +305,9 @@ class BrokerCluster:
             return None  # no leader yet: take it rather than fail the lookup
         return Assignment(leader.pulsar_service_url, leader.service_url, False)
 
-    async def http_lookup(self, leader_http_url: str, topic: TopicName) -> tuple[str, str]:
-        """The leader's HTTP lookup answer for ``topic``: (broker URL, HTTP URL)."""
+    async def http_lookup(self, leader_http_url: str, topic: TopicName) -> tuple[str, ...]:
+        """The leader's HTTP lookup answer for ``topic``: (broker URL, HTTP URL, and their
+        TLS forms)."""
         url = (
             f"{leader_http_url.rstrip('/')}/lookup/v2/topic/{topic.domain}/{topic.tenant}/"
             f"{topic.namespace}/{urllib.parse.quote(topic.local, safe='')}"
@@ -315,7 +316,12 @@ class BrokerCluster:
             if resp.status != 200:
                 raise RuntimeError(f"lookup through the leader: HTTP {resp.status}")
             data = await resp.json()
-        return str(data["brokerUrl"]), str(data["httpUrl"])
+        return (
+            str(data["brokerUrl"]),
+            str(data["httpUrl"]),
+            str(data.get("brokerUrlTls", "")),
+            str(data.get("httpUrlTls", "")),
+        )
 
     # -- split --
 

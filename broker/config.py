@@ -117,6 +117,35 @@ class BrokerConfig:
     # metrics: per-topic series on /metrics (off: summed per namespace, as Pulsar's
     # exposeTopicLevelMetricsInPrometheus=false; subscription series need topic level)
     expose_topic_level_metrics_in_prometheus: bool = True
+    # TLS (broker/tls.py): a port of -1 (or empty) is off; the plain port may be -1 too
+    broker_service_port_tls: int = -1
+    web_service_port_tls: int = -1
+    tls_certificate_file_path: str = ""
+    tls_key_file_path: str = ""
+    tls_trust_certs_file_path: str = ""
+    tls_require_trusted_client_cert_on_connect: bool = False
+    tls_protocols: str = ""  # e.g. "TLSv1.3,TLSv1.2"; empty = TLS 1.2 and newer
+    tls_ciphers: str = ""  # OpenSSL cipher string; empty = Python's secure default
+    tls_cert_refresh_check_duration_sec: int = 300
+    # authentication (broker/authentication.py) and authorization (broker/authorization.py)
+    authentication_enabled: bool = False
+    authentication_providers: str = ""  # comma list: token, tls (or Pulsar class names)
+    authentication_refresh_check_seconds: int = 60
+    anonymous_user_role: str = ""
+    token_secret_key: str = ""  # file:///path or data:;base64,... (HS256)
+    token_public_key: str = ""  # file:///path or data:;base64,... (RS256/ES256)
+    token_public_alg: str = "RS256"
+    token_auth_claim: str = "sub"
+    token_audience_claim: str = "aud"
+    token_audience: str = ""
+    authorization_enabled: bool = False
+    superuser_roles: str = ""  # comma list
+    # broker -> bookie gRPC over TLS (Pulsar's bookkeeperTLS* settings, PEM): on when a trusted
+    # CA is set; a client certificate when bookkeeper_tls_client_authentication
+    bookkeeper_tls_trust_certs_file_path: str = ""
+    bookkeeper_tls_client_authentication: bool = False
+    bookkeeper_tls_certificate_file_path: str = ""
+    bookkeeper_tls_key_file_path: str = ""
 
     @property
     def service_url(self) -> str:
@@ -125,6 +154,10 @@ class BrokerConfig:
     @property
     def web_service_url(self) -> str:
         return f"http://{self.advertised_address}:{self.web_service_port}"
+
+    @property
+    def tls_enabled(self) -> bool:
+        return self.broker_service_port_tls >= 0 or self.web_service_port_tls >= 0
 
     def replace(self, **changes: Any) -> BrokerConfig:
         return dataclasses.replace(self, **changes)
@@ -168,6 +201,8 @@ def _read_file(path: pathlib.Path) -> dict[str, Any]:
 
 
 def _coerce(key: str, value: Any, kind: type) -> Any:
+    if key.endswith(("_port", "_port_tls")) and isinstance(value, str) and not value.strip():
+        return -1  # Pulsar's broker.conf leaves optional ports empty (brokerServicePortTls=)
     if kind is bool:
         if isinstance(value, bool):
             return value

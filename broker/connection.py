@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 import crc32c
 
+from magnetar.broker.connection_security import ConnectionSecurity
 from magnetar.broker.consumer import Consumer, OutMessage, SubType
 from magnetar.broker.frames import (
     MAGIC_CRC32C_BYTES,
@@ -114,8 +115,10 @@ def _position(mid: Any) -> Position:
 
 
 class ServerConnection(asyncio.Protocol):
-    def __init__(self, service: BrokerService) -> None:
+    def __init__(self, service: BrokerService, *, tls: bool = False) -> None:
         self.service = service
+        self.tls = tls
+        self.security = ConnectionSecurity(self)
         cfg = service.config
         self.max_frame = cfg.max_message_size + FRAME_PADDING
         self.max_pending_sends = max(1, cfg.max_pending_publish_requests_per_connection)
@@ -178,6 +181,7 @@ class ServerConnection(asyncio.Protocol):
             len(self.producers),
             len(self.consumers),
         )
+        self.security.close()
         if self._keepalive is not None:
             self._keepalive.cancel()
         for pid in list(self.producers):
@@ -384,6 +388,8 @@ class ServerConnection(asyncio.Protocol):
     def _handle_connect(self, c: pb.CommandConnect) -> None:
         self.protocol_version = min(c.protocol_version, MAX_PROTOCOL_VERSION)
         self.client_version = c.client_version
+        if not self.security.on_connect(c):
+            return
         self.connected = True
         self.write_command(
             T(
@@ -411,14 +417,19 @@ class ServerConnection(asyncio.Protocol):
         self._spawn(self._lookup(req.topic, req.request_id, req.authoritative))
 
     async def _lookup(self, topic: str, request_id: int, authoritative: bool) -> None:
+        from magnetar.broker.service import ServiceError
 
         R = pb.CommandLookupTopicResponse
         try:
+            denied = await self.security.denied_lookup(topic)
+            if denied is not None:
+                raise ServiceError("AuthorizationError", denied)
             got = await self.service.lookup(topic, authoritative)
             resp = R(
                 request_id=request_id,
                 response=R.Redirect if got.redirect else R.Connect,
                 brokerServiceUrl=got.broker_url,
+                brokerServiceUrlTls=got.broker_url_tls,
                 authoritative=got.authoritative,
                 proxy_through_service_url=False,
             )
@@ -431,9 +442,13 @@ class ServerConnection(asyncio.Protocol):
         self._spawn(self._partitioned_metadata(req.topic, req.request_id))
 
     async def _partitioned_metadata(self, topic: str, request_id: int) -> None:
+        from magnetar.broker.service import ServiceError
 
         R = pb.CommandPartitionedTopicMetadataResponse
         try:
+            denied = await self.security.denied_lookup(topic, metadata=True)
+            if denied is not None:
+                raise ServiceError("AuthorizationError", denied)
             n = await self.service.partitioned_metadata(topic)
             resp = R(request_id=request_id, response=R.Success, partitions=n)
         except Exception as exc:
@@ -448,6 +463,10 @@ class ServerConnection(asyncio.Protocol):
         tenant, _, ns = namespace.partition("/")
         if not tenant or not ns or "/" in ns:
             self._error(request_id, "MetadataError", f"Invalid namespace {namespace!r}")
+            return
+        denied = await self.security.denied_list_topics(tenant, ns)
+        if denied is not None:
+            self._error(request_id, "AuthorizationError", denied)
             return
         topics: list[str] = []
         by_mode: dict[int, tuple[str, ...]] = {
@@ -513,6 +532,10 @@ class ServerConnection(asyncio.Protocol):
         existing = self.producers.get(pid)
         if existing is not None:
             self._producer_success(rid, existing, self.producer_topics[pid])
+            return
+        denied = await self.security.denied_produce(req.topic)
+        if denied is not None:
+            self._error(rid, "AuthorizationError", denied)
             return
         topic = await self._topic_or_error(rid, req.topic, "producer")
         if topic is None or self.closed:
@@ -771,6 +794,10 @@ class ServerConnection(asyncio.Protocol):
             return
         if not req.subscription:
             self._error(rid, "InvalidTopicName", "Empty subscription name")
+            return
+        denied = await self.security.denied_consume(req.topic, req.subscription)
+        if denied is not None:
+            self._error(rid, "AuthorizationError", denied)
             return
         topic = await self._topic_or_error(rid, req.topic, "subscribe")
         if topic is None or self.closed:
@@ -1115,6 +1142,7 @@ class ServerConnection(asyncio.Protocol):
         T.SEEK: _on_seek,
         T.GET_LAST_MESSAGE_ID: _on_get_last_message_id,
         T.CONSUMER_STATS: _on_consumer_stats,
+        T.AUTH_RESPONSE: lambda self, cmd: self.security.on_auth_response(cmd),
     }
 
 

@@ -78,8 +78,9 @@ async def join_yielding(
 class TopicAdmin(Protocol):
     """What the HTTP API needs from the topic layer (implemented by ``BrokerService``)."""
 
-    async def lookup_urls(self, topic: str) -> tuple[str, str]:
-        """(binary service URL, HTTP URL) of the broker owning ``topic``, assigning it if needed."""
+    async def lookup_urls(self, topic: str) -> tuple[str, ...]:
+        """(binary service URL, HTTP URL[, TLS binary URL, HTTPS URL]) of the broker owning
+        ``topic``, assigning it if needed."""
         ...
 
     async def list_topics(self, tenant: str, namespace: str, domain: str) -> list[str]:
@@ -585,14 +586,16 @@ class AdminApi:
 
     async def lookup(self, request: web.Request) -> web.Response:
         topic = _topic_name(request)
-        broker_url, http_url = await self.topics.lookup_urls(topic)
+        urls = await self.topics.lookup_urls(topic)
+        broker_url, http_url = urls[0], urls[1]
+        broker_tls, http_tls = (urls[2], urls[3]) if len(urls) >= 4 else ("", "")
         return _json(
             {
                 "brokerUrl": broker_url,
-                "brokerUrlTls": "",
-                "brokerUrlSsl": "",
+                "brokerUrlTls": broker_tls,
+                "brokerUrlSsl": broker_tls,
                 "httpUrl": http_url,
-                "httpUrlTls": "",
+                "httpUrlTls": http_tls,
                 "nativeUrl": broker_url,
             }
         )

@@ -14,6 +14,7 @@ Must not know: topics, the protocol, load.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from collections.abc import Callable
@@ -52,14 +53,16 @@ class OwnerInfo:
     native_url: str
     http_url: str
     disabled: bool = False
+    native_url_tls: str = ""
+    http_url_tls: str = ""
 
     def to_bytes(self) -> bytes:
         return json.dumps(
             {
                 "nativeUrl": self.native_url,
-                "nativeUrlTls": "",
+                "nativeUrlTls": self.native_url_tls,
                 "httpUrl": self.http_url,
-                "httpUrlTls": "",
+                "httpUrlTls": self.http_url_tls,
                 "disabled": self.disabled,
             }
         ).encode()
@@ -71,6 +74,8 @@ class OwnerInfo:
             str(data.get("nativeUrl", "")),
             str(data.get("httpUrl", "")),
             bool(data.get("disabled", False)),
+            str(data.get("nativeUrlTls") or ""),
+            str(data.get("httpUrlTls") or ""),
         )
 
 
@@ -144,7 +149,7 @@ class OwnershipCache:
         version = self._owned.get(bundle)
         if version is None:
             return
-        disabled = OwnerInfo(self.me.native_url, self.me.http_url, disabled=True)
+        disabled = dataclasses.replace(self.me, disabled=True)
         try:
             res = await self._store.put(bundle.path, disabled.to_bytes(), expected_version=version)
             self._owned[bundle] = res.stat.version

@@ -20,9 +20,11 @@ from typing import Any
 from aiohttp import web
 
 from magnetar.bookie.client import BookieClient
+from magnetar.bookie.tls import GrpcTls
 from magnetar.broker.cluster_api import ClusterApi
 from magnetar.broker.config import BrokerConfig
 from magnetar.broker.http_api import AdminApi
+from magnetar.broker.http_security import add_permission_routes, security_middleware
 from magnetar.broker.ledger import ManagedLedgerConfig, ManagedLedgerFactory
 from magnetar.broker.ledger.placement import RackPolicy
 from magnetar.broker.ledger_adapter import ManagedLedgerStorage
@@ -62,24 +64,40 @@ def rack_policy(config: BrokerConfig) -> RackPolicy:
     )
 
 
+def bookie_tls(config: BrokerConfig) -> GrpcTls | None:
+    """The broker's TLS settings towards bookies (None: plain gRPC)."""
+    if not config.bookkeeper_tls_trust_certs_file_path:
+        return None
+    client_auth = config.bookkeeper_tls_client_authentication
+    return GrpcTls(
+        config.bookkeeper_tls_certificate_file_path if client_auth else "",
+        config.bookkeeper_tls_key_file_path if client_auth else "",
+        config.bookkeeper_tls_trust_certs_file_path,
+    )
+
+
 class BrokerRuntime:
     """A broker on an open metadata store: ``await start()``, then ``await close()``."""
 
-    def __init__(self, config: BrokerConfig, store: MetadataStore) -> None:
+    def __init__(self, config: BrokerConfig, store: MetadataStore, storage: Any = None) -> None:
+        """``storage``: a ``TopicStorageFactory`` to use instead of managed ledgers on the
+        registered bookies (tests serving topics from memory)."""
         self.config = config
         self.store = store
         self.factory = ManagedLedgerFactory(
             store, self._bookie_client, managed_ledger_config(config)
         )
         self.factory.ledger_client.registry.rack_policy = rack_policy(config)
-        self.storage = ManagedLedgerStorage(self.factory)
+        self.storage = storage if storage is not None else ManagedLedgerStorage(self.factory)
         self.service = BrokerService(config, store, self.storage)
         self._web: web.AppRunner | None = None
         self.web_port = config.web_service_port
+        self.web_port_tls = config.web_service_port_tls
 
-    @staticmethod
-    def _bookie_client(address: str) -> BookieClient:
-        return BookieClient(address, timeout_ms=5_000, add_timeout_ms=10_000)
+    def _bookie_client(self, address: str) -> BookieClient:
+        return BookieClient(
+            address, timeout_ms=5_000, add_timeout_ms=10_000, tls=bookie_tls(self.config)
+        )
 
     async def start(self) -> None:
         await self.service.start()
@@ -90,12 +108,30 @@ class BrokerRuntime:
             extra_routes=ClusterApi(self.service).register,
             operations=TopicOperations(self.service),
         )
-        self._web = web.AppRunner(api.app(), access_log=None)
+        app = api.app()
+        app.middlewares.append(security_middleware(self.service.authn, self.service.authz))
+        add_permission_routes(app, self.service.authz)
+        self._web = web.AppRunner(app, access_log=None)
         await self._web.setup()
-        site = web.TCPSite(self._web, self.config.bind_address, self.config.web_service_port)
-        await site.start()
-        self.web_port = int(self._web.addresses[0][1])
-        self.service.set_web_service_url(f"http://{self.config.advertised_address}:{self.web_port}")
+        host = self.config.bind_address
+        if self.config.web_service_port >= 0:
+            site = web.TCPSite(self._web, host, self.config.web_service_port)
+            await site.start()
+            self.web_port = int(self._web.addresses[-1][1])
+            self.service.set_web_service_url(
+                f"http://{self.config.advertised_address}:{self.web_port}"
+            )
+        tls = self.service.tls
+        if tls is not None and self.config.web_service_port_tls >= 0:
+            site = web.TCPSite(
+                self._web, host, self.config.web_service_port_tls, ssl_context=tls.front
+            )
+            await site.start()
+            self.web_port_tls = int(self._web.addresses[-1][1])
+            url = f"https://{self.config.advertised_address}:{self.web_port_tls}"
+            self.service.set_web_service_url_tls(url)
+            if self.config.web_service_port < 0:
+                self.service.set_web_service_url(url)
         await self.service.start_cluster()
         log.info(
             "broker ready service_url=%s web_url=http://%s:%d",
@@ -109,7 +145,9 @@ class BrokerRuntime:
             await self._web.cleanup()
             self._web = None
         await self.service.close()
-        await self.storage.close()
+        close = getattr(self.storage, "close", None)  # memory storage has none
+        if close is not None:
+            await close()
 
 
 def tune_gc_for_serving(service: BrokerService | None = None) -> TopicGcFreezer | None:
@@ -233,12 +271,17 @@ async def run_broker(config: BrokerConfig) -> int:
         else {}
     )
     store = await open_metadata_store(url, **options)
-    runtime = BrokerRuntime(config, store)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    await runtime.start()
+    try:
+        runtime = BrokerRuntime(config, store)
+        await runtime.start()
+    except ValueError as exc:  # unusable TLS/authentication settings
+        print(f"magnetar broker: {exc}", file=sys.stderr)
+        await store.close()
+        return 2
     freezer = tune_gc_for_serving(runtime.service)
     print(
         f"Magnetar broker is ready\n  service URL: {runtime.service.service_url}\n"
@@ -257,6 +300,7 @@ async def run_broker(config: BrokerConfig) -> int:
 __all__ = [
     "BrokerRuntime",
     "TopicGcFreezer",
+    "bookie_tls",
     "managed_ledger_config",
     "run_broker",
     "setup_logging",

@@ -27,6 +27,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from magnetar.broker.authentication import AuthenticationService
+from magnetar.broker.authorization import AuthorizationService
 from magnetar.broker.bundles import NamespaceBundles, topic_hash
 from magnetar.broker.compaction import (
     CompactionAlreadyRunning,
@@ -48,6 +50,7 @@ from magnetar.broker.resources import (
 )
 from magnetar.broker.storage import TopicStorageFactory
 from magnetar.broker.subscription import SubscriptionError
+from magnetar.broker.tls import ReloadingServerContext, TlsSettings
 from magnetar.broker.topic import PersistentTopic
 from magnetar.zk.clock import Clock, SystemClock
 from magnetar.zk.store import MetadataStore
@@ -74,6 +77,8 @@ class LookupResult:
     redirect: bool
     authoritative: bool = True
     """False when redirecting to the load-manager leader, which decides the owner."""
+    broker_url_tls: str = ""
+    http_url_tls: str = ""
 
 
 class BrokerService:
@@ -90,7 +95,17 @@ class BrokerService:
         self.storage = storage
         self.resources = Resources(store, config.cluster_name)
         self.port = config.broker_service_port
+        self.port_tls = config.broker_service_port_tls
         self._web_service_url: str | None = None
+        self._web_service_url_tls = ""
+        self._tls_server: asyncio.AbstractServer | None = None
+        # TLS context (reloaded on file change), authentication and authorization: their own
+        # modules; off (None / allow-all) with the default configuration
+        self.tls: ReloadingServerContext | None = (
+            ReloadingServerContext(TlsSettings.from_config(config)) if config.tls_enabled else None
+        )
+        self.authn = AuthenticationService.from_config(config)
+        self.authz = AuthorizationService(config, self.resources)
         self.ownership: OwnershipCache | None = None
         self.topics: dict[str, PersistentTopic] = {}
         self.topics_loaded_total = 0
@@ -122,7 +137,29 @@ class BrokerService:
     # ------------------------------------------------------------------ lifecycle
     @property
     def service_url(self) -> str:
+        """This broker's identity in ownership data: the plain URL, or the TLS one when the
+        plain port is off."""
+        if self.port < 0:
+            return self.service_url_tls
         return f"pulsar://{self.config.advertised_address}:{self.port}"
+
+    @property
+    def service_url_tls(self) -> str:
+        if self.port_tls < 0:
+            return ""
+        return f"pulsar+ssl://{self.config.advertised_address}:{self.port_tls}"
+
+    @property
+    def web_service_url_tls(self) -> str:
+        return self._web_service_url_tls
+
+    def _owner_info(self) -> OwnerInfo:
+        return OwnerInfo(
+            self.service_url,
+            self.web_service_url,
+            native_url_tls=self.service_url_tls,
+            http_url_tls=self.web_service_url_tls,
+        )
 
     @property
     def web_service_url(self) -> str:
@@ -133,23 +170,41 @@ class BrokerService:
         call before ``start()`` or before the first lookup."""
         self._web_service_url = url
         if self.ownership is not None:
-            self.ownership.me = OwnerInfo(self.service_url, url)
+            self.ownership.me = self._owner_info()
+
+    def set_web_service_url_tls(self, url: str) -> None:
+        """Like ``set_web_service_url`` for the HTTPS listener."""
+        self._web_service_url_tls = url
+        if self.ownership is not None:
+            self.ownership.me = self._owner_info()
 
     async def start(self) -> None:
         from magnetar.broker.connection import ServerConnection
 
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(
-            lambda: ServerConnection(self),
-            host=self.config.bind_address,
-            port=self.config.broker_service_port,
-            reuse_address=True,
-        )
-        sock = self._server.sockets[0]
-        self.port = sock.getsockname()[1]
-        self.ownership = OwnershipCache(
-            self.store, OwnerInfo(self.service_url, self.web_service_url)
-        )
+        if self.config.broker_service_port >= 0:
+            self._server = await loop.create_server(
+                lambda: ServerConnection(self),
+                host=self.config.bind_address,
+                port=self.config.broker_service_port,
+                reuse_address=True,
+            )
+            self.port = self._server.sockets[0].getsockname()[1]
+        if self.tls is not None and self.config.broker_service_port_tls >= 0:
+            self._tls_server = await loop.create_server(
+                lambda: ServerConnection(self, tls=True),
+                host=self.config.bind_address,
+                port=self.config.broker_service_port_tls,
+                reuse_address=True,
+                ssl=self.tls.front,
+            )
+            self.port_tls = self._tls_server.sockets[0].getsockname()[1]
+        if self._server is None and self._tls_server is None:
+            raise ValueError("no broker service port: set broker_service_port or its TLS twin")
+        if self.tls is not None:
+            self.tls.start()
+        self.authn.start()
+        self.ownership = OwnershipCache(self.store, self._owner_info())
         self.ownership.add_lost_listener(self._on_bundles_lost)
         await self.resources.ensure_cluster(self.service_url, self.web_service_url)
         try:
@@ -187,6 +242,11 @@ class BrokerService:
         self.compaction_monitor.close()
         if self._server is not None:
             self._server.close()
+        if self._tls_server is not None:
+            self._tls_server.close()
+        if self.tls is not None:
+            self.tls.close()
+        self.authn.close()
         for topic in list(self.topics.values()):
             try:
                 await topic.close()
@@ -263,8 +323,20 @@ class BrokerService:
         if owner.disabled:
             raise ServiceError("ServiceNotReady", f"Namespace bundle {bundle} is being unloaded")
         if owner.native_url == self.service_url:
-            return LookupResult(self.service_url, self.web_service_url, False)
-        return LookupResult(owner.native_url, owner.http_url, True)
+            return LookupResult(
+                self.service_url,
+                self.web_service_url,
+                False,
+                broker_url_tls=self.service_url_tls,
+                http_url_tls=self.web_service_url_tls,
+            )
+        return LookupResult(
+            owner.native_url,
+            owner.http_url,
+            True,
+            broker_url_tls=owner.native_url_tls,
+            http_url_tls=owner.http_url_tls,
+        )
 
     async def partitioned_metadata(self, topic: str) -> int:
         tn = self.parse_topic(topic)
@@ -457,7 +529,7 @@ class BrokerService:
         self._spawn(close_lost())
 
     # ------------------------------------------------------------------ admin (TopicAdmin)
-    async def lookup_urls(self, topic: str) -> tuple[str, str]:
+    async def lookup_urls(self, topic: str) -> tuple[str, ...]:
         try:
             got = await self.lookup(topic)
             if got.redirect and not got.authoritative and self.cluster is not None:
@@ -465,7 +537,7 @@ class BrokerService:
                 return await self.cluster.http_lookup(got.http_url, self.parse_topic(topic))
         except ServiceError as exc:
             raise _to_resource_error(exc) from None
-        return got.broker_url, got.http_url
+        return got.broker_url, got.http_url, got.broker_url_tls, got.http_url_tls
 
     async def list_topics(
         self, tenant: str, namespace: str, domain: str = "persistent"

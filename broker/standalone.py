@@ -239,16 +239,22 @@ async def run_standalone(
         loop.add_signal_handler(sig, stop.set)
     try:
         await standalone.start()
-    except (StandaloneError, OSError) as exc:
+    except (StandaloneError, OSError, ValueError) as exc:  # ValueError: unusable settings
         log.error("standalone failed to start: %s", exc)
         print(f"magnetar standalone: failed to start: {exc}", file=sys.stderr)
         return 1
     assert standalone.runtime is not None
     freezer = tune_gc_for_serving(standalone.runtime.service)
+    service = standalone.runtime.service
+    tls = ""
+    if service.service_url_tls:
+        tls += f"\n  TLS service URL: {service.service_url_tls}"
+    if service.web_service_url_tls:
+        tls += f"\n  HTTPS admin URL: {service.web_service_url_tls}"
     print(
         f"Magnetar standalone is ready\n"
         f"  service URL: {standalone.service_url}\n"
-        f"  admin URL:   {standalone.web_service_url}\n"
+        f"  admin URL:   {standalone.web_service_url}{tls}\n"
         f"  data dir:    {standalone.data_dir}",
         flush=True,
     )
