@@ -132,3 +132,78 @@ def test_admin_split_with_unload_keeps_every_message(cluster: Cluster) -> None:
         twice = {p: i for p, i in ids.items() if len(i) > 1}
         assert not twice, f"{t}: {len(twice)} delivered twice: {list(twice.items())[:5]}"
     client.close()
+
+
+FAST_ROUNDS = (
+    "load_balancer_report_update_min_interval_millis=300\n"
+    "load_balancer_split_interval_minutes=0.02\n"
+    "load_balancer_shedding_interval_minutes=0.05\n"
+    "load_balancer_shedding_grace_period_minutes=0.1\n"
+    "load_balancer_bundle_unload_min_throughput_threshold=0\n"
+)
+
+
+def test_a_bundle_over_the_topic_threshold_splits_on_its_own(cluster: Cluster) -> None:
+    brokers = [
+        cluster.start_broker(
+            SESSION + FAST_ROUNDS + "load_balancer_namespace_bundle_max_topics=3\n"
+        )
+        for _ in range(2)
+    ]
+    _namespace(brokers[0], "auto", 1)
+    topics = [f"persistent://public/auto/a{i}" for i in range(8)]
+    client = pulsar.Client(cluster.service_url, operation_timeout_seconds=60)
+    consumers = {
+        t: client.subscribe(t, "sub", initial_position=pulsar.InitialPosition.Earliest)
+        for t in topics
+    }
+    checkers = {t: PublishChecker(client, t, prefix=t.rsplit("/", 1)[1]).start() for t in topics}
+
+    def bundle_count() -> int:
+        raw = brokers[0].admin("GET", "/admin/v2/namespaces/public/auto/bundles")
+        return int(json.loads(raw)["numBundles"])
+
+    wait_until(lambda: bundle_count() >= 3, 120, "the leader to split the bundle")
+    wait_until(
+        lambda: len({cluster.owner(t).name for t in topics}) >= 2, 120, "topics on two brokers"
+    )
+    counts = {t: c.acked_count() for t, c in checkers.items()}
+    wait_until(
+        lambda: all(c.acked_count() > counts[t] + 20 for t, c in checkers.items()),
+        120,
+        "receipts after the splits",
+    )
+    for t, checker in checkers.items():
+        acked = checker.stop()
+        ids: dict[bytes, list[str]] = {}
+        drain(consumers[t], set(acked), timeout_s=120, ids=ids)
+        assert not [p for p, i in ids.items() if len(i) > 1], f"{t}: delivered twice"
+    client.close()
+
+
+SHED = (
+    # CPU is the only usage here (loopback traffic is not counted); weigh it so that one busy
+    # broker among idle ones is clearly over the average on a machine of any speed
+    "load_balancer_cpu_resource_weight=4\nload_balancer_memory_resource_weight=0\n"
+)
+
+
+def test_shedding_moves_bundles_to_brokers_that_join(cluster: Cluster) -> None:
+    first = cluster.start_broker(SESSION + FAST_ROUNDS + SHED)
+    _namespace(first, "shed", 8)
+    topics = [f"persistent://public/shed/h{i}" for i in range(16)]
+    client = pulsar.Client(first.service_url, operation_timeout_seconds=60)
+    checkers = [PublishChecker(client, t).start() for t in topics]
+    wait_until(lambda: all(c.acked_count() > 50 for c in checkers), 60, "load on one broker")
+    assert {cluster.owner(t).name for t in topics} == {first.name}
+    for _ in range(2):
+        cluster.start_broker(SESSION + FAST_ROUNDS + SHED)
+    wait_until(
+        lambda: len({cluster.owner(t).name for t in topics}) >= 2,
+        180,
+        "the leader to shed bundles to the brokers that joined",
+    )
+    for c in checkers:
+        c.stop()
+    assert "shedding bundle" in "".join(b.log_text() for b in cluster.brokers)
+    client.close()
