@@ -128,6 +128,11 @@ class PublishChecker:
             later = [a for a in self.acked.values() if a > t]
         return min(later) if later else None
 
+    def ack_times(self, start: float, end: float) -> list[float]:
+        """Receipt times within [start, end], sorted."""
+        with self._lock:
+            return sorted(t for t in self.acked.values() if start <= t <= end)
+
     def stop(self) -> dict[bytes, float]:
         self._stop.set()
         self._thread.join(30)

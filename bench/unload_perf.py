@@ -1,0 +1,101 @@
+"""Graceful unload: the publish gap a client sees while its topic's bundle is unloaded and
+placed again, over ``--unloads`` unloads (target: p99 <= 1 s).
+
+A real cluster (ZooKeeper from Debian's jar, ``--bookies`` bookie processes, ``--brokers``
+``magnetar broker`` processes). An official-client producer publishes steadily
+(``PublishChecker`` of tests/support/cluster.py). Each round asks the owner to unload the
+topic's bundle (``PUT /admin/v2/namespaces/{t}/{ns}/{bundle}/unload``); the gap of that
+round is the longest time between two consecutive receipts from just before the unload to
+the first receipt after the topic is served again. At the end every acknowledged payload
+must reach the consumer: lost and duplicated counts.
+
+    .venv/bin/python bench/unload_perf.py --unloads 20
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import pathlib
+import statistics
+import sys
+import tempfile
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+
+import pulsar  # noqa: E402
+from support.bookies import BookieFactory  # noqa: E402
+from support.broker_process import BrokerProcess  # noqa: E402
+from support.cluster import Cluster, PublishChecker, drain, wait_until  # noqa: E402
+from support.zookeeper import ZooKeeperServer  # noqa: E402
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--unloads", type=int, default=20)
+    p.add_argument("--brokers", type=int, default=2)
+    p.add_argument("--bookies", type=int, default=2)
+    args = p.parse_args()
+    print("command:", " ".join([".venv/bin/python", "bench/unload_perf.py", *sys.argv[1:]]))
+    base = pathlib.Path(tempfile.mkdtemp(prefix="unload-perf-"))
+    zk = ZooKeeperServer()
+    zk.start()
+    bookies = BookieFactory(base / "bookies")
+    made: list[BrokerProcess] = []
+    gaps_s: list[float] = []
+    try:
+        cluster = Cluster(zk, bookies, base, made)
+        cluster.start_bookies(args.bookies)
+        for _ in range(args.brokers):
+            cluster.start_broker()
+        topic = "persistent://public/default/unload-perf"
+        client = pulsar.Client(cluster.service_url, operation_timeout_seconds=60)
+        consumer = client.subscribe(topic, "perf", initial_position=pulsar.InitialPosition.Earliest)
+        checker = PublishChecker(client, topic).start()
+        wait_until(lambda: checker.acked_count() >= 100, 60, "receipts before the first unload")
+        for _ in range(args.unloads):
+            owner = cluster.owner(topic)
+            bundle = json.loads(
+                owner.admin("GET", "/lookup/v2/topic/persistent/public/default/unload-perf/bundle")
+            )
+            before = time.monotonic()
+            owner.admin("PUT", f"/admin/v2/namespaces/public/default/{bundle}/unload")
+            done = time.monotonic()
+            wait_until(lambda d=done: checker.first_ack_after(d) is not None, 60, "a receipt")
+            resumed = checker.first_ack_after(done)
+            assert resumed is not None
+            times = checker.ack_times(before - 1, resumed)
+            gaps_s.append(max((b - a for a, b in itertools.pairwise(times)), default=0.0))
+            count = checker.acked_count()
+            wait_until(lambda c=count: checker.acked_count() >= c + 50, 60, "steady receipts")
+        acked = checker.stop()
+        got = drain(consumer, set(acked), timeout_s=300)
+        lost = len(set(acked) - set(got))
+        duplicated = len(got) - len(set(got))
+        client.close()
+    finally:
+        for b in made:
+            b.kill()
+        bookies.close()
+        zk.stop()
+    gaps_s.sort()
+    print(
+        json.dumps(
+            {
+                "unloads": len(gaps_s),
+                "gap_p50_s": round(statistics.median(gaps_s), 3),
+                "gap_p99_s": round(gaps_s[min(len(gaps_s) - 1, int(0.99 * len(gaps_s)))], 3),
+                "gap_max_s": round(gaps_s[-1], 3),
+                "acknowledged": len(acked),
+                "lost": lost,
+                "duplicated": duplicated,
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
