@@ -267,6 +267,20 @@ class BrokerMetrics:
             values["pulsar_storage_write_latency_sum"] = buckets.sum_ms
         return values
 
+    def _load_manager_series(self, cluster: str) -> Iterator[Metric]:
+        """``pulsar_lb_*``: the load manager as this broker sees it (none when disabled)."""
+        values = _lb_values(self.service)
+        if values is None:
+            return
+        for name, help_text in LB_GAUGES.items():
+            gauge = GaugeMetricFamily(name, help_text, labels=["cluster"])
+            gauge.add_metric([cluster], values[name])
+            yield gauge
+        for name, help_text in LB_COUNTERS.items():
+            counter = CounterMetricFamily(name, help_text, labels=["cluster"])
+            counter.add_metric([cluster], values[name])
+            yield counter
+
     def _broker_series(self, cluster: str) -> Iterator[Metric]:
         topics = self.service.topics
         per_ns: dict[str, int] = {}
@@ -277,6 +291,7 @@ class BrokerMetrics:
         for ns, n in sorted(per_ns.items()):
             ns_topics.add_metric([cluster, ns], n)
         yield ns_topics
+        yield from self._load_manager_series(cluster)
         for name, help_text, value in (
             ("pulsar_broker_topics_count", "Topics loaded on this broker", len(topics)),
             ("pulsar_active_connections", "Open client connections",
@@ -289,6 +304,23 @@ class BrokerMetrics:
             yield fam
 
 
+LB_GAUGES: dict[str, str] = {
+    "pulsar_lb_is_leader": "1 while this broker is the load-manager leader",
+    "pulsar_lb_brokers": "Brokers with a load report, as this broker sees them",
+    "pulsar_lb_cpu_usage": "This broker's CPU usage in its last load report (percent)",
+    "pulsar_lb_memory_usage": "This broker's memory usage in its last load report (percent)",
+    "pulsar_lb_bandwidth_in_usage": "This broker's inbound bandwidth usage (percent)",
+    "pulsar_lb_bandwidth_out_usage": "This broker's outbound bandwidth usage (percent)",
+}
+LB_COUNTERS: dict[str, str] = {
+    "pulsar_lb_bundles_assigned": "Unowned bundles placed by this broker as leader",
+    "pulsar_lb_bundles_split": "Bundles split by this broker as leader",
+    "pulsar_lb_unload_bundle": "Bundles unloaded (shed) by this broker as leader",
+    "pulsar_lb_brokers_declared_dead": "Brokers found dead by this broker's probes",
+    "pulsar_lb_leader_changes": "Times this broker became or stopped being the leader",
+}
+
+
 class _Families:
     """Families already collected, as a collector ``generate_latest`` can format."""
 
@@ -297,6 +329,28 @@ class _Families:
 
     def collect(self) -> list[Metric]:
         return self._families
+
+
+def _lb_values(service: BrokerService) -> dict[str, float] | None:
+    cluster = service.cluster
+    manager = None if cluster is None else cluster.manager
+    if cluster is None or manager is None:
+        return None
+    st = manager.statistics()
+    report = None if cluster.reporter is None else cluster.reporter.latest
+    return {
+        "pulsar_lb_is_leader": float(st.is_leader),
+        "pulsar_lb_brokers": st.brokers,
+        "pulsar_lb_cpu_usage": report.cpu.percent() if report else 0.0,
+        "pulsar_lb_memory_usage": report.memory.percent() if report else 0.0,
+        "pulsar_lb_bandwidth_in_usage": report.bandwidth_in.percent() if report else 0.0,
+        "pulsar_lb_bandwidth_out_usage": report.bandwidth_out.percent() if report else 0.0,
+        "pulsar_lb_bundles_assigned": st.bundles_assigned,
+        "pulsar_lb_bundles_split": st.bundles_split,
+        "pulsar_lb_unload_bundle": st.bundles_unloaded,
+        "pulsar_lb_brokers_declared_dead": st.brokers_declared_dead,
+        "pulsar_lb_leader_changes": st.leader_changes,
+    }
 
 
 def _latency_suffixes() -> list[str]:

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 
 import pulsar
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from support.bookies import BookieFactory
 from support.broker_process import BrokerProcess
 from support.cluster import Cluster, PublishChecker, drain, wait_until
@@ -54,7 +55,23 @@ def test_the_leader_places_bundles_over_every_broker(cluster: Cluster) -> None:
     assert len(owners) >= 2, owners
     leader = cluster.leader_id()
     assert all(cluster.leader_id(via=b) == leader for b in brokers)
+    # pulsar_lb_*: one broker leads, and it placed the bundles
+    scraped = {b.name: _lb_metrics(b) for b in brokers}
+    leaders = [n for n, m in scraped.items() if m["pulsar_lb_is_leader"] == 1]
+    assert len(leaders) == 1, scraped
+    assert scraped[leaders[0]]["pulsar_lb_bundles_assigned_total"] >= 2
+    assert all(m["pulsar_lb_brokers"] == 3 for m in scraped.values())
     client.close()
+
+
+def _lb_metrics(b: BrokerProcess) -> dict[str, float]:
+    text = b.admin("GET", "/metrics").decode()
+    return {
+        s.name: s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name.startswith("pulsar_lb_")
+    }
 
 
 def test_sigkill_of_the_owner_moves_its_topic_and_loses_nothing(cluster: Cluster) -> None:
