@@ -13,6 +13,7 @@ and ``run`` (lazily importing the implementation) and append one ``Subcommand`` 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -50,7 +51,11 @@ def _broker_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--advertised-address", help="host name given to clients in lookups (default localhost)"
     )
-    parser.add_argument("--log-level", default="INFO")
+    parser.add_argument(
+        "--log-level",
+        default=os.environ.get("MAGNETAR_LOG_LEVEL", "INFO"),
+        help="DEBUG, INFO, WARNING, ... (default: $MAGNETAR_LOG_LEVEL or INFO)",
+    )
 
 
 def _broker_config(args: argparse.Namespace, **extra: object) -> BrokerConfig:
@@ -58,6 +63,7 @@ def _broker_config(args: argparse.Namespace, **extra: object) -> BrokerConfig:
 
     return BrokerConfig.load(
         args.config,
+        environ=os.environ,
         broker_service_port=args.port,
         web_service_port=args.web_port,
         bind_address=args.bind_address,
@@ -84,9 +90,10 @@ def _broker_run(args: argparse.Namespace) -> int:
         config = _broker_config(
             args, metadata_store_url=args.metadata, cluster_name=args.cluster_name
         )
-    except ValueError as exc:
-        print(f"magnetar broker: {exc}", file=sys.stderr)
+    except (ValueError, OSError) as exc:
+        print(f"magnetar broker: configuration error: {exc}", file=sys.stderr)
         return 2
+    _log_effective(config)
     _install_uvloop()
     return asyncio.run(run_broker(config))
 
@@ -109,15 +116,90 @@ def _standalone_run(args: argparse.Namespace) -> int:
     setup_logging(args.log_level)
     try:
         config = _broker_config(args)
-    except ValueError as exc:
-        print(f"magnetar standalone: {exc}", file=sys.stderr)
+    except (ValueError, OSError) as exc:
+        print(f"magnetar standalone: configuration error: {exc}", file=sys.stderr)
         return 2
+    _log_effective(config)
     _install_uvloop()
     return asyncio.run(
         run_standalone(
             args.data_dir, config, num_bookies=args.bookies, bookie_port=args.bookie_port
         )
     )
+
+
+def _log_effective(config: BrokerConfig) -> None:
+    import logging
+
+    logging.getLogger("magnetar.broker").info("%s", config.effective_config_line())
+
+
+def _init_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", help="broker.conf-style key=value file or YAML")
+    parser.add_argument("--metadata", help="metadata store URL, e.g. zk://127.0.0.1:2181")
+    parser.add_argument("--cluster-name", help="cluster name (default standalone)")
+    parser.add_argument(
+        "--web-service-url", help="the cluster's HTTP URL (default from the broker settings)"
+    )
+    parser.add_argument(
+        "--broker-service-url", help="the cluster's pulsar:// URL (default from the settings)"
+    )
+    parser.add_argument(
+        "--log-level", default=os.environ.get("MAGNETAR_LOG_LEVEL", "INFO"), help="log level"
+    )
+
+
+def _init_run(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from magnetar.broker.config import BrokerConfig
+    from magnetar.broker.runtime import initialize_metadata, setup_logging
+
+    setup_logging(args.log_level)
+    try:
+        config = BrokerConfig.load(
+            args.config,
+            environ=os.environ,
+            metadata_store_url=args.metadata,
+            cluster_name=args.cluster_name,
+        )
+    except (ValueError, OSError) as exc:
+        print(f"magnetar zookeeper-init: configuration error: {exc}", file=sys.stderr)
+        return 2
+    return asyncio.run(
+        initialize_metadata(
+            config,
+            web_service_url=args.web_service_url or config.web_service_url,
+            broker_service_url=args.broker_service_url or config.service_url,
+        )
+    )
+
+
+def _healthcheck_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--pid", type=int, default=1, help="the server process to check (default 1: a container)"
+    )
+    parser.add_argument("--timeout", type=float, default=5.0, help="seconds (default 5)")
+
+
+def _healthcheck_run(args: argparse.Namespace) -> int:
+    from magnetar.broker.healthcheck import check_process
+
+    ok, detail = check_process(args.pid, timeout_s=args.timeout)
+    print(detail)
+    return 0 if ok else 1
+
+
+def _cluster_arguments(parser: argparse.ArgumentParser) -> None:
+    from magnetar.launcher import build_parser as launcher_parser
+
+    launcher_parser(parser)
+
+
+def _cluster_run(args: argparse.Namespace) -> int:
+    from magnetar.launcher import main_with_args
+
+    return main_with_args(args)
 
 
 def _install_uvloop() -> None:
@@ -138,6 +220,24 @@ SUBCOMMANDS: list[Subcommand] = [
         "run a whole Magnetar (metadata, bookies, broker) in one command",
         _standalone_arguments,
         _standalone_run,
+    ),
+    Subcommand(
+        "zookeeper-init",
+        "initialise a cluster's metadata (cluster, public tenant, public/default) once",
+        _init_arguments,
+        _init_run,
+    ),
+    Subcommand(
+        "healthcheck",
+        "exit 0 when the server process of this container is healthy (the image's HEALTHCHECK)",
+        _healthcheck_arguments,
+        _healthcheck_run,
+    ),
+    Subcommand(
+        "cluster",
+        "a local multi-container cluster through the Docker SDK: up, down, status, logs",
+        _cluster_arguments,
+        _cluster_run,
     ),
 ]
 
