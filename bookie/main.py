@@ -452,6 +452,10 @@ def _install_uvloop() -> bool:
     return True
 
 
+def _exit_0(signum: int, frame: object) -> None:
+    raise SystemExit(EXIT_OK)
+
+
 def main_with_args(args: argparse.Namespace) -> int:
     try:
         config = load_config(args, environ=os.environ)
@@ -467,6 +471,9 @@ def main_with_args(args: argparse.Namespace) -> int:
     malloc_tuned = tune_malloc()
     log.info("%s", settings.effective_config_line(settings.BOOKIE, config))
     log.info("uvloop=%s malloc_tuned=%s", uv, malloc_tuned)
+    # Until run() installs the loop's handlers, SIGTERM exits 0 (as a container's PID 1 an
+    # unhandled SIGTERM would be ignored until the SIGKILL).
+    signal.signal(signal.SIGTERM, _exit_0)
     try:
         return asyncio.run(run(config, tune_gc=True))
     except StartRefused as exc:

@@ -94,6 +94,7 @@ def _broker_run(args: argparse.Namespace) -> int:
         print(f"magnetar broker: configuration error: {exc}", file=sys.stderr)
         return 2
     _log_effective(config)
+    _exit_0_on_sigterm()
     _install_uvloop()
     return asyncio.run(run_broker(config))
 
@@ -120,6 +121,7 @@ def _standalone_run(args: argparse.Namespace) -> int:
         print(f"magnetar standalone: configuration error: {exc}", file=sys.stderr)
         return 2
     _log_effective(config)
+    _exit_0_on_sigterm()
     _install_uvloop()
     return asyncio.run(
         run_standalone(
@@ -200,6 +202,17 @@ def _cluster_run(args: argparse.Namespace) -> int:
     from magnetar.launcher import main_with_args
 
     return main_with_args(args)
+
+
+def _exit_0_on_sigterm() -> None:
+    """Until the event loop installs its own handlers: SIGTERM exits 0 (as PID 1 of a
+    container an unhandled SIGTERM would be ignored until the SIGKILL)."""
+    import signal
+
+    def stop(signum: int, frame: object) -> None:
+        raise SystemExit(0)
+
+    signal.signal(signal.SIGTERM, stop)
 
 
 def _install_uvloop() -> None:

@@ -157,6 +157,7 @@ async def run_broker(config: BrokerConfig) -> int:
 
     async def start() -> None:
         nonlocal store, runtime
+        log.info("connecting to the metadata store %s", config.metadata_store_url)
         store = await _open_store(config)
         runtime = BrokerRuntime(config, store)
         await runtime.start()
@@ -186,7 +187,10 @@ async def run_broker(config: BrokerConfig) -> int:
         if runtime is not None:
             await runtime.close()
         if store is not None:
-            await store.close()
+            try:
+                await store.close()
+            except Exception as exc:
+                log.warning("metadata store did not close cleanly: %s", exc)
     log.info("broker stopped")
     return 0
 

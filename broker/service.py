@@ -49,6 +49,7 @@ from magnetar.broker.storage import TopicStorageFactory
 from magnetar.broker.subscription import SubscriptionError
 from magnetar.broker.topic import PersistentTopic
 from magnetar.zk.clock import Clock
+from magnetar.zk.errors import MetadataError
 from magnetar.zk.store import MetadataStore
 
 log = logging.getLogger(__name__)
@@ -168,7 +169,12 @@ class BrokerService:
         for cnx in list(self.connections):
             cnx.close()
         if self.ownership is not None:
-            await self.ownership.release_all()
+            try:
+                await self.ownership.release_all()
+            except MetadataError as exc:
+                # Metadata unreachable (a whole cluster stopping together): the ownership
+                # nodes are ephemeral and go with this broker's session.
+                log.warning("bundles not released (%s): they go when the session expires", exc)
         if self._server is not None:
             try:
                 await asyncio.wait_for(self._server.wait_closed(), 2)

@@ -216,14 +216,7 @@ class ClusterSpec:
 
     def health_check(self, member: ContainerDef) -> Callable[[], bool]:
         """A check run from the host (host networking: the ports are local)."""
-        env = member.environment
-        if member.role == "zookeeper":
-            return lambda: _zookeeper_ok(self.address, self.zookeeper_port)
-        if member.role == "bookie":
-            url = f"http://{self.address}:{env['MAGNETAR_BOOKIE_HTTP_PORT']}/health"
-            return lambda: _bookie_ok(url)
-        url = f"http://{self.address}:{env['MAGNETAR_WEB_SERVICE_PORT']}/admin/v2/brokers/health"
-        return lambda: _http_ok(url)
+        return health_check(member.role, member.environment)
 
 
 @dataclass(frozen=True, slots=True)
@@ -263,6 +256,27 @@ def _zookeeper_ok(host: str, port: int) -> bool:
             return sock.recv(16) == b"imok"
     except OSError:
         return False
+
+
+def health_check(role: str, env: dict[str, str]) -> Callable[[], bool]:
+    """How the host asks a member (of ``role``, with its container ``env``) if it serves."""
+    if role == "zookeeper":
+        host = _local(env.get("ZOO_BIND_ADDRESS", "127.0.0.1"))
+        port = int(env.get("ZOO_PORT", "2181"))
+        return lambda: _zookeeper_ok(host, port)
+    if role == "bookie":
+        host = _local(env.get("MAGNETAR_BOOKIE_HOST", "127.0.0.1"))
+        url = f"http://{host}:{env.get('MAGNETAR_BOOKIE_HTTP_PORT')}/health"
+        return lambda: _bookie_ok(url)
+    if role == "broker":
+        host = _local(env.get("MAGNETAR_BIND_ADDRESS", "127.0.0.1"))
+        port = env.get("MAGNETAR_WEB_SERVICE_PORT", "8080")
+        return lambda: _http_ok(f"http://{host}:{port}/admin/v2/brokers/health")
+    return lambda: True
+
+
+def _local(host: str) -> str:
+    return "127.0.0.1" if host in ("", "0.0.0.0") else host
 
 
 def wait_until(check: Callable[[], bool], timeout_s: float, what: str) -> None:
@@ -430,16 +444,20 @@ class Launcher:
 
     def status(self) -> list[dict[str, Any]]:
         rows = []
-        members = {m.name: m for m in self.spec.members()}
         for container in sorted(self.containers(), key=lambda c: str(c.name)):
             container.reload()
             state = container.attrs.get("State", {})
-            member = members.get(container.name)
-            healthy = self.spec.health_check(member)() if member is not None else None
+            env = dict(
+                item.split("=", 1)
+                for item in container.attrs.get("Config", {}).get("Env") or []
+                if "=" in item
+            )
+            role = container.labels.get(LABEL_ROLE, "?")
+            healthy = container.status == "running" and health_check(role, env)()
             rows.append(
                 {
                     "name": container.name,
-                    "role": container.labels.get(LABEL_ROLE, "?"),
+                    "role": role,
                     "status": container.status,
                     "exit_code": state.get("ExitCode"),
                     "health": state.get("Health", {}).get("Status", "-"),

@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import json
 import os
+import pathlib
 import signal
 import subprocess
 import sys
 import threading
 import time
+import urllib.request
+from collections.abc import Callable
 
 from support.net import free_port
+from support.zookeeper import ZooKeeperServer
 
 
 def _start(argv: list[str], env: dict[str, str]) -> tuple[subprocess.Popen[str], list[str]]:
@@ -87,7 +91,7 @@ def test_broker_stopped_while_waiting_for_zookeeper_exits_0() -> None:
         },
     )
     try:
-        _wait_for(lines, "effective configuration", proc)
+        _wait_for(lines, "connecting to the metadata store", proc)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(60) == 0, "".join(lines)[-3000:]
     finally:
@@ -95,10 +99,16 @@ def test_broker_stopped_while_waiting_for_zookeeper_exits_0() -> None:
             proc.kill()
 
 
-def test_bookie_prints_masked_effective_config_and_exits_0_on_sigterm() -> None:
+def test_bookie_prints_masked_effective_config_and_exits_0_on_sigterm(
+    tmp_path: pathlib.Path,
+) -> None:
     proc, lines = _start(
         ["magnetar.bookie", "--storage", "memory", "--metadata", "none"],
-        {"MAGNETAR_BOOKIE_PORT": str(free_port()), "MAGNETAR_BOOKIE_LOG_FORMAT": "json"},
+        {
+            "MAGNETAR_BOOKIE_PORT": str(free_port()),
+            "MAGNETAR_BOOKIE_LOG_FORMAT": "json",
+            "MAGNETAR_BOOKIE_DATA_DIR": str(tmp_path / "bookie"),
+        },
     )
     try:
         line = _wait_for(lines, "effective configuration", proc)
@@ -108,6 +118,33 @@ def test_bookie_prints_masked_effective_config_and_exits_0_on_sigterm() -> None:
         _wait_for(lines, "bookie started", proc)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(60) == 0, "".join(lines)[-3000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_broker_stopped_after_losing_zookeeper_still_exits_0(
+    zookeeper_server_factory: Callable[[], ZooKeeperServer],
+) -> None:
+    """``docker stop`` of a whole cluster stops ZooKeeper and brokers together: a broker
+    that cannot release its bundles (the session goes with it anyway) still exits 0."""
+    zk = zookeeper_server_factory()
+    port, web = free_port(), free_port()
+    proc, lines = _start(
+        ["magnetar.broker.cli", "broker", "--metadata", zk.url],
+        {"MAGNETAR_BROKER_SERVICE_PORT": str(port), "MAGNETAR_WEB_SERVICE_PORT": str(web)},
+    )
+    try:
+        _wait_for(lines, "Magnetar broker is ready", proc)
+        # Owning a bundle makes shutdown write to the metadata store.
+        with urllib.request.urlopen(
+            f"http://127.0.0.1:{web}/lookup/v2/topic/persistent/public/default/t", timeout=30
+        ):
+            pass
+        zk.kill()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0, "".join(lines)[-3000:]
+        assert "Traceback" not in "".join(lines)
     finally:
         if proc.poll() is None:
             proc.kill()
