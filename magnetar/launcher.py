@@ -270,8 +270,8 @@ def health_check(role: str, env: dict[str, str]) -> Callable[[], bool]:
         return lambda: _bookie_ok(url)
     if role == "broker":
         host = _local(env.get("MAGNETAR_BIND_ADDRESS", "127.0.0.1"))
-        port = env.get("MAGNETAR_WEB_SERVICE_PORT", "8080")
-        return lambda: _http_ok(f"http://{host}:{port}/admin/v2/brokers/health")
+        web = env.get("MAGNETAR_WEB_SERVICE_PORT", "8080")
+        return lambda: _http_ok(f"http://{host}:{web}/admin/v2/brokers/health")
     return lambda: True
 
 
