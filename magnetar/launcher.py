@@ -378,14 +378,14 @@ class Launcher:
     def run_init(self, timeout_s: float = 120) -> None:
         member = self.spec.init_container()
         try:
-            self.container(member.name).remove(force=True)
+            self.container(member.name).remove(force=True, v=True)
         except Exception:
             pass
         container = self.create(member)
         container.start()
         result = container.wait(timeout=timeout_s)
         logs = self._tail(container)
-        container.remove()
+        container.remove(v=True)
         if result.get("StatusCode") != 0:
             raise LauncherError(f"metadata init failed ({result}): {logs}")
 
@@ -432,7 +432,7 @@ class Launcher:
         for container in containers:
             if container.status == "running":
                 container.stop(timeout=self.spec.stop_timeout_s)
-            container.remove(force=True)
+            container.remove(force=True, v=True)
             removed.append(container.name)
         if volumes:
             for volume in self.client.volumes.list(
