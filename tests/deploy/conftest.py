@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from support.net import free_port
+from support.containers import free_ports
 
 from magnetar.launcher import ClusterSpec, Launcher
 
@@ -66,15 +66,6 @@ def engine(images: dict[str, str], docker_client: Any) -> Any:
     client = docker_client.from_env(timeout=300)  # a loaded machine can be slow to answer
     client.ping()
     return client
-
-
-def free_ports(n: int) -> tuple[int, ...]:
-    ports: list[int] = []
-    while len(ports) < n:
-        port = free_port()
-        if port not in ports:
-            ports.append(port)
-    return tuple(ports)
 
 
 def make_spec(images: dict[str, str], *, bookies: int = 3, brokers: int = 2) -> ClusterSpec:

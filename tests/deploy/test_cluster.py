@@ -8,24 +8,16 @@ from __future__ import annotations
 import json
 import re
 import threading
-import time
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pulsar
 import pytest
+from support.containers import drain, wait_for
 
 from magnetar.launcher import LABEL_CLUSTER, Launcher
-
-
-def wait_for(check: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
-        time.sleep(0.2)  # polling interval of a deadline-bounded wait
 
 
 class Load:
@@ -62,20 +54,6 @@ class Load:
 
     def wait_acked(self, count: int, timeout_s: float = 120) -> None:
         wait_for(lambda: len(self.acked) >= count, timeout_s, f"{count} acknowledged sends")
-
-
-def drain(consumer: Any, expected: list[bytes], timeout_s: float = 120) -> set[bytes]:
-    """Receive until every ``expected`` payload came (acknowledging each)."""
-    want, got = set(expected), set()
-    deadline = time.monotonic() + timeout_s
-    while not want <= got and time.monotonic() < deadline:
-        try:
-            msg = consumer.receive(timeout_millis=2000)
-        except pulsar.Timeout:
-            continue
-        got.add(msg.data())
-        consumer.acknowledge(msg)
-    return want - got
 
 
 @pytest.fixture
