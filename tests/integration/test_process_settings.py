@@ -17,6 +17,8 @@ from collections.abc import Callable
 from support.net import free_port
 from support.zookeeper import ZooKeeperServer
 
+from magnetar.broker.healthcheck import check_process
+
 
 def _start(argv: list[str], env: dict[str, str]) -> tuple[subprocess.Popen[str], list[str]]:
     proc = subprocess.Popen(
@@ -74,6 +76,10 @@ def test_broker_prints_masked_effective_config_and_exits_0_on_sigterm() -> None:
         assert shown["broker_service_port"] == port
         assert shown["cluster_name"] == "from-env"
         _wait_for(lines, "Magnetar broker is ready", proc)
+        # The image's HEALTHCHECK reads the process's command line and environment.
+        ok, detail = check_process(proc.pid)
+        assert ok, detail
+        assert f":{web}/admin/v2/brokers/health: 200" in detail
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(60) == 0, "".join(lines)[-3000:]
     finally:
@@ -108,6 +114,7 @@ def test_bookie_prints_masked_effective_config_and_exits_0_on_sigterm(
             "MAGNETAR_BOOKIE_PORT": str(free_port()),
             "MAGNETAR_BOOKIE_LOG_FORMAT": "json",
             "MAGNETAR_BOOKIE_DATA_DIR": str(tmp_path / "bookie"),
+            "MAGNETAR_BOOKIE_HTTP_PORT": str(free_port()),
         },
     )
     try:
@@ -116,6 +123,8 @@ def test_bookie_prints_masked_effective_config_and_exits_0_on_sigterm(
         assert shown["storage"] == "memory"
         assert shown["log_format"] == "json"
         _wait_for(lines, "bookie started", proc)
+        ok, detail = check_process(proc.pid)
+        assert ok and "/health: 200" in detail and '"serving": true' in detail, detail
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(60) == 0, "".join(lines)[-3000:]
     finally:
