@@ -3,9 +3,9 @@
 Owns: reading the server's command line and environment (``/proc/<pid>/cmdline`` and
 ``environ``, PID 1 in a container), resolving its settings exactly as the server did (flags,
 its ``MAGNETAR_*`` environment, config file) and asking the right endpoint: a broker's or
-standalone's ``/admin/v2/brokers/health`` on its web port, a bookie's ``/health`` on its HTTP port (or a
-TCP connect to its gRPC port when it has none). Other roles (``zookeeper-init``) are
-healthy while they run. Used by the image's ``HEALTHCHECK``.
+standalone's ``/admin/v2/brokers/health`` on its web port, a bookie's ``/health`` on its
+HTTP port (or a TCP connect to its gRPC port when it has none). Other roles
+(``zookeeper-init``) are healthy while they run. Used by the image's ``HEALTHCHECK``.
 Must not know: broker or bookie internals.
 """
 
