@@ -69,8 +69,9 @@ docker-deps:
 image: $(STAMP_SERVER) docker-deps
 	PYTHON=$(PY) deploy/build-images.sh
 
+# The deploy tier uses the images just built (MAGNETAR_TEST_IMAGES_BUILT: no second build).
 test: $(STAMP_ALL) system-deps docker-deps image proto-check lint typecheck imports
-	$(PY) -m pytest --durations=15 $(PYTEST_ARGS)
+	MAGNETAR_TEST_IMAGES_BUILT=1 $(PY) -m pytest --durations=15 $(PYTEST_ARGS)
 
 unit: $(STAMP_ALL)
 	$(PY) -m pytest -m "unit or contract" $(PYTEST_ARGS)

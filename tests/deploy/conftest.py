@@ -46,7 +46,14 @@ def docker_client() -> Any:
 
 @pytest.fixture(scope="session")
 def images(docker_client: Any) -> dict[str, str]:
-    """Build (or re-use the cached layers of) magnetar and magnetar-zookeeper, once per run."""
+    """Build (or re-use the cached layers of) magnetar and magnetar-zookeeper, once per run;
+    ``make test`` builds them just before (``MAGNETAR_TEST_IMAGES_BUILT=1``)."""
+    built = {"magnetar": f"magnetar:{IMAGE_TAG}", "zookeeper": f"magnetar-zookeeper:{IMAGE_TAG}"}
+    if os.environ.get("MAGNETAR_TEST_IMAGES_BUILT"):
+        client = docker_client.from_env(timeout=300)
+        for image in built.values():
+            client.images.get(image)  # raises when missing
+        return built
     env = {**os.environ, "PYTHON": sys.executable, "TAG": IMAGE_TAG}
     result = subprocess.run(
         [str(ROOT / "deploy" / "build-images.sh")],
@@ -58,7 +65,7 @@ def images(docker_client: Any) -> dict[str, str]:
         check=False,
     )
     assert result.returncode == 0, f"image build failed:\n{result.stdout}\n{result.stderr}"
-    return {"magnetar": f"magnetar:{IMAGE_TAG}", "zookeeper": f"magnetar-zookeeper:{IMAGE_TAG}"}
+    return built
 
 
 @pytest.fixture(scope="session")
