@@ -295,13 +295,15 @@ class Launcher:
 
     def __init__(self, spec: ClusterSpec, client: Any = None) -> None:
         self.spec = spec
+        try:
+            import docker
+            import docker.errors
+        except ImportError as exc:
+            raise LauncherError(
+                "the Docker SDK is missing: pip install 'magnetar[deploy]'"
+            ) from exc
+        self._not_found: type[Exception] = docker.errors.NotFound
         if client is None:
-            try:
-                import docker
-            except ImportError as exc:
-                raise LauncherError(
-                    "the Docker SDK is missing: pip install 'magnetar[deploy]'"
-                ) from exc
             try:
                 client = docker.from_env()
                 client.ping()
@@ -330,7 +332,7 @@ class Launcher:
         if member.volume is not None:
             try:
                 self.client.volumes.get(member.volume)
-            except Exception:
+            except self._not_found:
                 self.client.volumes.create(member.volume, labels={LABEL_CLUSTER: self.spec.name})
             volumes[member.volume] = {"bind": DATA, "mode": "rw"}
         return self.client.containers.create(
@@ -349,7 +351,7 @@ class Launcher:
     def start_member(self, member: ContainerDef, timeout_s: float = 120) -> None:
         try:
             container = self.container(member.name)
-        except Exception:
+        except self._not_found:
             container = self.create(member)
         container.reload()
         if container.status != "running":
@@ -379,7 +381,7 @@ class Launcher:
         member = self.spec.init_container()
         try:
             self.container(member.name).remove(force=True, v=True)
-        except Exception:
+        except self._not_found:
             pass
         container = self.create(member)
         container.start()
@@ -415,7 +417,7 @@ class Launcher:
     def start_member_no_wait(self, member: ContainerDef) -> None:
         try:
             container = self.container(member.name)
-        except Exception:
+        except self._not_found:
             container = self.create(member)
         container.reload()
         if container.status != "running":
@@ -537,6 +539,19 @@ def spec_from_args(args: argparse.Namespace) -> ClusterSpec:
 
 
 def main_with_args(args: argparse.Namespace) -> int:
+    try:
+        return _run_command(args)
+    except LauncherError as exc:
+        print(f"magnetar cluster: {exc}", file=sys.stderr)
+        return 1
+    except Exception as exc:  # the Docker SDK's errors (no such image, port in use, ...)
+        if type(exc).__module__.startswith(("docker", "requests", "urllib3")):
+            print(f"magnetar cluster: {type(exc).__name__}: {exc}", file=sys.stderr)
+            return 1
+        raise
+
+
+def _run_command(args: argparse.Namespace) -> int:
     try:
         launcher = Launcher(spec_from_args(args))
         if args.action == "up":

@@ -15,7 +15,7 @@ from typing import Any
 
 import pulsar
 import pytest
-from support.containers import drain, wait_for
+from support.containers import drain, free_ports, wait_for
 
 from magnetar.launcher import LABEL_CLUSTER, Launcher
 
@@ -238,3 +238,22 @@ def test_a_bookie_volume_survives_recreating_its_container(
     consumer.close()
     labels = {c.labels.get(LABEL_CLUSTER) for c in cluster.containers()}
     assert labels == {spec.name}
+
+
+def test_cluster_command_reports_a_missing_image_without_a_traceback(engine: Any) -> None:
+    import subprocess
+    import sys
+
+    name = f"mt-missing-{uuid.uuid4().hex[:6]}"
+    cmd = [sys.executable, "-m", "magnetar.broker.cli", "cluster"]
+    result = subprocess.run(
+        [*cmd, "up", "--name", name, "--zookeeper-image", "magnetar-no-such-image:0",
+         "--zookeeper-port", str(free_ports(1)[0])],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    try:
+        assert result.returncode == 1
+        assert "magnetar cluster: ImageNotFound" in result.stderr
+        assert "Traceback" not in result.stderr
+    finally:
+        subprocess.run([*cmd, "down", "--name", name, "--volumes"], timeout=120, check=False)
