@@ -187,7 +187,13 @@ class Component:
 
 
 # Variables of tools and tests, never settings: ignored by every process.
-TOOL_ENV_PREFIXES = ("MAGNETAR_TEST_", "MAGNETAR_CHAOS_", "MAGNETAR_KEEP_")
+TOOL_ENV_PREFIXES = (
+    "MAGNETAR_TEST_",
+    "MAGNETAR_CHAOS_",
+    "MAGNETAR_FUZZ_",
+    "MAGNETAR_BENCH_",
+    "MAGNETAR_KEEP_",
+)
 
 BROKER = Component(
     name="broker",

@@ -53,8 +53,8 @@ def compose_env(images: dict[str, str]) -> Iterator[tuple[list[str], dict[str, s
     env = {
         **os.environ,
         **{name: str(port) for name, port in zip(names, ports, strict=True)},
-        "MAGNETAR_IMAGE": images["magnetar"],
-        "MAGNETAR_ZOOKEEPER_IMAGE": images["zookeeper"],
+        "IMAGE": images["magnetar"],
+        "ZOOKEEPER_IMAGE": images["zookeeper"],
     }
     cmd = [*_compose(), "-p", f"mc{uuid.uuid4().hex[:8]}", "-f", str(COMPOSE_FILE)]
     try:
