@@ -168,13 +168,20 @@ def _init_run(args: argparse.Namespace) -> int:
     except (ValueError, OSError) as exc:
         print(f"magnetar zookeeper-init: configuration error: {exc}", file=sys.stderr)
         return 2
-    return asyncio.run(
-        initialize_metadata(
-            config,
-            web_service_url=args.web_service_url or config.web_service_url,
-            broker_service_url=args.broker_service_url or config.service_url,
+    from magnetar.zk.errors import MetadataError
+
+    try:
+        return asyncio.run(
+            initialize_metadata(
+                config,
+                web_service_url=args.web_service_url or config.web_service_url,
+                broker_service_url=args.broker_service_url or config.service_url,
+            )
         )
-    )
+    except (MetadataError, OSError, TimeoutError) as exc:
+        # Exit 1: a Kubernetes Job / compose restarts it until ZooKeeper answers.
+        print(f"magnetar zookeeper-init: metadata store unavailable: {exc}", file=sys.stderr)
+        return 1
 
 
 def _healthcheck_arguments(parser: argparse.ArgumentParser) -> None:

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import uuid
 
+from support.net import free_port
 from support.zookeeper import ZooKeeperServer
 
 from magnetar.zk import paths
@@ -64,3 +65,10 @@ def test_zookeeper_init_refuses_an_unknown_setting_clearly(
     )  # fmt: skip
     assert result.returncode == 2
     assert "MAGNETAR_CLUSTER_NAM (did you mean MAGNETAR_CLUSTER_NAME?)" in result.stderr
+
+
+def test_zookeeper_init_without_zookeeper_exits_1_with_a_message() -> None:
+    result = _init(f"zk://127.0.0.1:{free_port()}")
+    assert result.returncode == 1
+    assert "metadata store unavailable: cannot connect to ZooKeeper" in result.stderr
+    assert "Traceback" not in result.stderr
