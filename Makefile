@@ -12,7 +12,7 @@ DATA_DIR ?= data/standalone
 PROTO_OUT := build/proto-check
 PYTEST_ARGS ?=
 
-.PHONY: run test venv venv-all system-deps proto proto-check lint typecheck imports unit bench clean
+.PHONY: run test venv venv-all system-deps docker-deps image proto proto-check lint typecheck imports unit bench clean
 
 run: $(STAMP_SERVER)
 	@echo "Starting Magnetar standalone: service URL pulsar://localhost:6650, admin URL http://localhost:8080"
@@ -44,8 +44,34 @@ system-deps:
 	fi
 	@test -f $(ZK_JAR) && command -v java >/dev/null && echo "ZooKeeper and Java: present"
 
-test: $(STAMP_ALL) system-deps proto-check lint typecheck imports
-	$(PY) -m pytest --durations=15 $(PYTEST_ARGS)
+# The deploy tier's engine: Debian's docker.io, debootstrap and docker-compose (1.29) when
+# missing, and dockerd started by hand (no bridge, no iptables: host networking only) when
+# it is not running. Idempotent.
+docker-deps:
+	@if ! command -v dockerd >/dev/null 2>&1 || ! command -v debootstrap >/dev/null 2>&1 \
+	   || ! command -v docker-compose >/dev/null 2>&1; then \
+	  echo "Installing docker.io, debootstrap and docker-compose from Debian packages"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -q >/dev/null && \
+	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q --no-install-recommends \
+	    docker.io debootstrap docker-compose >/dev/null; \
+	fi
+	@if ! docker info >/dev/null 2>&1; then \
+	  echo "Starting dockerd (log: /var/log/dockerd-magnetar.log)"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO sh -c 'nohup dockerd --bridge=none --iptables=false --ip6tables=false \
+	    >>/var/log/dockerd-magnetar.log 2>&1 &'; \
+	  for i in $$(seq 60); do docker info >/dev/null 2>&1 && break; sleep 1; done; \
+	fi
+	@docker info >/dev/null 2>&1 && echo "Docker engine: running"
+
+# magnetar and magnetar-zookeeper images (the Debian base is made once, then reused).
+image: $(STAMP_SERVER) docker-deps
+	PYTHON=$(PY) deploy/build-images.sh
+
+# The deploy tier uses the images just built (MAGNETAR_TEST_IMAGES_BUILT: no second build).
+test: $(STAMP_ALL) system-deps docker-deps image proto-check lint typecheck imports
+	MAGNETAR_TEST_IMAGES_BUILT=1 $(PY) -m pytest --durations=15 $(PYTEST_ARGS)
 
 unit: $(STAMP_ALL)
 	$(PY) -m pytest -m "unit or contract" $(PYTEST_ARGS)

@@ -1,6 +1,7 @@
 """The bookie process: ``magnetar bookie`` / ``python -m magnetar.bookie``.
 
-Owns: configuration (flags over a YAML file over defaults), structured logging, the process
+Owns: configuration (flags over ``MAGNETAR_BOOKIE_*`` variables over a config file over
+defaults; names in ``magnetar.settings``), structured logging, the process
 lifecycle: lock the data dir, open metadata, check the cookie, open the storage engine, serve
 gRPC, register, run GC wiring; on SIGTERM/SIGINT shut down gracefully (stop accepting adds,
 let in-flight adds finish, final checkpoint, deregister) and exit 0.
@@ -25,10 +26,11 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import Awaitable, Callable
-from dataclasses import asdict, dataclass, fields
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, fields
 from typing import Any, Protocol
 
+from magnetar import settings
 from magnetar.bookie.api import BookieStorage
 from magnetar.bookie.registration import (
     BookieRegistration,
@@ -120,7 +122,11 @@ class BookieConfig:
 
 def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
     p = parser or argparse.ArgumentParser(prog="magnetar bookie", description="Run a bookie.")
-    p.add_argument("--config", help="YAML file with the same keys as the flags (a_b or a-b)")
+    p.add_argument(
+        "--config",
+        help="YAML file with the same keys as the flags (a_b or a-b), or a key=value file "
+        "(BookKeeper names such as bookiePort are accepted too)",
+    )
     p.add_argument("--data-dir", help="journal, entry logs, index and cookie live here")
     p.add_argument(
         "--metadata",
@@ -168,25 +174,28 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     return p
 
 
-def load_config(args: argparse.Namespace) -> BookieConfig:
-    values: dict[str, Any] = {}
-    known = {f.name for f in fields(BookieConfig)}
+def load_config(
+    args: argparse.Namespace, environ: Mapping[str, str] | None = None
+) -> BookieConfig:
+    """Defaults, then ``--config`` (YAML, or BookKeeper-style ``key=value``; our names or
+    BookKeeper's camelCase ones), then ``MAGNETAR_BOOKIE_*`` variables of ``environ``, then
+    flags. Unknown keys raise ``UnknownSettingError``; names live in ``magnetar.settings``."""
+    file_values = None
     if args.config:
-        import yaml
-
-        with open(args.config) as f:
-            loaded = yaml.safe_load(f) or {}
-        if not isinstance(loaded, dict):
-            raise StartRefused(f"config file {args.config} is not a mapping")
-        for key, value in loaded.items():
-            name = str(key).replace("-", "_")
-            if name not in known:
-                raise StartRefused(f"unknown key {key!r} in {args.config}")
-            values[name] = value
-    for name in known:
-        flag = getattr(args, name, None)
-        if flag is not None:
-            values[name] = flag
+        try:
+            file_values = settings.read_config_file(args.config)
+        except ValueError as exc:
+            raise StartRefused(str(exc)) from exc
+    known = {f.name for f in fields(BookieConfig)}
+    flags = {name: getattr(args, name, None) for name in known}
+    values = settings.resolve(
+        settings.BOOKIE,
+        BookieConfig,
+        file_values=file_values,
+        file_origin=str(args.config),
+        environ=environ,
+        overrides=flags,
+    )
     config = BookieConfig(**values)
     if config.port == 0:
         config.port = _free_port(config.host)
@@ -544,9 +553,13 @@ def _install_uvloop() -> bool:
     return True
 
 
+def _exit_0(signum: int, frame: object) -> None:
+    raise SystemExit(EXIT_OK)
+
+
 def main_with_args(args: argparse.Namespace, sidecar: SidecarStarter | None = None) -> int:
     try:
-        config = load_config(args)
+        config = load_config(args, environ=os.environ)
     except (StartRefused, TypeError, ValueError, OSError) as exc:
         print(f"magnetar bookie: configuration error: {exc}", file=sys.stderr)
         return EXIT_REFUSED
@@ -557,12 +570,11 @@ def main_with_args(args: argparse.Namespace, sidecar: SidecarStarter | None = No
     sys.setswitchinterval(SWITCH_INTERVAL_S)
     uv = _install_uvloop()
     malloc_tuned = tune_malloc()
-    log.info(
-        "config %s uvloop=%s malloc_tuned=%s",
-        json.dumps(asdict(config), default=str),
-        uv,
-        malloc_tuned,
-    )
+    log.info("%s", settings.effective_config_line(settings.BOOKIE, config))
+    log.info("uvloop=%s malloc_tuned=%s", uv, malloc_tuned)
+    # Until run() installs the loop's handlers, SIGTERM exits 0 (as a container's PID 1 an
+    # unhandled SIGTERM would be ignored until the SIGKILL).
+    signal.signal(signal.SIGTERM, _exit_0)
     try:
         return asyncio.run(run(config, tune_gc=True, sidecar=sidecar))
     except StartRefused as exc:

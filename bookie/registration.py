@@ -11,8 +11,8 @@ Owns:
   read-only path while the bookie is read-only) whose value is JSON with the address,
   ports and rack. ``BookieRegistration`` keeps it present: re-checks after reconnects, reopens
   the store and re-registers after session loss, moves it when read-only mode changes; once
-  the cookie node is gone (the bookie was decommissioned) it deletes the node and never
-  registers again;
+  its cookie node, seen before, is gone (the bookie was decommissioned) it deletes the node
+  and never registers again;
 - **GC wiring**: ``LiveLedgerLister`` lists live ledger ids from ``LEDGER_META_ROOT``.
 Must not know: how storage works, gRPC.
 
@@ -227,6 +227,7 @@ class BookieRegistration:
         self._stopped = False
         self.registrations = 0
         self.decommissioned = False
+        self._cookie_seen = False  # a cookie seen and then gone means decommissioned
 
     @property
     def registered_path(self) -> str | None:
@@ -287,7 +288,9 @@ class BookieRegistration:
                 await store.delete(self._registered_path)
             log.info("bookie mode changed read_only=%s", read_only)
             self._registered_path = None
-        if await store.exists(paths.bookie_cookie(self.info.bookie_id)) is None:
+        if await store.exists(paths.bookie_cookie(self.info.bookie_id)) is not None:
+            self._cookie_seen = True
+        elif self._cookie_seen:
             # Decommissioned (``magnetar bookie decommission`` deleted the cookie after moving
             # every ledger away): never announce this bookie again.
             if not self.decommissioned:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -77,7 +78,11 @@ def _broker_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--advertised-address", help="host name given to clients in lookups (default localhost)"
     )
-    parser.add_argument("--log-level", default="INFO")
+    parser.add_argument(
+        "--log-level",
+        default=os.environ.get("MAGNETAR_LOG_LEVEL", "INFO"),
+        help="DEBUG, INFO, WARNING, ... (default: $MAGNETAR_LOG_LEVEL or INFO)",
+    )
 
 
 def _broker_config(args: argparse.Namespace, **extra: object) -> BrokerConfig:
@@ -85,6 +90,7 @@ def _broker_config(args: argparse.Namespace, **extra: object) -> BrokerConfig:
 
     return BrokerConfig.load(
         args.config,
+        environ=os.environ,
         broker_service_port=args.port,
         web_service_port=args.web_port,
         bind_address=args.bind_address,
@@ -111,13 +117,15 @@ def _broker_run(args: argparse.Namespace) -> int:
         config = _broker_config(
             args, metadata_store_url=args.metadata, cluster_name=args.cluster_name
         )
-    except ValueError as exc:
-        print(f"magnetar broker: {exc}", file=sys.stderr)
+    except (ValueError, OSError) as exc:
+        print(f"magnetar broker: configuration error: {exc}", file=sys.stderr)
         return 2
     problem = _shared_metadata_problem(config.metadata_store_url)
     if problem is not None:
         print(f"magnetar broker: {problem}", file=sys.stderr)
         return 2
+    _log_effective(config)
+    _exit_0_on_sigterm()
     _install_uvloop()
     return asyncio.run(run_broker(config))
 
@@ -166,9 +174,11 @@ def _standalone_run(args: argparse.Namespace) -> int:
     setup_logging(args.log_level)
     try:
         config = _broker_config(args)
-    except ValueError as exc:
-        print(f"magnetar standalone: {exc}", file=sys.stderr)
+    except (ValueError, OSError) as exc:
+        print(f"magnetar standalone: configuration error: {exc}", file=sys.stderr)
         return 2
+    _log_effective(config)
+    _exit_0_on_sigterm()
     _install_uvloop()
     return asyncio.run(
         run_standalone(
@@ -192,6 +202,96 @@ def _tokens_run(args: argparse.Namespace) -> int:
     from magnetar.broker.tokens_cli import run
 
     return run(args)
+def _log_effective(config: BrokerConfig) -> None:
+    import logging
+
+    logging.getLogger("magnetar.broker").info("%s", config.effective_config_line())
+
+
+def _init_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", help="broker.conf-style key=value file or YAML")
+    parser.add_argument("--metadata", help="metadata store URL, e.g. zk://127.0.0.1:2181")
+    parser.add_argument("--cluster-name", help="cluster name (default standalone)")
+    parser.add_argument(
+        "--web-service-url", help="the cluster's HTTP URL (default from the broker settings)"
+    )
+    parser.add_argument(
+        "--broker-service-url", help="the cluster's pulsar:// URL (default from the settings)"
+    )
+    parser.add_argument(
+        "--log-level", default=os.environ.get("MAGNETAR_LOG_LEVEL", "INFO"), help="log level"
+    )
+
+
+def _init_run(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from magnetar.broker.config import BrokerConfig
+    from magnetar.broker.runtime import initialize_metadata, setup_logging
+
+    setup_logging(args.log_level)
+    try:
+        config = BrokerConfig.load(
+            args.config,
+            environ=os.environ,
+            metadata_store_url=args.metadata,
+            cluster_name=args.cluster_name,
+        )
+    except (ValueError, OSError) as exc:
+        print(f"magnetar zookeeper-init: configuration error: {exc}", file=sys.stderr)
+        return 2
+    from magnetar.zk.errors import MetadataError
+
+    try:
+        return asyncio.run(
+            initialize_metadata(
+                config,
+                web_service_url=args.web_service_url or config.web_service_url,
+                broker_service_url=args.broker_service_url or config.service_url,
+            )
+        )
+    except (MetadataError, OSError, TimeoutError) as exc:
+        # Exit 1: a Kubernetes Job / compose restarts it until ZooKeeper answers.
+        print(f"magnetar zookeeper-init: metadata store unavailable: {exc}", file=sys.stderr)
+        return 1
+
+
+def _healthcheck_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--pid", type=int, default=1, help="the server process to check (default 1: a container)"
+    )
+    parser.add_argument("--timeout", type=float, default=5.0, help="seconds (default 5)")
+
+
+def _healthcheck_run(args: argparse.Namespace) -> int:
+    from magnetar.broker.healthcheck import check_process
+
+    ok, detail = check_process(args.pid, timeout_s=args.timeout)
+    print(detail)
+    return 0 if ok else 1
+
+
+def _cluster_arguments(parser: argparse.ArgumentParser) -> None:
+    from magnetar.launcher import build_parser as launcher_parser
+
+    launcher_parser(parser)
+
+
+def _cluster_run(args: argparse.Namespace) -> int:
+    from magnetar.launcher import main_with_args
+
+    return main_with_args(args)
+
+
+def _exit_0_on_sigterm() -> None:
+    """Until the event loop installs its own handlers: SIGTERM exits 0 (as PID 1 of a
+    container an unhandled SIGTERM would be ignored until the SIGKILL)."""
+    import signal
+
+    def stop(signum: int, frame: object) -> None:
+        raise SystemExit(0)
+
+    signal.signal(signal.SIGTERM, stop)
 
 
 def _install_uvloop() -> None:
@@ -224,6 +324,24 @@ SUBCOMMANDS: list[Subcommand] = [
         "create keys and JSON Web Tokens for token authentication (Pulsar's `pulsar tokens`)",
         _tokens_arguments,
         _tokens_run,
+    ),
+    Subcommand(
+        "zookeeper-init",
+        "initialise a cluster's metadata (cluster, public tenant, public/default) once",
+        _init_arguments,
+        _init_run,
+    ),
+    Subcommand(
+        "healthcheck",
+        "exit 0 when the server process of this container is healthy (the image's HEALTHCHECK)",
+        _healthcheck_arguments,
+        _healthcheck_run,
+    ),
+    Subcommand(
+        "cluster",
+        "a local multi-container cluster through the Docker SDK: up, down, status, logs",
+        _cluster_arguments,
+        _cluster_run,
     ),
 ]
 

@@ -1,15 +1,21 @@
-"""Broker configuration: Pulsar's ``broker.conf`` names (snake_case) and defaults.
+"""Broker configuration: Pulsar's ``broker.conf`` settings (snake_case) and defaults.
 
-Owns: the ``BrokerConfig`` dataclass and loading it from a YAML/``key=value`` file plus
-overrides. Unknown keys are rejected with a clear error. Must not know: who reads it.
+Owns: the ``BrokerConfig`` dataclass and loading it from a YAML/``key=value`` file, the
+``MAGNETAR_*`` environment and overrides. Names (Pulsar's camelCase aliases, environment
+variables), reading and masking live in ``magnetar.settings``, shared with the bookie; a
+new setting here needs its Pulsar alias in ``settings.BROKER_ALIASES``. Unknown keys are
+rejected with a clear error. Must not know: who reads it.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import pathlib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from magnetar import settings
 
 
 @dataclass(slots=True)
@@ -163,59 +169,31 @@ class BrokerConfig:
         return dataclasses.replace(self, **changes)
 
     @classmethod
-    def load(cls, path: str | pathlib.Path | None = None, **overrides: Any) -> BrokerConfig:
-        values: dict[str, Any] = {}
-        if path is not None:
-            values.update(_read_file(pathlib.Path(path)))
-        values.update({k: v for k, v in overrides.items() if v is not None})
-        known = {f.name: f for f in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - set(known))
-        if unknown:
-            raise ValueError(f"unknown broker configuration keys: {', '.join(unknown)}")
-        typed: dict[str, Any] = {}
-        for key, value in values.items():
-            default = getattr(cls(), key)
-            typed[key] = _coerce(key, value, type(default))
-        return cls(**typed)
+    def load(
+        cls,
+        path: str | pathlib.Path | None = None,
+        *,
+        environ: Mapping[str, str] | None = None,
+        **overrides: Any,
+    ) -> BrokerConfig:
+        """Defaults, then the file at ``path`` (our snake_case names or Pulsar's camelCase
+        ones), then ``MAGNETAR_*`` variables of ``environ`` (None: ignore the environment),
+        then ``overrides`` (flags; None values are "not given"). Unknown keys raise
+        ``UnknownSettingError`` (a ``ValueError``)."""
+        file_values = settings.read_config_file(path) if path is not None else None
+        values = settings.resolve(
+            settings.BROKER,
+            cls,
+            file_values=file_values,
+            file_origin=str(path),
+            environ=environ,
+            overrides=overrides,
+        )
+        return cls(**values)
 
-
-def _read_file(path: pathlib.Path) -> dict[str, Any]:
-    text = path.read_text()
-    if path.suffix in (".yaml", ".yml"):
-        import yaml
-
-        data = yaml.safe_load(text) or {}
-        if not isinstance(data, dict):
-            raise ValueError(f"{path}: expected a mapping")
-        return {str(k).replace("-", "_"): v for k, v in data.items()}
-    values: dict[str, Any] = {}
-    for lineno, raw in enumerate(text.splitlines(), 1):
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        if "=" not in line:
-            raise ValueError(f"{path}:{lineno}: expected key=value")
-        key, _, value = line.partition("=")
-        values[key.strip().replace("-", "_")] = value.strip()
-    return values
-
-
-def _coerce(key: str, value: Any, kind: type) -> Any:
-    if key.endswith(("_port", "_port_tls")) and isinstance(value, str) and not value.strip():
-        return -1  # Pulsar's broker.conf leaves optional ports empty (brokerServicePortTls=)
-    if kind is bool:
-        if isinstance(value, bool):
-            return value
-        text = str(value).lower()
-        if text in ("true", "1", "yes", "on"):
-            return True
-        if text in ("false", "0", "no", "off"):
-            return False
-        raise ValueError(f"{key}: expected a boolean, got {value!r}")
-    try:
-        return kind(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{key}: expected {kind.__name__}, got {value!r}") from None
+    def effective_config_line(self) -> str:
+        """``effective configuration {...}``: every setting, secrets masked."""
+        return settings.effective_config_line(settings.BROKER, self)
 
 
 __all__ = ["BrokerConfig"]

@@ -257,11 +257,7 @@ def setup_logging(level: str = "INFO", extra: dict[str, Any] | None = None) -> N
     logging.getLogger("kazoo").setLevel(logging.WARNING)
 
 
-async def run_broker(config: BrokerConfig) -> int:
-    """``magnetar broker``: serve until SIGTERM/SIGINT, then shut down in order."""
-    import asyncio
-    import signal
-
+async def _open_store(config: BrokerConfig) -> MetadataStore:
     from magnetar.zk.factory import open_metadata_store
 
     url = config.metadata_store_url
@@ -270,30 +266,99 @@ async def run_broker(config: BrokerConfig) -> int:
         if url.startswith(("zk://", "embedded://"))
         else {}
     )
-    store = await open_metadata_store(url, **options)
+    return await open_metadata_store(url, **options)
+
+
+async def run_broker(config: BrokerConfig) -> int:
+    """``magnetar broker``: serve until SIGTERM/SIGINT, then shut down in order.
+
+    The signal handlers are installed first: a SIGTERM while the broker is still starting
+    (waiting for ZooKeeper, say) stops it cleanly with exit code 0 too. As PID 1 of a
+    container a process ignores SIGTERM unless it handles it. Unusable TLS/authentication
+    settings stop it with exit code 2 and the reason.
+    """
+    import asyncio
+    import contextlib
+    import signal
+
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    try:
+    store: MetadataStore | None = None
+    runtime: BrokerRuntime | None = None
+    freezer: TopicGcFreezer | None = None
+
+    async def start() -> None:
+        nonlocal store, runtime
+        log.info("connecting to the metadata store %s", config.metadata_store_url)
+        store = await _open_store(config)
         runtime = BrokerRuntime(config, store)
         await runtime.start()
-    except ValueError as exc:  # unusable TLS/authentication settings
-        print(f"magnetar broker: {exc}", file=sys.stderr)
+
+    starting = asyncio.create_task(start())
+    stopping = asyncio.create_task(stop.wait())
+    code = 0
+    try:
+        await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        if starting.done():
+            try:
+                starting.result()  # a start failure propagates
+            except ValueError as exc:  # unusable TLS/authentication settings
+                print(f"magnetar broker: {exc}", file=sys.stderr)
+                code = 2
+                return code
+            assert runtime is not None
+            freezer = tune_gc_for_serving(runtime.service)
+            print(
+                f"Magnetar broker is ready\n  service URL: {runtime.service.service_url}\n"
+                f"  admin URL:   http://{config.advertised_address}:{runtime.web_port}",
+                flush=True,
+            )
+            await stopping
+        else:
+            log.info("stop requested while starting")
+            starting.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await starting
+    finally:
+        stopping.cancel()
+        log.info("shutting down")
+        if freezer is not None:
+            freezer.close()
+        if runtime is not None and code == 0:
+            await runtime.close()
+        if store is not None:
+            try:
+                await store.close()
+            except Exception as exc:
+                log.warning("metadata store did not close cleanly: %s", exc)
+    log.info("broker stopped")
+    return code
+
+
+async def initialize_metadata(
+    config: BrokerConfig, *, web_service_url: str, broker_service_url: str
+) -> int:
+    """``magnetar zookeeper-init``: see ``broker/cluster_init.py``."""
+    from magnetar.broker.cluster_init import initialize_cluster_metadata
+
+    store = await _open_store(config)
+    try:
+        created = await initialize_cluster_metadata(
+            store,
+            config.cluster_name,
+            web_service_url=web_service_url,
+            broker_service_url=broker_service_url,
+            default_bundles=config.default_number_of_namespace_bundles,
+        )
+    finally:
         await store.close()
-        return 2
-    freezer = tune_gc_for_serving(runtime.service)
     print(
-        f"Magnetar broker is ready\n  service URL: {runtime.service.service_url}\n"
-        f"  admin URL:   http://{config.advertised_address}:{runtime.web_port}",
+        f"cluster {config.cluster_name}: "
+        + (f"created {', '.join(created)}" if created else "metadata already initialised"),
         flush=True,
     )
-    await stop.wait()
-    log.info("shutting down")
-    if freezer is not None:
-        freezer.close()
-    await runtime.close()
-    await store.close()
     return 0
 
 
@@ -301,6 +366,7 @@ __all__ = [
     "BrokerRuntime",
     "TopicGcFreezer",
     "bookie_tls",
+    "initialize_metadata",
     "managed_ledger_config",
     "run_broker",
     "setup_logging",

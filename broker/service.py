@@ -53,6 +53,7 @@ from magnetar.broker.subscription import SubscriptionError
 from magnetar.broker.tls import ReloadingServerContext, TlsSettings
 from magnetar.broker.topic import PersistentTopic
 from magnetar.zk.clock import Clock, SystemClock
+from magnetar.zk.errors import MetadataError
 from magnetar.zk.store import MetadataStore
 
 if TYPE_CHECKING:
@@ -256,7 +257,12 @@ class BrokerService:
         for cnx in list(self.connections):
             cnx.close()
         if self.ownership is not None:
-            await self.ownership.release_all()
+            try:
+                await self.ownership.release_all()
+            except MetadataError as exc:
+                # Metadata unreachable (a whole cluster stopping together): the ownership
+                # nodes are ephemeral and go with this broker's session.
+                log.warning("bundles not released (%s): they go when the session expires", exc)
         if self._server is not None:
             try:
                 await asyncio.wait_for(self._server.wait_closed(), 2)
