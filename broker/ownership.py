@@ -90,7 +90,7 @@ class OwnershipCache:
         self._store = store
         self.me = me
         self._owned: dict[NamespaceBundle, int] = {}  # bundle -> node version
-        self._others: dict[str, OwnerInfo | None] = {}  # path -> owner, watched
+        self._others: dict[str, OwnerInfo] = {}  # path -> owner, watched
         self._on_lost: list[Callable[[list[NamespaceBundle]], None]] = []
         store.add_session_listener(self._on_session_event)
         store.add_listener(self._on_notification)
@@ -112,10 +112,13 @@ class OwnershipCache:
         if bundle in self._owned:
             return self.me
         path = bundle.path
-        if path in self._others:
-            return self._others[path]
+        cached = self._others.get(path)
+        if cached is not None:
+            return cached
         got = await self._store.get(path)  # watched from now on
-        owner = None if got is None else OwnerInfo.from_bytes(got.value)
+        if got is None:
+            return None  # not cached: the broker taking it may do so any moment
+        owner = OwnerInfo.from_bytes(got.value)
         if len(self._others) >= OTHERS_CACHED_MAX:
             self._others.clear()
         self._others[path] = owner
