@@ -46,6 +46,7 @@ from magnetar.broker.frames import (
 from magnetar.broker.ledger.position import EARLIEST, LATEST, Position
 from magnetar.broker.producer import AccessMode, Admission, Producer, ProducerError
 from magnetar.broker.subscription import Subscription, SubscriptionError
+from magnetar.broker.validation import InvalidEntry, check_entry, repair_command_strings
 from magnetar.client.protocol.proto import pulsar_api_pb2 as pb
 
 if TYPE_CHECKING:
@@ -300,6 +301,7 @@ class ServerConnection(asyncio.Protocol):
             return
         if not cmd.IsInitialized():
             raise ProtocolViolation("command misses required fields")
+        repair_command_strings(cmd)
         self._ping_outstanding = False
         if end > cmd_end:
             raise ProtocolViolation(f"unexpected payload on {T.Type.Name(kind)}")
@@ -633,7 +635,11 @@ class ServerConnection(asyncio.Protocol):
                 return
         elif len(tail) < 4:
             raise ProtocolViolation("SEND without metadata")
-        num = send.num_messages  # [default = 1]
+        try:  # metadata and message count checked before anything is stored
+            num = check_entry(tail, send.num_messages, self.service.config.max_message_size)
+        except InvalidEntry as exc:
+            self._send_error(pid, seq, exc.code, exc.message)
+            return
         refused = self.service.policies.admit_send(topic, tail)  # backlog quota, max delay
         if refused is not None:
             self._send_error(pid, seq, *refused)

@@ -179,13 +179,22 @@ class ManagedCursor:
             self._after_move()
         await self._persist()
 
+    def exists(self, pos: Position) -> bool:
+        """Whether ``pos`` names an entry of the managed ledger (written and confirmed):
+        acknowledgements of anything else are ignored, so an absurd entry id can never grow
+        the ack bitmaps."""
+        if pos.entry_id < 0 or pos > self._ml.last_confirmed:
+            return False
+        entries = self._ml.entries_in(pos.ledger_id)
+        return entries is not None and pos.entry_id < entries
+
     async def delete(self, positions: Iterable[Position]) -> None:
-        """Acknowledge individual entries."""
+        """Acknowledge individual entries (positions that name no entry are ignored)."""
         self._check_open()
-        last = self._ml.last_confirmed
         changed = False
+        exists = self.exists
         for pos in positions:
-            if pos <= last and self._state.ack(pos):
+            if exists(pos) and self._state.ack(pos):
                 self._pending.acked.append(pos)
                 changed = True
         if changed:
@@ -200,10 +209,19 @@ class ManagedCursor:
         self, pos: Position, batch_size: int, indexes: Iterable[int]
     ) -> bool:
         """Acknowledge messages of a batch entry; True once the whole entry is acknowledged."""
-        self._check_open()
-        whole = False
+        mask = 0
         for index in indexes:
-            whole = self._state.ack_batch_index(pos, batch_size, index) or whole
+            if 0 <= index < batch_size:
+                mask |= 1 << index
+        return await self.delete_batch_mask(pos, batch_size, mask)
+
+    async def delete_batch_mask(self, pos: Position, batch_size: int, acked: int) -> bool:
+        """Acknowledge the messages of a batch entry whose bits are set in ``acked``; True
+        once the whole entry is acknowledged. Positions that name no entry are ignored."""
+        self._check_open()
+        if not self.exists(pos):
+            return False
+        whole = self._state.ack_batch_mask(pos, batch_size, acked)
         if whole:
             self._pending.acked.append(pos)
             self._pending.batch.pop(pos, None)
@@ -217,7 +235,7 @@ class ManagedCursor:
     async def increment_redelivery(self, pos: Position) -> int:
         """Count one more delivery attempt of ``pos`` (durably); returns the new count."""
         self._check_open()
-        if self._state.is_acked(pos):
+        if self._state.is_acked(pos) or not self.exists(pos):
             return 0
         count = self._state.redeliveries.get(pos, 0) + 1
         self._state.redeliveries[pos] = count

@@ -62,6 +62,7 @@ from ._framing import (
     encode_send_receipt_frame,
     encode_varint,
     parse_entry,
+    repair_strings,
     serialize_command,
 )
 from ._hashing import (
@@ -151,6 +152,7 @@ __all__ = [
     "parse_entry",
     "partition_index_of",
     "pb",
+    "repair_strings",
     "serialize_command",
     "serialize_single_message",
     "sticky_key",
