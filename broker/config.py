@@ -72,6 +72,10 @@ class BrokerConfig:
     # threshold (namespace / topic policy ``compaction_threshold`` overrides; 0 = off)
     broker_service_compaction_monitor_interval_seconds: int = 60
     broker_service_compaction_threshold_in_bytes: int = 0
+    # bounds against hostile input (docs/operations.md "Hostile input")
+    max_num_partitions_per_partitioned_topic: int = 0  # 0: Magnetar's ceiling, 65,536
+    load_balancer_namespace_maximum_bundles: int = 128
+    max_buffered_partial_frames_size_in_mb: int = 128
 
     @property
     def service_url(self) -> str:

@@ -46,7 +46,13 @@ from magnetar.broker.frames import (
 from magnetar.broker.ledger.position import EARLIEST, LATEST, Position
 from magnetar.broker.producer import AccessMode, Admission, Producer, ProducerError
 from magnetar.broker.subscription import Subscription, SubscriptionError
-from magnetar.broker.validation import InvalidEntry, check_entry, repair_command_strings
+from magnetar.broker.validation import (
+    InvalidEntry,
+    InvalidSubscriptionName,
+    check_entry,
+    check_subscription_name,
+    repair_command_strings,
+)
 from magnetar.client.protocol.proto import pulsar_api_pb2 as pb
 
 if TYPE_CHECKING:
@@ -126,6 +132,7 @@ class ServerConnection(asyncio.Protocol):
         self.protocol_version = 0
         self.client_version = ""
         self._buf = bytearray()
+        self._buffered = 0  # bytes of self._buf counted in the service's input budget
         self._out: list[bytes] = []
         self._flush_handle: asyncio.Handle | None = None
         self._loop = asyncio.get_event_loop()
@@ -170,6 +177,9 @@ class ServerConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        self._buf = bytearray()
+        self.service.input_budget.release(self._buffered)
+        self._buffered = 0
         self.service.connections.discard(self)
         if self._keepalive is not None:
             self._keepalive.cancel()
@@ -271,6 +281,15 @@ class ServerConnection(asyncio.Protocol):
             return
         if offset < n:
             buf += data[offset:] if offset else data
+        if len(buf) != self._buffered:
+            if not self.service.input_budget.resize(self._buffered, len(buf)):
+                log.info(
+                    "closing %s: broker-wide budget for partial frames exhausted", self.peer
+                )
+                buf.clear()
+                self.close()
+                return
+            self._buffered = len(buf)
 
     def _handle_frame(self, data: bytes, start: int, end: int) -> None:
         """The frame ``data[start:end]`` (after its total size)."""
@@ -532,7 +551,12 @@ class ServerConnection(asyncio.Protocol):
                 evicted.cnx.send_close_producer(evicted)
         if req.HasField("initial_subscription_name") and req.initial_subscription_name:
             try:
+                check_subscription_name(req.initial_subscription_name)
                 await topic.create_subscription(req.initial_subscription_name, earliest=True)
+            except InvalidSubscriptionName as exc:
+                topic.remove_producer(producer)
+                self._error(rid, exc.code, str(exc))
+                return
             except Exception as exc:
                 topic.remove_producer(producer)
                 self._error(rid, "ServiceNotReady", f"cannot create subscription: {exc}")
@@ -761,8 +785,10 @@ class ServerConnection(asyncio.Protocol):
         if cid in self.consumers:
             self._success(rid)
             return
-        if not req.subscription:
-            self._error(rid, "InvalidTopicName", "Empty subscription name")
+        try:
+            check_subscription_name(req.subscription)
+        except InvalidSubscriptionName as exc:
+            self._error(rid, exc.code, str(exc))
             return
         topic = await self._topic_or_error(rid, req.topic, "subscribe")
         if topic is None or self.closed:

@@ -18,6 +18,7 @@ from urllib.parse import unquote
 
 from aiohttp import web
 
+from magnetar.broker.http_guard import BadRequest, guard, quiet_bad_requests, read_json
 from magnetar.broker.policies import (
     NAMESPACE_POLICIES,
     PolicyError,
@@ -106,13 +107,10 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
 
 
 async def _body_json(request: web.Request, default: Any = None) -> Any:
-    raw = await request.read()
-    if not raw.strip():
-        return default
     try:
-        return json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise InvalidResource(f"Invalid JSON body: {exc}") from None
+        return await read_json(request, default)
+    except BadRequest as exc:
+        raise InvalidResource(exc.reason) from None
 
 
 def _topic_name(request: web.Request) -> str:
@@ -143,7 +141,8 @@ class AdminApi:
         self.extra_metrics = extra_metrics
 
     def app(self) -> web.Application:
-        app = web.Application(middlewares=[_errors], client_max_size=8 << 20)
+        quiet_bad_requests()
+        app = web.Application(middlewares=[_errors, guard], client_max_size=8 << 20)
         r = app.router
         r.add_get("/admin/v2/brokers/health", self.health)
         r.add_get("/metrics", self.metrics)
@@ -451,9 +450,12 @@ class AdminApi:
         if n == 0:
             raise ResourceNotFound("Partitioned topic does not exist")
         force = request.query.get("force", "false") == "true"
-        for i in range(n):
-            partition = f"{topic}-partition-{i}"
-            if partition in await self.topics.list_topics(m["tenant"], m["namespace"], m["domain"]):
+        # the partitions that exist, listed once: work bounded by the topics, not by ``n``
+        prefix = f"{topic}-partition-"
+        existing = await self.topics.list_topics(m["tenant"], m["namespace"], m["domain"])
+        for partition in existing:
+            index = partition[len(prefix) :] if partition.startswith(prefix) else ""
+            if index.isdigit() and int(index) < n:
                 await self.topics.delete_topic(partition, force=force)
         await self.resources.delete_partitioned(m["tenant"], m["namespace"], m["domain"], local)
         return _no_content()

@@ -33,6 +33,7 @@ from magnetar.broker.compaction import (
     TopicCompaction,
 )
 from magnetar.broker.config import BrokerConfig
+from magnetar.broker.input_budget import InputBudget
 from magnetar.broker.naming import InvalidTopicName, TopicName
 from magnetar.broker.nonpersistent import NonPersistentTopic
 from magnetar.broker.ownership import NamespaceBundle, OwnerInfo, OwnershipCache
@@ -82,7 +83,13 @@ class BrokerService:
         self.config = config
         self.store = store
         self.storage = storage
-        self.resources = Resources(store, config.cluster_name)
+        self.resources = Resources(
+            store,
+            config.cluster_name,
+            max_bundles=config.load_balancer_namespace_maximum_bundles,
+            max_partitions=config.max_num_partitions_per_partitioned_topic,
+        )
+        self.input_budget = InputBudget(config.max_buffered_partial_frames_size_in_mb << 20)
         self.port = config.broker_service_port
         self._web_service_url: str | None = None
         self.ownership: OwnershipCache | None = None

@@ -10,6 +10,8 @@ of proportion to its size:
   required ``payload_size``), counted on the uncompressed size (itself capped at the maximum
   message size, as Pulsar's consumers refuse anything bigger). The entry's message count,
   which the broker remembers and batch acks are bounded by, is then the real one.
+- ``check_subscription_name``: the names Pulsar refuses (blank, reserved, control
+  characters, too long).
 - ``repair_command_strings``: invalid UTF-8 in a command's string fields becomes U+FFFD
   (Pulsar's Java codec does the same), so names are validated as names, never as bytes.
 Invariant: an entry that passes ``check_entry`` is one dispatch can parse.
@@ -91,6 +93,34 @@ def check_entry(tail: bytes, send_num_messages: int, max_message_size: int) -> i
     return n
 
 
+SUBSCRIPTION_NAME_MAX = 1024
+RESERVED_SUBSCRIPTION_PREFIXES = ("pulsar.repl.", "pulsar.dedup")
+"""Pulsar's replicator cursors and deduplication cursor: never a client's subscription."""
+
+
+class InvalidSubscriptionName(ValueError):
+    """A subscription name Pulsar refuses; ``code`` is the ServerError to answer with."""
+
+    def __init__(self, message: str, code: str = "InvalidTopicName") -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def check_subscription_name(name: str) -> None:
+    """Raise ``InvalidSubscriptionName`` for a name Pulsar refuses: blank ("Empty
+    subscription name"), reserved (``pulsar.repl.*``, ``pulsar.dedup``), or one that holds
+    a NUL or other control character, or is longer than ``SUBSCRIPTION_NAME_MAX``. Any other
+    name is stored safely: names are encoded in metadata paths."""
+    if not name or not name.strip():
+        raise InvalidSubscriptionName("Empty subscription name")
+    if len(name) > SUBSCRIPTION_NAME_MAX or any(c < " " or c == "\x7f" for c in name):
+        raise InvalidSubscriptionName(f"Invalid subscription name {name[:100]!r}")
+    if name.startswith(RESERVED_SUBSCRIPTION_PREFIXES):
+        raise InvalidSubscriptionName(
+            f"Subscription with reserved subscription name attempted: {name}"
+        )
+
+
 def repair_command_strings(cmd: pb.BaseCommand) -> None:
     """Invalid UTF-8 in the string fields of a command becomes U+FFFD (see the module)."""
     if cmd.type not in _NO_STRINGS:
@@ -99,8 +129,12 @@ def repair_command_strings(cmd: pb.BaseCommand) -> None:
 
 __all__ = [
     "MIN_BATCHED_MESSAGE_BYTES",
+    "RESERVED_SUBSCRIPTION_PREFIXES",
+    "SUBSCRIPTION_NAME_MAX",
     "InvalidEntry",
+    "InvalidSubscriptionName",
     "check_entry",
+    "check_subscription_name",
     "max_messages",
     "repair_command_strings",
 ]

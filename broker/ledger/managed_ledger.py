@@ -332,7 +332,8 @@ class ManagedLedger:
                 # URL-encoded so this cannot happen), or a corrupt node: never guess
                 log.error("%s: child %r is not a cursor; ignored", self.name, child)
                 continue
-            self._cursors[child] = await ManagedCursor.recover(self, child)
+            name = paths.decode_cursor_name(child)
+            self._cursors[name] = await ManagedCursor.recover(self, name)
 
     async def _create_ledger(self) -> WriteHandle:
         return await self.ledger_client.create_ledger(custom={"managed-ledger": self.name})

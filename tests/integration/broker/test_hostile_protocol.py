@@ -5,9 +5,11 @@ several ledgers), over real sockets."""
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Iterator
 
 import pytest
+from support.admin import wait_until
 from support.broker import InProcessBroker
 from support.hostile import Tracebacks, batch_payload, entry, ml_broker
 from support.raw_client import RawClient, T
@@ -244,8 +246,6 @@ def _with_bad_utf8(cmd: pb.BaseCommand, good: bytes) -> bytes:
 
 @pytest.mark.parametrize("kind", ["lookup", "producer", "topics", "subscribe"])
 def test_invalid_utf8_in_string_fields_is_answered(broker: InProcessBroker, kind: str) -> None:
-    import struct
-
     name = b"persistent://public/default/utf8-topic"
     commands = {
         "lookup": T(
@@ -294,3 +294,86 @@ def test_invalid_utf8_in_string_fields_is_answered(broker: InProcessBroker, kind
     assert not tb.records, tb.text()
     c.ping_pong()
     c.close()
+
+
+def _unsubscribe(c: RawClient, cid: int) -> pb.BaseCommand:
+    c.send(
+        T(
+            type=T.UNSUBSCRIBE,
+            unsubscribe=pb.CommandUnsubscribe(consumer_id=cid, request_id=cid + 300),
+        )
+    )
+    return c.recv()
+
+
+def test_subscription_names_are_encoded_in_metadata_paths(broker: InProcessBroker) -> None:
+    """Subscribing ``a`` and ``a/b`` then unsubscribing ``a`` failed ("node has children");
+    after an unload ``a/b`` was gone; a name could collide with ``__delayed_index``."""
+    assert broker.service is not None
+    service = broker.service
+    topic = _topic()
+    c = RawClient(broker.port)
+    c.connect()
+    names = ["a", "a/b", "a/b/__delayed_index", "__delayed_index", "50%25/x%2F"]
+    for cid, name in enumerate(names, start=10):
+        _subscribe(c, topic, sub=name, cid=cid)
+    got = _unsubscribe(c, 10)
+    assert got.type == T.SUCCESS, got
+    broker.call(lambda: service.unload_topic(topic))
+    c2 = RawClient(broker.port)
+    c2.connect()
+    _subscribe(c2, topic, sub="a/b", cid=1)  # loads the topic again, recovering cursors
+    assert sorted(service.topics[topic].subscriptions) == sorted(names[1:])
+    c.close()
+    c2.close()
+
+
+@pytest.mark.parametrize("name", ["", "  ", "a\x00b", "pulsar.dedup", "pulsar.repl.x", "x" * 1025])
+def test_subscription_names_pulsar_refuses(broker: InProcessBroker, name: str) -> None:
+    c = RawClient(broker.port)
+    c.connect()
+    c.send(
+        T(
+            type=T.SUBSCRIBE,
+            subscribe=pb.CommandSubscribe(
+                topic=_topic(),
+                subscription=name,
+                subType=pb.CommandSubscribe.Shared,
+                consumer_id=1,
+                request_id=31,
+            ),
+        )
+    )
+    got = c.recv()
+    assert got.type == T.ERROR and got.error.request_id == 31, got
+    assert got.error.error == pb.InvalidTopicName
+    c.ping_pong()
+    c.close()
+
+
+def test_partial_frames_have_a_broker_wide_budget() -> None:
+    """60 connections each holding a 5 MiB - 1 byte partial frame added 313 MB: the bytes
+    all connections hold between reads have one broker-wide budget."""
+    b = ml_broker(max_buffered_partial_frames_size_in_mb=1)
+    try:
+        assert b.service is not None
+        budget = b.service.input_budget
+        partial = struct.pack(">I", 900_000) + b"\x00" * 400_000  # a frame's first 400 KB
+        holders = [RawClient(b.port) for _ in range(2)]
+        for c in holders:
+            c.connect()
+            c.send_raw(partial)
+        wait_until(lambda: budget.used_bytes >= 800_000, 30, "two partial frames held")
+        third = RawClient(b.port)
+        third.connect()
+        third.send_raw(partial)
+        assert third.is_closed()  # 1.2 MB would be held: over the 1 MiB budget
+        assert budget.statistics().refused == 1
+        healthy = RawClient(b.port)
+        healthy.connect()
+        healthy.ping_pong()
+        for c in (*holders, healthy):
+            c.close()
+        wait_until(lambda: budget.used_bytes == 0, 30, "budget released")
+    finally:
+        b.stop()
