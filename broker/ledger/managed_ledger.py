@@ -831,7 +831,7 @@ class ManagedLedger:
     def _slowest_mark_delete(self) -> Position | None:
         if not self._cursors:
             return None
-        return min(c.mark_delete_position for c in self._cursors.values())
+        return min(c.durable_mark_delete_position for c in self._cursors.values())
 
     async def trim(self) -> list[int]:
         """Delete consumed ledgers outside retention; returns the deleted ledger ids."""
