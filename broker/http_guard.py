@@ -5,7 +5,7 @@ Owns:
 - ``guard``, an aiohttp middleware: the names a route carries (tenant, namespace, topic,
   subscription) are checked as Pulsar checks them, answering 412 Precondition Failed with
   Pulsar's reason (``NamedEntity``: ``[-=:.\\w]+`` for tenants and namespaces; a topic name
-  must parse; a subscription name must be one ``validation.check_subscription_name`` takes).
+  must parse, in a known domain (else 404); a subscription name must be one ``validation.check_subscription_name`` takes).
 - ``read_json``: a request body as JSON, or 400 for bytes that are not UTF-8, not JSON,
   nested deeper than ``JSON_DEPTH_MAX`` or holding integers beyond Python's digit limit.
 - ``quiet_bad_requests``: aiohttp logs a request it cannot even parse (an oversized request
@@ -32,6 +32,7 @@ from magnetar.broker.validation import InvalidSubscriptionName, check_subscripti
 NAME = re.compile(r"[-=:.\w]+", re.ASCII)
 """Pulsar's ``NamedEntity`` rule for tenant, namespace and cluster names."""
 NAME_MAX = 1024
+DOMAINS = ("persistent", "non-persistent")
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -65,9 +66,11 @@ def check_route_names(match: dict[str, str]) -> None:
     namespace = match.get("namespace")
     if namespace is not None and not (len(namespace) <= NAME_MAX and NAME.fullmatch(namespace)):
         raise BadRequest(412, f"Namespace name is not valid: {tenant}/{_shown(namespace)}")
-    topic = match.get("topic")
     domain = match.get("domain")
-    if topic is not None and domain in ("persistent", "non-persistent"):
+    if domain is not None and domain not in DOMAINS:
+        raise BadRequest(404, f"Unknown topic domain {_shown(domain)}")
+    topic = match.get("topic")
+    if topic is not None and domain is not None:
         from urllib.parse import unquote
 
         local = unquote(topic)

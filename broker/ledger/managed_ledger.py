@@ -260,6 +260,7 @@ class ManagedLedger:
         self._trim_again = False
         self._abort_task: asyncio.Future[None] | None = None
         self._cursors: dict[str, ManagedCursor] = {}
+        self._opening_cursors: dict[str, asyncio.Future[ManagedCursor]] = {}
         self._non_durable: list[ManagedCursor] = []
         self._readers: dict[int, ReadHandle] = {}
         self._cache = EntryCache(config.entry_cache_bytes)
@@ -676,6 +677,15 @@ class ManagedLedger:
             return cursor
         if self.state in (_S.CLOSED, _S.FENCED):
             raise self._state_error()
+        opening = self._opening_cursors.get(name)
+        if opening is not None:  # concurrent opens of one new cursor share its creation
+            return await asyncio.shield(opening)
+        fut = asyncio.ensure_future(self._create_cursor(name, initial_position))
+        self._opening_cursors[name] = fut
+        fut.add_done_callback(lambda _: self._opening_cursors.pop(name, None))
+        return await asyncio.shield(fut)
+
+    async def _create_cursor(self, name: str, initial_position: Position) -> ManagedCursor:
         md = self._initial_mark_delete(initial_position)
         info = CursorInfo(-1, md)
         try:

@@ -16,6 +16,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -23,8 +24,17 @@ from support.net import free_port
 
 
 class StandaloneProcess:
-    def __init__(self, data_dir: pathlib.Path, log_path: pathlib.Path, *, bookies: int = 1) -> None:
+    def __init__(
+        self,
+        data_dir: pathlib.Path,
+        log_path: pathlib.Path,
+        *,
+        bookies: int = 1,
+        config: dict[str, object] | None = None,
+    ) -> None:
         self.data_dir = data_dir
+        self.config = config or {}
+        """Broker settings (broker.conf names), written to a ``--config`` file."""
         self.log_path = log_path
         self.port = free_port()
         self.web_port = free_port()
@@ -59,6 +69,10 @@ class StandaloneProcess:
             "--advertised-address",
             "127.0.0.1",
         ]
+        if self.config:
+            conf = self.log_path.with_suffix(".conf")
+            conf.write_text("".join(f"{k}={v}\n" for k, v in self.config.items()))
+            cmd += ["--config", str(conf)]
         log = open(self.log_path, "ab")  # noqa: SIM115 - owned by the child for its lifetime
         self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
         log.close()
@@ -124,7 +138,7 @@ class StandaloneFactory:
         self.base = base
         self.started: list[StandaloneProcess] = []
 
-    def create(self, name: str = "standalone", **kwargs: int) -> StandaloneProcess:
+    def create(self, name: str = "standalone", **kwargs: Any) -> StandaloneProcess:
         proc = StandaloneProcess(self.base / name, self.base / f"{name}.log", **kwargs)
         self.started.append(proc)
         return proc
