@@ -5,7 +5,8 @@ Owns:
 - ``guard``, an aiohttp middleware: the names a route carries (tenant, namespace, topic,
   subscription) are checked as Pulsar checks them, answering 412 Precondition Failed with
   Pulsar's reason (``NamedEntity``: ``[-=:.\\w]+`` for tenants and namespaces; a topic name
-  must parse, in a known domain (else 404); a subscription name must be one ``validation.check_subscription_name`` takes).
+  must parse, in a known domain (else 404); a subscription name must be one that
+  ``validation.check_subscription_name`` takes).
 - ``read_json``: a request body as JSON, or 400 for bytes that are not UTF-8, not JSON,
   nested deeper than ``JSON_DEPTH_MAX`` or holding integers beyond Python's digit limit.
 - ``quiet_bad_requests``: aiohttp logs a request it cannot even parse (an oversized request
