@@ -13,7 +13,15 @@ import time
 from collections.abc import Callable
 
 from support.admin import wait_until
-from support.fuzz import BrokerWatch, FrameFuzzer, RestFuzzer, Usage, http_request, run_connection
+from support.fuzz import (
+    BrokerWatch,
+    FrameFuzzer,
+    RestFuzzer,
+    Usage,
+    http_request,
+    round_trip,
+    run_connection,
+)
 from support.hostile import entry
 from support.raw_client import RawClient, T
 from support.standalone import StandaloneProcess
@@ -24,43 +32,10 @@ RSS_SLACK_BYTES = 96 << 20
 FD_SLACK = 8
 
 
-def _round_trip(port: int, topic: str) -> None:
-    """Produce one message and consume it: the broker serves."""
-    c = RawClient(port)
-    c.sock.settimeout(30)
-    c.connect()
-    c.send(
-        T(type=T.PRODUCER, producer=pb.CommandProducer(topic=topic, producer_id=1, request_id=1))
-    )
-    assert c.recv().type == T.PRODUCER_SUCCESS
-    c.send(
-        T(
-            type=T.SUBSCRIBE,
-            subscribe=pb.CommandSubscribe(
-                topic=topic,
-                subscription="probe",
-                subType=pb.CommandSubscribe.Shared,
-                consumer_id=1,
-                request_id=2,
-                initialPosition=pb.CommandSubscribe.Latest,
-            ),
-        )
-    )
-    assert c.recv().type == T.SUCCESS
-    c.send(T(type=T.FLOW, flow=pb.CommandFlow(consumer_id=1, messagePermits=10)))
-    c.send(T(type=T.SEND, send=pb.CommandSend(producer_id=1, sequence_id=0)), entry(b"probe"))
-    got = c.recv()
-    while got.type != T.MESSAGE:
-        assert got.type in (T.SEND_RECEIPT, T.PING, T.PONG), got
-        got = c.recv()
-    assert c.last_payload.endswith(b"probe")
-    c.close()
-
-
 def _settled(standalone: StandaloneProcess, watch: BrokerWatch, baseline: Usage, what: str) -> None:
     assert standalone.proc is not None and standalone.proc.poll() is None, "broker died"
     assert standalone.healthy(), "health check failed"
-    _round_trip(standalone.port, f"persistent://public/default/probe-{what}")
+    round_trip(standalone.port, f"persistent://public/default/probe-{what}")
     wait_until(
         lambda: watch.usage().fds <= baseline.fds + FD_SLACK,
         60,
@@ -83,7 +58,7 @@ def _for(seconds: float, step: Callable[[], int]) -> int:
 def test_protocol_frames(
     standalone: StandaloneProcess, watch: BrokerWatch, rng: random.Random, fuzz_seconds: float
 ) -> None:
-    _round_trip(standalone.port, "persistent://public/default/probe-warm")
+    round_trip(standalone.port, "persistent://public/default/probe-warm")
     baseline = watch.usage()
     fuzzer = FrameFuzzer(rng)
     sent = _for(
@@ -141,15 +116,14 @@ def test_slow_clients(
     payload = entry(b"x" * 60_000)
     for seq in range(200):
         writer.send(T(type=T.SEND, send=pb.CommandSend(producer_id=1, sequence_id=seq)), payload)
-    # trickle: a valid handshake one byte at a time, slower than the keep-alive
+    # trickle: a valid handshake one byte at a time, slower than the keep-alive allows
     trickle = socket.create_connection(("127.0.0.1", port), timeout=5)
-    hello = FrameFuzzer(rng).connect()
-    for b in hello[:3]:
+    for b in FrameFuzzer(rng).connect()[:3]:
         try:
             trickle.sendall(bytes([b]))
         except OSError:
-            break
-        time.sleep(0.5)  # the slow client's pace (not synchronisation)
+            break  # closed already
+        time.sleep(0.5)  # the slow client's pace, not synchronisation
     socks.append(trickle)
 
     def all_closed() -> bool:

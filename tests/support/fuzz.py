@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 import crc32c
 
 from magnetar.client.protocol.proto import pulsar_api_pb2 as pb
+from support.hostile import entry
+from support.raw_client import RawClient
 
 T = pb.BaseCommand
 U64 = (1 << 64) - 1
@@ -448,7 +450,40 @@ def http_request(
     return int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else 0
 
 
-# -- watching the broker ----------------------------------------------------------------------
+# -- probing and watching the broker
+
+
+def round_trip(port: int, topic: str) -> None:
+    """Produce one message and consume it: the broker serves."""
+    c = RawClient(port)
+    c.sock.settimeout(30)
+    c.connect()
+    c.send(
+        T(type=T.PRODUCER, producer=pb.CommandProducer(topic=topic, producer_id=1, request_id=1))
+    )
+    assert c.recv().type == T.PRODUCER_SUCCESS
+    c.send(
+        T(
+            type=T.SUBSCRIBE,
+            subscribe=pb.CommandSubscribe(
+                topic=topic,
+                subscription="probe",
+                subType=pb.CommandSubscribe.Shared,
+                consumer_id=1,
+                request_id=2,
+                initialPosition=pb.CommandSubscribe.Latest,
+            ),
+        )
+    )
+    assert c.recv().type == T.SUCCESS
+    c.send(T(type=T.FLOW, flow=pb.CommandFlow(consumer_id=1, messagePermits=10)))
+    c.send(T(type=T.SEND, send=pb.CommandSend(producer_id=1, sequence_id=0)), entry(b"probe"))
+    got = c.recv()
+    while got.type != T.MESSAGE:
+        assert got.type in (T.SEND_RECEIPT, T.PING, T.PONG), got
+        got = c.recv()
+    assert c.last_payload.endswith(b"probe")
+    c.close()
 
 
 @dataclass(frozen=True, slots=True)
@@ -506,5 +541,6 @@ __all__ = [
     "entry_tail",
     "frame",
     "http_request",
+    "round_trip",
     "run_connection",
 ]
