@@ -105,17 +105,37 @@ async def read_json(request: web.Request, default: Any = None) -> Any:
     raw = await request.read()
     if not raw.strip():
         return default
+    if bracket_depth(raw) > JSON_DEPTH_MAX:  # before parsing: never a RecursionError
+        raise BadRequest(400, "Invalid JSON body: nested too deeply")
     try:
         doc = json.loads(raw.decode("utf-8"))
     except UnicodeDecodeError:
         raise BadRequest(400, "Invalid JSON body: not UTF-8") from None
-    except RecursionError:
-        raise BadRequest(400, "Invalid JSON body: nested too deeply") from None
     except ValueError as exc:  # JSONDecodeError, or an integer beyond the digit limit
         raise BadRequest(400, f"Invalid JSON body: {str(exc)[:200]}") from None
     if json_depth(doc) > JSON_DEPTH_MAX:
         raise BadRequest(400, "Invalid JSON body: nested too deeply")
     return doc
+
+
+_JSON_STRINGS = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
+_NOT_BRACKETS = bytes(sorted(set(range(256)) - set(b"[]{}")))
+
+
+def bracket_depth(raw: bytes) -> int:
+    """The deepest bracket nesting of JSON text (brackets inside strings not counted), found
+    without parsing: deeply nested input must be refused before ``json.loads`` recurses
+    (a RecursionError inside CPython 3.11's C code can corrupt its recursion accounting)."""
+    brackets = _JSON_STRINGS.sub(b"", raw).translate(None, delete=_NOT_BRACKETS)
+    depth = deepest = 0
+    for b in brackets:
+        if b in b"[{":
+            depth += 1
+            if depth > deepest:
+                deepest = depth
+        else:
+            depth -= 1
+    return deepest
 
 
 class _BadRequestsQuiet(logging.Filter):
@@ -143,6 +163,7 @@ def quiet_bad_requests() -> None:
 __all__ = [
     "NAME",
     "BadRequest",
+    "bracket_depth",
     "check_route_names",
     "guard",
     "quiet_bad_requests",
