@@ -131,8 +131,7 @@ def bracket_depth(raw: bytes) -> int:
     for b in brackets:
         if b in b"[{":
             depth += 1
-            if depth > deepest:
-                deepest = depth
+            deepest = max(deepest, depth)
         else:
             depth -= 1
     return deepest
