@@ -377,3 +377,48 @@ def test_partial_frames_have_a_broker_wide_budget() -> None:
         wait_until(lambda: budget.used_bytes == 0, 30, "budget released")
     finally:
         b.stop()
+
+
+def test_batch_ack_of_entry_minus_one_never_breaks_cursor_persistence(
+    broker: InProcessBroker,
+) -> None:
+    """Batch acks and redeliveries of (ledger, -1) and (-1, -1) never reach the cursor's
+    encodings (whose varints refuse negative entry ids: "negative varint -1" tracebacks):
+    later acks are still made durable, with no error logged. A regression guard: this exact
+    sequence did not reproduce the report before the fix."""
+    c = RawClient(broker.port)
+    c.connect()
+    topic = _topic()
+    _producer(c, topic)
+    pos = _position(_send(c, entry(sequence_id=0), seq=0))
+    _subscribe(c, topic, cid=5)
+    with Tracebacks() as tb:
+        ack = pb.CommandAck(consumer_id=5, ack_type=pb.CommandAck.Individual, request_id=41)
+        ack.message_id.add(ledgerId=pos.ledger_id, entryId=U64, ack_set=[-2])
+        c.send(T(type=T.ACK, ack=ack))
+        got = c.recv()
+        while got.type == T.MESSAGE:
+            got = c.recv()
+        assert got.type == T.ACK_RESPONSE
+        redeliver = pb.CommandRedeliverUnacknowledgedMessages(consumer_id=5)
+        redeliver.message_ids.add(ledgerId=pos.ledger_id, entryId=U64)
+        redeliver.message_ids.add(ledgerId=U64, entryId=U64)
+        c.send(
+            T(
+                type=T.REDELIVER_UNACKNOWLEDGED_MESSAGES,
+                redeliverUnacknowledgedMessages=redeliver,
+            )
+        )
+        c.send(T(type=T.FLOW, flow=pb.CommandFlow(consumer_id=5, messagePermits=10)))
+        ack = pb.CommandAck(consumer_id=5, ack_type=pb.CommandAck.Individual, request_id=42)
+        ack.message_id.add(ledgerId=pos.ledger_id, entryId=pos.entry_id)
+        c.send(T(type=T.ACK, ack=ack))
+        got = c.recv()
+        while got.type == T.MESSAGE:
+            got = c.recv()
+        assert got.type == T.ACK_RESPONSE and not got.ackResponse.HasField("error"), got
+        cursor = _cursor(broker, topic)
+        broker.call(cursor.flush)
+        assert cursor.is_acknowledged(pos)
+    assert not tb.records, tb.text()
+    c.close()
