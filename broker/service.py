@@ -95,6 +95,7 @@ class BrokerService:
         self.ownership: OwnershipCache | None = None
         self.topics: dict[str, PersistentTopic] = {}
         self._loading: dict[str, asyncio.Future[PersistentTopic | None]] = {}
+        self._deleting: dict[str, asyncio.Future[None]] = {}
         self._server: asyncio.AbstractServer | None = None
         self.connections: set[Any] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -425,6 +426,16 @@ class BrokerService:
             tn = self.parse_topic(topic)
         except ServiceError as exc:
             raise _to_resource_error(exc) from None
+        running = self._deleting.get(tn.full)
+        if running is not None:  # a concurrent delete of the same topic: its outcome
+            await asyncio.wait([running])
+            raise ResourceNotFound("Topic not found")
+        task = asyncio.ensure_future(self._delete_topic(tn, topic, force=force))
+        self._deleting[tn.full] = task
+        task.add_done_callback(lambda _: self._deleting.pop(tn.full, None))
+        await asyncio.shield(task)
+
+    async def _delete_topic(self, tn: TopicName, topic: str, *, force: bool) -> None:
         loaded = self.topics.get(tn.full)
         if loaded is None and (
             not tn.persistent or not await self.storage.exists(tn.managed_ledger_name)
