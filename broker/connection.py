@@ -17,7 +17,10 @@ Ordering: commands for one producer id (or one consumer id) run in arrival order
 awaiting the previous (a chain per id); commands for different ids run concurrently. ACK and
 FLOW join a chain only while one is pending (e.g. a SUBSCRIBE still loading its topic): an
 ACK's state change happens before its first await, so FLOWs never wait for cursor I/O.
-Bad input never raises out of here: a protocol violation closes this connection only.
+Bad input never raises out of here: a protocol violation closes this connection only. A
+SEND's metadata and message count are checked before anything is stored
+(``validation.check_entry``); partial frames held between reads count against the
+broker-wide ``InputBudget``; invalid UTF-8 in command strings becomes U+FFFD.
 Must not know: storage, dispatch policy.
 """
 
