@@ -152,6 +152,9 @@ class BrokerConfig:
     bookkeeper_tls_client_authentication: bool = False
     bookkeeper_tls_certificate_file_path: str = ""
     bookkeeper_tls_key_file_path: str = ""
+    # bounds against hostile input (docs/operations.md "Hostile input")
+    max_num_partitions_per_partitioned_topic: int = 0  # 0: Magnetar's ceiling, 65,536
+    max_buffered_partial_frames_size_in_mb: int = 128
 
     @property
     def service_url(self) -> str:

@@ -17,7 +17,10 @@ Ordering: commands for one producer id (or one consumer id) run in arrival order
 awaiting the previous (a chain per id); commands for different ids run concurrently. ACK and
 FLOW join a chain only while one is pending (e.g. a SUBSCRIBE still loading its topic): an
 ACK's state change happens before its first await, so FLOWs never wait for cursor I/O.
-Bad input never raises out of here: a protocol violation closes this connection only.
+Bad input never raises out of here: a protocol violation closes this connection only. A
+SEND's metadata and message count are checked before anything is stored
+(``validation.check_entry``); partial frames held between reads count against the
+broker-wide ``InputBudget``; invalid UTF-8 in command strings becomes U+FFFD.
 Must not know: storage, dispatch policy.
 """
 
@@ -48,6 +51,13 @@ from magnetar.broker.ledger.errors import LedgerError
 from magnetar.broker.ledger.position import EARLIEST, LATEST, Position
 from magnetar.broker.producer import AccessMode, Admission, Producer, ProducerError
 from magnetar.broker.subscription import Subscription, SubscriptionError
+from magnetar.broker.validation import (
+    InvalidEntry,
+    InvalidSubscriptionName,
+    check_entry,
+    check_subscription_name,
+    repair_command_strings,
+)
 from magnetar.client.protocol.proto import pulsar_api_pb2 as pb
 
 if TYPE_CHECKING:
@@ -129,6 +139,7 @@ class ServerConnection(asyncio.Protocol):
         self.protocol_version = 0
         self.client_version = ""
         self._buf = bytearray()
+        self._buffered = 0  # bytes of self._buf counted in the service's input budget
         self._out: list[bytes] = []
         self._flush_handle: asyncio.Handle | None = None
         self._loop = asyncio.get_event_loop()
@@ -174,6 +185,9 @@ class ServerConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        self._buf = bytearray()
+        self.service.input_budget.release(self._buffered)
+        self._buffered = 0
         self.service.connections.discard(self)
         log.info(
             "closed connection from %s (%d producers, %d consumers)",
@@ -282,6 +296,15 @@ class ServerConnection(asyncio.Protocol):
             return
         if offset < n:
             buf += data[offset:] if offset else data
+        if len(buf) != self._buffered:
+            if not self.service.input_budget.resize(self._buffered, len(buf)):
+                log.info(
+                    "closing %s: broker-wide budget for partial frames exhausted", self.peer
+                )
+                buf.clear()
+                self.close()
+                return
+            self._buffered = len(buf)
 
     def _handle_frame(self, data: bytes, start: int, end: int) -> None:
         """The frame ``data[start:end]`` (after its total size)."""
@@ -312,6 +335,7 @@ class ServerConnection(asyncio.Protocol):
             return
         if not cmd.IsInitialized():
             raise ProtocolViolation("command misses required fields")
+        repair_command_strings(cmd)
         self._ping_outstanding = False
         if end > cmd_end:
             raise ProtocolViolation(f"unexpected payload on {T.Type.Name(kind)}")
@@ -565,7 +589,12 @@ class ServerConnection(asyncio.Protocol):
                 evicted.cnx.send_close_producer(evicted)
         if req.HasField("initial_subscription_name") and req.initial_subscription_name:
             try:
+                check_subscription_name(req.initial_subscription_name)
                 await topic.create_subscription(req.initial_subscription_name, earliest=True)
+            except InvalidSubscriptionName as exc:
+                topic.remove_producer(producer)
+                self._error(rid, exc.code, str(exc))
+                return
             except Exception as exc:
                 topic.remove_producer(producer)
                 self._error(rid, "ServiceNotReady", f"cannot create subscription: {exc}")
@@ -670,7 +699,11 @@ class ServerConnection(asyncio.Protocol):
                 return
         elif len(tail) < 4:
             raise ProtocolViolation("SEND without metadata")
-        num = send.num_messages  # [default = 1]
+        try:  # metadata and message count checked before anything is stored
+            num = check_entry(tail, send.num_messages, self.service.config.max_message_size)
+        except InvalidEntry as exc:
+            self._send_error(pid, seq, exc.code, exc.message)
+            return
         refused = self.service.policies.admit_send(topic, tail)  # backlog quota, max delay
         if refused is not None:
             self._send_error(pid, seq, *refused)
@@ -792,8 +825,10 @@ class ServerConnection(asyncio.Protocol):
         if cid in self.consumers:
             self._success(rid)
             return
-        if not req.subscription:
-            self._error(rid, "InvalidTopicName", "Empty subscription name")
+        try:
+            check_subscription_name(req.subscription)
+        except InvalidSubscriptionName as exc:
+            self._error(rid, exc.code, str(exc))
             return
         denied = await self.security.denied_consume(req.topic, req.subscription)
         if denied is not None:

@@ -21,6 +21,7 @@ from urllib.parse import unquote
 from aiohttp import web
 
 from magnetar.broker.admin_ops_api import OperationRoutes, json_unknown_routes
+from magnetar.broker.http_guard import BadRequest, guard, quiet_bad_requests, read_json
 from magnetar.broker.policies import (
     NAMESPACE_POLICIES,
     PolicyError,
@@ -152,13 +153,10 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
 
 
 async def _body_json(request: web.Request, default: Any = None) -> Any:
-    raw = await request.read()
-    if not raw.strip():
-        return default
     try:
-        return json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise InvalidResource(f"Invalid JSON body: {exc}") from None
+        return await read_json(request, default)
+    except BadRequest as exc:
+        raise InvalidResource(exc.reason) from None
 
 
 def _topic_name(request: web.Request) -> str:
@@ -196,8 +194,9 @@ class AdminApi:
         """Subscription, topic, namespace and cluster operations (``admin_ops_api``)."""
 
     def app(self) -> web.Application:
+        quiet_bad_requests()
         app = web.Application(
-            middlewares=[json_unknown_routes, _errors], client_max_size=8 << 20
+            middlewares=[json_unknown_routes, _errors, guard], client_max_size=8 << 20
         )
         r = app.router
         if self.extra_routes is not None:  # first: more specific than the topic routes
@@ -533,9 +532,12 @@ class AdminApi:
         if n == 0:
             raise ResourceNotFound("Partitioned topic does not exist")
         force = request.query.get("force", "false") == "true"
-        for i in range(n):
-            partition = f"{topic}-partition-{i}"
-            if partition in await self.topics.list_topics(m["tenant"], m["namespace"], m["domain"]):
+        # the partitions that exist, listed once: work bounded by the topics, not by ``n``
+        prefix = f"{topic}-partition-"
+        existing = await self.topics.list_topics(m["tenant"], m["namespace"], m["domain"])
+        for partition in existing:
+            index = partition[len(prefix) :] if partition.startswith(prefix) else ""
+            if index.isdigit() and int(index) < n:
                 await self.topics.delete_topic(partition, force=force)
         await self.resources.delete_partitioned(m["tenant"], m["namespace"], m["domain"], local)
         return _no_content()

@@ -91,11 +91,15 @@ class ManagedTopicCursor:
     async def ack_batch_index(self, position: Position, ack_set: list[int], size: int) -> bool:
         if self.cursor.is_acknowledged(position):
             return True
-        unacked = words_to_int(ack_set)
-        indexes = [i for i in range(size) if not (unacked >> i) & 1]
-        if not indexes:
+        if size <= 0:
             return False
-        return await self.cursor.delete_batch_indexes(position, size, indexes)
+        # only the words that cover the batch count: an ack set longer than the entry's
+        # real batch is cut, never expanded
+        unacked = words_to_int(ack_set[: (size + 63) // 64])
+        acked = ~unacked & ((1 << size) - 1)
+        if not acked:
+            return False
+        return await self.cursor.delete_batch_mask(position, size, acked)
 
     async def ack_cumulative(self, position: Position) -> None:
         await self.cursor.mark_delete(position)

@@ -151,6 +151,11 @@ class NonPersistentSubscription:
     async def ack_individual(self, consumer: Consumer, acks: Any) -> None:
         return None
 
+    async def ack_positions(
+        self, consumer: Consumer, whole: Any, partial: Any = None
+    ) -> None:
+        return None
+
     async def ack_cumulative(self, consumer: Consumer, position: Position) -> None:
         return None
 

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from magnetar.broker.bundles import BundleRange, NamespaceBundles
+from magnetar.broker.policies import PolicyError
+from magnetar.broker.policy_schema import check_policies, check_tenant_info
 from magnetar.zk import paths
 from magnetar.zk.errors import AlreadyExists, BadVersion, NotFound
 from magnetar.zk.store import CREATE_ONLY, MetadataStore
@@ -59,6 +61,11 @@ class TenantInfo:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> TenantInfo:
+        """From Pulsar's TenantInfo JSON; ``InvalidResource`` (400) for a wrong shape."""
+        try:
+            check_tenant_info(data)
+        except PolicyError as exc:
+            raise InvalidResource(str(exc)) from None
         return cls(list(data.get("adminRoles") or []), list(data.get("allowedClusters") or []))
 
 
@@ -86,12 +93,46 @@ def _dump(value: Any) -> bytes:
     return json.dumps(value, sort_keys=True).encode()
 
 
-class Resources:
-    """Typed access to the admin metadata of one cluster."""
+DEFAULT_MAX_BUNDLES = 128
+"""Pulsar's ``loadBalancerNamespaceMaximumBundles`` default."""
+PARTITIONS_CEILING = 65_536
+"""Partitions of one partitioned topic when ``maxNumPartitionsPerPartitionedTopic`` is 0
+(Pulsar: unlimited; here a ceiling, so one request can never ask for unbounded work)."""
 
-    def __init__(self, store: MetadataStore, cluster: str) -> None:
+
+class Resources:
+    """Typed access to the admin metadata of one cluster.
+
+    Every Policies document is checked against its schema (``policy_schema``) before it is
+    stored; bundles and partition counts are bounded (``max_bundles``,
+    ``max_partitions``)."""
+
+    def __init__(
+        self,
+        store: MetadataStore,
+        cluster: str,
+        *,
+        max_bundles: int = DEFAULT_MAX_BUNDLES,
+        max_partitions: int = 0,
+    ) -> None:
         self.store = store
         self.cluster = cluster
+        self.max_bundles = max(1, max_bundles)
+        self.max_partitions = max_partitions if max_partitions > 0 else PARTITIONS_CEILING
+
+    def _check_policies(self, doc: dict[str, Any]) -> None:
+        try:
+            check_policies(doc, self.max_bundles)
+        except PolicyError as exc:
+            raise InvalidResource(str(exc)) from None
+
+    def _check_partitions(self, partitions: int) -> None:
+        if partitions < 1:
+            raise PreconditionFailed("Number of partitions should be more than 0")
+        if partitions > self.max_partitions:
+            raise PreconditionFailed(
+                f"Number of partitions should be less than or equal to {self.max_partitions}"
+            )
 
     # -- clusters ---------------------------------------------------------------------------
     async def ensure_cluster(self, service_url: str, http_url: str) -> None:
@@ -174,6 +215,13 @@ class Resources:
             raise ResourceNotFound("Tenant does not exist")
         data = dict(policies or {})
         bundles = data.get("bundles") or {}
+        num_bundles = bundles.get("numBundles") if isinstance(bundles, dict) else None
+        if isinstance(num_bundles, int) and not 0 < num_bundles <= self.max_bundles:
+            raise InvalidResource(  # Pulsar's message, with this broker's bound
+                "Invalid number of bundles. Number of bundles has to be in the range of"
+                f" (0, {self.max_bundles}]."
+            )
+        self._check_policies(data)
         if not bundles.get("boundaries"):
             num = int(bundles.get("numBundles") or default_bundles)
             bounds = NamespaceBundles.default(num).boundaries
@@ -205,6 +253,7 @@ class Resources:
                     data.pop(key, None)
                 else:
                     data[key] = value
+            self._check_policies(data)
             try:
                 await self.store.put(path, _dump(data), expected_version=got.stat.version)
                 return data
@@ -237,6 +286,7 @@ class Resources:
                     data.pop(key, None)
                 else:
                     data[key] = value
+            self._check_policies(data)
             try:
                 await self.store.put(
                     path,
@@ -320,8 +370,7 @@ class Resources:
     async def create_partitioned(
         self, tenant: str, namespace: str, domain: str, local: str, partitions: int
     ) -> None:
-        if partitions < 1:
-            raise PreconditionFailed("Number of partitions should be more than 0")
+        self._check_partitions(partitions)
         if not await self.namespace_exists(tenant, namespace):
             raise ResourceNotFound("Namespace does not exist")
         try:
@@ -341,6 +390,7 @@ class Resources:
         if got is None:
             raise ResourceNotFound("Partitioned topic does not exist")
         current = int(json.loads(got.value).get("partitions", 0))
+        self._check_partitions(partitions)
         if partitions <= current:
             raise PreconditionFailed(
                 f"Expect partitions {partitions} to grow and be greater than current {current}"
@@ -363,6 +413,8 @@ class Resources:
 
 
 __all__ = [
+    "DEFAULT_MAX_BUNDLES",
+    "PARTITIONS_CEILING",
     "TOPIC_POLICIES",
     "InvalidResource",
     "PreconditionFailed",

@@ -36,6 +36,7 @@ from magnetar.broker.compaction import (
     TopicCompaction,
 )
 from magnetar.broker.config import BrokerConfig
+from magnetar.broker.input_budget import InputBudget
 from magnetar.broker.naming import InvalidTopicName, TopicName
 from magnetar.broker.nonpersistent import NonPersistentTopic
 from magnetar.broker.ownership import NamespaceBundle, OwnerInfo, OwnershipCache
@@ -94,7 +95,13 @@ class BrokerService:
         self.config = config
         self.store = store
         self.storage = storage
-        self.resources = Resources(store, config.cluster_name)
+        self.resources = Resources(
+            store,
+            config.cluster_name,
+            max_bundles=config.load_balancer_namespace_maximum_bundles,
+            max_partitions=config.max_num_partitions_per_partitioned_topic,
+        )
+        self.input_budget = InputBudget(config.max_buffered_partial_frames_size_in_mb << 20)
         self.port = config.broker_service_port
         self.port_tls = config.broker_service_port_tls
         self._web_service_url: str | None = None
@@ -117,6 +124,7 @@ class BrokerService:
         # ledger, or take a released bundle back); clients get ServiceNotReady and retry
         self._closing: set[str] = set()
         self._unloading: set[NamespaceBundle] = set()
+        self._deleting: dict[str, asyncio.Future[None]] = {}
         self._server: asyncio.AbstractServer | None = None
         self.connections: set[Any] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -582,6 +590,16 @@ class BrokerService:
             tn = self.parse_topic(topic)
         except ServiceError as exc:
             raise _to_resource_error(exc) from None
+        running = self._deleting.get(tn.full)
+        if running is not None:  # a concurrent delete of the same topic: its outcome
+            await asyncio.wait([running])
+            raise ResourceNotFound("Topic not found")
+        task = asyncio.ensure_future(self._delete_topic(tn, topic, force=force))
+        self._deleting[tn.full] = task
+        task.add_done_callback(lambda _: self._deleting.pop(tn.full, None))
+        await asyncio.shield(task)
+
+    async def _delete_topic(self, tn: TopicName, topic: str, *, force: bool) -> None:
         loaded = self.topics.get(tn.full)
         if loaded is None and (
             not tn.persistent or not await self.storage.exists(tn.managed_ledger_name)

@@ -91,6 +91,22 @@ def next_topic_state(state: TopicState, event: TopicEvent) -> TopicState:
 
 
 _COUNT_CACHE_MAX = 200_000
+
+
+def _metadata_or_none(entry: Entry) -> Any:
+    """The entry's metadata, or None (reported) when it cannot be parsed: dispatch then
+    treats it as a plain message and delivers it as stored (a consumer discards a corrupt
+    message and acknowledges it), so one bad entry never stalls a subscription. Entries
+    stored since SEND validation always parse; older ones may not."""
+    try:
+        return parse_metadata(entry.data)
+    except BadEntry as exc:
+        log.warning(
+            "entry %s has unparseable metadata (%s): delivered as stored", entry.position, exc
+        )
+        return None
+
+
 _DELIVER_AT_TAG = b"\x98\x01"  # MessageMetadata field 19 (deliver_at_time), varint
 _UUID_TAG = b"\xd2\x01"  # MessageMetadata field 26 (uuid, chunking), length-delimited
 
@@ -343,8 +359,8 @@ class PersistentTopic:
         size = int.from_bytes(data[off : off + 4], "big")
         if _DELIVER_AT_TAG not in data[off + 4 : off + 4 + size]:
             return 0
-        md = parse_metadata(data)
-        return md.deliver_at_time if md.HasField("deliver_at_time") else 0
+        md = _metadata_or_none(entry)
+        return md.deliver_at_time if md is not None and md.HasField("deliver_at_time") else 0
 
     @staticmethod
     def chunk_of(entry: Entry) -> tuple[str, int, int] | None:
@@ -354,8 +370,8 @@ class PersistentTopic:
         size = int.from_bytes(data[off : off + 4], "big")
         if _UUID_TAG not in data[off + 4 : off + 4 + size]:
             return None
-        md = parse_metadata(data)
-        if not md.HasField("uuid") or not md.HasField("num_chunks_from_msg"):
+        md = _metadata_or_none(entry)
+        if md is None or not md.HasField("uuid") or not md.HasField("num_chunks_from_msg"):
             return None
         return md.uuid, md.chunk_id, md.num_chunks_from_msg
 

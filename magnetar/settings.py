@@ -244,6 +244,8 @@ BROKER_ALIASES: tuple[Alias, ...] = (
     Alias("bookkeeperTLSClientAuthentication", "bookkeeper_tls_client_authentication"),
     Alias("bookkeeperTLSCertificateFilePath", "bookkeeper_tls_certificate_file_path"),
     Alias("bookkeeperTLSKeyFilePath", "bookkeeper_tls_key_file_path"),
+    Alias("maxNumPartitionsPerPartitionedTopic", "max_num_partitions_per_partitioned_topic"),
+    Alias("maxBufferedPartialFramesSizeInMb", "max_buffered_partial_frames_size_in_mb"),
 )
 
 BOOKIE_ALIASES: tuple[Alias, ...] = (

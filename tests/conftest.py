@@ -12,7 +12,7 @@ import pathlib
 
 import pytest
 
-TIERS = ("unit", "contract", "integration", "compat", "chaos", "spark", "deploy")
+TIERS = ("unit", "contract", "integration", "compat", "chaos", "spark", "deploy", "fuzz")
 
 pytest_plugins = ["support.fixtures"]
 

@@ -105,8 +105,18 @@ def managed_ledger(name: str) -> str:
     return f"{MANAGED_LEDGERS}/{name}"
 
 
+def encode_cursor_name(cursor: str) -> str:
+    """A cursor (subscription) name as one path segment: ``%`` and ``/`` escaped, so that
+    ``a/b`` is never a child of ``a`` and no name collides with a node of its own."""
+    return cursor.replace("%", "%25").replace("/", "%2F")
+
+
+def decode_cursor_name(segment: str) -> str:
+    return segment.replace("%2F", "/").replace("%25", "%")
+
+
 def managed_cursor(ledger_name: str, cursor: str) -> str:
-    return f"{MANAGED_LEDGERS}/{ledger_name}/{cursor}"
+    return f"{MANAGED_LEDGERS}/{ledger_name}/{encode_cursor_name(cursor)}"
 
 
 def bundle_ownership(tenant: str, namespace: str, bundle_range: str) -> str:

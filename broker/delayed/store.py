@@ -23,13 +23,14 @@ from magnetar.broker.ledger.managed_ledger import (
     ManagedLedgerFactory,
 )
 from magnetar.broker.ledger.position import EARLIEST, Position
+from magnetar.zk import paths
 
 INDEX_SUFFIX = "__delayed_index"
 INDEX_CURSOR = "index"
 
 
 def delayed_index_ledger_name(topic_ledger_name: str, subscription: str) -> str:
-    return f"{topic_ledger_name}/{subscription}/{INDEX_SUFFIX}"
+    return f"{topic_ledger_name}/{paths.encode_cursor_name(subscription)}/{INDEX_SUFFIX}"
 
 
 class SegmentStore(Protocol):

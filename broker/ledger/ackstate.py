@@ -202,18 +202,26 @@ class AckState:
 
     def ack_batch_index(self, pos: Position, batch_size: int, index: int) -> bool:
         """Acknowledge one message of a batch entry; True when the whole entry became acked."""
-        if self.is_acked(pos):
+        return self.ack_batch_mask(pos, batch_size, 1 << index)
+
+    def ack_batch_mask(self, pos: Position, batch_size: int, acked: int) -> bool:
+        """Acknowledge the messages of a batch entry whose bits are set in ``acked`` (bits
+        at or above the batch size are ignored); True when the whole entry became acked.
+        Costs O(batch size / 64) whatever the batch size, never a loop per message."""
+        if pos.entry_id < 0 or batch_size <= 0 or self.is_acked(pos):
             return False
         size, mask = self.batch_sets.get(pos, (batch_size, 0))
-        mask |= 1 << index
-        if mask == (1 << size) - 1:
+        full = (1 << size) - 1
+        mask = (mask | acked) & full
+        if mask == full:
             self.ack(pos)
             return True
-        self.batch_sets[pos] = (size, mask)
+        if mask:
+            self.batch_sets[pos] = (size, mask)
         return False
 
     def set_batch_mask(self, pos: Position, batch_size: int, mask: int) -> None:
-        if not self.is_acked(pos):
+        if pos.entry_id >= 0 and not self.is_acked(pos):
             self.batch_sets[pos] = (batch_size, mask)
 
     def set_mark_delete(self, pos: Position) -> None:

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 from magnetar.broker.ledger.ackstate import AckDelta, AckState, decode_delta, encode_delta
 from magnetar.broker.ledger.errors import (
     LedgerError,
+    LedgerNotFound,
     ManagedLedgerClosed,
     ManagedLedgerFenced,
 )
@@ -114,6 +115,9 @@ class ManagedCursor:
         self._dirty = False
         """The last cursor write failed: memory holds changes no durable entry has."""
         self._fenced = False
+        self._durable_mark_delete = state.mark_delete
+        """Mark-delete as of the last durable write: trimming never deletes a ledger at or
+        after it, so the stored state never references a deleted ledger."""
         self._flushes = 0
         self._snapshots = 0
 
@@ -127,6 +131,11 @@ class ManagedCursor:
     @property
     def mark_delete_position(self) -> Position:
         return self._state.mark_delete
+
+    @property
+    def durable_mark_delete_position(self) -> Position:
+        """The mark-delete a recovery would start from (the in-memory one when not durable)."""
+        return self._durable_mark_delete if self.durable else self._state.mark_delete
 
     def individually_deleted_ranges(self) -> list[tuple[Position, Position]]:
         return self._state.ranges()
@@ -179,13 +188,22 @@ class ManagedCursor:
             self._after_move()
         await self._persist()
 
+    def exists(self, pos: Position) -> bool:
+        """Whether ``pos`` names an entry of the managed ledger (written and confirmed):
+        acknowledgements of anything else are ignored, so an absurd entry id can never grow
+        the ack bitmaps."""
+        if pos.entry_id < 0 or pos > self._ml.last_confirmed:
+            return False
+        entries = self._ml.entries_in(pos.ledger_id)
+        return entries is not None and pos.entry_id < entries
+
     async def delete(self, positions: Iterable[Position]) -> None:
-        """Acknowledge individual entries."""
+        """Acknowledge individual entries (positions that name no entry are ignored)."""
         self._check_open()
-        last = self._ml.last_confirmed
         changed = False
+        exists = self.exists
         for pos in positions:
-            if pos <= last and self._state.ack(pos):
+            if exists(pos) and self._state.ack(pos):
                 self._pending.acked.append(pos)
                 changed = True
         if changed:
@@ -200,10 +218,19 @@ class ManagedCursor:
         self, pos: Position, batch_size: int, indexes: Iterable[int]
     ) -> bool:
         """Acknowledge messages of a batch entry; True once the whole entry is acknowledged."""
-        self._check_open()
-        whole = False
+        mask = 0
         for index in indexes:
-            whole = self._state.ack_batch_index(pos, batch_size, index) or whole
+            if 0 <= index < batch_size:
+                mask |= 1 << index
+        return await self.delete_batch_mask(pos, batch_size, mask)
+
+    async def delete_batch_mask(self, pos: Position, batch_size: int, acked: int) -> bool:
+        """Acknowledge the messages of a batch entry whose bits are set in ``acked``; True
+        once the whole entry is acknowledged. Positions that name no entry are ignored."""
+        self._check_open()
+        if not self.exists(pos):
+            return False
+        whole = self._state.ack_batch_mask(pos, batch_size, acked)
         if whole:
             self._pending.acked.append(pos)
             self._pending.batch.pop(pos, None)
@@ -217,7 +244,7 @@ class ManagedCursor:
     async def increment_redelivery(self, pos: Position) -> int:
         """Count one more delivery attempt of ``pos`` (durably); returns the new count."""
         self._check_open()
-        if self._state.is_acked(pos):
+        if self._state.is_acked(pos) or not self.exists(pos):
             return 0
         count = self._state.redeliveries.get(pos, 0) + 1
         self._state.redeliveries[pos] = count
@@ -284,6 +311,7 @@ class ManagedCursor:
         while self._pending and self._next_flush is not None:
             delta, self._pending = self._pending, _PendingDelta()
             fut, self._next_flush = self._next_flush, None
+            captured = self._state.mark_delete
             try:
                 await self._write(delta)
             except BaseException as exc:
@@ -298,6 +326,10 @@ class ManagedCursor:
                 continue
             self._flushes += 1
             self._dirty = False
+            before = self._durable_mark_delete
+            self._durable_mark_delete = captured
+            if captured.ledger_id != before.ledger_id:
+                self._after_move()  # trimming waits for durable positions
             if not fut.done():
                 fut.set_result(None)
 
@@ -368,8 +400,21 @@ class ManagedCursor:
             raise NotFound("cursor znode missing", path=path)
         info = CursorInfo.from_bytes(got.value)
         state = AckState(info.mark_delete)
+        reader = None
         if info.cursor_ledger_id >= 0:
-            reader = await ml.ledger_client.open_ledger(info.cursor_ledger_id, recovery=True)
+            try:
+                reader = await ml.ledger_client.open_ledger(info.cursor_ledger_id, recovery=True)
+            except LedgerNotFound:
+                # a stale reference (the ledger was deleted): start again from the znode's
+                # mark-delete rather than never loading; later acks are redelivered, none lost
+                log.warning(
+                    "cursor %s/%s: cursor ledger %d is gone; recovered from mark-delete %s",
+                    ml.name,
+                    name,
+                    info.cursor_ledger_id,
+                    info.mark_delete,
+                )
+        if reader is not None:
             lac = reader.last_add_confirmed
             entries = await reader.read(0, lac) if lac >= 0 else []
             chunks: list[bytes] = []
@@ -384,7 +429,7 @@ class ManagedCursor:
                 state = AckState.decode_snapshot(b"".join(chunks))
             for blob in deltas:
                 state.apply(decode_delta(blob))
-            state.advance(ml)
+        state.advance(ml)
         # claim the znode (CAS, same value): a deposed owner's next snapshot switch now fails
         try:
             claimed = await ml.store.put(path, got.value, expected_version=got.stat.version)
@@ -396,7 +441,7 @@ class ManagedCursor:
             state,
             durable=True,
             znode_version=claimed.stat.version,
-            cursor_ledger_id=info.cursor_ledger_id,
+            cursor_ledger_id=info.cursor_ledger_id if reader is not None else -1,
         )
         return cursor
 

@@ -286,6 +286,7 @@ class ManagedLedger:
         self._trim_again = False
         self._abort_task: asyncio.Future[None] | None = None
         self._cursors: dict[str, ManagedCursor] = {}
+        self._opening_cursors: dict[str, asyncio.Future[ManagedCursor]] = {}
         self._non_durable: list[ManagedCursor] = []
         self._readers: dict[int, ReadHandle] = {}
         self._cache = factory.entry_cache.new_cache(name, self._cache_needed_from)
@@ -368,7 +369,8 @@ class ManagedLedger:
                 # URL-encoded so this cannot happen), or a corrupt node: never guess
                 log.error("%s: child %r is not a cursor; ignored", self.name, child)
                 continue
-            self._cursors[child] = await ManagedCursor.recover(self, child)
+            name = paths.decode_cursor_name(child)
+            self._cursors[name] = await ManagedCursor.recover(self, name)
 
     async def _create_ledger(self) -> WriteHandle:
         return await self.ledger_client.create_ledger(
@@ -738,6 +740,15 @@ class ManagedLedger:
             return cursor
         if self.state in (_S.CLOSED, _S.FENCED):
             raise self._state_error()
+        opening = self._opening_cursors.get(name)
+        if opening is not None:  # concurrent opens of one new cursor share its creation
+            return await asyncio.shield(opening)
+        fut = asyncio.ensure_future(self._create_cursor(name, initial_position))
+        self._opening_cursors[name] = fut
+        fut.add_done_callback(lambda _: self._opening_cursors.pop(name, None))
+        return await asyncio.shield(fut)
+
+    async def _create_cursor(self, name: str, initial_position: Position) -> ManagedCursor:
         md = self._initial_mark_delete(initial_position)
         info = CursorInfo(-1, md)
         try:
@@ -893,7 +904,7 @@ class ManagedLedger:
     def _slowest_mark_delete(self) -> Position | None:
         if not self._cursors:
             return None
-        return min(c.mark_delete_position for c in self._cursors.values())
+        return min(c.durable_mark_delete_position for c in self._cursors.values())
 
     async def trim(self) -> list[int]:
         """Delete consumed ledgers outside retention; returns the deleted ledger ids."""

@@ -63,6 +63,7 @@ from ._framing import (
     encode_send_receipt_frame,
     encode_varint,
     parse_entry,
+    repair_strings,
     serialize_command,
 )
 from ._hashing import (
@@ -152,6 +153,7 @@ __all__ = [
     "parse_entry",
     "partition_index_of",
     "pb",
+    "repair_strings",
     "serialize_command",
     "serialize_single_message",
     "split_batch",

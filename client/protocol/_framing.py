@@ -243,6 +243,38 @@ class PayloadCommand(Command):
         return self.headers_and_payload[self.payload_offset :]
 
 
+_STRING = 9  # FieldDescriptor.TYPE_STRING
+_MESSAGE = 11  # FieldDescriptor.TYPE_MESSAGE
+
+
+def repair_strings(message: Message) -> int:
+    """Replace invalid UTF-8 in the string fields of a parsed message (and the messages it
+    holds) by U+FFFD, as Pulsar's Java codec decodes them; returns how many were repaired.
+
+    protobuf keeps a proto2 string that is not valid UTF-8 as ``bytes``: left alone it
+    reaches code that expects ``str`` (a topic name, a subscription name) and fails there.
+    """
+    repaired = 0
+    for fd, value in message.ListFields():
+        kind = fd.type
+        if kind == _STRING:
+            if fd.is_repeated:
+                for i, item in enumerate(value):
+                    if isinstance(item, bytes):
+                        value[i] = item.decode("utf-8", "replace")
+                        repaired += 1
+            elif isinstance(value, bytes):
+                setattr(message, fd.name, value.decode("utf-8", "replace"))
+                repaired += 1
+        elif kind == _MESSAGE:
+            if fd.is_repeated:
+                for item in value:
+                    repaired += repair_strings(item)
+            else:
+                repaired += repair_strings(value)
+    return repaired
+
+
 def _parse(
     message: pb.BaseCommand | pb.MessageMetadata | pb.BrokerEntryMetadata, data: bytes, what: str
 ) -> None:
@@ -303,8 +335,11 @@ def _decode_payload(
     return PayloadCommand(ctype, base, metadata, tail, meta_start, meta_end, checksum, bem)
 
 
-def _split_tail(tail: bytes, what: str) -> tuple[int | None, int | None, int, int]:
-    """(checksum, computed crc, metadata start, metadata end) of headers-and-payload bytes."""
+def _split_tail(
+    tail: bytes, what: str, *, compute: bool = True
+) -> tuple[int | None, int | None, int, int]:
+    """(checksum, computed crc, metadata start, metadata end) of headers-and-payload bytes;
+    the crc is computed only with ``compute``."""
     checksum: int | None = None
     computed: int | None = None
     meta_size_at = 0
@@ -320,7 +355,7 @@ def _split_tail(tail: bytes, what: str) -> tuple[int | None, int | None, int, in
     meta_end = meta_start + meta_size
     if meta_end > len(tail):
         raise RemoteProtocolError(f"metadata size {meta_size} exceeds frame")
-    if checksum is not None:
+    if checksum is not None and compute:
         computed = crc32c(memoryview(tail)[meta_size_at:])
     return checksum, computed, meta_start, meta_end
 
@@ -353,7 +388,9 @@ def parse_entry(headers_and_payload: bytes, *, verify_checksum: bool = True) -> 
     the CRC32C does not match.
     """
     data = bytes(headers_and_payload)
-    checksum, computed, meta_start, meta_end = _split_tail(data, "entry")
+    checksum, computed, meta_start, meta_end = _split_tail(
+        data, "entry", compute=verify_checksum
+    )
     if verify_checksum and checksum is not None and computed != checksum:
         raise RemoteProtocolError(
             f"entry checksum mismatch: stored {checksum:#010x}, computed {computed or 0:#010x}"

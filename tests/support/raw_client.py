@@ -15,6 +15,8 @@ class RawClient:
     def __init__(self, port: int) -> None:
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=5)
         self.buf = b""
+        self.last_payload = b""
+        """What followed the command in the last frame read (a MESSAGE's entry bytes)."""
 
     def send_raw(self, data: bytes) -> None:
         self.sock.sendall(data)
@@ -32,6 +34,7 @@ class RawClient:
                     (size,) = struct.unpack_from(">I", frame)
                     cmd = T()
                     cmd.ParseFromString(frame[4 : 4 + size])
+                    self.last_payload = frame[4 + size :]
                     return cmd
             chunk = self.sock.recv(65536)
             if not chunk:

@@ -31,9 +31,12 @@ class StandaloneProcess:
         *,
         bookies: int = 1,
         extra_args: Sequence[str] = (),
+        config: dict[str, object] | None = None,
     ) -> None:
         self.data_dir = data_dir
         self.extra_args = list(extra_args)
+        self.config = config or {}
+        """Broker settings (broker.conf names), written to a ``--config`` file."""
         self.log_path = log_path
         self.port = free_port()
         self.web_port = free_port()
@@ -69,6 +72,10 @@ class StandaloneProcess:
             "127.0.0.1",
             *self.extra_args,
         ]
+        if self.config:
+            conf = self.log_path.with_suffix(".conf")
+            conf.write_text("".join(f"{k}={v}\n" for k, v in self.config.items()))
+            cmd += ["--config", str(conf)]
         log = open(self.log_path, "ab")  # noqa: SIM115 - owned by the child for its lifetime
         self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
         log.close()
