@@ -77,6 +77,7 @@ class BrokerConfig:
     max_consumers_per_topic: int = 0
     delayed_delivery_enabled: bool = True
     delayed_delivery_tick_time_millis: int = 1000
+    delayed_delivery_max_delay_in_millis: int = 0  # 0: no limit
     max_publish_rate_per_topic_in_messages: int = 0
     max_publish_rate_per_topic_in_bytes: int = 0
     dispatch_throttling_rate_per_topic_in_msg: int = 0

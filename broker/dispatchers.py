@@ -157,6 +157,11 @@ class Dispatcher:
         # dispatch rate limit, set by policy_manager (a DispatchThrottle): caps the permits
         # a round may use and is charged with what was sent; None = unthrottled
         self.throttle: Any = None
+        # broker settings, set by the subscription: entries read at most per read
+        # (dispatcherMaxReadBatchSize) and whether redelivery counts are tracked and sent
+        # (subscriptionRedeliveryTrackerEnabled; off: every message says 0, as Pulsar)
+        self.max_read_entries = MAX_READ_ENTRIES
+        self.redelivery_tracker = True
 
     # -- scheduling
     def schedule(self) -> None:
@@ -206,7 +211,7 @@ class Dispatcher:
     # -- read sizing
     def entries_to_read(self, permits: int) -> int:
         """Entries to read for ``permits`` messages: ``ceil(permits / average messages per
-        entry)``, in 1..MAX_READ_ENTRIES. Reading ``permits`` *entries* of 1000-message
+        entry)``, in 1..``max_read_entries``. Reading ``permits`` *entries* of 1000-message
         batches read ~100x too many; the unsent ones were read again later, by then evicted
         from the entry cache (a bookie read each time)."""
         if self.throttle is not None:
@@ -214,7 +219,7 @@ class Dispatcher:
         if permits <= 0:
             return 0
         avg = self.avg_msgs_per_entry or 1.0
-        return max(1, min(MAX_READ_ENTRIES, math.ceil(permits / max(avg, 1.0))))
+        return max(1, min(self.max_read_entries, math.ceil(permits / max(avg, 1.0))))
 
     def _note_dispatched(self, messages: int, entries: int) -> None:
         if entries <= 0:
@@ -244,7 +249,7 @@ class Dispatcher:
         consumer.on_dispatched(pos, n)
         self.owner[pos] = consumer
         count = 0
-        if self.sub_type in (SubType.SHARED, SubType.KEY_SHARED):
+        if self.redelivery_tracker and self.sub_type in (SubType.SHARED, SubType.KEY_SHARED):
             count = self.redelivery.get(pos) or self.cursor.redelivery_count(pos)
         out.append(OutMessage(pos, entry.data, count, self.cursor.batch_ack_set(pos)))
 
@@ -577,6 +582,9 @@ class MultipleConsumersDispatcher(Dispatcher):
         self.schedule()
 
     def _persist_redeliveries(self, positions: list[Position]) -> None:
+        if not self.redelivery_tracker:
+            return
+
         async def persist() -> None:
             for pos in positions:
                 try:
@@ -854,8 +862,8 @@ class KeySharedDispatcher(MultipleConsumersDispatcher):
 
     async def _park_unslotted(self, ks: KeySharedScheduler[Consumer, Position]) -> None:
         """Due delayed entries whose slot is unknown: read them, park them with their slot."""
-        take = self._due_unslotted[:MAX_READ_ENTRIES]
-        del self._due_unslotted[:MAX_READ_ENTRIES]
+        take = self._due_unslotted[: self.max_read_entries]
+        del self._due_unslotted[: self.max_read_entries]
         resets = self._resets
         try:
             entries = await self.cursor.read_positions(take)

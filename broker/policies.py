@@ -180,7 +180,7 @@ def resolve_policies(config: BrokerConfig, ns: dict[str, Any]) -> TopicPolicies:
                     pass
     dedup = ns.get("deduplicationEnabled")
     delayed = ns.get("delayed_delivery_policies")
-    default_max_delay = int(getattr(config, "delayed_delivery_max_delay_in_millis", 0))
+    default_max_delay = config.delayed_delivery_max_delay_in_millis
 
     def rate(key: str, fields: tuple[str, str], default: Rate) -> Rate:
         """The namespace's rate for this cluster, else the broker default."""
@@ -243,7 +243,7 @@ def resolve_policies(config: BrokerConfig, ns: dict[str, Any]) -> TopicPolicies:
         ),
         compaction_threshold_bytes=num(
             "compaction_threshold",
-            int(getattr(config, "broker_service_compaction_threshold_in_bytes", 0)),
+            config.broker_service_compaction_threshold_in_bytes,
         ),
         publish_rate=publish_rate,
         dispatch_rate=dispatch_rate,

@@ -436,6 +436,8 @@ class BrokerService:
             ledger,
             dedup_enabled=policies.deduplication,
             max_unacked_per_consumer=policies.max_unacked_per_consumer,
+            dispatcher_max_read_batch_size=self.config.dispatcher_max_read_batch_size,
+            redelivery_tracker_enabled=self.config.subscription_redelivery_tracker_enabled,
             max_unacked_per_subscription=policies.max_unacked_per_subscription,
         )
         await topic.load()

@@ -29,6 +29,7 @@ from magnetar.broker.delayed import (
     open_delayed_index,
 )
 from magnetar.broker.dispatchers import (
+    MAX_READ_ENTRIES,
     Dispatcher,
     KeySharedDispatcher,
     MultipleConsumersDispatcher,
@@ -83,7 +84,11 @@ class Subscription:
         batch_size_hint: Any = None,
         delayed_ledger: Any = None,
         clock: Clock | None = None,
+        max_read_entries: int = MAX_READ_ENTRIES,
+        redelivery_tracker: bool = True,
     ) -> None:
+        self.max_read_entries = max_read_entries
+        self.redelivery_tracker = redelivery_tracker
         self.topic_name = topic_name
         self.batch_size_hint = batch_size_hint
         self.chunk_of = chunk_of
@@ -143,6 +148,8 @@ class Subscription:
                 chunk_of=self.chunk_of,
                 delayed_index=self.open_delayed_index,
             )
+            self.dispatcher.max_read_entries = self.max_read_entries
+            self.dispatcher.redelivery_tracker = self.redelivery_tracker
             if self.delayed_index is not None and stype in (SubType.SHARED, SubType.KEY_SHARED):
                 d = self.dispatcher
                 assert isinstance(d, MultipleConsumersDispatcher)

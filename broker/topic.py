@@ -249,8 +249,12 @@ class PersistentTopic:
         dedup_enabled: bool = False,
         max_unacked_per_consumer: int = 50_000,
         max_unacked_per_subscription: int = 200_000,
+        dispatcher_max_read_batch_size: int = 100,
+        redelivery_tracker_enabled: bool = True,
     ) -> None:
         self.name = name
+        self.dispatcher_max_read_batch_size = dispatcher_max_read_batch_size
+        self.redelivery_tracker_enabled = redelivery_tracker_enabled
         self.full_name = name.full  # read per SEND (policies): not a property
         self.ledger = ledger
         self.producers = ProducerRegistry()
@@ -558,6 +562,8 @@ class PersistentTopic:
             chunk_of=self.chunk_of,
             batch_size_hint=self.known_count,
             delayed_ledger=getattr(self.ledger, "ml", None),  # the index's storage, if managed
+            max_read_entries=self.dispatcher_max_read_batch_size,
+            redelivery_tracker=self.redelivery_tracker_enabled,
         )
 
     async def subscribe(

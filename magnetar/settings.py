@@ -126,6 +126,7 @@ BROKER_ALIASES: tuple[Alias, ...] = (
     Alias("maxConsumersPerTopic", "max_consumers_per_topic"),
     Alias("delayedDeliveryEnabled", "delayed_delivery_enabled"),
     Alias("delayedDeliveryTickTimeMillis", "delayed_delivery_tick_time_millis"),
+    Alias("delayedDeliveryMaxDelayInMillis", "delayed_delivery_max_delay_in_millis"),
     Alias("maxPublishRatePerTopicInMessages", "max_publish_rate_per_topic_in_messages"),
     Alias("maxPublishRatePerTopicInBytes", "max_publish_rate_per_topic_in_bytes"),
     Alias("dispatchThrottlingRatePerTopicInMsg", "dispatch_throttling_rate_per_topic_in_msg"),

@@ -228,3 +228,48 @@ async def test_key_shared_replays_parked_entries_from_memory_not_storage() -> No
     assert [m.position.entry_id for m in sink.messages[owner.consumer_id]] == list(range(600))
     assert cursor.positions_read == 0  # every replay came from the kept entries
     d.check_invariants()
+
+
+async def test_dispatcher_max_read_batch_size_bounds_every_read() -> None:
+    """``dispatcher_max_read_batch_size`` reaches the dispatcher: no read asks for more."""
+    ledger = MemoryLedger("t", 24)
+    await ledger.add_entries([batch(1) for _ in range(50)])
+    sub, cursor = await make_sub(ledger, max_read_entries=7)
+    asked: list[int] = []
+    inner_read = cursor.read_entries
+
+    async def read_entries(max_entries: int) -> list[Entry]:
+        asked.append(max_entries)
+        return await inner_read(max_entries)
+
+    cursor.read_entries = read_entries  # type: ignore[method-assign]
+    sink = Sink()
+    c = Consumer(1, "c", SubType.SHARED, sink=sink, max_unacked=0)
+    sub.add_consumer(c)
+    sub.flow(c, 1000)
+    assert sub.dispatcher is not None
+    async with asyncio.timeout(10):
+        while sink.count() < 50:
+            await asyncio.sleep(0.01)  # polling a bounded wait for the 50 deliveries
+    assert asked and max(asked) <= 7
+
+
+@pytest.mark.parametrize("tracker", [True, False])
+async def test_redelivery_tracker_setting_decides_the_count_sent(tracker: bool) -> None:
+    """``subscription_redelivery_tracker_enabled=false``: a redelivered message says 0, as
+    Pulsar's disabled tracker; enabled it says 1."""
+    ledger = MemoryLedger("t", 25)
+    await ledger.add_entries([batch(1)])
+    sub, _ = await make_sub(ledger, redelivery_tracker=tracker)
+    sink = Sink()
+    c = Consumer(1, "c", SubType.SHARED, sink=sink, max_unacked=0)
+    sub.add_consumer(c)
+    sub.flow(c, 10)
+    async with asyncio.timeout(10):
+        while sink.count() < 1:
+            await asyncio.sleep(0.01)  # polling a bounded wait for the first delivery
+    sub.redeliver(c, [sink.messages[1][0].position])
+    async with asyncio.timeout(10):
+        while sink.count() < 2:
+            await asyncio.sleep(0.01)  # polling a bounded wait for the redelivery
+    assert sink.messages[1][1].redelivery_count == (1 if tracker else 0)
