@@ -7,6 +7,7 @@ import asyncio
 from typing import Any
 
 import pytest
+from support.ledger_cluster import wait_for
 
 from magnetar.broker.consumer import Consumer, OutMessage, SubType
 from magnetar.broker.dispatchers import DISPATCH_ROUNDS_PER_TURN, MAX_READ_ENTRIES
@@ -248,9 +249,7 @@ async def test_dispatcher_max_read_batch_size_bounds_every_read() -> None:
     sub.add_consumer(c)
     sub.flow(c, 1000)
     assert sub.dispatcher is not None
-    async with asyncio.timeout(10):
-        while sink.count() < 50:
-            await asyncio.sleep(0.01)  # polling a bounded wait for the 50 deliveries
+    await wait_for(lambda: not (sink.count() < 50), timeout_s=10)
     assert asked and max(asked) <= 7
 
 
@@ -265,11 +264,7 @@ async def test_redelivery_tracker_setting_decides_the_count_sent(tracker: bool) 
     c = Consumer(1, "c", SubType.SHARED, sink=sink, max_unacked=0)
     sub.add_consumer(c)
     sub.flow(c, 10)
-    async with asyncio.timeout(10):
-        while sink.count() < 1:
-            await asyncio.sleep(0.01)  # polling a bounded wait for the first delivery
+    await wait_for(lambda: not (sink.count() < 1), timeout_s=10)
     sub.redeliver(c, [sink.messages[1][0].position])
-    async with asyncio.timeout(10):
-        while sink.count() < 2:
-            await asyncio.sleep(0.01)  # polling a bounded wait for the redelivery
+    await wait_for(lambda: not (sink.count() < 2), timeout_s=10)
     assert sink.messages[1][1].redelivery_count == (1 if tracker else 0)
