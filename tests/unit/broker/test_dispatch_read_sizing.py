@@ -249,7 +249,7 @@ async def test_dispatcher_max_read_batch_size_bounds_every_read() -> None:
     sub.add_consumer(c)
     sub.flow(c, 1000)
     assert sub.dispatcher is not None
-    await wait_for(lambda: not (sink.count() < 50), timeout_s=10)
+    await wait_for(lambda: sink.count() >= 50, timeout_s=10)
     assert asked and max(asked) <= 7
 
 
@@ -264,7 +264,7 @@ async def test_redelivery_tracker_setting_decides_the_count_sent(tracker: bool) 
     c = Consumer(1, "c", SubType.SHARED, sink=sink, max_unacked=0)
     sub.add_consumer(c)
     sub.flow(c, 10)
-    await wait_for(lambda: not (sink.count() < 1), timeout_s=10)
+    await wait_for(lambda: sink.count() >= 1, timeout_s=10)
     sub.redeliver(c, [sink.messages[1][0].position])
-    await wait_for(lambda: not (sink.count() < 2), timeout_s=10)
+    await wait_for(lambda: sink.count() >= 2, timeout_s=10)
     assert sink.messages[1][1].redelivery_count == (1 if tracker else 0)
