@@ -74,7 +74,7 @@ from magnetar.client._errors import (
 from magnetar.client._message import Message, MessageId
 from magnetar.client._producer import Producer
 from magnetar.client._reader import Reader
-from magnetar.client._routing import HashingScheme
+from magnetar.client._routing import HashingScheme, hash_key
 
 __all__ = [
     "AlreadyClosed",
@@ -135,4 +135,5 @@ __all__ = [
     "UnknownError",
     "UnsupportedVersionError",
     "for_code",
+    "hash_key",
 ]
