@@ -49,6 +49,8 @@ def spark_session(app: str, master: str = "local[2, 4]") -> Any:
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.sql.streaming.stopTimeout", "60s")
         .config("spark.python.worker.reuse", "true")
+        .config("spark.python.worker.faulthandler.enabled", "true")
+        .config("spark.python.authenticate.socketTimeout", "180s")  # a loaded CI machine
         .getOrCreate()
     )
 
