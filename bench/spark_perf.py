@@ -2,11 +2,11 @@
 on ``local[2]``, against ``magnetar.client`` alone doing the same work (the baseline).
 
 Issue 17 §4. One ``magnetar standalone`` (free ports, temporary data dir), one local Spark
-session. ``--messages`` messages of ``--message-bytes`` bytes (default 1,000,000 × 100):
+session. ``--messages`` messages of ``--message-bytes`` bytes (default 1,000,000 x 100):
 
-- ``batch_write``: ``spark.range(n)`` → ``value`` of the given size → ``df.write.format("magnetar")``
-  into a topic of ``--partitions`` partitions (exactly-once, the default: one producer per task
-  and partition, sequence ids, broker deduplication);
+- ``batch_write``: ``spark.range(n)`` → ``value`` of the given size →
+  ``df.write.format("magnetar")`` into a topic of ``--partitions`` partitions (exactly-once,
+  the default: one producer per task and partition, sequence ids, broker deduplication);
 - ``batch_read``: ``spark.read.format("magnetar")`` of that topic, ``count()`` forced through
   every row's ``value`` (``sum(length(value))``);
 - ``stream_read``: ``spark.readStream.format("magnetar")`` with ``Trigger.AvailableNow`` into a
@@ -35,7 +35,7 @@ import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _common import StandaloneServer, loadavg  # noqa: E402
+from _common import StandaloneServer, loadavg
 
 
 def _admin(web_url: str, method: str, path: str, body: object) -> None:
@@ -59,10 +59,8 @@ async def _baseline_write(service_url: str, topic: str, n: int, size: int, parts
             producer = await client.create_producer(
                 name, producer_name=f"baseline-{i}", block_if_queue_full=True
             )
-            seq = 0
-            for _ in range(i, n, len(names)):
+            for seq, _ in enumerate(range(i, n, len(names))):
                 await producer.send_async(payload, sequence_id=seq)
-                seq += 1
             await producer.flush()
 
         await asyncio.gather(*(one(i, name) for i, name in enumerate(names)))
@@ -119,7 +117,8 @@ def main() -> None:
         spark = (
             SparkSession.builder.master(args.master).appName("spark_perf")
             .config("spark.ui.enabled", "false")
-            .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
+            .config("spark.driver.host", "127.0.0.1")
+            .config("spark.driver.bindAddress", "127.0.0.1")
             .config("spark.python.authenticate.socketTimeout", "180s")
             .config("spark.driver.memory", "2g")
             .getOrCreate()

@@ -2,8 +2,9 @@
 
 Owns: ``Reader`` over a ``Consumer`` with ``durable=False`` and a ``start_message_id``
 (earliest, latest or an id; ``start_message_id_inclusive``), ``read_next``,
-``get_last_message_id``, ``has_message_available`` (GET_LAST_MESSAGE_ID compared with the last message read, or with
-the start position when nothing was read yet), ``seek`` by id or publish time.
+``get_last_message_id``, ``has_message_available`` (GET_LAST_MESSAGE_ID compared with the
+last message read, or with the start position when nothing was read yet), ``seek`` by id or
+publish time.
 
 Must not know: connections.
 """

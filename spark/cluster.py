@@ -21,7 +21,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any
 
 from magnetar.client import Client, InitialPosition, Message, MessageId, Timeout
@@ -104,7 +104,7 @@ async def read_range(
     fail_on_data_loss: bool,
     poll_timeout_ms: int,
     reader_kwargs: dict[str, Any],
-) -> AsyncIterator[Message]:
+) -> AsyncGenerator[Message, None]:
     """The messages of ``partition`` after/at ``start`` up to ``end`` inclusive, in order.
 
     Starting ``after`` a position, the reader opens inclusive on it and expects to read it

@@ -163,7 +163,8 @@ class BatchReader(DataSourceReader):  # type: ignore[misc]
 
         return _run(plan())  # type: ignore[no-any-return]
 
-    def read(self, partition: RangePartition) -> Iterator[Any]:
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        assert isinstance(partition, RangePartition)
         yield from read_partition(self.opts, partition)
 
 
@@ -242,7 +243,9 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # type
                 }
                 if max_rows is None and max_bytes is None:
                     return head, head
-                capped = await _capped(client, opts, begin, lasts, max_rows, max_bytes)
+                capped = await _capped(
+                    client, opts, begin, lasts, max_rows=max_rows, max_bytes=max_bytes
+                )
                 return capped, head
             finally:
                 await client.close()
@@ -270,7 +273,8 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # type
                 out.append(RangePartition(name, str(s), str(e.position)))
         return out
 
-    def read(self, partition: RangePartition) -> Iterator[Any]:
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        assert isinstance(partition, RangePartition)
         yield from read_partition(self.opts, partition)
 
     def commit(self, end: dict[str, Any]) -> None:
@@ -307,6 +311,7 @@ async def _capped(
     opts: ReadOptions,
     begin: dict[str, Start],
     lasts: dict[str, Position | None],
+    *,
     max_rows: int | None,
     max_bytes: int | None,
 ) -> dict[str, Start]:

@@ -161,10 +161,10 @@ class BatchWriter(DataSourceArrowWriter):  # type: ignore[misc]
             name = f"magnetar-spark-{self.write_id}-{part}"
         return _run_task(self.opts, self.layout, iterator, name)
 
-    def commit(self, messages: list[WriteReport | None]) -> None:
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         _log_reports("write", messages)
 
-    def abort(self, messages: list[WriteReport | None]) -> None:
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         log.warning("write aborted after %s", _summary(messages))
 
 
@@ -193,22 +193,22 @@ class StreamWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
             name = f"magnetar-spark-{query}-{batch}-{part}"
         return _run_task(self.opts, self.layout, iterator, name)
 
-    def commit(self, messages: list[WriteReport | None], batchId: int) -> None:
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         _log_reports(f"micro-batch {batchId}", messages)
 
-    def abort(self, messages: list[WriteReport | None], batchId: int) -> None:
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         log.warning("micro-batch %s aborted after %s", batchId, _summary(messages))
 
 
-def _summary(messages: list[WriteReport | None]) -> str:
-    got = [m for m in messages if m is not None]
+def _summary(messages: list[WriterCommitMessage | None]) -> str:
+    got = [m for m in messages if isinstance(m, WriteReport)]
     return (
         f"{sum(m.sent for m in got)} sent, {sum(m.deduplicated for m in got)} deduplicated, "
         f"{sum(m.skipped for m in got)} skipped as already stored"
     )
 
 
-def _log_reports(what: str, messages: list[WriteReport | None]) -> None:
+def _log_reports(what: str, messages: list[WriterCommitMessage | None]) -> None:
     log.info("%s committed: %s", what, _summary(messages))
 
 

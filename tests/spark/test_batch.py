@@ -16,7 +16,6 @@ from typing import Any
 import pytest
 from conftest import admin, publish, read_all
 from pyspark.sql import functions as F
-
 from support.standalone import StandaloneProcess
 
 
@@ -40,7 +39,8 @@ def test_round_trip_100k_rows_through_a_partitioned_topic(
     )
     df.write.format("magnetar").options(**_opts(standalone, topic=topic)).mode("append").save()
 
-    stats = admin(standalone, "GET", "/admin/v2/persistent/public/default/roundtrip-partition-0/stats")
+    part0 = "/admin/v2/persistent/public/default/roundtrip-partition-0/stats"
+    stats = admin(standalone, "GET", part0)
     assert stats["deduplicationStatus"] == "Enabled"  # exactlyOnce (the default) turned it on
 
     back = spark.read.format("magnetar").options(**_opts(standalone, topic=topic)).load().cache()

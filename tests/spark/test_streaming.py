@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import json
 import pathlib
 import time
 from collections.abc import Callable
@@ -17,7 +18,6 @@ import pytest
 from conftest import admin, publish, read_all
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import functions as F
-
 from support.standalone import StandaloneProcess
 
 NS = "persistent://public/default"
@@ -45,7 +45,7 @@ def _parquet_values(spark: Any, path: pathlib.Path) -> list[str]:
 def test_restart_from_checkpoint_is_exactly_once_and_micro_batches_are_capped(
     spark: Any, standalone: StandaloneProcess, tmp_path: pathlib.Path
 ) -> None:
-    topic = f"{NS}/clicks"
+    topic = f"{NS}/clickstream"
     publish(standalone.service_url, topic, [f"a-{i}".encode() for i in range(300)])
     sink, checkpoint = tmp_path / "sink", tmp_path / "checkpoint"
 
@@ -83,7 +83,7 @@ def test_restart_from_checkpoint_is_exactly_once_and_micro_batches_are_capped(
     assert set(counts) == expected and max(counts.values()) == 1  # no gap, no duplicate
 
     # the optional durable cursor followed the commits (progress for backlog, not correctness)
-    stats = admin(standalone, "GET", "/admin/v2/persistent/public/default/clicks/stats")
+    stats = admin(standalone, "GET", "/admin/v2/persistent/public/default/clickstream/stats")
     assert "spark-progress" in stats["subscriptions"]
 
 
@@ -117,7 +117,7 @@ def test_a_replayed_micro_batch_writes_no_duplicates(
     commits[-1].unlink()
     (checkpoint / "commits" / f".{commits[-1].name}.crc").unlink(missing_ok=True)
     replay = run()
-    assert [p["numInputRows"] for p in replay.recentProgress][0] > 0  # the batch ran again
+    assert replay.recentProgress[0]["numInputRows"] > 0  # the batch ran again
     counts = collections.Counter(m.data() for m in read_all(standalone.service_url, dst))
     assert set(counts) == {f"o-{i}".encode() for i in range(500)}
     assert max(counts.values()) == 1
@@ -199,3 +199,27 @@ def test_lost_data_fails_the_query_or_is_skipped(
         assert query.exception() is None
         expected = {f"old-{i}" for i in range(20)} | {f"new-{i}" for i in range(10)}
         assert set(values) == expected and max(values.values()) == 1
+
+
+def test_the_user_guide_pipeline_runs_exactly_once_end_to_end(
+    spark: Any, standalone: StandaloneProcess
+) -> None:
+    """docs/spark.md's pipeline, as printed (its URLs pointed at this standalone; the
+    module's session is reused, so its ``spark.stop()`` is left to the fixture)."""
+    doc = (pathlib.Path(__file__).parents[2] / "docs" / "spark.md").read_text()
+    code = doc.split("## A runnable pipeline", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    code = (
+        code.replace("pulsar://localhost:6650", standalone.service_url)
+        .replace("http://localhost:8080", standalone.web_url)
+        .replace("spark.stop()", "")
+        .replace("totals.show(truncate=False)", "shown = totals.collect()")
+    )
+    scope: dict[str, Any] = {"__name__": "docs_pipeline"}
+    exec(compile(code, "docs/spark.md", "exec"), scope)
+    rows = scope["shown"]
+    final: dict[str, int] = {}
+    for r in rows:  # the last count written per page is its total
+        final[r.page] = max(final.get(r.page, 0), json.loads(r.value)["count"])
+    assert final == {f"page-{p}": len(range(p, 1000, 7)) for p in range(7)}
+    # each (page, count) message once: replays and retries did not duplicate
+    assert len({(r.page, r.value) for r in rows}) == len(rows)

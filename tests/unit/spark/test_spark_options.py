@@ -102,9 +102,9 @@ def test_bad_read_options_name_the_option(
 
 
 def test_service_url_is_required_and_checked() -> None:
-    with pytest.raises(OptionError, match="'service.url' is required"):
+    with pytest.raises(OptionError, match=r"'service\.url' is required"):
         read_options({"topic": "t"}, streaming=True)
-    with pytest.raises(OptionError, match="'service.url'"):
+    with pytest.raises(OptionError, match=r"'service\.url'"):
         read_options({"topic": "t", "service.url": "localhost:6650"}, streaming=True)
 
 
