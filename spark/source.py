@@ -45,7 +45,7 @@ class MagnetarDataSource(DataSource):  # type: ignore[misc]
         from magnetar.spark import cluster
         from magnetar.spark.rows import SchemaError, sink_layout
 
-        if overwrite:
+        if overwrite:  # batch mode "overwrite" (a streaming "complete" query appends its table)
             raise OptionError(
                 "save mode 'overwrite' is not supported: a topic is append-only; use mode 'append'"
             )
@@ -76,7 +76,9 @@ class MagnetarDataSource(DataSource):  # type: ignore[misc]
     def streamWriter(self, schema: Any, overwrite: bool) -> Any:
         from magnetar.spark.write import StreamWriter
 
-        return StreamWriter(*self._writer_parts(schema, overwrite))
+        # outputMode("complete") arrives as overwrite: each micro-batch sends the whole result
+        # table, as Kafka's sink does; readers take the latest message per key
+        return StreamWriter(*self._writer_parts(schema, False))
 
 
 __all__ = ["MagnetarDataSource"]
