@@ -177,3 +177,17 @@ def test_a_start_knows_whether_a_last_message_is_still_to_be_read() -> None:
     assert Start.at(last).is_before_or_at(last)
     batched = Position(5, 10, 3)
     assert Start.after(Position(5, 10, 2)).is_before_or_at(batched)
+
+
+def test_spark_discovers_the_source_through_a_pyspark_module() -> None:
+    """Spark 4 registers ``DefaultSource`` of every top-level ``pyspark_*`` module it finds
+    (``pyspark.sql.worker.lookup_data_sources``): ours names the ``magnetar`` format."""
+    import importlib
+    import pkgutil
+
+    from pyspark.sql.datasource import DataSource
+
+    assert "pyspark_magnetar" in {m.name for m in pkgutil.iter_modules() if m.name.startswith(
+        "pyspark_")}
+    source = importlib.import_module("pyspark_magnetar").DefaultSource
+    assert issubclass(source, DataSource) and source.name() == "magnetar"
