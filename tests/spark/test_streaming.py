@@ -87,10 +87,12 @@ def test_restart_from_checkpoint_is_exactly_once_and_micro_batches_are_capped(
     assert "spark-progress" in stats["subscriptions"]
 
 
+@pytest.mark.parametrize("exactly_once", [True, False])
 def test_a_replayed_micro_batch_writes_no_duplicates(
-    spark: Any, standalone: StandaloneProcess, tmp_path: pathlib.Path
+    spark: Any, standalone: StandaloneProcess, tmp_path: pathlib.Path, exactly_once: bool
 ) -> None:
-    src, dst = f"{NS}/orders", f"{NS}/orders-copy"
+    eo = str(exactly_once).lower()
+    src, dst = f"{NS}/orders-{eo}", f"{NS}/orders-copy-{eo}"
     publish(standalone.service_url, src, [f"o-{i}".encode() for i in range(500)])
     checkpoint = tmp_path / "checkpoint"
 
@@ -101,7 +103,7 @@ def test_a_replayed_micro_batch_writes_no_duplicates(
             .load()
             .select("value", "__key")
             .writeStream.format("magnetar")
-            .options(**_opts(standalone, topic=dst))
+            .options(**_opts(standalone, topic=dst, exactlyOnce=eo))
             .option("checkpointLocation", str(checkpoint))
             .trigger(availableNow=True)
             .start()
@@ -120,7 +122,30 @@ def test_a_replayed_micro_batch_writes_no_duplicates(
     assert replay.recentProgress[0]["numInputRows"] > 0  # the batch ran again
     counts = collections.Counter(m.data() for m in read_all(standalone.service_url, dst))
     assert set(counts) == {f"o-{i}".encode() for i in range(500)}
-    assert max(counts.values()) == 1
+    if exactly_once:
+        assert max(counts.values()) == 1
+    else:  # at-least-once: the replayed batch was written twice
+        assert max(counts.values()) == 2
+
+
+def test_max_bytes_per_trigger_caps_each_micro_batch(
+    spark: Any, standalone: StandaloneProcess, tmp_path: pathlib.Path
+) -> None:
+    topic = f"{NS}/sized"
+    publish(standalone.service_url, topic, [b"%099d" % i for i in range(50)])  # 100 B each
+    query = (
+        spark.readStream.format("magnetar")
+        .options(**_opts(standalone, topic=topic, startingOffsets="earliest",
+                         maxBytesPerTrigger="1000"))
+        .load()
+        .writeStream.format("noop")
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    assert query.awaitTermination(300)
+    sizes = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+    assert sum(sizes) == 50 and max(sizes) <= 10  # at most 1,000 payload bytes per batch
 
 
 def test_pattern_and_partitions_added_mid_stream_start_at_earliest(
