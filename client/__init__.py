@@ -82,7 +82,7 @@ if TYPE_CHECKING:
     from magnetar.client._message import Message, MessageId
     from magnetar.client._producer import Producer
     from magnetar.client._reader import Reader
-    from magnetar.client._routing import HashingScheme
+    from magnetar.client._routing import HashingScheme, hash_key
 
 _LAZY: dict[str, str] = {
     "Client": "magnetar.client._client",
@@ -143,6 +143,7 @@ _LAZY: dict[str, str] = {
     "Producer": "magnetar.client._producer",
     "Reader": "magnetar.client._reader",
     "HashingScheme": "magnetar.client._routing",
+    "hash_key": "magnetar.client._routing",
 }
 
 
@@ -218,4 +219,5 @@ __all__ = [
     "UnknownError",
     "UnsupportedVersionError",
     "for_code",
+    "hash_key",
 ]

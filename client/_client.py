@@ -188,6 +188,13 @@ class Client:
             return [t.full_name]
         return [t.partition(i).full_name for i in range(n)]
 
+    async def get_topics_matching(self, pattern: str) -> list[str]:
+        """Topics of the pattern's namespace whose name (partitioned-topic names, not their
+        partitions) matches ``pattern`` (``persistent://tenant/ns/regex``), as a pattern
+        consumer would subscribe to them now."""
+        self._check_open()
+        return await self._topics_matching(pattern)
+
     async def _topics_matching(self, pattern: str) -> list[str]:
         regex = re.compile(pattern)
         probe = pattern.split("://", 1)[-1]

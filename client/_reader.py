@@ -2,8 +2,9 @@
 
 Owns: ``Reader`` over a ``Consumer`` with ``durable=False`` and a ``start_message_id``
 (earliest, latest or an id; ``start_message_id_inclusive``), ``read_next``,
-``has_message_available`` (GET_LAST_MESSAGE_ID compared with the last message read, or with
-the start position when nothing was read yet), ``seek`` by id or publish time.
+``get_last_message_id``, ``has_message_available`` (GET_LAST_MESSAGE_ID compared with the
+last message read, or with the start position when nothing was read yet), ``seek`` by id or
+publish time.
 
 Must not know: connections.
 """
@@ -73,6 +74,11 @@ class Reader:
 
     async def seek(self, target: MessageId | int) -> None:
         await self._consumer.seek(target)
+
+    async def get_last_message_id(self) -> MessageId:
+        """The id of the topic's last message (Java's ``Reader.getLastMessageId``): for a
+        batched entry it names the batch's last message; ``entry_id() < 0`` when empty."""
+        return await self._consumer.get_last_message_id()
 
     def is_connected(self) -> bool:
         return self._consumer.is_connected()

@@ -199,6 +199,9 @@ class Reader:
     def seek(self, target: MessageId | int) -> None:
         self._loop.run(self._reader.seek(target))
 
+    def get_last_message_id(self) -> MessageId:
+        return self._loop.run(self._reader.get_last_message_id())
+
     def is_connected(self) -> bool:
         return self._reader.is_connected()
 
@@ -270,6 +273,9 @@ class Client:
 
     def get_topic_partitions(self, topic: str) -> list[str]:
         return self._loop.run(self._client.get_topic_partitions(topic))
+
+    def get_topics_matching(self, pattern: str) -> list[str]:
+        return self._loop.run(self._client.get_topics_matching(pattern))
 
     def close(self) -> None:
         if self._closed:

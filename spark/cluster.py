@@ -1,0 +1,260 @@
+"""What the data source asks the cluster, through ``magnetar.client`` and the admin REST API.
+
+Owns: opening a ``Client`` from ``ClientSettings``; resolving a topic selection to its
+topic-partitions (a pattern through the namespace's topic list); each partition's last message
+id (the fixed end of a batch read or a micro-batch); the first message at or after a publish
+time; reading a range of one topic-partition with a non-durable reader (``read_range``: the
+data-loss check and the end bound live here); the optional durable progress cursor
+(``advance_cursor``); and deduplication on write targets (``ensure_deduplication``: the
+topic-level ``deduplicationEnabled`` policy over HTTP, then waiting until loaded partitions
+report it).
+
+Must not know: Spark.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import AsyncGenerator
+from typing import Any
+
+from magnetar.client import Client, InitialPosition, Message, MessageId, Timeout
+from magnetar.spark.options import ClientSettings, TopicSelection
+from magnetar.spark.positions import Position, Start
+
+log = logging.getLogger(__name__)
+
+
+class DataLossError(RuntimeError):
+    """Messages a query still needed are gone (retention, a deleted topic)."""
+
+
+class DeduplicationError(RuntimeError):
+    """Exactly-once writes were asked for and the topic's deduplication is off."""
+
+
+def open_client(settings: ClientSettings) -> Client:
+    return Client(settings.service_url, **settings.client_kwargs)
+
+
+def position_of(mid: MessageId) -> Position:
+    return Position(mid.ledger_id(), mid.entry_id(), mid.batch_index())
+
+
+def message_id(pos: Position) -> MessageId:
+    return MessageId(-1, pos.ledger, pos.entry, pos.batch)
+
+
+async def resolve_partitions(client: Client, selection: TopicSelection) -> list[str]:
+    """Every topic-partition of the selection, sorted (a non-partitioned topic is itself)."""
+    topics = (
+        list(selection.topics)
+        if selection.pattern is None
+        else await client.get_topics_matching(selection.pattern)
+    )
+    parts = await asyncio.gather(*(client.get_topic_partitions(t) for t in topics))
+    return sorted({p for group in parts for p in group})
+
+
+async def last_positions(client: Client, partitions: list[str]) -> dict[str, Position | None]:
+    """The id of each partition's last message now (``None``: the partition is empty)."""
+
+    async def one(name: str) -> tuple[str, Position | None]:
+        reader = await client.create_reader(name, MessageId.latest)
+        try:
+            last = await reader.get_last_message_id()
+        finally:
+            await reader.close()
+        return name, (position_of(last) if last.entry_id() >= 0 else None)
+
+    return dict(await asyncio.gather(*(one(p) for p in partitions)))
+
+
+async def start_at_time(
+    client: Client, partition: str, time_ms: int, last: Position | None, timeout_ms: int
+) -> Start:
+    """Where to start so the first message read is the first published at or after
+    ``time_ms`` (the broker's seek by publish time); after ``last`` when there is none."""
+    if last is None:
+        return Start.earliest()
+    reader = await client.create_reader(partition, MessageId.earliest)
+    try:
+        await reader.seek(time_ms)
+        try:
+            msg = await reader.read_next(timeout_ms)
+        except Timeout:
+            return Start.after(last)
+        return Start.at(position_of(msg.message_id()))
+    finally:
+        await reader.close()
+
+
+async def read_range(
+    client: Client,
+    partition: str,
+    start: Start,
+    end: Position,
+    *,
+    fail_on_data_loss: bool,
+    poll_timeout_ms: int,
+    reader_kwargs: dict[str, Any],
+) -> AsyncGenerator[Message, None]:
+    """The messages of ``partition`` after/at ``start`` up to ``end`` inclusive, in order.
+
+    Starting ``after`` a position, the reader opens inclusive on it and expects to read it
+    first (then skips it): any other first message means it is gone, so data was lost.
+    """
+    if start.position is None:
+        reader = await client.create_reader(partition, MessageId.earliest, **reader_kwargs)
+    else:
+        reader = await client.create_reader(
+            partition,
+            message_id(start.position),
+            start_message_id_inclusive=True,
+            **reader_kwargs,
+        )
+    try:
+        first = start.position is not None
+        while True:
+            try:
+                msg = await reader.read_next(poll_timeout_ms)
+            except Timeout:
+                _data_loss(
+                    fail_on_data_loss,
+                    f"{partition}: no message after {poll_timeout_ms} ms (pollTimeoutMs) though "
+                    f"the range ends at {end}; the messages may have been deleted",
+                )
+                return
+            pos = position_of(msg.message_id())
+            if first:
+                first = False
+                assert start.position is not None
+                if pos != start.position:
+                    _data_loss(
+                        fail_on_data_loss,
+                        f"{partition}: the message {start.position} the query "
+                        f"{'resumes after' if start.kind == 'after' else 'starts at'} is gone "
+                        f"(the first message still there is {pos}); messages were deleted by "
+                        "retention or the topic was deleted",
+                    )
+                elif start.kind == "after":
+                    if pos >= end:
+                        return
+                    continue
+            if pos > end:
+                return
+            yield msg
+            if pos >= end:
+                return
+    finally:
+        await reader.close()
+
+
+def _data_loss(fail: bool, what: str) -> None:
+    if fail:
+        raise DataLossError(
+            f"data loss: {what}. Set the option failOnDataLoss=false to skip the lost "
+            "messages with a warning instead."
+        )
+    log.warning("data loss (failOnDataLoss=false, skipping): %s", what)
+
+
+async def advance_cursor(
+    client: Client, subscription: str, positions: dict[str, Position]
+) -> None:
+    """Move the durable ``subscription`` of each partition to ``positions`` (cumulative
+    acknowledgement): progress for backlog and retention only, never for correctness."""
+
+    async def one(name: str, pos: Position) -> None:
+        consumer = await client.subscribe(
+            name, subscription, initial_position=InitialPosition.Earliest
+        )
+        try:
+            await consumer.acknowledge_cumulative(message_id(pos))
+            await consumer.flush_acknowledgements()
+        finally:
+            await consumer.close()
+
+    await asyncio.gather(*(one(n, p) for n, p in positions.items()))
+
+
+# ---------------------------------------------------------------------------- admin REST
+
+
+def _http(method: str, url: str, body: Any = None, timeout_s: float = 30) -> tuple[int, Any]:
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(url, data=data, method=method)
+    req.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(req, timeout=timeout_s) as resp:
+            raw = resp.read()
+            return resp.status, (json.loads(raw) if raw else None)
+    except urllib.error.HTTPError as exc:
+        raw = exc.read()
+        try:
+            return exc.code, (json.loads(raw) if raw else None)
+        except ValueError:
+            return exc.code, raw.decode(errors="replace")
+
+
+def _rest_path(topic: str) -> str:
+    domain, _, rest = topic.partition("://")
+    tenant, ns, local = rest.split("/", 2)
+    return f"{domain}/{tenant}/{ns}/{urllib.parse.quote(local, safe='')}"
+
+
+def ensure_deduplication(
+    admin_url: str, topic: str, partitions: list[str], timeout_s: float = 60
+) -> None:
+    """Turn on the topic's ``deduplicationEnabled`` policy and wait until every loaded
+    partition applies it; ``DeduplicationError`` when that cannot be done."""
+    base = f"{admin_url}/admin/v2/{_rest_path(topic)}"
+    status, body = _http("POST", f"{base}/deduplicationEnabled", True)  # Pulsar's topic path
+    if status in (404, 405):
+        status, body = _http("POST", f"{base}/deduplication", True)  # the namespace's name
+    if status not in (200, 204):
+        raise DeduplicationError(
+            f"exactlyOnce=true: cannot enable deduplication on {topic} through {admin_url} "
+            f"(HTTP {status}: {body}); enable it (pulsar-admin topics set-deduplication "
+            "--enable) or write with exactlyOnce=false"
+        )
+    deadline = time.monotonic() + timeout_s
+    pending = list(partitions)
+    while pending:
+        name = pending[0]
+        status, stats = _http("GET", f"{admin_url}/admin/v2/{_rest_path(name)}/stats")
+        if status == 404 or (isinstance(stats, dict)
+                             and stats.get("deduplicationStatus") == "Enabled"):
+            pending.pop(0)  # not loaded: it loads with the policy
+            continue
+        if status != 200:
+            raise DeduplicationError(
+                f"exactlyOnce=true: cannot read the stats of {name} (HTTP {status}: {stats})"
+            )
+        if time.monotonic() > deadline:
+            raise DeduplicationError(
+                f"exactlyOnce=true: deduplication on {name} is still "
+                f"{stats.get('deduplicationStatus')!r} {timeout_s:.0f} s after enabling it"
+            )
+        time.sleep(0.05)  # polling interval of a deadline-bounded wait
+
+
+__all__ = [
+    "DataLossError",
+    "DeduplicationError",
+    "advance_cursor",
+    "ensure_deduplication",
+    "last_positions",
+    "message_id",
+    "open_client",
+    "position_of",
+    "read_range",
+    "resolve_partitions",
+    "start_at_time",
+]

@@ -1,0 +1,422 @@
+"""The ``magnetar`` data source's options: parsed and checked once, at planning time.
+
+Owns: ``ReadOptions`` and ``WriteOptions`` (frozen), built from Spark's case-insensitive,
+all-string option map by ``read_options`` / ``write_options``. Every option named in
+``docs/spark.md`` is accepted here and used somewhere; any other key, a bad value, or two
+options that contradict each other raise ``OptionError`` naming the option. Option names are
+pulsar-spark's (``service.url``, ``topicsPattern``, ``startingOffsets``...), matched without
+regard to case as Spark does.
+
+``pulsar.client.*``, ``pulsar.reader.*`` and ``pulsar.producer.*`` pass through to
+``magnetar.client`` under their Java-client names (``pulsar.reader.receiverQueueSize``); each
+supported name maps to one keyword argument and an unsupported one is an error.
+
+Must not know: Spark sessions, the network.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from magnetar.spark.positions import Position, PositionError
+
+
+class OptionError(ValueError):
+    """An option of the ``magnetar`` data source is unknown, malformed or conflicting."""
+
+
+# Keys Spark itself may add to a source's or sink's options.
+_SPARK_KEYS = frozenset({"path", "checkpointlocation", "queryname"})
+
+_READ_KEYS = frozenset(
+    {
+        "service.url",
+        "admin.url",
+        "topic",
+        "topics",
+        "topicspattern",
+        "startingoffsets",
+        "endingoffsets",
+        "startingtime",
+        "endingtime",
+        "failondataloss",
+        "maxbytespertrigger",
+        "maxrecordspertrigger",
+        "subscriptionname",
+        "polltimeoutms",
+    }
+)
+_WRITE_KEYS = frozenset({"service.url", "admin.url", "topic", "exactlyonce"})
+
+
+def _ms_to_s(v: str) -> float:
+    return int(v) / 1000
+
+
+def _bool(v: str) -> bool:
+    low = v.strip().lower()
+    if low in ("true", "1", "yes"):
+        return True
+    if low in ("false", "0", "no"):
+        return False
+    raise ValueError(f"{v!r} is not true or false")
+
+
+def _token(v: str) -> Any:
+    from magnetar.client import AuthenticationToken
+
+    return AuthenticationToken(v.removeprefix("token:"))
+
+
+# pass-through name (lower case) -> (client keyword, converter)
+_CLIENT_PASS: dict[str, tuple[str, Callable[[str], Any]]] = {
+    "operationtimeoutms": ("operation_timeout_seconds", _ms_to_s),
+    "connectiontimeoutms": ("connection_timeout_ms", int),
+    "keepaliveintervalseconds": ("keep_alive_interval_seconds", int),
+    "usetls": ("use_tls", _bool),
+    "tlstrustcertsfilepath": ("tls_trust_certs_file_path", str),
+    "tlsallowinsecureconnection": ("tls_allow_insecure_connection", _bool),
+    "tlshostnameverificationenable": ("tls_validate_hostname", _bool),
+    "tlscertificatefilepath": ("tls_certificate_file_path", str),
+    "tlskeyfilepath": ("tls_private_key_file_path", str),
+    "listenername": ("listener_name", str),
+    "authparams": ("authentication", _token),
+}
+_READER_PASS: dict[str, tuple[str, Callable[[str], Any]]] = {
+    "receiverqueuesize": ("receiver_queue_size", int),
+    "readername": ("reader_name", str),
+    "subscriptionroleprefix": ("subscription_role_prefix", str),
+    "readcompacted": ("is_read_compacted", _bool),
+}
+
+
+def _compression(v: str) -> Any:
+    from magnetar.client import CompressionType
+
+    try:
+        return CompressionType[v.strip().upper()]
+    except KeyError:
+        raise ValueError(f"{v!r} is not one of {[c.name for c in CompressionType]}") from None
+
+
+_PRODUCER_PASS: dict[str, tuple[str, Callable[[str], Any]]] = {
+    "sendtimeoutms": ("send_timeout_millis", int),
+    "maxpendingmessages": ("max_pending_messages", int),
+    "compressiontype": ("compression_type", _compression),
+    "batchingenabled": ("batching_enabled", _bool),
+    "batchingmaxmessages": ("batching_max_messages", int),
+    "batchingmaxpublishdelayms": ("batching_max_publish_delay_ms", int),
+    "batchingmaxbytes": ("batching_max_allowed_size_in_bytes", int),
+    "chunkingenabled": ("chunking_enabled", _bool),
+}
+
+_PREFIXES: dict[str, dict[str, tuple[str, Callable[[str], Any]]]] = {
+    "pulsar.client.": _CLIENT_PASS,
+    "pulsar.reader.": _READER_PASS,
+    "pulsar.producer.": _PRODUCER_PASS,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ClientSettings:
+    service_url: str
+    admin_url: str | None
+    client_kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class TopicSelection:
+    """Exactly one of ``topics`` (explicit names) or ``pattern`` is set."""
+
+    topics: tuple[str, ...] = ()
+    pattern: str | None = None
+
+    def describe(self) -> str:
+        return self.pattern if self.pattern is not None else ",".join(self.topics)
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetSpec:
+    """``startingOffsets`` / ``endingOffsets``: a keyword or one bound per topic-partition."""
+
+    keyword: str | None  # "earliest" / "latest", or None with ``per_partition``
+    per_partition: dict[str, Position] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ReadOptions:
+    client: ClientSettings
+    selection: TopicSelection
+    starting: OffsetSpec
+    ending: OffsetSpec
+    starting_time_ms: int | None
+    ending_time_ms: int | None
+    fail_on_data_loss: bool
+    max_records_per_trigger: int | None
+    max_bytes_per_trigger: int | None
+    subscription_name: str | None
+    poll_timeout_ms: int
+    reader_kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class WriteOptions:
+    client: ClientSettings
+    topic: str | None
+    exactly_once: bool
+    producer_kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+def _lower(options: Mapping[str, str]) -> dict[str, str]:
+    return {str(k).lower(): str(v) for k, v in options.items() if v is not None}
+
+
+def _split_passthrough(
+    opts: dict[str, str], allowed_prefixes: tuple[str, ...]
+) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {p: {} for p in _PREFIXES}
+    for key in list(opts):
+        for prefix, table in _PREFIXES.items():
+            if not key.startswith(prefix):
+                continue
+            value = opts.pop(key)
+            if prefix not in allowed_prefixes:
+                raise OptionError(f"option {key!r}: {prefix}* options do not apply here")
+            name = key[len(prefix) :]
+            if name not in table:
+                raise OptionError(
+                    f"option {key!r} is not supported; supported {prefix}* options: "
+                    + ", ".join(sorted(table))
+                )
+            kw, conv = table[name]
+            try:
+                out[prefix][kw] = conv(value)
+            except ValueError as exc:
+                raise OptionError(f"option {key!r}: {exc}") from None
+            break
+    return out
+
+
+def _check_unknown(opts: dict[str, str], known: frozenset[str]) -> None:
+    unknown = sorted(k for k in opts if k not in known and k not in _SPARK_KEYS)
+    if unknown:
+        raise OptionError(
+            f"unknown option {unknown[0]!r} for format 'magnetar'"
+            + (f" (also: {', '.join(unknown[1:])})" if len(unknown) > 1 else "")
+        )
+
+
+def _client_settings(opts: dict[str, str], client_kwargs: dict[str, Any]) -> ClientSettings:
+    url = opts.get("service.url", "").strip()
+    if not url:
+        raise OptionError("option 'service.url' is required (e.g. pulsar://localhost:6650)")
+    if not re.match(r"^(pulsar|pulsar\+ssl|http|https)://", url):
+        raise OptionError(f"option 'service.url': {url!r} is not a pulsar:// or http:// URL")
+    admin = opts.get("admin.url", "").strip() or None
+    if admin is not None and not re.match(r"^https?://", admin):
+        raise OptionError(f"option 'admin.url': {admin!r} is not an http(s):// URL")
+    return ClientSettings(url, admin.rstrip("/") if admin else None, client_kwargs)
+
+
+def _positive_int(opts: dict[str, str], key: str, name: str) -> int | None:
+    raw = opts.get(key)
+    if raw is None:
+        return None
+    try:
+        v = int(raw)
+    except ValueError:
+        raise OptionError(f"option {name!r}: {raw!r} is not an integer") from None
+    if v <= 0:
+        raise OptionError(f"option {name!r} must be positive, got {v}")
+    return v
+
+
+def _offsets(raw: str | None, name: str, allowed: tuple[str, ...]) -> OffsetSpec | None:
+    if raw is None:
+        return None
+    text = raw.strip()
+    if text.lower() in allowed:
+        return OffsetSpec(text.lower())
+    if not text.startswith("{"):
+        raise OptionError(
+            f"option {name!r}: {raw!r} is neither "
+            + " nor ".join(repr(a) for a in allowed)
+            + ' nor JSON like {"persistent://public/default/t-partition-0": "12:5"}'
+        )
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise OptionError(f"option {name!r}: not valid JSON ({exc})") from None
+    if not isinstance(data, dict) or not data:
+        raise OptionError(f"option {name!r}: the JSON must map topic-partitions to message ids")
+    per: dict[str, Position] = {}
+    for tp, mid in data.items():
+        if not isinstance(mid, str):
+            raise OptionError(f"option {name!r}: the id of {tp!r} must be a string 'ledger:entry'")
+        try:
+            per[full_topic_name(tp)] = Position.parse(mid)
+        except PositionError as exc:
+            raise OptionError(f"option {name!r}: {exc}") from None
+    return OffsetSpec(None, per)
+
+
+def full_topic_name(topic: str) -> str:
+    t = topic.strip()
+    if "://" in t:
+        return t
+    parts = t.split("/")
+    if len(parts) == 1:
+        return f"persistent://public/default/{t}"
+    if len(parts) == 3:
+        return f"persistent://{t}"
+    raise OptionError(f"{topic!r} is not a topic name")
+
+
+def _selection(opts: dict[str, str]) -> TopicSelection:
+    given = [k for k in ("topic", "topics", "topicspattern") if opts.get(k, "").strip()]
+    names = {"topic": "topic", "topics": "topics", "topicspattern": "topicsPattern"}
+    if len(given) != 1:
+        raise OptionError(
+            "exactly one of the options 'topic', 'topics', 'topicsPattern' is required"
+            + (f" (given: {', '.join(names[g] for g in given)})" if given else "")
+        )
+    key = given[0]
+    value = opts[key].strip()
+    if key == "topicspattern":
+        pattern = value if "://" in value else f"persistent://public/default/{value}"
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise OptionError(f"option 'topicsPattern': {value!r} is not a regex ({exc})") from None
+        return TopicSelection(pattern=pattern)
+    topics = [t for t in (s.strip() for s in value.split(",")) if t]
+    if key == "topic" and len(topics) != 1:
+        raise OptionError("option 'topic' takes one topic; use 'topics' for a comma list")
+    return TopicSelection(topics=tuple(full_topic_name(t) for t in topics))
+
+
+def _time(opts: dict[str, str], key: str, name: str) -> int | None:
+    raw = opts.get(key)
+    if raw is None:
+        return None
+    try:
+        v = int(raw)
+    except ValueError:
+        raise OptionError(f"option {name!r}: {raw!r} is not a time in ms since the epoch") from None
+    if v < 0:
+        raise OptionError(f"option {name!r} must not be negative")
+    return v
+
+
+def read_options(options: Mapping[str, str], *, streaming: bool | None) -> ReadOptions:
+    """``streaming=None`` checks what does not depend on batch or streaming (``schema()``)."""
+    opts = _lower(options)
+    passed = _split_passthrough(opts, ("pulsar.client.", "pulsar.reader."))
+    _check_unknown(opts, _READ_KEYS)
+    client = _client_settings(opts, passed["pulsar.client."])
+    selection = _selection(opts)
+    starting = _offsets(opts.get("startingoffsets"), "startingOffsets", ("earliest", "latest"))
+    ending = _offsets(opts.get("endingoffsets"), "endingOffsets", ("latest",))
+    start_t = _time(opts, "startingtime", "startingTime")
+    end_t = _time(opts, "endingtime", "endingTime")
+    if starting is not None and start_t is not None:
+        raise OptionError("options 'startingOffsets' and 'startingTime' conflict: give one")
+    if ending is not None and end_t is not None:
+        raise OptionError("options 'endingOffsets' and 'endingTime' conflict: give one")
+    if start_t is not None and end_t is not None and end_t < start_t:
+        raise OptionError("option 'endingTime' is before 'startingTime'")
+    if streaming is None:
+        pass
+    elif streaming:
+        if ending is not None or end_t is not None:
+            which = "endingOffsets" if ending is not None else "endingTime"
+            raise OptionError(f"option {which!r} applies to batch reads only, not readStream")
+    else:
+        if starting is not None and starting.keyword == "latest":
+            raise OptionError("option 'startingOffsets' = 'latest' is not allowed in batch reads")
+        for name in ("maxrecordspertrigger", "maxbytespertrigger", "subscriptionname"):
+            if name in opts:
+                label = {"maxrecordspertrigger": "maxRecordsPerTrigger",
+                         "maxbytespertrigger": "maxBytesPerTrigger",
+                         "subscriptionname": "subscriptionName"}[name]
+                raise OptionError(f"option {label!r} applies to readStream only, not batch reads")
+    default = "latest" if streaming else "earliest"
+    try:
+        fail = _bool(opts.get("failondataloss", "true"))
+    except ValueError as exc:
+        raise OptionError(f"option 'failOnDataLoss': {exc}") from None
+    poll = _positive_int(opts, "polltimeoutms", "pollTimeoutMs") or 120_000
+    sub = opts.get("subscriptionname")
+    if sub is not None and not sub.strip():
+        raise OptionError("option 'subscriptionName' must not be empty")
+    return ReadOptions(
+        client=client,
+        selection=selection,
+        starting=starting or OffsetSpec(default),
+        ending=ending or OffsetSpec("latest"),
+        starting_time_ms=start_t,
+        ending_time_ms=end_t,
+        fail_on_data_loss=fail,
+        max_records_per_trigger=_positive_int(
+            opts, "maxrecordspertrigger", "maxRecordsPerTrigger"
+        ),
+        max_bytes_per_trigger=_positive_int(opts, "maxbytespertrigger", "maxBytesPerTrigger"),
+        subscription_name=sub.strip() if sub else None,
+        poll_timeout_ms=poll,
+        reader_kwargs=passed["pulsar.reader."],
+    )
+
+
+def write_options(options: Mapping[str, str]) -> WriteOptions:
+    opts = _lower(options)
+    passed = _split_passthrough(opts, ("pulsar.client.", "pulsar.producer."))
+    _check_unknown(opts, _WRITE_KEYS)
+    client = _client_settings(opts, passed["pulsar.client."])
+    topic = opts.get("topic", "").strip() or None
+    if topic is not None and "," in topic:
+        raise OptionError("option 'topic' takes one topic when writing")
+    try:
+        exactly_once = _bool(opts.get("exactlyonce", "true"))
+    except ValueError as exc:
+        raise OptionError(f"option 'exactlyOnce': {exc}") from None
+    producer = passed["pulsar.producer."]
+    if exactly_once:
+        if producer.get("batching_enabled"):
+            raise OptionError(
+                "option 'pulsar.producer.batchingEnabled' = true conflicts with exactlyOnce=true "
+                "(a retried task could re-batch messages differently, and the broker "
+                "deduplicates a batch by its first sequence id); set exactlyOnce=false to batch"
+            )
+        if producer.get("chunking_enabled"):
+            raise OptionError(
+                "option 'pulsar.producer.chunkingEnabled' conflicts with exactlyOnce=true"
+            )
+        if client.admin_url is None:
+            raise OptionError(
+                "exactlyOnce=true needs option 'admin.url' (the broker's HTTP admin URL), to check "
+                "and enable deduplication on the target topics; or set exactlyOnce=false "
+                "for at-least-once writes"
+            )
+    return WriteOptions(
+        client=client,
+        topic=full_topic_name(topic) if topic else None,
+        exactly_once=exactly_once,
+        producer_kwargs=producer,
+    )
+
+
+__all__ = [
+    "ClientSettings",
+    "OffsetSpec",
+    "OptionError",
+    "ReadOptions",
+    "TopicSelection",
+    "WriteOptions",
+    "full_topic_name",
+    "read_options",
+    "write_options",
+]

@@ -1,0 +1,193 @@
+"""The ``magnetar`` data source's options and offsets, without Spark running: every option
+parses to what it means, and unknown, malformed or conflicting options raise ``OptionError``
+naming the option (the spark tier proves these surface at planning time)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from magnetar.client import AuthenticationToken, CompressionType
+from magnetar.spark.options import OptionError, read_options, write_options
+from magnetar.spark.positions import Position, PositionError, Start, decode_offset, encode_offset
+
+URL = {"service.url": "pulsar://127.0.0.1:6650"}
+T0 = "persistent://public/default/t-partition-0"
+
+
+def test_read_defaults_follow_pulsar_spark() -> None:
+    batch = read_options({**URL, "topic": "t"}, streaming=False)
+    assert batch.selection.topics == ("persistent://public/default/t",)
+    assert batch.starting.keyword == "earliest" and batch.ending.keyword == "latest"
+    assert batch.fail_on_data_loss and batch.poll_timeout_ms == 120_000
+    stream = read_options({**URL, "TOPICS": "a, my/ns/b"}, streaming=True)  # case-insensitive
+    assert stream.starting.keyword == "latest"
+    assert stream.selection.topics == ("persistent://public/default/a", "persistent://my/ns/b")
+
+
+def test_every_read_option_is_parsed() -> None:
+    opts = read_options(
+        {
+            **URL,
+            "admin.url": "http://127.0.0.1:8080/",
+            "topicsPattern": "ev-.*",
+            "startingOffsets": json.dumps({T0: "12:5", "persistent://public/default/u": "3:4:2"}),
+            "failOnDataLoss": "false",
+            "maxRecordsPerTrigger": "100",
+            "maxBytesPerTrigger": "4096",
+            "subscriptionName": "progress",
+            "pollTimeoutMs": "5000",
+            "pulsar.client.operationTimeoutMs": "7000",
+            "pulsar.client.authParams": "token:abc",
+            "pulsar.reader.receiverQueueSize": "500",
+            "pulsar.reader.readCompacted": "true",
+        },
+        streaming=True,
+    )
+    assert opts.client.admin_url == "http://127.0.0.1:8080"
+    assert opts.selection.pattern == "persistent://public/default/ev-.*"
+    assert opts.starting.per_partition == {
+        T0: Position(12, 5, -1),
+        "persistent://public/default/u": Position(3, 4, 2),
+    }
+    assert not opts.fail_on_data_loss
+    assert (opts.max_records_per_trigger, opts.max_bytes_per_trigger) == (100, 4096)
+    assert opts.subscription_name == "progress" and opts.poll_timeout_ms == 5000
+    assert opts.client.client_kwargs["operation_timeout_seconds"] == 7
+    assert isinstance(opts.client.client_kwargs["authentication"], AuthenticationToken)
+    assert opts.reader_kwargs == {"receiver_queue_size": 500, "is_read_compacted": True}
+    times = read_options({**URL, "topic": "t", "startingTime": "10", "endingTime": "20"},
+                         streaming=False)
+    assert (times.starting_time_ms, times.ending_time_ms) == (10, 20)
+
+
+@pytest.mark.parametrize(
+    ("extra", "streaming", "message"),
+    [
+        ({"topic": "t", "statringOffsets": "earliest"}, False, "unknown option 'statringoffsets'"),
+        ({"topic": "t", "topics": "a"}, False, "exactly one of the options"),
+        ({}, True, "exactly one of the options 'topic', 'topics', 'topicsPattern' is required"),
+        ({"topic": "a,b"}, False, "option 'topic' takes one topic"),
+        ({"topicsPattern": "(("}, True, "option 'topicsPattern'"),
+        ({"topic": "t", "startingOffsets": "latest"}, False, "not allowed in batch"),
+        ({"topic": "t", "startingOffsets": "soon"}, True, "option 'startingOffsets'"),
+        ({"topic": "t", "startingOffsets": "{bad"}, True, "option 'startingOffsets': not valid"),
+        ({"topic": "t", "startingOffsets": '{"t": "1:x"}'}, True, "option 'startingOffsets'"),
+        ({"topic": "t", "startingOffsets": '{"t": 5}'}, True, "must be a string"),
+        ({"topic": "t", "endingOffsets": "latest"}, True, "applies to batch reads only"),
+        ({"topic": "t", "endingTime": "5"}, True, "applies to batch reads only"),
+        ({"topic": "t", "endingOffsets": "earliest"}, False, "option 'endingOffsets'"),
+        ({"topic": "t", "startingTime": "1", "startingOffsets": "earliest"}, False, "conflict"),
+        ({"topic": "t", "endingTime": "1", "endingOffsets": "latest"}, False, "conflict"),
+        ({"topic": "t", "startingTime": "5", "endingTime": "1"}, False, "before 'startingTime'"),
+        ({"topic": "t", "startingTime": "yesterday"}, False, "option 'startingTime'"),
+        ({"topic": "t", "maxRecordsPerTrigger": "5"}, False, "applies to readStream only"),
+        ({"topic": "t", "subscriptionName": "s"}, False, "applies to readStream only"),
+        ({"topic": "t", "maxRecordsPerTrigger": "0"}, True, "must be positive"),
+        ({"topic": "t", "maxBytesPerTrigger": "x"}, True, "option 'maxBytesPerTrigger'"),
+        ({"topic": "t", "failOnDataLoss": "maybe"}, True, "option 'failOnDataLoss'"),
+        ({"topic": "t", "pulsar.reader.bogus": "1"}, True, "option 'pulsar.reader.bogus'"),
+        ({"topic": "t", "pulsar.producer.sendTimeoutMs": "1"}, True, "do not apply here"),
+        ({"topic": "t", "pulsar.reader.receiverQueueSize": "x"}, True, "receiverqueuesize"),
+        ({"topic": "t", "admin.url": "ftp://x"}, True, "option 'admin.url'"),
+    ],
+)
+def test_bad_read_options_name_the_option(
+    extra: dict[str, str], streaming: bool, message: str
+) -> None:
+    with pytest.raises(OptionError, match=None) as info:
+        read_options({**URL, **extra}, streaming=streaming)
+    assert message in str(info.value)
+
+
+def test_service_url_is_required_and_checked() -> None:
+    with pytest.raises(OptionError, match=r"'service\.url' is required"):
+        read_options({"topic": "t"}, streaming=True)
+    with pytest.raises(OptionError, match=r"'service\.url'"):
+        read_options({"topic": "t", "service.url": "localhost:6650"}, streaming=True)
+
+
+def test_write_options() -> None:
+    opts = write_options(
+        {
+            **URL,
+            "admin.url": "http://a:8080",
+            "topic": "out",
+            "pulsar.producer.compressionType": "lz4",
+            "pulsar.producer.sendTimeoutMs": "1000",
+            "checkpointLocation": "/tmp/x",  # Spark passes its own keys along
+        }
+    )
+    assert opts.topic == "persistent://public/default/out" and opts.exactly_once
+    assert opts.producer_kwargs == {
+        "compression_type": CompressionType.LZ4,
+        "send_timeout_millis": 1000,
+    }
+    loose = write_options({**URL, "exactlyOnce": "false", "pulsar.producer.batchingEnabled": "1"})
+    assert not loose.exactly_once and loose.topic is None
+    assert loose.producer_kwargs == {"batching_enabled": True}
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ({"topic": "t"}, "exactlyOnce=true needs option 'admin.url'"),
+        ({"topic": "t", "admin.url": "http://a", "pulsar.producer.batchingEnabled": "true"},
+         "conflicts with exactlyOnce=true"),
+        ({"topic": "t", "admin.url": "http://a", "pulsar.producer.chunkingEnabled": "true"},
+         "conflicts with exactlyOnce=true"),
+        ({"topic": "t", "exactlyOnce": "sure"}, "option 'exactlyOnce'"),
+        ({"topic": "a,b", "exactlyOnce": "false"}, "option 'topic' takes one topic"),
+        ({"topic": "t", "exactlyOnce": "false", "startingOffsets": "x"}, "unknown option"),
+        ({"topic": "t", "exactlyOnce": "false", "pulsar.reader.readerName": "x"},
+         "do not apply here"),
+        ({"topic": "t", "exactlyOnce": "false", "pulsar.producer.compressionType": "gzip"},
+         "option 'pulsar.producer.compressiontype'"),
+    ],
+)
+def test_bad_write_options_name_the_option(extra: dict[str, str], message: str) -> None:
+    with pytest.raises(OptionError) as info:
+        write_options({**URL, **extra})
+    assert message in str(info.value)
+
+
+def test_offsets_round_trip_through_json() -> None:
+    starts = {
+        T0: Start.after(Position(12, 5, -1)),
+        "persistent://public/default/t-partition-1": Start.earliest(),
+        "persistent://public/default/u": Start.at(Position(3, 4, 2)),
+    }
+    encoded = encode_offset(starts)
+    assert json.loads(json.dumps(encoded)) == encoded
+    assert encoded[T0] == "after:12:5:-1"
+    assert decode_offset(json.loads(json.dumps(encoded))) == starts
+    with pytest.raises(PositionError):
+        decode_offset({T0: "later:1:2"})
+    with pytest.raises(PositionError):
+        Position.parse("1")
+
+
+def test_a_start_knows_whether_a_last_message_is_still_to_be_read() -> None:
+    last = Position(5, 10, -1)
+    assert Start.earliest().is_before_or_at(last)
+    assert not Start.earliest().is_before_or_at(None)
+    assert Start.after(Position(5, 9)).is_before_or_at(last)
+    assert not Start.after(last).is_before_or_at(last)
+    assert Start.at(last).is_before_or_at(last)
+    batched = Position(5, 10, 3)
+    assert Start.after(Position(5, 10, 2)).is_before_or_at(batched)
+
+
+def test_spark_discovers_the_source_through_a_pyspark_module() -> None:
+    """Spark 4 registers ``DefaultSource`` of every top-level ``pyspark_*`` module it finds
+    (``pyspark.sql.worker.lookup_data_sources``): ours names the ``magnetar`` format."""
+    import importlib
+    import pkgutil
+
+    from pyspark.sql.datasource import DataSource
+
+    assert "pyspark_magnetar" in {m.name for m in pkgutil.iter_modules() if m.name.startswith(
+        "pyspark_")}
+    source = importlib.import_module("pyspark_magnetar").DefaultSource
+    assert issubclass(source, DataSource) and source.name() == "magnetar"
