@@ -26,6 +26,7 @@ from urllib.parse import unquote
 from aiohttp import web
 
 from magnetar import __version__
+from magnetar.broker.http_guard import read_json
 from magnetar.broker.resources import PreconditionFailed, ResourceNotFound
 from magnetar.broker.topic_ops import PeekedMessage, TopicOperations, parse_position
 
@@ -70,13 +71,8 @@ def _int_param(request: web.Request, name: str) -> int:
 
 
 async def _body(request: web.Request) -> Any:
-    raw = await request.read()
-    if not raw.strip():
-        return None
-    try:
-        return json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise PreconditionFailed(f"Invalid JSON body: {exc}") from None
+    """The JSON body (None when empty); 400 for a body that is not JSON (``http_guard``)."""
+    return await read_json(request)
 
 
 def _message(m: PeekedMessage) -> web.Response:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from magnetar.broker.bundles import BundleRange
+from magnetar.broker.http_guard import read_json
 from magnetar.broker.loadbalance import SplitAlgorithm, SplitError
 from magnetar.broker.ownership import NamespaceBundle
 from magnetar.broker.resources import InvalidResource, PreconditionFailed, ResourceNotFound
@@ -37,13 +38,9 @@ def _flag(request: web.Request, name: str) -> bool:
     return request.query.get(name, "false").lower() in ("true", "1", "yes")
 
 
-def _positions(raw: bytes) -> list[int]:
-    if not raw.strip():
+def _positions(body: Any) -> list[int]:
+    if body is None:
         return []
-    try:
-        body = json.loads(raw)
-    except ValueError as exc:
-        raise InvalidResource(f"Invalid JSON body: {exc}") from None
     if not isinstance(body, list):
         raise InvalidResource("split boundaries must be a JSON list")
     out = []
@@ -109,7 +106,7 @@ class ClusterApi:
         """Pulsar's split; answers (200) the new ranges. Positions in the body (numbers, or
         ``0x`` strings) imply ``specified_positions_divide`` when no algorithm is named."""
         bundle = await self._bundle(request)
-        positions = _positions(await request.read())
+        positions = _positions(await read_json(request))
         name = request.query.get("splitAlgorithmName") or (
             "specified_positions_divide"
             if positions

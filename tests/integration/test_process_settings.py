@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 import urllib.request
+import uuid
 from collections.abc import Callable
 
 from support.net import free_port
@@ -60,12 +61,16 @@ def _effective(line: str) -> dict[str, object]:
     return dict(json.loads(text.replace('\\"', '"')))
 
 
-def test_broker_prints_masked_effective_config_and_exits_0_on_sigterm() -> None:
+def test_broker_prints_masked_effective_config_and_exits_0_on_sigterm(
+    zookeeper_server: ZooKeeperServer,
+) -> None:
     port, web = free_port(), free_port()
+    metadata = f"{zookeeper_server.url}/settings-{uuid.uuid4().hex[:8]}"
     proc, lines = _start(
         ["magnetar.broker.cli", "broker"],
         {
-            "MAGNETAR_METADATA_STORE_URL": "memory://settings-test",
+            # a shared store: a broker refuses one private to its process
+            "MAGNETAR_METADATA_STORE_URL": metadata,
             "MAGNETAR_BROKER_SERVICE_PORT": str(port),
             "MAGNETAR_WEB_SERVICE_PORT": str(web),
             "MAGNETAR_CLUSTER_NAME": "from-env",

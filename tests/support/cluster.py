@@ -12,6 +12,7 @@ import json
 import pathlib
 import threading
 import time
+import urllib.error
 import uuid
 from collections.abc import Callable
 
@@ -57,9 +58,17 @@ class Cluster:
     def by_url(self, service_url: str) -> BrokerProcess:
         return next(b for b in self.brokers if b.service_url == service_url)
 
-    def owner(self, topic: str) -> BrokerProcess:
-        """The broker owning ``topic`` (a full name), asking any running broker."""
-        return self.by_url(self.running[0].lookup(topic.replace("://", "/")))
+    def owner(self, topic: str, timeout_s: float = 60) -> BrokerProcess:
+        """The broker owning ``topic`` (a full name), asking any running broker; retried
+        while the bundle is being unloaded or split (503: the answer clients retry too)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                return self.by_url(self.running[0].lookup(topic.replace("://", "/")))
+            except urllib.error.HTTPError as exc:
+                if exc.code != 503 or time.monotonic() > deadline:
+                    raise
+            time.sleep(0.1)  # polling interval of a deadline-bounded retry
 
     def leader_id(self, via: BrokerProcess | None = None) -> str:
         b = via or self.running[0]
