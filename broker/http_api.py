@@ -79,7 +79,7 @@ async def join_yielding(
 class TopicAdmin(Protocol):
     """What the HTTP API needs from the topic layer (implemented by ``BrokerService``)."""
 
-    async def lookup_urls(self, topic: str) -> tuple[str, ...]:
+    async def lookup_urls(self, topic: str, authoritative: bool = False) -> tuple[str, ...]:
         """(binary service URL, HTTP URL[, TLS binary URL, HTTPS URL]) of the broker owning
         ``topic``, assigning it if needed."""
         ...
@@ -276,12 +276,15 @@ class AdminApi:
         response.content_type = "text/plain"
         response.charset = "utf-8"
         await response.prepare(request)
-        await response.write(first.encode())
-        async for piece in slices:
-            await response.write(piece.encode())
-        if self.extra_metrics is not None:
-            await response.write(self.extra_metrics().encode())
-        await response.write_eof()
+        try:
+            await response.write(first.encode())
+            async for piece in slices:
+                await response.write(piece.encode())
+            if self.extra_metrics is not None:
+                await response.write(self.extra_metrics().encode())
+            await response.write_eof()
+        except ConnectionResetError:  # the scraper went away mid-stream: nothing to answer
+            log.debug("metrics scrape from %s closed early", request.remote)
         return response
 
     async def list_clusters(self, request: web.Request) -> web.Response:
@@ -588,7 +591,9 @@ class AdminApi:
 
     async def lookup(self, request: web.Request) -> web.Response:
         topic = _topic_name(request)
-        urls = await self.topics.lookup_urls(topic)
+        # ?authoritative=true (Pulsar's): this broker takes an unowned bundle itself
+        authoritative = request.query.get("authoritative", "false").lower() == "true"
+        urls = await self.topics.lookup_urls(topic, authoritative)
         broker_url, http_url = urls[0], urls[1]
         broker_tls, http_tls = (urls[2], urls[3]) if len(urls) >= 4 else ("", "")
         return _json(

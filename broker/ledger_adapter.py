@@ -66,8 +66,11 @@ class ManagedTopicCursor:
 
     async def read_positions(self, positions: list[Position]) -> list[Entry]:
         """The unacknowledged entries at ``positions``, in the order given; consecutive
-        positions of one ledger are fetched with one range read (replays are often runs)."""
-        wanted = [p for p in positions if not self.cursor.is_acknowledged(p)]
+        positions of one ledger are fetched with one range read (replays are often runs).
+        A position past the last confirmed entry names no entry (a client's made-up ack) and
+        is left out."""
+        last = self._ml.last_confirmed
+        wanted = [p for p in positions if p <= last and not self.cursor.is_acknowledged(p)]
         out: list[Entry] = []
         i = 0
         while i < len(wanted):

@@ -545,9 +545,9 @@ class BrokerService:
         self._spawn(close_lost())
 
     # ------------------------------------------------------------------ admin (TopicAdmin)
-    async def lookup_urls(self, topic: str) -> tuple[str, ...]:
+    async def lookup_urls(self, topic: str, authoritative: bool = False) -> tuple[str, ...]:
         try:
-            got = await self.lookup(topic)
+            got = await self.lookup(topic, authoritative)
             if got.redirect and not got.authoritative and self.cluster is not None:
                 # HTTP has no lookup redirects: ask the leader, which places the bundle
                 return await self.cluster.http_lookup(got.http_url, self.parse_topic(topic))

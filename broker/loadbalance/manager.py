@@ -133,6 +133,10 @@ class LoadManagerStatistics:
     brokers_declared_dead: int
 
 
+PREALLOCATED_MAX = 100_000
+"""Placements remembered at most until their bundles show up owned (oldest dropped first)."""
+
+
 class NotLeader(Exception):
     """Placement asked of a broker that does not lead (any more)."""
 
@@ -165,6 +169,9 @@ class LoadManager:
             config.shedding_strategy, config.shedding
         )
         self.recently_unloaded: dict[str, int] = {}
+        # bundle -> broker chosen for it and not yet seen owned (Pulsar's preallocated
+        # bundles): every lookup of the bundle meanwhile gets the same answer
+        self._preallocated: dict[str, str] = {}
         self._failures: dict[str, int] = {}
         self._refresh_wanted = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
@@ -265,6 +272,10 @@ class LoadManager:
                 self.bundle_data.setdefault(bundle, BundleData()).update(stats)
         for name in set(self._seen_updates) - set(fresh):
             del self._seen_updates[name]
+        if self._preallocated:
+            owned = {b for r in fresh.values() for b in r.bundles}
+            for bundle in [b for b in self._preallocated if b in owned]:
+                del self._preallocated[bundle]
 
     def owner_of(self, bundle: str) -> BrokerLoadReport | None:
         for report in self.reports.values():
@@ -281,7 +292,15 @@ class LoadManager:
             raise NotLeader(f"{self.me.broker_id} is not the load-manager leader")
         if not self.reports:
             await self._refresh_reports()
+        earlier = self._preallocated.get(bundle)
+        if earlier is not None:
+            report = self.reports.get(earlier)
+            if report is not None and not report.draining:
+                return report
         chosen = self.placement.select(bundle, self.reports, bundle_data=self.bundle_data)
+        if len(self._preallocated) >= PREALLOCATED_MAX:
+            self._preallocated.pop(next(iter(self._preallocated)))
+        self._preallocated[bundle] = chosen
         self._assigned += 1
         return self.reports[chosen]
 

@@ -158,13 +158,10 @@ def test_topic_moves_between_brokers_lose_no_acknowledged_publish(
     bundle = bundles.find(topic).name
 
     # Broker 2 (started second: its ledger ids come from a later block) owns the topic first,
-    # as in the report. The load-manager leader places bundles: unload until it chose broker 2.
+    # as in the report: it takes the unowned bundle on an authoritative lookup (the
+    # load-manager leader would otherwise choose).
     unload_path = f"/admin/v2/namespaces/public/default/{bundle}/unload"
-    for _ in range(20):
-        owner_url = b2.lookup(lookup_path)
-        if owner_url == b2.service_url:
-            break
-        by_url[owner_url].admin("PUT", unload_path)
+    b2.admin("GET", f"/lookup/v2/topic/{lookup_path}?authoritative=true")
     assert b2.lookup(lookup_path) == b2.service_url
     # An unload sent to a broker that does not own the bundle points at the owner.
     with pytest.raises(urllib.error.HTTPError) as redirect:
@@ -253,8 +250,10 @@ def test_topic_moves_between_brokers_lose_no_acknowledged_publish(
 
 
 def _try_lookup(broker: BrokerProcess, lookup_path: str) -> str | None:
+    """``broker``'s answer for the topic, taking the bundle if nobody owns it (an
+    authoritative lookup: the load-manager leader would otherwise choose the owner)."""
     try:
-        return broker.lookup(lookup_path)
+        return broker.lookup(lookup_path + "?authoritative=true")
     except OSError:
         return None
 
@@ -269,9 +268,9 @@ def _move(
         assert owner.stop() == 0, owner.log_text()[-3000:]
     else:
         owner.kill()
-    # A lookup assigns the bundle again: to the other broker when the owner is down (after a
-    # SIGKILL once its session expired), after an unload to whichever broker is asked first
-    # (usually the other: this lookup races the client's).
+    # An authoritative lookup at the other broker takes the bundle once it is free: when the
+    # owner is down (after a SIGKILL, once the load-manager leader declared it dead), or
+    # after an unload (unless the client's own lookup placed it first: any owner then).
     new_owner: list[str] = []
 
     def assigned() -> bool:

@@ -173,3 +173,15 @@ async def test_shedding_and_split_rounds_ask_the_owner(cluster: Cluster) -> None
         "t/n/0x80000000_0xffffffff",
     }
     assert all(s[2] is SplitAlgorithm.RANGE_EQUALLY_DIVIDE and s[3] for s in cluster.actions.splits)
+
+
+async def test_a_bundle_keeps_its_placement_until_it_is_owned(cluster: Cluster) -> None:
+    """Lookups racing for one unowned bundle all get the broker chosen first (Pulsar's
+    preallocated bundles); a draining or vanished choice is made again."""
+    a = await cluster.broker("a", 10, {})
+    await cluster.broker("b", 10, {})
+    await wait_for(lambda: len(a.reports) == 2)
+    first = await a.select_broker("t/n/0x00000000_0xffffffff")
+    for _ in range(5):
+        assert (await a.select_broker("t/n/0x00000000_0xffffffff")).broker_id == first.broker_id
+    assert a.statistics().bundles_assigned == 1
