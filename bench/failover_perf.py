@@ -20,17 +20,18 @@ import json
 import pathlib
 import statistics
 import sys
-import tempfile
 import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
 import pulsar  # noqa: E402
-from support.bookies import BookieFactory  # noqa: E402
-from support.broker_process import BrokerProcess  # noqa: E402
-from support.cluster import Cluster, PublishChecker, drain, wait_until  # noqa: E402
-from support.zookeeper import ZooKeeperServer  # noqa: E402
+from support.cluster import (  # noqa: E402
+    PublishChecker,
+    lost_and_duplicated,
+    own_cluster,
+    wait_until,
+)
 
 
 def main() -> None:
@@ -41,23 +42,16 @@ def main() -> None:
     p.add_argument("--session-ms", type=int, default=30_000)
     args = p.parse_args()
     print("command:", " ".join([".venv/bin/python", "bench/failover_perf.py", *sys.argv[1:]]))
-    base = pathlib.Path(tempfile.mkdtemp(prefix="failover-perf-"))
-    zk = ZooKeeperServer()
-    zk.start()
-    bookies = BookieFactory(base / "bookies")
-    made: list[BrokerProcess] = []
-    try:
-        cluster = Cluster(zk, bookies, base, made)
-        cluster.start_bookies(args.bookies)
-        extra = f"metadata_store_session_timeout_millis={args.session_ms}\n"
-        for _ in range(args.brokers):
-            cluster.start_broker(extra)
+    gaps_s: list[float] = []
+    extra = f"metadata_store_session_timeout_millis={args.session_ms}\n"
+    with own_cluster(
+        "failover-perf-", bookies=args.bookies, brokers=args.brokers, extra_config=extra
+    ) as cluster:
         topic = "persistent://public/default/failover-perf"
         client = pulsar.Client(cluster.service_url, operation_timeout_seconds=60)
         consumer = client.subscribe(topic, "perf", initial_position=pulsar.InitialPosition.Earliest)
         checker = PublishChecker(client, topic).start()
         wait_until(lambda: checker.acked_count() >= 100, 60, "receipts before the first kill")
-        gaps_s: list[float] = []
         for _ in range(args.kills):
             victim = cluster.owner(topic)
             before = checker.acked_count()
@@ -70,15 +64,8 @@ def main() -> None:
             victim.start()
             wait_until(lambda b=before: checker.acked_count() >= b + 100, 120, "steady receipts")
         acked = checker.stop()
-        got = drain(consumer, set(acked), timeout_s=300)
-        lost = len(set(acked) - set(got))
-        duplicated = len(got) - len(set(got))
+        lost, duplicated = lost_and_duplicated(consumer, acked)
         client.close()
-    finally:
-        for b in made:
-            b.kill()
-        bookies.close()
-        zk.stop()
     gaps_s.sort()
     print(
         json.dumps(

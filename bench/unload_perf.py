@@ -20,17 +20,18 @@ import json
 import pathlib
 import statistics
 import sys
-import tempfile
 import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
 import pulsar  # noqa: E402
-from support.bookies import BookieFactory  # noqa: E402
-from support.broker_process import BrokerProcess  # noqa: E402
-from support.cluster import Cluster, PublishChecker, drain, wait_until  # noqa: E402
-from support.zookeeper import ZooKeeperServer  # noqa: E402
+from support.cluster import (  # noqa: E402
+    PublishChecker,
+    lost_and_duplicated,
+    own_cluster,
+    wait_until,
+)
 
 
 def main() -> None:
@@ -40,17 +41,8 @@ def main() -> None:
     p.add_argument("--bookies", type=int, default=2)
     args = p.parse_args()
     print("command:", " ".join([".venv/bin/python", "bench/unload_perf.py", *sys.argv[1:]]))
-    base = pathlib.Path(tempfile.mkdtemp(prefix="unload-perf-"))
-    zk = ZooKeeperServer()
-    zk.start()
-    bookies = BookieFactory(base / "bookies")
-    made: list[BrokerProcess] = []
     gaps_s: list[float] = []
-    try:
-        cluster = Cluster(zk, bookies, base, made)
-        cluster.start_bookies(args.bookies)
-        for _ in range(args.brokers):
-            cluster.start_broker()
+    with own_cluster("unload-perf-", bookies=args.bookies, brokers=args.brokers) as cluster:
         topic = "persistent://public/default/unload-perf"
         client = pulsar.Client(cluster.service_url, operation_timeout_seconds=60)
         consumer = client.subscribe(topic, "perf", initial_position=pulsar.InitialPosition.Earliest)
@@ -72,15 +64,8 @@ def main() -> None:
             count = checker.acked_count()
             wait_until(lambda c=count: checker.acked_count() >= c + 50, 60, "steady receipts")
         acked = checker.stop()
-        got = drain(consumer, set(acked), timeout_s=300)
-        lost = len(set(acked) - set(got))
-        duplicated = len(got) - len(set(got))
+        lost, duplicated = lost_and_duplicated(consumer, acked)
         client.close()
-    finally:
-        for b in made:
-            b.kill()
-        bookies.close()
-        zk.stop()
     gaps_s.sort()
     print(
         json.dumps(

@@ -8,13 +8,15 @@ acknowledged payload, so a test can prove that each one reaches a consumer).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import pathlib
+import tempfile
 import threading
 import time
 import urllib.error
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import pulsar
 
@@ -176,3 +178,35 @@ def drain(
             ids.setdefault(msg.data(), []).append(str(msg.message_id()))
         consumer.acknowledge(msg)
     return got
+
+
+@contextlib.contextmanager
+def own_cluster(
+    prefix: str, *, bookies: int = 2, brokers: int = 2, extra_config: str = ""
+) -> Iterator[Cluster]:
+    """A cluster with its own ZooKeeper, for tools outside pytest (benchmarks): started, then
+    every process stopped on exit."""
+    base = pathlib.Path(tempfile.mkdtemp(prefix=prefix))
+    zk = ZooKeeperServer()
+    zk.start()
+    factory = BookieFactory(base / "bookies")
+    made: list[BrokerProcess] = []
+    try:
+        cluster = Cluster(zk, factory, base, made)
+        cluster.start_bookies(bookies)
+        for _ in range(brokers):
+            cluster.start_broker(extra_config)
+        yield cluster
+    finally:
+        for b in made:
+            b.kill()
+        factory.close()
+        zk.stop()
+
+
+def lost_and_duplicated(
+    consumer: pulsar.Consumer, acked: dict[bytes, float], timeout_s: float = 300
+) -> tuple[int, int]:
+    """Drain ``consumer`` until every acknowledged payload arrived: (lost, duplicated)."""
+    got = drain(consumer, set(acked), timeout_s=timeout_s)
+    return len(set(acked) - set(got)), len(got) - len(set(got))
