@@ -208,12 +208,28 @@ class LoadManager:
     async def start(self) -> None:
         self._store.add_listener(self._on_notification)
         await self._refresh_reports()
+        await self._drop_stale_candidacies()
         await self._election.start()
         loop = asyncio.get_running_loop()
         self._tasks = [
             loop.create_task(self._refresher(), name="lb-reports"),
             loop.create_task(self._rounds(), name="lb-rounds"),
         ]
+
+    async def _drop_stale_candidacies(self) -> None:
+        """Delete election nodes this broker id left in an earlier session (a SIGKILLed and
+        restarted broker): until its old session expires such a node would stand in the
+        queue, and become "leader" when its turn came, with nobody acting as one."""
+        root = paths.LOADBALANCE_LEADER
+        for name in await self._store.children(root):
+            got = await self._store.get(f"{root}/{name}")
+            if got is None or got.stat.ephemeral_owner == self._store.session_id:
+                continue
+            info = LeaderInfo.decode(got.value)
+            if info is not None and info.broker_id == self.me.broker_id:
+                log.info("dropping %s, left by an earlier session of this broker", name)
+                with contextlib.suppress(NotFound, BadVersion):
+                    await self._store.delete(f"{root}/{name}", expected_version=got.stat.version)
 
     async def close(self) -> None:
         self._closed = True

@@ -185,3 +185,22 @@ async def test_a_bundle_keeps_its_placement_until_it_is_owned(cluster: Cluster) 
     for _ in range(5):
         assert (await a.select_broker("t/n/0x00000000_0xffffffff")).broker_id == first.broker_id
     assert a.statistics().bundles_assigned == 1
+
+
+async def test_a_restarted_broker_drops_its_earlier_candidacy(cluster: Cluster) -> None:
+    """A SIGKILLed broker's election node outlives it until its session expires; restarted
+    under the same id, the broker deletes it, so the queue never waits on a dead node."""
+    await cluster.broker("a", 10, {})
+    old = cluster.server.connect()  # an earlier session of broker "b"
+    await old.put(
+        paths.LOADBALANCE_LEADER + "/n_",
+        LeaderInfo("b", "http://b", "pulsar://b").encode(),
+        ephemeral=True,
+        sequential=True,
+    )
+    await cluster.broker("b", 10, {})
+    names = await a._store.children(paths.LOADBALANCE_LEADER)
+    values = [await a._store.get(f"{paths.LOADBALANCE_LEADER}/{n}") for n in names]
+    owners = [v.stat.ephemeral_owner for v in values if v is not None]
+    assert old.session_id not in owners
+    assert len(names) == 2
