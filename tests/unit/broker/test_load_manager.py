@@ -199,8 +199,9 @@ async def test_a_restarted_broker_drops_its_earlier_candidacy(cluster: Cluster) 
         sequential=True,
     )
     await cluster.broker("b", 10, {})
-    names = await a._store.children(paths.LOADBALANCE_LEADER)
-    values = [await a._store.get(f"{paths.LOADBALANCE_LEADER}/{n}") for n in names]
+    store = cluster.stores["a"]
+    names = await store.children(paths.LOADBALANCE_LEADER)
+    values = [await store.get(f"{paths.LOADBALANCE_LEADER}/{n}") for n in names]
     owners = [v.stat.ephemeral_owner for v in values if v is not None]
     assert old.session_id not in owners
     assert len(names) == 2
