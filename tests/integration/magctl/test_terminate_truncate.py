@@ -149,8 +149,17 @@ def test_magctl_terminate_and_truncate(
                             '"persistent://public/default/absent"')
     assert "Traceback" not in r.err
     r = magctl_proc("truncate", "topic", "persistent://a/b/c/d", admin_url=url)
-    assert r.code in (1, 2)
-    assert r.err.startswith("error: ") or r.err.startswith("Error from server")
+    assert r.code == 2
+    assert r.err.startswith('error: invalid topic name "persistent://a/b/c/d"')
     assert "Traceback" not in r.err
     r = magctl("terminate", "ns", "public/default", admin_url=url)
-    assert r.code == 2
+    assert (r.code, r.err) == (2, "error: terminate does not apply to namespaces (only topics)\n")
+
+    parted = "persistent://public/default/mag-term-p"
+    assert magctl("create", "topic", parted, "-p", "2", admin_url=url).code == 0
+    r = magctl("terminate", "topic", parted, admin_url=url)
+    assert r.code == 0, r.err
+    assert r.out.startswith(f"topic/{parted} terminated (last message ids 0=")
+    assert ", 1=" in r.out
+    with pytest.raises(pulsar.TopicTerminated):
+        client.create_producer(parted)
