@@ -5,6 +5,7 @@ on a real standalone with the official client. Both routes answered 404 before.
 from __future__ import annotations
 
 import json
+import pathlib
 from collections.abc import Iterator
 
 import pulsar
@@ -163,3 +164,38 @@ def test_magctl_terminate_and_truncate(
     assert ", 1=" in r.out
     with pytest.raises(pulsar.TopicTerminated):
         client.create_producer(parted)
+
+
+def test_termination_survives_a_restart(tmp_path: pathlib.Path) -> None:
+    """The flag is in the managed ledger's metadata node: a restarted standalone (same data
+    directory) still refuses producers and still serves what was stored."""
+    proc = StandaloneProcess(tmp_path / "data", tmp_path / "standalone.log")
+    topic = "persistent://public/default/term-restart"
+    try:
+        proc.start(timeout_s=90)
+        c = pulsar.Client(proc.service_url, operation_timeout_seconds=30,
+                          log_conf_file_path=None)
+        try:
+            c.subscribe(topic, "s", initial_position=pulsar.InitialPosition.Earliest).close()
+            p = c.create_producer(topic, batching_enabled=False)
+            for i in range(3):
+                p.send(f"m{i}".encode())
+            status, last = http(proc.web_url, "POST", f"{T}/term-restart/terminate")
+            assert status == 200, last
+        finally:
+            c.close()
+        assert proc.stop() == 0, proc.log_tail()
+        proc.start(timeout_s=90)
+        c = pulsar.Client(proc.service_url, operation_timeout_seconds=30,
+                          log_conf_file_path=None)
+        try:
+            with pytest.raises(pulsar.TopicTerminated):
+                c.create_producer(topic)
+            consumer = c.subscribe(topic, "s")
+            got = [consumer.receive(timeout_millis=30_000).data() for _ in range(3)]
+            assert got == [b"m0", b"m1", b"m2"]
+            assert http(proc.web_url, "POST", f"{T}/term-restart/terminate") == (200, last)
+        finally:
+            c.close()
+    finally:
+        proc.kill()
