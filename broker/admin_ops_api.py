@@ -3,6 +3,7 @@
 Owns: the routes (Pulsar's paths and JSON shapes) for subscription create / skip /
 skip_all / expireMessages / resetcursor / position (peek), examinemessage, lastMessageId,
 internalStats, partitioned-stats, partition-aware stats / subscriptions / unload,
+terminate (and terminate/partitions), truncate,
 namespace and bundle unload and split, namespace permissions, namespace and topic
 ``properties`` (magctl's labels), ``/clusters/{cluster}``,
 ``/brokers/{cluster}``, ``/brokers/{cluster}/{broker}/ownedNamespaces``,
@@ -110,6 +111,9 @@ class OperationRoutes:
         r.add_get(base + "/stats", self.stats)
         r.add_get(base + "/subscriptions", self.subscriptions)
         r.add_put(base + "/unload", self.unload_topic)
+        r.add_post(base + "/terminate", self.terminate)
+        r.add_post(base + "/terminate/partitions", self.terminate_partitions)
+        r.add_delete(base + "/truncate", self.truncate)
 
     def add_routes(self, r: web.UrlDispatcher) -> None:
         r.add_get("/admin/v2/clusters/{cluster}", self.get_cluster)
@@ -225,6 +229,16 @@ class OperationRoutes:
 
     async def unload_topic(self, request: web.Request) -> web.Response:
         await self.ops.unload(_topic(request))
+        return _no_content()
+
+    async def terminate(self, request: web.Request) -> web.Response:
+        return _json(await self.ops.terminate(_topic(request)))
+
+    async def terminate_partitions(self, request: web.Request) -> web.Response:
+        return _json(await self.ops.terminate_partitions(_topic(request)))
+
+    async def truncate(self, request: web.Request) -> web.Response:
+        await self.ops.truncate(_topic(request))
         return _no_content()
 
     # -- cluster ------------------------------------------------------------------------------

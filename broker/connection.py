@@ -47,7 +47,7 @@ from magnetar.broker.frames import (
     send_receipt_frame,
     send_receipt_frames,
 )
-from magnetar.broker.ledger.errors import LedgerError
+from magnetar.broker.ledger.errors import LedgerError, ManagedLedgerTerminated
 from magnetar.broker.ledger.position import EARLIEST, LATEST, Position
 from magnetar.broker.producer import AccessMode, Admission, Producer, ProducerError
 from magnetar.broker.subscription import Subscription, SubscriptionError
@@ -564,6 +564,9 @@ class ServerConnection(asyncio.Protocol):
         topic = await self._topic_or_error(rid, req.topic, "producer")
         if topic is None or self.closed:
             return
+        if getattr(topic, "terminated", False):
+            self._error(rid, "TopicTerminatedError", f"Topic {req.topic} was already terminated")
+            return
         if req.HasField("producer_name") and req.producer_name:
             name = req.producer_name
         else:
@@ -774,10 +777,10 @@ class ServerConnection(asyncio.Protocol):
 
     def on_publish_failed(self, items: list[Any], exc: Exception) -> None:
         self._sends_done(len(items))
+        code = "TopicTerminatedError" if isinstance(exc, ManagedLedgerTerminated) else (
+            "PersistenceError")
         for p in items:
-            self._send_error(
-                p.producer.producer_id, p.sequence_id, "PersistenceError", f"write failed: {exc}"
-            )
+            self._send_error(p.producer.producer_id, p.sequence_id, code, f"write failed: {exc}")
 
     def _published_one(
         self, pid: int, seq: int, highest: int, pos: Position | None, exc: Exception | None

@@ -141,6 +141,18 @@ class ManagedTopicLedger:
         return position
 
     @property
+    def terminated(self) -> bool:
+        return self.ml.is_terminated
+
+    async def terminate(self) -> Position:
+        """Pulsar's topic terminate (the flag persists in the managed ledger's metadata)."""
+        return await self.ml.terminate()
+
+    async def truncate(self) -> list[int]:
+        """Pulsar's topic truncate: every ledger before the current one is deleted."""
+        return await self.ml.truncate()
+
+    @property
     def last_confirmed(self) -> Position | None:
         lc = self.ml.last_confirmed
         return None if lc.entry_id < 0 else lc

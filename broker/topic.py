@@ -395,6 +395,26 @@ class PersistentTopic:
     def last_sequence_id(self, producer_name: str) -> int:
         return self.dedup.last_sequence_id(producer_name)
 
+    # -- termination (Pulsar's ``terminate``: no more messages, ever; reads continue)
+    @property
+    def terminated(self) -> bool:
+        return bool(getattr(self.ledger, "terminated", False))
+
+    async def terminate(self) -> Position:
+        """Store what was sent so far, then close the topic to writes for good (durably:
+        the storage keeps the flag); returns the last position. Connected producers are
+        closed: their reconnect is refused with TopicTerminatedError."""
+        terminate = getattr(self.ledger, "terminate", None)
+        if terminate is None:
+            raise NotImplementedError(f"{self.name}: its storage cannot be terminated")
+        await self._drain_publishes()
+        last: Position = await terminate()
+        for producer in list(self.producers.producers.values()):
+            if producer.cnx is not None:
+                producer.cnx.send_close_producer(producer)
+            self.producers.remove(producer)
+        return last
+
     # -- publish
     def publish(  # noqa: PLR0917 - hot path, positional on purpose
         self,

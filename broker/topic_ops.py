@@ -5,7 +5,8 @@ semantics): create a subscription at a position, skip N messages, clear a backlo
 messages older than T, reset a cursor to a time or a position, peek the Nth message of a
 subscription or examine a topic's, last message id, internal (managed-ledger) stats,
 partitioned stats and subscriptions, unload of a partitioned topic, a namespace or a bundle,
-bundle split, the broker and bookie lists, owned bundles, a topic's bundle. Decisions are
+bundle split, topic terminate and truncate, the broker and bookie lists, owned bundles, a
+topic's bundle. Decisions are
 made here; the cursor moves go through the subscription's ``TopicCursor``. Must not know:
 HTTP (errors are ``ResourceError``s with their status), the wire protocol beyond reading
 stored entries.
@@ -341,6 +342,67 @@ class TopicOperations:
         if got.batch_index >= 0:
             out["batchIndex"] = got.batch_index
         return out
+
+    async def terminate(self, topic: str) -> dict[str, Any]:
+        """Pulsar's ``terminate``: no more messages on ``topic`` (one topic or partition),
+        ever; answers the last message id. Terminating twice answers the same id."""
+        tn = self.parse(topic)
+        if await self.partitions(topic) > 0:
+            raise not_allowed("Termination of a partitioned topic is not allowed: "
+                              "terminate its partitions (terminate/partitions)")
+        t = await self.persistent(topic)
+        try:
+            last = await t.terminate()
+        except NotImplementedError as exc:
+            raise not_allowed(str(exc)) from None
+        return {"ledgerId": last.ledger_id, "entryId": last.entry_id,
+                "partitionIndex": tn.partition_index}
+
+    async def terminate_partitions(self, topic: str) -> dict[str, Any]:
+        """Pulsar's ``terminate/partitions``: every partition of a partitioned topic; answers
+        ``{partition index: last message id}``."""
+        n = await self.partitions(topic)
+        if n == 0:
+            raise ResourceNotFound("Partitioned topic does not exist")
+        base = self.parse(topic).full
+        out: dict[str, Any] = {}
+        for i in range(n):
+            from magnetar.broker.service import ServiceError
+
+            name = f"{base}-partition-{i}"
+            try:
+                await self.service.get_topic(name, create=True)
+            except ServiceError as exc:
+                raise ResourceNotFound(exc.message) from None
+            out[str(i)] = await self.terminate(name)
+        return out
+
+    async def truncate(self, topic: str) -> None:
+        """Pulsar's ``truncate``: move every subscription to the end, roll the ledger over and
+        delete every ledger before the current one (retention notwithstanding); on every
+        partition of a partitioned topic."""
+        from magnetar.broker.ledger.errors import ManagedLedgerError
+        from magnetar.broker.ledger_adapter import ManagedTopicLedger
+
+        for name in await self._each_partition(topic):
+            try:
+                t = await self.persistent(name)
+            except ResourceNotFound:
+                if name == topic:
+                    raise
+                continue  # a partition nobody has written to yet: nothing to delete
+            if not isinstance(t.ledger, ManagedTopicLedger):
+                raise not_allowed("The topic's storage cannot be truncated")
+            if t.terminated:
+                raise not_allowed("The topic is terminated: it cannot be truncated")
+            last = t.ledger.last_confirmed
+            if last is not None:
+                for s in list(t.subscriptions.values()):
+                    await s.cursor.ack_cumulative(last)
+            try:
+                await t.ledger.truncate()
+            except ManagedLedgerError as exc:
+                raise ResourceConflict(f"Cannot truncate {name}: {exc}") from None
 
     async def internal_stats(self, topic: str) -> dict[str, Any]:
         """Pulsar's PersistentTopicInternalStats (the managed ledger's view)."""

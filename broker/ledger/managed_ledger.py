@@ -654,6 +654,42 @@ class ManagedLedger:
         await self._write_info()
         return self.last_confirmed
 
+    async def truncate(self) -> list[int]:
+        """Pulsar's topic truncate: roll the current ledger over, move every durable cursor
+        to the end, and delete every ledger before the current one, whatever retention says.
+        Returns the deleted ledger ids."""
+        if self._rollover_task is not None and not self._rollover_task.done():
+            await asyncio.wait([self._rollover_task])
+        if self.state is not _S.LEDGER_OPENED or self._current is None:
+            raise self._state_error()
+        if self._issued_entries > 0:
+            self._start_rollover()
+            assert self._rollover_task is not None
+            await asyncio.wait([self._rollover_task])
+            if self.state is not _S.LEDGER_OPENED or self._current is None:
+                raise self._state_error()
+        current = self._current.ledger_id
+        earlier = [i for i in self._info.ledgers if i.ledger_id != current]
+        if not earlier:
+            return []
+        # cursors move past the deleted ledgers only: an add that reached the new ledger
+        # meanwhile stays to be consumed
+        end = max(Position(i.ledger_id, i.entries - 1) for i in earlier)
+        for cursor in list(self._cursors.values()):
+            if cursor.mark_delete_position < end:
+                await cursor.mark_delete(end)
+        gone = {i.ledger_id for i in earlier}
+        self._info.ledgers = [i for i in self._info.ledgers if i.ledger_id not in gone]
+        await self._write_info()
+        if self.last_confirmed.ledger_id in gone:
+            self.last_confirmed = Position(current, -1)
+        for ledger_id in sorted(gone):
+            self._readers.pop(ledger_id, None)
+            self._cache.evict_ledger(ledger_id)
+            await self.ledger_client.delete_ledger(ledger_id)
+        log.info("%s: truncated ledgers %s", self.name, sorted(gone))
+        return sorted(gone)
+
     @property
     def is_terminated(self) -> bool:
         return self.state is _S.TERMINATED or "terminated" in self._info.properties

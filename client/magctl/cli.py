@@ -19,8 +19,8 @@ from magnetar.client.magctl.errors import MagctlError, UnknownFlag, UsageError
 
 VERBS = (
     "get", "describe", "create", "delete", "edit", "apply", "diff", "explain", "api-resources",
-    "unload", "split", "seek", "skip", "clear", "expire", "peek", "compact", "scale", "lookup",
-    "top", "config", "completion", "version",
+    "unload", "split", "seek", "skip", "clear", "expire", "peek", "compact", "terminate",
+    "truncate", "scale", "lookup", "top", "config", "completion", "version",
 )
 
 DESCRIPTION = """magctl controls a Magnetar (or any Pulsar-compatible) cluster through its admin
@@ -47,6 +47,8 @@ Topic and subscription operations:
   expire         Expire messages older than a duration
   peek           Show messages of a subscription or a topic without consuming them
   compact        Compact a topic (--wait for the end)
+  terminate      Terminate a topic: no more messages, ever (prints the last message id)
+  truncate       Delete every message of a topic (all ledgers but the current one)
   scale          Grow a partitioned topic (--partitions N)
   lookup         The broker that serves a topic
   top            Rates, throughput and backlog of topics, subscriptions, bundles, brokers
@@ -229,6 +231,13 @@ def build() -> Parser:
     _resource_args(p)
     p.add_argument("--wait", action="store_true", help="wait until compaction ends")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds to wait at most")
+
+    p = _sub(subs, "terminate", "Terminate a topic: no more messages, ever")
+    _resource_args(p)
+    p.add_argument("-o", "--output", help="json|yaml")
+
+    p = _sub(subs, "truncate", "Delete every message of a topic")
+    _resource_args(p)
 
     p = _sub(subs, "scale", "Grow a partitioned topic")
     _resource_args(p)

@@ -1,9 +1,9 @@
 """Topic, subscription and bundle operations as verbs: unload, split, seek, skip, clear,
-expire, peek, compact, scale, lookup.
+expire, peek, compact, terminate, truncate, scale, lookup.
 
 Owns: each verb's REST call with Pulsar's paths (``.../subscription/{s}/resetcursor/{ts}``,
 ``.../skip/{n}``, ``.../skip_all``, ``.../expireMessages/{s}``, ``.../position/{n}``,
-``.../examinemessage``, ``.../compaction``,
+``.../examinemessage``, ``.../compaction``, ``.../terminate[/partitions]``, ``.../truncate``,
 ``.../partitions``, ``/lookup/v2/topic/...``, ``/admin/v2/namespaces/{t}/{ns}[/{bundle}]/unload``,
 ``.../{bundle}/split``)
 and their one-line results. A partitioned topic is operated partition by partition where
@@ -47,7 +47,7 @@ def run(verb: str, args: argparse.Namespace, api: Api, scope: Scope, *, out: IO[
         "unload": ("topics", "namespaces", "bundles"), "split": ("bundles",),
         "seek": ("subscriptions",), "skip": ("subscriptions",), "clear": ("subscriptions",),
         "expire": ("subscriptions",), "peek": ("subscriptions", "topics"),
-        "compact": ("topics",),
+        "compact": ("topics",), "terminate": ("topics",), "truncate": ("topics",),
         "scale": ("topics",), "lookup": ("topics",),
     }[verb]
     if rtype.plural not in allowed:
@@ -290,6 +290,36 @@ def _compact(op: _Op, name: str) -> None:
     if tty:
         err.write("\r\033[K")
     out.write(f"topic/{tn.full} compacted\n")
+
+
+def _terminate(op: _Op, name: str) -> None:
+    api, scope, _plural, args, out, _err = op
+    tn, n = _topic(api, scope, name)
+    if n > 0:
+        got = api.post(f"/admin/v2/{tn.path}/terminate/partitions", what=("topics", tn.full))
+    else:
+        got = api.post(f"/admin/v2/{tn.path}/terminate", what=("topics", tn.full))
+    got = got or {}
+    if args.output == "json":
+        out.write(json.dumps(got, indent=4) + "\n")
+    elif args.output == "yaml":
+        from magnetar.client.magctl.output import dump_yaml
+
+        out.write(dump_yaml(got))
+    elif n > 0:
+        ids = ", ".join(f"{i}={m.get('ledgerId')}:{m.get('entryId')}"
+                        for i, m in sorted(got.items(), key=lambda kv: int(kv[0])))
+        out.write(f"topic/{tn.full} terminated (last message ids {ids})\n")
+    else:
+        out.write(f"topic/{tn.full} terminated (last message id "
+                  f"{got.get('ledgerId')}:{got.get('entryId')})\n")
+
+
+def _truncate(op: _Op, name: str) -> None:
+    api, scope, _plural, _args, out, _err = op
+    tn, _n = _topic(api, scope, name)
+    api.delete(f"/admin/v2/{tn.path}/truncate", what=("topics", tn.full))
+    out.write(f"topic/{tn.full} truncated\n")
 
 
 def _scale(op: _Op, name: str) -> None:

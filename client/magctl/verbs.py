@@ -64,8 +64,8 @@ def dispatch(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
 
         api, scope, _ = _session(args)
         return int(top.run(args, api, scope, out))
-    if verb in ("unload", "split", "seek", "skip", "clear", "expire", "peek", "compact", "scale",
-                "lookup"):
+    if verb in ("unload", "split", "seek", "skip", "clear", "expire", "peek", "compact",
+                "terminate", "truncate", "scale", "lookup"):
         from magnetar.client.magctl import operations
 
         api, scope, _ = _session(args)

@@ -19,6 +19,7 @@ from magnetar.broker.ledger import (
     Position,
 )
 from magnetar.broker.ledger.testing import FakeBookieCluster
+from magnetar.zk import paths
 from magnetar.zk.clock import VirtualClock
 from magnetar.zk.memory import MemoryMetadataServer
 
@@ -281,6 +282,33 @@ async def test_terminate_stops_adds_and_survives_reopen(
         ml2.add_nowait(b"no")
     got = await ml2.read_entries(ml2.new_non_durable_cursor(EARLIEST), 10)
     assert [e.payload for e in got] == [b"0", b"1", b"2"]
+
+
+async def test_truncate_deletes_every_earlier_ledger_whatever_retention_and_cursors(
+    meta_server: MemoryMetadataServer, fake_bookies: FakeBookieCluster
+) -> None:
+    f = factory(meta_server, fake_bookies, max_entries_per_ledger=4,
+                retention_time_ms=-1, retention_size_bytes=-1)  # retention: keep everything
+    ml = await f.open("t/ns/persistent/trunc")
+    slow = await ml.open_cursor("slow", EARLIEST)  # has consumed nothing
+    await asyncio.gather(*(ml.add(b"%d" % i) for i in range(10)))
+    before = ml.ledger_ids
+    assert len(before) >= 2
+    gone = await ml.truncate()
+    assert gone == sorted(before)  # the rollover left none of them current
+    assert ml.ledger_ids and not set(ml.ledger_ids) & set(before)
+    assert slow.backlog().entries == 0
+    ml.check_invariants()
+    store = meta_server.connect()
+    for ledger_id in gone:  # the ledgers themselves are deleted, not only forgotten
+        assert await store.get(paths.ledger_metadata(ledger_id)) is None
+    pos = await ml.add(b"after")
+    got = await ml.read_entries(ml.new_non_durable_cursor(EARLIEST), 10)
+    assert [e.payload for e in got] == [b"after"]
+    assert (await ml.read_entries(slow, 10))[0].position == pos
+    await ml.close()
+    ml2 = await factory(meta_server, fake_bookies).open("t/ns/persistent/trunc")
+    assert not set(ml2.ledger_ids) & set(before)  # the metadata says so durably
 
 
 async def test_cache_is_evicted_behind_every_reader(
