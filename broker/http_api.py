@@ -249,7 +249,9 @@ class AdminApi:
         r.add_put(base + "/{topic}/compaction", self.trigger_compaction)
         r.add_get(base + "/{topic}/compaction", self.compaction_status)
         # topic-level policies: the namespace paths under the topic, overriding them
-        for name in NAMESPACE_POLICIES:
+        for name, policy in NAMESPACE_POLICIES.items():
+            if not policy.topic_level:
+                continue
             r.add_get(base + "/{topic}/" + name, self._topic_policy_handler(name, "get"))
             r.add_post(base + "/{topic}/" + name, self._topic_policy_handler(name, "set"))
             r.add_delete(base + "/{topic}/" + name, self._topic_policy_handler(name, "clear"))

@@ -8,7 +8,8 @@ absent or ``null`` falls back to the broker default, as in Pulsar), and ``NAMESP
 the table that maps each REST path segment under ``/admin/v2/namespaces/{t}/{ns}/`` to its
 field in the namespace Policies JSON (Pulsar's names: ``message_ttl_in_seconds``,
 ``retention_policies``, ``backlog_quota_map``, ``max_producers_per_topic``, ...) with the
-body validation Pulsar does.
+body validation Pulsar does; ``resolve_auto_topic_creation`` (the namespace's
+``autoTopicCreationOverride`` over the broker's auto-creation settings).
 Pure: no I/O, no asyncio. Must not know: HTTP, topics, the metadata store.
 """
 
@@ -263,6 +264,8 @@ class PolicyRoute:
     store: Callable[[Any, dict[str, Any], str], dict[str, Any]]
     show: Callable[[dict[str, Any], str], Any]
     clear: Callable[[dict[str, Any], str], dict[str, Any]]
+    topic_level: bool = True
+    """Also served under a topic's path (Pulsar has no topic-level form of some)."""
 
 
 def _non_negative_int(body: Any, what: str) -> int:
@@ -339,6 +342,59 @@ def _rate_route(name: str, key: str, fields: tuple[str, ...]) -> PolicyRoute:
     return PolicyRoute(name, store, show, clear)
 
 
+AUTO_TOPIC_TYPES = ("non-partitioned", "partitioned")
+
+
+def _store_auto_topic(body: Any, policies: dict[str, Any], cluster: str) -> dict[str, Any]:
+    """Pulsar's AutoTopicCreationOverride, checked as Pulsar's ``isValidOverride``."""
+    if not isinstance(body, dict):
+        raise PolicyError("AutoTopicCreationOverride must be a JSON object")
+    allow = body.get("allowAutoTopicCreation")
+    if not isinstance(allow, bool):
+        raise PolicyError("allowAutoTopicCreation must be a boolean")
+    out: dict[str, Any] = {"allowAutoTopicCreation": allow}
+    kind = body.get("topicType")
+    if allow or kind is not None:
+        if kind not in AUTO_TOPIC_TYPES:
+            raise PolicyError(f"topicType must be one of {', '.join(AUTO_TOPIC_TYPES)}")
+        out["topicType"] = kind
+    partitions = body.get("defaultNumPartitions")
+    if kind == "partitioned":
+        if partitions is None or _int(partitions, "defaultNumPartitions") <= 0:
+            raise PolicyError("defaultNumPartitions must be 1 or more for partitioned topics")
+        out["defaultNumPartitions"] = partitions
+    elif partitions is not None and kind == "non-partitioned":
+        raise PolicyError("defaultNumPartitions is only for topicType partitioned")
+    return {"autoTopicCreationOverride": out}
+
+
+@dataclass(frozen=True, slots=True)
+class AutoTopicCreation:
+    """The effective topic auto-creation rule of a namespace."""
+
+    allow: bool
+    topic_type: str
+    default_num_partitions: int
+
+
+def resolve_auto_topic_creation(config: BrokerConfig, ns: dict[str, Any]) -> AutoTopicCreation:
+    """The namespace's ``autoTopicCreationOverride`` when set, else the broker settings."""
+    override = ns.get("autoTopicCreationOverride")
+    if isinstance(override, dict) and isinstance(override.get("allowAutoTopicCreation"), bool):
+        kind = override.get("topicType")
+        if kind not in AUTO_TOPIC_TYPES:
+            kind = config.allow_auto_topic_creation_type
+        partitions = override.get("defaultNumPartitions")
+        if not isinstance(partitions, int) or partitions <= 0:
+            partitions = config.default_num_partitions
+        return AutoTopicCreation(override["allowAutoTopicCreation"], kind, partitions)
+    return AutoTopicCreation(
+        config.allow_auto_topic_creation,
+        config.allow_auto_topic_creation_type,
+        config.default_num_partitions,
+    )
+
+
 _DISPATCH_FIELDS = (
     "dispatchThrottlingRateInMsg",
     "dispatchThrottlingRateInByte",
@@ -374,6 +430,13 @@ NAMESPACE_POLICIES: dict[str, PolicyRoute] = {
         ),
         _rate_route("dispatchRate", "topicDispatchRate", _DISPATCH_FIELDS),
         _rate_route("subscriptionDispatchRate", "subscriptionDispatchRate", _DISPATCH_FIELDS),
+        PolicyRoute(
+            "autoTopicCreation",
+            _store_auto_topic,
+            lambda p, c: p.get("autoTopicCreationOverride"),
+            lambda p, c: {"autoTopicCreationOverride": None},
+            topic_level=False,
+        ),
     )
 }
 """REST path segment -> how to store, show and clear it."""
@@ -404,8 +467,10 @@ def remove_backlog_quota(policies: dict[str, Any], quota_type: str | None) -> di
 
 
 __all__ = [
+    "AUTO_TOPIC_TYPES",
     "NAMESPACE_POLICIES",
     "NO_RATE",
+    "AutoTopicCreation",
     "BacklogQuota",
     "BacklogQuotaType",
     "PolicyError",
@@ -414,6 +479,7 @@ __all__ = [
     "RetentionPolicy",
     "TopicPolicies",
     "remove_backlog_quota",
+    "resolve_auto_topic_creation",
     "resolve_policies",
     "set_backlog_quota",
 ]

@@ -107,6 +107,13 @@ def policies_schema(max_bundles: int) -> dict[str, Any]:
             "publishMaxMessageRate": _PER_CLUSTER_RATE,
             "topicDispatchRate": _PER_CLUSTER_RATE,
             "subscriptionDispatchRate": _PER_CLUSTER_RATE,
+            "autoTopicCreationOverride": _object(
+                {
+                    "allowAutoTopicCreation": {"type": "boolean"},
+                    "topicType": {"enum": ["non-partitioned", "partitioned", None]},
+                    "defaultNumPartitions": _int(0, nullable=True),
+                }
+            ),
             "replication_clusters": {"type": ["array", "null"], "items": {"type": "string"}},
         },
     }

@@ -40,6 +40,7 @@ from magnetar.broker.input_budget import InputBudget
 from magnetar.broker.naming import InvalidTopicName, TopicName
 from magnetar.broker.nonpersistent import NonPersistentTopic
 from magnetar.broker.ownership import NamespaceBundle, OwnerInfo, OwnershipCache
+from magnetar.broker.policies import AutoTopicCreation, resolve_auto_topic_creation
 from magnetar.broker.policy_manager import PolicyManager
 from magnetar.broker.resources import (
     PreconditionFailed,
@@ -361,15 +362,15 @@ class BrokerService:
         n = await self.resources.get_partitions(tn.tenant, tn.namespace, tn.domain, tn.local)
         if n > 0:
             return n
-        cfg = self.config
+        auto = await self._auto_topic_creation(tn)
         if (
-            cfg.allow_auto_topic_creation
-            and cfg.allow_auto_topic_creation_type == "partitioned"
+            auto.allow
+            and auto.topic_type == "partitioned"
             and not await self.storage.exists(tn.managed_ledger_name)
         ):
             try:
                 await self.resources.create_partitioned(
-                    tn.tenant, tn.namespace, tn.domain, tn.local, cfg.default_num_partitions
+                    tn.tenant, tn.namespace, tn.domain, tn.local, auto.default_num_partitions
                 )
             except ResourceConflict:
                 pass
@@ -450,10 +451,20 @@ class BrokerService:
         log.info("loaded topic %s", tn.full)
         return topic
 
+    async def _auto_topic_creation(self, tn: TopicName) -> AutoTopicCreation:
+        """The namespace's ``autoTopicCreationOverride`` over the broker settings, as Pulsar."""
+        if tn.full in self.topics:
+            return resolve_auto_topic_creation(self.config, {})
+        try:
+            ns = await self.resources.get_policies(tn.tenant, tn.namespace)
+        except ResourceNotFound:
+            ns = {}
+        return resolve_auto_topic_creation(self.config, ns)
+
     async def topic_for_client(self, topic: str) -> PersistentTopic:
         """Topic for a PRODUCER/SUBSCRIBE: auto-created when allowed, else TopicNotFound."""
         tn = self.parse_topic(topic)
-        create = self.config.allow_auto_topic_creation
+        create = (await self._auto_topic_creation(tn)).allow
         if not create and tn.partition_index >= 0:
             base = tn.partitioned_base
             n = await self.resources.get_partitions(

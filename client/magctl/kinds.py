@@ -16,7 +16,7 @@ from urllib.parse import quote
 
 from magnetar.client.magctl.api import Api, Scope
 from magnetar.client.magctl.errors import ServerError, UsageError
-from magnetar.client.magctl.policyspec import POLICIES, read_policies
+from magnetar.client.magctl.policyspec import POLICIES, TOPIC_POLICIES, read_policies
 from magnetar.client.magctl.resources import (
     API_VERSION,
     DOMAINS,
@@ -296,7 +296,7 @@ class Topics(Kind):
         if full:
             base = f"/admin/v2/{tn.path}"
             try:
-                policies = read_policies(api.get, base, list(POLICIES))
+                policies = read_policies(api.get, base, TOPIC_POLICIES)
             except ServerError:
                 policies = {}
             spec["policies"] = {k: v for k, v in policies.items() if v is not None}

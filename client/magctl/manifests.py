@@ -122,7 +122,7 @@ def validate(m: Manifest) -> None:
         raise UsageError(f'{where}: unknown field(s) in {kind}.spec: {", ".join(sorted(unknown))}'
                          f' (known: {", ".join(sorted(_SPEC_FIELDS[kind]))})')
     try:
-        canonical_policies(spec.get("policies"))
+        canonical_policies(spec.get("policies"), topic=kind == "Topic")
     except UsageError as exc:
         raise UsageError(f"{where}: {exc.message}") from None
 
@@ -308,7 +308,7 @@ def _plan_topic(api: Api, obj: dict[str, Any], default_namespace: str) -> Plan:
     partitions = spec.get("partitions", 0)
     if isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 0:
         raise UsageError(f"Topic {tn.full}: spec.partitions must be 0 (not partitioned) or more")
-    wanted = canonical_policies(spec.get("policies"))
+    wanted = canonical_policies(spec.get("policies"), topic=True)
     live_n = TOPICS.partitions_of(api, tn)
     exists = live_n is not None
     live_spec: dict[str, Any] = {"partitions": live_n} if exists else {}

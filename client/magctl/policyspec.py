@@ -36,6 +36,8 @@ class PolicySpec:
     to_body: Callable[[Any], Any]
     """A canonical manifest value -> the POST body."""
     description: str
+    topic_level: bool = True
+    """Also a topic policy (Pulsar has no topic-level autoTopicCreation)."""
 
 
 def _int(value: Any, what: str) -> int:
@@ -214,6 +216,36 @@ def _delayed_canonical(v: Any) -> Any:
     return _delayed_from_server(d)
 
 
+_AUTO_TOPIC_KEYS = ("allowAutoTopicCreation", "topicType", "defaultNumPartitions")
+
+
+def _auto_topic_from_server(v: Any) -> Any:
+    if not isinstance(v, dict) or not isinstance(v.get("allowAutoTopicCreation"), bool):
+        return None
+    return {k: v[k] for k in _AUTO_TOPIC_KEYS if v.get(k) is not None}
+
+
+def _auto_topic_canonical(v: Any) -> Any:
+    what = "autoTopicCreation"
+    d = _dict(v, what)
+    unknown = set(d) - set(_AUTO_TOPIC_KEYS)
+    if unknown:
+        raise UsageError(f"spec.policies.{what}: unknown field(s) {sorted(unknown)}")
+    allow = _bool(d.get("allowAutoTopicCreation"), f"{what}.allowAutoTopicCreation")
+    kind = d.get("topicType")
+    if (allow or kind is not None) and kind not in ("non-partitioned", "partitioned"):
+        raise UsageError(f"spec.policies.{what}.topicType: expected non-partitioned or "
+                         f"partitioned, got {kind!r}")
+    n = d.get("defaultNumPartitions")
+    if kind == "partitioned" and (n is None or _int(n, f"{what}.defaultNumPartitions") < 1):
+        raise UsageError(f"spec.policies.{what}.defaultNumPartitions: 1 or more is needed "
+                         "for topicType partitioned")
+    if kind != "partitioned" and n is not None:
+        raise UsageError(f"spec.policies.{what}.defaultNumPartitions: only for topicType "
+                         "partitioned")
+    return _auto_topic_from_server(d)
+
+
 POLICIES: dict[str, PolicySpec] = {
     p.key: p
     for p in (
@@ -248,11 +280,19 @@ POLICIES: dict[str, PolicySpec] = {
                     "0 = no limit"),
         _scalar_int("compactionThreshold", "compactionThreshold",
                     "bytes not yet compacted that trigger compaction; 0 = off"),
+        PolicySpec("autoTopicCreation", "autoTopicCreation", _auto_topic_from_server,
+                   _auto_topic_canonical, lambda v: v,
+                   "namespace only: {allowAutoTopicCreation: true, topicType: "
+                   "non-partitioned|partitioned, defaultNumPartitions: 3}", topic_level=False),
     )
 }
 
 
-def canonical_policies(spec: Any) -> dict[str, Any]:
+TOPIC_POLICIES: list[str] = [k for k, p in POLICIES.items() if p.topic_level]
+"""The keys a Topic manifest may carry (all but the namespace-only ones)."""
+
+
+def canonical_policies(spec: Any, *, topic: bool = False) -> dict[str, Any]:
     """Validate ``spec.policies`` of a manifest; canonical values (None = remove)."""
     if spec is None:
         return {}
@@ -265,6 +305,8 @@ def canonical_policies(spec: Any) -> dict[str, Any]:
             raise UsageError(
                 f'spec.policies: unknown policy "{key}"; known: {", ".join(POLICIES)}'
             )
+        if topic and not policy.topic_level:
+            raise UsageError(f'spec.policies: "{key}" is a namespace policy, not a topic one')
         out[key] = None if value is None else policy.canonical(value)
     return out
 

@@ -144,3 +144,47 @@ def test_compaction_threshold_and_max_delivery_delay_resolve_and_validate() -> N
     assert (p.delayed_delivery_tick_ms, p.delayed_delivery_max_delay_ms) == (500, 60_000)
     ns.update(route.clear(ns, "standalone"))
     assert resolve_policies(cfg, ns).compaction_threshold_bytes == 0
+
+
+def test_auto_topic_creation_override_resolves_over_the_broker_settings() -> None:
+    from magnetar.broker.policies import resolve_auto_topic_creation
+
+    cfg = BrokerConfig()
+    base = resolve_auto_topic_creation(cfg, {})
+    assert (base.allow, base.topic_type, base.default_num_partitions) == (
+        True,
+        "non-partitioned",
+        1,
+    )
+    route = NAMESPACE_POLICIES["autoTopicCreation"]
+    assert not route.topic_level
+    stored = route.store({"allowAutoTopicCreation": False}, {}, "c")
+    assert stored == {"autoTopicCreationOverride": {"allowAutoTopicCreation": False}}
+    assert resolve_auto_topic_creation(cfg, stored).allow is False
+    stored = route.store(
+        {"allowAutoTopicCreation": True, "topicType": "partitioned", "defaultNumPartitions": 3},
+        {},
+        "c",
+    )
+    got = resolve_auto_topic_creation(cfg, stored)
+    assert (got.allow, got.topic_type, got.default_num_partitions) == (True, "partitioned", 3)
+    assert route.clear(stored, "c") == {"autoTopicCreationOverride": None}
+    for bad in (
+        None,
+        {"allowAutoTopicCreation": 1},
+        {"allowAutoTopicCreation": True},
+        {"allowAutoTopicCreation": True, "topicType": "partitioned", "defaultNumPartitions": -1},
+        {"allowAutoTopicCreation": True, "topicType": "non-partitioned", "defaultNumPartitions": 2},
+    ):
+        with pytest.raises(PolicyError):
+            route.store(bad, {}, "c")
+    from magnetar.broker.policy_schema import check_policies
+
+    check_policies({"autoTopicCreationOverride": stored["autoTopicCreationOverride"]}, 128)
+    for doc in (
+        {"autoTopicCreationOverride": {"allowAutoTopicCreation": "yes"}},
+        {"autoTopicCreationOverride": {"allowAutoTopicCreation": True, "topicType": "x"}},
+        {"autoTopicCreationOverride": {"allowAutoTopicCreation": True, "defaultNumPartitions": -1}},
+    ):
+        with pytest.raises(PolicyError):
+            check_policies(doc, 128)
