@@ -34,9 +34,23 @@ class Cluster:
         made: list[BrokerProcess],
     ) -> None:
         self.metadata = f"{zookeeper.url}/cluster-{uuid.uuid4().hex[:8]}"
+        self.clients: list[pulsar.Client] = []
         self._bookies = bookies
         self._base = base
         self.brokers = made
+
+    def client(self, service_url: str | None = None, timeout_s: int = 60) -> pulsar.Client:
+        """An official client, closed when the cluster is torn down (a C++ client left open
+        at interpreter exit aborts the process)."""
+        c = pulsar.Client(service_url or self.service_url, operation_timeout_seconds=timeout_s)
+        self.clients.append(c)
+        return c
+
+    def close_clients(self) -> None:
+        for c in self.clients:
+            with contextlib.suppress(Exception):
+                c.close()
+        self.clients.clear()
 
     def start_bookies(self, n: int = 2) -> None:
         self._bookies.start_many(n, metadata=self.metadata)
@@ -198,6 +212,7 @@ def own_cluster(
             cluster.start_broker(extra_config)
         yield cluster
     finally:
+        cluster.close_clients()
         for b in made:
             b.kill()
         factory.close()

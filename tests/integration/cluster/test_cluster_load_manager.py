@@ -29,6 +29,7 @@ def cluster(
     c = Cluster(zookeeper_server, bookie_factory, tmp_path, made)
     c.start_bookies(2)
     yield c
+    c.close_clients()
     for b in made:
         b.kill()
 
@@ -46,7 +47,7 @@ def test_the_leader_places_bundles_over_every_broker(cluster: Cluster) -> None:
         "three load reports",
     )
     # The client names one broker; lookups of unowned bundles go through the leader.
-    client = pulsar.Client(brokers[0].service_url, operation_timeout_seconds=30)
+    client = cluster.client(brokers[0].service_url, 30)
     topics = [f"persistent://public/spread/t{i}" for i in range(12)]
     producers = [client.create_producer(t, batching_enabled=False) for t in topics]
     for p in producers:
@@ -78,7 +79,7 @@ def test_sigkill_of_the_owner_moves_its_topic_and_loses_nothing(cluster: Cluster
     for _ in range(3):
         cluster.start_broker(SESSION)
     topic = "persistent://public/default/failover"
-    client = pulsar.Client(cluster.service_url, operation_timeout_seconds=60)
+    client = cluster.client(cluster.service_url, 60)
     consumer = client.subscribe(topic, "checker", initial_position=pulsar.InitialPosition.Earliest)
     checker = PublishChecker(client, topic).start()
     wait_until(lambda: checker.acked_count() >= 200, 60, "200 receipts before the kill")
@@ -111,7 +112,7 @@ def test_a_dead_leader_is_replaced_and_assignments_continue(cluster: Cluster) ->
         "a new leader",
     )
     assert cluster.leader_id(via=survivors[0]) == cluster.leader_id(via=survivors[1])
-    client = pulsar.Client(cluster.service_url, operation_timeout_seconds=30)
+    client = cluster.client(cluster.service_url, 30)
     producer = client.create_producer(
         "persistent://public/default/after-leader", batching_enabled=False
     )
@@ -123,7 +124,7 @@ def test_admin_split_with_unload_keeps_every_message(cluster: Cluster) -> None:
     brokers = [cluster.start_broker(SESSION) for _ in range(2)]
     _namespace(brokers[0], "splitme", 1)
     topics = [f"persistent://public/splitme/s{i}" for i in range(6)]
-    client = pulsar.Client(cluster.service_url, operation_timeout_seconds=60)
+    client = cluster.client(cluster.service_url, 60)
     consumers = {
         t: client.subscribe(t, "sub", initial_position=pulsar.InitialPosition.Earliest)
         for t in topics
@@ -169,7 +170,7 @@ def test_a_bundle_over_the_topic_threshold_splits_on_its_own(cluster: Cluster) -
     ]
     _namespace(brokers[0], "auto", 1)
     topics = [f"persistent://public/auto/a{i}" for i in range(8)]
-    client = pulsar.Client(cluster.service_url, operation_timeout_seconds=60)
+    client = cluster.client(cluster.service_url, 60)
     consumers = {
         t: client.subscribe(t, "sub", initial_position=pulsar.InitialPosition.Earliest)
         for t in topics
@@ -192,9 +193,12 @@ def test_a_bundle_over_the_topic_threshold_splits_on_its_own(cluster: Cluster) -
     )
     for t, checker in checkers.items():
         acked = checker.stop()
-        ids: dict[bytes, list[str]] = {}
-        drain(consumers[t], set(acked), timeout_s=120, ids=ids)
-        assert not [p for p, i in ids.items() if len(i) > 1], f"{t}: delivered twice"
+        # every acknowledged publish arrives (drain fails on a missing one). Splits may still
+        # be running while the consumer acknowledges: an ack in flight when its bundle moves
+        # can be lost and that message delivered again (at least once, as Pulsar's
+        # fire-and-forget acks; docs/cluster.md), so duplicates are not checked here: the
+        # admin split test, whose consumer acknowledges after the move, checks them
+        drain(consumers[t], set(acked), timeout_s=120)
     client.close()
 
 
@@ -209,7 +213,7 @@ def test_shedding_moves_bundles_to_brokers_that_join(cluster: Cluster) -> None:
     first = cluster.start_broker(SESSION + FAST_ROUNDS + SHED)
     _namespace(first, "shed", 8)
     topics = [f"persistent://public/shed/h{i}" for i in range(16)]
-    client = pulsar.Client(first.service_url, operation_timeout_seconds=60)
+    client = cluster.client(first.service_url, 60)
     checkers = [PublishChecker(client, t).start() for t in topics]
     wait_until(lambda: all(c.acked_count() > 50 for c in checkers), 60, "load on one broker")
     assert {cluster.owner(t).name for t in topics} == {first.name}
