@@ -15,7 +15,7 @@ stored entries.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -156,6 +156,20 @@ class TopicOperations:
         base = self.parse(topic).full
         return [f"{base}-partition-{i}" for i in range(n)]
 
+    async def _partition_subscriptions(
+        self, topic: str, sub: str
+    ) -> AsyncIterator[tuple[PersistentTopic, Subscription]]:
+        """``sub`` on each partition that has it (the topic itself when not partitioned); a
+        missing one is ``ResourceNotFound`` only for a non-partitioned topic."""
+        for name in await self._each_partition(topic):
+            try:
+                got = await self.subscription(name, sub)
+            except ResourceNotFound:
+                if name == topic:
+                    raise
+                continue
+            yield got
+
     # -- subscriptions -------------------------------------------------------------------
     async def create_subscription(self, topic: str, sub: str, position: Position) -> None:
         """Pulsar: ``PUT .../subscription/{sub}``; on every partition of a partitioned topic
@@ -232,13 +246,7 @@ class TopicOperations:
         return len(entries)
 
     async def clear_backlog(self, topic: str, sub: str) -> None:
-        for name in await self._each_partition(topic):
-            try:
-                t, s = await self.subscription(name, sub)
-            except ResourceNotFound:
-                if name == topic:
-                    raise
-                continue
+        async for t, s in self._partition_subscriptions(topic, sub):
             last = t.ledger.last_confirmed
             if last is not None:
                 await s.cursor.ack_cumulative(last)
@@ -247,13 +255,7 @@ class TopicOperations:
         """Acknowledge every message published more than ``seconds`` ago."""
         if seconds < 0:
             raise PreconditionFailed("The expiry time must be 0 or more seconds")
-        for name in await self._each_partition(topic):
-            try:
-                t, s = await self.subscription(name, sub)
-            except ResourceNotFound:
-                if name == topic:
-                    raise
-                continue
+        async for t, s in self._partition_subscriptions(topic, sub):
             cutoff = await t.find_position_by_time(self.clock_ms() - seconds * 1000)
             if cutoff == LATEST:
                 last = t.ledger.last_confirmed
@@ -271,13 +273,7 @@ class TopicOperations:
     async def reset_cursor(self, topic: str, sub: str, *, position: Position | None = None,
                            timestamp_ms: int | None = None) -> None:
         """Seek: consumers are disconnected (they reconnect and read from there)."""
-        for name in await self._each_partition(topic):
-            try:
-                t, s = await self.subscription(name, sub)
-            except ResourceNotFound:
-                if name == topic:
-                    raise
-                continue
+        async for t, s in self._partition_subscriptions(topic, sub):
             pos = position
             if timestamp_ms is not None:
                 pos = await t.find_position_by_time(timestamp_ms)
