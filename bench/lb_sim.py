@@ -31,7 +31,6 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from magnetar.broker.bundles import FULL_UPPER, BundleRange
 from magnetar.broker.loadbalance import (
     BrokerLoadReport,
     BundleData,
@@ -48,6 +47,7 @@ from magnetar.broker.loadbalance import (
     split_boundaries,
 )
 from magnetar.broker.loadbalance.shedding import forget_expired
+from magnetar.broker.namespace.bundles import FULL_UPPER, BundleRange
 
 MESSAGE_BYTES = 1024
 

@@ -113,7 +113,7 @@ class Admin:
     def __init__(self, broker: InProcessBroker) -> None:
         from aiohttp import web
 
-        from magnetar.broker.http_api import AdminApi
+        from magnetar.broker.admin.http_api import AdminApi
 
         service = broker.service
         assert service is not None

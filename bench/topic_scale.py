@@ -41,13 +41,13 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from _common import loadavg
 
+from magnetar.broker.admin.http_api import slices_yielding
 from magnetar.broker.config import BrokerConfig
-from magnetar.broker.http_api import slices_yielding
 from magnetar.broker.ledger import ManagedLedgerConfig, ManagedLedgerFactory
 from magnetar.broker.ledger.testing import FakeBookieCluster
-from magnetar.broker.ledger_adapter import ManagedLedgerStorage
 from magnetar.broker.runtime import tune_gc_for_serving
 from magnetar.broker.service import BrokerService
+from magnetar.broker.storage.managed_ledger import ManagedLedgerStorage
 from magnetar.zk.memory import MemoryMetadataServer
 
 

@@ -202,6 +202,8 @@ def _tokens_run(args: argparse.Namespace) -> int:
     from magnetar.broker.tokens_cli import run
 
     return run(args)
+
+
 def _log_effective(config: BrokerConfig) -> None:
     import logging
 

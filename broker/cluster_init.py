@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 
-from magnetar.broker.resources import ResourceConflict, Resources, TenantInfo
+from magnetar.broker.namespace.resources import ResourceConflict, Resources, TenantInfo
 from magnetar.zk.store import MetadataStore
 
 log = logging.getLogger(__name__)

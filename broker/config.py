@@ -124,7 +124,7 @@ class BrokerConfig:
     # metrics: per-topic series on /metrics (off: summed per namespace, as Pulsar's
     # exposeTopicLevelMetricsInPrometheus=false; subscription series need topic level)
     expose_topic_level_metrics_in_prometheus: bool = True
-    # TLS (broker/tls.py): a port of -1 (or empty) is off; the plain port may be -1 too
+    # TLS (broker/security/tls.py): a port of -1 (or empty) is off; the plain port may be -1 too
     broker_service_port_tls: int = -1
     web_service_port_tls: int = -1
     tls_certificate_file_path: str = ""
@@ -134,7 +134,7 @@ class BrokerConfig:
     tls_protocols: str = ""  # e.g. "TLSv1.3,TLSv1.2"; empty = TLS 1.2 and newer
     tls_ciphers: str = ""  # OpenSSL cipher string; empty = Python's secure default
     tls_cert_refresh_check_duration_sec: int = 300
-    # authentication (broker/authentication.py) and authorization (broker/authorization.py)
+    # authentication and authorization (broker/security/)
     authentication_enabled: bool = False
     authentication_providers: str = ""  # comma list: token, tls (or Pulsar class names)
     authentication_refresh_check_seconds: int = 60

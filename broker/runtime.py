@@ -21,15 +21,15 @@ from aiohttp import web
 
 from magnetar.bookie.client import BookieClient
 from magnetar.bookie.tls import GrpcTls
-from magnetar.broker.cluster_api import ClusterApi
+from magnetar.broker.admin.cluster_api import ClusterApi
+from magnetar.broker.admin.http_api import AdminApi
+from magnetar.broker.admin.http_security import add_permission_routes, security_middleware
+from magnetar.broker.admin.topic_ops import TopicOperations
 from magnetar.broker.config import BrokerConfig
-from magnetar.broker.http_api import AdminApi
-from magnetar.broker.http_security import add_permission_routes, security_middleware
 from magnetar.broker.ledger import ManagedLedgerConfig, ManagedLedgerFactory
 from magnetar.broker.ledger.placement import RackPolicy
-from magnetar.broker.ledger_adapter import ManagedLedgerStorage
 from magnetar.broker.service import BrokerService
-from magnetar.broker.topic_ops import TopicOperations
+from magnetar.broker.storage.managed_ledger import ManagedLedgerStorage
 from magnetar.zk.store import MetadataStore
 
 log = logging.getLogger(__name__)

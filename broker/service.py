@@ -27,22 +27,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from magnetar.broker.authentication import AuthenticationService
-from magnetar.broker.authorization import AuthorizationService
-from magnetar.broker.bundles import NamespaceBundles, topic_hash
 from magnetar.broker.compaction import (
     CompactionAlreadyRunning,
     CompactionMonitor,
     TopicCompaction,
 )
 from magnetar.broker.config import BrokerConfig
-from magnetar.broker.input_budget import InputBudget
-from magnetar.broker.naming import InvalidTopicName, TopicName
-from magnetar.broker.nonpersistent import NonPersistentTopic
-from magnetar.broker.ownership import NamespaceBundle, OwnerInfo, OwnershipCache
-from magnetar.broker.policies import AutoTopicCreation, resolve_auto_topic_creation
-from magnetar.broker.policy_manager import PolicyManager
-from magnetar.broker.resources import (
+from magnetar.broker.namespace.bundles import NamespaceBundles, topic_hash
+from magnetar.broker.namespace.ownership import NamespaceBundle, OwnerInfo, OwnershipCache
+from magnetar.broker.namespace.resources import (
     PreconditionFailed,
     ResourceConflict,
     ResourceError,
@@ -50,16 +43,23 @@ from magnetar.broker.resources import (
     Resources,
     TenantInfo,
 )
-from magnetar.broker.storage import TopicStorageFactory
-from magnetar.broker.subscription import SubscriptionError
-from magnetar.broker.tls import ReloadingServerContext, TlsSettings
-from magnetar.broker.topic import PersistentTopic
+from magnetar.broker.naming import InvalidTopicName, TopicName
+from magnetar.broker.policies.manager import PolicyManager
+from magnetar.broker.policies.model import AutoTopicCreation, resolve_auto_topic_creation
+from magnetar.broker.protocol.input_budget import InputBudget
+from magnetar.broker.security.authentication import AuthenticationService
+from magnetar.broker.security.authorization import AuthorizationService
+from magnetar.broker.security.tls import ReloadingServerContext, TlsSettings
+from magnetar.broker.storage.contract import TopicStorageFactory
+from magnetar.broker.topics.nonpersistent import NonPersistentTopic
+from magnetar.broker.topics.persistent import PersistentTopic
+from magnetar.broker.topics.subscription import SubscriptionError
 from magnetar.zk.clock import Clock, SystemClock
 from magnetar.zk.errors import MetadataError
 from magnetar.zk.store import MetadataStore
 
 if TYPE_CHECKING:
-    from magnetar.broker.cluster import BrokerCluster
+    from magnetar.broker.loadbalance.cluster import BrokerCluster
 
 log = logging.getLogger(__name__)
 
@@ -129,7 +129,7 @@ class BrokerService:
         self._server: asyncio.AbstractServer | None = None
         self.connections: set[Any] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._metrics: Any = None  # broker/metrics.py BrokerMetrics, made on first scrape
+        self._metrics: Any = None  # broker/admin/metrics.py BrokerMetrics, made on first scrape
         self.closed = False
         self.clock = clock
         self.cluster: BrokerCluster | None = None
@@ -189,7 +189,7 @@ class BrokerService:
             self.ownership.me = self._owner_info()
 
     async def start(self) -> None:
-        from magnetar.broker.connection import ServerConnection
+        from magnetar.broker.protocol.connection import ServerConnection
 
         loop = asyncio.get_running_loop()
         if self.config.broker_service_port >= 0:
@@ -235,7 +235,7 @@ class BrokerService:
         """Join the cluster's load management (once the web URL is known)."""
         if not self.config.load_balancer_enabled or self.cluster is not None:
             return
-        from magnetar.broker.cluster import BrokerCluster
+        from magnetar.broker.loadbalance.cluster import BrokerCluster
 
         self.cluster = BrokerCluster(self, self.clock or SystemClock())
         await self.cluster.start(self.web_service_url)
@@ -718,14 +718,14 @@ class BrokerService:
         }
 
     def metrics_text(self) -> str:
-        """Prometheus exposition text of this broker (``broker/metrics.py``)."""
+        """Prometheus exposition text of this broker (``broker/admin/metrics.py``)."""
         return "".join(self.metrics_chunks())
 
     def metrics_chunks(self) -> Iterator[str]:
         """The exposition text in pieces (``BrokerMetrics.chunks``): ``/metrics`` lets the
         loop serve clients between them."""
         if self._metrics is None:
-            from magnetar.broker.metrics import BrokerMetrics
+            from magnetar.broker.admin.metrics import BrokerMetrics
 
             self._metrics = BrokerMetrics(self)
         return self._metrics.chunks()

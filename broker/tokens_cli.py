@@ -19,7 +19,7 @@ import json
 import pathlib
 import sys
 
-from magnetar.broker.tokens import (
+from magnetar.broker.security.tokens import (
     EC_ALGS,
     RSA_ALGS,
     TokenError,

@@ -42,7 +42,7 @@ from magnetar.broker.compaction.view import (
     views_prefix,
 )
 from magnetar.broker.ledger.position import Position
-from magnetar.broker.storage import TopicLedger, TopicStorageFactory
+from magnetar.broker.storage.contract import TopicLedger, TopicStorageFactory
 from magnetar.zk.clock import Clock, SystemClock
 
 log = logging.getLogger(__name__)

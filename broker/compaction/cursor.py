@@ -5,7 +5,7 @@ or before the horizon, serves the view (only retained entries at or after the re
 with their original message ids), then continues on the live tail. A partially retained
 batch goes out with a CommandMessage ``ack_set`` whose 0 bits are the messages compacted out
 (the official clients skip them and return their permits). The ack-set word helpers
-(``words_to_int``, ``int_to_words``) are ``broker/storage.py``'s.
+(``words_to_int``, ``int_to_words``) are ``broker/storage/contract.py``'s.
 
 Invariants: acks go to the inner cursor (the entries keep their original ids); messages
 compacted out of a batch count as acknowledged; the remembered batch masks are bounded
@@ -25,7 +25,7 @@ from typing import Protocol
 from magnetar.broker.compaction.fold import entry_messages
 from magnetar.broker.compaction.view import CompactedView, ViewRecord, next_position
 from magnetar.broker.ledger.position import Position
-from magnetar.broker.storage import Entry, TopicCursor, int_to_words, words_to_int
+from magnetar.broker.storage.contract import Entry, TopicCursor, int_to_words, words_to_int
 
 _MASKS_MAX = 10_000
 

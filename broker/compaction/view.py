@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from magnetar.broker.ledger.position import Position
-from magnetar.broker.storage import Entry, TopicLedger
+from magnetar.broker.storage.contract import Entry, TopicLedger
 
 COMPACTION_SUBSCRIPTION = "__compaction"
 """The durable cursor holding the topic's data after the horizon (Pulsar's name)."""

@@ -15,8 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
-from magnetar.broker.bundles import BundleRange
 from magnetar.broker.loadbalance.load_data import BundleStats
+from magnetar.broker.namespace.bundles import BundleRange
 
 MB = 1024 * 1024
 

@@ -38,7 +38,7 @@ from support.bookies import BookieFactory
 from support.broker_process import BrokerProcess
 from support.zookeeper import ZooKeeperServer
 
-from magnetar.broker.bundles import NamespaceBundles
+from magnetar.broker.namespace.bundles import NamespaceBundles
 from magnetar.zk import paths
 from magnetar.zk.factory import open_metadata_store
 

@@ -14,26 +14,46 @@ from support.broker import InProcessBroker
 from support.metrics import families, sample
 
 TOPIC_SERIES = (
-    "pulsar_rate_in", "pulsar_rate_out", "pulsar_throughput_in", "pulsar_throughput_out",
-    "pulsar_msg_backlog", "pulsar_storage_size", "pulsar_subscriptions_count",
-    "pulsar_producers_count", "pulsar_consumers_count", "pulsar_in_messages",
-    "pulsar_in_bytes", "pulsar_out_messages", "pulsar_out_bytes",
-    "pulsar_storage_write_latency_le_0_5", "pulsar_storage_write_latency_le_1",
-    "pulsar_storage_write_latency_le_5", "pulsar_storage_write_latency_le_10",
-    "pulsar_storage_write_latency_le_20", "pulsar_storage_write_latency_le_50",
-    "pulsar_storage_write_latency_le_100", "pulsar_storage_write_latency_le_200",
-    "pulsar_storage_write_latency_le_1000", "pulsar_storage_write_latency_le_overflow",
-    "pulsar_storage_write_latency_count", "pulsar_storage_write_latency_sum",
+    "pulsar_rate_in",
+    "pulsar_rate_out",
+    "pulsar_throughput_in",
+    "pulsar_throughput_out",
+    "pulsar_msg_backlog",
+    "pulsar_storage_size",
+    "pulsar_subscriptions_count",
+    "pulsar_producers_count",
+    "pulsar_consumers_count",
+    "pulsar_in_messages",
+    "pulsar_in_bytes",
+    "pulsar_out_messages",
+    "pulsar_out_bytes",
+    "pulsar_storage_write_latency_le_0_5",
+    "pulsar_storage_write_latency_le_1",
+    "pulsar_storage_write_latency_le_5",
+    "pulsar_storage_write_latency_le_10",
+    "pulsar_storage_write_latency_le_20",
+    "pulsar_storage_write_latency_le_50",
+    "pulsar_storage_write_latency_le_100",
+    "pulsar_storage_write_latency_le_200",
+    "pulsar_storage_write_latency_le_1000",
+    "pulsar_storage_write_latency_le_overflow",
+    "pulsar_storage_write_latency_count",
+    "pulsar_storage_write_latency_sum",
 )
 SUBSCRIPTION_SERIES = (
-    "pulsar_subscription_back_log", "pulsar_subscription_unacked_messages",
-    "pulsar_subscription_msg_rate_out", "pulsar_subscription_msg_throughput_out",
-    "pulsar_subscription_msg_rate_redeliver", "pulsar_subscription_delayed",
+    "pulsar_subscription_back_log",
+    "pulsar_subscription_unacked_messages",
+    "pulsar_subscription_msg_rate_out",
+    "pulsar_subscription_msg_throughput_out",
+    "pulsar_subscription_msg_rate_redeliver",
+    "pulsar_subscription_delayed",
     "pulsar_subscription_consumers_count",
 )
 ML_SERIES = (
-    "pulsar_ml_AddEntryMessagesRate", "pulsar_ml_AddEntryBytesRate",
-    "pulsar_ml_StoredMessagesSize", "pulsar_ml_NumberOfMessagesInBacklog",
+    "pulsar_ml_AddEntryMessagesRate",
+    "pulsar_ml_AddEntryBytesRate",
+    "pulsar_ml_StoredMessagesSize",
+    "pulsar_ml_NumberOfMessagesInBacklog",
 )
 
 
@@ -47,8 +67,9 @@ def test_pulsar_names_types_labels_and_rates(
     broker: InProcessBroker, client: pulsar.Client, admin: Admin
 ) -> None:
     topic = f"persistent://public/default/metrics-{uuid.uuid4().hex[:8]}"
-    consumer = client.subscribe(topic, "sub", consumer_type=pulsar.ConsumerType.Shared,
-                                negative_ack_redelivery_delay_ms=100)
+    consumer = client.subscribe(
+        topic, "sub", consumer_type=pulsar.ConsumerType.Shared, negative_ack_redelivery_delay_ms=100
+    )
     producer = client.create_producer(topic, batching_enabled=False)
     scrape(admin)  # the first scrape is the rates' baseline
     for i in range(20):
@@ -63,14 +84,17 @@ def test_pulsar_names_types_labels_and_rates(
         nonlocal text
         text = scrape(admin)
         return (sample(text, "pulsar_rate_in", **labels) or 0) > 0 and (
-            sample(text, "pulsar_throughput_out", **labels) or 0) > 0
+            sample(text, "pulsar_throughput_out", **labels) or 0
+        ) > 0
 
     wait_until(rates_seen, 30, "pulsar_rate_in and pulsar_throughput_out above 0")
     fams = families(text)
     for name in TOPIC_SERIES:
         assert name in fams, name
-        assert sample(text, name + ("_total" if fams[name].type == "counter" else ""),
-                      **labels) is not None, name
+        assert (
+            sample(text, name + ("_total" if fams[name].type == "counter" else ""), **labels)
+            is not None
+        ), name
     for name in (*TOPIC_SERIES, *SUBSCRIPTION_SERIES, *ML_SERIES):
         assert fams[name].documentation, f"{name} has no # HELP"
     assert fams["pulsar_in_messages"].type == "counter"
@@ -85,15 +109,18 @@ def test_pulsar_names_types_labels_and_rates(
     assert sample(text, "pulsar_msg_backlog", **labels) == 15
     written = sample(text, "pulsar_storage_write_latency_count", **labels)
     assert written is not None and written >= 1
-    buckets = sum(sample(text, f"pulsar_storage_write_latency_le_{b}", **labels) or 0
-                  for b in ("0_5", "1", "5", "10", "20", "50", "100", "200", "1000", "overflow"))
+    buckets = sum(
+        sample(text, f"pulsar_storage_write_latency_le_{b}", **labels) or 0
+        for b in ("0_5", "1", "5", "10", "20", "50", "100", "200", "1000", "overflow")
+    )
     assert buckets == written
     assert (sample(text, "pulsar_storage_size", **labels) or 0) > 0
     ns = {"cluster": "standalone", "namespace": "public/default"}
     for name in ML_SERIES:
         assert sample(text, name, **ns) is not None, name
     assert sample(text, "pulsar_ml_StoredMessagesSize", **ns) == sample(
-        text, "pulsar_storage_size", **labels)
+        text, "pulsar_storage_size", **labels
+    )
     assert sample(text, "pulsar_broker_topics_count", cluster="standalone") == 1
     assert "process_cpu_seconds" in fams
 

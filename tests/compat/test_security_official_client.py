@@ -139,7 +139,7 @@ def test_wrong_ca_fails_while_others_keep_working(secure: SecureBroker) -> None:
 
 
 def test_expired_token_is_an_authentication_error(secure: SecureBroker) -> None:
-    from magnetar.broker.tokens import create_token
+    from magnetar.broker.security.tokens import create_token
 
     key = secure.tokens.secret_key_file.read_bytes()
     expired = create_token("app", secret_key=key, expires_in_s=-60)

@@ -31,10 +31,12 @@ def test_round_trip_100k_rows_through_a_partitioned_topic(
     n = 100_000
     df = spark.range(n).select(
         F.concat(F.lit("v-"), F.col("id").cast("string")).alias("value"),
-        F.when(F.col("id") % 10 == 0, F.concat(F.lit("k"), (F.col("id") % 7).cast("string")))
-        .alias("__key"),
-        F.when(F.col("id") < 3, F.create_map(F.lit("n"), F.col("id").cast("string")))
-        .alias("__messageProperties"),
+        F.when(F.col("id") % 10 == 0, F.concat(F.lit("k"), (F.col("id") % 7).cast("string"))).alias(
+            "__key"
+        ),
+        F.when(F.col("id") < 3, F.create_map(F.lit("n"), F.col("id").cast("string"))).alias(
+            "__messageProperties"
+        ),
         (F.col("id") + 1_700_000_000_000).alias("__eventTime"),
     )
     df.write.format("magnetar").options(**_opts(standalone, topic=topic)).mode("append").save()
@@ -45,8 +47,14 @@ def test_round_trip_100k_rows_through_a_partitioned_topic(
 
     back = spark.read.format("magnetar").options(**_opts(standalone, topic=topic)).load().cache()
     assert back.columns == [
-        "value", "__key", "__topic", "__messageId", "__messageIdString",
-        "__publishTime", "__eventTime", "__messageProperties",
+        "value",
+        "__key",
+        "__topic",
+        "__messageId",
+        "__messageIdString",
+        "__publishTime",
+        "__eventTime",
+        "__messageProperties",
     ]
     agg = back.agg(
         F.count("*").alias("rows"),
@@ -59,15 +67,15 @@ def test_round_trip_100k_rows_through_a_partitioned_topic(
     assert (agg.rows, agg.distinct, agg.partitions, agg.keyed, agg.ids) == (n, n, 3, n // 10, n)
     assert int(agg.first_event.timestamp() * 1000) == 1_700_000_000_000
     # keyed rows went to hash(key) % 3, as the official client routes them: one key, one partition
-    per_key = back.where("__key is not null").groupBy("__key").agg(
-        F.countDistinct("__topic").alias("t")
+    per_key = (
+        back.where("__key is not null").groupBy("__key").agg(F.countDistinct("__topic").alias("t"))
     )
     assert per_key.where("t > 1").count() == 0
     props = {
         r["value"]: r["__messageProperties"]
-        for r in back.where("value in ('v-0', 'v-1', 'v-5')").select(
-            F.col("value").cast("string").alias("value"), "__messageProperties"
-        ).collect()
+        for r in back.where("value in ('v-0', 'v-1', 'v-5')")
+        .select(F.col("value").cast("string").alias("value"), "__messageProperties")
+        .collect()
     }
     assert props == {"v-0": {"n": "0"}, "v-1": {"n": "1"}, "v-5": None}
 
@@ -170,8 +178,10 @@ def test_bad_options_fail_at_planning_with_the_option_named(
     cases: list[tuple[dict[str, str], str]] = [
         ({"topic": "t", "statringOffsets": "earliest"}, "unknown option 'statringoffsets'"),
         ({"topic": "t", "startingOffsets": "latest"}, "'latest' is not allowed in batch"),
-        ({"topic": "t", "endingOffsets": '{"persistent://public/default/nope": "1:1"}'},
-         "not a partition of the selected topics"),
+        (
+            {"topic": "t", "endingOffsets": '{"persistent://public/default/nope": "1:1"}'},
+            "not a partition of the selected topics",
+        ),
     ]
     for extra, expected in cases:
         with pytest.raises(Exception, match=None) as info:

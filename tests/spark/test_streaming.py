@@ -52,14 +52,24 @@ def test_restart_from_checkpoint_is_exactly_once_and_micro_batches_are_capped(
     def start(**trigger: Any) -> Any:
         stream = (
             spark.readStream.format("magnetar")
-            .options(**_opts(standalone, topic=topic, startingOffsets="earliest",
-                             maxRecordsPerTrigger="40", subscriptionName="spark-progress"))
+            .options(
+                **_opts(
+                    standalone,
+                    topic=topic,
+                    startingOffsets="earliest",
+                    maxRecordsPerTrigger="40",
+                    subscriptionName="spark-progress",
+                )
+            )
             .load()
         )
         return (
-            stream.select("value", "__messageIdString").writeStream.format("parquet")
-            .option("path", str(sink)).option("checkpointLocation", str(checkpoint))
-            .trigger(**trigger).start()
+            stream.select("value", "__messageIdString")
+            .writeStream.format("parquet")
+            .option("path", str(sink))
+            .option("checkpointLocation", str(checkpoint))
+            .trigger(**trigger)
+            .start()
         )
 
     query = start(processingTime="100 milliseconds")
@@ -135,8 +145,9 @@ def test_max_bytes_per_trigger_caps_each_micro_batch(
     publish(standalone.service_url, topic, [b"%099d" % i for i in range(50)])  # 100 B each
     query = (
         spark.readStream.format("magnetar")
-        .options(**_opts(standalone, topic=topic, startingOffsets="earliest",
-                         maxBytesPerTrigger="1000"))
+        .options(
+            **_opts(standalone, topic=topic, startingOffsets="earliest", maxBytesPerTrigger="1000")
+        )
         .load()
         .writeStream.format("noop")
         .option("checkpointLocation", str(tmp_path / "checkpoint"))
@@ -160,7 +171,8 @@ def test_pattern_and_partitions_added_mid_stream_start_at_earliest(
         .options(**_opts(standalone, topicsPattern=f"{NS}/pat-.*", startingOffsets="earliest"))
         .load()
         .select(F.col("value").cast("string").alias("v"), "__topic")
-        .writeStream.format("memory").queryName("pattern_sink")
+        .writeStream.format("memory")
+        .queryName("pattern_sink")
         .trigger(processingTime="200 milliseconds")
         .start()
     )
@@ -169,8 +181,11 @@ def test_pattern_and_partitions_added_mid_stream_start_at_earliest(
         _wait(lambda: len(rows()) >= 20, "the first 20 messages")
         # a third partition for pat-a and a new topic pat-c, both with data, mid-stream
         admin(standalone, "POST", "/admin/v2/persistent/public/default/pat-a/partitions", 3)
-        publish(standalone.service_url, f"{NS}/pat-a-partition-2", [f"a-new{i}".encode()
-                                                                   for i in range(5)])
+        publish(
+            standalone.service_url,
+            f"{NS}/pat-a-partition-2",
+            [f"a-new{i}".encode() for i in range(5)],
+        )
         publish(standalone.service_url, f"{NS}/pat-c", [f"c{i}".encode() for i in range(5)])
         _wait(lambda: len(rows()) >= 30, "the messages of the new partition and topic")
         got = rows()
@@ -178,8 +193,10 @@ def test_pattern_and_partitions_added_mid_stream_start_at_earliest(
         query.stop()
     counts = collections.Counter(r.v for r in got)
     expected = (
-        {f"a{i}" for i in range(10)} | {f"b{i}" for i in range(10)}
-        | {f"a-new{i}" for i in range(5)} | {f"c{i}" for i in range(5)}
+        {f"a{i}" for i in range(10)}
+        | {f"b{i}" for i in range(10)}
+        | {f"a-new{i}" for i in range(5)}
+        | {f"c{i}" for i in range(5)}
     )
     assert set(counts) == expected and max(counts.values()) == 1
     topics = {r["__topic"] for r in got}
@@ -202,8 +219,10 @@ def test_lost_data_fails_the_query_or_is_skipped(
             .load()
             .select("value")
             .writeStream.format("parquet")
-            .option("path", str(sink)).option("checkpointLocation", str(checkpoint))
-            .trigger(availableNow=True).start()
+            .option("path", str(sink))
+            .option("checkpointLocation", str(checkpoint))
+            .trigger(availableNow=True)
+            .start()
         )
         with contextlib.suppress(StreamingQueryException):
             query.awaitTermination(300)

@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from magnetar.broker.http_api import AdminApi
-from magnetar.broker.topic_ops import TopicOperations
+from magnetar.broker.admin.http_api import AdminApi
+from magnetar.broker.admin.topic_ops import TopicOperations
 from support.broker import InProcessBroker
 
 

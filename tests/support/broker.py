@@ -22,7 +22,7 @@ import pytest
 
 from magnetar.broker.config import BrokerConfig
 from magnetar.broker.service import BrokerService
-from magnetar.broker.storage import MemoryStorageFactory
+from magnetar.broker.storage.contract import MemoryStorageFactory
 from magnetar.zk.clock import Clock, SystemClock
 from magnetar.zk.memory import MemoryMetadataServer
 
@@ -93,7 +93,7 @@ class InProcessBroker:
                 if self.managed_ledger is not None:
                     from magnetar.bookie.client import BookieClient
                     from magnetar.broker.ledger import ManagedLedgerConfig, ManagedLedgerFactory
-                    from magnetar.broker.ledger_adapter import ManagedLedgerStorage
+                    from magnetar.broker.storage.managed_ledger import ManagedLedgerStorage
 
                     def bookie(address: str) -> BookieClient:
                         return BookieClient(address, timeout_ms=5_000, add_timeout_ms=10_000)

@@ -75,8 +75,12 @@ def magctl_proc(config_file: pathlib.Path) -> Magctl:
         argv = list(args) + (["-s", admin_url] if admin_url else [])
         done = subprocess.run(
             [sys.executable, "-m", "magnetar.client.magctl", *argv],
-            input=stdin, capture_output=True, text=True, timeout=120,
-            env={**os.environ, "MAGCTL_CONFIG": str(config_file)}, check=False,
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, "MAGCTL_CONFIG": str(config_file)},
+            check=False,
         )
         return Result(done.returncode, done.stdout, done.stderr)
 

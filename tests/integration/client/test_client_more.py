@@ -229,7 +229,7 @@ def test_sync_facade_listener_and_callbacks(broker: InProcessBroker) -> None:
 async def test_http_service_url_lookup(broker: InProcessBroker) -> None:
     from aiohttp import web
 
-    from magnetar.broker.http_api import AdminApi
+    from magnetar.broker.admin.http_api import AdminApi
 
     service = broker.service
     assert service is not None

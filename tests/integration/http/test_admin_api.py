@@ -13,8 +13,8 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from magnetar.broker.http_api import AdminApi
-from magnetar.broker.resources import ResourceNotFound, Resources, TenantInfo
+from magnetar.broker.admin.http_api import AdminApi
+from magnetar.broker.namespace.resources import ResourceNotFound, Resources, TenantInfo
 from magnetar.zk import MemoryMetadataServer
 
 

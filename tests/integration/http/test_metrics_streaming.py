@@ -10,8 +10,8 @@ import aiohttp
 from aiohttp import web
 from test_admin_api import FakeTopics
 
-from magnetar.broker.http_api import AdminApi
-from magnetar.broker.resources import Resources, TenantInfo
+from magnetar.broker.admin.http_api import AdminApi
+from magnetar.broker.namespace.resources import Resources, TenantInfo
 from magnetar.zk import MemoryMetadataServer
 
 MAX_CHUNKS = 200_000

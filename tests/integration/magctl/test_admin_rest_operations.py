@@ -1,4 +1,4 @@
-"""The admin REST operation endpoints (``broker/admin_ops_api.py``) on a real standalone,
+"""The admin REST operation endpoints (``broker/admin/ops_api.py``) on a real standalone,
 each with Pulsar's path and JSON shape. Each of these answered 404, 405 or wrong data before.
 """
 
@@ -115,8 +115,7 @@ def test_subscription_create_skip_clear_expire_reset(
 def test_peek_and_examine_messages(server: StandaloneProcess, client: pulsar.Client) -> None:
     topic = f"{T}/rest-peek"
     assert call(server, "PUT", topic)[0] == 204
-    assert call(server, "PUT", f"{topic}/subscription/s", {"ledgerId": -1, "entryId": -1})[0] \
-        == 204
+    assert call(server, "PUT", f"{topic}/subscription/s", {"ledgerId": -1, "entryId": -1})[0] == 204
     produce(client, "persistent://public/default/rest-peek", 3)
     code, headers, body = raw(server, f"{topic}/subscription/s/position/2")
     assert (code, body) == (200, b"m1")
@@ -156,8 +155,7 @@ def test_partitioned_topic_stats_subscriptions_and_unload(
     topic = f"{T}/rest-parted"
     full = "persistent://public/default/rest-parted"
     assert call(server, "PUT", f"{topic}/partitions", 2)[0] == 204
-    assert call(server, "PUT", f"{topic}/subscription/s", {"ledgerId": -1, "entryId": -1})[0] \
-        == 204
+    assert call(server, "PUT", f"{topic}/subscription/s", {"ledgerId": -1, "entryId": -1})[0] == 204
     produce(client, full, 8)
     status, stats = call(server, "GET", f"{topic}/partitioned-stats")
     assert status == 200
@@ -180,8 +178,11 @@ def test_partitioned_topic_stats_subscriptions_and_unload(
 
     assert f"{full}-partition-0" in loaded()
     assert call(server, "PUT", f"{topic}/unload")[0] == 204
-    wait_until(lambda: not {f"{full}-partition-0", f"{full}-partition-1"} & loaded(), 30,
-               "partitions unloaded")
+    wait_until(
+        lambda: not {f"{full}-partition-0", f"{full}-partition-1"} & loaded(),
+        30,
+        "partitions unloaded",
+    )
 
 
 def test_namespace_and_bundle_unload(server: StandaloneProcess, client: pulsar.Client) -> None:
@@ -221,8 +222,9 @@ def test_owned_namespaces_and_a_topics_bundle(
     server: StandaloneProcess, client: pulsar.Client
 ) -> None:
     produce(client, "persistent://public/default/rest-owned", 1)
-    status, bundle = call(server, "GET",
-                          "/lookup/v2/topic/persistent/public/default/rest-owned/bundle")
+    status, bundle = call(
+        server, "GET", "/lookup/v2/topic/persistent/public/default/rest-owned/bundle"
+    )
     assert status == 200
     assert bundle.startswith("0x") and "_0x" in bundle
     me = f"127.0.0.1:{server.web_port}"
@@ -230,8 +232,9 @@ def test_owned_namespaces_and_a_topics_bundle(
     assert status == 200
     assert f"public/default/{bundle}" in owned
     assert owned[f"public/default/{bundle}"]["is_active"] is True
-    assert call(server, "GET", "/admin/v2/brokers/standalone/10.0.0.1:8080/ownedNamespaces")[0] \
-        == 404
+    assert (
+        call(server, "GET", "/admin/v2/brokers/standalone/10.0.0.1:8080/ownedNamespaces")[0] == 404
+    )
     assert call(server, "GET", "/lookup/v2/topic/persistent/public/none/x/bundle")[0] == 404
 
 
@@ -241,11 +244,11 @@ def test_split_bundle_endpoint(server: StandaloneProcess) -> None:
     assert call(server, "PUT", base, {"bundles": {"numBundles": 1}})[0] == 204
     status, ranges = call(server, "PUT", f"{base}/0x00000000_0xffffffff/split")
     assert (status, ranges) == (200, ["0x00000000_0x7fffffff", "0x7fffffff_0xffffffff"])
-    status, ranges = call(server, "PUT", f"{base}/0x7fffffff_0xffffffff/split",
-                          ["0x90000000"])
+    status, ranges = call(server, "PUT", f"{base}/0x7fffffff_0xffffffff/split", ["0x90000000"])
     assert ranges == ["0x7fffffff_0x90000000", "0x90000000_0xffffffff"]
-    assert call(server, "PUT",
-                f"{base}/0x00000000_0x7fffffff/split?splitAlgorithmName=nope")[0] == 412
+    assert (
+        call(server, "PUT", f"{base}/0x00000000_0x7fffffff/split?splitAlgorithmName=nope")[0] == 412
+    )
     assert call(server, "GET", f"{base}/bundles")[1]["numBundles"] == 3
 
 

@@ -26,8 +26,9 @@ def client(server: StandaloneProcess) -> Iterator[pulsar.Client]:
 
 
 def _namespace(server: StandaloneProcess, tenant: str, *namespaces: str) -> None:
-    status, body = http(server.web_url, "PUT", f"/admin/v2/tenants/{tenant}",
-                        {"allowedClusters": ["standalone"]})
+    status, body = http(
+        server.web_url, "PUT", f"/admin/v2/tenants/{tenant}", {"allowedClusters": ["standalone"]}
+    )
     assert status in (200, 204), body
     for ns in namespaces:
         status, body = http(server.web_url, "PUT", f"/admin/v2/namespaces/{tenant}/{ns}")
@@ -51,8 +52,7 @@ def test_rest_round_trip_and_bad_bodies(server: StandaloneProcess) -> None:
         {"allowAutoTopicCreation": True, "topicType": "sharded"},
         {"allowAutoTopicCreation": True, "topicType": "partitioned"},
         {"allowAutoTopicCreation": True, "topicType": "partitioned", "defaultNumPartitions": 0},
-        {"allowAutoTopicCreation": True, "topicType": "non-partitioned",
-         "defaultNumPartitions": 2},
+        {"allowAutoTopicCreation": True, "topicType": "non-partitioned", "defaultNumPartitions": 2},
         [1, 2],
     ):
         status, _ = http(server.web_url, "POST", path, bad)
@@ -62,8 +62,7 @@ def test_rest_round_trip_and_bad_bodies(server: StandaloneProcess) -> None:
     status, unset = http(server.web_url, "GET", path)
     assert status in (200, 204) and unset is None
     # Pulsar has no topic-level form of this policy
-    status, _ = http(server.web_url, "GET",
-                     "/admin/v2/persistent/atc-rest/ns/t/autoTopicCreation")
+    status, _ = http(server.web_url, "GET", "/admin/v2/persistent/atc-rest/ns/t/autoTopicCreation")
     assert status in (404, 405)
 
 
@@ -72,8 +71,15 @@ def test_broker_honours_the_namespace_override(
 ) -> None:
     _namespace(server, "atc", "closed", "open", "parts")
     base = "/admin/v2/namespaces/atc"
-    assert http(server.web_url, "POST", f"{base}/closed/autoTopicCreation",
-                {"allowAutoTopicCreation": False})[0] == 204
+    assert (
+        http(
+            server.web_url,
+            "POST",
+            f"{base}/closed/autoTopicCreation",
+            {"allowAutoTopicCreation": False},
+        )[0]
+        == 204
+    )
     with pytest.raises(pulsar.TopicNotFound):
         client.create_producer("persistent://atc/closed/unknown")
     with pytest.raises(pulsar.TopicNotFound):
@@ -88,9 +94,19 @@ def test_broker_honours_the_namespace_override(
     assert http(server.web_url, "PUT", "/admin/v2/persistent/atc/closed/made")[0] in (200, 204)
     client.create_producer("persistent://atc/closed/made").close()
 
-    assert http(server.web_url, "POST", f"{base}/parts/autoTopicCreation", {
-        "allowAutoTopicCreation": True, "topicType": "partitioned", "defaultNumPartitions": 3,
-    })[0] == 204
+    assert (
+        http(
+            server.web_url,
+            "POST",
+            f"{base}/parts/autoTopicCreation",
+            {
+                "allowAutoTopicCreation": True,
+                "topicType": "partitioned",
+                "defaultNumPartitions": 3,
+            },
+        )[0]
+        == 204
+    )
     producer = client.create_producer("persistent://atc/parts/auto")
     producer.send(b"y")
     producer.close()
@@ -129,8 +145,10 @@ def test_magctl_apply_diff_and_get(
     assert magctl("diff", "-f", str(path), admin_url=url).code == 1
     r = magctl("apply", "-f", str(path), admin_url=url)
     assert r.code == 0, r.err
-    assert http(url, "GET", "/admin/v2/namespaces/atc-apply/ns/autoTopicCreation") == (200, {
-        "allowAutoTopicCreation": True, "topicType": "partitioned", "defaultNumPartitions": 3})
+    assert http(url, "GET", "/admin/v2/namespaces/atc-apply/ns/autoTopicCreation") == (
+        200,
+        {"allowAutoTopicCreation": True, "topicType": "partitioned", "defaultNumPartitions": 3},
+    )
     again = magctl("apply", "-f", str(path), admin_url=url)
     assert again.code == 0, again.err
     assert "namespace/atc-apply/ns unchanged" in again.out
@@ -146,8 +164,12 @@ def test_magctl_apply_diff_and_get(
     assert diff.code == 1
     assert "-      defaultNumPartitions: 3\n+      defaultNumPartitions: 5\n" in diff.out
     assert magctl("apply", "-f", str(path), admin_url=url).code == 0
-    assert http(url, "GET", "/admin/v2/namespaces/atc-apply/ns/autoTopicCreation")[1][
-        "defaultNumPartitions"] == 5
+    assert (
+        http(url, "GET", "/admin/v2/namespaces/atc-apply/ns/autoTopicCreation")[1][
+            "defaultNumPartitions"
+        ]
+        == 5
+    )
     # a bad value is a usage error before anything is sent; a Topic cannot carry it
     path.write_text(MANIFEST.replace("partitioned\n", "sharded\n") % 3)
     bad = magctl("apply", "-f", str(path), admin_url=url)

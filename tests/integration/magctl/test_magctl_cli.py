@@ -78,9 +78,16 @@ def test_api_resources_lists_every_type_with_its_short_name(magctl: Magctl) -> N
     assert lines[0].split() == ["NAME", "SHORTNAMES", "APIVERSION", "NAMESPACED", "KIND"]
     rows = {line.split()[0]: line.split()[1] for line in lines[1:]}
     assert rows == {
-        "clusters": "cl", "tenants": "tn", "namespaces": "ns", "topics": "tp",
-        "partitions": "pt", "subscriptions": "sub", "bundles": "bdl", "brokers": "br",
-        "bookies": "bk", "ledgers": "lg",
+        "clusters": "cl",
+        "tenants": "tn",
+        "namespaces": "ns",
+        "topics": "tp",
+        "partitions": "pt",
+        "subscriptions": "sub",
+        "bundles": "bdl",
+        "brokers": "br",
+        "bookies": "bk",
+        "ledgers": "lg",
     }
 
 
@@ -138,10 +145,21 @@ def test_contexts_set_use_view_and_select_the_admin_url(
     magctl: Magctl, config_file: pathlib.Path
 ) -> None:
     a, b = free_port(), free_port()
-    assert magctl("config", "set-context", "one", "--admin-url", f"http://127.0.0.1:{a}",
-                  "--ns", "acme/prod", "--token", "s3cret").code == 0
-    assert magctl("config", "set-context", "two", "--admin-url",
-                  f"http://127.0.0.1:{b}").code == 0
+    assert (
+        magctl(
+            "config",
+            "set-context",
+            "one",
+            "--admin-url",
+            f"http://127.0.0.1:{a}",
+            "--ns",
+            "acme/prod",
+            "--token",
+            "s3cret",
+        ).code
+        == 0
+    )
+    assert magctl("config", "set-context", "two", "--admin-url", f"http://127.0.0.1:{b}").code == 0
     assert magctl("config", "current-context").out == "one\n"
     listed = magctl("config", "get-contexts").out.splitlines()
     assert listed[0].split() == ["CURRENT", "NAME", "CLUSTER", "AUTHINFO", "NAMESPACE"]
@@ -189,10 +207,17 @@ def test_bash_completion_script_loads(tmp_path: pathlib.Path, magctl: Magctl) ->
     (bindir / "magctl").write_text(shim)
     (bindir / "magctl").chmod(0o755)
     done = subprocess.run(
-        ["bash", "-c", "source <(magctl completion bash) && complete -p magctl && "
-         "COMP_WORDS=(magctl ge); COMP_CWORD=1; _magctl; echo ${COMPREPLY[@]}; "
-         "COMP_WORDS=(magctl get to); COMP_CWORD=2; _magctl; echo ${COMPREPLY[@]}"],
-        capture_output=True, text=True, timeout=60, check=False,
+        [
+            "bash",
+            "-c",
+            "source <(magctl completion bash) && complete -p magctl && "
+            "COMP_WORDS=(magctl ge); COMP_CWORD=1; _magctl; echo ${COMPREPLY[@]}; "
+            "COMP_WORDS=(magctl get to); COMP_CWORD=2; _magctl; echo ${COMPREPLY[@]}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
         env={"PATH": f"{bindir}:/usr/bin:/bin", "HOME": str(tmp_path)},
     )
     assert done.returncode == 0, done.stderr
@@ -223,10 +248,27 @@ def test_https_admin_url_with_the_contexts_tls_settings(
 
     cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
     subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-         "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
-         "-keyout", str(key), "-out", str(cert)],
-        check=True, capture_output=True, timeout=60,
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=60,
     )
 
     class Admin(http.server.BaseHTTPRequestHandler):
@@ -251,14 +293,38 @@ def test_https_admin_url_with_the_contexts_tls_settings(
         r = magctl(*names, admin_url=url)  # no CA: refused, clearly
         assert r.code == 1
         assert "certificate is not trusted" in r.err
-        assert magctl("config", "set-context", "tls", "--admin-url", url,
-                      "--certificate-authority", str(cert)).code == 0
+        assert (
+            magctl(
+                "config",
+                "set-context",
+                "tls",
+                "--admin-url",
+                url,
+                "--certificate-authority",
+                str(cert),
+            ).code
+            == 0
+        )
         assert magctl(*names).out == "secure"
-        assert magctl("config", "set-context", "loose", "--admin-url", url,
-                      "--insecure-skip-tls-verify").code == 0
+        assert (
+            magctl(
+                "config", "set-context", "loose", "--admin-url", url, "--insecure-skip-tls-verify"
+            ).code
+            == 0
+        )
         assert magctl(*names, "--context", "loose").out == "secure"
-        assert magctl("config", "set-context", "bad", "--admin-url", url,
-                      "--certificate-authority", str(tmp_path / "none.pem")).code == 0
+        assert (
+            magctl(
+                "config",
+                "set-context",
+                "bad",
+                "--admin-url",
+                url,
+                "--certificate-authority",
+                str(tmp_path / "none.pem"),
+            ).code
+            == 0
+        )
         assert magctl(*names, "--context", "bad").code == 2
     finally:
         server.shutdown()

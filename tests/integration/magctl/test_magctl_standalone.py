@@ -147,27 +147,51 @@ def test_output_formats(magctl: Magctl, url: str) -> None:
     assert one["kind"] == "Topic"
     assert one["spec"]["partitions"] == 5
     assert ok(magctl(*get, "-o", "name", admin_url=url)).splitlines() == [
-        "topic/persistent://fmt/ns/a", "topic/persistent://fmt/ns/b", "topic/persistent://fmt/ns/c"
+        "topic/persistent://fmt/ns/a",
+        "topic/persistent://fmt/ns/b",
+        "topic/persistent://fmt/ns/c",
     ]
     assert ok(magctl(*get, "-o", "jsonpath={.items[*].metadata.name}", admin_url=url)) == "a b c"
-    assert ok(magctl(*get, "-o", "jsonpath={range .items[*]}{.status.fullName}{\"\\n\"}{end}",
-                     admin_url=url)).splitlines()[0] == "persistent://fmt/ns/a"
-    cols = ok(magctl(*get, "-o", "custom-columns=NAME:.metadata.name,PARTS:.spec.partitions",
-                     "--sort-by", ".spec.partitions", admin_url=url))
+    assert (
+        ok(
+            magctl(
+                *get,
+                "-o",
+                'jsonpath={range .items[*]}{.status.fullName}{"\\n"}{end}',
+                admin_url=url,
+            )
+        ).splitlines()[0]
+        == "persistent://fmt/ns/a"
+    )
+    cols = ok(
+        magctl(
+            *get,
+            "-o",
+            "custom-columns=NAME:.metadata.name,PARTS:.spec.partitions",
+            "--sort-by",
+            ".spec.partitions",
+            admin_url=url,
+        )
+    )
     assert cols == "NAME   PARTS\nc      0\nb      2\na      5\n"
-    assert ok(magctl(*get, "--no-headers", "--sort-by", "{.spec.partitions}",
-                     admin_url=url)).split("\n")[0].split()[0] == "c"
+    assert (
+        ok(magctl(*get, "--no-headers", "--sort-by", "{.spec.partitions}", admin_url=url))
+        .split("\n")[0]
+        .split()[0]
+        == "c"
+    )
     wide = ok(magctl(*get, "-o", "wide", admin_url=url)).splitlines()[0].split()
     assert wide[-4:] == ["MSG-IN", "BYTES-IN", "LABELS", "FULL-NAME"]
-    parsed = yaml.safe_load(ok(magctl("get", "tp/a", "-n", "fmt/ns", "-o", "yaml",
-                                      admin_url=url)))
+    parsed = yaml.safe_load(ok(magctl("get", "tp/a", "-n", "fmt/ns", "-o", "yaml", admin_url=url)))
     assert parsed["status"]["fullName"] == "persistent://fmt/ns/a"
     assert magctl(*get, "-l", "team=pay", admin_url=url).err == (
         "No resources found in fmt/ns namespace.\n"
     )
-    assert ok(magctl("get", "partitions", "--topic", "b", "-n", "fmt/ns", "-o", "name",
-                     admin_url=url)).splitlines() == [
-        "partition/persistent://fmt/ns/b-partition-0", "partition/persistent://fmt/ns/b-partition-1"
+    assert ok(
+        magctl("get", "partitions", "--topic", "b", "-n", "fmt/ns", "-o", "name", admin_url=url)
+    ).splitlines() == [
+        "partition/persistent://fmt/ns/b-partition-0",
+        "partition/persistent://fmt/ns/b-partition-1",
     ]
     bundles = ok(magctl("get", "bdl", "-n", "fmt/ns", "--no-headers", admin_url=url))
     assert len(bundles.splitlines()) == 4
@@ -186,8 +210,10 @@ def test_errors_from_the_server_in_kubectl_form(
 ) -> None:
     r = magctl_proc("get", "topic", "persistent://public/default/nope", admin_url=url)
     assert r.code == 1
-    assert r.err == 'Error from server (NotFound): topics "persistent://public/default/nope" ' \
+    assert (
+        r.err == 'Error from server (NotFound): topics "persistent://public/default/nope" '
         "not found\n"
+    )
     assert "Traceback" not in r.err
     ok(magctl("create", "tenant", "dup", admin_url=url))
     r = magctl("create", "tenant", "dup", admin_url=url)
@@ -220,8 +246,10 @@ def test_delete_all_topics_of_a_namespace(magctl: Magctl, url: str) -> None:
     ok(magctl("create", "topic", "p", "-n", "del/ns", "-p", "2", admin_url=url))
     ok(magctl("create", "topic", "q", "-n", "del/ns", admin_url=url))
     out = ok(magctl("delete", "topics", "--all", "-n", "del/ns", admin_url=url))
-    assert out.splitlines() == ['topic "persistent://del/ns/p" deleted',
-                                'topic "persistent://del/ns/q" deleted']
+    assert out.splitlines() == [
+        'topic "persistent://del/ns/p" deleted',
+        'topic "persistent://del/ns/q" deleted',
+    ]
     assert magctl("get", "topics", "-n", "del/ns", admin_url=url).out == ""
 
 
@@ -252,15 +280,25 @@ def test_apply_is_idempotent_and_diff_exit_codes(
         "subscription/billing unchanged",
     ]
     assert magctl("diff", "-f", str(path), admin_url=url).code == 0
-    ttl = magctl("get", "topic", "payments", "-n", "shop/orders", "-o",
-                 "jsonpath={.spec.policies.messageTTL}", admin_url=url)
+    ttl = magctl(
+        "get",
+        "topic",
+        "payments",
+        "-n",
+        "shop/orders",
+        "-o",
+        "jsonpath={.spec.policies.messageTTL}",
+        admin_url=url,
+    )
     assert ok(ttl) == "30m"
     subs = ok(magctl("get", "subs", "-n", "shop/orders", "-o", "name", admin_url=url))
     assert subs == "subscription/billing\n"
     # change: TTL 1h -> 2h, grow partitions 2 -> 3, drop deduplication (null = remove)
-    changed = (MANIFESTS.replace("messageTTL: 1h", "messageTTL: 2h")
-               .replace("partitions: 2", "partitions: 3")
-               .replace("deduplication: true", "deduplication: null"))
+    changed = (
+        MANIFESTS.replace("messageTTL: 1h", "messageTTL: 2h")
+        .replace("partitions: 2", "partitions: 3")
+        .replace("deduplication: true", "deduplication: null")
+    )
     path.write_text(changed)
     diff = magctl("diff", "-f", str(path), admin_url=url)
     assert diff.code == 1
@@ -288,20 +326,24 @@ def _produce(client: pulsar.Client, topic: str, n: int) -> None:
 
 
 def _backlog(magctl: Magctl, url: str, sub: str, topic: str) -> int:
-    r = magctl("get", "sub", sub, "--topic", topic, "-o", "jsonpath={.status.msgBacklog}",
-               admin_url=url)
+    r = magctl(
+        "get", "sub", sub, "--topic", topic, "-o", "jsonpath={.status.msgBacklog}", admin_url=url
+    )
     return int(ok(r))
 
 
 def test_subscription_operations(magctl: Magctl, url: str, client: pulsar.Client) -> None:
     topic = "persistent://public/default/ops"
     ok(magctl("create", "topic", topic, admin_url=url))
-    assert ok(magctl("create", "sub", "s", "--topic", topic, "--position", "earliest",
-                     admin_url=url)) == "subscription/s created\n"
+    assert (
+        ok(magctl("create", "sub", "s", "--topic", topic, "--position", "earliest", admin_url=url))
+        == "subscription/s created\n"
+    )
     _produce(client, topic, 10)
     assert _backlog(magctl, url, "s", topic) == 10
-    peeked = yaml.safe_load(ok(magctl("peek", "sub", "s", "--topic", topic, "-n", "2", "-o",
-                                      "yaml", admin_url=url)))
+    peeked = yaml.safe_load(
+        ok(magctl("peek", "sub", "s", "--topic", topic, "-n", "2", "-o", "yaml", admin_url=url))
+    )
     assert [m["payload"] for m in peeked] == ["msg-0", "msg-1"]
     assert peeked[1]["PROPERTY-i"] == "1"
     assert _backlog(magctl, url, "s", topic) == 10  # peek consumes nothing
@@ -309,8 +351,9 @@ def test_subscription_operations(magctl: Magctl, url: str, client: pulsar.Client
         "subscription/s skipped 3\n"
     )
     assert _backlog(magctl, url, "s", topic) == 7
-    first = yaml.safe_load(ok(magctl("peek", "sub", "s", "--topic", topic, "-o", "yaml",
-                                     admin_url=url)))
+    first = yaml.safe_load(
+        ok(magctl("peek", "sub", "s", "--topic", topic, "-o", "yaml", admin_url=url))
+    )
     assert first[0]["payload"] == "msg-3"
     ok(magctl("seek", "sub", "s", "--topic", topic, "--to", "earliest", admin_url=url))
     assert _backlog(magctl, url, "s", topic) == 10
@@ -322,8 +365,9 @@ def test_subscription_operations(magctl: Magctl, url: str, client: pulsar.Client
     assert _backlog(magctl, url, "s", topic) == 10  # none is that old
     ok(magctl("expire", "sub", "s", "--topic", topic, "--older-than", "0s", admin_url=url))
     assert _backlog(magctl, url, "s", topic) == 0
-    examined = yaml.safe_load(ok(magctl("peek", "topic", topic, "--position", "latest", "-o",
-                                        "yaml", admin_url=url)))
+    examined = yaml.safe_load(
+        ok(magctl("peek", "topic", topic, "--position", "latest", "-o", "yaml", admin_url=url))
+    )
     assert examined[0]["payload"] == "msg-9"
     r = magctl("skip", "topic", topic, "--count", "1", admin_url=url)
     assert r.code == 2
@@ -335,8 +379,9 @@ def test_subscription_operations(magctl: Magctl, url: str, client: pulsar.Client
     assert magctl("get", "subs", "--topic", topic, admin_url=url).out == ""
 
 
-def test_topic_operations(magctl: Magctl, url: str, server: StandaloneProcess,
-                          client: pulsar.Client) -> None:
+def test_topic_operations(
+    magctl: Magctl, url: str, server: StandaloneProcess, client: pulsar.Client
+) -> None:
     topic = "persistent://public/default/grow"
     ok(magctl("create", "topic", topic, "-p", "2", admin_url=url))
     looked = json.loads(ok(magctl("lookup", "topic", topic, "-o", "json", admin_url=url)))
@@ -374,13 +419,31 @@ def test_split_bundle(magctl: Magctl, url: str, client: pulsar.Client) -> None:
     assert ok(magctl("split", "bundle", full, "-n", "split/ns", admin_url=url)) == (
         f"bundle/{full} split into 0x00000000_0x7fffffff, 0x7fffffff_0xffffffff\n"
     )
-    out = ok(magctl("split", "bdl", "0x7fffffff_0xffffffff", "-n", "split/ns",
-                    "--boundaries", "0x90000000,0xa0000000", admin_url=url))
+    out = ok(
+        magctl(
+            "split",
+            "bdl",
+            "0x7fffffff_0xffffffff",
+            "-n",
+            "split/ns",
+            "--boundaries",
+            "0x90000000,0xa0000000",
+            admin_url=url,
+        )
+    )
     assert out.endswith("0x7fffffff_0x90000000, 0x90000000_0xa0000000, 0xa0000000_0xffffffff\n")
     names = ok(magctl("get", "bundles", "-n", "split/ns", "-o", "name", admin_url=url))
     assert len(names.splitlines()) == 4
-    r = magctl("split", "bundle", "0x90000000_0xa0000000", "-n", "split/ns",
-               "--boundaries", "0x10", admin_url=url)
+    r = magctl(
+        "split",
+        "bundle",
+        "0x90000000_0xa0000000",
+        "-n",
+        "split/ns",
+        "--boundaries",
+        "0x10",
+        admin_url=url,
+    )
     assert r.code == 1
     assert "must lie inside" in r.err
     r = magctl("split", "bundle", "0x00000000_0x00000010", "-n", "split/ns", admin_url=url)
@@ -398,16 +461,43 @@ def test_top_once(magctl: Magctl, url: str, client: pulsar.Client) -> None:
     producer = client.create_producer(topic)
     producer.send(b"warm-up")
     out = ok(magctl("top", "topics", "--once", "--interval", "0.1", admin_url=url))
-    assert out.splitlines()[0].split() == ["NAME", "RATE-IN", "RATE-OUT", "THROUGHPUT-IN",
-                                           "BACKLOG", "STORAGE"]
+    assert out.splitlines()[0].split() == [
+        "NAME",
+        "RATE-IN",
+        "RATE-OUT",
+        "THROUGHPUT-IN",
+        "BACKLOG",
+        "STORAGE",
+    ]
     assert topic in out
-    subs = ok(magctl("top", "subs", "--topic", topic, "--once", "--interval", "0.1",
-                     "--sort-by", "backlog", admin_url=url))
+    subs = ok(
+        magctl(
+            "top",
+            "subs",
+            "--topic",
+            topic,
+            "--once",
+            "--interval",
+            "0.1",
+            "--sort-by",
+            "backlog",
+            admin_url=url,
+        )
+    )
     assert subs.splitlines()[1].split()[:2] == ["watcher", topic]
-    bundles = ok(magctl("top", "bundles", "-n", "public/default", "--once", "--interval", "0.1",
-                        admin_url=url))
-    assert bundles.splitlines()[0].split() == ["NAME", "RATE-IN", "RATE-OUT", "THROUGHPUT-IN",
-                                               "BACKLOG", "TOPICS"]
+    bundles = ok(
+        magctl(
+            "top", "bundles", "-n", "public/default", "--once", "--interval", "0.1", admin_url=url
+        )
+    )
+    assert bundles.splitlines()[0].split() == [
+        "NAME",
+        "RATE-IN",
+        "RATE-OUT",
+        "THROUGHPUT-IN",
+        "BACKLOG",
+        "TOPICS",
+    ]
     assert all(line.startswith("0x") for line in bundles.splitlines()[1:])
     brokers = ok(magctl("top", "brokers", "--once", "--interval", "0.1", admin_url=url))
     assert brokers.splitlines()[1].split()[0] == url.removeprefix("http://")
@@ -425,14 +515,29 @@ def test_get_watch_streams_changes(url: str, magctl: Magctl, config_file: pathli
     ok(magctl("create", "tenant", "watch", admin_url=url))
     ok(magctl("create", "ns", "watch/ns", admin_url=url))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "magnetar.client.magctl", "get", "topics", "-n", "watch/ns",
-         "-w", "--watch-interval", "0.2", "-s", url],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "magnetar.client.magctl",
+            "get",
+            "topics",
+            "-n",
+            "watch/ns",
+            "-w",
+            "--watch-interval",
+            "0.2",
+            "-s",
+            url,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
         env={**os.environ, "MAGCTL_CONFIG": str(config_file)},
     )
     lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")),
-                              daemon=True)
+    reader = threading.Thread(
+        target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True
+    )
     reader.start()
     try:
         ok(magctl("create", "topic", "first", "-n", "watch/ns", admin_url=url))
@@ -454,9 +559,18 @@ def test_edit_applies_the_saved_yaml(
 
     ok(magctl("create", "tenant", "edit", admin_url=url))
     ok(magctl("create", "ns", "edit/ns", admin_url=url))
-    ok(magctl("apply", "-f", "-", admin_url=url, stdin=(
-        "apiVersion: magnetar.io/v1alpha1\nkind: Namespace\nmetadata: {name: edit/ns}\n"
-        "spec: {policies: {messageTTL: 1h, deduplication: true}}\n")))
+    ok(
+        magctl(
+            "apply",
+            "-f",
+            "-",
+            admin_url=url,
+            stdin=(
+                "apiVersion: magnetar.io/v1alpha1\nkind: Namespace\nmetadata: {name: edit/ns}\n"
+                "spec: {policies: {messageTTL: 1h, deduplication: true}}\n"
+            ),
+        )
+    )
     script = tmp_path / "editor.py"
     script.write_text(
         "import sys, pathlib\n"
@@ -501,8 +615,10 @@ metadata: {name: misc, namespace: lbl/ns}
 def test_labels_are_properties_and_select(magctl: Magctl, url: str) -> None:
     ok(magctl("create", "tenant", "lbl", admin_url=url))
     assert ok(magctl("apply", "-f", "-", admin_url=url, stdin=LABELLED)).splitlines() == [
-        "namespace/lbl/ns created", "topic/persistent://lbl/ns/pay created",
-        "topic/persistent://lbl/ns/ship created", "topic/persistent://lbl/ns/misc created",
+        "namespace/lbl/ns created",
+        "topic/persistent://lbl/ns/pay created",
+        "topic/persistent://lbl/ns/ship created",
+        "topic/persistent://lbl/ns/misc created",
     ]
     assert magctl("diff", "-f", "-", admin_url=url, stdin=LABELLED).code == 0
     get = ("get", "topics", "-n", "lbl/ns", "-o", "jsonpath={.items[*].metadata.name}")
@@ -518,13 +634,35 @@ def test_labels_are_properties_and_select(magctl: Magctl, url: str) -> None:
     assert diff.code == 1
     assert "-    tier: gold\n" in diff.out
     ok(magctl("apply", "-f", "-", admin_url=url, stdin=changed))
-    assert ok(magctl("get", "tp", "pay", "-n", "lbl/ns", "-o", "jsonpath={.metadata.labels}",
-                     admin_url=url)) == '{"team": "pay"}'
+    assert (
+        ok(
+            magctl(
+                "get",
+                "tp",
+                "pay",
+                "-n",
+                "lbl/ns",
+                "-o",
+                "jsonpath={.metadata.labels}",
+                admin_url=url,
+            )
+        )
+        == '{"team": "pay"}'
+    )
     out = ok(magctl("delete", "topics", "-n", "lbl/ns", "-l", "team", admin_url=url))
-    assert sorted(out.splitlines()) == ['topic "persistent://lbl/ns/pay" deleted',
-                                        'topic "persistent://lbl/ns/ship" deleted']
-    r = magctl("apply", "-f", "-", admin_url=url, stdin=(
-        "apiVersion: magnetar.io/v1alpha1\nkind: Tenant\nmetadata: {name: x, labels: {a: b}}\n"))
+    assert sorted(out.splitlines()) == [
+        'topic "persistent://lbl/ns/pay" deleted',
+        'topic "persistent://lbl/ns/ship" deleted',
+    ]
+    r = magctl(
+        "apply",
+        "-f",
+        "-",
+        admin_url=url,
+        stdin=(
+            "apiVersion: magnetar.io/v1alpha1\nkind: Tenant\nmetadata: {name: x, labels: {a: b}}\n"
+        ),
+    )
     assert r.code == 2
     assert "namespaces and topics only" in r.err
 
@@ -536,31 +674,62 @@ def test_apply_prune_deletes_what_the_manifests_dropped(magctl: Magctl, url: str
         f"metadata: {{name: {n}, namespace: prune/ns, labels: {{app: shop}}}}\n"
         for n in ("a", "b", "c")
     )
-    ns = ("apiVersion: magnetar.io/v1alpha1\nkind: Namespace\n"
-          "metadata: {name: prune/ns, labels: {app: shop}}\n")
+    ns = (
+        "apiVersion: magnetar.io/v1alpha1\nkind: Namespace\n"
+        "metadata: {name: prune/ns, labels: {app: shop}}\n"
+    )
     ok(magctl("apply", "-f", "-", admin_url=url, stdin=ns + three))
     ok(magctl("create", "topic", "unlabelled", "-n", "prune/ns", admin_url=url))
     two = "".join("---\n" + doc for doc in three.split("---\n")[1:3])  # a and b
     r = magctl("apply", "-f", "-", "--prune", admin_url=url, stdin=ns + two)
     assert r.code == 2  # --prune needs -l
-    dry = ok(magctl("apply", "-f", "-", "--prune", "-l", "app=shop", "--dry-run", "client",
-                    admin_url=url, stdin=ns + two))
+    dry = ok(
+        magctl(
+            "apply",
+            "-f",
+            "-",
+            "--prune",
+            "-l",
+            "app=shop",
+            "--dry-run",
+            "client",
+            admin_url=url,
+            stdin=ns + two,
+        )
+    )
     assert dry.splitlines()[-1] == "topic/persistent://prune/ns/c pruned (dry run)"
-    out = ok(magctl("apply", "-f", "-", "--prune", "-l", "app=shop", admin_url=url,
-                    stdin=ns + two))
+    out = ok(magctl("apply", "-f", "-", "--prune", "-l", "app=shop", admin_url=url, stdin=ns + two))
     assert out.splitlines()[-1] == "topic/persistent://prune/ns/c pruned"
-    names = ok(magctl("get", "topics", "-n", "prune/ns", "-o",
-                      "jsonpath={.items[*].metadata.name}", admin_url=url))
+    names = ok(
+        magctl(
+            "get",
+            "topics",
+            "-n",
+            "prune/ns",
+            "-o",
+            "jsonpath={.items[*].metadata.name}",
+            admin_url=url,
+        )
+    )
     assert names == "a b unlabelled"  # the unlabelled topic is not the selector's
 
 
 def test_get_yaml_round_trips_through_apply(magctl: Magctl, url: str) -> None:
     ok(magctl("create", "tenant", "trip", "--admin-roles", "ops", admin_url=url))
-    ok(magctl("apply", "-f", "-", admin_url=url, stdin=(
-        "apiVersion: magnetar.io/v1alpha1\nkind: Namespace\n"
-        "metadata: {name: trip/ns, labels: {env: test}}\n"
-        "spec: {bundles: 2, policies: {retention: {time: 3h, size: 1G}, messageTTL: 10m,\n"
-        "  dispatchRate: {dispatchThrottlingRateInMsg: 50}}}\n")))
+    ok(
+        magctl(
+            "apply",
+            "-f",
+            "-",
+            admin_url=url,
+            stdin=(
+                "apiVersion: magnetar.io/v1alpha1\nkind: Namespace\n"
+                "metadata: {name: trip/ns, labels: {env: test}}\n"
+                "spec: {bundles: 2, policies: {retention: {time: 3h, size: 1G}, messageTTL: 10m,\n"
+                "  dispatchRate: {dispatchThrottlingRateInMsg: 50}}}\n"
+            ),
+        )
+    )
     ok(magctl("create", "topic", "a", "-n", "trip/ns", "-p", "2", admin_url=url))
     ok(magctl("create", "sub", "s", "--topic", "a", "-n", "trip/ns", admin_url=url))
     dumps = [

@@ -16,9 +16,14 @@ from support.net import free_port
 from support.standalone import StandaloneProcess
 
 BOOKKEEPER_NAMES = (
-    "bookie_SERVER_STATUS", "bookie_WRITE_BYTES", "bookie_READ_BYTES", "bookie_ledgers_count",
-    "bookie_journal_JOURNAL_WRITE_BYTES", "bookie_journal_JOURNAL_SYNC_count",
-    "bookie_journal_JOURNAL_QUEUE_SIZE", "bookkeeper_server_ADD_ENTRY_count",
+    "bookie_SERVER_STATUS",
+    "bookie_WRITE_BYTES",
+    "bookie_READ_BYTES",
+    "bookie_ledgers_count",
+    "bookie_journal_JOURNAL_WRITE_BYTES",
+    "bookie_journal_JOURNAL_SYNC_count",
+    "bookie_journal_JOURNAL_QUEUE_SIZE",
+    "bookkeeper_server_ADD_ENTRY_count",
     "bookkeeper_server_READ_ENTRY_count",
 )
 
@@ -29,22 +34,29 @@ METRIC_NAME = re.compile(r"(?<![$\w])((?:pulsar|bookie|bookkeeper|process)_[A-Za
 
 def _exposed_names(text: str) -> set[str]:
     """Sample names exactly as written in the exposition text (what PromQL selects)."""
-    return {line.split("{")[0].split(" ")[0] for line in text.splitlines()
-            if line and not line.startswith("#")}
+    return {
+        line.split("{")[0].split(" ")[0]
+        for line in text.splitlines()
+        if line and not line.startswith("#")
+    }
 
 
 def _dashboard_names() -> set[str]:
     data = json.loads(DASHBOARD.read_text())
     exprs = [t["expr"] for p in data["panels"] for t in p.get("targets", [])]
-    exprs += [v["query"]["query"] for v in data["templating"]["list"] if "query" in v
-              and isinstance(v["query"], dict)]
+    exprs += [
+        v["query"]["query"]
+        for v in data["templating"]["list"]
+        if "query" in v and isinstance(v["query"], dict)
+    ]
     return {m for e in exprs for m in METRIC_NAME.findall(e)}
 
 
 def test_bookie_metrics_of_a_standalone(tmp_path: pathlib.Path) -> None:
     http_port = free_port()
-    proc = StandaloneProcess(tmp_path / "data", tmp_path / "log",
-                             extra_args=["--bookie-http-port", str(http_port)])
+    proc = StandaloneProcess(
+        tmp_path / "data", tmp_path / "log", extra_args=["--bookie-http-port", str(http_port)]
+    )
     proc.start(timeout_s=90)
     try:
         client = pulsar.Client(proc.service_url, log_conf_file_path=None)
@@ -57,8 +69,7 @@ def test_bookie_metrics_of_a_standalone(tmp_path: pathlib.Path) -> None:
 
         def written() -> bool:
             nonlocal text
-            with urllib.request.urlopen(f"http://127.0.0.1:{http_port}/metrics",
-                                        timeout=10) as r:
+            with urllib.request.urlopen(f"http://127.0.0.1:{http_port}/metrics", timeout=10) as r:
                 text = r.read().decode()
             return (sample(text, "bookie_WRITE_BYTES") or 0) >= 1000
 

@@ -104,8 +104,9 @@ def test_truncate_deletes_earlier_messages_and_new_ones_flow(
 
     assert http(server.web_url, "DELETE", f"{T}/trunc-1/truncate") == (204, None)
 
-    wait_until(lambda: stats(server, "trunc-1")["subscriptions"]["s"]["msgBacklog"] == 0,
-               timeout_s=60)
+    wait_until(
+        lambda: stats(server, "trunc-1")["subscriptions"]["s"]["msgBacklog"] == 0, timeout_s=60
+    )
     status, after = http(server.web_url, "GET", f"{T}/trunc-1/internalStats")
     assert status == 200
     assert not old_ledgers & {x["ledgerId"] for x in after["ledgers"]}
@@ -146,8 +147,9 @@ def test_magctl_terminate_and_truncate(
 
     r = magctl_proc("terminate", "topic", "persistent://public/default/absent", admin_url=url)
     assert r.code == 1
-    assert r.err.startswith("Error from server (NotFound): topics "
-                            '"persistent://public/default/absent"')
+    assert r.err.startswith(
+        'Error from server (NotFound): topics "persistent://public/default/absent"'
+    )
     assert "Traceback" not in r.err
     r = magctl_proc("truncate", "topic", "persistent://a/b/c/d", admin_url=url)
     assert r.code == 2
@@ -173,8 +175,7 @@ def test_termination_survives_a_restart(tmp_path: pathlib.Path) -> None:
     topic = "persistent://public/default/term-restart"
     try:
         proc.start(timeout_s=90)
-        c = pulsar.Client(proc.service_url, operation_timeout_seconds=30,
-                          log_conf_file_path=None)
+        c = pulsar.Client(proc.service_url, operation_timeout_seconds=30, log_conf_file_path=None)
         try:
             c.subscribe(topic, "s", initial_position=pulsar.InitialPosition.Earliest).close()
             p = c.create_producer(topic, batching_enabled=False)
@@ -186,8 +187,7 @@ def test_termination_survives_a_restart(tmp_path: pathlib.Path) -> None:
             c.close()
         assert proc.stop() == 0, proc.log_tail()
         proc.start(timeout_s=90)
-        c = pulsar.Client(proc.service_url, operation_timeout_seconds=30,
-                          log_conf_file_path=None)
+        c = pulsar.Client(proc.service_url, operation_timeout_seconds=30, log_conf_file_path=None)
         try:
             with pytest.raises(pulsar.TopicTerminated):
                 c.create_producer(topic)

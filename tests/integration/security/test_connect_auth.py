@@ -18,7 +18,7 @@ from support.broker import InProcessBroker
 from support.raw_client import RawClient, T, pb
 from support.security import TokenKit, make_token_kit
 
-from magnetar.broker.tokens import create_token
+from magnetar.broker.security.tokens import create_token
 
 pytestmark = pytest.mark.integration
 U64 = (1 << 64) - 1

@@ -15,7 +15,7 @@ import pytest
 from support.broker import InProcessBroker
 from support.security import TlsFiles, TokenKit, issue, make_ca, make_token_kit
 
-from magnetar.broker.tokens import create_token
+from magnetar.broker.security.tokens import create_token
 from magnetar.client import (
     AuthenticationError,
     AuthenticationToken,

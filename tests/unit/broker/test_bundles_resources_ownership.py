@@ -6,9 +6,9 @@ import asyncio
 
 import pytest
 
-from magnetar.broker.bundles import BundleRange, NamespaceBundles, topic_hash
-from magnetar.broker.ownership import NamespaceBundle, OwnerInfo, OwnershipCache
-from magnetar.broker.resources import (
+from magnetar.broker.namespace.bundles import BundleRange, NamespaceBundles, topic_hash
+from magnetar.broker.namespace.ownership import NamespaceBundle, OwnerInfo, OwnershipCache
+from magnetar.broker.namespace.resources import (
     PreconditionFailed,
     ResourceConflict,
     ResourceNotFound,

@@ -23,8 +23,8 @@ from magnetar.broker.compaction import (
 )
 from magnetar.broker.ledger.position import EARLIEST, Position
 from magnetar.broker.naming import TopicName
-from magnetar.broker.storage import MemoryStorageFactory
-from magnetar.broker.topic import PersistentTopic
+from magnetar.broker.storage.contract import MemoryStorageFactory
+from magnetar.broker.topics.persistent import PersistentTopic
 from magnetar.client.protocol import build_batch
 from magnetar.client.protocol.proto import pulsar_api_pb2 as pb
 
@@ -311,7 +311,7 @@ async def test_view_outlives_trimmed_ledgers_on_the_managed_ledger() -> None:
 
     from magnetar.broker.ledger import ManagedLedgerConfig, ManagedLedgerFactory
     from magnetar.broker.ledger.testing import FakeBookieCluster
-    from magnetar.broker.ledger_adapter import ManagedLedgerStorage
+    from magnetar.broker.storage.managed_ledger import ManagedLedgerStorage
     from magnetar.zk import MemoryMetadataServer
 
     config = ManagedLedgerConfig(

@@ -12,9 +12,9 @@ from hypothesis import strategies as st
 from support.fake_transport import CONNECT, PING, PONG, FakeTransport
 
 from magnetar.broker.config import BrokerConfig
-from magnetar.broker.connection import ServerConnection
+from magnetar.broker.protocol.connection import ServerConnection
 from magnetar.broker.service import BrokerService
-from magnetar.broker.storage import MemoryStorageFactory
+from magnetar.broker.storage.contract import MemoryStorageFactory
 from magnetar.client.protocol.proto import pulsar_api_pb2 as pb
 from magnetar.zk.memory import MemoryMetadataServer
 
@@ -33,7 +33,7 @@ class Errors(logging.Handler):
 
 
 ERRORS = Errors()
-logging.getLogger("magnetar.broker.connection").addHandler(ERRORS)
+logging.getLogger("magnetar.broker.protocol.connection").addHandler(ERRORS)
 
 
 def new_connection() -> tuple[ServerConnection, FakeTransport]:

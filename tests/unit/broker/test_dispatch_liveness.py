@@ -29,12 +29,12 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from magnetar.broker.consumer import Consumer, OutMessage, SubType
-from magnetar.broker.frames import num_messages
+from magnetar.broker.dispatch.consumer import Consumer, OutMessage, SubType
 from magnetar.broker.ledger.position import Position
-from magnetar.broker.storage import MemoryLedger
-from magnetar.broker.subscription import Subscription
-from magnetar.broker.topic import PersistentTopic
+from magnetar.broker.protocol.frames import num_messages
+from magnetar.broker.storage.contract import MemoryLedger
+from magnetar.broker.topics.persistent import PersistentTopic
+from magnetar.broker.topics.subscription import Subscription
 from magnetar.client.protocol.proto import pulsar_api_pb2 as pb
 
 LEDGER = 7

@@ -9,12 +9,12 @@ from typing import Any
 import pytest
 from support.ledger_cluster import wait_for
 
-from magnetar.broker.consumer import Consumer, OutMessage, SubType
-from magnetar.broker.dispatchers import DISPATCH_ROUNDS_PER_TURN, MAX_READ_ENTRIES
-from magnetar.broker.frames import num_messages
+from magnetar.broker.dispatch.consumer import Consumer, OutMessage, SubType
+from magnetar.broker.dispatch.dispatchers import DISPATCH_ROUNDS_PER_TURN, MAX_READ_ENTRIES
 from magnetar.broker.ledger.position import Position
-from magnetar.broker.storage import Entry, MemoryLedger
-from magnetar.broker.subscription import Subscription
+from magnetar.broker.protocol.frames import num_messages
+from magnetar.broker.storage.contract import Entry, MemoryLedger
+from magnetar.broker.topics.subscription import Subscription
 from magnetar.client.protocol.proto import pulsar_api_pb2 as pb
 
 
@@ -195,8 +195,8 @@ async def test_key_shared_replays_parked_entries_from_memory_not_storage() -> No
     """One hot key, three consumers: the owner of the key runs out of permits while the
     others have plenty, so each read parks most entries. Replaying them must not read each
     one back from storage (a bookie round trip per entry with the real ledger)."""
-    from magnetar.broker.dispatchers import KeySharedDispatcher
-    from magnetar.broker.topic import PersistentTopic
+    from magnetar.broker.dispatch.dispatchers import KeySharedDispatcher
+    from magnetar.broker.topics.persistent import PersistentTopic
 
     ledger = MemoryLedger("t", 25)
     md = pb.MessageMetadata(producer_name="p", sequence_id=0, publish_time=1, partition_key="hot")

@@ -8,11 +8,11 @@ import asyncio
 
 import pytest
 
-from magnetar.broker.consumer import Consumer, OutMessage, SubType
-from magnetar.broker.dispatchers import next_shared_consumer, pick_active_consumer
+from magnetar.broker.dispatch.consumer import Consumer, OutMessage, SubType
+from magnetar.broker.dispatch.dispatchers import next_shared_consumer, pick_active_consumer
 from magnetar.broker.ledger.position import Position
-from magnetar.broker.storage import MemoryLedger
-from magnetar.broker.subscription import Subscription, SubscriptionError
+from magnetar.broker.storage.contract import MemoryLedger
+from magnetar.broker.topics.subscription import Subscription, SubscriptionError
 from magnetar.client.protocol.proto import pulsar_api_pb2 as pb
 
 
@@ -66,7 +66,7 @@ async def make_sub(
     ledger: MemoryLedger, *, partition: int = -1, sub_limit: int = 200_000
 ) -> Subscription:
     cursor = await ledger.open_cursor("s", initial_earliest=True)
-    from magnetar.broker.frames import num_messages
+    from magnetar.broker.protocol.frames import num_messages
 
     return Subscription(
         "t",
@@ -254,8 +254,8 @@ def keyed(key: str) -> bytes:
 
 
 async def make_key_shared_sub(ledger: MemoryLedger) -> Subscription:
-    from magnetar.broker.frames import num_messages
-    from magnetar.broker.topic import PersistentTopic
+    from magnetar.broker.protocol.frames import num_messages
+    from magnetar.broker.topics.persistent import PersistentTopic
 
     cursor = await ledger.open_cursor("s", initial_earliest=True)
     return Subscription(
@@ -264,7 +264,7 @@ async def make_key_shared_sub(ledger: MemoryLedger) -> Subscription:
 
 
 def test_sticky_ranges_must_not_overlap() -> None:
-    from magnetar.broker.key_shared import KeySharedMode, KeySharedSelector
+    from magnetar.broker.dispatch.key_shared import KeySharedMode, KeySharedSelector
 
     sink = Sink()
     sel: KeySharedSelector[Consumer] = KeySharedSelector(KeySharedMode.STICKY)
@@ -302,7 +302,7 @@ async def test_key_shared_keeps_keys_on_one_consumer_and_order_when_one_joins() 
     await ledger.add_entries([keyed(k) for k in keys])
     sub.notify_new_entries()
     await settle()
-    from magnetar.broker.dispatchers import KeySharedDispatcher
+    from magnetar.broker.dispatch.dispatchers import KeySharedDispatcher
     from magnetar.client.protocol import key_shared_slot
 
     dispatcher = sub.dispatcher
@@ -330,7 +330,7 @@ async def test_key_shared_keeps_keys_on_one_consumer_and_order_when_one_joins() 
 async def test_failover_switch_waits_for_the_old_active_consumer() -> None:
     """A better-sorted consumer joins: the switch waits (Pulsar's failover delay) so what
     the old active consumer acks meanwhile is not sent again to the new one."""
-    from magnetar.broker.dispatchers import SingleActiveConsumerDispatcher
+    from magnetar.broker.dispatch.dispatchers import SingleActiveConsumerDispatcher
 
     ledger = MemoryLedger("t", 15)
     await ledger.add_entries([entry() for _ in range(4)])
@@ -360,7 +360,7 @@ async def test_failover_switch_waits_for_the_old_active_consumer() -> None:
 
 
 async def test_failover_switch_is_immediate_when_the_old_active_leaves() -> None:
-    from magnetar.broker.dispatchers import SingleActiveConsumerDispatcher
+    from magnetar.broker.dispatch.dispatchers import SingleActiveConsumerDispatcher
 
     ledger = MemoryLedger("t", 16)
     await ledger.add_entries([entry() for _ in range(3)])

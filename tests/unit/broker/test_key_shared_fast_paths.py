@@ -21,18 +21,18 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from magnetar.broker import key_shared
-from magnetar.broker.consumer import Consumer, OutMessage, SubType
-from magnetar.broker.dispatchers import KeySharedDispatcher
-from magnetar.broker.key_shared import (
+from magnetar.broker.dispatch import key_shared
+from magnetar.broker.dispatch.consumer import Consumer, OutMessage, SubType
+from magnetar.broker.dispatch.dispatchers import KeySharedDispatcher
+from magnetar.broker.dispatch.key_shared import (
     KEY_SHARED_SLOTS,
     KeySharedMode,
     KeySharedSelector,
     entry_slot,
     entry_slot_from_bytes,
 )
-from magnetar.broker.storage import Entry, MemoryLedger
-from magnetar.broker.subscription import Subscription
+from magnetar.broker.storage.contract import Entry, MemoryLedger
+from magnetar.broker.topics.subscription import Subscription
 from magnetar.client.protocol import parse_entry
 from magnetar.client.protocol.proto import pulsar_api_pb2 as pb
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from magnetar.broker.key_shared import (
+from magnetar.broker.dispatch.key_shared import (
     KeySharedMode,
     KeySharedPolicy,
     KeySharedScheduler,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from magnetar.broker.key_shared import (
+from magnetar.broker.dispatch.key_shared import (
     KEY_SHARED_SLOTS,
     ConsumerAssignError,
     HashRange,

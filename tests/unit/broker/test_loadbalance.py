@@ -6,7 +6,6 @@ import random
 
 import pytest
 
-from magnetar.broker.bundles import BundleRange
 from magnetar.broker.loadbalance import (
     BrokerLoadReport,
     BundleData,
@@ -29,6 +28,7 @@ from magnetar.broker.loadbalance import (
 )
 from magnetar.broker.loadbalance.shedding import forget_expired, strategy
 from magnetar.broker.loadbalance.split import split_reason
+from magnetar.broker.namespace.bundles import BundleRange
 
 MB = 1024 * 1024
 

@@ -9,7 +9,7 @@ import asyncio
 import itertools
 from collections.abc import Iterator
 
-from magnetar.broker.http_api import join_yielding
+from magnetar.broker.admin.http_api import join_yielding
 
 
 async def test_other_work_on_the_loop_runs_while_the_text_is_built() -> None:

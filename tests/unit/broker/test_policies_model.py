@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from magnetar.broker.config import BrokerConfig
-from magnetar.broker.policies import (
+from magnetar.broker.policies.model import (
     NAMESPACE_POLICIES,
     BacklogQuotaType,
     PolicyError,
@@ -16,7 +16,7 @@ from magnetar.broker.policies import (
     resolve_policies,
     set_backlog_quota,
 )
-from magnetar.broker.rate_limit import RateLimiter, TokenBucket
+from magnetar.broker.policies.rate_limit import RateLimiter, TokenBucket
 from magnetar.zk.clock import VirtualClock
 
 
@@ -147,7 +147,7 @@ def test_compaction_threshold_and_max_delivery_delay_resolve_and_validate() -> N
 
 
 def test_auto_topic_creation_override_resolves_over_the_broker_settings() -> None:
-    from magnetar.broker.policies import resolve_auto_topic_creation
+    from magnetar.broker.policies.model import resolve_auto_topic_creation
 
     cfg = BrokerConfig()
     base = resolve_auto_topic_creation(cfg, {})
@@ -178,7 +178,7 @@ def test_auto_topic_creation_override_resolves_over_the_broker_settings() -> Non
     ):
         with pytest.raises(PolicyError):
             route.store(bad, {}, "c")
-    from magnetar.broker.policy_schema import check_policies
+    from magnetar.broker.policies.schema import check_policies
 
     check_policies({"autoTopicCreationOverride": stored["autoTopicCreationOverride"]}, 128)
     for doc in (

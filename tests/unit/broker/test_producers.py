@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from magnetar.broker.producer import (
+from magnetar.broker.topics.producer import (
     AccessMode,
     Admission,
     Deduplication,

@@ -17,19 +17,19 @@ from typing import Any
 
 import pytest
 
-from magnetar.broker.consumer import OutMessage
-from magnetar.broker.frames import (
+from magnetar.broker.dispatch.consumer import OutMessage
+from magnetar.broker.ledger.position import Position
+from magnetar.broker.naming import TopicName
+from magnetar.broker.protocol.frames import (
     message_frame,
     message_frames,
     send_receipt_frame,
     send_receipt_frames,
     varint,
 )
-from magnetar.broker.ledger.position import Position
-from magnetar.broker.naming import TopicName
-from magnetar.broker.producer import AccessMode, Producer
-from magnetar.broker.storage import MemoryLedger
-from magnetar.broker.topic import PersistentTopic
+from magnetar.broker.storage.contract import MemoryLedger
+from magnetar.broker.topics.persistent import PersistentTopic
+from magnetar.broker.topics.producer import AccessMode, Producer
 from magnetar.client.protocol import encode_send_receipt_frame
 from magnetar.client.protocol.proto import pulsar_api_pb2 as pb
 
@@ -194,9 +194,9 @@ async def test_send_missing_required_fields_closes_the_connection(
     from support.fake_transport import CONNECT, FakeTransport
 
     from magnetar.broker.config import BrokerConfig
-    from magnetar.broker.connection import ServerConnection
+    from magnetar.broker.protocol.connection import ServerConnection
     from magnetar.broker.service import BrokerService
-    from magnetar.broker.storage import MemoryStorageFactory
+    from magnetar.broker.storage.contract import MemoryStorageFactory
     from magnetar.zk.memory import MemoryMetadataServer
 
     service = BrokerService(
@@ -209,7 +209,7 @@ async def test_send_missing_required_fields_closes_the_connection(
     cnx.connection_made(transport)  # type: ignore[arg-type]
     cnx.data_received(CONNECT)
     assert not transport.closed
-    with caplog.at_level(logging.INFO, logger="magnetar.broker.connection"):
+    with caplog.at_level(logging.INFO, logger="magnetar.broker.protocol.connection"):
         cnx.data_received(_send_frame(body))
     assert transport.closed, why
     assert "misses required fields" in caplog.text, why
@@ -237,7 +237,7 @@ async def test_an_entry_read_before_its_append_is_reported_is_counted_from_its_b
     """A dispatcher may read an entry between its storage and the topic's report of the
     append: its count then comes from its bytes, not the "absent = one message" rule (a
     batch of 1,000 charged one permit overfilled a consumer's receiver queue)."""
-    from magnetar.broker.storage import Entry
+    from magnetar.broker.storage.contract import Entry
 
     ledger = MemoryLedger("t", 6)
     topic = PersistentTopic(TopicName.parse("persistent://a/b/t"), ledger)

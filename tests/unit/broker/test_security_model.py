@@ -10,7 +10,10 @@ import ssl
 
 import pytest
 
-from magnetar.broker.authentication import (
+from magnetar.broker.config import BrokerConfig
+from magnetar.broker.namespace.resources import InvalidResource, Resources, TenantInfo
+from magnetar.broker.naming import TopicName
+from magnetar.broker.security.authentication import (
     AuthenticationError,
     AuthenticationService,
     AuthState,
@@ -18,12 +21,9 @@ from magnetar.broker.authentication import (
     RefreshAction,
     role_of_certificate,
 )
-from magnetar.broker.authorization import AuthorizationService
-from magnetar.broker.config import BrokerConfig
-from magnetar.broker.naming import TopicName
-from magnetar.broker.resources import InvalidResource, Resources, TenantInfo
-from magnetar.broker.tls import TlsConfigError, TlsSettings, build_server_context
-from magnetar.broker.tokens import (
+from magnetar.broker.security.authorization import AuthorizationService
+from magnetar.broker.security.tls import TlsConfigError, TlsSettings, build_server_context
+from magnetar.broker.security.tokens import (
     TokenError,
     TokenValidator,
     create_token,

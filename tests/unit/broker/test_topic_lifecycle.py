@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from magnetar.broker.topic import (
+from magnetar.broker.topics.persistent import (
     TOPIC_TRANSITIONS,
     InvalidTopicTransition,
     TopicEvent,

@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
-from magnetar.broker import ttl
 from magnetar.broker.ledger.managed_ledger import ManagedLedger
 from magnetar.broker.ledger.position import Position
-from magnetar.broker.storage import Entry
+from magnetar.broker.policies import ttl
+from magnetar.broker.storage.contract import Entry
 from magnetar.client.protocol.proto import pulsar_api_pb2 as pb
 
 
@@ -163,7 +163,7 @@ class _Sub:
 
 @pytest.mark.parametrize("seed", range(20))
 async def test_backlog_eviction_target_counted_without_reading(seed: int) -> None:
-    from magnetar.broker import backlog_quota
+    from magnetar.broker.policies import backlog_quota
 
     rng = random.Random(seed)
     ml = FakeManagedLedger(layout(rng))

@@ -8,12 +8,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 from support.hostile import batch_payload, entry
 
-from magnetar.broker.input_budget import InputBudget
 from magnetar.broker.ledger.ackstate import AckState
 from magnetar.broker.ledger.position import Position
-from magnetar.broker.policies import PolicyError
-from magnetar.broker.policy_schema import check_policies, json_depth
-from magnetar.broker.validation import (
+from magnetar.broker.policies.model import PolicyError
+from magnetar.broker.policies.schema import check_policies, json_depth
+from magnetar.broker.protocol.input_budget import InputBudget
+from magnetar.broker.protocol.validation import (
     InvalidEntry,
     InvalidSubscriptionName,
     check_entry,

@@ -287,8 +287,13 @@ async def test_terminate_stops_adds_and_survives_reopen(
 async def test_truncate_deletes_every_earlier_ledger_whatever_retention_and_cursors(
     meta_server: MemoryMetadataServer, fake_bookies: FakeBookieCluster
 ) -> None:
-    f = factory(meta_server, fake_bookies, max_entries_per_ledger=4,
-                retention_time_ms=-1, retention_size_bytes=-1)  # retention: keep everything
+    f = factory(
+        meta_server,
+        fake_bookies,
+        max_entries_per_ledger=4,
+        retention_time_ms=-1,
+        retention_size_bytes=-1,
+    )  # retention: keep everything
     ml = await f.open("t/ns/persistent/trunc")
     slow = await ml.open_cursor("slow", EARLIEST)  # has consumed nothing
     await asyncio.gather(*(ml.add(b"%d" % i) for i in range(10)))

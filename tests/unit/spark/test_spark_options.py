@@ -57,8 +57,9 @@ def test_every_read_option_is_parsed() -> None:
     assert opts.client.client_kwargs["operation_timeout_seconds"] == 7
     assert isinstance(opts.client.client_kwargs["authentication"], AuthenticationToken)
     assert opts.reader_kwargs == {"receiver_queue_size": 500, "is_read_compacted": True}
-    times = read_options({**URL, "topic": "t", "startingTime": "10", "endingTime": "20"},
-                         streaming=False)
+    times = read_options(
+        {**URL, "topic": "t", "startingTime": "10", "endingTime": "20"}, streaming=False
+    )
     assert (times.starting_time_ms, times.ending_time_ms) == (10, 20)
 
 
@@ -133,17 +134,25 @@ def test_write_options() -> None:
     ("extra", "message"),
     [
         ({"topic": "t"}, "exactlyOnce=true needs option 'admin.url'"),
-        ({"topic": "t", "admin.url": "http://a", "pulsar.producer.batchingEnabled": "true"},
-         "conflicts with exactlyOnce=true"),
-        ({"topic": "t", "admin.url": "http://a", "pulsar.producer.chunkingEnabled": "true"},
-         "conflicts with exactlyOnce=true"),
+        (
+            {"topic": "t", "admin.url": "http://a", "pulsar.producer.batchingEnabled": "true"},
+            "conflicts with exactlyOnce=true",
+        ),
+        (
+            {"topic": "t", "admin.url": "http://a", "pulsar.producer.chunkingEnabled": "true"},
+            "conflicts with exactlyOnce=true",
+        ),
         ({"topic": "t", "exactlyOnce": "sure"}, "option 'exactlyOnce'"),
         ({"topic": "a,b", "exactlyOnce": "false"}, "option 'topic' takes one topic"),
         ({"topic": "t", "exactlyOnce": "false", "startingOffsets": "x"}, "unknown option"),
-        ({"topic": "t", "exactlyOnce": "false", "pulsar.reader.readerName": "x"},
-         "do not apply here"),
-        ({"topic": "t", "exactlyOnce": "false", "pulsar.producer.compressionType": "gzip"},
-         "option 'pulsar.producer.compressiontype'"),
+        (
+            {"topic": "t", "exactlyOnce": "false", "pulsar.reader.readerName": "x"},
+            "do not apply here",
+        ),
+        (
+            {"topic": "t", "exactlyOnce": "false", "pulsar.producer.compressionType": "gzip"},
+            "option 'pulsar.producer.compressiontype'",
+        ),
     ],
 )
 def test_bad_write_options_name_the_option(extra: dict[str, str], message: str) -> None:
@@ -187,7 +196,8 @@ def test_spark_discovers_the_source_through_a_pyspark_module() -> None:
 
     from pyspark.sql.datasource import DataSource
 
-    assert "pyspark_magnetar" in {m.name for m in pkgutil.iter_modules() if m.name.startswith(
-        "pyspark_")}
+    assert "pyspark_magnetar" in {
+        m.name for m in pkgutil.iter_modules() if m.name.startswith("pyspark_")
+    }
     source = importlib.import_module("pyspark_magnetar").DefaultSource
     assert issubclass(source, DataSource) and source.name() == "magnetar"

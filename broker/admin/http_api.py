@@ -1,0 +1,613 @@
+"""The broker's HTTP side on 8080: Pulsar's admin REST paths, HTTP lookup, health, metrics.
+
+Owns: routing and JSON shapes of ``/admin/v2/...`` (tenants, namespaces, policies,
+partitioned and non-partitioned topics, subscriptions, stats), ``/lookup/v2/topic/...``,
+``/admin/v2/brokers/health`` and ``/metrics``. Errors are answered as Pulsar does: a status
+code and ``{"reason": "..."}``. Must not know: how topics are served; it talks to the admin
+metadata through ``Resources`` and to the topic layer through the small ``TopicAdmin``
+protocol that ``BrokerService`` implements.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from typing import Any, Protocol
+from urllib.parse import unquote
+
+from aiohttp import web
+
+from magnetar.broker.admin.http_guard import BadRequest, guard, quiet_bad_requests, read_json
+from magnetar.broker.admin.ops_api import OperationRoutes, json_unknown_routes
+from magnetar.broker.admin.topic_ops import TopicOperations
+from magnetar.broker.namespace.resources import (
+    InvalidResource,
+    PreconditionFailed,
+    ResourceConflict,
+    ResourceError,
+    ResourceNotFound,
+    Resources,
+    TenantInfo,
+)
+from magnetar.broker.policies.model import (
+    NAMESPACE_POLICIES,
+    PolicyError,
+    remove_backlog_quota,
+    set_backlog_quota,
+)
+
+log = logging.getLogger(__name__)
+
+DOMAINS = ("persistent", "non-persistent")
+METRICS_SLICE_S = 0.002
+"""``/metrics`` holds the loop at most about this long at a time (plus one chunk)."""
+
+
+async def slices_yielding(
+    chunks: Iterable[str],
+    slice_s: float = METRICS_SLICE_S,
+    clock: Callable[[], float] = time.perf_counter,
+) -> AsyncIterator[str]:
+    """``chunks`` joined a slice at a time: a slice is what was produced in ``slice_s``;
+    the loop gets a turn after each one, so a big text (``/metrics`` over thousands of
+    topics) is built without stalling the clients served by the same loop."""
+    parts: list[str] = []
+    deadline = clock() + slice_s
+    for chunk in chunks:
+        parts.append(chunk)
+        if clock() >= deadline:
+            yield "".join(parts)
+            parts = []
+            await asyncio.sleep(0)
+            deadline = clock() + slice_s
+    if parts:
+        yield "".join(parts)
+
+
+async def join_yielding(
+    chunks: Iterable[str],
+    slice_s: float = METRICS_SLICE_S,
+    clock: Callable[[], float] = time.perf_counter,
+) -> str:
+    """``chunks`` joined, letting the loop run between slices (``slices_yielding``)."""
+    return "".join([s async for s in slices_yielding(chunks, slice_s, clock)])
+
+
+class TopicAdmin(Protocol):
+    """What the HTTP API needs from the topic layer (implemented by ``BrokerService``)."""
+
+    async def lookup_urls(self, topic: str, authoritative: bool = False) -> tuple[str, ...]:
+        """(binary service URL, HTTP URL[, TLS binary URL, HTTPS URL]) of the broker owning
+        ``topic``, assigning it if needed."""
+        ...
+
+    async def list_topics(self, tenant: str, namespace: str, domain: str) -> list[str]:
+        """Full names of the namespace's non-partitioned topics (partitions included)."""
+        ...
+
+    async def create_topic(self, topic: str) -> None: ...
+
+    async def delete_topic(self, topic: str, *, force: bool) -> None: ...
+
+    async def list_subscriptions(self, topic: str) -> list[str]: ...
+
+    async def delete_subscription(self, topic: str, subscription: str, *, force: bool) -> None: ...
+
+    async def topic_stats(self, topic: str) -> dict[str, Any]: ...
+
+    async def unload_topic(self, topic: str) -> None: ...
+
+    async def unload_namespace_bundle(self, tenant: str, namespace: str, name: str) -> str | None:
+        """Unload a bundle owned here (None), or the owner's HTTP URL (None if unowned)."""
+        ...
+
+    async def trigger_compaction(self, topic: str) -> None:
+        """Start compacting ``topic``; ``ResourceConflict`` while one runs."""
+        ...
+
+    async def compaction_status(self, topic: str) -> dict[str, Any]:
+        """Pulsar's LongRunningProcessStatus: ``{"status": ..., "lastError": ...}``."""
+        ...
+
+    def metrics_text(self) -> str:
+        """Prometheus exposition text of the topic layer."""
+        ...
+
+    def metrics_chunks(self) -> Iterable[str]:
+        """The same text in pieces (a topic's lines each), so that ``/metrics`` can let the
+        loop serve clients between them."""
+        ...
+
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def _json(data: Any, status: int = 200) -> web.Response:
+    return web.Response(
+        status=status, body=json.dumps(data).encode(), content_type="application/json"
+    )
+
+
+def _no_content() -> web.Response:
+    return web.Response(status=204)
+
+
+def _error(status: int, reason: str) -> web.Response:
+    return _json({"reason": reason}, status=status)
+
+
+@web.middleware
+async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except ResourceError as exc:
+        return _error(exc.http_status, exc.reason)
+    except web.HTTPException:
+        raise
+    except Exception as exc:  # a bug must not take the HTTP server down; it is logged
+        log.exception("admin request %s %s failed", request.method, request.path)
+        return _error(500, f"{type(exc).__name__}: {exc}")
+
+
+async def _body_json(request: web.Request, default: Any = None) -> Any:
+    try:
+        return await read_json(request, default)
+    except BadRequest as exc:
+        raise InvalidResource(exc.reason) from None
+
+
+def _topic_name(request: web.Request) -> str:
+    m = request.match_info
+    domain = m["domain"]
+    if domain not in DOMAINS:
+        raise ResourceNotFound(f"Unknown topic domain {domain}")
+    local = unquote(m["topic"])
+    if not local or "/" in local:
+        raise PreconditionFailed(f"Invalid topic name {local!r}")
+    return f"{domain}://{m['tenant']}/{m['namespace']}/{local}"
+
+
+class AdminApi:
+    """Builds the aiohttp application."""
+
+    def __init__(
+        self,
+        resources: Resources,
+        topics: TopicAdmin,
+        *,
+        default_bundles: int = 4,
+        extra_metrics: Callable[[], str] | None = None,
+        metrics_slice_s: float = METRICS_SLICE_S,
+        extra_routes: Callable[[web.UrlDispatcher], None] | None = None,
+        operations: TopicOperations | None = None,
+    ) -> None:
+        self.resources = resources
+        self.topics = topics
+        self.default_bundles = default_bundles
+        self.extra_metrics = extra_metrics
+        self.metrics_slice_s = metrics_slice_s
+        self.extra_routes = extra_routes
+        self.operations = operations
+        """Subscription, topic, namespace and cluster operations (``admin_ops_api``)."""
+
+    def app(self) -> web.Application:
+        quiet_bad_requests()
+        app = web.Application(
+            middlewares=[json_unknown_routes, _errors, guard], client_max_size=8 << 20
+        )
+        r = app.router
+        if self.extra_routes is not None:  # first: more specific than the topic routes
+            self.extra_routes(r)
+        ops = OperationRoutes(self.operations) if self.operations is not None else None
+        if ops is not None:
+            ops.add_priority_routes(r)  # before the generic topic routes that would match
+        r.add_get("/admin/v2/brokers/health", self.health)
+        r.add_get("/metrics", self.metrics)
+        r.add_get("/metrics/", self.metrics)
+        r.add_get("/admin/v2/clusters", self.list_clusters)
+        # tenants
+        r.add_get("/admin/v2/tenants", self.list_tenants)
+        r.add_get("/admin/v2/tenants/{tenant}", self.get_tenant)
+        r.add_put("/admin/v2/tenants/{tenant}", self.create_tenant)
+        r.add_post("/admin/v2/tenants/{tenant}", self.update_tenant)
+        r.add_delete("/admin/v2/tenants/{tenant}", self.delete_tenant)
+        # namespaces
+        r.add_get("/admin/v2/namespaces/{tenant}", self.list_namespaces)
+        r.add_get("/admin/v2/namespaces/{tenant}/{namespace}", self.get_namespace)
+        r.add_put("/admin/v2/namespaces/{tenant}/{namespace}", self.create_namespace)
+        r.add_delete("/admin/v2/namespaces/{tenant}/{namespace}", self.delete_namespace)
+        r.add_get("/admin/v2/namespaces/{tenant}/{namespace}/topics", self.namespace_topics)
+        r.add_get("/admin/v2/namespaces/{tenant}/{namespace}/bundles", self.namespace_bundles)
+        # namespace policies (Pulsar's paths and JSON shapes; see policies.py)
+        ns_base = "/admin/v2/namespaces/{tenant}/{namespace}/"
+        for name in NAMESPACE_POLICIES:
+            r.add_get(ns_base + name, self._policy_handler(name, "get"))
+            r.add_post(ns_base + name, self._policy_handler(name, "set"))
+            r.add_put(ns_base + name, self._policy_handler(name, "set"))
+            r.add_delete(ns_base + name, self._policy_handler(name, "clear"))
+        r.add_put(ns_base + "{bundle}/unload", self.unload_namespace_bundle)
+        r.add_get(ns_base + "backlogQuotaMap", self.get_backlog_quota_map)
+        r.add_post(ns_base + "backlogQuota", self.set_backlog_quota)
+        r.add_delete(ns_base + "backlogQuota", self.remove_backlog_quota)
+        # topics
+        base = "/admin/v2/{domain}/{tenant}/{namespace}"
+        r.add_get(base, self.list_topics)
+        r.add_get(base + "/partitioned", self.list_partitioned)
+        r.add_get(base + "/{topic}/partitions", self.get_partitions)
+        r.add_put(base + "/{topic}/partitions", self.create_partitioned)
+        r.add_post(base + "/{topic}/partitions", self.update_partitions)
+        r.add_delete(base + "/{topic}/partitions", self.delete_partitioned)
+        r.add_put(base + "/{topic}", self.create_topic)
+        r.add_delete(base + "/{topic}", self.delete_topic)
+        r.add_get(base + "/{topic}/subscriptions", self.list_subscriptions)
+        r.add_delete(base + "/{topic}/subscription/{subscription}", self.delete_subscription)
+        r.add_get(base + "/{topic}/stats", self.topic_stats)
+        r.add_put(base + "/{topic}/unload", self.unload_topic)
+        r.add_put(base + "/{topic}/compaction", self.trigger_compaction)
+        r.add_get(base + "/{topic}/compaction", self.compaction_status)
+        # topic-level policies: the namespace paths under the topic, overriding them
+        for name, policy in NAMESPACE_POLICIES.items():
+            if not policy.topic_level:
+                continue
+            r.add_get(base + "/{topic}/" + name, self._topic_policy_handler(name, "get"))
+            r.add_post(base + "/{topic}/" + name, self._topic_policy_handler(name, "set"))
+            r.add_delete(base + "/{topic}/" + name, self._topic_policy_handler(name, "clear"))
+        r.add_get(base + "/{topic}/backlogQuotaMap", self.get_topic_backlog_quota_map)
+        r.add_post(base + "/{topic}/backlogQuota", self.set_topic_backlog_quota)
+        r.add_delete(base + "/{topic}/backlogQuota", self.remove_topic_backlog_quota)
+        # lookup
+        r.add_get("/lookup/v2/topic/{domain}/{tenant}/{namespace}/{topic}", self.lookup)
+        if ops is not None:
+            ops.add_routes(r)
+        return app
+
+    # -- broker -----------------------------------------------------------------------------
+    async def health(self, request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    async def metrics(self, request: web.Request) -> web.StreamResponse:
+        """Streamed a slice at a time (``slices_yielding``): neither building the text nor
+        joining it holds the loop. An error in the first slice is an ordinary 500; a later
+        one aborts the response (the status was sent)."""
+        slices = slices_yielding(self.topics.metrics_chunks(), self.metrics_slice_s)
+        first = await anext(slices, "")
+        response = web.StreamResponse()
+        response.content_type = "text/plain"
+        response.charset = "utf-8"
+        await response.prepare(request)
+        try:
+            await response.write(first.encode())
+            async for piece in slices:
+                await response.write(piece.encode())
+            if self.extra_metrics is not None:
+                await response.write(self.extra_metrics().encode())
+            await response.write_eof()
+        except ConnectionResetError:  # the scraper went away mid-stream: nothing to answer
+            log.debug("metrics scrape from %s closed early", request.remote)
+        return response
+
+    async def list_clusters(self, request: web.Request) -> web.Response:
+        return _json(await self.resources.list_clusters())
+
+    # -- tenants ----------------------------------------------------------------------------
+    async def list_tenants(self, request: web.Request) -> web.Response:
+        return _json(await self.resources.list_tenants())
+
+    async def get_tenant(self, request: web.Request) -> web.Response:
+        info = await self.resources.get_tenant(request.match_info["tenant"])
+        return _json(info.to_json())
+
+    async def create_tenant(self, request: web.Request) -> web.Response:
+        body = await _body_json(request, {}) or {}
+        if not isinstance(body, dict):
+            raise InvalidResource("TenantInfo must be a JSON object")
+        info = TenantInfo.from_json(body)
+        if not info.allowed_clusters:
+            info.allowed_clusters = [self.resources.cluster]
+        await self.resources.create_tenant(request.match_info["tenant"], info)
+        return _no_content()
+
+    async def update_tenant(self, request: web.Request) -> web.Response:
+        body = await _body_json(request, {}) or {}
+        if not isinstance(body, dict):
+            raise InvalidResource("TenantInfo must be a JSON object")
+        await self.resources.update_tenant(request.match_info["tenant"], TenantInfo.from_json(body))
+        return _no_content()
+
+    async def delete_tenant(self, request: web.Request) -> web.Response:
+        await self.resources.delete_tenant(request.match_info["tenant"])
+        return _no_content()
+
+    # -- namespaces -------------------------------------------------------------------------
+    async def list_namespaces(self, request: web.Request) -> web.Response:
+        return _json(await self.resources.list_namespaces(request.match_info["tenant"]))
+
+    async def get_namespace(self, request: web.Request) -> web.Response:
+        m = request.match_info
+        return _json(await self.resources.get_policies(m["tenant"], m["namespace"]))
+
+    async def create_namespace(self, request: web.Request) -> web.Response:
+        m = request.match_info
+        body = await _body_json(request, {}) or {}
+        if not isinstance(body, dict):
+            raise InvalidResource("Policies must be a JSON object")
+        await self.resources.create_namespace(
+            m["tenant"], m["namespace"], body, default_bundles=self.default_bundles
+        )
+        return _no_content()
+
+    async def delete_namespace(self, request: web.Request) -> web.Response:
+        m = request.match_info
+        for domain in DOMAINS:
+            if await self.topics.list_topics(m["tenant"], m["namespace"], domain):
+                raise ResourceConflict("Cannot delete non empty namespace")
+        await self.resources.delete_namespace(m["tenant"], m["namespace"])
+        return _no_content()
+
+    async def namespace_topics(self, request: web.Request) -> web.Response:
+        m = request.match_info
+        if not await self.resources.namespace_exists(m["tenant"], m["namespace"]):
+            raise ResourceNotFound("Namespace does not exist")
+        mode = request.query.get("mode", "PERSISTENT").upper()
+        domains = {"PERSISTENT": ["persistent"], "NON_PERSISTENT": ["non-persistent"]}.get(
+            mode, list(DOMAINS)
+        )
+        topics: list[str] = []
+        for domain in domains:
+            topics += await self.topics.list_topics(m["tenant"], m["namespace"], domain)
+        return _json(sorted(topics))
+
+    async def unload_namespace_bundle(self, request: web.Request) -> web.Response:
+        m = request.match_info
+        owner = await self.topics.unload_namespace_bundle(m["tenant"], m["namespace"], m["bundle"])
+        if owner is not None:
+            raise web.HTTPTemporaryRedirect(owner.rstrip("/") + request.path_qs)
+        return _no_content()
+
+    async def namespace_bundles(self, request: web.Request) -> web.Response:
+        m = request.match_info
+        policies = await self.resources.get_policies(m["tenant"], m["namespace"])
+        return _json(policies.get("bundles") or {})
+
+    def _policy_handler(self, name: str, op: str) -> Handler:
+        return self._route_handler(
+            name,
+            op,
+            lambda r: (r.match_info["tenant"], r.match_info["namespace"]),
+            self.resources.get_policies,
+            self.resources.update_policies,
+        )
+
+    def _route_handler(
+        self,
+        name: str,
+        op: str,
+        key_of: Callable[[web.Request], tuple[str, ...]],
+        load: Callable[..., Awaitable[dict[str, Any]]],
+        save: Callable[..., Awaitable[Any]],
+    ) -> Handler:
+        """GET / POST / DELETE of one policy (``NAMESPACE_POLICIES[name]``) on the policies
+        that ``key_of(request)`` names: a namespace's or a topic's."""
+        route = NAMESPACE_POLICIES[name]
+
+        async def handle(request: web.Request) -> web.Response:
+            key = key_of(request)
+            policies = await load(*key)
+            cluster = self.resources.cluster
+            if op == "get":
+                return _json(route.show(policies, cluster))
+            if op == "set":
+                body = await _body_json(request)
+                try:
+                    changes = route.store(body, policies, cluster)
+                except PolicyError as exc:
+                    raise InvalidResource(str(exc)) from None
+            else:
+                changes = route.clear(policies, cluster)
+            await save(*key, changes)
+            return _no_content()
+
+        return handle
+
+    async def get_backlog_quota_map(self, request: web.Request) -> web.Response:
+        m = request.match_info
+        policies = await self.resources.get_policies(m["tenant"], m["namespace"])
+        return _json(policies.get("backlog_quota_map") or {})
+
+    async def set_backlog_quota(self, request: web.Request) -> web.Response:
+        m = request.match_info
+        policies = await self.resources.get_policies(m["tenant"], m["namespace"])
+        body = await _body_json(request)
+        try:
+            changes = set_backlog_quota(policies, body, request.query.get("backlogQuotaType"))
+        except PolicyError as exc:
+            raise InvalidResource(str(exc)) from None
+        await self.resources.update_policies(m["tenant"], m["namespace"], changes)
+        return _no_content()
+
+    async def remove_backlog_quota(self, request: web.Request) -> web.Response:
+        m = request.match_info
+        policies = await self.resources.get_policies(m["tenant"], m["namespace"])
+        try:
+            changes = remove_backlog_quota(policies, request.query.get("backlogQuotaType"))
+        except PolicyError as exc:
+            raise InvalidResource(str(exc)) from None
+        await self.resources.update_policies(m["tenant"], m["namespace"], changes)
+        return _no_content()
+
+    # -- topic-level policies -----------------------------------------------------------------
+    @staticmethod
+    def _topic_key(request: web.Request) -> tuple[str, str, str, str]:
+        topic = _topic_name(request)
+        m = request.match_info
+        return m["tenant"], m["namespace"], m["domain"], topic.rsplit("/", 1)[1]
+
+    def _topic_policy_handler(self, name: str, op: str) -> Handler:
+        return self._route_handler(
+            name,
+            op,
+            self._topic_key,
+            self.resources.get_topic_policies,
+            self.resources.update_topic_policies,
+        )
+
+    async def get_topic_backlog_quota_map(self, request: web.Request) -> web.Response:
+        policies = await self.resources.get_topic_policies(*self._topic_key(request))
+        return _json(policies.get("backlog_quota_map") or {})
+
+    async def set_topic_backlog_quota(self, request: web.Request) -> web.Response:
+        key = self._topic_key(request)
+        policies = await self.resources.get_topic_policies(*key)
+        body = await _body_json(request)
+        try:
+            changes = set_backlog_quota(policies, body, request.query.get("backlogQuotaType"))
+        except PolicyError as exc:
+            raise InvalidResource(str(exc)) from None
+        await self.resources.update_topic_policies(*key, changes)
+        return _no_content()
+
+    async def remove_topic_backlog_quota(self, request: web.Request) -> web.Response:
+        key = self._topic_key(request)
+        policies = await self.resources.get_topic_policies(*key)
+        try:
+            changes = remove_backlog_quota(policies, request.query.get("backlogQuotaType"))
+        except PolicyError as exc:
+            raise InvalidResource(str(exc)) from None
+        await self.resources.update_topic_policies(*key, changes)
+        return _no_content()
+
+    # -- topics -----------------------------------------------------------------------------
+    async def list_topics(self, request: web.Request) -> web.Response:
+        m = request.match_info
+        if m["domain"] not in DOMAINS:
+            raise ResourceNotFound(f"Unknown topic domain {m['domain']}")
+        if not await self.resources.namespace_exists(m["tenant"], m["namespace"]):
+            raise ResourceNotFound("Namespace does not exist")
+        return _json(
+            sorted(await self.topics.list_topics(m["tenant"], m["namespace"], m["domain"]))
+        )
+
+    async def list_partitioned(self, request: web.Request) -> web.Response:
+        m = request.match_info
+        if not await self.resources.namespace_exists(m["tenant"], m["namespace"]):
+            raise ResourceNotFound("Namespace does not exist")
+        names = await self.resources.list_partitioned(m["tenant"], m["namespace"], m["domain"])
+        return _json(sorted(names))
+
+    async def get_partitions(self, request: web.Request) -> web.Response:
+        topic = _topic_name(request)
+        m = request.match_info
+        n = await self.resources.get_partitions(
+            m["tenant"], m["namespace"], m["domain"], topic.rsplit("/", 1)[1]
+        )
+        return _json({"partitions": n, "properties": {}, "deleted": False})
+
+    async def create_partitioned(self, request: web.Request) -> web.Response:
+        topic = _topic_name(request)
+        m = request.match_info
+        n = await _body_json(request)
+        if not isinstance(n, int) or isinstance(n, bool):
+            raise InvalidResource("The body must be the number of partitions (an integer)")
+        local = topic.rsplit("/", 1)[1]
+        existing = await self.topics.list_topics(m["tenant"], m["namespace"], m["domain"])
+        if topic in existing:
+            raise ResourceConflict("This topic already exists")
+        await self.resources.create_partitioned(m["tenant"], m["namespace"], m["domain"], local, n)
+        return _no_content()
+
+    async def update_partitions(self, request: web.Request) -> web.Response:
+        topic = _topic_name(request)
+        m = request.match_info
+        n = await _body_json(request)
+        if not isinstance(n, int) or isinstance(n, bool):
+            raise InvalidResource("The body must be the number of partitions (an integer)")
+        await self.resources.update_partitions(
+            m["tenant"], m["namespace"], m["domain"], topic.rsplit("/", 1)[1], n
+        )
+        return _no_content()
+
+    async def delete_partitioned(self, request: web.Request) -> web.Response:
+        topic = _topic_name(request)
+        m = request.match_info
+        local = topic.rsplit("/", 1)[1]
+        n = await self.resources.get_partitions(m["tenant"], m["namespace"], m["domain"], local)
+        if n == 0:
+            raise ResourceNotFound("Partitioned topic does not exist")
+        force = request.query.get("force", "false") == "true"
+        # the partitions that exist, listed once: work bounded by the topics, not by ``n``
+        prefix = f"{topic}-partition-"
+        existing = await self.topics.list_topics(m["tenant"], m["namespace"], m["domain"])
+        for partition in existing:
+            index = partition[len(prefix) :] if partition.startswith(prefix) else ""
+            if index.isdigit() and int(index) < n:
+                await self.topics.delete_topic(partition, force=force)
+        await self.resources.delete_partitioned(m["tenant"], m["namespace"], m["domain"], local)
+        return _no_content()
+
+    async def create_topic(self, request: web.Request) -> web.Response:
+        topic = _topic_name(request)
+        m = request.match_info
+        if not await self.resources.namespace_exists(m["tenant"], m["namespace"]):
+            raise ResourceNotFound("Namespace does not exist")
+        local = topic.rsplit("/", 1)[1]
+        if await self.resources.get_partitions(m["tenant"], m["namespace"], m["domain"], local):
+            raise ResourceConflict("This topic already exists")
+        if topic in await self.topics.list_topics(m["tenant"], m["namespace"], m["domain"]):
+            raise ResourceConflict("This topic already exists")
+        await self.topics.create_topic(topic)
+        return _no_content()
+
+    async def delete_topic(self, request: web.Request) -> web.Response:
+        topic = _topic_name(request)
+        await self.topics.delete_topic(topic, force=request.query.get("force", "false") == "true")
+        return _no_content()
+
+    async def list_subscriptions(self, request: web.Request) -> web.Response:
+        topic = _topic_name(request)
+        return _json(sorted(await self.topics.list_subscriptions(topic)))
+
+    async def delete_subscription(self, request: web.Request) -> web.Response:
+        topic = _topic_name(request)
+        force = request.query.get("force", "false") == "true"
+        await self.topics.delete_subscription(
+            topic, unquote(request.match_info["subscription"]), force=force
+        )
+        return _no_content()
+
+    async def topic_stats(self, request: web.Request) -> web.Response:
+        return _json(await self.topics.topic_stats(_topic_name(request)))
+
+    async def unload_topic(self, request: web.Request) -> web.Response:
+        await self.topics.unload_topic(_topic_name(request))
+        return _no_content()
+
+    async def trigger_compaction(self, request: web.Request) -> web.Response:
+        await self.topics.trigger_compaction(_topic_name(request))
+        return _no_content()
+
+    async def compaction_status(self, request: web.Request) -> web.Response:
+        return _json(await self.topics.compaction_status(_topic_name(request)))
+
+    async def lookup(self, request: web.Request) -> web.Response:
+        topic = _topic_name(request)
+        # ?authoritative=true (Pulsar's): this broker takes an unowned bundle itself
+        authoritative = request.query.get("authoritative", "false").lower() == "true"
+        urls = await self.topics.lookup_urls(topic, authoritative)
+        broker_url, http_url = urls[0], urls[1]
+        broker_tls, http_tls = (urls[2], urls[3]) if len(urls) >= 4 else ("", "")
+        return _json(
+            {
+                "brokerUrl": broker_url,
+                "brokerUrlTls": broker_tls,
+                "brokerUrlSsl": broker_tls,
+                "httpUrl": http_url,
+                "httpUrlTls": http_tls,
+                "nativeUrl": broker_url,
+            }
+        )
+
+
+__all__ = ["METRICS_SLICE_S", "AdminApi", "TopicAdmin", "join_yielding", "slices_yielding"]

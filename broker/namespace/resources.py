@@ -1,0 +1,427 @@
+"""Cluster, tenant, namespace and partitioned-topic metadata, stored as Pulsar stores it.
+
+Owns: reading and writing ``/admin/clusters/<c>``, ``/admin/policies/<tenant>[/<ns>]``
+(TenantInfo and namespace Policies JSON, with Pulsar's field names),
+``/admin/topic-policies/<tenant>/<ns>/<domain>/<topic>`` (topic-level policies: the same
+fields as the namespace Policies JSON, overriding them for one topic; Pulsar keeps these in
+the ``__change_events`` system topic, Magnetar in the metadata store, watched the same way
+as namespace policies) and
+``/admin/partitioned-topics/<tenant>/<ns>/<domain>/<topic>`` (``{"partitions": N}``), each
+change a compare-and-set. Raises ``ResourceError`` subclasses carrying the HTTP status Pulsar
+answers with. Must not know: HTTP, topics being served, the wire protocol.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from magnetar.broker.namespace.bundles import BundleRange, NamespaceBundles
+from magnetar.broker.policies.model import PolicyError
+from magnetar.broker.policies.schema import check_policies, check_tenant_info
+from magnetar.zk import paths
+from magnetar.zk.errors import AlreadyExists, BadVersion, NotFound
+from magnetar.zk.store import CREATE_ONLY, MetadataStore
+
+
+class ResourceError(Exception):
+    """An admin-level error; ``http_status`` is what Pulsar's REST API answers."""
+
+    http_status = 500
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class ResourceNotFound(ResourceError):
+    http_status = 404
+
+
+class ResourceConflict(ResourceError):
+    http_status = 409
+
+
+class PreconditionFailed(ResourceError):
+    http_status = 412
+
+
+class InvalidResource(ResourceError):
+    http_status = 400
+
+
+@dataclass(slots=True)
+class TenantInfo:
+    admin_roles: list[str] = field(default_factory=list)
+    allowed_clusters: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"adminRoles": self.admin_roles, "allowedClusters": self.allowed_clusters}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> TenantInfo:
+        """From Pulsar's TenantInfo JSON; ``InvalidResource`` (400) for a wrong shape."""
+        try:
+            check_tenant_info(data)
+        except PolicyError as exc:
+            raise InvalidResource(str(exc)) from None
+        return cls(list(data.get("adminRoles") or []), list(data.get("allowedClusters") or []))
+
+
+TOPIC_POLICIES = "/admin/topic-policies"
+
+
+def topic_policies_path(tenant: str, namespace: str, domain: str, local: str) -> str:
+    from urllib.parse import quote
+
+    return f"{TOPIC_POLICIES}/{tenant}/{namespace}/{domain}/{quote(local, safe='')}"
+
+
+def _name_ok(name: str) -> bool:
+    return bool(name) and all(c.isalnum() or c in "-_=:." for c in name)
+
+
+def _bundles_of(policies: dict[str, Any]) -> NamespaceBundles:
+    bounds = (policies.get("bundles") or {}).get("boundaries")
+    if not bounds:
+        return NamespaceBundles.default(1)
+    return NamespaceBundles(tuple(int(b, 16) if isinstance(b, str) else int(b) for b in bounds))
+
+
+def _dump(value: Any) -> bytes:
+    return json.dumps(value, sort_keys=True).encode()
+
+
+DEFAULT_MAX_BUNDLES = 128
+"""Pulsar's ``loadBalancerNamespaceMaximumBundles`` default."""
+PARTITIONS_CEILING = 65_536
+"""Partitions of one partitioned topic when ``maxNumPartitionsPerPartitionedTopic`` is 0
+(Pulsar: unlimited; here a ceiling, so one request can never ask for unbounded work)."""
+
+
+class Resources:
+    """Typed access to the admin metadata of one cluster.
+
+    Every Policies document is checked against its schema (``policy_schema``) before it is
+    stored; bundles and partition counts are bounded (``max_bundles``,
+    ``max_partitions``)."""
+
+    def __init__(
+        self,
+        store: MetadataStore,
+        cluster: str,
+        *,
+        max_bundles: int = DEFAULT_MAX_BUNDLES,
+        max_partitions: int = 0,
+    ) -> None:
+        self.store = store
+        self.cluster = cluster
+        self.max_bundles = max(1, max_bundles)
+        self.max_partitions = max_partitions if max_partitions > 0 else PARTITIONS_CEILING
+
+    def _check_policies(self, doc: dict[str, Any]) -> None:
+        try:
+            check_policies(doc, self.max_bundles)
+        except PolicyError as exc:
+            raise InvalidResource(str(exc)) from None
+
+    def _check_partitions(self, partitions: int) -> None:
+        if partitions < 1:
+            raise PreconditionFailed("Number of partitions should be more than 0")
+        if partitions > self.max_partitions:
+            raise PreconditionFailed(
+                f"Number of partitions should be less than or equal to {self.max_partitions}"
+            )
+
+    # -- clusters ---------------------------------------------------------------------------
+    async def ensure_cluster(self, service_url: str, http_url: str) -> None:
+        data = {"serviceUrl": http_url, "brokerServiceUrl": service_url}
+        try:
+            await self.store.put(
+                paths.cluster(self.cluster), _dump(data), expected_version=CREATE_ONLY
+            )
+        except AlreadyExists:
+            pass
+
+    async def list_clusters(self) -> list[str]:
+        return await self.store.children(paths.CLUSTERS)
+
+    # -- tenants ----------------------------------------------------------------------------
+    async def list_tenants(self) -> list[str]:
+        return await self.store.children(paths.POLICIES)
+
+    async def get_tenant(self, tenant: str) -> TenantInfo:
+        got = await self.store.get(paths.tenant_policies(tenant))
+        if got is None:
+            raise ResourceNotFound("Tenant does not exist")
+        return TenantInfo.from_json(json.loads(got.value or b"{}"))
+
+    async def create_tenant(self, tenant: str, info: TenantInfo) -> None:
+        if not _name_ok(tenant):
+            raise PreconditionFailed(f"Tenant name is not valid: {tenant}")
+        try:
+            await self.store.put(
+                paths.tenant_policies(tenant), _dump(info.to_json()), expected_version=CREATE_ONLY
+            )
+        except AlreadyExists:
+            raise ResourceConflict("Tenant already exists") from None
+
+    async def update_tenant(self, tenant: str, info: TenantInfo) -> None:
+        got = await self.store.exists(paths.tenant_policies(tenant))
+        if got is None:
+            raise ResourceNotFound("Tenant does not exist")
+        await self.store.put(
+            paths.tenant_policies(tenant), _dump(info.to_json()), expected_version=got.version
+        )
+
+    async def delete_tenant(self, tenant: str) -> None:
+        path = paths.tenant_policies(tenant)
+        if await self.store.exists(path) is None:
+            raise ResourceNotFound("Tenant does not exist")
+        if await self.store.children(path):
+            raise ResourceConflict("The tenant still has active namespaces")
+        try:
+            await self.store.delete(path)
+        except NotFound:
+            raise ResourceNotFound("Tenant does not exist") from None
+
+    # -- namespaces -------------------------------------------------------------------------
+    async def list_namespaces(self, tenant: str) -> list[str]:
+        if await self.store.exists(paths.tenant_policies(tenant)) is None:
+            raise ResourceNotFound("Tenant does not exist")
+        return [f"{tenant}/{ns}" for ns in await self.store.children(paths.tenant_policies(tenant))]
+
+    async def namespace_exists(self, tenant: str, namespace: str) -> bool:
+        return await self.store.exists(paths.namespace_policies(tenant, namespace)) is not None
+
+    async def get_policies(self, tenant: str, namespace: str) -> dict[str, Any]:
+        got = await self.store.get(paths.namespace_policies(tenant, namespace))
+        if got is None:
+            raise ResourceNotFound("Namespace does not exist")
+        return dict(json.loads(got.value or b"{}"))
+
+    async def create_namespace(
+        self,
+        tenant: str,
+        namespace: str,
+        policies: dict[str, Any] | None = None,
+        *,
+        default_bundles: int = 4,
+    ) -> None:
+        if not _name_ok(namespace):
+            raise PreconditionFailed(f"Namespace name is not valid: {tenant}/{namespace}")
+        if await self.store.exists(paths.tenant_policies(tenant)) is None:
+            raise ResourceNotFound("Tenant does not exist")
+        data = dict(policies or {})
+        bundles = data.get("bundles") or {}
+        num_bundles = bundles.get("numBundles") if isinstance(bundles, dict) else None
+        if isinstance(num_bundles, int) and not 0 < num_bundles <= self.max_bundles:
+            raise InvalidResource(  # Pulsar's message, with this broker's bound
+                "Invalid number of bundles. Number of bundles has to be in the range of"
+                f" (0, {self.max_bundles}]."
+            )
+        self._check_policies(data)
+        if not bundles.get("boundaries"):
+            num = int(bundles.get("numBundles") or default_bundles)
+            bounds = NamespaceBundles.default(num).boundaries
+            data["bundles"] = {
+                "boundaries": [f"0x{b:08x}" for b in bounds],
+                "numBundles": len(bounds) - 1,
+            }
+        try:
+            await self.store.put(
+                paths.namespace_policies(tenant, namespace),
+                _dump(data),
+                expected_version=CREATE_ONLY,
+            )
+        except AlreadyExists:
+            raise ResourceConflict("Namespace already exists") from None
+
+    async def update_policies(
+        self, tenant: str, namespace: str, changes: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Merge ``changes`` into the namespace policies by compare-and-set, retrying races."""
+        path = paths.namespace_policies(tenant, namespace)
+        for _ in range(16):
+            got = await self.store.get(path)
+            if got is None:
+                raise ResourceNotFound("Namespace does not exist")
+            data = dict(json.loads(got.value or b"{}"))
+            for key, value in changes.items():
+                if value is None:
+                    data.pop(key, None)
+                else:
+                    data[key] = value
+            self._check_policies(data)
+            try:
+                await self.store.put(path, _dump(data), expected_version=got.stat.version)
+                return data
+            except BadVersion:
+                continue
+        raise ResourceConflict("Concurrent modification of the namespace policies")
+
+    # -- topic-level policies -------------------------------------------------------------
+    async def get_topic_policies(
+        self, tenant: str, namespace: str, domain: str, local: str
+    ) -> dict[str, Any]:
+        """The topic's own policies ({} if none)."""
+        got = await self.store.get(topic_policies_path(tenant, namespace, domain, local))
+        if got is None:
+            return {}
+        return dict(json.loads(got.value or b"{}"))
+
+    async def update_topic_policies(
+        self, tenant: str, namespace: str, domain: str, local: str, changes: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Merge ``changes`` into the topic policies by compare-and-set (None deletes a key)."""
+        if not await self.namespace_exists(tenant, namespace):
+            raise ResourceNotFound("Namespace does not exist")
+        path = topic_policies_path(tenant, namespace, domain, local)
+        for _ in range(16):
+            got = await self.store.get(path)
+            data = {} if got is None else dict(json.loads(got.value or b"{}"))
+            for key, value in changes.items():
+                if value is None:
+                    data.pop(key, None)
+                else:
+                    data[key] = value
+            self._check_policies(data)
+            try:
+                await self.store.put(
+                    path,
+                    _dump(data),
+                    expected_version=CREATE_ONLY if got is None else got.stat.version,
+                )
+                return data
+            except (BadVersion, AlreadyExists):
+                continue
+        raise ResourceConflict("Concurrent modification of the topic policies")
+
+    async def bundles(self, tenant: str, namespace: str) -> NamespaceBundles:
+        return _bundles_of(await self.get_policies(tenant, namespace))
+
+    async def split_bundle(
+        self, tenant: str, namespace: str, bundle: BundleRange, points: list[int]
+    ) -> NamespaceBundles:
+        """Add ``points`` (strictly inside ``bundle``) to the namespace's boundaries by
+        compare-and-set on the policies, re-reading on a race; ``ResourceConflict`` when
+        ``bundle`` is no longer one of the namespace's bundles (split meanwhile)."""
+        path = paths.namespace_policies(tenant, namespace)
+        for _ in range(16):
+            got = await self.store.get(path)
+            if got is None:
+                raise ResourceNotFound("Namespace does not exist")
+            data = dict(json.loads(got.value or b"{}"))
+            bounds = (data.get("bundles") or {}).get("boundaries")
+            current = (
+                NamespaceBundles(
+                    tuple(int(b, 16) if isinstance(b, str) else int(b) for b in bounds)
+                )
+                if bounds
+                else NamespaceBundles.default(1)
+            )
+            if bundle not in current.ranges:
+                raise ResourceConflict(f"Bundle {bundle} is not a bundle of {tenant}/{namespace}")
+            inside = sorted({p for p in points if bundle.lower < p < bundle.upper})
+            if not inside:
+                raise ResourceConflict(f"No split point inside bundle {bundle}")
+            split = NamespaceBundles(tuple(sorted({*current.boundaries, *inside})))
+            data["bundles"] = {
+                "boundaries": [f"0x{b:08x}" for b in split.boundaries],
+                "numBundles": len(split.boundaries) - 1,
+            }
+            try:
+                await self.store.put(path, _dump(data), expected_version=got.stat.version)
+                return split
+            except BadVersion:
+                continue
+        raise ResourceConflict("Concurrent modification of the namespace policies")
+
+    async def set_bundles(self, tenant: str, namespace: str, bundles: NamespaceBundles) -> None:
+        await self.update_policies(
+            tenant,
+            namespace,
+            {
+                "bundles": {
+                    "boundaries": [f"0x{b:08x}" for b in bundles.boundaries],
+                    "numBundles": len(bundles.boundaries) - 1,
+                }
+            },
+        )
+
+    async def delete_namespace(self, tenant: str, namespace: str) -> None:
+        path = paths.namespace_policies(tenant, namespace)
+        if await self.store.exists(path) is None:
+            raise ResourceNotFound("Namespace does not exist")
+        for domain in ("persistent", "non-persistent"):
+            if await self.store.children(paths.partitioned_topics_of(tenant, namespace, domain)):
+                raise ResourceConflict("Cannot delete non empty namespace")
+        await self.store.delete_recursive(path)
+
+    # -- partitioned topics -----------------------------------------------------------------
+    async def get_partitions(self, tenant: str, namespace: str, domain: str, local: str) -> int:
+        """The partition count of a partitioned topic, or 0 if it is not partitioned."""
+        got = await self.store.get(paths.partitioned_topic(tenant, namespace, domain, local))
+        if got is None:
+            return 0
+        return int(json.loads(got.value or b"{}").get("partitions", 0))
+
+    async def create_partitioned(
+        self, tenant: str, namespace: str, domain: str, local: str, partitions: int
+    ) -> None:
+        self._check_partitions(partitions)
+        if not await self.namespace_exists(tenant, namespace):
+            raise ResourceNotFound("Namespace does not exist")
+        try:
+            await self.store.put(
+                paths.partitioned_topic(tenant, namespace, domain, local),
+                _dump({"partitions": partitions}),
+                expected_version=CREATE_ONLY,
+            )
+        except AlreadyExists:
+            raise ResourceConflict("This topic already exists") from None
+
+    async def update_partitions(
+        self, tenant: str, namespace: str, domain: str, local: str, partitions: int
+    ) -> None:
+        path = paths.partitioned_topic(tenant, namespace, domain, local)
+        got = await self.store.get(path)
+        if got is None:
+            raise ResourceNotFound("Partitioned topic does not exist")
+        current = int(json.loads(got.value).get("partitions", 0))
+        self._check_partitions(partitions)
+        if partitions <= current:
+            raise PreconditionFailed(
+                f"Expect partitions {partitions} to grow and be greater than current {current}"
+            )
+        await self.store.put(
+            path, _dump({"partitions": partitions}), expected_version=got.stat.version
+        )
+
+    async def delete_partitioned(
+        self, tenant: str, namespace: str, domain: str, local: str
+    ) -> None:
+        try:
+            await self.store.delete(paths.partitioned_topic(tenant, namespace, domain, local))
+        except NotFound:
+            raise ResourceNotFound("Partitioned topic does not exist") from None
+
+    async def list_partitioned(self, tenant: str, namespace: str, domain: str) -> list[str]:
+        names = await self.store.children(paths.partitioned_topics_of(tenant, namespace, domain))
+        return [f"{domain}://{tenant}/{namespace}/{n}" for n in names]
+
+
+__all__ = [
+    "DEFAULT_MAX_BUNDLES",
+    "PARTITIONS_CEILING",
+    "TOPIC_POLICIES",
+    "InvalidResource",
+    "PreconditionFailed",
+    "ResourceConflict",
+    "ResourceError",
+    "ResourceNotFound",
+    "Resources",
+    "TenantInfo",
+    "topic_policies_path",
+]

@@ -1,0 +1,173 @@
+"""A connection's security: authenticating CONNECT, the refresh timer, AUTH_RESPONSE, and the
+authorization checks of LOOKUP / PARTITIONED_METADATA / PRODUCER / SUBSCRIBE.
+
+Owns: the glue between ``ServerConnection`` and the ``authentication`` / ``authorization``
+services, so the connection itself only asks "may this proceed?" at four places. A failed
+authentication answers ERROR(request_id=-1, AuthenticationError, "Unable to authenticate")
+and closes the connection before anything else is served (Pulsar's ``ServerCnx``); a refresh
+that fails closes the connection. With security off (the default) every check is a no-op.
+Must not know: topics, dispatch, storage.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any
+
+from magnetar.broker.naming import InvalidTopicName, TopicName
+from magnetar.broker.security.authentication import (
+    REFRESH_AUTH_DATA,
+    AuthenticationError,
+    ConnectionAuth,
+    RefreshAction,
+)
+from magnetar.broker.security.authorization import (
+    NOT_AUTHORIZED_GET_TOPICS,
+    NOT_AUTHORIZED_LOOKUP,
+    NOT_AUTHORIZED_METADATA,
+    NOT_AUTHORIZED_PRODUCE,
+    NOT_AUTHORIZED_SUBSCRIBE,
+)
+from magnetar.client.protocol.proto import pulsar_api_pb2 as pb
+
+if TYPE_CHECKING:
+    from magnetar.broker.protocol.connection import ServerConnection
+
+log = logging.getLogger(__name__)
+T = pb.BaseCommand
+U64 = (1 << 64) - 1
+
+
+class ConnectionSecurity:
+    def __init__(self, cnx: ServerConnection) -> None:
+        self.cnx = cnx
+        self.auth: ConnectionAuth | None = None
+        self._timer: asyncio.TimerHandle | None = None
+
+    @property
+    def role(self) -> str | None:
+        return None if self.auth is None else self.auth.role
+
+    def _peer_cert(self) -> dict[str, Any] | None:
+        transport = self.cnx.transport
+        if transport is None:
+            return None
+        cert = transport.get_extra_info("peercert")
+        return cert if isinstance(cert, dict) and cert else None
+
+    # ------------------------------------------------------------------ authentication
+    def on_connect(self, c: pb.CommandConnect) -> bool:
+        """Authenticate a CONNECT; False after refusing it (ERROR sent, connection closing)."""
+        authn = self.cnx.service.authn
+        if not authn.enabled:
+            return True
+        method = c.auth_method_name if c.HasField("auth_method_name") else "none"
+        try:
+            who = authn.authenticate(method, bytes(c.auth_data), self._peer_cert())
+        except AuthenticationError as exc:
+            self._refuse(exc)
+            return False
+        supports_refresh = c.HasField("feature_flags") and c.feature_flags.supports_auth_refresh
+        self.auth = ConnectionAuth(authn, who, supports_refresh)
+        log.info("%s authenticated as role %r (%s)", self.cnx.peer, who.role, who.method)
+        self._arm()
+        return True
+
+    def _refuse(self, exc: AuthenticationError) -> None:
+        log.warning("authentication failed for %s: %s", self.cnx.peer, exc.reason)
+        self.cnx._error(U64, "AuthenticationError", exc.message)
+        self.cnx.close()
+
+    def _arm(self) -> None:
+        interval = self.cnx.service.authn.refresh_check_s
+        if interval > 0 and not self.cnx.closed:
+            self._timer = asyncio.get_running_loop().call_later(interval, self._refresh_check)
+
+    def _refresh_check(self) -> None:
+        self._timer = None
+        if self.auth is None or self.cnx.closed:
+            return
+        action = self.auth.on_refresh_check()
+        if action is RefreshAction.CLOSE:
+            log.info(
+                "closing %s: credentials of %r expired and were not refreshed",
+                self.cnx.peer,
+                self.auth.role,
+            )
+            self.cnx.close()
+            return
+        if action is RefreshAction.CHALLENGE:
+            self.cnx.write_command(
+                T(
+                    type=T.AUTH_CHALLENGE,
+                    authChallenge=pb.CommandAuthChallenge(
+                        server_version="Magnetar",
+                        protocol_version=self.cnx.protocol_version,
+                        challenge=pb.AuthData(
+                            auth_method_name=self.auth.who.method, auth_data=REFRESH_AUTH_DATA
+                        ),
+                    ),
+                )
+            )
+        self._arm()
+
+    def on_auth_response(self, cmd: pb.BaseCommand) -> None:
+        resp = cmd.authResponse
+        if self.auth is None:
+            log.info("closing %s: AUTH_RESPONSE without authentication", self.cnx.peer)
+            self.cnx.close()
+            return
+        data = resp.response if resp.HasField("response") else pb.AuthData()
+        try:
+            self.auth.on_auth_response(
+                data.auth_method_name, bytes(data.auth_data), self._peer_cert()
+            )
+        except AuthenticationError as exc:
+            self._refuse(exc)
+            return
+        log.info("%s refreshed the credentials of %r", self.cnx.peer, self.auth.role)
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    # ------------------------------------------------------------------ authorization
+    @staticmethod
+    def _name(topic: str) -> TopicName | None:
+        try:
+            return TopicName.parse(topic)
+        except InvalidTopicName:
+            return None  # the normal path answers the bad name
+
+    async def denied_lookup(self, topic: str, metadata: bool = False) -> str | None:
+        """Pulsar's message when this role may not look ``topic`` up (None: allowed)."""
+        authz = self.cnx.service.authz
+        tn = self._name(topic) if authz.enabled else None
+        if tn is None or await authz.can_lookup(tn, self.role):
+            return None
+        return NOT_AUTHORIZED_METADATA if metadata else NOT_AUTHORIZED_LOOKUP
+
+    async def denied_list_topics(self, tenant: str, namespace: str) -> str | None:
+        authz = self.cnx.service.authz
+        if not authz.enabled or await authz.can_list_topics(tenant, namespace, self.role):
+            return None
+        return NOT_AUTHORIZED_GET_TOPICS
+
+    async def denied_produce(self, topic: str) -> str | None:
+        authz = self.cnx.service.authz
+        tn = self._name(topic) if authz.enabled else None
+        if tn is None or await authz.can_produce(tn, self.role):
+            return None
+        return NOT_AUTHORIZED_PRODUCE
+
+    async def denied_consume(self, topic: str, subscription: str) -> str | None:
+        authz = self.cnx.service.authz
+        tn = self._name(topic) if authz.enabled else None
+        if tn is None or await authz.can_consume(tn, self.role, subscription):
+            return None
+        return NOT_AUTHORIZED_SUBSCRIBE
+
+
+__all__ = ["ConnectionSecurity"]

@@ -1,0 +1,893 @@
+"""A persistent topic: one managed ledger, its producers and subscriptions.
+
+Owns: the publish pipeline (SENDs collected during one loop iteration are appended as one
+``add_entries`` call, submitted at once even while earlier batches are in flight; the managed
+ledger completes adds in order and completions are handled in submission order, so
+positions and receipts keep arrival order; duplicates found by deduplication ride in the
+same queue so their receipts keep order too), the entry-count cache used for permits,
+subscriptions (durable ones reopened from the ledger's cursors on load; non-durable ones
+dropped with their last consumer), last-message-id, finding a position by publish time,
+close/unload. Compaction (``compaction/``): the service attaches a ``TopicCompaction``;
+a read_compacted consumer (Exclusive / Failover only) reads through a ``CompactedCursor``;
+the ``__compaction`` subscription name is reserved, and deleting it deletes the views.
+Lifecycle (``TOPIC_TRANSITIONS``): ACTIVE -> CLOSING -> CLOSED on unload; ACTIVE -> FENCED
+when the managed ledger refuses writes for good (another owner), after which the service
+unloads the topic so clients look up the new owner.
+Invariant: every SEND gets exactly one outcome, in arrival order per topic: a ``PublishSink``
+(the connection) hears once per run of its consecutive SENDs in a completed append (so it
+writes that run's receipts as one buffer); ``publish`` adapts a per-SEND callback to it. On
+the managed ledger a batch completes through ``add_entries_then`` (a callback when its last
+add is done, no task or future per batch).
+Must not know: sockets or frames (callers pass callbacks and sinks).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import enum
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from magnetar.broker.compaction import (
+    COMPACTION_SUBSCRIPTION,
+    CompactedCursor,
+    TopicCompaction,
+    entry_messages,
+)
+from magnetar.broker.dispatch.consumer import Consumer, SubType
+from magnetar.broker.dispatch.key_shared import entry_slot_from_bytes
+from magnetar.broker.ledger.errors import LedgerFenced, ManagedLedgerClosed
+from magnetar.broker.ledger.position import EARLIEST, LATEST, Position
+from magnetar.broker.naming import TopicName
+from magnetar.broker.protocol.frames import (
+    MAGIC_CRC32C_BYTES,
+    BadEntry,
+    num_messages,
+    parse_metadata,
+)
+from magnetar.broker.storage.contract import Entry, TopicLedger
+from magnetar.broker.topics.producer import Admission, Deduplication, Producer, ProducerRegistry
+from magnetar.broker.topics.stats_buckets import StatsBuckets
+from magnetar.broker.topics.subscription import Subscription, SubscriptionError
+
+log = logging.getLogger(__name__)
+
+PublishCallback = Callable[[Position | None, Exception | None], None]
+
+
+class TopicState(enum.Enum):
+    ACTIVE = "active"
+    FENCED = "fenced"  # the storage refused us (another owner): close as soon as possible
+    CLOSING = "closing"
+    CLOSED = "closed"
+
+
+class TopicEvent(enum.Enum):
+    FENCE = "fence"
+    CLOSE = "close"
+    CLOSED = "closed"
+
+
+TOPIC_TRANSITIONS: dict[tuple[TopicState, TopicEvent], TopicState] = {
+    (TopicState.ACTIVE, TopicEvent.FENCE): TopicState.FENCED,
+    (TopicState.ACTIVE, TopicEvent.CLOSE): TopicState.CLOSING,
+    (TopicState.FENCED, TopicEvent.FENCE): TopicState.FENCED,
+    (TopicState.FENCED, TopicEvent.CLOSE): TopicState.CLOSING,
+    (TopicState.CLOSING, TopicEvent.FENCE): TopicState.CLOSING,
+    (TopicState.CLOSING, TopicEvent.CLOSED): TopicState.CLOSED,
+    (TopicState.CLOSED, TopicEvent.FENCE): TopicState.CLOSED,
+}
+"""Topic lifecycle; a pair missing here is a bug (``InvalidTopicTransition``)."""
+
+
+class InvalidTopicTransition(RuntimeError):
+    pass
+
+
+def next_topic_state(state: TopicState, event: TopicEvent) -> TopicState:
+    try:
+        return TOPIC_TRANSITIONS[(state, event)]
+    except KeyError:
+        raise InvalidTopicTransition(f"{event.value} in state {state.value}") from None
+
+
+_COUNT_CACHE_MAX = 200_000
+
+
+def _metadata_or_none(entry: Entry) -> Any:
+    """The entry's metadata, or None (reported) when it cannot be parsed: dispatch then
+    treats it as a plain message and delivers it as stored (a consumer discards a corrupt
+    message and acknowledges it), so one bad entry never stalls a subscription. Entries
+    stored since SEND validation always parse; older ones may not."""
+    try:
+        return parse_metadata(entry.data)
+    except BadEntry as exc:
+        log.warning(
+            "entry %s has unparseable metadata (%s): delivered as stored", entry.position, exc
+        )
+        return None
+
+
+_DELIVER_AT_TAG = b"\x98\x01"  # MessageMetadata field 19 (deliver_at_time), varint
+_UUID_TAG = b"\xd2\x01"  # MessageMetadata field 26 (uuid, chunking), length-delimited
+
+
+class _Pending:
+    """One SEND waiting for its append (positional init: one is made per SEND)."""
+
+    __slots__ = (
+        "data",
+        "dedup_name",
+        "duplicate",
+        "highest",
+        "highest_sequence_id",
+        "num_messages",
+        "producer",
+        "sequence_id",
+        "sink",
+    )
+
+    def __init__(  # noqa: PLR0917 - hot path, positional on purpose
+        self,
+        producer: Producer,
+        data: bytes,
+        num_messages: int,
+        sink: PublishSink,
+        sequence_id: int,
+        highest_sequence_id: int,
+    ) -> None:
+        self.producer = producer
+        self.data = data
+        self.num_messages = num_messages
+        self.sink = sink
+        self.sequence_id = sequence_id
+        self.highest_sequence_id = highest_sequence_id  # as the SEND carried it
+        self.duplicate = False
+        self.dedup_name: str | None = None
+        self.highest = -1  # the highest sequence id deduplication records
+
+
+class PublishSink(Protocol):
+    """Where a topic reports its SENDs' outcomes: once per run of consecutive SENDs of one
+    sink in a completed append, in arrival order (a duplicate's position is None)."""
+
+    def on_published(self, items: list[_Pending], positions: list[Position | None]) -> None: ...
+
+    def on_publish_failed(self, items: list[_Pending], exc: Exception) -> None: ...
+
+
+class _CallbackSink:
+    """A ``PublishSink`` calling ``callback(position, error)`` per SEND."""
+
+    __slots__ = ("callback",)
+
+    def __init__(self, callback: PublishCallback) -> None:
+        self.callback = callback
+
+    def on_published(self, items: list[_Pending], positions: list[Position | None]) -> None:
+        for pos in positions:
+            self.callback(pos, None)
+
+    def on_publish_failed(self, items: list[_Pending], exc: Exception) -> None:
+        for _ in items:
+            self.callback(None, exc)
+
+
+@dataclass(frozen=True, slots=True)
+class LastMessageId:
+    ledger_id: int
+    entry_id: int
+    batch_index: int
+    mark_delete: Position | None
+
+
+@dataclass(slots=True)
+class TopicCounters:
+    msg_in: int = 0
+    bytes_in: int = 0
+    entries_in: int = 0
+    publish_batches: int = 0
+    extra: dict[str, int] = field(default_factory=dict)
+
+
+AddThen = Callable[
+    [list[bytes], Callable[[list[Position] | None, BaseException | None], None]], None
+]
+
+
+class _Inflight:
+    """One submitted batch of SENDs and, once its append is done, the outcome."""
+
+    __slots__ = ("batch", "done", "error", "positions", "started", "topic")
+
+    def __init__(self, topic: PersistentTopic, batch: list[_Pending]) -> None:
+        self.topic = topic
+        self.batch = batch
+        self.done = False
+        self.positions: list[Position] = []
+        self.error: BaseException | None = None
+        self.started = time.monotonic()
+
+    def finish(self, positions: list[Position] | None, error: BaseException | None) -> None:
+        self.done = True
+        if positions is not None:
+            self.positions = positions
+            self.topic.write_latency.add((time.monotonic() - self.started) * 1000)
+        self.error = error
+        self.topic._complete_ready()
+
+    def finish_task(self, task: asyncio.Future[list[Position]]) -> None:
+        if task.cancelled():
+            self.finish(None, asyncio.CancelledError())
+            return
+        exc = task.exception()
+        self.finish(None if exc is not None else task.result(), exc)
+
+
+def _runs_by_sink(
+    batch: list[_Pending], positions: list[Position | None] | None
+) -> list[tuple[PublishSink, list[_Pending], list[Position | None] | None]]:
+    """``batch`` (and its positions) cut into runs of consecutive SENDs of one sink."""
+    first = batch[0].sink
+    if all(p.sink is first for p in batch):
+        return [(first, batch, positions)]
+    runs: list[tuple[PublishSink, list[_Pending], list[Position | None] | None]] = []
+    start = 0
+    for i in range(1, len(batch) + 1):
+        if i == len(batch) or batch[i].sink is not batch[start].sink:
+            poss = positions[start:i] if positions is not None else None
+            runs.append((batch[start].sink, batch[start:i], poss))
+            start = i
+    return runs
+
+
+class PersistentTopic:
+    def __init__(
+        self,
+        name: TopicName,
+        ledger: TopicLedger,
+        *,
+        dedup_enabled: bool = False,
+        max_unacked_per_consumer: int = 50_000,
+        max_unacked_per_subscription: int = 200_000,
+        dispatcher_max_read_batch_size: int = 100,
+        redelivery_tracker_enabled: bool = True,
+    ) -> None:
+        self.name = name
+        self.dispatcher_max_read_batch_size = dispatcher_max_read_batch_size
+        self.redelivery_tracker_enabled = redelivery_tracker_enabled
+        self.full_name = name.full  # read per SEND (policies): not a property
+        self.ledger = ledger
+        self.producers = ProducerRegistry()
+        self.dedup = Deduplication(dedup_enabled)
+        self.subscriptions: dict[str, Subscription] = {}
+        self.max_unacked_per_consumer = max_unacked_per_consumer
+        self.max_unacked_per_subscription = max_unacked_per_subscription
+        self.counters = TopicCounters()
+        self.write_latency = StatsBuckets()
+        """Milliseconds from handing a batch to storage until it is durable
+        (``pulsar_storage_write_latency_le_*``)."""
+        # message counts of batch entries; entries in [``_counted_from``, ``_counted_to``]
+        # that are absent are single messages; others are parsed (and cached) when needed.
+        # ``_counted_to`` is the last position whose append was reported: a dispatcher can
+        # read an entry between its storage and that report, and must not take a batch for
+        # one message then (it would charge one permit for the whole batch)
+        self._counts: dict[Position, int] = {}
+        self._counted_from: Position | None = None
+        self._counted_to: Position | None = None
+        self._pending: list[_Pending] = []
+        self._submit_scheduled = False
+        self._inflight: collections.deque[_Inflight] = collections.deque()
+        self._drain_waiters: list[asyncio.Future[None]] = []
+        # the storage's task-free append (calls back with the positions), if it has one
+        self._add_then: AddThen | None = getattr(ledger, "add_entries_then", None)
+        self.state = TopicState.ACTIVE
+        self.on_fenced: Callable[[PersistentTopic], None] | None = None
+        # the compacted view and its compactions; set by the service when it loads the
+        # topic (None: read_compacted reads the topic as is)
+        self.compaction: TopicCompaction | None = None
+        ledger.add_tail_listener(self._on_new_entries)
+
+    def __repr__(self) -> str:
+        return f"<PersistentTopic {self.name} subs={len(self.subscriptions)}>"
+
+    async def load(self) -> None:
+        """Reopen the durable subscriptions stored with the ledger."""
+        for cursor_name in self.ledger.cursor_names():
+            if cursor_name not in self.subscriptions:
+                cursor = await self.ledger.open_cursor(cursor_name, initial_earliest=True)
+                self.subscriptions[cursor_name] = self._new_subscription(cursor_name, cursor)
+        if self.dedup.enabled:
+            await self._restore_dedup()
+
+    async def _restore_dedup(self) -> None:
+        start = self.ledger.first_position
+        last = self.ledger.last_confirmed
+        if start is None or last is None:
+            return
+        while True:
+            entries = await self.ledger.read_entries(start, 1000)
+            for entry in entries:
+                try:
+                    md = parse_metadata(entry.data)
+                except (BadEntry, Exception):
+                    continue
+                highest = md.highest_sequence_id if md.highest_sequence_id else md.sequence_id
+                if md.HasField("num_messages_in_batch") and not md.highest_sequence_id:
+                    highest = md.sequence_id + md.num_messages_in_batch - 1
+                self.dedup.restore(md.producer_name, highest)
+            if not entries or entries[-1].position >= last:
+                break
+            start = Position(entries[-1].position.ledger_id, entries[-1].position.entry_id + 1)
+
+    # -- entry counts (permits)
+    def count_of(self, entry: Entry) -> int:
+        pos = entry.position
+        counts = self._counts
+        if counts:  # empty while no batch entry was published since load: no hashing
+            n = counts.get(pos)
+            if n is not None:
+                return n
+        if self._single_if_uncounted(pos):
+            return 1
+        try:
+            n = num_messages(entry.data)
+        except Exception:
+            n = 1
+        if n > 1:
+            self._remember_count(pos, n)
+        return n
+
+    def known_count(self, pos: Position) -> int | None:
+        """Messages in the entry at ``pos`` if known without reading it."""
+        n = self._counts.get(pos)
+        if n is None and self._single_if_uncounted(pos):
+            n = 1
+        return n
+
+    def _single_if_uncounted(self, pos: Position) -> bool:
+        """Is an entry at ``pos`` absent from ``_counts`` known to be a single message?
+        True only within the span whose appends this topic has reported."""
+        start, end = self._counted_from, self._counted_to
+        return start is not None and end is not None and start <= pos <= end
+
+    @staticmethod
+    def slot_of(entry: Entry) -> int:
+        """Key_Shared slot of an entry (its outer metadata's sticky key)."""
+        return entry_slot_from_bytes(entry.data)
+
+    @staticmethod
+    def deliver_at_of(entry: Entry) -> int:
+        """``deliver_at_time`` of an entry, 0 if none (a byte scan first: cheap when absent)."""
+        data = entry.data
+        off = 6 if data[:2] == MAGIC_CRC32C_BYTES else 0
+        size = int.from_bytes(data[off : off + 4], "big")
+        if _DELIVER_AT_TAG not in data[off + 4 : off + 4 + size]:
+            return 0
+        md = _metadata_or_none(entry)
+        return md.deliver_at_time if md is not None and md.HasField("deliver_at_time") else 0
+
+    @staticmethod
+    def chunk_of(entry: Entry) -> tuple[str, int, int] | None:
+        """(uuid, chunk id, chunks) of a chunk entry, else None (a byte scan first)."""
+        data = entry.data
+        off = 6 if data[:2] == MAGIC_CRC32C_BYTES else 0
+        size = int.from_bytes(data[off : off + 4], "big")
+        if _UUID_TAG not in data[off + 4 : off + 4 + size]:
+            return None
+        md = _metadata_or_none(entry)
+        if md is None or not md.HasField("uuid") or not md.HasField("num_chunks_from_msg"):
+            return None
+        return md.uuid, md.chunk_id, md.num_chunks_from_msg
+
+    def _remember_count(self, pos: Position, n: int) -> None:
+        if len(self._counts) >= _COUNT_CACHE_MAX:  # forget: older entries get parsed again
+            self._counts.clear()
+            self._counted_from = self._counted_to = None
+        self._counts[pos] = n
+
+    # -- producers
+    def add_producer(self, producer: Producer) -> Admission:
+        return self.producers.admit(producer)
+
+    def remove_producer(self, producer: Producer) -> list[Producer]:
+        return self.producers.remove(producer)
+
+    def last_sequence_id(self, producer_name: str) -> int:
+        return self.dedup.last_sequence_id(producer_name)
+
+    # -- termination (Pulsar's ``terminate``: no more messages, ever; reads continue)
+    @property
+    def terminated(self) -> bool:
+        return bool(getattr(self.ledger, "terminated", False))
+
+    async def terminate(self) -> Position:
+        """Store what was sent so far, then close the topic to writes for good (durably:
+        the storage keeps the flag); returns the last position. Connected producers are
+        closed: their reconnect is refused with TopicTerminatedError."""
+        terminate = getattr(self.ledger, "terminate", None)
+        if terminate is None:
+            raise NotImplementedError(f"{self.name}: its storage cannot be terminated")
+        await self._drain_publishes()
+        last: Position = await terminate()
+        for producer in list(self.producers.producers.values()):
+            if producer.cnx is not None:
+                producer.cnx.send_close_producer(producer)
+            self.producers.remove(producer)
+        return last
+
+    # -- publish
+    def publish(  # noqa: PLR0917 - hot path, positional on purpose
+        self,
+        producer: Producer,
+        sequence_id: int,
+        highest_sequence_id: int,
+        num_msgs: int,
+        data: bytes,
+        callback: PublishCallback,
+        *,
+        check_dedup: bool = True,
+    ) -> None:
+        """Append ``data``; ``callback(position, None)`` once it is stored, ``(None, None)``
+        for a duplicate, ``(None, error)`` if the append failed."""
+        self.publish_to(
+            _CallbackSink(callback),
+            producer,
+            sequence_id,
+            highest_sequence_id,
+            num_msgs,
+            data,
+            check_dedup,
+        )
+
+    def publish_to(  # noqa: PLR0917 - hot path, positional on purpose
+        self,
+        sink: PublishSink,
+        producer: Producer,
+        sequence_id: int,
+        highest_sequence_id: int,
+        num_msgs: int,
+        data: bytes,
+        check_dedup: bool = True,
+    ) -> None:
+        """Append ``data``; its outcome goes to ``sink`` (see ``PublishSink``), with the
+        SENDs completed in the same append and the same sink."""
+        item = _Pending(producer, data, num_msgs, sink, sequence_id, highest_sequence_id)
+        if check_dedup and self.dedup.enabled:
+            highest = max(highest_sequence_id, sequence_id + num_msgs - 1)
+            if self.dedup.is_duplicate(producer.name, sequence_id, highest):
+                item.duplicate = True
+            else:
+                item.dedup_name, item.highest = producer.name, highest
+        self._pending.append(item)
+        if not self._submit_scheduled:
+            self._submit_scheduled = True
+            asyncio.get_running_loop().call_soon(self._submit)
+
+    def _submit(self) -> None:
+        """End of a loop iteration: append what arrived as one batch, without waiting for
+        earlier batches (the managed ledger completes adds in order); completions are then
+        handled strictly in submission order by ``_complete_ready``, called back when an
+        append completes (no task, no future per batch on the managed ledger)."""
+        self._submit_scheduled = False
+        batch, self._pending = self._pending, []
+        if not batch:
+            return
+        datas = [p.data for p in batch if not p.duplicate]
+        item = _Inflight(self, batch)
+        self._inflight.append(item)
+        if not datas:  # duplicates only: reported once everything before them is
+            item.done = True
+            if len(self._inflight) == 1:
+                self._complete_ready()
+            return
+        if self._add_then is not None:
+            try:
+                self._add_then(datas, item.finish)
+            except Exception as exc:  # refused at once (state, too many pending adds)
+                item.finish(None, exc)
+            return
+        task = asyncio.get_running_loop().create_task(self.ledger.add_entries(datas))
+        task.add_done_callback(item.finish_task)
+
+    def _complete_ready(self) -> None:
+        """Report the appends done at the head of the in-flight queue, in order."""
+        inflight = self._inflight
+        while inflight:
+            item = inflight[0]
+            if not item.done:
+                break
+            inflight.popleft()
+            try:
+                if item.error is not None:
+                    exc = item.error
+                    if not isinstance(exc, Exception):  # cancelled
+                        exc = ManagedLedgerClosed(f"append to {self.name} cancelled")
+                    self._failed(item.batch, exc)
+                else:
+                    self._completed(item.batch, item.positions)
+            except Exception:  # a sink's failure must not stall the later receipts
+                log.exception("reporting publishes on %s failed", self.name)
+        if not inflight and self._drain_waiters:
+            waiters, self._drain_waiters = self._drain_waiters, []
+            for w in waiters:
+                if not w.done():
+                    w.set_result(None)
+
+    def _failed(self, batch: list[_Pending], exc: Exception) -> None:
+        log.warning("append to %s failed: %s", self.name, exc)
+        if isinstance(exc, (LedgerFenced, ManagedLedgerClosed)):
+            self.fence(str(exc))
+        for p in batch:
+            if p.dedup_name is not None:
+                self.dedup.failed(p.dedup_name)
+        for sink, items, _ in _runs_by_sink(batch, None):
+            sink.on_publish_failed(items, exc)
+
+    def _completed(self, batch: list[_Pending], stored: list[Position]) -> None:
+        self.counters.publish_batches += 1
+        positions: list[Position | None]
+        if len(stored) == len(batch):
+            positions = stored  # type: ignore[assignment]  # read-only from here
+        else:  # duplicates ride along without a position
+            it = iter(stored)
+            positions = [None if p.duplicate else next(it) for p in batch]
+        if stored and self._counted_from is None:
+            self._counted_from = stored[0]
+        msgs = nbytes = entries = 0
+        dedup = self.dedup
+        for p, pos in zip(batch, positions, strict=True):
+            if pos is None:
+                continue
+            n = p.num_messages
+            if n != 1:
+                self._remember_count(pos, n)
+            msgs += n
+            nbytes += len(p.data)
+            entries += 1
+            if p.dedup_name is not None:
+                dedup.persisted(p.dedup_name, p.highest)
+        if stored and self._counted_from is not None:
+            self._counted_to = stored[-1]  # counts of this batch recorded: single if absent
+        counters = self.counters
+        counters.msg_in += msgs
+        counters.bytes_in += nbytes
+        counters.entries_in += entries
+        for sink, items, poss in _runs_by_sink(batch, positions):
+            sink.on_published(items, poss)  # type: ignore[arg-type]  # not None here
+
+    async def _drain_publishes(self) -> None:
+        """Wait until every SEND received so far has been reported."""
+        if self._pending:
+            self._submit()
+        if self._inflight:
+            waiter = asyncio.get_running_loop().create_future()
+            self._drain_waiters.append(waiter)
+            await waiter
+
+    def _on_new_entries(self) -> None:
+        for sub in self.subscriptions.values():
+            sub.notify_new_entries()
+
+    # -- subscriptions
+    def _new_subscription(self, name: str, cursor: Any) -> Subscription:
+        return Subscription(
+            self.full_name,
+            name,
+            cursor,
+            self.count_of,
+            partition_index=self.name.partition_index,
+            max_unacked_per_subscription=self.max_unacked_per_subscription,
+            slot_of=self.slot_of,
+            deliver_at_of=self.deliver_at_of,
+            chunk_of=self.chunk_of,
+            batch_size_hint=self.known_count,
+            delayed_ledger=getattr(self.ledger, "ml", None),  # the index's storage, if managed
+            max_read_entries=self.dispatcher_max_read_batch_size,
+            redelivery_tracker=self.redelivery_tracker_enabled,
+        )
+
+    async def subscribe(
+        self,
+        consumer: Consumer,
+        sub_name: str,
+        *,
+        durable: bool = True,
+        initial_earliest: bool = False,
+        start: Position | None = None,
+        read_compacted: bool = False,
+    ) -> Subscription:
+        if sub_name == COMPACTION_SUBSCRIPTION:
+            raise SubscriptionError(
+                "NotAllowedError", f"Subscription name {sub_name} is reserved for compaction"
+            )
+        if read_compacted and consumer.sub_type not in (SubType.EXCLUSIVE, SubType.FAILOVER):
+            raise SubscriptionError(
+                "NotAllowedError",
+                "readCompacted only allowed on failover or exclusive subscriptions",
+            )
+        sub = self.subscriptions.get(sub_name)
+        fresh = sub is None
+        if sub is None:
+            if durable:
+                cursor: Any = await self.ledger.open_cursor(
+                    sub_name, initial_earliest=initial_earliest
+                )
+            else:
+                if start is None:
+                    start = EARLIEST if initial_earliest else LATEST
+                cursor = self.ledger.new_non_durable_cursor(sub_name, start)
+            sub = self.subscriptions.get(sub_name)
+            if sub is None:
+                sub = self._new_subscription(sub_name, cursor)
+                self.subscriptions[sub_name] = sub
+                if durable:
+                    log.info("[%s][%s] subscription opened", self.name, sub_name)
+        elif not durable and sub.durable:
+            raise SubscriptionError(
+                "NotAllowedError", f"Durable subscription with the same name {sub_name} exists"
+            )
+        if read_compacted or isinstance(sub.cursor, CompactedCursor):
+            earliest = (start == EARLIEST) if start is not None else initial_earliest
+            self._apply_read_compacted(sub, read_compacted, from_earliest=fresh and earliest)
+        await sub.prepare(consumer.sub_type)  # Shared / Key_Shared: the delayed index is open
+        sub.add_consumer(consumer)
+        return sub
+
+    def _apply_read_compacted(self, sub: Subscription, on: bool, *, from_earliest: bool) -> None:
+        """The first consumer of a subscription decides whether it reads the compacted
+        view (its cursor wrapped in a ``CompactedCursor``) or the topic as is."""
+        if sub.consumers:
+            return
+        cursor = sub.cursor
+        if on == isinstance(cursor, CompactedCursor):
+            return
+        if isinstance(cursor, CompactedCursor):
+            sub.cursor = cursor.unwrap()
+        elif self.compaction is not None:
+            sub.cursor = CompactedCursor(cursor, self.compaction, from_earliest=from_earliest)
+        else:
+            return
+        if sub.dispatcher is not None:  # the next consumer builds one over the new cursor
+            sub.dispatcher.close()
+            sub.dispatcher = None
+
+    async def create_subscription(self, sub_name: str, *, earliest: bool = True) -> None:
+        if sub_name in self.subscriptions:
+            return
+        cursor = await self.ledger.open_cursor(sub_name, initial_earliest=earliest)
+        self.subscriptions.setdefault(sub_name, self._new_subscription(sub_name, cursor))
+        log.info("[%s][%s] subscription opened", self.name, sub_name)
+
+    def remove_consumer(self, sub: Subscription, consumer: Consumer) -> None:
+        sub.remove_consumer(consumer)
+        if not sub.durable and not sub.consumers and self.subscriptions.get(sub.name) is sub:
+            sub.close()
+            del self.subscriptions[sub.name]
+
+    async def unsubscribe(self, sub: Subscription, consumer: Consumer | None) -> None:
+        others = [c for c in sub.consumers if c is not consumer]
+        if others:
+            raise SubscriptionError("ConsumerBusy", "Subscription has other connected consumers")
+        if consumer is not None:
+            sub.remove_consumer(consumer)
+        await self.delete_subscription(sub.name, force=False)
+
+    async def delete_subscription(self, sub_name: str, *, force: bool) -> list[Consumer]:
+        sub = self.subscriptions.get(sub_name)
+        if sub is None:
+            raise SubscriptionError("SubscriptionNotFound", "Subscription not found")
+        dropped = sub.consumers
+        if dropped and not force:
+            raise SubscriptionError("ConsumerBusy", "Subscription has active consumers")
+        for c in dropped:
+            if c.sink is not None:
+                c.sink.send_close_consumer(c)
+            sub.remove_consumer(c)
+        sub.close()
+        self.subscriptions.pop(sub_name, None)
+        log.info("[%s][%s] subscription deleted", self.name, sub_name)
+        await sub.settle_acks()
+        await sub.delete_delayed_index()  # its ledger sits under the cursor node
+        if sub_name == COMPACTION_SUBSCRIPTION and self.compaction is not None:
+            await self.compaction.delete()  # so do the compacted views
+        if sub.durable:
+            await self.ledger.delete_cursor(sub_name)
+        return dropped
+
+    # -- positions
+    def last_message_id(self, sub: Subscription | None) -> LastMessageId:
+        last = self.ledger.last_confirmed
+        mark = sub.cursor.mark_delete_position if sub is not None else None
+        if last is None:
+            ledger_id = mark.ledger_id if mark is not None and mark.ledger_id >= 0 else 0
+            return LastMessageId(ledger_id, -1, -1, mark)
+        batch_index = -1
+        n = self.known_count(last)
+        if n is None:
+            return LastMessageId(last.ledger_id, last.entry_id, -2, mark)  # caller resolves
+        if n > 1:
+            batch_index = n - 1
+        return LastMessageId(last.ledger_id, last.entry_id, batch_index, mark)
+
+    async def resolve_last_message_id(self, sub: Subscription | None) -> LastMessageId:
+        compacted = await self._last_compacted_message_id(sub)
+        if compacted is not None:
+            return compacted
+        got = self.last_message_id(sub)
+        if got.batch_index != -2:
+            return got
+        entries = await self.ledger.read_entries(Position(got.ledger_id, got.entry_id), 1)
+        batch_index = -1
+        if entries:
+            try:
+                md = parse_metadata(entries[0].data)
+                if md.HasField("num_messages_in_batch"):
+                    batch_index = md.num_messages_in_batch - 1
+            except Exception:
+                pass
+        return LastMessageId(got.ledger_id, got.entry_id, batch_index, got.mark_delete)
+
+    async def _last_compacted_message_id(self, sub: Subscription | None) -> LastMessageId | None:
+        """For a read_compacted subscription with nothing after the horizon: the last
+        message of the view (the topic's last message may have been compacted out, and
+        ``hasMessageAvailable`` must then say no once the view is read)."""
+        comp = self.compaction
+        if sub is None or comp is None or not isinstance(sub.cursor, CompactedCursor):
+            return None
+        view = comp.view
+        last = self.ledger.last_confirmed
+        if view is None or not len(view) or last is None or last > view.horizon:
+            return None
+        rec = await view.read_at(view.originals[len(view) - 1])
+        if rec is None:
+            return None
+        batch_index = -1
+        try:
+            n, _ = entry_messages(rec.data)
+            md = parse_metadata(rec.data)
+            if md.HasField("num_messages_in_batch"):
+                batch_index = (rec.mask.bit_length() - 1) if rec.mask else n - 1
+        except Exception:
+            pass
+        pos = rec.position
+        return LastMessageId(
+            pos.ledger_id, pos.entry_id, batch_index, sub.cursor.mark_delete_position
+        )
+
+    async def find_position_by_time(self, publish_time_ms: int) -> Position:
+        """The first entry published at or after ``publish_time_ms`` (LATEST if none)."""
+        start = self.ledger.first_position
+        last = self.ledger.last_confirmed
+        if start is None or last is None:
+            return LATEST
+        while True:
+            entries = await self.ledger.read_entries(start, 1000)
+            for entry in entries:
+                try:
+                    md = parse_metadata(entry.data)
+                except Exception:
+                    continue
+                if md.publish_time >= publish_time_ms:
+                    return entry.position
+            if not entries or entries[-1].position >= last:
+                return LATEST
+            start = Position(entries[-1].position.ledger_id, entries[-1].position.entry_id + 1)
+
+    # -- lifecycle
+    @property
+    def closed(self) -> bool:
+        return self.state in (TopicState.CLOSING, TopicState.CLOSED)
+
+    def fence(self, reason: str) -> None:
+        """The storage refused a write for good: stop serving; the owner closes us."""
+        if self.state is not TopicState.ACTIVE:
+            self.state = next_topic_state(self.state, TopicEvent.FENCE)
+            return
+        self.state = next_topic_state(self.state, TopicEvent.FENCE)
+        log.warning("topic %s fenced: %s", self.name, reason)
+        if self.on_fenced is not None:
+            self.on_fenced(self)
+
+    async def close(self) -> None:
+        """Unload: disconnect clients (they look up again), stop dispatch, close the ledger."""
+        if self.closed:
+            return
+        self.state = next_topic_state(self.state, TopicEvent.CLOSE)
+        # SENDs keep arriving until the producers hear CLOSE_PRODUCER: drain until none is
+        # left, then tell every producer with nothing awaited in between. A SEND read after
+        # that finds its producer gone and is resent by the client to the next owner; one
+        # stored here without its receipt reaching the client would be stored twice.
+        while self._pending or self._inflight:
+            await self._drain_publishes()
+        for producer in list(self.producers.producers.values()) + list(self.producers.waiting):
+            if producer.cnx is not None:
+                producer.cnx.send_close_producer(producer)
+            self.producers.remove(producer)
+        for sub in list(self.subscriptions.values()):
+            for consumer in sub.consumers:
+                if consumer.sink is not None:
+                    consumer.sink.send_close_consumer(consumer)
+                sub.remove_consumer(consumer)
+            sub.close()
+        for sub in list(self.subscriptions.values()):
+            await sub.settle_acks()  # acks in flight reach the cursor ledger before it closes
+            await sub.close_delayed_index()  # seal the tail, store a snapshot
+        if self.compaction is not None:
+            await self.compaction.close()
+        self.ledger.remove_tail_listener(self._on_new_entries)
+        try:
+            await self.ledger.close()
+        finally:
+            self.state = next_topic_state(self.state, TopicEvent.CLOSED)
+
+    def stats(self) -> dict[str, Any]:
+        subs: dict[str, Any] = {}
+        for name, sub in self.subscriptions.items():
+            s = sub.statistics()
+            subs[name] = {
+                "type": s.type,
+                "msgBacklog": s.backlog,
+                "msgDelayed": sub.delayed_index.size() if sub.delayed_index is not None else 0,
+                "unackedMessages": s.unacked,
+                "isDurable": s.durable,
+                "markDeletePosition": s.mark_delete,
+                "readPosition": s.read_position,
+                **(
+                    {
+                        "drainingHashesCount": s.draining_hashes_count,
+                        "drainingHashesPendingMessages": s.draining_hashes_pending_messages,
+                        "drainingHashesClearedTotal": s.draining_hashes_cleared_total,
+                    }
+                    if s.type == "Key_Shared"
+                    else {}
+                ),
+                "consumers": [
+                    {
+                        "consumerName": c.name,
+                        "availablePermits": c.permits,
+                        "unackedMessages": c.unacked,
+                        "blockedConsumerOnUnackedMsgs": c.blocked,
+                        "msgOutCounter": c.msg_out,
+                        "address": c.address,
+                    }
+                    for c in sub.consumers
+                ],
+            }
+        return {
+            "msgInCounter": self.counters.msg_in,
+            "bytesInCounter": self.counters.bytes_in,
+            "entriesInCounter": self.counters.entries_in,
+            "storageSize": self.ledger.total_size,
+            "numberOfEntries": self.ledger.num_entries,
+            "publishers": [
+                {
+                    "producerName": p.name,
+                    "producerId": p.producer_id,
+                    "accessMode": p.access_mode.name.title(),
+                    "msgInCounter": p.msg_in,
+                }
+                for p in self.producers.producers.values()
+            ],
+            "subscriptions": subs,
+            "deduplicationStatus": "Enabled" if self.dedup.enabled else "Disabled",
+            **({"compaction": self.compaction.stats_json()} if self.compaction else {}),
+            "topicEpoch": self.producers.topic_epoch,
+        }
+
+
+__all__ = [
+    "TOPIC_TRANSITIONS",
+    "InvalidTopicTransition",
+    "LastMessageId",
+    "PersistentTopic",
+    "PublishCallback",
+    "PublishSink",
+    "TopicEvent",
+    "TopicState",
+    "next_topic_state",
+]

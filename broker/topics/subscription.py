@@ -1,0 +1,386 @@
+"""A subscription: one cursor, its consumers and dispatcher, acks and redelivery counts.
+
+Owns: the subscription type rules (the first consumer fixes the type; a different type is
+refused while consumers are attached; Exclusive admits one consumer), routing of acks
+(individual, batch-index, cumulative where allowed) to the cursor and the dispatcher,
+redelivery requests, seek (disconnect consumers, then reset the cursor), unsubscribe.
+Redelivery counts are in memory per subscription (Pulsar's InMemoryRedeliveryTracker).
+Delayed delivery: a Shared / Key_Shared subscription owns one ``DelayedDeliveryIndex`` for
+as long as this broker owns the topic (persisted next to the cursor when durable and on
+managed-ledger storage, memory-backed otherwise), shared by its successive dispatchers;
+``open_delayed_index`` (awaited before the first read), ``delete_delayed_index`` (before the
+cursor is deleted), ``close_delayed_index`` (unload); seek clears it.
+Must not know: sockets, frames, other subscriptions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable
+from dataclasses import dataclass
+from typing import Any
+
+from magnetar.broker.delayed import (
+    DelayedDeliveryIndex,
+    MemorySegmentStore,
+    delayed_index_ledger_name,
+    open_delayed_index,
+)
+from magnetar.broker.dispatch.consumer import Consumer, SubType
+from magnetar.broker.dispatch.dispatchers import (
+    MAX_READ_ENTRIES,
+    Dispatcher,
+    KeySharedDispatcher,
+    MultipleConsumersDispatcher,
+    new_dispatcher,
+)
+from magnetar.broker.ledger.position import Position
+from magnetar.broker.storage.contract import Entry, TopicCursor
+from magnetar.zk import paths
+from magnetar.zk.clock import Clock, SystemClock
+
+log = logging.getLogger(__name__)
+
+
+class SubscriptionError(Exception):
+    """Refusal of a subscription operation; ``code`` is the ServerError name to answer."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriptionStats:
+    name: str
+    type: str
+    durable: bool
+    consumers: int
+    backlog: int
+    unacked: int
+    mark_delete: str
+    read_position: str
+    # Key_Shared (Pulsar 4 PIP-379 names); 0 for other types
+    draining_hashes_count: int = 0
+    draining_hashes_pending_messages: int = 0
+    draining_hashes_cleared_total: int = 0
+
+
+class Subscription:
+    def __init__(
+        self,
+        topic_name: str,
+        name: str,
+        cursor: TopicCursor,
+        count_of: Any,
+        *,
+        partition_index: int = -1,
+        max_unacked_per_subscription: int = 200_000,
+        slot_of: Any = None,
+        deliver_at_of: Any = None,
+        chunk_of: Any = None,
+        batch_size_hint: Any = None,
+        delayed_ledger: Any = None,
+        clock: Clock | None = None,
+        max_read_entries: int = MAX_READ_ENTRIES,
+        redelivery_tracker: bool = True,
+    ) -> None:
+        self.max_read_entries = max_read_entries
+        self.redelivery_tracker = redelivery_tracker
+        self.topic_name = topic_name
+        self.batch_size_hint = batch_size_hint
+        self.chunk_of = chunk_of
+        self.slot_of = slot_of
+        self.deliver_at_of = deliver_at_of
+        self.name = name
+        self.cursor = cursor
+        self.count_of = count_of
+        self.partition_index = partition_index
+        self.max_unacked_per_subscription = max_unacked_per_subscription
+        self.redelivery: dict[Position, int] = {}
+        self.redelivery_requests = 0
+        """Messages consumers asked to have redelivered (for
+        ``pulsar_subscription_msg_rate_redeliver``)."""
+        self.sub_type: SubType | None = None
+        self.dispatcher: Dispatcher | None = None
+        self._ack_ops: set[asyncio.Future[Any]] = set()
+        # delayed delivery: the managed ledger of the topic (its factory stores the index),
+        # None for memory storage
+        self.delayed_ledger = delayed_ledger
+        self.clock = clock
+        self.delayed_index: DelayedDeliveryIndex | None = None
+        self._index_opening: asyncio.Future[DelayedDeliveryIndex] | None = None
+
+    def __repr__(self) -> str:
+        return f"<Subscription {self.topic_name} {self.name!r} {self.sub_type}>"
+
+    @property
+    def durable(self) -> bool:
+        return self.cursor.durable
+
+    @property
+    def consumers(self) -> list[Consumer]:
+        return list(self.dispatcher.consumers) if self.dispatcher else []
+
+    # -- consumers
+    def add_consumer(self, consumer: Consumer) -> None:
+        stype = consumer.sub_type
+        if self.dispatcher is not None and self.dispatcher.consumers:
+            if stype is not self.sub_type:
+                raise SubscriptionError("ConsumerBusy", "Subscription is of different type")
+            if stype is SubType.EXCLUSIVE:
+                raise SubscriptionError("ConsumerBusy", "Exclusive consumer is already connected")
+        if self.dispatcher is None or stype is not self.sub_type:
+            if self.dispatcher is not None:
+                self.dispatcher.close()
+            self.sub_type = stype
+            self.dispatcher = new_dispatcher(
+                stype,
+                self.cursor,
+                self.count_of,
+                self.redelivery,
+                partition_index=self.partition_index,
+                max_unacked_per_subscription=self.max_unacked_per_subscription,
+                slot_of=self.slot_of,
+                deliver_at_of=self.deliver_at_of,
+                chunk_of=self.chunk_of,
+                delayed_index=self.open_delayed_index,
+            )
+            self.dispatcher.max_read_entries = self.max_read_entries
+            self.dispatcher.redelivery_tracker = self.redelivery_tracker
+            if self.delayed_index is not None and stype in (SubType.SHARED, SubType.KEY_SHARED):
+                d = self.dispatcher
+                assert isinstance(d, MultipleConsumersDispatcher)
+                d.index = self.delayed_index
+        try:
+            self.dispatcher.add_consumer(consumer)
+        except ValueError as exc:  # Key_Shared: bad or overlapping ranges, another policy
+            code = getattr(exc, "code", "ConsumerAssignError")
+            raise SubscriptionError(code, str(exc)) from None
+
+    # -- delayed delivery
+    async def prepare(self, sub_type: SubType) -> None:
+        """Before a consumer of ``sub_type`` is added: Shared / Key_Shared open the index."""
+        if sub_type in (SubType.SHARED, SubType.KEY_SHARED) and self.deliver_at_of is not None:
+            await self.open_delayed_index()
+
+    async def open_delayed_index(self) -> DelayedDeliveryIndex:
+        """The subscription's index, opened (and recovered) once; concurrent callers share it."""
+        if self.delayed_index is not None:
+            return self.delayed_index
+        if self._index_opening is None:
+            fut = asyncio.ensure_future(self._open_index())
+            self._index_opening = fut
+            fut.add_done_callback(self._index_opened)
+        return await asyncio.shield(self._index_opening)
+
+    def _index_opened(self, fut: asyncio.Future[DelayedDeliveryIndex]) -> None:
+        if fut is not self._index_opening:
+            return
+        if fut.cancelled() or fut.exception() is not None:
+            self._index_opening = None  # try again on the next subscribe / round
+        else:
+            self.delayed_index = fut.result()
+
+    async def _open_index(self) -> DelayedDeliveryIndex:
+        ml = self.delayed_ledger
+        if self.durable and ml is not None:
+            return await open_delayed_index(
+                ml.factory, ml.name, self.name, clock=self.clock, on_due=self._on_delayed_due
+            )
+        index = DelayedDeliveryIndex(
+            MemorySegmentStore(),
+            self.clock or SystemClock(),
+            on_due=self._on_delayed_due,
+            name=f"{self.topic_name}/{self.name}/delayed",
+        )
+        await index.recover()
+        return index
+
+    def _on_delayed_due(self) -> None:
+        d = self.dispatcher
+        if isinstance(d, MultipleConsumersDispatcher) and d.consumers:
+            d.schedule()
+
+    async def _index_settled(self) -> DelayedDeliveryIndex | None:
+        if self._index_opening is not None and self.delayed_index is None:
+            try:
+                await asyncio.shield(self._index_opening)
+            except Exception:
+                return None
+        return self.delayed_index
+
+    async def delete_delayed_index(self) -> None:
+        """Unsubscribe / topic deletion: drop the index and its storage (before the cursor)."""
+        index = await self._index_settled()
+        self.delayed_index = self._index_opening = None
+        if index is not None:
+            await index.delete()
+        elif self.durable and self.delayed_ledger is not None:
+            # never opened in this life: its ledger may still exist from an earlier one
+            ml = self.delayed_ledger
+            name = delayed_index_ledger_name(ml.name, self.name)
+            if await ml.factory.store.exists(paths.managed_ledger(name)) is not None:
+                index = await self._open_index()
+                await index.delete()
+
+    async def close_delayed_index(self) -> None:
+        """Unload: seal the tail and store a snapshot."""
+        index = await self._index_settled()
+        self.delayed_index = self._index_opening = None
+        if index is not None:
+            try:
+                await index.close()
+            except Exception:  # never stops the topic's close; recovery reads the snapshot
+                log.warning("closing the delayed index of %s failed", self, exc_info=True)
+
+    def remove_consumer(self, consumer: Consumer) -> None:
+        consumer.closed = True
+        if self.dispatcher is not None:
+            self.dispatcher.remove_consumer(consumer)
+
+    def flow(self, consumer: Consumer, permits: int) -> None:
+        consumer.flow(permits)
+        if self.dispatcher is not None:
+            self.dispatcher.schedule()
+
+    def notify_new_entries(self) -> None:
+        if self.dispatcher is not None and self.dispatcher.consumers:
+            self.dispatcher.schedule()
+
+    # -- acks
+    async def ack_individual(
+        self, consumer: Consumer, acks: list[tuple[Position, list[int] | None]]
+    ) -> None:
+        whole: list[Position] = []
+        partial: list[tuple[Position, list[int]]] = []
+        for pos, ack_set in acks:
+            if ack_set:
+                partial.append((pos, ack_set))
+            else:
+                whole.append(pos)
+        await self.ack_positions(consumer, whole, partial)
+
+    async def ack_positions(
+        self,
+        consumer: Consumer,
+        whole: list[Position],
+        partial: list[tuple[Position, list[int]]] | None = None,
+    ) -> None:
+        """Individual acks: ``whole`` entries, and batch indexes of ``partial`` ones (an ack
+        set's words, 1 = still unacknowledged)."""
+        unblocked = False
+        d = self.dispatcher
+        if d is not None:
+            forget = d.forget
+            for pos in whole:
+                if forget(pos):
+                    unblocked = True
+        else:
+            pop = self.redelivery.pop
+            for pos in whole:
+                pop(pos, None)
+        if not partial:
+            # the cursor operation starts now: it changes the ack state before it waits
+            # for persistence, so commands handled after this ACK already see it
+            if whole:
+                await self._track(asyncio.ensure_future(self.cursor.ack(whole)))
+            self._after_ack(unblocked)
+            return
+        sized = [(pos, ack_set, await self._batch_size(pos)) for pos, ack_set in partial]
+        sized = [x for x in sized if x[2] > 0]
+        # the cursor operations start together: each changes the ack state before it waits
+        # for persistence, so commands handled after this ACK already see all of it
+        ops: list[Awaitable[Any]] = [self.cursor.ack(whole)] if whole else []
+        ops += [self.cursor.ack_batch_index(pos, ack_set, n) for pos, ack_set, n in sized]
+        results = await self._track(asyncio.gather(*ops))
+        for (pos, _, _), done in zip(sized, results[1 if whole else 0 :], strict=True):
+            if done and self.dispatcher is not None:
+                unblocked |= self.dispatcher.forget(pos)
+        self._after_ack(unblocked)
+
+    async def _batch_size(self, pos: Position) -> int:
+        if self.batch_size_hint is not None:
+            known = self.batch_size_hint(pos)
+            if known is not None:
+                return int(known)
+        entries = await self.cursor.read_positions([pos])
+        return self.count_of(entries[0]) if entries else 0
+
+    async def ack_cumulative(self, consumer: Consumer, position: Position) -> None:
+        if self.sub_type not in (SubType.EXCLUSIVE, SubType.FAILOVER):
+            log.warning("cumulative ack on %s subscription %s ignored", self.sub_type, self.name)
+            return
+        unblocked = False
+        if self.dispatcher is not None:
+            unblocked = self.dispatcher.forget_up_to(position)
+        await self._track(asyncio.ensure_future(self.cursor.ack_cumulative(position)))
+        self._after_ack(unblocked)
+
+    async def _track(self, fut: asyncio.Future[Any]) -> Any:
+        self._ack_ops.add(fut)
+        fut.add_done_callback(self._ack_ops.discard)
+        return await fut
+
+    async def settle_acks(self) -> None:
+        """Wait until every acknowledgement handed to the cursor is persisted (or failed):
+        before a consumer's close is confirmed and before the cursor is closed."""
+        if self._ack_ops:
+            await asyncio.gather(*list(self._ack_ops), return_exceptions=True)
+
+    def _after_ack(self, unblocked: bool) -> None:
+        d = self.dispatcher
+        if isinstance(d, MultipleConsumersDispatcher):
+            d.on_acked(unblocked)
+        elif unblocked and d is not None:
+            d.schedule()
+
+    def redeliver(self, consumer: Consumer, positions: list[Position] | None) -> None:
+        if self.dispatcher is not None:
+            self.redelivery_requests += consumer.unacked if positions is None else len(positions)
+            self.dispatcher.redeliver(consumer, positions)
+
+    # -- seek / reset
+    async def reset_cursor(self, position: Position) -> list[Consumer]:
+        """Seek: disconnect every consumer (the caller sends CLOSE_CONSUMER), reset the
+        cursor so the next read is ``position``. Returns the disconnected consumers."""
+        dropped = self.consumers
+        if self.dispatcher is not None:
+            self.dispatcher.reset()
+            for c in dropped:
+                self.remove_consumer(c)
+        if self.delayed_index is not None:
+            await self.delayed_index.clear()  # the re-read holds what is still in the future
+        await self.cursor.reset(position)
+        return dropped
+
+    def statistics(self) -> SubscriptionStats:
+        ks = (
+            self.dispatcher.key_shared_statistics()
+            if isinstance(self.dispatcher, KeySharedDispatcher)
+            else None
+        )
+        return SubscriptionStats(
+            self.name,
+            self.sub_type.name.title() if self.sub_type else "None",
+            self.durable,
+            len(self.consumers),
+            self.cursor.backlog(),
+            self.dispatcher.total_unacked if self.dispatcher else 0,
+            str(self.cursor.mark_delete_position),
+            str(self.cursor.read_position),
+            ks.draining_hashes_count if ks else 0,
+            ks.draining_hashes_pending_messages if ks else 0,
+            ks.draining_hashes_cleared_total if ks else 0,
+        )
+
+    def close(self) -> None:
+        if self.dispatcher is not None:
+            self.dispatcher.close()
+        if self.delayed_index is not None and not (self.durable and self.delayed_ledger):
+            self.delayed_index.abandon()  # memory only: nothing to keep, stop its timers
+
+
+__all__ = ["Entry", "Subscription", "SubscriptionError", "SubscriptionStats"]
