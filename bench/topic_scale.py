@@ -42,9 +42,11 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import loadavg
 
 from magnetar.broker.admin.http_api import slices_yielding
+from magnetar.broker.admin.metrics import BrokerMetrics
 from magnetar.broker.config import BrokerConfig
 from magnetar.broker.ledger import ManagedLedgerConfig, ManagedLedgerFactory
 from magnetar.broker.ledger.testing import FakeBookieCluster
+from magnetar.broker.protocol.listener import BinaryListener
 from magnetar.broker.runtime import tune_gc_for_serving
 from magnetar.broker.service import BrokerService
 from magnetar.broker.storage.managed_ledger import ManagedLedgerStorage
@@ -119,6 +121,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         managed_ledger_default_ack_quorum=1,
     )
     service = BrokerService(config, server.connect(), ManagedLedgerStorage(factory))
+    listener = BinaryListener(service)
+    await listener.start()
     await service.start()
     freezer = None
     if args.gc == "serving":
@@ -151,13 +155,13 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         ticker.start()
         await asyncio.sleep(0.01)
         t0 = time.perf_counter()
-        text = service.metrics_text()
+        text = BrokerMetrics(service).render()
         result["metrics_in_one_go_ms"] = round((time.perf_counter() - t0) * 1000, 1)
         result["metrics_in_one_go_max_loop_lag_ms"] = await ticker.stop()
         ticker.start()
         await asyncio.sleep(0.01)
         t0 = time.perf_counter()
-        pieces = [piece async for piece in slices_yielding(service.metrics_chunks())]
+        pieces = [piece async for piece in slices_yielding(BrokerMetrics(service).chunks())]
         result["metrics_yielding_ms"] = round((time.perf_counter() - t0) * 1000, 1)
         result["metrics_yielding_max_loop_lag_ms"] = await ticker.stop()
         result["metrics_bytes"] = len(text)
@@ -168,6 +172,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             freezer.close()
             result["gc_freezes"] = freezer.freezes
         await service.close()
+        await listener.close()
         await factory.close()
     return result
 

@@ -24,10 +24,12 @@ from magnetar.bookie.tls import GrpcTls
 from magnetar.broker.admin.cluster_api import ClusterApi
 from magnetar.broker.admin.http_api import AdminApi
 from magnetar.broker.admin.http_security import add_permission_routes, security_middleware
+from magnetar.broker.admin.metrics import BrokerMetrics
 from magnetar.broker.admin.topic_ops import TopicOperations
 from magnetar.broker.config import BrokerConfig
 from magnetar.broker.ledger import ManagedLedgerConfig, ManagedLedgerFactory
 from magnetar.broker.ledger.placement import RackPolicy
+from magnetar.broker.protocol.listener import BinaryListener
 from magnetar.broker.service import BrokerService
 from magnetar.broker.storage.managed_ledger import ManagedLedgerStorage
 from magnetar.zk.store import MetadataStore
@@ -90,6 +92,7 @@ class BrokerRuntime:
         self.factory.ledger_client.registry.rack_policy = rack_policy(config)
         self.storage = storage if storage is not None else ManagedLedgerStorage(self.factory)
         self.service = BrokerService(config, store, self.storage)
+        self.listener = BinaryListener(self.service)
         self._web: web.AppRunner | None = None
         self.web_port = config.web_service_port
         self.web_port_tls = config.web_service_port_tls
@@ -100,6 +103,7 @@ class BrokerRuntime:
         )
 
     async def start(self) -> None:
+        await self.listener.start()
         await self.service.start()
         api = AdminApi(
             self.service.resources,
@@ -107,6 +111,7 @@ class BrokerRuntime:
             default_bundles=self.config.default_number_of_namespace_bundles,
             extra_routes=ClusterApi(self.service).register,
             operations=TopicOperations(self.service),
+            metrics=BrokerMetrics(self.service).chunks,
         )
         app = api.app()
         app.middlewares.append(security_middleware(self.service.authn, self.service.authz))
@@ -145,6 +150,7 @@ class BrokerRuntime:
             await self._web.cleanup()
             self._web = None
         await self.service.close()
+        await self.listener.close()
         close = getattr(self.storage, "close", None)  # memory storage has none
         if close is not None:
             await close()

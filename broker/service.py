@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +33,7 @@ from magnetar.broker.compaction import (
     TopicCompaction,
 )
 from magnetar.broker.config import BrokerConfig
+from magnetar.broker.errors import CodedError, ServerError
 from magnetar.broker.namespace.bundles import NamespaceBundles, topic_hash
 from magnetar.broker.namespace.ownership import NamespaceBundle, OwnerInfo, OwnershipCache
 from magnetar.broker.namespace.resources import (
@@ -46,7 +47,6 @@ from magnetar.broker.namespace.resources import (
 from magnetar.broker.naming import InvalidTopicName, TopicName
 from magnetar.broker.policies.manager import PolicyManager
 from magnetar.broker.policies.model import AutoTopicCreation, resolve_auto_topic_creation
-from magnetar.broker.protocol.input_budget import InputBudget
 from magnetar.broker.security.authentication import AuthenticationService
 from magnetar.broker.security.authorization import AuthorizationService
 from magnetar.broker.security.tls import ReloadingServerContext, TlsSettings
@@ -64,13 +64,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-class ServiceError(Exception):
-    """A refusal carrying the ServerError name to answer on the wire."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
+class ServiceError(CodedError):
+    """A refusal of the service (lookup, topic load, ownership), answered with ``code``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,12 +97,10 @@ class BrokerService:
             max_bundles=config.load_balancer_namespace_maximum_bundles,
             max_partitions=config.max_num_partitions_per_partitioned_topic,
         )
-        self.input_budget = InputBudget(config.max_buffered_partial_frames_size_in_mb << 20)
         self.port = config.broker_service_port
         self.port_tls = config.broker_service_port_tls
         self._web_service_url: str | None = None
         self._web_service_url_tls = ""
-        self._tls_server: asyncio.AbstractServer | None = None
         # TLS context (reloaded on file change), authentication and authorization: their own
         # modules; off (None / allow-all) with the default configuration
         self.tls: ReloadingServerContext | None = (
@@ -126,10 +119,9 @@ class BrokerService:
         self._closing: set[str] = set()
         self._unloading: set[NamespaceBundle] = set()
         self._deleting: dict[str, asyncio.Future[None]] = {}
-        self._server: asyncio.AbstractServer | None = None
         self.connections: set[Any] = set()
+        self._stop_accepting: list[Callable[[], None]] = []
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._metrics: Any = None  # broker/admin/metrics.py BrokerMetrics, made on first scrape
         self.closed = False
         self.clock = clock
         self.cluster: BrokerCluster | None = None
@@ -188,29 +180,14 @@ class BrokerService:
         if self.ownership is not None:
             self.ownership.me = self._owner_info()
 
-    async def start(self) -> None:
-        from magnetar.broker.protocol.connection import ServerConnection
+    def bind_ports(self, port: int, port_tls: int, stop_accepting: Callable[[], None]) -> None:
+        """The binary ports a listener bound (-1: that one is off), for the advertised URLs,
+        and how to make it stop accepting (at close, once the bundles are handed over); call
+        before ``start()``."""
+        self.port, self.port_tls = port, port_tls
+        self._stop_accepting.append(stop_accepting)
 
-        loop = asyncio.get_running_loop()
-        if self.config.broker_service_port >= 0:
-            self._server = await loop.create_server(
-                lambda: ServerConnection(self),
-                host=self.config.bind_address,
-                port=self.config.broker_service_port,
-                reuse_address=True,
-            )
-            self.port = self._server.sockets[0].getsockname()[1]
-        if self.tls is not None and self.config.broker_service_port_tls >= 0:
-            self._tls_server = await loop.create_server(
-                lambda: ServerConnection(self, tls=True),
-                host=self.config.bind_address,
-                port=self.config.broker_service_port_tls,
-                reuse_address=True,
-                ssl=self.tls.front,
-            )
-            self.port_tls = self._tls_server.sockets[0].getsockname()[1]
-        if self._server is None and self._tls_server is None:
-            raise ValueError("no broker service port: set broker_service_port or its TLS twin")
+    async def start(self) -> None:
         if self.tls is not None:
             self.tls.start()
         self.authn.start()
@@ -246,14 +223,12 @@ class BrokerService:
         if self.cluster is not None:
             await self.cluster.drain(self.unload_bundle)
         self.closed = True
+        for stop_accepting in self._stop_accepting:
+            stop_accepting()
         if self.cluster is not None:
             await self.cluster.close()
         self.policies.close()
         self.compaction_monitor.close()
-        if self._server is not None:
-            self._server.close()
-        if self._tls_server is not None:
-            self._tls_server.close()
         if self.tls is not None:
             self.tls.close()
         self.authn.close()
@@ -272,11 +247,6 @@ class BrokerService:
                 # Metadata unreachable (a whole cluster stopping together): the ownership
                 # nodes are ephemeral and go with this broker's session.
                 log.warning("bundles not released (%s): they go when the session expires", exc)
-        if self._server is not None:
-            try:
-                await asyncio.wait_for(self._server.wait_closed(), 2)
-            except TimeoutError:
-                pass
         for task in list(self._tasks):
             task.cancel()
 
@@ -291,14 +261,14 @@ class BrokerService:
         try:
             return TopicName.parse(topic)
         except InvalidTopicName as exc:
-            raise ServiceError("InvalidTopicName", str(exc)) from None
+            raise ServiceError(ServerError.InvalidTopicName, str(exc)) from None
 
     async def _bundles(self, tn: TopicName) -> NamespaceBundles:
         try:
             return await self.resources.bundles(tn.tenant, tn.namespace)
         except ResourceNotFound:
             raise ServiceError(
-                "TopicNotFound", f"Namespace {tn.namespace_name} does not exist"
+                ServerError.TopicNotFound, f"Namespace {tn.namespace_name} does not exist"
             ) from None
 
     async def bundle_of(self, tn: TopicName) -> NamespaceBundle:
@@ -309,13 +279,16 @@ class BrokerService:
         assert self.ownership is not None
         bundle = await self.bundle_of(tn)
         if bundle in self._unloading:
-            raise ServiceError("ServiceNotReady", f"Namespace bundle {bundle} is being unloaded")
+            raise ServiceError(
+                ServerError.ServiceNotReady, f"Namespace bundle {bundle} is being unloaded"
+            )
         if self.ownership.is_owned(bundle):
             return
         owner = await self.ownership.try_acquire(bundle)
         if owner.native_url != self.service_url:
             raise ServiceError(
-                "ServiceNotReady", f"Namespace bundle {bundle} is not owned by this broker"
+                ServerError.ServiceNotReady,
+                f"Namespace bundle {bundle} is not owned by this broker",
             )
 
     # ------------------------------------------------------------------ lookup
@@ -325,7 +298,7 @@ class BrokerService:
         redirect to the leader; an authoritative lookup (the leader chose us), a broker
         without a load manager, or one that finds no leader takes the bundle itself."""
         if self.ownership is None or self.closed:
-            raise ServiceError("ServiceNotReady", "Broker is not running")
+            raise ServiceError(ServerError.ServiceNotReady, "Broker is not running")
         tn = self.parse_topic(topic)
         bundle = await self.bundle_of(tn)
         owner = await self.ownership.get_owner(bundle)
@@ -336,7 +309,9 @@ class BrokerService:
         if owner is None:
             owner = await self.ownership.try_acquire(bundle)
         if owner.disabled:
-            raise ServiceError("ServiceNotReady", f"Namespace bundle {bundle} is being unloaded")
+            raise ServiceError(
+                ServerError.ServiceNotReady, f"Namespace bundle {bundle} is being unloaded"
+            )
         if owner.native_url == self.service_url:
             return LookupResult(
                 self.service_url,
@@ -358,7 +333,9 @@ class BrokerService:
         if tn.partition_index >= 0:
             return 0
         if not await self.resources.namespace_exists(tn.tenant, tn.namespace):
-            raise ServiceError("TopicNotFound", f"Namespace {tn.namespace_name} does not exist")
+            raise ServiceError(
+                ServerError.TopicNotFound, f"Namespace {tn.namespace_name} does not exist"
+            )
         n = await self.resources.get_partitions(tn.tenant, tn.namespace, tn.domain, tn.local)
         if n > 0:
             return n
@@ -392,9 +369,9 @@ class BrokerService:
             if loaded is not None or not create:
                 return loaded
         if self.closed:
-            raise ServiceError("ServiceNotReady", "Broker is closing")
+            raise ServiceError(ServerError.ServiceNotReady, "Broker is closing")
         if name in self._closing:
-            raise ServiceError("ServiceNotReady", f"Topic {name} is being unloaded")
+            raise ServiceError(ServerError.ServiceNotReady, f"Topic {name} is being unloaded")
         fut: asyncio.Future[PersistentTopic | None] = asyncio.get_running_loop().create_future()
         self._loading[name] = fut
         try:
@@ -414,7 +391,9 @@ class BrokerService:
             if not create:
                 return None
             if not await self.resources.namespace_exists(tn.tenant, tn.namespace):
-                raise ServiceError("TopicNotFound", f"Namespace {tn.namespace_name} does not exist")
+                raise ServiceError(
+                    ServerError.TopicNotFound, f"Namespace {tn.namespace_name} does not exist"
+                )
             np_topic: Any = NonPersistentTopic(tn)
             self.topics[tn.full] = np_topic
             self.topics_loaded_total += 1
@@ -428,7 +407,9 @@ class BrokerService:
             if not create:
                 return None
             if not await self.resources.namespace_exists(tn.tenant, tn.namespace):
-                raise ServiceError("TopicNotFound", f"Namespace {tn.namespace_name} does not exist")
+                raise ServiceError(
+                    ServerError.TopicNotFound, f"Namespace {tn.namespace_name} does not exist"
+                )
         # namespace policies override the broker defaults, as in Pulsar (and are watched)
         policies = await self.policies.policies_for(tn.tenant, tn.namespace, tn)
         ledger = await self.storage.open(ml_name)
@@ -473,7 +454,7 @@ class BrokerService:
             create = tn.partition_index < n
         got = await self.get_topic(topic, create=create)
         if got is None:
-            raise ServiceError("TopicNotFound", f"Topic {tn.full} does not exist")
+            raise ServiceError(ServerError.TopicNotFound, f"Topic {tn.full} does not exist")
         return got
 
     async def unload_topic(self, topic: str) -> None:
@@ -516,7 +497,9 @@ class BrokerService:
         topics close and the ownership is released, so the next lookup assigns it anew.
         Returns None when done (or when nobody owns it), else the owner's HTTP URL."""
         if self.ownership is None or self.closed:
-            raise _to_resource_error(ServiceError("ServiceNotReady", "Broker is not running"))
+            raise _to_resource_error(
+                ServiceError(ServerError.ServiceNotReady, "Broker is not running")
+            )
         bundles = await self.resources.bundles(tenant, namespace)  # ResourceNotFound
         found = [r for r in bundles.ranges if r.name == name]
         if not found:
@@ -659,7 +642,7 @@ class BrokerService:
         try:
             await t.delete_subscription(subscription, force=force)
         except SubscriptionError as exc:
-            if exc.code == "SubscriptionNotFound":
+            if exc.code == ServerError.SubscriptionNotFound:
                 raise ResourceNotFound("Subscription not found") from None
             raise PreconditionFailed(exc.message) from None
 
@@ -717,26 +700,13 @@ class BrokerService:
             "subscriptions": sum(len(t.subscriptions) for t in self.topics.values()),
         }
 
-    def metrics_text(self) -> str:
-        """Prometheus exposition text of this broker (``broker/admin/metrics.py``)."""
-        return "".join(self.metrics_chunks())
-
-    def metrics_chunks(self) -> Iterator[str]:
-        """The exposition text in pieces (``BrokerMetrics.chunks``): ``/metrics`` lets the
-        loop serve clients between them."""
-        if self._metrics is None:
-            from magnetar.broker.admin.metrics import BrokerMetrics
-
-            self._metrics = BrokerMetrics(self)
-        return self._metrics.chunks()
-
 
 def _to_resource_error(exc: ServiceError) -> ResourceError:
-    if exc.code == "TopicNotFound":
+    if exc.code == ServerError.TopicNotFound:
         return ResourceNotFound(exc.message)
-    if exc.code == "InvalidTopicName":
+    if exc.code == ServerError.InvalidTopicName:
         return PreconditionFailed(exc.message)
-    if exc.code == "ServiceNotReady":
+    if exc.code == ServerError.ServiceNotReady:
         err = ResourceError(exc.message)
         err.http_status = 503
         return err

@@ -112,15 +112,6 @@ class TopicAdmin(Protocol):
         """Pulsar's LongRunningProcessStatus: ``{"status": ..., "lastError": ...}``."""
         ...
 
-    def metrics_text(self) -> str:
-        """Prometheus exposition text of the topic layer."""
-        ...
-
-    def metrics_chunks(self) -> Iterable[str]:
-        """The same text in pieces (a topic's lines each), so that ``/metrics`` can let the
-        loop serve clients between them."""
-        ...
-
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -179,6 +170,7 @@ class AdminApi:
         topics: TopicAdmin,
         *,
         default_bundles: int = 4,
+        metrics: Callable[[], Iterable[str]] | None = None,
         extra_metrics: Callable[[], str] | None = None,
         metrics_slice_s: float = METRICS_SLICE_S,
         extra_routes: Callable[[web.UrlDispatcher], None] | None = None,
@@ -187,6 +179,9 @@ class AdminApi:
         self.resources = resources
         self.topics = topics
         self.default_bundles = default_bundles
+        self.metrics_source = metrics
+        """The exposition text in pieces (``BrokerMetrics.chunks``); none: ``/metrics`` is
+        empty (admin APIs over test doubles)."""
         self.extra_metrics = extra_metrics
         self.metrics_slice_s = metrics_slice_s
         self.extra_routes = extra_routes
@@ -272,7 +267,9 @@ class AdminApi:
         """Streamed a slice at a time (``slices_yielding``): neither building the text nor
         joining it holds the loop. An error in the first slice is an ordinary 500; a later
         one aborts the response (the status was sent)."""
-        slices = slices_yielding(self.topics.metrics_chunks(), self.metrics_slice_s)
+        slices = slices_yielding(
+            self.metrics_source() if self.metrics_source is not None else (), self.metrics_slice_s
+        )
         first = await anext(slices, "")
         response = web.StreamResponse()
         response.content_type = "text/plain"

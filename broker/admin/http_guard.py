@@ -28,7 +28,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 
 from magnetar.broker.naming import InvalidTopicName, TopicName
 from magnetar.broker.policies.schema import JSON_DEPTH_MAX, json_depth
-from magnetar.broker.protocol.validation import InvalidSubscriptionName, check_subscription_name
+from magnetar.broker.validation import InvalidSubscriptionName, check_subscription_name
 
 NAME = re.compile(r"[-=:.\w]+", re.ASCII)
 """Pulsar's ``NamedEntity`` rule for tenant, namespace and cluster names."""

@@ -28,9 +28,8 @@ from magnetar.broker.namespace.resources import (
     ResourceNotFound,
 )
 from magnetar.broker.naming import InvalidTopicName, TopicName
-from magnetar.broker.protocol.frames import BadEntry
 from magnetar.broker.storage.contract import Entry
-from magnetar.client.protocol import parse_entry
+from magnetar.client.protocol import RemoteProtocolError, parse_entry
 from magnetar.zk import paths
 
 if TYPE_CHECKING:
@@ -303,7 +302,7 @@ class TopicOperations:
     def _count(t: PersistentTopic, e: Entry) -> int:
         try:
             return t.count_of(e)
-        except BadEntry:
+        except RemoteProtocolError:
             return 1
 
     async def examine(self, topic: str, initial: str, nth: int) -> PeekedMessage:

@@ -74,6 +74,7 @@ from typing import Any, Generic, NamedTuple, Protocol, TypeVar
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
+from magnetar.broker.errors import BrokerError, ServerError
 from magnetar.client.protocol import (
     KEY_SHARED_HASH_RANGE_SIZE,
     NONE_KEY,
@@ -111,23 +112,23 @@ class KeySharedMode(enum.IntEnum):
     STICKY = 1
 
 
-class KeySharedError(Exception):
-    """Refusal of a Key_Shared consumer; ``code`` is the ServerError name to answer."""
+class KeySharedError(BrokerError):
+    """Refusal of a Key_Shared consumer, answered with ``code``."""
 
-    code = "ConsumerAssignError"
+    code = ServerError.ConsumerAssignError
     retriable = False
 
 
 class ConsumerAssignError(KeySharedError, ValueError):
     """Bad STICKY ranges (Java ``ConsumerAssignException``)."""
 
-    code = "ConsumerAssignError"
+    code = ServerError.ConsumerAssignError
 
 
 class KeySharedPolicyMismatch(KeySharedError, ValueError):
     """The consumer's mode / out-of-order flag differs from the attached consumers'."""
 
-    code = "ConsumerBusy"
+    code = ServerError.ConsumerBusy
 
 
 @dataclass(frozen=True, slots=True, order=True)

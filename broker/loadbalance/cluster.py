@@ -19,7 +19,7 @@ import random
 import urllib.parse
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import aiohttp
 
@@ -47,12 +47,12 @@ from magnetar.broker.loadbalance.manager import (
 )
 from magnetar.broker.loadbalance.reporter import BundleCounters, LoadReporter
 from magnetar.broker.namespace.bundles import BundleRange, NamespaceBundles, topic_hash
-from magnetar.broker.namespace.ownership import NamespaceBundle
+from magnetar.broker.namespace.ownership import NamespaceBundle, OwnershipCache
+from magnetar.broker.namespace.resources import Resources
 from magnetar.broker.naming import TopicName
+from magnetar.broker.topics.persistent import PersistentTopic
 from magnetar.zk.clock import Clock
-
-if TYPE_CHECKING:
-    from magnetar.broker.service import BrokerService
+from magnetar.zk.store import MetadataStore
 
 log = logging.getLogger(__name__)
 
@@ -193,9 +193,40 @@ class HttpClusterActions:
         return ProbeResult.ALIVE
 
 
+class ClusterHost(Protocol):
+    """What this broker's part in the cluster needs of its service (``BrokerService`` is
+    one): settings, metadata, ownership, the loaded topics, and the bundle operations."""
+
+    @property
+    def config(self) -> BrokerConfig: ...
+
+    @property
+    def store(self) -> MetadataStore: ...
+
+    @property
+    def resources(self) -> Resources: ...
+
+    @property
+    def ownership(self) -> OwnershipCache | None: ...
+
+    @property
+    def topics(self) -> Mapping[str, PersistentTopic]: ...
+
+    @property
+    def service_url(self) -> str: ...
+
+    async def unload_bundle(self, bundle: NamespaceBundle) -> None: ...
+
+    async def close_topics_of(self, bundle: NamespaceBundle) -> None: ...
+
+    async def list_topics(
+        self, tenant: str, namespace: str, domain: str = "persistent"
+    ) -> list[str]: ...
+
+
 class BrokerCluster:
     def __init__(
-        self, service: BrokerService, clock: Clock, *, rng: random.Random | None = None
+        self, service: ClusterHost, clock: Clock, *, rng: random.Random | None = None
     ) -> None:
         self.service = service
         self._clock = clock

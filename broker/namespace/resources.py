@@ -17,38 +17,19 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from magnetar.broker.errors import (
+    InvalidResource,
+    PreconditionFailed,
+    ResourceConflict,
+    ResourceError,
+    ResourceNotFound,
+)
 from magnetar.broker.namespace.bundles import BundleRange, NamespaceBundles
-from magnetar.broker.policies.model import PolicyError
+from magnetar.broker.policies.model import TOPIC_POLICIES, PolicyError
 from magnetar.broker.policies.schema import check_policies, check_tenant_info
 from magnetar.zk import paths
 from magnetar.zk.errors import AlreadyExists, BadVersion, NotFound
 from magnetar.zk.store import CREATE_ONLY, MetadataStore
-
-
-class ResourceError(Exception):
-    """An admin-level error; ``http_status`` is what Pulsar's REST API answers."""
-
-    http_status = 500
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
-
-
-class ResourceNotFound(ResourceError):
-    http_status = 404
-
-
-class ResourceConflict(ResourceError):
-    http_status = 409
-
-
-class PreconditionFailed(ResourceError):
-    http_status = 412
-
-
-class InvalidResource(ResourceError):
-    http_status = 400
 
 
 @dataclass(slots=True)
@@ -67,9 +48,6 @@ class TenantInfo:
         except PolicyError as exc:
             raise InvalidResource(str(exc)) from None
         return cls(list(data.get("adminRoles") or []), list(data.get("allowedClusters") or []))
-
-
-TOPIC_POLICIES = "/admin/topic-policies"
 
 
 def topic_policies_path(tenant: str, namespace: str, domain: str, local: str) -> str:
@@ -415,7 +393,6 @@ class Resources:
 __all__ = [
     "DEFAULT_MAX_BUNDLES",
     "PARTITIONS_CEILING",
-    "TOPIC_POLICIES",
     "InvalidResource",
     "PreconditionFailed",
     "ResourceConflict",

@@ -21,17 +21,19 @@ import asyncio
 import collections
 import dataclasses
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import unquote
 
 from magnetar.broker.compaction import COMPACTION_SUBSCRIPTION
+from magnetar.broker.config import BrokerConfig
+from magnetar.broker.errors import ResourceError, ServerError
 from magnetar.broker.ledger.position import EARLIEST
-from magnetar.broker.namespace.resources import TOPIC_POLICIES
 from magnetar.broker.naming import TopicName
 from magnetar.broker.policies.backlog_quota import backlog_bytes, backlog_exceeded, evict_backlog
 from magnetar.broker.policies.model import (
+    TOPIC_POLICIES,
     BacklogQuotaType,
     RetentionPolicy,
     TopicPolicies,
@@ -39,18 +41,17 @@ from magnetar.broker.policies.model import (
 )
 from magnetar.broker.policies.rate_limit import RateLimiter
 from magnetar.broker.policies.ttl import expire_messages
-from magnetar.broker.protocol.frames import parse_metadata
 from magnetar.broker.storage.contract import Entry
 from magnetar.broker.topics.persistent import PersistentTopic
 from magnetar.broker.topics.producer import ProducerError
 from magnetar.broker.topics.subscription import SubscriptionError
+from magnetar.client.protocol import parse_entry_metadata
 from magnetar.zk import paths
 from magnetar.zk.clock import Clock, SystemClock, TimerHandle
-from magnetar.zk.store import Notification
+from magnetar.zk.store import MetadataStore, Notification
 
 if TYPE_CHECKING:
     from magnetar.broker.dispatch.consumer import Consumer
-    from magnetar.broker.service import BrokerService
 
 log = logging.getLogger(__name__)
 
@@ -138,8 +139,43 @@ class DispatchThrottle:
             self._wake = None
 
 
+class ReadThrottled(Protocol):
+    """A connection whose reading publish throttling may hold (``ServerConnection``)."""
+
+    def pause_reads(self, reason: str) -> bool: ...
+
+    def resume_reads(self, reason: str) -> None: ...
+
+
+class PolicyStore(Protocol):
+    """Where namespace and topic policies are read (``namespace.resources.Resources``)."""
+
+    async def get_policies(self, tenant: str, namespace: str) -> dict[str, Any]: ...
+
+    async def get_topic_policies(
+        self, tenant: str, namespace: str, domain: str, local: str
+    ) -> dict[str, Any]: ...
+
+
+class PolicyHost(Protocol):
+    """What the policy manager needs of the broker (``BrokerService`` is one): its
+    settings, the metadata store it watches, the policy documents and the loaded topics."""
+
+    @property
+    def config(self) -> BrokerConfig: ...
+
+    @property
+    def store(self) -> MetadataStore: ...
+
+    @property
+    def resources(self) -> PolicyStore: ...
+
+    @property
+    def topics(self) -> Mapping[str, PersistentTopic]: ...
+
+
 class PolicyManager:
-    def __init__(self, service: BrokerService, clock: Clock | None = None) -> None:
+    def __init__(self, service: PolicyHost, clock: Clock | None = None) -> None:
         self.service = service
         self.config = service.config
         self.clock: Clock = clock or SystemClock()
@@ -198,8 +234,6 @@ class PolicyManager:
         """Read (and watch) the namespace's policies and, for ``topic``, its topic-level
         policies (those of the partitioned topic for a partition): broker defaults,
         overridden by the namespace, overridden by the topic."""
-        from magnetar.broker.namespace.resources import ResourceError
-
         try:
             ns = await self.service.resources.get_policies(tenant, namespace)
         except ResourceError:
@@ -236,8 +270,6 @@ class PolicyManager:
         namespace's loaded topics (``only``: the topics of one (domain, local name),
         partitions included). Two reads per change, whatever the number of topics: other
         topics' own policies come from the cache their watches keep fresh."""
-        from magnetar.broker.namespace.resources import ResourceError
-
         if only is None:
             await self.policies_for(tenant, namespace)
         else:
@@ -340,15 +372,15 @@ class PolicyManager:
             return
         cap = state.policies.max_producers
         if cap > 0 and len(topic.producers.producers) >= cap:
-            raise ProducerError("ProducerBusy", "Topic reached max producers limit")
+            raise ProducerError(ServerError.ProducerBusy, "Topic reached max producers limit")
         if state.quota_action is RetentionPolicy.PRODUCER_EXCEPTION:
             raise ProducerError(
-                "ProducerBlockedQuotaExceededException",
+                ServerError.ProducerBlockedQuotaExceededException,
                 f"Cannot create producer on topic with backlog quota exceeded: {topic.full_name}",
             )
         if state.quota_action is RetentionPolicy.PRODUCER_REQUEST_HOLD:
             raise ProducerError(
-                "ProducerBlockedQuotaExceededError",
+                ServerError.ProducerBlockedQuotaExceededError,
                 f"Cannot create producer on topic with backlog quota exceeded: {topic.full_name}",
             )
 
@@ -361,28 +393,30 @@ class PolicyManager:
         if cap > 0:
             n = sum(len(s.consumers) for s in topic.subscriptions.values())
             if n >= cap:
-                raise SubscriptionError("ConsumerBusy", "Topic reached max consumers limit")
+                raise SubscriptionError(
+                    ServerError.ConsumerBusy, "Topic reached max consumers limit"
+                )
         consumer.max_unacked = state.policies.max_unacked_per_consumer
 
-    def admit_send(self, topic: Any, data: bytes | None = None) -> tuple[str, str] | None:
+    def admit_send(self, topic: Any, data: bytes | None = None) -> tuple[ServerError, str] | None:
         """Before a SEND is accepted: (ServerError name, message) to refuse it with, or None.
         ``data`` (metadata + payload) is checked against the maximum delivery delay."""
         state = self._states.get(topic.full_name)
         if state is None:
             return None
         if state.quota_action is RetentionPolicy.PRODUCER_EXCEPTION:
-            return ("ProducerBlockedQuotaExceededException", "Backlog quota exceeded")
+            return (ServerError.ProducerBlockedQuotaExceededException, "Backlog quota exceeded")
         if len(state.held) >= HELD_SENDS_MAX:
-            return ("ProducerBlockedQuotaExceededError", "Backlog quota exceeded")
+            return (ServerError.ProducerBlockedQuotaExceededError, "Backlog quota exceeded")
         max_delay = state.policies.delayed_delivery_max_delay_ms
         if max_delay > 0 and data is not None and state.policies.delayed_delivery:
             deliver_at = PersistentTopic.deliver_at_of(Entry(EARLIEST, data))
             if deliver_at > 0:
-                publish_time = parse_metadata(data).publish_time
+                publish_time = parse_entry_metadata(data).publish_time
                 if deliver_at - publish_time > max_delay:
                     # Pulsar's NotAllowedException text
                     return (
-                        "NotAllowedError",
+                        ServerError.NotAllowedError,
                         f"Exceeds max allowed delivery delay of {max_delay} milliseconds",
                     )
         return None
@@ -406,21 +440,10 @@ class PolicyManager:
             state.throttled_publishes += 1
             self._pause(cnx, limiter.delay_s())
 
-    def _pause(self, cnx: Any, delay_s: float) -> None:
-        transport = getattr(cnx, "transport", None)
-        if transport is None or getattr(cnx, "closed", False):
-            return
-        if getattr(cnx, "_policy_paused", False):
-            return
-        cnx._policy_paused = True
-        transport.pause_reading()
-
-        def resume() -> None:
-            cnx._policy_paused = False
-            if not getattr(cnx, "closed", False) and not getattr(cnx, "_paused", False):
-                transport.resume_reading()
-
-        self.clock.call_later(delay_s, resume)
+    def _pause(self, cnx: ReadThrottled, delay_s: float) -> None:
+        """Hold the connection's reading for ``delay_s`` (the limiter's refill time)."""
+        if cnx.pause_reads("publish-rate"):
+            self.clock.call_later(delay_s, lambda: cnx.resume_reads("publish-rate"))
 
     def after_subscribe(self, topic: Any, sub: Any) -> None:
         """A consumer joined (its subscription may have a new dispatcher): throttle it."""

@@ -22,6 +22,10 @@ from typing import Any
 
 from magnetar.broker.config import BrokerConfig
 
+TOPIC_POLICIES = "/admin/topic-policies"
+"""Metadata root of topic-level policies (one node per topic, as Pulsar's system topic
+holds them; ``namespace.resources.topic_policies_path``)."""
+
 
 class PolicyError(ValueError):
     """A policy body Pulsar would refuse (HTTP 400/412)."""
@@ -470,6 +474,7 @@ __all__ = [
     "AUTO_TOPIC_TYPES",
     "NAMESPACE_POLICIES",
     "NO_RATE",
+    "TOPIC_POLICIES",
     "AutoTopicCreation",
     "BacklogQuota",
     "BacklogQuotaType",

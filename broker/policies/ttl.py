@@ -23,7 +23,7 @@ import logging
 from typing import Any
 
 from magnetar.broker.ledger.position import Position
-from magnetar.broker.protocol.frames import parse_metadata
+from magnetar.client.protocol import parse_entry_metadata
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +37,7 @@ def next_position(pos: Position) -> Position:
 
 def publish_time_of(data: bytes) -> int | None:
     try:
-        return int(parse_metadata(data).publish_time)
+        return int(parse_entry_metadata(data).publish_time)
     except Exception:
         return None
 

@@ -38,26 +38,28 @@ from typing import TYPE_CHECKING, Any
 import crc32c
 
 from magnetar.broker.dispatch.consumer import Consumer, OutMessage, SubType
+from magnetar.broker.errors import ServerError
 from magnetar.broker.ledger.errors import LedgerError, ManagedLedgerTerminated
 from magnetar.broker.ledger.position import EARLIEST, LATEST, Position
 from magnetar.broker.protocol.connection_security import ConnectionSecurity
-from magnetar.broker.protocol.frames import (
-    MAGIC_CRC32C_BYTES,
-    frame,
-    message_frames,
-    parse_metadata,
-    send_receipt_frame,
-    send_receipt_frames,
-)
-from magnetar.broker.protocol.validation import (
+from magnetar.broker.protocol.input_budget import InputBudget
+from magnetar.broker.topics.producer import AccessMode, Admission, Producer, ProducerError
+from magnetar.broker.topics.subscription import Subscription, SubscriptionError
+from magnetar.broker.validation import (
     InvalidEntry,
     InvalidSubscriptionName,
     check_entry,
     check_subscription_name,
     repair_command_strings,
 )
-from magnetar.broker.topics.producer import AccessMode, Admission, Producer, ProducerError
-from magnetar.broker.topics.subscription import Subscription, SubscriptionError
+from magnetar.client.protocol import (
+    MAGIC_CRC32C_BYTES,
+    encode_command,
+    encode_message_frames,
+    encode_send_receipt_frame,
+    encode_send_receipt_frames,
+    parse_entry_metadata,
+)
 from magnetar.client.protocol.proto import pulsar_api_pb2 as pb
 
 if TYPE_CHECKING:
@@ -91,7 +93,7 @@ def _failed_response(response_type: Any, request_id: int, exc: Exception, what: 
         code, message = exc.code, exc.message
     else:
         log.exception("%s failed", what)
-        code, message = "ServiceNotReady", f"{what} failed: {exc}"
+        code, message = ServerError.ServiceNotReady, f"{what} failed: {exc}"
     return response_type(
         request_id=request_id,
         response=response_type.Failed,
@@ -100,16 +102,13 @@ def _failed_response(response_type: Any, request_id: int, exc: Exception, what: 
     )
 
 
-def _error_code(name: str) -> Any:
-    try:
-        return pb.ServerError.Value(name)
-    except ValueError:
-        return pb.ServerError.Value("UnknownError")
+def _error_code(code: ServerError) -> Any:
+    return int(code)
 
 
 _I64 = 1 << 63
 
-_FAIL_ONE_CODES = frozenset({"NotAllowedError"})
+_FAIL_ONE_CODES = frozenset({ServerError.NotAllowedError})
 """SEND_ERROR codes that refuse one message (the producer stays usable)."""
 _CPP_CORE_CLIENTS = ("Pulsar-CPP", "Pulsar-Python", "Pulsar-Node")
 
@@ -125,9 +124,17 @@ def _position(mid: Any) -> Position:
 
 
 class ServerConnection(asyncio.Protocol):
-    def __init__(self, service: BrokerService, *, tls: bool = False) -> None:
+    def __init__(
+        self, service: BrokerService, *, tls: bool = False, input_budget: InputBudget | None = None
+    ) -> None:
         self.service = service
         self.tls = tls
+        self.input_budget = (
+            input_budget
+            if input_budget is not None
+            else InputBudget(service.config.max_buffered_partial_frames_size_in_mb << 20)
+        )
+        """Bytes of partial frames held between reads: shared by the listener's connections."""
         self.security = ConnectionSecurity(self)
         cfg = service.config
         self.max_frame = cfg.max_message_size + FRAME_PADDING
@@ -153,7 +160,8 @@ class ServerConnection(asyncio.Protocol):
         self._acks_inflight: dict[int, set[asyncio.Task[None]]] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._pending_sends = 0
-        self._paused = False
+        self._read_pauses: set[str] = set()
+        """Why reading is paused (pending sends, publish throttling): resumes when empty."""
         self._ping_outstanding = False
         self._keepalive: asyncio.TimerHandle | None = None
         self._write_paused = False
@@ -186,7 +194,7 @@ class ServerConnection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self._buf = bytearray()
-        self.service.input_budget.release(self._buffered)
+        self.input_budget.release(self._buffered)
         self._buffered = 0
         self.service.connections.discard(self)
         log.info(
@@ -233,7 +241,7 @@ class ServerConnection(asyncio.Protocol):
             self._flush_handle = self._loop.call_soon(self._flush_out)
 
     def write_command(self, cmd: pb.BaseCommand) -> None:
-        self.write(frame(cmd))
+        self.write(encode_command(cmd))
 
     def _flush_out(self) -> None:
         self._flush_handle = None
@@ -297,7 +305,7 @@ class ServerConnection(asyncio.Protocol):
         if offset < n:
             buf += data[offset:] if offset else data
         if len(buf) != self._buffered:
-            if not self.service.input_budget.resize(self._buffered, len(buf)):
+            if not self.input_budget.resize(self._buffered, len(buf)):
                 log.info("closing %s: broker-wide budget for partial frames exhausted", self.peer)
                 buf.clear()
                 self.close()
@@ -386,14 +394,16 @@ class ServerConnection(asyncio.Protocol):
             try:
                 await fn()
             except SubscriptionError as exc:
-                self._error(request_id, exc.code, exc.message)
+                self.error_response(request_id, exc.code, exc.message)
             except Exception as exc:
                 log.exception("request %d failed on %s", request_id, self.peer)
-                self._error(request_id, "UnknownError", str(exc) or type(exc).__name__)
+                self.error_response(
+                    request_id, ServerError.UnknownError, str(exc) or type(exc).__name__
+                )
 
         return run
 
-    def _error(self, request_id: int, code: str, message: str) -> None:
+    def error_response(self, request_id: int, code: ServerError, message: str) -> None:
         self.write_command(
             T(
                 type=T.ERROR,
@@ -445,7 +455,7 @@ class ServerConnection(asyncio.Protocol):
         try:
             denied = await self.security.denied_lookup(topic)
             if denied is not None:
-                raise ServiceError("AuthorizationError", denied)
+                raise ServiceError(ServerError.AuthorizationError, denied)
             got = await self.service.lookup(topic, authoritative)
             resp = R(
                 request_id=request_id,
@@ -470,7 +480,7 @@ class ServerConnection(asyncio.Protocol):
         try:
             denied = await self.security.denied_lookup(topic, metadata=True)
             if denied is not None:
-                raise ServiceError("AuthorizationError", denied)
+                raise ServiceError(ServerError.AuthorizationError, denied)
             n = await self.service.partitioned_metadata(topic)
             resp = R(request_id=request_id, response=R.Success, partitions=n)
         except Exception as exc:
@@ -484,11 +494,13 @@ class ServerConnection(asyncio.Protocol):
     async def _topics_of_namespace(self, request_id: int, namespace: str, mode: int) -> None:
         tenant, _, ns = namespace.partition("/")
         if not tenant or not ns or "/" in ns:
-            self._error(request_id, "MetadataError", f"Invalid namespace {namespace!r}")
+            self.error_response(
+                request_id, ServerError.MetadataError, f"Invalid namespace {namespace!r}"
+            )
             return
         denied = await self.security.denied_list_topics(tenant, ns)
         if denied is not None:
-            self._error(request_id, "AuthorizationError", denied)
+            self.error_response(request_id, ServerError.AuthorizationError, denied)
             return
         topics: list[str] = []
         by_mode: dict[int, tuple[str, ...]] = {
@@ -500,7 +512,7 @@ class ServerConnection(asyncio.Protocol):
             for domain in domains:
                 topics += await self.service.list_topics(tenant, ns, domain)
         except Exception as exc:
-            self._error(request_id, "MetadataError", str(exc))
+            self.error_response(request_id, ServerError.MetadataError, str(exc))
             return
         self.write_command(
             T(
@@ -518,7 +530,7 @@ class ServerConnection(asyncio.Protocol):
                 type=T.GET_SCHEMA_RESPONSE,
                 getSchemaResponse=pb.CommandGetSchemaResponse(
                     request_id=req.request_id,
-                    error_code=_error_code("TopicNotFound"),
+                    error_code=_error_code(ServerError.TopicNotFound),
                     error_message="Schema not found",
                 ),
             )
@@ -538,14 +550,14 @@ class ServerConnection(asyncio.Protocol):
         try:
             return await self.service.topic_for_client(name)
         except ServiceError as exc:
-            self._error(rid, exc.code, exc.message)
+            self.error_response(rid, exc.code, exc.message)
         except LedgerError as exc:  # storage not available (no bookies, ...): no traceback
             reason = f"cannot open topic {name}: {type(exc).__name__}: {exc}"
             log.warning("%s failed: %s", what, reason)
-            self._error(rid, "ServiceNotReady", reason)
+            self.error_response(rid, ServerError.ServiceNotReady, reason)
         except Exception as exc:
             log.exception("%s on %s failed", what, name)
-            self._error(rid, "ServiceNotReady", str(exc))
+            self.error_response(rid, ServerError.ServiceNotReady, str(exc))
         return None
 
     async def _create_producer(self, req: pb.CommandProducer) -> None:
@@ -557,13 +569,15 @@ class ServerConnection(asyncio.Protocol):
             return
         denied = await self.security.denied_produce(req.topic)
         if denied is not None:
-            self._error(rid, "AuthorizationError", denied)
+            self.error_response(rid, ServerError.AuthorizationError, denied)
             return
         topic = await self._topic_or_error(rid, req.topic, "producer")
         if topic is None or self.closed:
             return
         if getattr(topic, "terminated", False):
-            self._error(rid, "TopicTerminatedError", f"Topic {req.topic} was already terminated")
+            self.error_response(
+                rid, ServerError.TopicTerminatedError, f"Topic {req.topic} was already terminated"
+            )
             return
         if req.HasField("producer_name") and req.producer_name:
             name = req.producer_name
@@ -572,7 +586,7 @@ class ServerConnection(asyncio.Protocol):
         try:
             mode = AccessMode(req.producer_access_mode)
         except ValueError:
-            self._error(rid, "NotAllowedError", "Unknown producer access mode")
+            self.error_response(rid, ServerError.NotAllowedError, "Unknown producer access mode")
             return
         producer = Producer(
             pid, name, mode, cnx=self, user_provided_name=req.user_provided_producer_name
@@ -583,7 +597,7 @@ class ServerConnection(asyncio.Protocol):
             self.service.policies.check_producer(topic)  # max producers, backlog quota
             admission = topic.add_producer(producer)
         except ProducerError as exc:
-            self._error(rid, exc.code, exc.message)
+            self.error_response(rid, exc.code, exc.message)
             return
         for evicted in topic.producers.take_fenced():
             if evicted.cnx is not None:
@@ -594,11 +608,13 @@ class ServerConnection(asyncio.Protocol):
                 await topic.create_subscription(req.initial_subscription_name, earliest=True)
             except InvalidSubscriptionName as exc:
                 topic.remove_producer(producer)
-                self._error(rid, exc.code, str(exc))
+                self.error_response(rid, exc.code, str(exc))
                 return
             except Exception as exc:
                 topic.remove_producer(producer)
-                self._error(rid, "ServiceNotReady", f"cannot create subscription: {exc}")
+                self.error_response(
+                    rid, ServerError.ServiceNotReady, f"cannot create subscription: {exc}"
+                )
                 return
         if self.closed:
             self._notify_admitted(topic.remove_producer(producer))
@@ -696,7 +712,9 @@ class ServerConnection(asyncio.Protocol):
                 raise ProtocolViolation("truncated checksum")
             (expected,) = _U32.unpack_from(tail, 2)
             if crc32c.crc32c(memoryview(tail)[6:]) != expected:
-                self._send_error(pid, seq, "ChecksumError", "Checksum failed on the broker")
+                self._send_error(
+                    pid, seq, ServerError.ChecksumError, "Checksum failed on the broker"
+                )
                 return
         elif len(tail) < 4:
             raise ProtocolViolation("SEND without metadata")
@@ -712,17 +730,15 @@ class ServerConnection(asyncio.Protocol):
         check_dedup = True
         if send.is_chunk and topic.dedup.enabled:
             try:
-                md = parse_metadata(tail)
+                md = parse_entry_metadata(tail)
                 check_dedup = md.chunk_id == md.num_chunks_from_msg - 1
             except Exception:
                 raise ProtocolViolation("bad chunk metadata") from None
         producer.msg_in += num
         producer.bytes_in += len(tail)
         self._pending_sends += 1
-        if self._pending_sends >= self.max_pending_sends and not self._paused:
-            self._paused = True
-            if self.transport is not None:
-                self.transport.pause_reading()
+        if self._pending_sends >= self.max_pending_sends:
+            self.pause_reads("pending-sends")
         if self.producer_persistent.get(pid, False):
             publish: Callable[[], None] = functools.partial(
                 topic.publish_to,  # type: ignore[attr-defined]
@@ -769,16 +785,16 @@ class ServerConnection(asyncio.Protocol):
                         pos.entry_id,
                     )
                 )
-        self._out.append(b"".join(send_receipt_frames(receipts)))
+        self._out.append(b"".join(encode_send_receipt_frames(receipts)))
         if self._flush_handle is None:
             self._flush_handle = self._loop.call_soon(self._flush_out)
 
     def on_publish_failed(self, items: list[Any], exc: Exception) -> None:
         self._sends_done(len(items))
         code = (
-            "TopicTerminatedError"
+            ServerError.TopicTerminatedError
             if isinstance(exc, ManagedLedgerTerminated)
-            else ("PersistenceError")
+            else (ServerError.PersistenceError)
         )
         for p in items:
             self._send_error(p.producer.producer_id, p.sequence_id, code, f"write failed: {exc}")
@@ -789,27 +805,45 @@ class ServerConnection(asyncio.Protocol):
         """Completion of one SEND to a non-persistent topic."""
         self._sends_done(1)
         if exc is not None:
-            self._send_error(pid, seq, "PersistenceError", f"write failed: {exc}")
+            self._send_error(pid, seq, ServerError.PersistenceError, f"write failed: {exc}")
         elif pos is None:
-            self.write(send_receipt_frame(pid, seq, highest, U64, U64))
+            self.write(encode_send_receipt_frame(pid, seq, U64, U64, highest_sequence_id=highest))
         else:
-            self.write(send_receipt_frame(pid, seq, highest, pos.ledger_id, pos.entry_id))
+            self.write(
+                encode_send_receipt_frame(
+                    pid, seq, pos.ledger_id, pos.entry_id, highest_sequence_id=highest
+                )
+            )
 
     def _sends_done(self, n: int) -> None:
         self._pending_sends -= n
-        if self._paused and self._pending_sends <= self.max_pending_sends // 2:
-            self._paused = False
-            # publish throttling (policy_manager) may hold reading paused: it resumes
-            throttled = getattr(self, "_policy_paused", False)
-            if self.transport is not None and not self.closed and not throttled:
-                self.transport.resume_reading()
+        if self._pending_sends <= self.max_pending_sends // 2:
+            self.resume_reads("pending-sends")
 
-    def _send_error(self, pid: int, seq: int, code: str, message: str) -> None:
+    def pause_reads(self, reason: str) -> bool:
+        """Stop reading from the socket for ``reason`` (pending sends over the limit, publish
+        throttling); False when already paused for it, closed or not connected."""
+        if self.transport is None or self.closed or reason in self._read_pauses:
+            return False
+        if not self._read_pauses:
+            self.transport.pause_reading()
+        self._read_pauses.add(reason)
+        return True
+
+    def resume_reads(self, reason: str) -> None:
+        """``reason`` no longer holds reading: it resumes once no other reason does."""
+        if reason not in self._read_pauses:
+            return
+        self._read_pauses.discard(reason)
+        if not self._read_pauses and self.transport is not None and not self.closed:
+            self.transport.resume_reading()
+
+    def _send_error(self, pid: int, seq: int, code: ServerError, message: str) -> None:
         if code in _FAIL_ONE_CODES and self.client_version.startswith(_CPP_CORE_CLIENTS):
             # The C++ client core (C++, Python, Node.js) fails one message only on
             # ChecksumError and answers any other SEND_ERROR by reconnecting and resending,
             # forever. It logs the message text, so the reason stays visible.
-            code, message = "ChecksumError", f"{code}: {message}"
+            code, message = ServerError.ChecksumError, f"{code.name}: {message}"
         self.write_command(
             T(
                 type=T.SEND_ERROR,
@@ -832,11 +866,11 @@ class ServerConnection(asyncio.Protocol):
         try:
             check_subscription_name(req.subscription)
         except InvalidSubscriptionName as exc:
-            self._error(rid, exc.code, str(exc))
+            self.error_response(rid, exc.code, str(exc))
             return
         denied = await self.security.denied_consume(req.topic, req.subscription)
         if denied is not None:
-            self._error(rid, "AuthorizationError", denied)
+            self.error_response(rid, ServerError.AuthorizationError, denied)
             return
         topic = await self._topic_or_error(rid, req.topic, "subscribe")
         if topic is None or self.closed:
@@ -847,7 +881,9 @@ class ServerConnection(asyncio.Protocol):
             and topic.name.persistent
             and req.subscription not in topic.subscriptions
         ):
-            self._error(rid, "SubscriptionNotFound", "Subscription does not exist")
+            self.error_response(
+                rid, ServerError.SubscriptionNotFound, "Subscription does not exist"
+            )
             return
         cfg = self.service.config
         consumer = Consumer(
@@ -874,8 +910,10 @@ class ServerConnection(asyncio.Protocol):
                 EARLIEST if pos.ledger_id < 0 else (LATEST if pos.ledger_id >= INT64_MAX else pos)
             )
         if req.read_compacted and not topic.name.persistent:
-            self._error(
-                rid, "NotAllowedError", "readCompacted is only supported on persistent topics"
+            self.error_response(
+                rid,
+                ServerError.NotAllowedError,
+                "readCompacted is only supported on persistent topics",
             )
             return
         try:
@@ -890,11 +928,11 @@ class ServerConnection(asyncio.Protocol):
                 **extra,
             )
         except SubscriptionError as exc:
-            self._error(rid, exc.code, exc.message)
+            self.error_response(rid, exc.code, exc.message)
             return
         except Exception as exc:  # storage trouble: retryable for the client
             log.exception("subscribe %s on %s failed", req.subscription, req.topic)
-            self._error(rid, "ServiceNotReady", f"cannot subscribe: {exc}")
+            self.error_response(rid, ServerError.ServiceNotReady, f"cannot subscribe: {exc}")
             return
         if self.closed:
             topic.remove_consumer(sub, consumer)
@@ -940,7 +978,7 @@ class ServerConnection(asyncio.Protocol):
             if got is None:
                 if req.HasField("request_id"):
                     self._ack_response(
-                        cid, req.request_id, "ConsumerNotFound", "Consumer not found"
+                        cid, req.request_id, ServerError.ConsumerNotFound, "Consumer not found"
                     )
                 return
             consumer, sub, _ = got
@@ -988,7 +1026,9 @@ class ServerConnection(asyncio.Protocol):
         if not inflight:
             self._acks_inflight.pop(cid, None)
 
-    def _ack_response(self, cid: int, rid: int, code: str | None, message: str | None) -> None:
+    def _ack_response(
+        self, cid: int, rid: int, code: ServerError | None, message: str | None
+    ) -> None:
         resp = pb.CommandAckResponse(consumer_id=cid, request_id=rid)
         if code is not None:
             resp.error = _error_code(code)
@@ -1036,18 +1076,22 @@ class ServerConnection(asyncio.Protocol):
         async def unsubscribe() -> None:
             got = self._consumer(req.consumer_id)
             if got is None:
-                self._error(req.request_id, "ConsumerNotFound", "Consumer not found")
+                self.error_response(
+                    req.request_id, ServerError.ConsumerNotFound, "Consumer not found"
+                )
                 return
             consumer, sub, topic = got
             await self._acks_settled(req.consumer_id)
             try:
                 await topic.unsubscribe(sub, consumer)
             except SubscriptionError as exc:
-                self._error(req.request_id, exc.code, exc.message)
+                self.error_response(req.request_id, exc.code, exc.message)
                 return
             except Exception as exc:
                 log.exception("unsubscribe failed")
-                self._error(req.request_id, "UnknownError", f"unsubscribe failed: {exc}")
+                self.error_response(
+                    req.request_id, ServerError.UnknownError, f"unsubscribe failed: {exc}"
+                )
                 return
             self.consumers.pop(req.consumer_id, None)
             self._success(req.request_id)
@@ -1060,7 +1104,9 @@ class ServerConnection(asyncio.Protocol):
         async def seek() -> None:
             got = self._consumer(req.consumer_id)
             if got is None:
-                self._error(req.request_id, "ConsumerNotFound", "Consumer not found")
+                self.error_response(
+                    req.request_id, ServerError.ConsumerNotFound, "Consumer not found"
+                )
                 return
             _, sub, topic = got
             if req.HasField("message_publish_time"):
@@ -1072,7 +1118,9 @@ class ServerConnection(asyncio.Protocol):
                 elif pos.ledger_id >= INT64_MAX:
                     pos = LATEST
             else:
-                self._error(req.request_id, "MetadataError", "Seek needs a message id or a time")
+                self.error_response(
+                    req.request_id, ServerError.MetadataError, "Seek needs a message id or a time"
+                )
                 return
             for consumer in sub.consumers:
                 if consumer.sink is not None:
@@ -1088,7 +1136,9 @@ class ServerConnection(asyncio.Protocol):
         async def last() -> None:
             got = self._consumer(req.consumer_id)
             if got is None:
-                self._error(req.request_id, "ConsumerNotFound", "Consumer not found")
+                self.error_response(
+                    req.request_id, ServerError.ConsumerNotFound, "Consumer not found"
+                )
                 return
             _, sub, topic = got
             lm = await topic.resolve_last_message_id(sub)
@@ -1115,7 +1165,7 @@ class ServerConnection(asyncio.Protocol):
         got = self._consumer(req.consumer_id)
         resp = pb.CommandConsumerStatsResponse(request_id=req.request_id)
         if got is None:
-            resp.error_code = _error_code("ConsumerNotFound")
+            resp.error_code = _error_code(ServerError.ConsumerNotFound)
             resp.error_message = "Consumer not found"
         else:
             consumer, sub, _ = got
@@ -1133,7 +1183,7 @@ class ServerConnection(asyncio.Protocol):
         if self.closed:
             return
         out = self._out
-        out += message_frames(consumer.consumer_id, consumer.partition_index, messages)
+        out += encode_message_frames(consumer.consumer_id, consumer.partition_index, messages)
         if self._flush_handle is None and out:
             self._flush_handle = self._loop.call_soon(self._flush_out)
 

@@ -15,6 +15,7 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
+from magnetar.broker.errors import ServerError
 from magnetar.broker.naming import InvalidTopicName, TopicName
 from magnetar.broker.security.authentication import (
     REFRESH_AUTH_DATA,
@@ -76,7 +77,7 @@ class ConnectionSecurity:
 
     def _refuse(self, exc: AuthenticationError) -> None:
         log.warning("authentication failed for %s: %s", self.cnx.peer, exc.reason)
-        self.cnx._error(U64, "AuthenticationError", exc.message)
+        self.cnx.error_response(U64, ServerError.AuthenticationError, exc.message)
         self.cnx.close()
 
     def _arm(self) -> None:

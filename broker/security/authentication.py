@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from magnetar.broker.errors import BrokerError, ServerError
 from magnetar.broker.security.tokens import TokenError, TokenValidator, read_key_bytes
 
 log = logging.getLogger(__name__)
@@ -37,15 +38,15 @@ _PROVIDER_NAMES = {
 }
 
 
-class AuthenticationError(Exception):
+class AuthenticationError(BrokerError):
     """Authentication failed: ``reason`` for the log, ``message`` for the client."""
 
-    code = "AuthenticationError"
+    code = ServerError.AuthenticationError
 
     def __init__(self, reason: str, message: str = CLIENT_MESSAGE) -> None:
-        super().__init__(reason)
+        super().__init__(message)
+        self.args = (reason,)  # str(exc) is the reason (for the log); .message the client's
         self.reason = reason
-        self.message = message
 
 
 @dataclass(frozen=True, slots=True)

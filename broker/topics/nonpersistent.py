@@ -21,13 +21,14 @@ from typing import Any
 from magnetar.broker.dispatch.consumer import Consumer, OutMessage, SubType
 from magnetar.broker.dispatch.dispatchers import next_shared_consumer, pick_active_consumer
 from magnetar.broker.dispatch.key_shared import KeySharedMode, KeySharedSelector
+from magnetar.broker.errors import ServerError
 from magnetar.broker.ledger.position import Position
 from magnetar.broker.naming import TopicName
-from magnetar.broker.protocol.frames import num_messages
 from magnetar.broker.storage.contract import Entry, _ledger_ids
 from magnetar.broker.topics.persistent import LastMessageId, PersistentTopic, TopicCounters
 from magnetar.broker.topics.producer import Admission, Deduplication, Producer, ProducerRegistry
 from magnetar.broker.topics.subscription import SubscriptionError
+from magnetar.client.protocol import entry_num_messages
 
 log = logging.getLogger(__name__)
 
@@ -85,9 +86,13 @@ class NonPersistentSubscription:
         stype = consumer.sub_type
         if self._consumers:
             if stype is not self.sub_type:
-                raise SubscriptionError("ConsumerBusy", "Subscription is of different type")
+                raise SubscriptionError(
+                    ServerError.ConsumerBusy, "Subscription is of different type"
+                )
             if stype is SubType.EXCLUSIVE:
-                raise SubscriptionError("ConsumerBusy", "Exclusive consumer is already connected")
+                raise SubscriptionError(
+                    ServerError.ConsumerBusy, "Exclusive consumer is already connected"
+                )
         else:
             self.sub_type = stype
             self._selector = None
@@ -97,7 +102,7 @@ class NonPersistentSubscription:
             try:
                 self._selector.add_consumer(consumer, consumer.name, consumer.hash_ranges)
             except ValueError as exc:
-                raise SubscriptionError("ConsumerAssignError", str(exc)) from None
+                raise SubscriptionError(ServerError.ConsumerAssignError, str(exc)) from None
         self._consumers.append(consumer)
         self._elect()
 
@@ -164,7 +169,9 @@ class NonPersistentSubscription:
         return None
 
     async def reset_cursor(self, position: Position) -> list[Consumer]:
-        raise SubscriptionError("NotAllowedError", "Seek is not supported on non-persistent topics")
+        raise SubscriptionError(
+            ServerError.NotAllowedError, "Seek is not supported on non-persistent topics"
+        )
 
     def statistics(self) -> _Stats:
         return _Stats(
@@ -268,7 +275,9 @@ class NonPersistentTopic:
 
     async def unsubscribe(self, sub: NonPersistentSubscription, consumer: Consumer | None) -> None:
         if [c for c in sub.consumers if c is not consumer]:
-            raise SubscriptionError("ConsumerBusy", "Subscription has other connected consumers")
+            raise SubscriptionError(
+                ServerError.ConsumerBusy, "Subscription has other connected consumers"
+            )
         if consumer is not None:
             self.remove_consumer(sub, consumer)
         self.subscriptions.pop(sub.name, None)
@@ -276,10 +285,10 @@ class NonPersistentTopic:
     async def delete_subscription(self, sub_name: str, *, force: bool) -> list[Consumer]:
         sub = self.subscriptions.get(sub_name)
         if sub is None:
-            raise SubscriptionError("SubscriptionNotFound", "Subscription not found")
+            raise SubscriptionError(ServerError.SubscriptionNotFound, "Subscription not found")
         dropped = sub.consumers
         if dropped and not force:
-            raise SubscriptionError("ConsumerBusy", "Subscription has active consumers")
+            raise SubscriptionError(ServerError.ConsumerBusy, "Subscription has active consumers")
         for c in dropped:
             if c.sink is not None:
                 c.sink.send_close_consumer(c)
@@ -287,14 +296,16 @@ class NonPersistentTopic:
         return dropped
 
     async def find_position_by_time(self, publish_time_ms: int) -> Position:
-        raise SubscriptionError("NotAllowedError", "Seek is not supported on non-persistent topics")
+        raise SubscriptionError(
+            ServerError.NotAllowedError, "Seek is not supported on non-persistent topics"
+        )
 
     async def resolve_last_message_id(self, sub: Any) -> LastMessageId:
         last = self._last or Position(self._ledger_id, -1)
         return LastMessageId(last.ledger_id, last.entry_id, -1, None)
 
     def count_of(self, entry: Entry) -> int:
-        return num_messages(entry.data)
+        return entry_num_messages(entry.data)
 
     async def close(self) -> None:
         if self.closed:

@@ -40,19 +40,20 @@ from magnetar.broker.compaction import (
 )
 from magnetar.broker.dispatch.consumer import Consumer, SubType
 from magnetar.broker.dispatch.key_shared import entry_slot_from_bytes
+from magnetar.broker.errors import ServerError
 from magnetar.broker.ledger.errors import LedgerFenced, ManagedLedgerClosed
 from magnetar.broker.ledger.position import EARLIEST, LATEST, Position
 from magnetar.broker.naming import TopicName
-from magnetar.broker.protocol.frames import (
-    MAGIC_CRC32C_BYTES,
-    BadEntry,
-    num_messages,
-    parse_metadata,
-)
 from magnetar.broker.storage.contract import Entry, TopicLedger
 from magnetar.broker.topics.producer import Admission, Deduplication, Producer, ProducerRegistry
 from magnetar.broker.topics.stats_buckets import StatsBuckets
 from magnetar.broker.topics.subscription import Subscription, SubscriptionError
+from magnetar.client.protocol import (
+    MAGIC_CRC32C_BYTES,
+    RemoteProtocolError,
+    entry_num_messages,
+    parse_entry_metadata,
+)
 
 log = logging.getLogger(__name__)
 
@@ -104,8 +105,8 @@ def _metadata_or_none(entry: Entry) -> Any:
     message and acknowledges it), so one bad entry never stalls a subscription. Entries
     stored since SEND validation always parse; older ones may not."""
     try:
-        return parse_metadata(entry.data)
-    except BadEntry as exc:
+        return parse_entry_metadata(entry.data)
+    except RemoteProtocolError as exc:
         log.warning(
             "entry %s has unparseable metadata (%s): delivered as stored", entry.position, exc
         )
@@ -313,8 +314,8 @@ class PersistentTopic:
             entries = await self.ledger.read_entries(start, 1000)
             for entry in entries:
                 try:
-                    md = parse_metadata(entry.data)
-                except (BadEntry, Exception):
+                    md = parse_entry_metadata(entry.data)
+                except (RemoteProtocolError, Exception):
                     continue
                 highest = md.highest_sequence_id if md.highest_sequence_id else md.sequence_id
                 if md.HasField("num_messages_in_batch") and not md.highest_sequence_id:
@@ -335,7 +336,7 @@ class PersistentTopic:
         if self._single_if_uncounted(pos):
             return 1
         try:
-            n = num_messages(entry.data)
+            n = entry_num_messages(entry.data)
         except Exception:
             n = 1
         if n > 1:
@@ -603,11 +604,12 @@ class PersistentTopic:
     ) -> Subscription:
         if sub_name == COMPACTION_SUBSCRIPTION:
             raise SubscriptionError(
-                "NotAllowedError", f"Subscription name {sub_name} is reserved for compaction"
+                ServerError.NotAllowedError,
+                f"Subscription name {sub_name} is reserved for compaction",
             )
         if read_compacted and consumer.sub_type not in (SubType.EXCLUSIVE, SubType.FAILOVER):
             raise SubscriptionError(
-                "NotAllowedError",
+                ServerError.NotAllowedError,
                 "readCompacted only allowed on failover or exclusive subscriptions",
             )
         sub = self.subscriptions.get(sub_name)
@@ -629,7 +631,8 @@ class PersistentTopic:
                     log.info("[%s][%s] subscription opened", self.name, sub_name)
         elif not durable and sub.durable:
             raise SubscriptionError(
-                "NotAllowedError", f"Durable subscription with the same name {sub_name} exists"
+                ServerError.NotAllowedError,
+                f"Durable subscription with the same name {sub_name} exists",
             )
         if read_compacted or isinstance(sub.cursor, CompactedCursor):
             earliest = (start == EARLIEST) if start is not None else initial_earliest
@@ -672,7 +675,9 @@ class PersistentTopic:
     async def unsubscribe(self, sub: Subscription, consumer: Consumer | None) -> None:
         others = [c for c in sub.consumers if c is not consumer]
         if others:
-            raise SubscriptionError("ConsumerBusy", "Subscription has other connected consumers")
+            raise SubscriptionError(
+                ServerError.ConsumerBusy, "Subscription has other connected consumers"
+            )
         if consumer is not None:
             sub.remove_consumer(consumer)
         await self.delete_subscription(sub.name, force=False)
@@ -680,10 +685,10 @@ class PersistentTopic:
     async def delete_subscription(self, sub_name: str, *, force: bool) -> list[Consumer]:
         sub = self.subscriptions.get(sub_name)
         if sub is None:
-            raise SubscriptionError("SubscriptionNotFound", "Subscription not found")
+            raise SubscriptionError(ServerError.SubscriptionNotFound, "Subscription not found")
         dropped = sub.consumers
         if dropped and not force:
-            raise SubscriptionError("ConsumerBusy", "Subscription has active consumers")
+            raise SubscriptionError(ServerError.ConsumerBusy, "Subscription has active consumers")
         for c in dropped:
             if c.sink is not None:
                 c.sink.send_close_consumer(c)
@@ -725,7 +730,7 @@ class PersistentTopic:
         batch_index = -1
         if entries:
             try:
-                md = parse_metadata(entries[0].data)
+                md = parse_entry_metadata(entries[0].data)
                 if md.HasField("num_messages_in_batch"):
                     batch_index = md.num_messages_in_batch - 1
             except Exception:
@@ -749,7 +754,7 @@ class PersistentTopic:
         batch_index = -1
         try:
             n, _ = entry_messages(rec.data)
-            md = parse_metadata(rec.data)
+            md = parse_entry_metadata(rec.data)
             if md.HasField("num_messages_in_batch"):
                 batch_index = (rec.mask.bit_length() - 1) if rec.mask else n - 1
         except Exception:
@@ -769,7 +774,7 @@ class PersistentTopic:
             entries = await self.ledger.read_entries(start, 1000)
             for entry in entries:
                 try:
-                    md = parse_metadata(entry.data)
+                    md = parse_entry_metadata(entry.data)
                 except Exception:
                     continue
                 if md.publish_time >= publish_time_ms:

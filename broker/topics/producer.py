@@ -18,6 +18,8 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
+from magnetar.broker.errors import CodedError, ServerError
+
 
 class AccessMode(enum.IntEnum):
     SHARED = 0
@@ -26,11 +28,8 @@ class AccessMode(enum.IntEnum):
     EXCLUSIVE_WITH_FENCING = 3
 
 
-class ProducerError(Exception):
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
+class ProducerError(CodedError):
+    """Refusal of a producer (access mode, name in use, quota), answered with ``code``."""
 
 
 @dataclass(slots=True)
@@ -69,12 +68,15 @@ class ProducerRegistry:
     def admit(self, producer: Producer) -> Admission:
         if producer.name in self.producers:
             raise ProducerError(
-                "ProducerBusy", f"Producer with name '{producer.name}' is already connected"
+                ServerError.ProducerBusy,
+                f"Producer with name '{producer.name}' is already connected",
             )
         mode = producer.access_mode
         if mode is AccessMode.SHARED:
             if self.exclusive is not None:
-                raise ProducerError("ProducerBusy", "Topic has an existing exclusive producer")
+                raise ProducerError(
+                    ServerError.ProducerBusy, "Topic has an existing exclusive producer"
+                )
             self.producers[producer.name] = producer
             return Admission.ADMITTED
         if mode is AccessMode.EXCLUSIVE_WITH_FENCING:
@@ -94,7 +96,7 @@ class ProducerRegistry:
             return Admission.ADMITTED
         if mode is AccessMode.EXCLUSIVE:
             raise ProducerError(
-                "ProducerBusy",
+                ServerError.ProducerBusy,
                 "Topic has existing shared producers"
                 if self.exclusive is None
                 else "Topic has an existing exclusive producer",
@@ -111,7 +113,7 @@ class ProducerRegistry:
         """A reconnecting exclusive producer with an older epoch was fenced meanwhile."""
         if topic_epoch is not None and topic_epoch < self.topic_epoch:
             raise ProducerError(
-                "ProducerFenced",
+                ServerError.ProducerFenced,
                 f"Producer with topic epoch {topic_epoch} was fenced (topic epoch "
                 f"{self.topic_epoch})",
             )

@@ -35,6 +35,7 @@ from magnetar.broker.dispatch.dispatchers import (
     MultipleConsumersDispatcher,
     new_dispatcher,
 )
+from magnetar.broker.errors import BrokerError, CodedError, ServerError
 from magnetar.broker.ledger.position import Position
 from magnetar.broker.storage.contract import Entry, TopicCursor
 from magnetar.zk import paths
@@ -43,13 +44,8 @@ from magnetar.zk.clock import Clock, SystemClock
 log = logging.getLogger(__name__)
 
 
-class SubscriptionError(Exception):
-    """Refusal of a subscription operation; ``code`` is the ServerError name to answer."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
+class SubscriptionError(CodedError):
+    """Refusal of a subscription operation, answered with ``code``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,9 +125,13 @@ class Subscription:
         stype = consumer.sub_type
         if self.dispatcher is not None and self.dispatcher.consumers:
             if stype is not self.sub_type:
-                raise SubscriptionError("ConsumerBusy", "Subscription is of different type")
+                raise SubscriptionError(
+                    ServerError.ConsumerBusy, "Subscription is of different type"
+                )
             if stype is SubType.EXCLUSIVE:
-                raise SubscriptionError("ConsumerBusy", "Exclusive consumer is already connected")
+                raise SubscriptionError(
+                    ServerError.ConsumerBusy, "Exclusive consumer is already connected"
+                )
         if self.dispatcher is None or stype is not self.sub_type:
             if self.dispatcher is not None:
                 self.dispatcher.close()
@@ -156,9 +156,10 @@ class Subscription:
                 d.index = self.delayed_index
         try:
             self.dispatcher.add_consumer(consumer)
-        except ValueError as exc:  # Key_Shared: bad or overlapping ranges, another policy
-            code = getattr(exc, "code", "ConsumerAssignError")
-            raise SubscriptionError(code, str(exc)) from None
+        except BrokerError as exc:  # Key_Shared: bad or overlapping ranges, another policy
+            raise SubscriptionError(exc.code, exc.message) from None
+        except ValueError as exc:
+            raise SubscriptionError(ServerError.ConsumerAssignError, str(exc)) from None
 
     # -- delayed delivery
     async def prepare(self, sub_type: SubType) -> None:

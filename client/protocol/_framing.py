@@ -197,6 +197,71 @@ def encode_send_receipt_frame(
     return _U32U32.pack(4 + len(cmd), len(cmd)) + cmd
 
 
+def encode_message_frames(
+    consumer_id: int,
+    partition: int,
+    messages: Iterable[tuple[object, bytes, int, list[int] | None]],
+) -> list[bytes]:
+    """MESSAGE frames for ``messages`` (position with ``ledger_id``/``entry_id``, stored
+    entry bytes, redelivery count, ack set) to one consumer: the same bytes as
+    ``encode_message_frame`` for each (a test checks it), with the parts shared by every frame
+    (consumer id, partition, the ledger id of a run) encoded once (the broker's dispatch hot
+    path)."""
+    cid_part = b"\x08" + _varint(consumer_id) + b"\x12"
+    part = _PARTITION_NONE if partition == -1 else b"\x18" + _varint(partition)
+    pack = _U32U32.pack
+    small = _SMALL_VARINTS
+    last_ledger: int | None = None
+    ledger_part = b""
+    out: list[bytes] = []
+    append = out.append
+    for pos, data, redelivery_count, ack_set in messages:
+        ledger_id = pos.ledger_id  # type: ignore[attr-defined]
+        if ledger_id != last_ledger:
+            last_ledger = ledger_id
+            ledger_part = b"\x08" + _varint(ledger_id) + b"\x10"
+        msg_id = ledger_part + _varint(pos.entry_id) + part  # type: ignore[attr-defined]
+        body = cid_part + small[len(msg_id)] + msg_id  # a MessageIdData is < 128 bytes
+        if redelivery_count > 0:
+            body += b"\x18" + _varint(redelivery_count)
+        if ack_set:
+            for word in ack_set:
+                body += b" " + _varint(word)  # field 4 varint: tag 0x20
+        n = len(body)
+        # type=9; field 9 bytes: tag 0x4a
+        cmd = b"\x08\x09J" + (small[n] if n < 0x80 else _varint(n)) + body
+        append(pack(4 + len(cmd) + len(data), len(cmd)) + cmd + data)
+    return out
+
+
+def encode_send_receipt_frames(receipts: Iterable[tuple[int, int, int, int, int]]) -> list[bytes]:
+    """SEND_RECEIPT frames for ``(producer id, sequence id, highest sequence id, ledger id,
+    entry id)`` each, the bytes of ``encode_send_receipt_frame(..., highest_sequence_id=h)``
+    (a test checks it); the producer id and ledger id of a run are encoded once."""
+    pack = _U32U32.pack
+    small = _SMALL_VARINTS
+    last_pid: int | None = None
+    last_ledger: int | None = None
+    pid_part = ledger_part = b""
+    out: list[bytes] = []
+    append = out.append
+    for pid, seq, highest, ledger_id, entry_id in receipts:
+        if pid != last_pid:
+            last_pid = pid
+            pid_part = b"\x08" + _varint(pid) + b"\x10"
+        if ledger_id != last_ledger:
+            last_ledger = ledger_id
+            ledger_part = b"\x08" + _varint(ledger_id) + b"\x10"
+        msg_id = ledger_part + _varint(entry_id)
+        seq_part = _varint(seq)
+        highest_part = seq_part if highest == seq else _varint(highest)
+        body = pid_part + seq_part + b"\x1a" + small[len(msg_id)] + msg_id + b" " + highest_part
+        # type=7; field 7 bytes: tag 0x3a; a receipt body is < 128 bytes (ids <= 10 each)
+        cmd = b"\x08\x07:" + small[len(body)] + body
+        append(pack(4 + len(cmd), len(cmd)) + cmd)
+    return out
+
+
 # ----------------------------------------------------------------------------- decoding
 
 
@@ -388,9 +453,7 @@ def parse_entry(headers_and_payload: bytes, *, verify_checksum: bool = True) -> 
     the CRC32C does not match.
     """
     data = bytes(headers_and_payload)
-    checksum, computed, meta_start, meta_end = _split_tail(
-        data, "entry", compute=verify_checksum
-    )
+    checksum, computed, meta_start, meta_end = _split_tail(data, "entry", compute=verify_checksum)
     if verify_checksum and checksum is not None and computed != checksum:
         raise RemoteProtocolError(
             f"entry checksum mismatch: stored {checksum:#010x}, computed {computed or 0:#010x}"
@@ -398,3 +461,24 @@ def parse_entry(headers_and_payload: bytes, *, verify_checksum: bool = True) -> 
     metadata = pb.MessageMetadata()
     _parse(metadata, data[meta_start:meta_end], "MessageMetadata")
     return StoredEntry(metadata, data, meta_start, meta_end, checksum)
+
+
+def parse_entry_metadata(headers_and_payload: bytes) -> pb.MessageMetadata:
+    """The ``MessageMetadata`` of stored entry bytes (checksum not verified: the broker checked
+    it on publish). Raises ``RemoteProtocolError`` for bytes that are not an entry."""
+    try:
+        return parse_entry(headers_and_payload, verify_checksum=False).metadata
+    except RemoteProtocolError:
+        raise
+    except Exception as exc:
+        raise RemoteProtocolError(f"malformed entry: {exc}") from None
+
+
+def entry_num_messages(headers_and_payload: bytes) -> int:
+    """Messages in stored entry bytes: 1, or the batch's size (what it costs in permits)."""
+    md = parse_entry_metadata(headers_and_payload)
+    return md.num_messages_in_batch if md.HasField("num_messages_in_batch") else 1
+
+
+MAGIC_CRC32C_BYTES = _MAGIC_CRC32C_BYTES
+"""The two bytes that start a checksummed SEND tail / stored entry."""

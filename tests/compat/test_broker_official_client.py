@@ -14,6 +14,8 @@ import pytest
 from support.broker import InProcessBroker
 from support.metrics import sample
 
+from magnetar.broker.admin.metrics import BrokerMetrics
+
 Shared = pulsar.ConsumerType.Shared
 Failover = pulsar.ConsumerType.Failover
 Exclusive = pulsar.ConsumerType.Exclusive
@@ -632,7 +634,7 @@ def test_stats_and_metrics_reflect_traffic(broker: InProcessBroker, client: puls
     stats = broker.call(lambda: service.topic_stats(topic))
     assert stats["msgInCounter"] == 3
     assert stats["subscriptions"]["sub"]["consumers"][0]["msgOutCounter"] == 3
-    text = service.metrics_text()
+    text = BrokerMetrics(service).render()
     labels = {"cluster": "standalone", "namespace": "public/default", "topic": topic}
     assert sample(text, "pulsar_in_messages_total", **labels) == 3
     assert sample(text, "pulsar_out_entries_total", **labels) == 3

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from magnetar.broker.config import BrokerConfig
+from magnetar.broker.protocol.listener import BinaryListener
 from magnetar.broker.service import BrokerService
 from magnetar.broker.storage.contract import MemoryStorageFactory
 from magnetar.zk.clock import Clock, SystemClock
@@ -65,6 +66,7 @@ class InProcessBroker:
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, name="broker", daemon=True)
         self.service: BrokerService | None = None
+        self.listener: BinaryListener | None = None
 
     @property
     def service_url(self) -> str:
@@ -108,6 +110,8 @@ class InProcessBroker:
                 else:
                     self.storage = MemoryStorageFactory()
             service = BrokerService(self.config, store, self.storage, clock=self.clock)
+            self.listener = BinaryListener(service)
+            await self.listener.start()
             await service.start()
             return service
 
@@ -117,11 +121,13 @@ class InProcessBroker:
     def stop(self) -> None:
         if self.service is not None:
             service = self.service
+            listener = self.listener
 
             storage = self.storage
 
             async def down() -> None:
                 await service.close()
+                await listener.close()
                 if hasattr(storage, "close"):
                     await storage.close()
                 await service.store.close()

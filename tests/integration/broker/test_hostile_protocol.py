@@ -356,8 +356,8 @@ def test_partial_frames_have_a_broker_wide_budget() -> None:
     all connections hold between reads have one broker-wide budget."""
     b = ml_broker(max_buffered_partial_frames_size_in_mb=1)
     try:
-        assert b.service is not None
-        budget = b.service.input_budget
+        assert b.listener is not None
+        budget = b.listener.input_budget
         partial = struct.pack(">I", 900_000) + b"\x00" * 400_000  # a frame's first 400 KB
         holders = [RawClient(b.port) for _ in range(2)]
         for c in holders:

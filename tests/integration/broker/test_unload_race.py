@@ -15,6 +15,7 @@ import pytest
 from support.broker import InProcessBroker
 
 from magnetar.broker.service import ServiceError
+from magnetar.client.protocol import ServerError
 
 TOPIC = "persistent://public/default/unload-race"
 
@@ -42,7 +43,7 @@ def test_topic_is_not_loaded_again_while_its_unload_runs(
         assert TOPIC not in service.topics
         with pytest.raises(ServiceError, match="being unloaded") as refused:
             await service.topic_for_client(TOPIC)
-        assert refused.value.code == "ServiceNotReady"
+        assert refused.value.code == ServerError.ServiceNotReady
         release.set()
         await unload
         second = await service.topic_for_client(TOPIC)

@@ -31,10 +31,10 @@ import pytest
 
 from magnetar.broker.dispatch.consumer import Consumer, OutMessage, SubType
 from magnetar.broker.ledger.position import Position
-from magnetar.broker.protocol.frames import num_messages
 from magnetar.broker.storage.contract import MemoryLedger
 from magnetar.broker.topics.persistent import PersistentTopic
 from magnetar.broker.topics.subscription import Subscription
+from magnetar.client.protocol import entry_num_messages
 from magnetar.client.protocol.proto import pulsar_api_pb2 as pb
 
 LEDGER = 7
@@ -256,7 +256,7 @@ async def run(seed: int, sc: Scenario, *, steps: int = 150, poll_one: bool = Tru
         "t",
         "s",
         cursor,
-        lambda e: num_messages(e.data),
+        lambda e: entry_num_messages(e.data),
         slot_of=PersistentTopic.slot_of,
         max_unacked_per_subscription=rng.choice([0, 200, 200_000]),
     )
@@ -398,7 +398,7 @@ async def test_key_shared_keys_moved_by_a_join_flow_once_the_old_consumer_acks(
     ledger = MemoryLedger("t", LEDGER)
     cursor = await ledger.open_cursor("s", initial_earliest=True)
     sub = Subscription(
-        "t", "s", cursor, lambda e: num_messages(e.data), slot_of=PersistentTopic.slot_of
+        "t", "s", cursor, lambda e: entry_num_messages(e.data), slot_of=PersistentTopic.slot_of
     )
     world = World(sub, ordered=True)
     a = Consumer(1, "a", SubType.KEY_SHARED, sink=world)

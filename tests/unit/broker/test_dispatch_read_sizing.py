@@ -12,9 +12,9 @@ from support.ledger_cluster import wait_for
 from magnetar.broker.dispatch.consumer import Consumer, OutMessage, SubType
 from magnetar.broker.dispatch.dispatchers import DISPATCH_ROUNDS_PER_TURN, MAX_READ_ENTRIES
 from magnetar.broker.ledger.position import Position
-from magnetar.broker.protocol.frames import num_messages
 from magnetar.broker.storage.contract import Entry, MemoryLedger
 from magnetar.broker.topics.subscription import Subscription
+from magnetar.client.protocol import entry_num_messages
 from magnetar.client.protocol.proto import pulsar_api_pb2 as pb
 
 
@@ -79,7 +79,7 @@ async def settle() -> None:
 
 async def make_sub(ledger: MemoryLedger, **kw: Any) -> tuple[Subscription, CountingCursor]:
     cursor = CountingCursor(await ledger.open_cursor("s", initial_earliest=True))
-    sub = Subscription("t", "s", cursor, lambda e: num_messages(e.data), **kw)
+    sub = Subscription("t", "s", cursor, lambda e: entry_num_messages(e.data), **kw)
     return sub, cursor
 
 

@@ -13,6 +13,7 @@ from magnetar.broker.dispatch.dispatchers import next_shared_consumer, pick_acti
 from magnetar.broker.ledger.position import Position
 from magnetar.broker.storage.contract import MemoryLedger
 from magnetar.broker.topics.subscription import Subscription, SubscriptionError
+from magnetar.client.protocol import ServerError
 from magnetar.client.protocol.proto import pulsar_api_pb2 as pb
 
 
@@ -66,13 +67,13 @@ async def make_sub(
     ledger: MemoryLedger, *, partition: int = -1, sub_limit: int = 200_000
 ) -> Subscription:
     cursor = await ledger.open_cursor("s", initial_earliest=True)
-    from magnetar.broker.protocol.frames import num_messages
+    from magnetar.client.protocol import entry_num_messages
 
     return Subscription(
         "t",
         "s",
         cursor,
-        lambda e: num_messages(e.data),
+        lambda e: entry_num_messages(e.data),
         partition_index=partition,
         max_unacked_per_subscription=sub_limit,
     )
@@ -222,7 +223,7 @@ async def test_exclusive_admits_one_consumer_and_types_do_not_mix() -> None:
     sub.add_consumer(consumer(1, SubType.EXCLUSIVE, sink))
     with pytest.raises(SubscriptionError) as busy:
         sub.add_consumer(consumer(2, SubType.EXCLUSIVE, sink))
-    assert busy.value.code == "ConsumerBusy"
+    assert busy.value.code == ServerError.ConsumerBusy
     with pytest.raises(SubscriptionError):
         sub.add_consumer(consumer(3, SubType.SHARED, sink))
 
@@ -254,12 +255,13 @@ def keyed(key: str) -> bytes:
 
 
 async def make_key_shared_sub(ledger: MemoryLedger) -> Subscription:
-    from magnetar.broker.protocol.frames import num_messages
+    from magnetar.client.protocol import entry_num_messages
+
     from magnetar.broker.topics.persistent import PersistentTopic
 
     cursor = await ledger.open_cursor("s", initial_earliest=True)
     return Subscription(
-        "t", "s", cursor, lambda e: num_messages(e.data), slot_of=PersistentTopic.slot_of
+        "t", "s", cursor, lambda e: entry_num_messages(e.data), slot_of=PersistentTopic.slot_of
     )
 
 

@@ -19,10 +19,10 @@ import pytest
 from magnetar.broker.dispatch.consumer import Consumer, OutMessage, SubType
 from magnetar.broker.dispatch.dispatchers import KeySharedDispatcher
 from magnetar.broker.ledger.position import Position
-from magnetar.broker.protocol.frames import num_messages
 from magnetar.broker.storage.contract import MemoryLedger
 from magnetar.broker.topics.persistent import PersistentTopic
 from magnetar.broker.topics.subscription import Subscription, SubscriptionError
+from magnetar.client.protocol import ServerError, entry_num_messages
 from magnetar.client.protocol.proto import pulsar_api_pb2 as pb
 from magnetar.zk.clock import VirtualClock
 
@@ -103,7 +103,7 @@ async def make_sub(ledger: MemoryLedger, **kw: object) -> Subscription:
         "t",
         "s",
         cursor,
-        lambda e: num_messages(e.data),
+        lambda e: entry_num_messages(e.data),
         slot_of=PersistentTopic.slot_of,
         deliver_at_of=PersistentTopic.deliver_at_of,
         **kw,  # type: ignore[arg-type]
@@ -212,12 +212,12 @@ async def test_out_of_order_flag_and_mode_come_from_the_consumer() -> None:
     assert d.ks.policy.allow_out_of_order
     with pytest.raises(SubscriptionError) as busy:  # ordered consumer on an out-of-order sub
         sub.add_consumer(Consumer(2, "b", SubType.KEY_SHARED))
-    assert busy.value.code == "ConsumerBusy"
+    assert busy.value.code == ServerError.ConsumerBusy
     with pytest.raises(SubscriptionError) as mode:
         sub.add_consumer(
             Consumer(3, "c", SubType.KEY_SHARED, key_shared_mode=1, hash_ranges=[(0, 10)])
         )
-    assert mode.value.code == "ConsumerBusy"
+    assert mode.value.code == ServerError.ConsumerBusy
     sub.remove_consumer(a)
     # the subscription is empty: the next consumer fixes a new policy
     s = Consumer(4, "s", SubType.KEY_SHARED, key_shared_mode=1, hash_ranges=[(0, 100)])
@@ -227,7 +227,7 @@ async def test_out_of_order_flag_and_mode_come_from_the_consumer() -> None:
         sub.add_consumer(
             Consumer(5, "t", SubType.KEY_SHARED, key_shared_mode=1, hash_ranges=[(50, 200)])
         )
-    assert overlap.value.code == "ConsumerAssignError"
+    assert overlap.value.code == ServerError.ConsumerAssignError
     assert "overlaps" in overlap.value.message
 
 

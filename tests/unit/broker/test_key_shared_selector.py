@@ -16,7 +16,7 @@ from magnetar.broker.dispatch.key_shared import (
     entry_slot,
     validate_sticky_ranges,
 )
-from magnetar.client.protocol import key_shared_slot
+from magnetar.client.protocol import ServerError, key_shared_slot
 from magnetar.client.protocol.proto import pulsar_api_pb2 as pb
 
 
@@ -81,7 +81,7 @@ def test_sticky_rejects_bad_or_overlapping_ranges_and_changes_nothing(
     with pytest.raises(ConsumerAssignError) as err:
         sel.add_consumer(x, "x", ranges)
     assert message in str(err.value)
-    assert err.value.code == "ConsumerAssignError" and not err.value.retriable
+    assert err.value.code == ServerError.ConsumerAssignError and not err.value.retriable
     assert isinstance(err.value, ValueError)  # the subscription translates ValueError today
     assert x not in sel and len(sel) == 2
     assert sel.select(500) is a and sel.select(2500) is None
@@ -102,7 +102,7 @@ def test_policy_mismatch_is_consumer_busy() -> None:
     s.add_consumer(C("a"), "a", policy=KeySharedPolicy())
     with pytest.raises(KeySharedPolicyMismatch) as err:
         s.add_consumer(C("b"), "b", policy=KeySharedPolicy(KeySharedMode.STICKY))
-    assert err.value.code == "ConsumerBusy"
+    assert err.value.code == ServerError.ConsumerBusy
     assert "Subscription is of different type" in str(err.value)
     with pytest.raises(KeySharedPolicyMismatch):
         s.add_consumer(C("c"), "c", policy=KeySharedPolicy(allow_out_of_order=True))

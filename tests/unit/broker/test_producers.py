@@ -12,6 +12,7 @@ from magnetar.broker.topics.producer import (
     ProducerError,
     ProducerRegistry,
 )
+from magnetar.client.protocol import ServerError
 
 
 def p(pid: int, mode: AccessMode = AccessMode.SHARED, name: str = "") -> Producer:
@@ -24,7 +25,7 @@ def test_shared_producers_coexist_but_names_are_unique() -> None:
     assert reg.admit(p(2)) is Admission.ADMITTED
     with pytest.raises(ProducerError) as err:
         reg.admit(p(3, name="p1"))
-    assert err.value.code == "ProducerBusy"
+    assert err.value.code == ServerError.ProducerBusy
 
 
 def test_exclusive_refused_when_busy_and_blocks_others() -> None:
@@ -90,5 +91,5 @@ def test_exclusive_with_fencing_evicts_everyone_and_refuses_old_epochs() -> None
     assert reg.exclusive is fencer and reg.topic_epoch == old_epoch + 1
     with pytest.raises(ProducerError) as err:
         reg.check_epoch(old_epoch)
-    assert err.value.code == "ProducerFenced"
+    assert err.value.code == ServerError.ProducerFenced
     reg.check_epoch(reg.topic_epoch)  # the current holder may reconnect

@@ -1,6 +1,6 @@
 """The broker's per-message fast paths give the same results as the plain ones.
 
-- ``message_frames`` / ``send_receipt_frames`` (frames with shared parts encoded once)
+- ``encode_message_frames`` / ``encode_send_receipt_frames`` (frames with shared parts encoded once)
   produce exactly the bytes of the protocol codec's per-frame encoders.
 - ``PersistentTopic.publish_to`` reports each completed append to its sinks in runs of
   consecutive SENDs, in arrival order, with duplicates (deduplication) as None and failures
@@ -20,17 +20,16 @@ import pytest
 from magnetar.broker.dispatch.consumer import OutMessage
 from magnetar.broker.ledger.position import Position
 from magnetar.broker.naming import TopicName
-from magnetar.broker.protocol.frames import (
-    message_frame,
-    message_frames,
-    send_receipt_frame,
-    send_receipt_frames,
-    varint,
-)
 from magnetar.broker.storage.contract import MemoryLedger
 from magnetar.broker.topics.persistent import PersistentTopic
 from magnetar.broker.topics.producer import AccessMode, Producer
-from magnetar.client.protocol import encode_send_receipt_frame
+from magnetar.client.protocol import (
+    encode_message_frame,
+    encode_message_frames,
+    encode_send_receipt_frame,
+    encode_send_receipt_frames,
+    encode_varint,
+)
 from magnetar.client.protocol.proto import pulsar_api_pb2 as pb
 
 VALUES = [0, 1, 127, 128, 16383, 16384, 2**21 - 1, 2**21, 2**35, 2**63 - 1, -1, -7]
@@ -39,7 +38,7 @@ VALUES = [0, 1, 127, 128, 16383, 16384, 2**21 - 1, 2**21, 2**35, 2**63 - 1, -1, 
 def test_varint_matches_protobuf() -> None:
     for v in VALUES:
         m = pb.MessageIdData(ledgerId=v & ((1 << 64) - 1), entryId=0)
-        assert m.SerializeToString() == b"\x08" + varint(v) + b"\x10\x00", v
+        assert m.SerializeToString() == b"\x08" + encode_varint(v) + b"\x10\x00", v
 
 
 def test_message_frames_equal_one_by_one() -> None:
@@ -56,18 +55,18 @@ def test_message_frames_equal_one_by_one() -> None:
     for cid in (0, 7, 100_000):
         for part in (-1, 0, 3):
             expected = [
-                message_frame(
+                encode_message_frame(
                     cid,
                     m.position.ledger_id,
                     m.position.entry_id,
-                    part,
                     m.data,
-                    m.redelivery_count,
-                    m.ack_set,
+                    partition=part,
+                    redelivery_count=m.redelivery_count,
+                    ack_set=m.ack_set or (),
                 )
                 for m in msgs
             ]
-            assert message_frames(cid, part, msgs) == expected
+            assert encode_message_frames(cid, part, msgs) == expected
 
 
 def test_send_receipt_frames_equal_the_codec() -> None:
@@ -86,8 +85,11 @@ def test_send_receipt_frames_equal_the_codec() -> None:
         encode_send_receipt_frame(p, s, ledger, e, highest_sequence_id=h)
         for p, s, h, ledger, e in receipts
     ]
-    assert send_receipt_frames(receipts) == expected
-    assert [send_receipt_frame(*r[:3], r[3], r[4]) for r in receipts] == expected
+    assert encode_send_receipt_frames(receipts) == expected
+    assert [
+        encode_send_receipt_frame(r[0], r[1], r[3], r[4], highest_sequence_id=r[2])
+        for r in receipts
+    ] == expected
 
 
 class _Sink:

@@ -13,7 +13,7 @@ from magnetar.broker.ledger.position import Position
 from magnetar.broker.policies.model import PolicyError
 from magnetar.broker.policies.schema import check_policies, json_depth
 from magnetar.broker.protocol.input_budget import InputBudget
-from magnetar.broker.protocol.validation import (
+from magnetar.broker.validation import (
     InvalidEntry,
     InvalidSubscriptionName,
     check_entry,

@@ -20,8 +20,8 @@ Pure: no I/O. Must not know: topics, subscriptions, the connection.
 
 from __future__ import annotations
 
-from magnetar.broker.protocol.frames import BadEntry, parse_metadata
-from magnetar.client.protocol import repair_strings
+from magnetar.broker.errors import BrokerError, ServerError
+from magnetar.client.protocol import RemoteProtocolError, parse_entry_metadata, repair_strings
 from magnetar.client.protocol.proto import pulsar_api_pb2 as pb
 
 MIN_BATCHED_MESSAGE_BYTES = 6
@@ -47,15 +47,12 @@ _NO_STRINGS = frozenset(
 """Commands that carry no string field a handler reads (the frequent ones among them)."""
 
 
-class InvalidEntry(ValueError):
-    """A SEND refused before storing: ``code`` is the ServerError name to answer with."""
+class InvalidEntry(BrokerError, ValueError):
+    """A SEND refused before storing, answered with ``code``: by default ChecksumError,
+    Pulsar's code for a corrupt message; the official clients fail that one message (any other
+    SEND_ERROR makes the C++ core reconnect and resend forever)."""
 
-    def __init__(self, message: str, code: str = "ChecksumError") -> None:
-        # ChecksumError: Pulsar's code for a corrupt message; the official clients fail that
-        # one message (any other SEND_ERROR makes the C++ core reconnect and resend forever)
-        super().__init__(message)
-        self.code = code
-        self.message = message
+    code = ServerError.ChecksumError
 
 
 def max_messages(metadata: pb.MessageMetadata, payload_bytes: int, max_message_size: int) -> int:
@@ -70,8 +67,8 @@ def check_entry(tail: bytes, send_num_messages: int, max_message_size: int) -> i
     of messages it holds (1 unless it is a batch); raises ``InvalidEntry`` with Pulsar's
     error code when it must not be stored."""
     try:
-        md = parse_metadata(tail)
-    except BadEntry as exc:
+        md = parse_entry_metadata(tail)
+    except RemoteProtocolError as exc:
         raise InvalidEntry(f"Invalid message metadata: {exc}") from None
     off = 6 if tail[:2] == b"\x0e\x01" else 0
     meta_size = int.from_bytes(tail[off : off + 4], "big")
@@ -98,12 +95,10 @@ RESERVED_SUBSCRIPTION_PREFIXES = ("pulsar.repl.", "pulsar.dedup")
 """Pulsar's replicator cursors and deduplication cursor: never a client's subscription."""
 
 
-class InvalidSubscriptionName(ValueError):
-    """A subscription name Pulsar refuses; ``code`` is the ServerError to answer with."""
+class InvalidSubscriptionName(BrokerError, ValueError):
+    """A subscription name Pulsar refuses, answered with ``code``."""
 
-    def __init__(self, message: str, code: str = "InvalidTopicName") -> None:
-        super().__init__(message)
-        self.code = code
+    code = ServerError.InvalidTopicName
 
 
 def check_subscription_name(name: str) -> None:
