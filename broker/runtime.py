@@ -151,9 +151,7 @@ class BrokerRuntime:
             self._web = None
         await self.service.close()
         await self.listener.close()
-        close = getattr(self.storage, "close", None)  # memory storage has none
-        if close is not None:
-            await close()
+        await self.storage.close()
 
 
 def tune_gc_for_serving(service: BrokerService | None = None) -> TopicGcFreezer | None:

@@ -170,7 +170,7 @@ class AdminApi:
         topics: TopicAdmin,
         *,
         default_bundles: int = 4,
-        metrics: Callable[[], Iterable[str]] | None = None,
+        metrics: Callable[[], Iterable[str]],
         extra_metrics: Callable[[], str] | None = None,
         metrics_slice_s: float = METRICS_SLICE_S,
         extra_routes: Callable[[web.UrlDispatcher], None] | None = None,
@@ -180,8 +180,7 @@ class AdminApi:
         self.topics = topics
         self.default_bundles = default_bundles
         self.metrics_source = metrics
-        """The exposition text in pieces (``BrokerMetrics.chunks``); none: ``/metrics`` is
-        empty (admin APIs over test doubles)."""
+        """The exposition text in pieces (``BrokerMetrics.chunks``)."""
         self.extra_metrics = extra_metrics
         self.metrics_slice_s = metrics_slice_s
         self.extra_routes = extra_routes
@@ -267,9 +266,7 @@ class AdminApi:
         """Streamed a slice at a time (``slices_yielding``): neither building the text nor
         joining it holds the loop. An error in the first slice is an ordinary 500; a later
         one aborts the response (the status was sent)."""
-        slices = slices_yielding(
-            self.metrics_source() if self.metrics_source is not None else (), self.metrics_slice_s
-        )
+        slices = slices_yielding(self.metrics_source(), self.metrics_slice_s)
         first = await anext(slices, "")
         response = web.StreamResponse()
         response.content_type = "text/plain"

@@ -392,7 +392,6 @@ class TopicOperations:
         delete every ledger before the current one (retention notwithstanding); on every
         partition of a partitioned topic."""
         from magnetar.broker.ledger.errors import ManagedLedgerError
-        from magnetar.broker.storage.managed_ledger import ManagedTopicLedger
 
         for name in await self._each_partition(topic):
             try:
@@ -401,8 +400,6 @@ class TopicOperations:
                 if name == topic:
                     raise
                 continue  # a partition nobody has written to yet: nothing to delete
-            if not isinstance(t.ledger, ManagedTopicLedger):
-                raise not_allowed("The topic's storage cannot be truncated")
             if t.terminated:
                 raise not_allowed("The topic is terminated: it cannot be truncated")
             last = t.ledger.last_confirmed

@@ -224,9 +224,7 @@ class TopicCompaction:
         sub = topic.subscriptions.get(COMPACTION_SUBSCRIPTION)
         if sub is None:
             return int(topic.ledger.total_size)
-        cursor = sub.cursor
-        size = getattr(cursor, "backlog_size", None)
-        return int(size()) if size is not None else int(topic.ledger.total_size)
+        return int(sub.cursor.backlog_size())
 
     # -- the compaction itself
     async def _source(

@@ -224,7 +224,7 @@ class CompactedCursor:
         return self.inner.backlog()
 
     def backlog_size(self) -> int:
-        return int(getattr(self.inner, "backlog_size", lambda: 0)())
+        return self.inner.backlog_size()
 
 
 __all__ = ["CompactedCursor", "ViewHolder", "int_to_words", "words_to_int"]

@@ -100,29 +100,13 @@ async def _position_after_skipping(topic: Any, sub: Any, n: int) -> Position | N
     """The position of the ``n``-th entry after the mark-delete position (the last entry if
     there are fewer). On a managed ledger it is counted from the ledger sizes, reading
     nothing (reading ``n`` entries to count them cost a bookie read per entry: a 1,000,000
-    entry excess read a million entries); other storage reads them."""
+    entry excess read a million entries)."""
     start = next_position(sub.cursor.mark_delete_position)
-    ml = getattr(topic.ledger, "ml", None)
-    if ml is not None and hasattr(ml, "ledger_sizes"):
-        spans = LedgerSpans.of(ml)
-        first = spans.index_of(start)
-        if n <= 0 or first >= spans.total:
-            return None
-        return spans.at(min(first + n, spans.total) - 1)
-    return await _position_after_reading(topic, start, n)
-
-
-async def _position_after_reading(topic: Any, pos: Position, n: int) -> Position | None:
-    found: Position | None = None
-    while n > 0:
-        entries = await topic.ledger.read_entries(pos, min(n, EVICTION_READ_ENTRIES))
-        entries = [e for e in entries if e.position >= pos]
-        if not entries:
-            break
-        found = entries[-1].position
-        n -= len(entries)
-        pos = next_position(found)
-    return found
+    spans = LedgerSpans.of(topic.ledger)
+    first = spans.index_of(start)
+    if n <= 0 or first >= spans.total:
+        return None
+    return spans.at(min(first + n, spans.total) - 1)
 
 
 __all__ = ["average_entry_size", "backlog_bytes", "backlog_exceeded", "evict_backlog"]

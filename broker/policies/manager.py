@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -348,19 +347,7 @@ class PolicyManager:
                     c.max_unacked = policies.max_unacked_per_consumer
                 self._set_throttle(state, sub)
                 d.schedule()
-        ml = getattr(topic.ledger, "ml", None)
-        if ml is not None:
-            cfg = ml.config
-            if (cfg.retention_time_ms, cfg.retention_size_bytes) != (
-                policies.retention_time_ms,
-                policies.retention_size_bytes,
-            ):
-                ml.config = dataclasses.replace(
-                    cfg,
-                    retention_time_ms=policies.retention_time_ms,
-                    retention_size_bytes=policies.retention_size_bytes,
-                )
-                ml.trim_soon()
+        topic.ledger.set_retention(policies.retention_time_ms, policies.retention_size_bytes)
         if state.quota_action is not None and not policies.backlog_quotas:
             self._quota_cleared(topic, state)
 
@@ -486,9 +473,8 @@ class PolicyManager:
         were asked."""
         asked = 0
         for topic in list(self.service.topics.values()):
-            ml = getattr(getattr(topic, "ledger", None), "ml", None)
-            if isinstance(topic, PersistentTopic) and ml is not None:
-                ml.trim_soon()
+            if isinstance(topic, PersistentTopic):
+                topic.ledger.trim_soon()
                 asked += 1
         return asked
 

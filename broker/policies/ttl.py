@@ -23,6 +23,8 @@ import logging
 from typing import Any
 
 from magnetar.broker.ledger.position import Position
+from magnetar.broker.storage.contract import TopicLedger
+from magnetar.broker.topics.persistent import publish_time_or_zero
 from magnetar.client.protocol import parse_entry_metadata
 
 log = logging.getLogger(__name__)
@@ -53,7 +55,7 @@ class LedgerSpans:
         self.total = sum(n for _, n in spans)
 
     @classmethod
-    def of(cls, ml: Any) -> LedgerSpans:
+    def of(cls, ml: TopicLedger) -> LedgerSpans:
         return cls([(lid, n) for lid, n, _ in ml.ledger_sizes() if n > 0])
 
     def index_of(self, pos: Position) -> int:
@@ -76,26 +78,17 @@ class LedgerSpans:
         raise IndexError(index)
 
 
-def _publish_time_or_zero(data: bytes) -> int:
-    """For the search: an entry without a readable publish time counts as expired (as in
-    the linear scan)."""
-    t = publish_time_of(data)
-    return 0 if t is None else t
-
-
 async def find_expired(topic: Any, start: Position, cutoff_ms: int) -> tuple[Position | None, int]:
     """(newest position published at or before ``cutoff_ms`` from ``start`` on, entries)."""
-    ml = getattr(topic.ledger, "ml", None)
-    if ml is not None and hasattr(ml, "find_by_publish_time") and hasattr(ml, "ledger_sizes"):
-        try:
-            return await find_expired_by_search(ml, start, cutoff_ms)
-        except Exception as exc:  # e.g. a ledger trimmed under the search: scan instead
-            log.debug("expiry search failed on %s (%r): scanning", topic.ledger, exc)
+    try:
+        return await find_expired_by_search(topic.ledger, start, cutoff_ms)
+    except Exception as exc:  # e.g. a ledger trimmed under the search: scan instead
+        log.debug("expiry search failed on %s (%r): scanning", topic.ledger, exc)
     return await _find_expired_by_scan(topic, start, cutoff_ms)
 
 
 async def find_expired_by_search(
-    ml: Any, start: Position, cutoff_ms: int
+    ml: TopicLedger, start: Position, cutoff_ms: int
 ) -> tuple[Position | None, int]:
     """``find_expired`` on a managed ledger: binary search for the first entry published
     after ``cutoff_ms``; the newest expired entry is the one before it (or the last entry).
@@ -104,7 +97,7 @@ async def find_expired_by_search(
     spans = LedgerSpans.of(ml)
     if spans.total == 0:
         return None, 0
-    younger = await ml.find_by_publish_time(cutoff_ms + 1, _publish_time_or_zero)
+    younger = await ml.find_by_publish_time(cutoff_ms + 1, publish_time_or_zero)
     newest = (spans.index_of(younger) if younger is not None else spans.total) - 1
     first = spans.index_of(start)
     if newest < first:

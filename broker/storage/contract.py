@@ -15,11 +15,13 @@ Must not know: the wire protocol, consumers, dispatch.
 
 from __future__ import annotations
 
+import asyncio
 import bisect
 import itertools
 from collections.abc import Callable, Iterable
-from typing import NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol
 
+from magnetar.broker.ledger.errors import ManagedLedgerTerminated
 from magnetar.broker.ledger.position import Position
 
 _WORD = 1 << 64
@@ -104,7 +106,24 @@ class TopicCursor(Protocol):
         ...
 
 
+AddedCallback = Callable[[list[Position] | None, BaseException | None], None]
+"""``add_entries_then``'s callback: (positions, None) or (None, the error)."""
+
+
+class IndexHome(Protocol):
+    """A managed ledger's factory and name: a subscription's side index is stored in a
+    managed ledger of its own, named after this one."""
+
+    @property
+    def factory(self) -> Any: ...
+
+    @property
+    def name(self) -> str: ...
+
+
 class TopicLedger(Protocol):
+    """The storage of one topic: an ordered, append-only log of entries with cursors."""
+
     name: str
 
     @property
@@ -121,7 +140,53 @@ class TopicLedger(Protocol):
 
     async def add_entries(self, datas: list[bytes]) -> list[Position]: ...
 
+    def add_entries_then(self, datas: list[bytes], then: AddedCallback) -> None:
+        """``add_entries`` without a task or future of its own (the publish hot path):
+        ``then(positions, None)`` after the tail listeners ran, or ``then(None, error)``.
+        Raises at once if the ledger refuses an add."""
+        ...
+
     async def read_entries(self, start: Position, max_entries: int) -> list[Entry]: ...
+
+    def ledger_sizes(self) -> list[tuple[int, int, int]]:
+        """(ledger id, entries, bytes) of every ledger in order; entries of a ledger are
+        0..n-1 with no holes, so positions can be counted without reading."""
+        ...
+
+    async def find_by_publish_time(
+        self, publish_time_ms: int, publish_time_of: Callable[[bytes], int]
+    ) -> Position | None:
+        """Binary search: the first entry whose ``publish_time_of`` is >= the target (None:
+        none is). Publish times only grow within a topic, so a search reads O(log n)."""
+        ...
+
+    @property
+    def terminated(self) -> bool:
+        """Terminated (Pulsar's ``terminate``): no add is accepted again, durably."""
+        ...
+
+    async def terminate(self) -> Position:
+        """No more adds, ever (reads continue); returns the last position."""
+        ...
+
+    async def truncate(self) -> list[int]:
+        """Delete every ledger before the current one whatever the retention (after the
+        caller moved the cursors to the end); returns the deleted ledger ids."""
+        ...
+
+    def set_retention(self, time_ms: int, size_bytes: int) -> None:
+        """The retention the topic's policies resolve to (Pulsar's ``RetentionPolicies``)."""
+        ...
+
+    def trim_soon(self) -> None:
+        """Delete the ledgers consumed and out of retention, soon (in the background)."""
+        ...
+
+    @property
+    def index_home(self) -> IndexHome | None:
+        """Where durable subscriptions keep side indexes (the delayed-delivery index) in
+        ledgers of their own, or None: this storage keeps them in memory."""
+        ...
 
     def add_tail_listener(self, listener: Callable[[], None]) -> None: ...
 
@@ -152,6 +217,10 @@ class TopicStorageFactory(Protocol):
 
     async def list(self, prefix: str) -> list[str]:
         """Names of the managed ledgers starting with ``prefix`` (e.g. ``t/ns/persistent/``)."""
+        ...
+
+    async def close(self) -> None:
+        """Release what the storage holds (bookie connections); the broker is stopping."""
         ...
 
 
@@ -323,6 +392,7 @@ class MemoryLedger:
         self._listeners: list[Callable[[], None]] = []
         self.cursors: dict[str, MemoryCursor] = {}
         self.closed = False
+        self._terminated = False
 
     def __repr__(self) -> str:
         return f"<MemoryLedger {self.name} entries={len(self._entries)}>"
@@ -361,15 +431,34 @@ class MemoryLedger:
         return self._size
 
     async def add_entries(self, datas: list[bytes]) -> list[Position]:
+        positions = self._append(datas)
+        self._notify_tail()
+        return positions
+
+    def add_entries_then(self, datas: list[bytes], then: AddedCallback) -> None:
+        """Stored at once; reported on the next loop turn, as a real append would be."""
+        positions = self._append(datas)
+
+        def report() -> None:
+            self._notify_tail()
+            then(positions, None)
+
+        asyncio.get_running_loop().call_soon(report)
+
+    def _append(self, datas: list[bytes]) -> list[Position]:
+        if self._terminated:
+            raise ManagedLedgerTerminated(f"{self.name} is terminated")
         out = []
         for data in datas:
             pos = Position(self.ledger_id, len(self._entries))
             self._entries.append(Entry(pos, bytes(data)))
             self._size += len(data)
             out.append(pos)
+        return out
+
+    def _notify_tail(self) -> None:
         for listener in list(self._listeners):
             listener()
-        return out
 
     def get(self, pos: Position) -> Entry | None:
         if pos.ledger_id != self.ledger_id or not 0 <= pos.entry_id < len(self._entries):
@@ -387,6 +476,38 @@ class MemoryLedger:
 
     async def read_entries(self, start: Position, max_entries: int) -> list[Entry]:
         return self.read_sync(start, max_entries)
+
+    def ledger_sizes(self) -> list[tuple[int, int, int]]:
+        return [(self.ledger_id, len(self._entries), self._size)]
+
+    async def find_by_publish_time(
+        self, publish_time_ms: int, publish_time_of: Callable[[bytes], int]
+    ) -> Position | None:
+        i = bisect.bisect_left(
+            self._entries, publish_time_ms, key=lambda e: publish_time_of(e.data)
+        )
+        return self._entries[i].position if i < len(self._entries) else None
+
+    @property
+    def terminated(self) -> bool:
+        return self._terminated
+
+    async def terminate(self) -> Position:
+        self._terminated = True
+        return self.last_confirmed or Position(self.ledger_id, -1)
+
+    async def truncate(self) -> list[int]:
+        return []  # one ledger, the current one: nothing before it
+
+    def set_retention(self, time_ms: int, size_bytes: int) -> None:
+        """Memory storage keeps every entry (it serves tests and nothing else)."""
+
+    def trim_soon(self) -> None:
+        """Memory storage keeps every entry (it serves tests and nothing else)."""
+
+    @property
+    def index_home(self) -> IndexHome | None:
+        return None
 
     def add_tail_listener(self, listener: Callable[[], None]) -> None:
         self._listeners.append(listener)
@@ -450,9 +571,14 @@ class MemoryStorageFactory:
     async def list(self, prefix: str) -> list[str]:
         return sorted(n for n in self._ledgers if n.startswith(prefix))
 
+    async def close(self) -> None:
+        """Nothing held outside this process."""
+
 
 __all__ = [
+    "AddedCallback",
     "Entry",
+    "IndexHome",
     "MemoryCursor",
     "MemoryLedger",
     "MemoryStorageFactory",

@@ -263,6 +263,29 @@ class ManagedTopicLedger:
     def cursor_names(self) -> list[str]:
         return sorted(self.ml.cursors)
 
+    def ledger_sizes(self) -> list[tuple[int, int, int]]:
+        return self.ml.ledger_sizes()
+
+    async def find_by_publish_time(
+        self, publish_time_ms: int, publish_time_of: Callable[[bytes], int]
+    ) -> Position | None:
+        return await self.ml.find_by_publish_time(publish_time_ms, publish_time_of)
+
+    def set_retention(self, time_ms: int, size_bytes: int) -> None:
+        cfg = self.ml.config
+        if (cfg.retention_time_ms, cfg.retention_size_bytes) != (time_ms, size_bytes):
+            self.ml.config = dataclasses.replace(
+                cfg, retention_time_ms=time_ms, retention_size_bytes=size_bytes
+            )
+            self.ml.trim_soon()
+
+    def trim_soon(self) -> None:
+        self.ml.trim_soon()
+
+    @property
+    def index_home(self) -> ManagedLedger:
+        return self.ml
+
     async def close(self) -> None:
         self._listeners.clear()
         await self.ml.close()

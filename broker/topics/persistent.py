@@ -195,9 +195,13 @@ class TopicCounters:
     extra: dict[str, int] = field(default_factory=dict)
 
 
-AddThen = Callable[
-    [list[bytes], Callable[[list[Position] | None, BaseException | None], None]], None
-]
+def publish_time_or_zero(data: bytes) -> int:
+    """An entry's publish time; 0 for bytes without readable metadata (a search by time
+    treats them as old, as a scan skipping them would)."""
+    try:
+        return int(parse_entry_metadata(data).publish_time)
+    except Exception:
+        return 0
 
 
 class _Inflight:
@@ -219,14 +223,7 @@ class _Inflight:
             self.positions = positions
             self.topic.write_latency.add((time.monotonic() - self.started) * 1000)
         self.error = error
-        self.topic._complete_ready()
-
-    def finish_task(self, task: asyncio.Future[list[Position]]) -> None:
-        if task.cancelled():
-            self.finish(None, asyncio.CancelledError())
-            return
-        exc = task.exception()
-        self.finish(None if exc is not None else task.result(), exc)
+        self.topic.complete_ready()
 
 
 def _runs_by_sink(
@@ -284,8 +281,6 @@ class PersistentTopic:
         self._submit_scheduled = False
         self._inflight: collections.deque[_Inflight] = collections.deque()
         self._drain_waiters: list[asyncio.Future[None]] = []
-        # the storage's task-free append (calls back with the positions), if it has one
-        self._add_then: AddThen | None = getattr(ledger, "add_entries_then", None)
         self.state = TopicState.ACTIVE
         self.on_fenced: Callable[[PersistentTopic], None] | None = None
         # the compacted view and its compactions; set by the service when it loads the
@@ -404,17 +399,14 @@ class PersistentTopic:
     # -- termination (Pulsar's ``terminate``: no more messages, ever; reads continue)
     @property
     def terminated(self) -> bool:
-        return bool(getattr(self.ledger, "terminated", False))
+        return self.ledger.terminated
 
     async def terminate(self) -> Position:
         """Store what was sent so far, then close the topic to writes for good (durably:
         the storage keeps the flag); returns the last position. Connected producers are
         closed: their reconnect is refused with TopicTerminatedError."""
-        terminate = getattr(self.ledger, "terminate", None)
-        if terminate is None:
-            raise NotImplementedError(f"{self.name}: its storage cannot be terminated")
         await self._drain_publishes()
-        last: Position = await terminate()
+        last = await self.ledger.terminate()
         for producer in list(self.producers.producers.values()):
             if producer.cnx is not None:
                 producer.cnx.send_close_producer(producer)
@@ -484,18 +476,14 @@ class PersistentTopic:
         if not datas:  # duplicates only: reported once everything before them is
             item.done = True
             if len(self._inflight) == 1:
-                self._complete_ready()
+                self.complete_ready()
             return
-        if self._add_then is not None:
-            try:
-                self._add_then(datas, item.finish)
-            except Exception as exc:  # refused at once (state, too many pending adds)
-                item.finish(None, exc)
-            return
-        task = asyncio.get_running_loop().create_task(self.ledger.add_entries(datas))
-        task.add_done_callback(item.finish_task)
+        try:
+            self.ledger.add_entries_then(datas, item.finish)
+        except Exception as exc:  # refused at once (state, too many pending adds)
+            item.finish(None, exc)
 
-    def _complete_ready(self) -> None:
+    def complete_ready(self) -> None:
         """Report the appends done at the head of the in-flight queue, in order."""
         inflight = self._inflight
         while inflight:
@@ -587,7 +575,7 @@ class PersistentTopic:
             deliver_at_of=self.deliver_at_of,
             chunk_of=self.chunk_of,
             batch_size_hint=self.known_count,
-            delayed_ledger=getattr(self.ledger, "ml", None),  # the index's storage, if managed
+            delayed_ledger=self.ledger.index_home,
             max_read_entries=self.dispatcher_max_read_batch_size,
             redelivery_tracker=self.redelivery_tracker_enabled,
         )
@@ -766,22 +754,8 @@ class PersistentTopic:
 
     async def find_position_by_time(self, publish_time_ms: int) -> Position:
         """The first entry published at or after ``publish_time_ms`` (LATEST if none)."""
-        start = self.ledger.first_position
-        last = self.ledger.last_confirmed
-        if start is None or last is None:
-            return LATEST
-        while True:
-            entries = await self.ledger.read_entries(start, 1000)
-            for entry in entries:
-                try:
-                    md = parse_entry_metadata(entry.data)
-                except Exception:
-                    continue
-                if md.publish_time >= publish_time_ms:
-                    return entry.position
-            if not entries or entries[-1].position >= last:
-                return LATEST
-            start = Position(entries[-1].position.ledger_id, entries[-1].position.entry_id + 1)
+        found = await self.ledger.find_by_publish_time(publish_time_ms, publish_time_or_zero)
+        return LATEST if found is None else found
 
     # -- lifecycle
     @property

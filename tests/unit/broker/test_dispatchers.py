@@ -255,9 +255,8 @@ def keyed(key: str) -> bytes:
 
 
 async def make_key_shared_sub(ledger: MemoryLedger) -> Subscription:
-    from magnetar.client.protocol import entry_num_messages
-
     from magnetar.broker.topics.persistent import PersistentTopic
+    from magnetar.client.protocol import entry_num_messages
 
     cursor = await ledger.open_cursor("s", initial_earliest=True)
     return Subscription(

@@ -20,7 +20,7 @@ import pytest
 from magnetar.broker.dispatch.consumer import OutMessage
 from magnetar.broker.ledger.position import Position
 from magnetar.broker.naming import TopicName
-from magnetar.broker.storage.contract import MemoryLedger
+from magnetar.broker.storage.contract import AddedCallback, MemoryLedger
 from magnetar.broker.topics.persistent import PersistentTopic
 from magnetar.broker.topics.producer import AccessMode, Producer
 from magnetar.client.protocol import (
@@ -106,10 +106,11 @@ class _Sink:
 class _FailingLedger(MemoryLedger):
     fail = False
 
-    async def add_entries(self, datas: list[bytes]) -> list[Position]:
+    def add_entries_then(self, datas: list[bytes], then: AddedCallback) -> None:
         if self.fail:
-            raise OSError("disk gone")
-        return await super().add_entries(datas)
+            asyncio.get_running_loop().call_soon(then, None, OSError("disk gone"))
+            return
+        super().add_entries_then(datas, then)
 
 
 def _producer(pid: int, name: str) -> Producer:
