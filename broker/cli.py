@@ -268,7 +268,8 @@ def _healthcheck_arguments(parser: argparse.ArgumentParser) -> None:
 def _healthcheck_run(args: argparse.Namespace) -> int:
     from magnetar.broker.healthcheck import check_process
 
-    ok, detail = check_process(args.pid, timeout_s=args.timeout)
+    roles = {sub.name for sub in SUBCOMMANDS}
+    ok, detail = check_process(args.pid, roles, build_parser, timeout_s=args.timeout)
     print(detail)
     return 0 if ok else 1
 

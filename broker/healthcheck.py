@@ -11,11 +11,13 @@ Must not know: broker or bookie internals.
 
 from __future__ import annotations
 
+import argparse
 import json
 import pathlib
 import socket
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 
 _ROLES_WITH_WEB = ("broker", "standalone")
 
@@ -56,20 +58,25 @@ def _http_ok(url: str, timeout_s: float) -> tuple[bool, str]:
         return False, f"{url}: {exc}"
 
 
-def check_process(pid: int, *, timeout_s: float = 5.0) -> tuple[bool, str]:
-    """(healthy, what was checked)."""
-    from magnetar.broker.cli import SUBCOMMANDS, build_parser
-
+def check_process(
+    pid: int,
+    roles: set[str],
+    parser: Callable[[], argparse.ArgumentParser],
+    *,
+    timeout_s: float = 5.0,
+) -> tuple[bool, str]:
+    """(healthy, what was checked): ``roles`` are the server subcommands, ``parser`` builds
+    the ``magnetar`` command's parser (to read the process's own arguments)."""
     try:
         argv = _command_line(pid)
         environ = _environment(pid)
     except OSError as exc:
         return False, f"no process {pid}: {exc}"
-    found = _role_and_args(argv, {sub.name for sub in SUBCOMMANDS})
+    found = _role_and_args(argv, roles)
     if found is None:
         return False, f"process {pid} is not a magnetar server: {' '.join(argv)[:200]}"
     role, rest = found
-    args = build_parser().parse_args([role, *rest])
+    args = parser().parse_args([role, *rest])
     if role in _ROLES_WITH_WEB:
         from magnetar.broker.config import BrokerConfig
 

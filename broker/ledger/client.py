@@ -16,10 +16,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from dataclasses import dataclass
 
 from magnetar.bookie.api import Entry
 from magnetar.bookie.errors import BookieError, NoEntry, NoLedger
+from magnetar.broker.ledger.context import HandleContext, LedgerClientConfig
 from magnetar.broker.ledger.errors import (
     BookieFailure,
     EntryCorrupt,
@@ -37,30 +37,6 @@ from magnetar.zk.recipes import IdAllocator
 from magnetar.zk.store import CREATE_ONLY, MetadataStore
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class LedgerClientConfig:
-    ensemble_size: int = 2
-    write_quorum: int = 2
-    ack_quorum: int = 2
-    password: bytes = b""
-    add_timeout_ms: int = 3_000
-    """A bookie that has not acked the oldest pending add within this is replaced."""
-    ensemble_change_timeout_ms: int = 10_000
-    """Give up (handle ERRORED) when no ensemble can be formed for this long."""
-    max_pending_adds: int = 100_000
-    quarantine_ms: int = 30_000
-    allow_ensemble_shrink: bool = True
-    degraded_retry_ms: int = 2_000
-    """While writing under-replicated (no spare bookie), retry the replacement this often."""
-    recovery_read_batch: int = 64
-    fence_timeout_ms: int = 5_000
-    min_num_racks_per_write_quorum: int = 2
-    """BookKeeper's ``minNumRacksPerWriteQuorum``: racks each write set should span (when
-    bookies announce racks, ``bookieRack``)."""
-    enforce_min_num_racks_per_write_quorum: bool = False
-    """BookKeeper's ``enforceMinNumRacksPerWriteQuorum``: refuse ensembles that cannot."""
 
 
 class LedgerClient:
@@ -92,6 +68,8 @@ class LedgerClient:
         )
         self._ids = IdAllocator(store, paths.LEDGER_IDGEN)
         self.master_key = master_key_for(self.config.password)
+        self.context = HandleContext(self.store, self.config, self.clock, self.registry)
+        """What the handles this client makes need of it."""
 
     async def create_ledger(
         self,
@@ -130,7 +108,7 @@ class LedgerClient:
             except AlreadyExists:
                 continue
             log.debug("created ledger %d on %s", ledger_id, ensemble)
-            return WriteHandle(self, meta, result.stat.version)
+            return WriteHandle(self.context, meta, result.stat.version)
 
     async def read_metadata(self, ledger_id: int) -> tuple[LedgerMetadata, int]:
         got = await self.store.get(paths.ledger_metadata(ledger_id))
@@ -144,7 +122,7 @@ class LedgerClient:
         meta, version = await self.read_metadata(ledger_id)
         await self.registry.resolve(meta.all_bookies)
         if meta.state is LedgerState.CLOSED or not recovery:
-            handle = ReadHandle(self, meta, version)
+            handle = ReadHandle(self.context, meta, version)
             if not handle.is_closed:
                 await handle.read_lac()
             return handle
@@ -165,7 +143,7 @@ class LedgerClient:
         while True:
             meta, version = await self.read_metadata(ledger_id)
             if meta.state is LedgerState.CLOSED:
-                return ReadHandle(self, meta, version)
+                return ReadHandle(self.context, meta, version)
             recovering = meta.in_recovery()
             try:
                 result = await self.store.put(path, recovering.to_bytes(), expected_version=version)
@@ -179,7 +157,7 @@ class LedgerClient:
         if start >= 0:
             length = (await self._recovery_read(meta, start)).cumulative_length
         handle = WriteHandle(
-            self, meta, version, recovery=True, last_add_confirmed=start, length=length
+            self.context, meta, version, recovery=True, last_add_confirmed=start, length=length
         )
         try:
             futures: list[asyncio.Future[int]] = []
@@ -213,7 +191,7 @@ class LedgerClient:
             lac,
             handle.length,
         )
-        return ReadHandle(self, handle.metadata, handle.version)
+        return ReadHandle(self.context, handle.metadata, handle.version)
 
     async def _fence(self, meta: LedgerMetadata) -> int:
         """Fence the last fragment's bookies until every write set is covered (at least

@@ -24,9 +24,16 @@ import json
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from magnetar.broker.ledger.ackstate import AckDelta, AckState, decode_delta, encode_delta
+from magnetar.broker.ledger.ackstate import (
+    AckDelta,
+    AckState,
+    LedgerNavigator,
+    decode_delta,
+    encode_delta,
+)
+from magnetar.broker.ledger.client import LedgerClient
 from magnetar.broker.ledger.errors import (
     LedgerError,
     LedgerNotFound,
@@ -38,9 +45,59 @@ from magnetar.broker.ledger.position import Position
 from magnetar.broker.ledger.states import ManagedLedgerState
 from magnetar.zk import paths
 from magnetar.zk.errors import BadVersion, MetadataError, NotFound
+from magnetar.zk.store import MetadataStore
 
-if TYPE_CHECKING:
-    from magnetar.broker.ledger.managed_ledger import ManagedLedger
+
+class CursorSettings(Protocol):
+    """The managed ledger's settings a cursor reads (``ManagedLedgerConfig`` has them)."""
+
+    @property
+    def cursor_snapshot_min_bytes(self) -> int: ...
+
+    @property
+    def cursor_max_entries_per_ledger(self) -> int: ...
+
+    @property
+    def snapshot_chunk_bytes(self) -> int: ...
+
+
+class CursorLedger(LedgerNavigator, Protocol):
+    """What a cursor needs of its managed ledger (``ManagedLedger`` is one): its name,
+    store, settings and ledger client, its positions, and the calls a cursor makes back
+    when it moves or goes."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def store(self) -> MetadataStore: ...
+
+    @property
+    def config(self) -> CursorSettings: ...
+
+    @property
+    def ledger_client(self) -> LedgerClient: ...
+
+    @property
+    def state(self) -> ManagedLedgerState: ...
+
+    @property
+    def last_confirmed(self) -> Position: ...
+
+    def next_valid_position(self, pos: Position) -> Position: ...
+
+    def position_after(self, pos: Position) -> Position: ...
+
+    def ledger_sizes(self) -> list[tuple[int, int, int]]: ...
+
+    async def find_by_publish_time(
+        self, publish_time_ms: int, extract: Callable[[bytes], int]
+    ) -> Position | None: ...
+
+    def on_cursor_moved(self, cursor: ManagedCursor) -> None: ...
+
+    def remove_non_durable_cursor(self, cursor: ManagedCursor) -> None: ...
+
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +145,7 @@ class CursorInfo:
 class ManagedCursor:
     def __init__(
         self,
-        ml: ManagedLedger,
+        ml: CursorLedger,
         name: str,
         state: AckState,
         *,
@@ -393,7 +450,7 @@ class ManagedCursor:
             await self._ml.ledger_client.delete_ledger(old_id)
 
     @classmethod
-    async def recover(cls, ml: ManagedLedger, name: str) -> ManagedCursor:
+    async def recover(cls, ml: CursorLedger, name: str) -> ManagedCursor:
         path = paths.managed_cursor(ml.name, name)
         got = await ml.store.get(path)
         if got is None:

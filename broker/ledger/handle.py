@@ -33,7 +33,7 @@ import logging
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import crc32c
 
@@ -44,6 +44,7 @@ from magnetar.bookie.errors import (
     Fenced,
     Unauthorized,
 )
+from magnetar.broker.ledger.context import HandleContext
 from magnetar.broker.ledger.errors import (
     BookieFailure,
     EntryCorrupt,
@@ -59,9 +60,6 @@ from magnetar.broker.ledger.placement import LedgerBookieClient
 from magnetar.broker.ledger.states import HANDLE_FSM, HandleEvent, HandleState, LedgerState
 from magnetar.zk import paths
 from magnetar.zk.errors import BadVersion, MetadataError
-
-if TYPE_CHECKING:
-    from magnetar.broker.ledger.client import LedgerClient
 
 log = logging.getLogger(__name__)
 
@@ -177,7 +175,7 @@ class ReadHandle:
 
     _adopts_fresh_metadata = True
 
-    def __init__(self, client: LedgerClient, metadata: LedgerMetadata, version: int) -> None:
+    def __init__(self, client: HandleContext, metadata: LedgerMetadata, version: int) -> None:
         self._client = client
         self.metadata = metadata
         self.version = version
@@ -280,7 +278,7 @@ class ReadHandle:
 
 
 async def read_entries(
-    client: LedgerClient, meta: LedgerMetadata, first: int, last: int
+    client: HandleContext, meta: LedgerMetadata, first: int, last: int
 ) -> list[LedgerEntry]:
     out: list[LedgerEntry] = []
     entry_id = first
@@ -308,7 +306,7 @@ async def read_entries(
 
 
 async def _read_range_any(
-    client: LedgerClient, ledger_id: int, ensemble: tuple[str, ...], first: int, last: int
+    client: HandleContext, ledger_id: int, ensemble: tuple[str, ...], first: int, last: int
 ) -> list[LedgerEntry]:
     """Every bookie of an unstriped fragment holds every entry: read ranges, falling back."""
     out: list[LedgerEntry] = []
@@ -338,7 +336,7 @@ async def _read_range_any(
 
 
 async def _read_one(
-    client: LedgerClient, ledger_id: int, ws: tuple[str, ...], entry_id: int
+    client: HandleContext, ledger_id: int, ws: tuple[str, ...], entry_id: int
 ) -> LedgerEntry:
     errors: list[Exception] = []
     for bookie in ws:
@@ -359,7 +357,7 @@ class WriteHandle(ReadHandle):
 
     def __init__(
         self,
-        client: LedgerClient,
+        client: HandleContext,
         metadata: LedgerMetadata,
         version: int,
         *,

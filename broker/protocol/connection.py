@@ -135,7 +135,7 @@ class ServerConnection(asyncio.Protocol):
             else InputBudget(service.config.max_buffered_partial_frames_size_in_mb << 20)
         )
         """Bytes of partial frames held between reads: shared by the listener's connections."""
-        self.security = ConnectionSecurity(self)
+        self.security: ConnectionSecurity = ConnectionSecurity(self, service.authn, service.authz)
         cfg = service.config
         self.max_frame = cfg.max_message_size + FRAME_PADDING
         self.max_pending_sends = max(1, cfg.max_pending_publish_requests_per_connection)

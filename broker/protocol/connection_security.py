@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from magnetar.broker.errors import ServerError
 from magnetar.broker.naming import InvalidTopicName, TopicName
 from magnetar.broker.security.authentication import (
     REFRESH_AUTH_DATA,
     AuthenticationError,
+    AuthenticationService,
     ConnectionAuth,
     RefreshAction,
 )
@@ -29,20 +30,44 @@ from magnetar.broker.security.authorization import (
     NOT_AUTHORIZED_METADATA,
     NOT_AUTHORIZED_PRODUCE,
     NOT_AUTHORIZED_SUBSCRIBE,
+    AuthorizationService,
 )
 from magnetar.client.protocol.proto import pulsar_api_pb2 as pb
-
-if TYPE_CHECKING:
-    from magnetar.broker.protocol.connection import ServerConnection
 
 log = logging.getLogger(__name__)
 T = pb.BaseCommand
 U64 = (1 << 64) - 1
 
 
+class SecuredConnection(Protocol):
+    """What the security of a connection uses of it (``ServerConnection`` is one)."""
+
+    @property
+    def transport(self) -> asyncio.Transport | None: ...
+
+    @property
+    def peer(self) -> str: ...
+
+    @property
+    def closed(self) -> bool: ...
+
+    @property
+    def protocol_version(self) -> int: ...
+
+    def write_command(self, cmd: pb.BaseCommand) -> None: ...
+
+    def error_response(self, request_id: int, code: ServerError, message: str) -> None: ...
+
+    def close(self) -> None: ...
+
+
 class ConnectionSecurity:
-    def __init__(self, cnx: ServerConnection) -> None:
+    def __init__(
+        self, cnx: SecuredConnection, authn: AuthenticationService, authz: AuthorizationService
+    ) -> None:
         self.cnx = cnx
+        self.authn = authn
+        self.authz = authz
         self.auth: ConnectionAuth | None = None
         self._timer: asyncio.TimerHandle | None = None
 
@@ -60,7 +85,7 @@ class ConnectionSecurity:
     # ------------------------------------------------------------------ authentication
     def on_connect(self, c: pb.CommandConnect) -> bool:
         """Authenticate a CONNECT; False after refusing it (ERROR sent, connection closing)."""
-        authn = self.cnx.service.authn
+        authn = self.authn
         if not authn.enabled:
             return True
         method = c.auth_method_name if c.HasField("auth_method_name") else "none"
@@ -81,7 +106,7 @@ class ConnectionSecurity:
         self.cnx.close()
 
     def _arm(self) -> None:
-        interval = self.cnx.service.authn.refresh_check_s
+        interval = self.authn.refresh_check_s
         if interval > 0 and not self.cnx.closed:
             self._timer = asyncio.get_running_loop().call_later(interval, self._refresh_check)
 
@@ -144,27 +169,27 @@ class ConnectionSecurity:
 
     async def denied_lookup(self, topic: str, metadata: bool = False) -> str | None:
         """Pulsar's message when this role may not look ``topic`` up (None: allowed)."""
-        authz = self.cnx.service.authz
+        authz = self.authz
         tn = self._name(topic) if authz.enabled else None
         if tn is None or await authz.can_lookup(tn, self.role):
             return None
         return NOT_AUTHORIZED_METADATA if metadata else NOT_AUTHORIZED_LOOKUP
 
     async def denied_list_topics(self, tenant: str, namespace: str) -> str | None:
-        authz = self.cnx.service.authz
+        authz = self.authz
         if not authz.enabled or await authz.can_list_topics(tenant, namespace, self.role):
             return None
         return NOT_AUTHORIZED_GET_TOPICS
 
     async def denied_produce(self, topic: str) -> str | None:
-        authz = self.cnx.service.authz
+        authz = self.authz
         tn = self._name(topic) if authz.enabled else None
         if tn is None or await authz.can_produce(tn, self.role):
             return None
         return NOT_AUTHORIZED_PRODUCE
 
     async def denied_consume(self, topic: str, subscription: str) -> str | None:
-        authz = self.cnx.service.authz
+        authz = self.authz
         tn = self._name(topic) if authz.enabled else None
         if tn is None or await authz.can_consume(tn, self.role, subscription):
             return None

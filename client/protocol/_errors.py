@@ -19,10 +19,7 @@ Must not know: sockets, asyncio, brokers or clients.
 from __future__ import annotations
 
 import enum
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from ._framing import PayloadCommand
+from typing import Any
 
 
 class ProtocolError(Exception):
@@ -57,7 +54,8 @@ class ChecksumMismatchError(RemoteProtocolError):
 
     recoverable = True
 
-    def __init__(self, expected: int, actual: int, event: PayloadCommand) -> None:
+    def __init__(self, expected: int, actual: int, event: Any) -> None:
+        # event: the ``PayloadCommand`` whose checksum failed (typed Any: _framing imports us)
         super().__init__(f"checksum mismatch: frame says {expected:#010x}, computed {actual:#010x}")
         self.expected = expected
         self.actual = actual

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from support.net import free_port
 from support.zookeeper import ZooKeeperServer
 
+from magnetar.broker.cli import SUBCOMMANDS, build_parser
 from magnetar.broker.healthcheck import check_process
 
 
@@ -82,7 +83,7 @@ def test_broker_prints_masked_effective_config_and_exits_0_on_sigterm(
         assert shown["cluster_name"] == "from-env"
         _wait_for(lines, "Magnetar broker is ready", proc)
         # The image's HEALTHCHECK reads the process's command line and environment.
-        ok, detail = check_process(proc.pid)
+        ok, detail = check_process(proc.pid, {s.name for s in SUBCOMMANDS}, build_parser)
         assert ok, detail
         assert f":{web}/admin/v2/brokers/health: 200" in detail
         proc.send_signal(signal.SIGTERM)
@@ -128,7 +129,7 @@ def test_bookie_prints_masked_effective_config_and_exits_0_on_sigterm(
         assert shown["storage"] == "memory"
         assert shown["log_format"] == "json"
         _wait_for(lines, "bookie started", proc)
-        ok, detail = check_process(proc.pid)
+        ok, detail = check_process(proc.pid, {s.name for s in SUBCOMMANDS}, build_parser)
         assert ok and "/health: 200" in detail and '"serving": true' in detail, detail
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(60) == 0, "".join(lines)[-3000:]
