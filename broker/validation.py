@@ -12,8 +12,8 @@ of proportion to its size:
   which the broker remembers and batch acks are bounded by, is then the real one.
 - ``check_subscription_name``: the names Pulsar refuses (blank, reserved, control
   characters, too long).
-- ``repair_command_strings``: invalid UTF-8 in a command's string fields becomes U+FFFD
-  (Pulsar's Java codec does the same), so names are validated as names, never as bytes.
+(Invalid UTF-8 in a command's string fields is repaired by the codec's ``decode_command``
+before anything here sees a name.)
 Invariant: an entry that passes ``check_entry`` is one dispatch can parse.
 Pure: no I/O. Must not know: topics, subscriptions, the connection.
 """
@@ -21,30 +21,11 @@ Pure: no I/O. Must not know: topics, subscriptions, the connection.
 from __future__ import annotations
 
 from magnetar.broker.errors import BrokerError, ServerError
-from magnetar.client.protocol import RemoteProtocolError, parse_entry_metadata, repair_strings
+from magnetar.client.protocol import RemoteProtocolError, parse_entry_metadata
 from magnetar.client.protocol.proto import pulsar_api_pb2 as pb
 
 MIN_BATCHED_MESSAGE_BYTES = 6
 """A batched message's least size: 4-byte metadata size + ``payload_size`` (tag, varint)."""
-
-_T = pb.BaseCommand
-_NO_STRINGS = frozenset(
-    {
-        _T.SEND,
-        _T.ACK,
-        _T.FLOW,
-        _T.PING,
-        _T.PONG,
-        _T.REDELIVER_UNACKNOWLEDGED_MESSAGES,
-        _T.CLOSE_PRODUCER,
-        _T.CLOSE_CONSUMER,
-        _T.UNSUBSCRIBE,
-        _T.SEEK,
-        _T.GET_LAST_MESSAGE_ID,
-        _T.CONSUMER_STATS,
-    }
-)
-"""Commands that carry no string field a handler reads (the frequent ones among them)."""
 
 
 class InvalidEntry(BrokerError, ValueError):
@@ -116,12 +97,6 @@ def check_subscription_name(name: str) -> None:
         )
 
 
-def repair_command_strings(cmd: pb.BaseCommand) -> None:
-    """Invalid UTF-8 in the string fields of a command becomes U+FFFD (see the module)."""
-    if cmd.type not in _NO_STRINGS:
-        repair_strings(cmd)
-
-
 __all__ = [
     "MIN_BATCHED_MESSAGE_BYTES",
     "RESERVED_SUBSCRIPTION_PREFIXES",
@@ -131,5 +106,4 @@ __all__ = [
     "check_entry",
     "check_subscription_name",
     "max_messages",
-    "repair_command_strings",
 ]

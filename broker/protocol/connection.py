@@ -50,10 +50,11 @@ from magnetar.broker.validation import (
     InvalidSubscriptionName,
     check_entry,
     check_subscription_name,
-    repair_command_strings,
 )
 from magnetar.client.protocol import (
     MAGIC_CRC32C_BYTES,
+    RemoteProtocolError,
+    decode_command,
     encode_command,
     encode_message_frames,
     encode_send_receipt_frame,
@@ -80,8 +81,8 @@ _U32 = struct.Struct(">I")
 _names = itertools.count()
 
 
-class ProtocolViolation(Exception):
-    pass
+ProtocolViolation = RemoteProtocolError
+"""A client broke the protocol: the connection is closed (the codec's error, one type)."""
 
 
 def _failed_response(response_type: Any, request_id: int, exc: Exception, what: str) -> Any:
@@ -313,42 +314,18 @@ class ServerConnection(asyncio.Protocol):
             self._buffered = len(buf)
 
     def _handle_frame(self, data: bytes, start: int, end: int) -> None:
-        """The frame ``data[start:end]`` (after its total size)."""
-        if end - start < 4:
-            raise ProtocolViolation("frame without command size")
-        (cmd_size,) = _U32.unpack_from(data, start)
-        cmd_end = start + 4 + cmd_size
-        if cmd_end > end or cmd_size == 0:
-            raise ProtocolViolation("command size exceeds frame")
-        cmd = T()
-        try:
-            cmd.ParseFromString(data[start + 4 : cmd_end])
-        except Exception as exc:
-            raise ProtocolViolation(f"cannot parse command: {exc}") from None
-        kind = cmd.type
-        if kind == T.SEND:  # the hot path: CommandSend's required fields checked directly
-            send = cmd.send
-            if not (
-                send.HasField("producer_id")
-                and send.HasField("sequence_id")
-                and (not send.HasField("message_id") or send.message_id.IsInitialized())
-            ):
-                raise ProtocolViolation("command misses required fields")
-            self._ping_outstanding = False
-            if not self.connected:
-                raise ProtocolViolation("SEND before CONNECT")
-            self._handle_send(send, data[cmd_end:end])
-            return
-        if not cmd.IsInitialized():
-            raise ProtocolViolation("command misses required fields")
-        repair_command_strings(cmd)
+        """The frame ``data[start:end]`` (after its total size), decoded by the codec's
+        ``decode_command`` (the client's rules too)."""
+        cmd, payload_at = decode_command(data, start, end)
         self._ping_outstanding = False
-        if end > cmd_end:
-            raise ProtocolViolation(f"unexpected payload on {T.Type.Name(kind)}")
+        kind = cmd.type
         if not self.connected:
             if kind != T.CONNECT:
                 raise ProtocolViolation(f"{T.Type.Name(kind)} before CONNECT")
             self._handle_connect(cmd.connect)
+            return
+        if kind == T.SEND:  # the hot path
+            self._handle_send(cmd.send, data[payload_at:end])
             return
         handler = self._handlers.get(kind)
         if handler is None:

@@ -352,26 +352,81 @@ def _parse(
         raise RemoteProtocolError(f"{what} misses required fields: {missing}")
 
 
-def decode_frame_body(body: bytes) -> Command:
-    """Decode one frame without its 4-byte totalSize prefix; raises ``RemoteProtocolError``."""
-    if len(body) < 4:
-        raise RemoteProtocolError(f"frame of {len(body)} bytes has no command size")
-    (cmd_size,) = _U32.unpack_from(body, 0)
-    if cmd_size > len(body) - 4:
-        raise RemoteProtocolError(f"command size {cmd_size} exceeds frame size {len(body)}")
+_NO_STRINGS = frozenset(
+    int(t)
+    for t in (
+        CommandType.SEND,
+        CommandType.MESSAGE,
+        CommandType.SEND_RECEIPT,
+        CommandType.ACK,
+        CommandType.FLOW,
+        CommandType.PING,
+        CommandType.PONG,
+        CommandType.REDELIVER_UNACKNOWLEDGED_MESSAGES,
+        CommandType.CLOSE_PRODUCER,
+        CommandType.CLOSE_CONSUMER,
+        CommandType.UNSUBSCRIBE,
+        CommandType.SEEK,
+        CommandType.GET_LAST_MESSAGE_ID,
+        CommandType.CONSUMER_STATS,
+    )
+)
+"""Frequent commands with no string field a receiver reads: their strings are not repaired."""
+_SEND = int(CommandType.SEND)
+_PAYLOAD_INTS = frozenset(int(t) for t in PAYLOAD_TYPES)
+
+
+def decode_command(frame: bytes, start: int, end: int) -> tuple[pb.BaseCommand, int]:
+    """Decode the command of the frame ``frame[start:end]`` (after its 4-byte total size):
+    the one place a command's rules are checked, by the client and the broker alike.
+
+    Returns the ``BaseCommand`` and where its payload starts (``end`` when it has none).
+    Raises ``RemoteProtocolError`` for a command size outside the frame, a command that does
+    not parse, misses required fields or its body, or bytes after a command that carries no
+    payload. Invalid UTF-8 in string fields becomes U+FFFD, as Pulsar's Java codec decodes
+    it (``repair_strings``), except in the frequent commands that carry no string read.
+    SEND, the hot path, has its required fields checked directly.
+    """
+    if end - start < 4:
+        raise RemoteProtocolError(f"frame of {end - start} bytes has no command size")
+    (cmd_size,) = _U32.unpack_from(frame, start)
+    cmd_end = start + 4 + cmd_size
+    if cmd_size == 0 or cmd_end > end:
+        raise RemoteProtocolError(f"command size {cmd_size} exceeds frame size {end - start}")
     base = pb.BaseCommand()
-    _parse(base, body[4 : 4 + cmd_size], "BaseCommand")
-    ctype = _TYPE_OF.get(base.type)
+    try:
+        base.ParseFromString(frame[start + 4 : cmd_end])
+    except Exception as exc:  # protobuf raises DecodeError and, on odd input, others
+        raise RemoteProtocolError(f"cannot parse BaseCommand: {exc}") from None
+    kind = base.type
+    if kind == _SEND:
+        send = base.send
+        if not (
+            send.HasField("producer_id")
+            and send.HasField("sequence_id")
+            and (not send.HasField("message_id") or send.message_id.IsInitialized())
+        ):
+            raise RemoteProtocolError("SEND misses required fields")
+        return base, cmd_end
+    if not base.IsInitialized():
+        raise RemoteProtocolError(f"BaseCommand misses required fields: {_missing_fields(base)}")
+    ctype = _TYPE_OF.get(kind)
     if ctype is None:  # pragma: no cover - closed proto2 enum already rejects it
-        raise RemoteProtocolError(f"unknown command type {base.type}")
+        raise RemoteProtocolError(f"unknown command type {kind}")
     if not base.HasField(FIELD_NAME[ctype]):  # type: ignore[arg-type]
         raise RemoteProtocolError(f"{ctype.name} without its '{FIELD_NAME[ctype]}' body")
-    rest_start = 4 + cmd_size
+    if kind not in _PAYLOAD_INTS and cmd_end != end:
+        raise RemoteProtocolError(f"{ctype.name} followed by {end - cmd_end} stray bytes")
+    if kind not in _NO_STRINGS:
+        repair_strings(base)
+    return base, cmd_end
+
+
+def decode_frame_body(body: bytes) -> Command:
+    """Decode one frame without its 4-byte totalSize prefix; raises ``RemoteProtocolError``."""
+    base, rest_start = decode_command(body, 0, len(body))
+    ctype = _TYPE_OF[base.type]
     if ctype not in PAYLOAD_TYPES:
-        if rest_start != len(body):
-            raise RemoteProtocolError(
-                f"{ctype.name} followed by {len(body) - rest_start} stray bytes"
-            )
         return Command(ctype, base)
     return _decode_payload(ctype, base, body, rest_start)
 
