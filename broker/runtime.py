@@ -24,8 +24,6 @@ from magnetar.bookie.tls import GrpcTls
 from magnetar.broker.admin.cluster_api import ClusterApi
 from magnetar.broker.admin.http_api import AdminApi
 from magnetar.broker.admin.http_security import add_permission_routes, security_middleware
-from magnetar.broker.admin.metrics import BrokerMetrics
-from magnetar.broker.admin.topic_ops import TopicOperations
 from magnetar.broker.config import BrokerConfig
 from magnetar.broker.ledger import ManagedLedgerConfig, ManagedLedgerFactory
 from magnetar.broker.ledger.placement import RackPolicy
@@ -105,14 +103,7 @@ class BrokerRuntime:
     async def start(self) -> None:
         await self.listener.start()
         await self.service.start()
-        api = AdminApi(
-            self.service.resources,
-            self.service,
-            default_bundles=self.config.default_number_of_namespace_bundles,
-            extra_routes=ClusterApi(self.service).register,
-            operations=TopicOperations(self.service),
-            metrics=BrokerMetrics(self.service).chunks,
-        )
+        api = AdminApi.of_service(self.service, extra_routes=ClusterApi(self.service).register)
         app = api.app()
         app.middlewares.append(security_middleware(self.service.authn, self.service.authz))
         add_permission_routes(app, self.service.authz)

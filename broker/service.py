@@ -4,7 +4,7 @@ Owns: starting/stopping the Pulsar binary-protocol server, creating the default 
 ``public`` tenant / ``public/default`` namespace, binary lookup (bundle of the topic ->
 owner; this broker takes an unowned bundle), partitioned metadata (with auto-creation),
 loading topics only for bundles this broker owns (closing them when ownership is lost),
-topic auto-creation, unload / delete, and the ``TopicAdmin`` protocol the HTTP API uses;
+topic auto-creation, unload / delete, and the ``TopicRegistry`` protocol the HTTP API uses;
 attaching each persistent topic's ``TopicCompaction`` (its stored view loaded) and running
 the ``CompactionMonitor`` (automatic compaction over the resolved ``compaction_threshold``).
 
@@ -28,7 +28,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from magnetar.broker.compaction import (
-    CompactionAlreadyRunning,
     CompactionMonitor,
     TopicCompaction,
 )
@@ -53,7 +52,6 @@ from magnetar.broker.security.tls import ReloadingServerContext, TlsSettings
 from magnetar.broker.storage.contract import TopicStorageFactory
 from magnetar.broker.topics.nonpersistent import NonPersistentTopic
 from magnetar.broker.topics.persistent import PersistentTopic
-from magnetar.broker.topics.subscription import SubscriptionError
 from magnetar.zk.clock import Clock, SystemClock
 from magnetar.zk.errors import MetadataError
 from magnetar.zk.store import MetadataStore
@@ -538,7 +536,7 @@ class BrokerService:
 
         self._spawn(close_lost())
 
-    # ------------------------------------------------------------------ admin (TopicAdmin)
+    # ------------------------------------------------------------------ admin (TopicRegistry)
     async def lookup_urls(self, topic: str, authoritative: bool = False) -> tuple[str, ...]:
         try:
             got = await self.lookup(topic, authoritative)
@@ -603,7 +601,7 @@ class BrokerService:
             raise ResourceNotFound("Topic not found")
         if loaded is None:
             # Load it, so per-subscription storage (delayed-delivery indexes) goes too.
-            loaded = await self._admin_topic(topic)
+            loaded = await self.existing_topic(topic)
         if not force:
             if loaded.producers.producers:
                 raise PreconditionFailed("Topic has active producers")
@@ -619,7 +617,9 @@ class BrokerService:
         if tn.persistent:
             await self.storage.delete(tn.managed_ledger_name)
 
-    async def _admin_topic(self, topic: str) -> PersistentTopic:
+    async def existing_topic(self, topic: str) -> PersistentTopic:
+        """The loaded or stored topic (loaded here if needed); ``ResourceNotFound`` if it does
+        not exist, the admin errors for the rest."""
         try:
             got = await self.get_topic(topic, create=False)
         except ServiceError as exc:
@@ -628,67 +628,11 @@ class BrokerService:
             raise ResourceNotFound("Topic not found")
         return got
 
-    async def list_subscriptions(self, topic: str) -> list[str]:
-        return sorted((await self._admin_topic(topic)).subscriptions)
-
-    async def create_subscription(self, topic: str, subscription: str, *, earliest: bool) -> None:
-        t = await self._admin_topic(topic)
-        if subscription in t.subscriptions:
-            raise ResourceConflict("Subscription already exists for topic")
-        await t.create_subscription(subscription, earliest=earliest)
-
-    async def delete_subscription(self, topic: str, subscription: str, *, force: bool) -> None:
-        t = await self._admin_topic(topic)
-        try:
-            await t.delete_subscription(subscription, force=force)
-        except SubscriptionError as exc:
-            if exc.code == ServerError.SubscriptionNotFound:
-                raise ResourceNotFound("Subscription not found") from None
-            raise PreconditionFailed(exc.message) from None
-
-    # compaction (Pulsar: PUT / GET /admin/v2/persistent/{t}/{ns}/{topic}/compaction)
     def _compaction_threshold(self, topic: PersistentTopic) -> int:
         state = self.policies.state_of(topic)
         if state is not None:
             return int(state.policies.compaction_threshold_bytes)
         return int(self.config.broker_service_compaction_threshold_in_bytes)
-
-    async def _compaction_of(self, topic: str) -> tuple[PersistentTopic, TopicCompaction]:
-        if not self.parse_topic(topic).persistent:
-            err = ResourceError("Compaction is not supported on non-persistent topics")
-            err.http_status = 405
-            raise err
-        t = await self._admin_topic(topic)
-        if t.compaction is None:
-            raise ResourceError("Topic has no compaction state")
-        return t, t.compaction
-
-    async def trigger_compaction(self, topic: str) -> None:
-        """Start compacting ``topic`` up to its current end; ResourceConflict (409) while a
-        compaction of it runs."""
-        tn = self.parse_topic(topic)
-        if tn.persistent and tn.partition_index < 0:
-            n = await self.resources.get_partitions(tn.tenant, tn.namespace, tn.domain, tn.local)
-            if n > 0:  # a partitioned topic: every partition (Pulsar does the same)
-                for i in range(n):
-                    try:
-                        await self.trigger_compaction(f"{tn.full}-partition-{i}")
-                    except (ResourceConflict, ResourceNotFound):
-                        pass  # running already, or a partition never written to
-                return
-        t, compaction = await self._compaction_of(topic)
-        try:
-            compaction.trigger(t)
-        except CompactionAlreadyRunning as exc:
-            raise ResourceConflict(str(exc)) from None
-
-    async def compaction_status(self, topic: str) -> dict[str, Any]:
-        _, compaction = await self._compaction_of(topic)
-        return compaction.status_json()
-
-    async def topic_stats(self, topic: str) -> dict[str, Any]:
-        t = await self._admin_topic(topic)
-        return {**t.stats(), **self.policies.topic_stats(t)}
 
     def stats(self) -> dict[str, Any]:
         return {

@@ -4,8 +4,8 @@ Owns: routing and JSON shapes of ``/admin/v2/...`` (tenants, namespaces, policie
 partitioned and non-partitioned topics, subscriptions, stats), ``/lookup/v2/topic/...``,
 ``/admin/v2/brokers/health`` and ``/metrics``. Errors are answered as Pulsar does: a status
 code and ``{"reason": "..."}``. Must not know: how topics are served; it talks to the admin
-metadata through ``Resources`` and to the topic layer through the small ``TopicAdmin``
-protocol that ``BrokerService`` implements.
+metadata through ``Resources`` and to the topic layer through two small protocols:
+``TopicRegistry`` (``BrokerService``) and ``TopicAdmin`` (``TopicOperations``).
 """
 
 from __future__ import annotations
@@ -15,12 +15,13 @@ import json
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import unquote
 
 from aiohttp import web
 
 from magnetar.broker.admin.http_guard import BadRequest, guard, quiet_bad_requests, read_json
+from magnetar.broker.admin.metrics import BrokerMetrics
 from magnetar.broker.admin.ops_api import OperationRoutes, json_unknown_routes
 from magnetar.broker.admin.topic_ops import TopicOperations
 from magnetar.broker.namespace.resources import (
@@ -38,6 +39,9 @@ from magnetar.broker.policies.model import (
     remove_backlog_quota,
     set_backlog_quota,
 )
+
+if TYPE_CHECKING:
+    from magnetar.broker.service import BrokerService
 
 log = logging.getLogger(__name__)
 
@@ -76,8 +80,9 @@ async def join_yielding(
     return "".join([s async for s in slices_yielding(chunks, slice_s, clock)])
 
 
-class TopicAdmin(Protocol):
-    """What the HTTP API needs from the topic layer (implemented by ``BrokerService``)."""
+class TopicRegistry(Protocol):
+    """What the HTTP API needs of the topic registry (``BrokerService``): lookups, topic
+    creation, deletion and unloads."""
 
     async def lookup_urls(self, topic: str, authoritative: bool = False) -> tuple[str, ...]:
         """(binary service URL, HTTP URL[, TLS binary URL, HTTPS URL]) of the broker owning
@@ -92,17 +97,22 @@ class TopicAdmin(Protocol):
 
     async def delete_topic(self, topic: str, *, force: bool) -> None: ...
 
-    async def list_subscriptions(self, topic: str) -> list[str]: ...
-
-    async def delete_subscription(self, topic: str, subscription: str, *, force: bool) -> None: ...
-
-    async def topic_stats(self, topic: str) -> dict[str, Any]: ...
-
     async def unload_topic(self, topic: str) -> None: ...
 
     async def unload_namespace_bundle(self, tenant: str, namespace: str, name: str) -> str | None:
         """Unload a bundle owned here (None), or the owner's HTTP URL (None if unowned)."""
         ...
+
+
+class TopicAdmin(Protocol):
+    """What the HTTP API needs of topic administration (``admin.topic_ops.TopicOperations``):
+    subscriptions, stats and compaction."""
+
+    async def list_subscriptions(self, topic: str) -> list[str]: ...
+
+    async def delete_subscription(self, topic: str, subscription: str, *, force: bool) -> None: ...
+
+    async def topic_stats(self, topic: str) -> dict[str, Any]: ...
 
     async def trigger_compaction(self, topic: str) -> None:
         """Start compacting ``topic``; ``ResourceConflict`` while one runs."""
@@ -167,8 +177,9 @@ class AdminApi:
     def __init__(
         self,
         resources: Resources,
-        topics: TopicAdmin,
+        topics: TopicRegistry,
         *,
+        admin: TopicAdmin,
         default_bundles: int = 4,
         metrics: Callable[[], Iterable[str]],
         extra_metrics: Callable[[], str] | None = None,
@@ -178,6 +189,7 @@ class AdminApi:
     ) -> None:
         self.resources = resources
         self.topics = topics
+        self.admin = admin
         self.default_bundles = default_bundles
         self.metrics_source = metrics
         """The exposition text in pieces (``BrokerMetrics.chunks``)."""
@@ -186,6 +198,26 @@ class AdminApi:
         self.extra_routes = extra_routes
         self.operations = operations
         """Subscription, topic, namespace and cluster operations (``admin_ops_api``)."""
+
+    @classmethod
+    def of_service(
+        cls,
+        service: BrokerService,
+        *,
+        extra_routes: Callable[[web.UrlDispatcher], None] | None = None,
+    ) -> AdminApi:
+        """The admin API of a running broker service: its registry, its topic operations
+        (subscriptions, stats, compaction and the rest) and its metrics."""
+        operations = TopicOperations(service)
+        return cls(
+            service.resources,
+            service,
+            admin=operations,
+            operations=operations,
+            default_bundles=service.config.default_number_of_namespace_bundles,
+            metrics=BrokerMetrics(service).chunks,
+            extra_routes=extra_routes,
+        )
 
     def app(self) -> web.Application:
         quiet_bad_requests()
@@ -561,29 +593,29 @@ class AdminApi:
 
     async def list_subscriptions(self, request: web.Request) -> web.Response:
         topic = _topic_name(request)
-        return _json(sorted(await self.topics.list_subscriptions(topic)))
+        return _json(sorted(await self.admin.list_subscriptions(topic)))
 
     async def delete_subscription(self, request: web.Request) -> web.Response:
         topic = _topic_name(request)
         force = request.query.get("force", "false") == "true"
-        await self.topics.delete_subscription(
+        await self.admin.delete_subscription(
             topic, unquote(request.match_info["subscription"]), force=force
         )
         return _no_content()
 
     async def topic_stats(self, request: web.Request) -> web.Response:
-        return _json(await self.topics.topic_stats(_topic_name(request)))
+        return _json(await self.admin.topic_stats(_topic_name(request)))
 
     async def unload_topic(self, request: web.Request) -> web.Response:
         await self.topics.unload_topic(_topic_name(request))
         return _no_content()
 
     async def trigger_compaction(self, request: web.Request) -> web.Response:
-        await self.topics.trigger_compaction(_topic_name(request))
+        await self.admin.trigger_compaction(_topic_name(request))
         return _no_content()
 
     async def compaction_status(self, request: web.Request) -> web.Response:
-        return _json(await self.topics.compaction_status(_topic_name(request)))
+        return _json(await self.admin.compaction_status(_topic_name(request)))
 
     async def lookup(self, request: web.Request) -> web.Response:
         topic = _topic_name(request)
@@ -604,4 +636,11 @@ class AdminApi:
         )
 
 
-__all__ = ["METRICS_SLICE_S", "AdminApi", "TopicAdmin", "join_yielding", "slices_yielding"]
+__all__ = [
+    "METRICS_SLICE_S",
+    "AdminApi",
+    "TopicAdmin",
+    "TopicRegistry",
+    "join_yielding",
+    "slices_yielding",
+]

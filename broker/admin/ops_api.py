@@ -226,7 +226,7 @@ class OperationRoutes:
         topic = _topic(request)
         if await self.ops.partitions(topic) > 0:
             return _json(await self.ops.partitioned_stats(topic, per_partition=False))
-        return _json(await self.ops.service.topic_stats(topic))
+        return _json(await self.ops.topic_stats(topic))
 
     async def subscriptions(self, request: web.Request) -> web.Response:
         return _json(await self.ops.subscriptions(_topic(request)))

@@ -19,6 +19,8 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from magnetar.broker.compaction import CompactionAlreadyRunning, TopicCompaction
+from magnetar.broker.errors import ServerError
 from magnetar.broker.ledger.position import EARLIEST, LATEST, Position
 from magnetar.broker.namespace.ownership import NamespaceBundle
 from magnetar.broker.namespace.resources import (
@@ -29,6 +31,7 @@ from magnetar.broker.namespace.resources import (
 )
 from magnetar.broker.naming import InvalidTopicName, TopicName
 from magnetar.broker.storage.contract import Entry
+from magnetar.broker.topics.subscription import SubscriptionError
 from magnetar.client.protocol import RemoteProtocolError, parse_entry
 from magnetar.zk import paths
 
@@ -108,6 +111,56 @@ class TopicOperations:
 
     def __repr__(self) -> str:
         return f"TopicOperations({self.service!r})"
+
+    # -- subscriptions, stats and compaction (the admin REST's topic resources) ----------
+    async def list_subscriptions(self, topic: str) -> list[str]:
+        return sorted((await self.service.existing_topic(topic)).subscriptions)
+
+    async def delete_subscription(self, topic: str, subscription: str, *, force: bool) -> None:
+        t = await self.service.existing_topic(topic)
+        try:
+            await t.delete_subscription(subscription, force=force)
+        except SubscriptionError as exc:
+            if exc.code == ServerError.SubscriptionNotFound:
+                raise ResourceNotFound("Subscription not found") from None
+            raise PreconditionFailed(exc.message) from None
+
+    async def _compaction_of(self, topic: str) -> tuple[PersistentTopic, TopicCompaction]:
+        if not self.parse(topic).persistent:
+            err = ResourceError("Compaction is not supported on non-persistent topics")
+            err.http_status = 405
+            raise err
+        t = await self.service.existing_topic(topic)
+        if t.compaction is None:
+            raise ResourceError("Topic has no compaction state")
+        return t, t.compaction
+
+    async def trigger_compaction(self, topic: str) -> None:
+        """Start compacting ``topic`` up to its current end; ResourceConflict (409) while a
+        compaction of it runs."""
+        tn = self.parse(topic)
+        if tn.persistent:
+            n = await self.partitions(topic)
+            if n > 0:  # a partitioned topic: every partition (Pulsar does the same)
+                for i in range(n):
+                    try:
+                        await self.trigger_compaction(f"{tn.full}-partition-{i}")
+                    except (ResourceConflict, ResourceNotFound):
+                        pass  # running already, or a partition never written to
+                return
+        t, compaction = await self._compaction_of(topic)
+        try:
+            compaction.trigger(t)
+        except CompactionAlreadyRunning as exc:
+            raise ResourceConflict(str(exc)) from None
+
+    async def compaction_status(self, topic: str) -> dict[str, Any]:
+        _, compaction = await self._compaction_of(topic)
+        return compaction.status_json()
+
+    async def topic_stats(self, topic: str) -> dict[str, Any]:
+        t = await self.service.existing_topic(topic)
+        return {**t.stats(), **self.service.policies.topic_stats(t)}
 
     # -- lookup helpers ------------------------------------------------------------------
     def parse(self, topic: str) -> TopicName:
@@ -474,7 +527,7 @@ class TopicOperations:
         for i in range(n):
             name = f"{base}-partition-{i}"
             try:
-                stats = await self.service.topic_stats(name)
+                stats = await self.topic_stats(name)
             except ResourceNotFound:
                 continue  # a partition nobody has written to or subscribed yet
             parts[name] = stats
@@ -636,7 +689,7 @@ class TopicOperations:
             tn = t.name
             try:
                 bundle = (await self.service.bundle_of(tn)).range.name
-                stats = await self.service.topic_stats(name) if tn.persistent else t.stats()
+                stats = await self.topic_stats(name) if tn.persistent else t.stats()
             except ResourceError:
                 continue
             domain = "persistent" if tn.persistent else "non-persistent"

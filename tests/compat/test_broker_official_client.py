@@ -15,6 +15,7 @@ from support.broker import InProcessBroker
 from support.metrics import sample
 
 from magnetar.broker.admin.metrics import BrokerMetrics
+from magnetar.broker.admin.topic_ops import TopicOperations
 
 Shared = pulsar.ConsumerType.Shared
 Failover = pulsar.ConsumerType.Failover
@@ -261,9 +262,9 @@ def test_unsubscribe_deletes_the_subscription(
     assert consumer.receive(5000).data() == b"before"
     assert broker.service is not None
     service = broker.service
-    assert broker.call(lambda: service.list_subscriptions(topic)) == ["gone"]
+    assert broker.call(lambda: TopicOperations(service).list_subscriptions(topic)) == ["gone"]
     consumer.unsubscribe()
-    assert broker.call(lambda: service.list_subscriptions(topic)) == []
+    assert broker.call(lambda: TopicOperations(service).list_subscriptions(topic)) == []
     producer.send(b"after")
     again = client.subscribe(topic, "gone")  # Latest: a new subscription starts at the end
     assert _nothing_more(again)
@@ -631,7 +632,7 @@ def test_stats_and_metrics_reflect_traffic(broker: InProcessBroker, client: puls
     _drain(consumer, 3)
     assert broker.service is not None
     service = broker.service
-    stats = broker.call(lambda: service.topic_stats(topic))
+    stats = broker.call(lambda: TopicOperations(service).topic_stats(topic))
     assert stats["msgInCounter"] == 3
     assert stats["subscriptions"]["sub"]["consumers"][0]["msgOutCounter"] == 3
     text = BrokerMetrics(service).render()

@@ -20,6 +20,8 @@ from typing import Any
 import pulsar
 from support.broker import InProcessBroker
 
+from magnetar.broker.admin.topic_ops import TopicOperations
+
 DEADLINE_S = 120  # a loaded machine; normally a few seconds
 
 
@@ -83,7 +85,7 @@ class Poller:
 def _stats(broker: InProcessBroker, topic: str) -> dict[str, Any]:
     service = broker.service
     assert service is not None
-    return broker.call(lambda: service.topic_stats(topic), timeout=60)  # type: ignore[no-any-return]
+    return broker.call(lambda: TopicOperations(service).topic_stats(topic), timeout=60)  # type: ignore[no-any-return]
 
 
 def _wait_backlog_zero(broker: InProcessBroker, topic: str, sub: str) -> dict[str, Any]:

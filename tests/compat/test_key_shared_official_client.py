@@ -24,6 +24,8 @@ import pulsar
 import pytest
 from support.broker import InProcessBroker
 
+from magnetar.broker.admin.topic_ops import TopicOperations
+
 KeyShared = pulsar.ConsumerType.KeyShared
 
 CHILD = r"""
@@ -204,7 +206,7 @@ def test_key_shared_order_per_key_with_joins_closes_and_a_killed_consumer(
         service = broker.service
 
         def backlog() -> int:
-            stats = broker.call(lambda: service.topic_stats(topic))
+            stats = broker.call(lambda: TopicOperations(service).topic_stats(topic))
             return int(stats["subscriptions"]["ks"]["msgBacklog"])
 
         _wait(lambda: backlog() == 0, 30, "every message to be acked")

@@ -19,8 +19,6 @@ import pytest
 from aiohttp import web
 
 from magnetar.broker.admin.http_api import AdminApi
-from magnetar.broker.admin.metrics import BrokerMetrics
-from magnetar.broker.admin.topic_ops import TopicOperations
 from support.broker import InProcessBroker
 
 
@@ -55,12 +53,7 @@ class Admin:
         assert service is not None
 
         async def start() -> tuple[web.AppRunner, int]:
-            api = AdminApi(
-                service.resources,
-                service,
-                operations=TopicOperations(service),
-                metrics=BrokerMetrics(service).chunks,
-            )
+            api = AdminApi.of_service(service)
             runner = web.AppRunner(api.app())
             await runner.setup()
             site = web.TCPSite(runner, "127.0.0.1", 0)

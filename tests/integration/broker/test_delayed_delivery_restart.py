@@ -16,6 +16,7 @@ from support.bookies import BookieFactory
 from support.broker import InProcessBroker
 from support.zookeeper import ZooKeeperServer
 
+from magnetar.broker.admin.topic_ops import TopicOperations
 from magnetar.broker.delayed import delayed_index_ledger_name
 from magnetar.zk import paths
 
@@ -106,7 +107,9 @@ def test_deleting_an_unloaded_topic_deletes_its_delayed_indexes(
         service = broker.service
         deadline = time.monotonic() + 20
         while (
-            broker.call(lambda: service.topic_stats(topic))["subscriptions"]["sub"]["msgDelayed"]
+            broker.call(lambda: TopicOperations(service).topic_stats(topic))["subscriptions"][
+                "sub"
+            ]["msgDelayed"]
             != 3
         ):
             assert time.monotonic() < deadline, "the delayed messages never reached the index"

@@ -230,15 +230,12 @@ async def test_http_service_url_lookup(broker: InProcessBroker) -> None:
     from aiohttp import web
 
     from magnetar.broker.admin.http_api import AdminApi
-    from magnetar.broker.admin.metrics import BrokerMetrics
 
     service = broker.service
     assert service is not None
 
     async def start_http() -> tuple[web.AppRunner, int]:
-        runner = web.AppRunner(
-            AdminApi(service.resources, service, metrics=BrokerMetrics(service).chunks).app()
-        )
+        runner = web.AppRunner(AdminApi.of_service(service).app())
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0)
         await site.start()

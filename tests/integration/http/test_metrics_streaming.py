@@ -46,7 +46,9 @@ async def test_a_request_is_served_while_metrics_are_built() -> None:
     await resources.create_namespace("public", "default")
     topics = ManyTopics()
     runner = web.AppRunner(
-        AdminApi(resources, topics, metrics=topics.metrics_chunks, metrics_slice_s=0.0).app()
+        AdminApi(
+            resources, topics, admin=topics, metrics=topics.metrics_chunks, metrics_slice_s=0.0
+        ).app()
     )
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
