@@ -409,7 +409,23 @@ async def _magnetar_producer(conn: Connection, cfg: dict[str, Any]) -> None:
     rate = cfg["rate"]
     sent = 0
     first_in_window = -1
-    while True:
+    if cfg["magnetar_api"] == "batch":
+        # the throughput API: send_batch of batch_max_messages payloads, pipelined (the
+        # pending queue bounds what is in flight); publish latency: one sample per call
+        batch_sends = [p.send_batch for p in producers]
+        chunk = max(1, min(cfg["batch_max_messages"], cfg["max_pending"]))
+        calls = 0
+        while True:
+            now = mono()
+            if now >= stop_at:
+                break
+            if first_in_window < 0 and now >= measure_from:
+                first_in_window = sent
+            fut = await batch_sends[calls % n_producers]([make(now) for _ in range(chunk)])
+            fut.add_done_callback(functools.partial(on_done, now))
+            calls += 1
+            sent += chunk
+    while cfg["magnetar_api"] != "batch":
         now = mono()
         if now >= stop_at:
             break
@@ -485,6 +501,36 @@ async def _magnetar_consumer(conn: Connection, cfg: dict[str, Any]) -> None:
     errors: list[str] = []
     cumulative = cfg["ack"] == "cumulative"
 
+    async def run_batches(idx: int, consumer: Any) -> None:
+        # the throughput API: receive_batch (entries undecoded), payloads sliced, the whole
+        # batch acknowledged at once (or cumulatively up to its last message)
+        counter = counters[idx]
+        unpack = STAMP.unpack_from
+        try:
+            while True:
+                batch = await consumer.receive_batch(1000)
+                now = mono()
+                n = len(batch)
+                if stamped:
+                    for p in batch.payloads():
+                        t = unpack(p)[0]
+                        if measure_from <= t < stop_at:
+                            e2e.append(now - t)
+                if cumulative:
+                    await consumer.acknowledge_cumulative(batch.last())
+                else:
+                    await consumer.acknowledge(batch)
+                counter[0] += n
+                total[0] += n
+                if total[0] >= target[0]:
+                    all_received.set()
+                if measure_from <= now < stop_at:
+                    counter[1] += n
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            errors.append(traceback.format_exc())
+
     async def run(idx: int, consumer: Any) -> None:
         counter = counters[idx]
         unpack = STAMP.unpack_from
@@ -511,7 +557,8 @@ async def _magnetar_consumer(conn: Connection, cfg: dict[str, Any]) -> None:
         except Exception:
             errors.append(traceback.format_exc())
 
-    tasks = [asyncio.create_task(run(i, c)) for i, c in enumerate(consumers)]
+    loop_fn = run_batches if cfg["magnetar_api"] == "batch" else run
+    tasks = [asyncio.create_task(loop_fn(i, c)) for i, c in enumerate(consumers)]
     kind, expected = await _recv_in_thread(conn)
     assert kind == "expect"
     target[0] = expected
@@ -629,9 +676,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     latency_sample = args.latency_sample or (1 if rate and rate <= LOW_RATE else 16)
     receive = args.receive
     if args.client != "official":
-        receive = "single"  # batch_receive is the official client's
+        receive = "single"  # batch_receive is the official client's (see --magnetar-api)
     elif receive == "auto":
         receive = "single" if rate and rate <= LOW_RATE else "batch"
+    magnetar_api = args.magnetar_api
+    if magnetar_api == "auto":
+        batch_api = args.client == "magnetar" and args.batching and not rate and not args.keys
+        magnetar_api = "batch" if batch_api else "send"
     cfg: dict[str, Any] = {
         "client": args.client,
         "official_api": args.official_api,
@@ -656,6 +707,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "keys": args.keys,
         "io_threads": args.io_threads,
         "drain_seconds": args.drain_seconds,
+        "magnetar_api": magnetar_api,
     }
     ctx = multiprocessing.get_context("spawn")
     workers: list[Worker] = []
@@ -776,6 +828,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         # parameters
         "client": args.client,
         "official_api": args.official_api if args.client == "official" else None,
+        "magnetar_api": magnetar_api if args.client == "magnetar" else None,
         "service_url": args.service_url or "started standalone",
         "tls": bool(args.tls or (args.service_url or "").startswith("pulsar+ssl://")),
         "rate": rate or None,
@@ -872,7 +925,21 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         help="with --broker-pid: bookie pid(s) (default: the broker's child processes)",
     )
-    p.add_argument("--client", choices=["official", "magnetar", "raw"], default="official")
+    p.add_argument(
+        "--client",
+        default="official",
+        help="official, magnetar or raw; a comma list (magnetar,official,raw) runs each in "
+        "turn, --repeat rounds alternating, and prints them side by side",
+    )
+    p.add_argument("--repeat", type=int, default=1, help="rounds over the --client list")
+    p.add_argument(
+        "--magnetar-api",
+        choices=["auto", "send", "batch"],
+        default="auto",
+        help="magnetar client: send_async + receive per message, or the throughput API "
+        "(send_batch, receive_batch, acknowledge of the whole batch); auto: batch when "
+        "batching at full rate without keys",
+    )
     p.add_argument(
         "--official-api",
         choices=["raw", "wrapper"],
@@ -912,17 +979,58 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _clean(result: dict[str, Any]) -> dict[str, Any]:
+    """Strict JSON: figures that could not be measured (no consumer, no sample) are null."""
+    return {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in result.items()}
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.producers < 1:
         raise SystemExit("--producers must be >= 1")
     if args.ack == "cumulative" and args.subscription_type in ("Shared", "Key_Shared"):
         raise SystemExit("cumulative acks are not allowed on Shared/Key_Shared subscriptions")
+    clients = [c.strip() for c in args.client.split(",") if c.strip()]
+    for c in clients:
+        if c not in ("official", "magnetar", "raw"):
+            raise SystemExit(f"--client: unknown client {c!r} (official, magnetar, raw)")
     print(f"# command: {shlex.join([sys.executable, *sys.argv])}", flush=True)
-    result = run(args)
-    # strict JSON: figures that could not be measured (no consumer, no sample) are null
-    clean = {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in result.items()}
-    print(json.dumps(clean), flush=True)
+    if len(clients) == 1 and args.repeat <= 1:
+        args.client = clients[0]
+        print(json.dumps(_clean(run(args))), flush=True)
+        return 0
+    runs: list[dict[str, Any]] = []
+    for round_no in range(max(1, args.repeat)):
+        order = clients if round_no % 2 == 0 else clients[::-1]  # alternate the order
+        for c in order:
+            print(f"# round {round_no + 1}: --client {c}", flush=True)
+            one = argparse.Namespace(**vars(args))
+            one.client = c
+            runs.append(_clean(run(one)))
+    print("# side by side (msg/s, publish p50/p99 ms, CPU us per message per process):")
+    summary: dict[str, Any] = {}
+    for c in clients:
+        mine = [r for r in runs if r["client"] == c]
+        rates = sorted(r["msgs_per_s"] for r in mine)
+        cpu = {
+            k: round(sorted(r["cpu_us_per_msg"][k] for r in mine)[len(mine) // 2], 2)
+            for k in mine[0]["cpu_us_per_msg"]
+        }
+        summary[c] = {
+            "msgs_per_s": [r["msgs_per_s"] for r in mine],
+            "median_msgs_per_s": rates[len(rates) // 2],
+            "publish_p50_ms": [r["publish_p50_ms"] for r in mine],
+            "publish_p99_ms": [r["publish_p99_ms"] for r in mine],
+            "median_cpu_us_per_msg": cpu,
+            "magnetar_api": mine[0].get("magnetar_api"),
+        }
+        print(
+            f"{c:>9}: {summary[c]['msgs_per_s']} msg/s (median {rates[len(rates) // 2]:.0f}); "
+            f"p50 {summary[c]['publish_p50_ms']} p99 {summary[c]['publish_p99_ms']} ms; "
+            f"cpu us/msg {cpu}",
+            flush=True,
+        )
+    print(json.dumps({"side_by_side": summary, "runs": runs}), flush=True)
     return 0
 
 
