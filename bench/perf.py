@@ -137,6 +137,53 @@ def _pace(sent: int, start_ns: int, now_ns: int, rate: float) -> int:
     return min(due - sent, 1000)
 
 
+SYNC_WARMUP = 200
+
+
+def _sync_result(latencies: array.array[int], n: int) -> dict[str, Any]:
+    return {
+        "pid": os.getpid(),
+        "sent_total": n + SYNC_WARMUP,
+        "sent_in_window": n,
+        "publish_latency_ns": latencies.tobytes(),
+        "errors": 0,
+        "flush_s": 0.0,
+    }
+
+
+def _sync_publishes(
+    cfg: dict[str, Any], start_at: int, send: Callable[[bytes], Any], make: Any
+) -> dict[str, Any]:
+    """--sync-publishes N: one message in flight, each awaited (after SYNC_WARMUP unrecorded)."""
+    mono = time.monotonic_ns
+    time.sleep(max(0.0, (start_at - mono()) / 1e9))  # start with the measured window
+    latencies = array.array("q")
+    n = cfg["sync_publishes"]
+    for i in range(n + SYNC_WARMUP):
+        t = mono()
+        send(make(t))
+        if i >= SYNC_WARMUP:
+            latencies.append(mono() - t)
+    return _sync_result(latencies, n)
+
+
+async def _sync_publishes_async(
+    cfg: dict[str, Any], start_at: int, send: Callable[[bytes], Any], make: Any
+) -> dict[str, Any]:
+    import asyncio
+
+    mono = time.monotonic_ns
+    await asyncio.sleep(max(0.0, (start_at - mono()) / 1e9))
+    latencies = array.array("q")
+    n = cfg["sync_publishes"]
+    for i in range(n + SYNC_WARMUP):
+        t = mono()
+        await send(make(t))
+        if i >= SYNC_WARMUP:
+            latencies.append(mono() - t)
+    return _sync_result(latencies, n)
+
+
 def _official_client(cfg: dict[str, Any]) -> Any:
     import pulsar
 
@@ -173,6 +220,13 @@ def _official_producer(conn: Connection, cfg: dict[str, Any]) -> None:
 
     make, _stamped = _payload_maker(cfg)
     mono = time.monotonic_ns
+    if cfg["sync_publishes"]:
+        send_sync = producers[0].send
+        conn.send(("done", _sync_publishes(cfg, measure_from, send_sync, make)))
+        for p in producers:
+            p.close()
+        client.close()
+        return
     ok = _pulsar.Result.Ok
     latencies = array.array("q")
     lat_append = latencies.append
@@ -393,6 +447,13 @@ async def _magnetar_producer(conn: Connection, cfg: dict[str, Any]) -> None:
     start_ns, measure_from, stop_at = times
     make, _stamped = _payload_maker(cfg)
     mono = time.monotonic_ns
+    if cfg["sync_publishes"]:
+        result = await _sync_publishes_async(cfg, measure_from, producers[0].send, make)
+        for p in producers:
+            await p.close()
+        await client.close()
+        conn.send(("done", result))
+        return
     latencies = array.array("q")
     errors = [0]
 
@@ -708,6 +769,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "io_threads": args.io_threads,
         "drain_seconds": args.drain_seconds,
         "magnetar_api": magnetar_api,
+        "sync_publishes": args.sync_publishes,
     }
     ctx = multiprocessing.get_context("spawn")
     workers: list[Worker] = []
@@ -933,6 +995,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--repeat", type=int, default=1, help="rounds over the --client list")
     p.add_argument(
+        "--sync-publishes",
+        type=int,
+        default=0,
+        metavar="N",
+        help="latency mode: N sequential synchronous publishes (one in flight, each awaited; "
+        f"after {SYNC_WARMUP} unrecorded), no batching; publish p50/p99 are theirs "
+        "(official and magnetar clients)",
+    )
+    p.add_argument(
         "--magnetar-api",
         choices=["auto", "send", "batch"],
         default="auto",
@@ -991,6 +1062,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.ack == "cumulative" and args.subscription_type in ("Shared", "Key_Shared"):
         raise SystemExit("cumulative acks are not allowed on Shared/Key_Shared subscriptions")
     clients = [c.strip() for c in args.client.split(",") if c.strip()]
+    if args.sync_publishes:
+        if "raw" in clients:
+            raise SystemExit("--sync-publishes: official or magnetar clients")
+        args.batching = False
     for c in clients:
         if c not in ("official", "magnetar", "raw"):
             raise SystemExit(f"--client: unknown client {c!r} (official, magnetar, raw)")
