@@ -56,6 +56,7 @@ import os
 import shlex
 import struct
 import sys
+import tempfile
 import threading
 import time
 import traceback
@@ -138,6 +139,29 @@ def _pace(sent: int, start_ns: int, now_ns: int, rate: float) -> int:
 
 
 SYNC_WARMUP = 200
+
+
+def fdatasync_floor(directory: str, n: int, record_bytes: int = 256) -> dict[str, float]:
+    """The disk's own latency: ``n`` appends of ``record_bytes`` each followed by fdatasync
+    (what one lone journal record costs at least), in ``directory``; p50/p99 in ms."""
+    path = os.path.join(directory, f"fdatasync-floor-{os.getpid()}.bin")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    lat = []
+    try:
+        record = b"\0" * record_bytes
+        for _ in range(n):
+            t = time.monotonic_ns()
+            os.write(fd, record)
+            os.fdatasync(fd)
+            lat.append(time.monotonic_ns() - t)
+    finally:
+        os.close(fd)
+        os.unlink(path)
+    lat.sort()
+    return {
+        "p50": round(percentile(lat, 0.5) / 1e6, 3),
+        "p99": round(percentile(lat, 0.99) / 1e6, 3),
+    }
 
 
 def _sync_result(latencies: array.array[int], n: int) -> dict[str, Any]:
@@ -774,6 +798,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     ctx = multiprocessing.get_context("spawn")
     workers: list[Worker] = []
     spies: list[tuple[str, str, Any]] = []
+    floor: dict[str, float] | None = None
     try:
         consumer = Worker(ctx, "consumer", cfg) if args.consumers > 0 else None
         if consumer is not None:
@@ -824,6 +849,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if consumer is not None:
             consumer.send(("expect", prod["sent_total"]))
             cons = consumer.recv("done", args.drain_seconds + 60)
+        if args.sync_publishes:  # the disk's part of a lone publish, on the same disk
+            floor = fdatasync_floor(
+                str(server.data_dir) if server is not None else tempfile.gettempdir(),
+                args.sync_publishes,
+            )
+            print(f"# fdatasync floor (256 B appends): p50 {floor['p50']}, p99 {floor['p99']} ms")
     finally:
         for w in workers:
             w.close()
@@ -887,6 +918,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "cpu_bound_msgs_per_s": cpu_bound_msgs_per_s,
         "loadavg_before": load_before,
         "loadavg_after": load_after,
+        "fdatasync_floor_ms": floor,
         # parameters
         "client": args.client,
         "official_api": args.official_api if args.client == "official" else None,
