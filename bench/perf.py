@@ -23,9 +23,20 @@ Clients (``--client``):
   Consumers use ``batch_receive`` (up to 500 messages, 1 ms timeout) when ``--rate`` is
   unset or above 20,000, else ``receive`` per message (no batch timeout in the e2e latency).
 - ``magnetar``: our asyncio client ``magnetar.client`` (imported lazily; a clear error if it
-  is not usable yet).
+  is not usable yet). ``--magnetar-api batch`` (the default when batching at full rate without
+  keys) uses its throughput API: ``send_batch`` of ``--batch-max-messages`` payloads per call,
+  pipelined, ``receive_batch`` and one acknowledgement per received batch (publish latency is
+  one sample per call); ``send`` uses ``send_async`` and ``receive`` per message.
 - ``raw``: no client library: per-entry protocol frames built with ``magnetar.client.protocol``
   (see ``bench/_raw.py``), so the figures show what the broker and bookie sustain.
+
+``--client`` also takes a comma list (``magnetar,official,raw``): each runs on its own fresh
+standalone, ``--repeat`` rounds alternating the order, and a side-by-side summary and one JSON
+object with every run close the output.
+
+``--sync-publishes N``: latency mode: N sequential synchronous publishes (one in flight, each
+awaited), batching off; the disk's own ``fdatasync`` latency on the standalone's data dir is
+measured right after (``fdatasync_floor_ms``).
 
 ``--profile DIR`` records the broker and bookie processes with py-spy during the measured
 window (raw collapsed stacks, a flame-graph SVG each, and a top-frames summary printed);
