@@ -189,3 +189,35 @@ async def test_receive_batch_of_unbatched_messages(client: Client) -> None:
     assert (await consumer.receive(10_000)).data() == b"v0"
     assert (await consumer.receive(10_000)).data() == b"v1"
     assert (await consumer.receive(10_000)).data() == b"w"
+
+
+def test_sync_facade_send_batch_receive_batch(broker: InProcessBroker) -> None:
+    import threading
+
+    from magnetar.client.sync import Client as SyncClient
+
+    topic = _topic()
+    client = SyncClient(broker.service_url, operation_timeout_seconds=5)
+    try:
+        consumer = client.subscribe(topic, "sub", initial_position=Earliest)
+        producer = client.create_producer(topic)
+        ids = producer.send_batch([b"s0", b"s1", b"s2"])
+        assert len(ids) == 3
+        got: list[object] = []
+        done = threading.Event()
+
+        def callback(exc: object, sent: object) -> None:
+            got.append((exc, sent))
+            done.set()
+
+        producer.send_batch_async([b"s3"], callback)
+        assert done.wait(10)
+        assert got[0][0] is None  # type: ignore[index]
+        payloads: list[bytes] = []
+        while len(payloads) < 4:
+            batch = consumer.receive_batch(timeout_millis=10_000)
+            payloads += batch.payloads()
+            consumer.acknowledge(batch)
+        assert payloads == [b"s0", b"s1", b"s2", b"s3"]
+    finally:
+        client.close()
