@@ -453,26 +453,31 @@ class PartitionProducer(Handler):
 
     def submit_plain_batch(self, payloads: Sequence[bytes], group: SendGroup) -> None:
         """Send ``payloads`` (slots acquired for all of them) as batch entries of plain
-        messages, after anything accumulated before them (synchronous)."""
-        self._check_open()
-        acc = self._accumulator
-        if acc is not None and len(acc):
-            self.flush_batches()
+        messages, after anything accumulated before them (synchronous). On an exception the
+        slots of the payloads not sent are released."""
         cfg = self.config
         max_n = cfg.batching_max_messages
         max_bytes = cfg.batching_max_allowed_size_in_bytes
         i = 0
         total = len(payloads)
-        while i < total:
-            j = i
-            size = 0
-            while j < total and j - i < max_n:
-                size += len(payloads[j])
-                if size > max_bytes and j > i:
-                    break
-                j += 1
-            self._send_plain_batch(payloads[i:j], group)
-            i = j
+        try:
+            self._check_open()
+            acc = self._accumulator
+            if acc is not None and len(acc):
+                self.flush_batches()
+            while i < total:
+                j = i
+                size = 0
+                while j < total and j - i < max_n:
+                    size += len(payloads[j])
+                    if size > max_bytes and j > i:
+                        break
+                    j += 1
+                self._send_plain_batch(payloads[i:j], group)
+                i = j
+        except BaseException:
+            self._release(total - i)
+            raise
 
     def _send_plain_batch(self, payloads: Sequence[bytes], group: SendGroup) -> None:
         n = len(payloads)
@@ -1165,11 +1170,7 @@ class Producer:
                 chunk = payloads[i : i + step]
                 part = self._parts[0] if len(self._parts) == 1 else self._next_round_robin()
                 await part.acquire_slot(block=block, n=len(chunk))
-                try:
-                    part.submit_plain_batch(chunk, group)
-                except BaseException:
-                    part._release(len(chunk))
-                    raise
+                part.submit_plain_batch(chunk, group)  # releases what it did not send
                 if part.socket_backlogged():
                     await part.drain_socket()
         except BaseException as exc:

@@ -11,10 +11,12 @@ import pytest
 from support.broker import InProcessBroker
 
 from magnetar.client import (
+    AlreadyClosed,
     Client,
     ConsumerType,
     InitialPosition,
     MessageBatch,
+    MessageTooBig,
     ProducerQueueIsFull,
     SentMessageIds,
     Timeout,
@@ -221,3 +223,33 @@ def test_sync_facade_send_batch_receive_batch(broker: InProcessBroker) -> None:
         assert payloads == [b"s0", b"s1", b"s2", b"s3"]
     finally:
         client.close()
+
+
+async def test_send_batch_too_big_fails_and_frees_its_slots(client: Client) -> None:
+    producer = await client.create_producer(_topic())
+    fut = await producer.send_batch([b"x" * (6 * 1024 * 1024)])  # over the 5 MB maximum
+    with pytest.raises(MessageTooBig):
+        await fut
+    assert producer.partitions[0].statistics().pending_messages == 0
+    await producer.close()
+    with pytest.raises(AlreadyClosed):
+        await producer.send_batch([b"late"])
+
+
+async def test_send_batch_round_robins_entries_over_partitions(
+    broker: InProcessBroker, client: Client
+) -> None:
+    topic = _topic("part")
+    local = topic.rsplit("/", 1)[1]
+    assert broker.service is not None
+    resources = broker.service.resources
+    broker.call(lambda: resources.create_partitioned("public", "default", "persistent", local, 3))
+    consumer = await client.subscribe(topic, "sub", initial_position=Earliest)
+    producer = await client.create_producer(topic, batching_max_messages=10)
+    ids = await (await producer.send_batch([b"p%d" % i for i in range(60)]))
+    assert sorted({e[1] for e in ids.entries()}) == [0, 1, 2]  # every partition got entries
+    assert [m.partition() for m in ids][::10] == [e[1] for e in ids.entries()]
+    got: list[bytes] = []
+    while len(got) < 60:
+        got += (await consumer.receive_batch(timeout_millis=10_000)).payloads()
+    assert sorted(got) == sorted(b"p%d" % i for i in range(60))
