@@ -405,10 +405,12 @@ class PartitionConsumer(Handler):
 
     @property
     def _lazy_batches(self) -> bool:
-        """Batches can be queued undecoded (``EntryMembers``): nothing filters members here."""
+        """Batches can be queued undecoded (``EntryMembers``): nothing filters members here
+        (a reader's start filter at earliest or latest drops nothing)."""
         cfg = self.config
+        start = self._start_filter
         return (
-            self._start_filter is None
+            (start is None or start[0] in (MessageId.earliest, MessageId.latest))
             and cfg.dead_letter_policy is None
             and not cfg.is_read_compacted
         )

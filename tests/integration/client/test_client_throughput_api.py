@@ -253,3 +253,23 @@ async def test_send_batch_round_robins_entries_over_partitions(
     while len(got) < 60:
         got += (await consumer.receive_batch(timeout_millis=10_000)).payloads()
     assert sorted(got) == sorted(b"p%d" % i for i in range(60))
+
+
+async def test_readers_over_send_batch_entries(client: Client) -> None:
+    from magnetar.client import MessageId
+
+    topic = _topic("rd")
+    producer = await client.create_producer(topic, batching_max_messages=5)
+    ids = await (await producer.send_batch([b"r%d" % i for i in range(12)]))
+
+    earliest = await client.create_reader(topic, MessageId.earliest)
+    assert [(await earliest.read_next(10_000)).data() for _ in range(12)] == [
+        b"r%d" % i for i in range(12)
+    ]
+    # a start inside a batch entry: the start filter still applies member by member
+    middle = await client.create_reader(topic, ids[6])
+    assert (await middle.read_next(10_000)).data() == b"r7"
+    inclusive = await client.create_reader(topic, ids[6], start_message_id_inclusive=True)
+    assert (await inclusive.read_next(10_000)).data() == b"r6"
+    for r in (earliest, middle, inclusive):
+        await r.close()
