@@ -95,6 +95,20 @@ class EntryMembers:
     def message(self, index: int) -> Message:
         s = self.spans
         k = 3 * index
+        if s[k] < 0:  # plain member: payload_size and sequence_id only
+            return Message(
+                self.payload[s[k + 1] : s[k + 2]],
+                self.message_id(index),
+                topic=self.topic,
+                properties=_NO_PROPERTIES,
+                partition_key=None,
+                ordering_key=None,
+                publish_time_ms=self.publish_time,
+                event_time_ms=self.event_time,
+                redelivery_count=self.redelivery,
+                schema_version=self.schema_version,
+                consumer_ref=self.consumer_ref,
+            )
         smm = _parse_smm(self.payload[s[k] : s[k + 1]])
         return Message(
             self.payload[s[k + 1] : s[k + 2]],

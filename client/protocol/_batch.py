@@ -132,12 +132,14 @@ def encode_plain_batch(payloads: Sequence[bytes], first_sequence_id: int) -> byt
 def scan_batch(payload: bytes, num_messages: int) -> list[int]:
     """Where each member of an uncompressed batch payload lies, without building metadata
     objects: ``[metadata_start, payload_start, payload_end]`` per member, flattened (member
-    ``i`` at ``3 * i``). The lazy decoding of received batches reads payloads from it and
-    parses a member's ``SingleMessageMetadata`` only when asked.
+    ``i`` at ``3 * i``); the metadata ends where the payload starts. The lazy decoding of
+    received batches reads payloads from it and parses a member's ``SingleMessageMetadata``
+    only when asked.
 
     A member whose metadata holds only ``payload_size`` (field 3) and optionally
     ``sequence_id`` (field 8), in that order (as our producer and the official clients
-    write plain messages), is read by hand; any other member is parsed with protobuf.
+    write plain messages), is read by hand and its ``metadata_start`` is given as ``-1``:
+    there is nothing in it for a ``Message``. Any other member is parsed with protobuf.
     Same errors as ``split_batch``."""
     if num_messages < 0:
         raise BatchDeserializeError(f"negative message count {num_messages}")
@@ -176,7 +178,9 @@ def scan_batch(payload: bytes, num_messages: int) -> list[int]:
                     and low_byte(payload, at + 1, md_end - 1) is None
                 ):
                     psize = value
+            md_start = -1
             if psize < 0:
+                md_start = start
                 smm = parse(payload[start:md_end])
                 if not smm.HasField("payload_size"):
                     raise BatchDeserializeError(f"message {index}: no payload size")
@@ -184,7 +188,7 @@ def scan_batch(payload: bytes, num_messages: int) -> list[int]:
             pos = md_end + psize
             if psize < 0 or pos > end:
                 raise BatchDeserializeError(f"message {index}: payload size {psize} out of range")
-            append(start)
+            append(md_start)
             append(md_end)
             append(pos)
     except (struct.error, DecodeError) as exc:
