@@ -770,6 +770,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     topic = args.topic or f"persistent://public/default/perf-{os.getpid()}-{time.time_ns()}"
     rate = float(args.rate or 0)
     latency_sample = args.latency_sample or (1 if rate and rate <= LOW_RATE else 16)
+    if args.sync_publishes:
+        latency_sample = 1  # every synchronous publish is timed
     receive = args.receive
     if args.client != "official":
         receive = "single"  # batch_receive is the official client's (see --magnetar-api)
