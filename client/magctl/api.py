@@ -47,7 +47,9 @@ class Api:
             raise self._error(exc, method, path, what) from None
 
     @staticmethod
-    def _error(exc: HttpError, method: str, path: str, what: tuple[str, str] | None) -> ServerError:
+    def _error(
+        exc: HttpError, method: str, path: str, what: tuple[str, str] | None
+    ) -> ServerError:
         if exc.status in (404, 405) and _is_unknown_route(exc.reason):
             return ServerError(
                 exc.status,
@@ -59,21 +61,21 @@ class Api:
             if exc.status == 404 and _is_absence(exc.reason):
                 return ServerError(404, f'{plural} "{name}" not found')
             if exc.status == 409 and method == "PUT" and "exist" in exc.reason.lower():
-                return ServerError(409, f'{plural} "{name}" already exists', reason="AlreadyExists")
+                return ServerError(
+                    409, f'{plural} "{name}" already exists', reason="AlreadyExists"
+                )
             return ServerError(exc.status, f'{plural} "{name}": {exc.reason}')
         return ServerError(exc.status, exc.reason)
 
     def get(self, path: str, *, what: tuple[str, str] | None = None, **query: Any) -> Any:
         return self.call("GET", path, what=what, query=query or None)
 
-    def put(
-        self, path: str, body: Any = None, *, what: tuple[str, str] | None = None, **query: Any
-    ) -> Any:
+    def put(self, path: str, body: Any = None, *, what: tuple[str, str] | None = None,
+            **query: Any) -> Any:
         return self.call("PUT", path, body, what=what, query=query or None)
 
-    def post(
-        self, path: str, body: Any = None, *, what: tuple[str, str] | None = None, **query: Any
-    ) -> Any:
+    def post(self, path: str, body: Any = None, *, what: tuple[str, str] | None = None,
+             **query: Any) -> Any:
         return self.call("POST", path, body, what=what, query=query or None)
 
     def delete(self, path: str, *, what: tuple[str, str] | None = None, **query: Any) -> Any:
@@ -99,14 +101,8 @@ class Api:
 def _is_unknown_route(reason: str) -> bool:
     """aiohttp's (and Jetty's) own answer for a path or method nobody serves."""
     low = reason.lower().strip()
-    return low in (
-        "404: not found",
-        "not found",
-        "405: method not allowed",
-        "method not allowed",
-        "http 404",
-        "http 405",
-    ) or low.startswith("unknown route")
+    return low in ("404: not found", "not found", "405: method not allowed", "method not allowed",
+                   "http 404", "http 405") or low.startswith("unknown route")
 
 
 def _is_absence(reason: str) -> bool:

@@ -18,31 +18,9 @@ from typing import IO, Any, NoReturn
 from magnetar.client.magctl.errors import MagctlError, UnknownFlag, UsageError
 
 VERBS = (
-    "get",
-    "describe",
-    "create",
-    "delete",
-    "edit",
-    "apply",
-    "diff",
-    "explain",
-    "api-resources",
-    "unload",
-    "split",
-    "seek",
-    "skip",
-    "clear",
-    "expire",
-    "peek",
-    "compact",
-    "terminate",
-    "truncate",
-    "scale",
-    "lookup",
-    "top",
-    "config",
-    "completion",
-    "version",
+    "get", "describe", "create", "delete", "edit", "apply", "diff", "explain", "api-resources",
+    "unload", "split", "seek", "skip", "clear", "expire", "peek", "compact", "terminate",
+    "truncate", "scale", "lookup", "top", "config", "completion", "version",
 )
 
 DESCRIPTION = """magctl controls a Magnetar (or any Pulsar-compatible) cluster through its admin
@@ -91,18 +69,16 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         if message.startswith("unrecognized arguments: "):
-            extras = message[len("unrecognized arguments: ") :].split()
+            extras = message[len("unrecognized arguments: "):].split()
             flag = next((e for e in extras if e.startswith("-")), None)
             if flag is not None:
                 raise UnknownFlag(flag.split("=")[0])
-            raise UsageError(
-                f"unexpected argument(s): {' '.join(extras)}\nSee '{self.prog} --help' for usage."
-            )
+            raise UsageError(f"unexpected argument(s): {' '.join(extras)}\n"
+                             f"See '{self.prog} --help' for usage.")
         if message.startswith("argument <verb>: invalid choice: "):
             verb = message.split("invalid choice: ", 1)[1].split(" (choose", 1)[0].strip("'")
-            raise UsageError(
-                f'unknown command "{verb}" for "magctl"\nRun \'magctl --help\' for usage.'
-            )
+            raise UsageError(f'unknown command "{verb}" for "magctl"\n'
+                             "Run 'magctl --help' for usage.")
         if message.startswith("argument ") and ": invalid choice: " in message:
             head, _, rest = message.partition(": invalid choice: ")
             raise UsageError(f"{head.removeprefix('argument ')}: invalid value {rest}")
@@ -123,22 +99,16 @@ def _globals(with_namespace: bool = True) -> Parser:
     else:
         g.add_argument("--namespace", help="tenant/namespace to work in")
     g.add_argument("--context", help="the context of the config file to use")
-    g.add_argument(
-        "-s",
-        "--admin-url",
-        "--server",
-        dest="admin_url",
-        help="admin REST URL (overrides the context)",
-    )
+    g.add_argument("-s", "--admin-url", "--server", dest="admin_url",
+                   help="admin REST URL (overrides the context)")
     g.add_argument("--token", help="bearer token (overrides the context)")
     g.add_argument("--request-timeout", type=float, help="seconds per request (default 30)")
     return p
 
 
 def _sub(subs: Any, name: str, help_: str, *, namespace_flag: bool = True) -> Parser:
-    p: Parser = subs.add_parser(
-        name, help=help_, description=help_, parents=[_globals(namespace_flag)], allow_abbrev=False
-    )
+    p: Parser = subs.add_parser(name, help=help_, description=help_,
+                                parents=[_globals(namespace_flag)], allow_abbrev=False)
     p.prog = f"magctl {name}"
     return p
 
@@ -151,21 +121,15 @@ def _resource_args(p: Parser, *, names: bool = True) -> None:
 
 
 def build() -> Parser:
-    parser = Parser(
-        prog="magctl",
-        description=DESCRIPTION,
-        allow_abbrev=False,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        parents=[_globals()],
-        usage="magctl <verb> <resource> [name...] [flags]",
-    )
+    parser = Parser(prog="magctl", description=DESCRIPTION, allow_abbrev=False,
+                    formatter_class=argparse.RawDescriptionHelpFormatter,
+                    parents=[_globals()], usage="magctl <verb> <resource> [name...] [flags]")
     subs = parser.add_subparsers(dest="verb", metavar="<verb>", parser_class=Parser)
 
     p = _sub(subs, "get", "Display one or many resources")
     _resource_args(p)
-    p.add_argument(
-        "-o", "--output", help="table|wide|json|yaml|name|jsonpath=...|custom-columns=..."
-    )
+    p.add_argument("-o", "--output", help="table|wide|json|yaml|name|jsonpath=...|"
+                   "custom-columns=...")
     p.add_argument("--no-headers", action="store_true", help="no header row in tables")
     p.add_argument("--sort-by", help="a JSONPath, e.g. .status.backlog")
     p.add_argument("-l", "--selector", help="label selector, e.g. team=pay,tier!=test")
@@ -181,9 +145,8 @@ def build() -> Parser:
     p.add_argument("--bundles", type=int, help="namespaces: number of bundles")
     p.add_argument("--admin-roles", help="tenants: comma-separated roles")
     p.add_argument("--allowed-clusters", help="tenants: comma-separated clusters")
-    p.add_argument(
-        "--position", default="latest", help="subscriptions: earliest, latest or LEDGER:ENTRY"
-    )
+    p.add_argument("--position", default="latest",
+                   help="subscriptions: earliest, latest or LEDGER:ENTRY")
 
     p = _sub(subs, "delete", "Delete resources")
     _resource_args(p)
@@ -194,30 +157,19 @@ def build() -> Parser:
     p = _sub(subs, "edit", "Edit a resource in $EDITOR (MAGCTL_EDITOR, EDITOR, vi)")
     _resource_args(p)
 
-    for verb, help_ in (
-        ("apply", "Apply manifests to the cluster"),
-        ("diff", "Diff manifests against the live cluster"),
-    ):
+    for verb, help_ in (("apply", "Apply manifests to the cluster"),
+                        ("diff", "Diff manifests against the live cluster")):
         p = _sub(subs, verb, help_)
-        p.add_argument(
-            "-f", "--filename", action="append", required=True, help="FILE, DIR or - (repeatable)"
-        )
+        p.add_argument("-f", "--filename", action="append", required=True,
+                       help="FILE, DIR or - (repeatable)")
         if verb == "apply":
-            p.add_argument(
-                "--prune",
-                action="store_true",
-                help="delete topics and namespaces matching -l that the manifests "
-                "no longer name (in the namespaces and tenants they touch)",
-            )
+            p.add_argument("--prune", action="store_true",
+                           help="delete topics and namespaces matching -l that the manifests "
+                           "no longer name (in the namespaces and tenants they touch)")
             p.add_argument("-l", "--selector", help="label selector for --prune")
-            p.add_argument(
-                "--dry-run",
-                nargs="?",
-                const="client",
-                default="none",
-                choices=("none", "client", "server"),
-                help="client|server: print what would change, change nothing",
-            )
+            p.add_argument("--dry-run", nargs="?", const="client", default="none",
+                           choices=("none", "client", "server"),
+                           help="client|server: print what would change, change nothing")
 
     p = _sub(subs, "explain", "Documentation of a kind and its fields")
     p.add_argument("target", help="KIND or KIND.field.path")
@@ -231,33 +183,22 @@ def build() -> Parser:
 
     p = _sub(subs, "split", "Split a namespace bundle")
     _resource_args(p)
-    p.add_argument(
-        "--algorithm",
-        default=None,
-        choices=(
-            "range_equally_divide",
-            "topic_count_equally_divide",
-            "specified_positions_divide",
-            "flow_or_qps_equally_divide",
-        ),
-        help="default: specified_positions_divide with --boundaries, else the "
-        "broker's default (range_equally_divide)",
-    )
+    p.add_argument("--algorithm", default=None,
+                   choices=("range_equally_divide", "topic_count_equally_divide",
+                            "specified_positions_divide", "flow_or_qps_equally_divide"),
+                   help="default: specified_positions_divide with --boundaries, else the "
+                        "broker's default (range_equally_divide)")
     p.add_argument("--boundaries", help="comma-separated hash boundaries (0x... or decimal)")
-    p.add_argument(
-        "--unload",
-        action="store_true",
-        help="unload both halves (their clients move; the leader places them)",
-    )
+    p.add_argument("--unload", action="store_true",
+                   help="unload both halves (their clients move; the leader places them)")
 
     p = _sub(subs, "top", "Rates, throughput and backlog, refreshed")
     p.add_argument("resource", help="topics, subscriptions, bundles or brokers")
     p.add_argument("--topic", "-t", help="subscriptions of this topic only")
     p.add_argument("--once", action="store_true", help="print once and exit (for scripts)")
     p.add_argument("--interval", type=float, default=2.0, help="seconds between refreshes")
-    p.add_argument(
-        "--sort-by", default="rate-in", help="rate-in, rate-out, throughput-in or backlog"
-    )
+    p.add_argument("--sort-by", default="rate-in",
+                   help="rate-in, rate-out, throughput-in or backlog")
 
     p = _sub(subs, "seek", "Move a subscription's cursor")
     _resource_args(p)
@@ -303,14 +244,14 @@ def build() -> Parser:
     p.add_argument("--partitions", type=int, required=True)
 
     p = _sub(subs, "config", "Contexts of the config file")
-    csub = p.add_subparsers(
-        dest="config_verb", metavar="<subcommand>", parser_class=Parser, required=True
-    )
+    csub = p.add_subparsers(dest="config_verb", metavar="<subcommand>", parser_class=Parser,
+                            required=True)
     csub.add_parser("get-contexts", help="list contexts", parents=[_globals()])
     csub.add_parser("current-context", help="print the current context", parents=[_globals()])
     c = csub.add_parser("use-context", help="set the current context", parents=[_globals()])
     c.add_argument("name")
-    c = csub.add_parser("set-context", help="create or change a context", parents=[_globals(False)])
+    c = csub.add_parser("set-context", help="create or change a context",
+                        parents=[_globals(False)])
     c.add_argument("name", nargs="?")
     c.add_argument("--current", action="store_true", help="change the current context")
     c.add_argument("--cluster")
@@ -319,17 +260,13 @@ def build() -> Parser:
     c.add_argument("--service-url")
     c.add_argument("--token-file")
     c.add_argument("--certificate-authority", help="CA bundle (PEM) to verify the admin URL")
-    c.add_argument(
-        "--insecure-skip-tls-verify",
-        action="store_true",
-        help="do not verify the admin URL's certificate",
-    )
+    c.add_argument("--insecure-skip-tls-verify", action="store_true",
+                   help="do not verify the admin URL's certificate")
     c = csub.add_parser("view", help="print the merged config", parents=[_globals()])
     c.add_argument("--raw", action="store_true", help="show tokens")
     c.add_argument("--minify", action="store_true", help="only the current context")
-    c = csub.add_parser(
-        "import", help="add a context from a Pulsar client.conf", parents=[_globals()]
-    )
+    c = csub.add_parser("import", help="add a context from a Pulsar client.conf",
+                        parents=[_globals()])
     c.add_argument("file", help="path of client.conf")
     c.add_argument("--name", default="imported", help="the context's name")
     for cp in csub.choices.values():
@@ -344,9 +281,8 @@ def build() -> Parser:
     return parser
 
 
-def run(
-    argv: Sequence[str] | None = None, *, out: IO[str] | None = None, err: IO[str] | None = None
-) -> int:
+def run(argv: Sequence[str] | None = None, *, out: IO[str] | None = None,
+        err: IO[str] | None = None) -> int:
     """Parse and run one command; the exit code (0 ok, 1 failed, 2 usage)."""
     out = out if out is not None else sys.stdout
     err = err if err is not None else sys.stderr
@@ -380,10 +316,8 @@ def run(
     except Exception as exc:
         if os.environ.get("MAGCTL_DEBUG"):
             raise
-        err.write(
-            f"error: internal error: {type(exc).__name__}: {exc} "
-            "(MAGCTL_DEBUG=1 shows the traceback)\n"
-        )
+        err.write(f"error: internal error: {type(exc).__name__}: {exc} "
+                  "(MAGCTL_DEBUG=1 shows the traceback)\n")
         return 1
 
 

@@ -69,14 +69,8 @@ class Connection:
 class ConfigFile:
     def __init__(self, paths: list[pathlib.Path] | None = None) -> None:
         self.paths = paths or config_paths()
-        self.data: dict[str, Any] = {
-            "apiVersion": "v1",
-            "kind": "Config",
-            "clusters": [],
-            "users": [],
-            "contexts": [],
-            "current-context": "",
-        }
+        self.data: dict[str, Any] = {"apiVersion": "v1", "kind": "Config", "clusters": [],
+                                     "users": [], "contexts": [], "current-context": ""}
         first = True
         for path in self.paths:
             if not path.exists():
@@ -206,11 +200,5 @@ def import_client_conf(cfg: ConfigFile, text: str, name: str) -> None:
     cfg.set_entry("contexts", name, {"cluster": name, "user": name})
 
 
-__all__ = [
-    "DEFAULT_ADMIN_URL",
-    "ConfigFile",
-    "Connection",
-    "config_paths",
-    "import_client_conf",
-    "parse_client_conf",
-]
+__all__ = ["DEFAULT_ADMIN_URL", "ConfigFile", "Connection", "config_paths",
+           "import_client_conf", "parse_client_conf"]

@@ -30,15 +30,8 @@ Obj = dict[str, Any]
 Column = tuple[str, Callable[[Obj], Any]]
 
 
-def make(
-    kind: str,
-    name: str,
-    namespace: str | None = None,
-    *,
-    spec: Any = None,
-    status: Any = None,
-    labels: dict[str, str] | None = None,
-) -> Obj:
+def make(kind: str, name: str, namespace: str | None = None, *, spec: Any = None,
+         status: Any = None, labels: dict[str, str] | None = None) -> Obj:
     metadata: dict[str, Any] = {"name": name}
     if namespace is not None:
         metadata["namespace"] = namespace
@@ -184,18 +177,16 @@ class Namespaces(Kind):
             spec["policies"] = {
                 k: v
                 for k, v in (
-                    (
-                        "messageTTL",
-                        POLICIES["messageTTL"].from_server(raw.get("message_ttl_in_seconds")),
-                    ),
-                    ("retention", POLICIES["retention"].from_server(raw.get("retention_policies"))),
+                    ("messageTTL", POLICIES["messageTTL"].from_server(
+                        raw.get("message_ttl_in_seconds"))),
+                    ("retention", POLICIES["retention"].from_server(
+                        raw.get("retention_policies"))),
                 )
                 if v is not None
             }
         labels = api.try_get(f"{base}/properties")
-        return make(
-            "Namespace", name, spec=spec, labels=labels if isinstance(labels, dict) else None
-        )
+        return make("Namespace", name, spec=spec, labels=labels if isinstance(labels, dict)
+                    else None)
 
     def columns(self, wide: bool) -> list[Column]:
         cols: list[Column] = [
@@ -204,9 +195,8 @@ class Namespaces(Kind):
             ("MESSAGE-TTL", lambda o: dig(o, "spec", "policies", "messageTTL") or "<none>"),
         ]
         if wide:
-            cols.append(
-                ("RETENTION", lambda o: _retention_str(dig(o, "spec", "policies", "retention")))
-            )
+            cols.append(("RETENTION", lambda o: _retention_str(
+                dig(o, "spec", "policies", "retention"))))
             cols.append(("LABELS", lambda o: _labels_str(dig(o, "metadata", "labels"))))
         return cols
 
@@ -249,9 +239,8 @@ def topic_stats(api: Api, tn: TopicName, partitions: int) -> dict[str, Any]:
                 merged[key] = merged.get(key, 0) + int(part.get(key, 0))
             merged["publishers"] += part.get("publishers") or []
             for sub, s in (part.get("subscriptions") or {}).items():
-                into = merged["subscriptions"].setdefault(
-                    sub, {**s, "msgBacklog": 0, "consumers": []}
-                )
+                into = merged["subscriptions"].setdefault(sub, {**s, "msgBacklog": 0,
+                                                                "consumers": []})
                 into["msgBacklog"] += int(s.get("msgBacklog", 0))
                 into["consumers"] += s.get("consumers") or []
         return merged
@@ -283,11 +272,8 @@ class Topics(Kind):
         what = ("namespaces", ns)
         for domain in DOMAINS:
             base = f"/admin/v2/{domain}/{tenant}/{local_ns}"
-            parted = (
-                api.try_get(base + "/partitioned")
-                if domain != "persistent"
-                else api.get(base + "/partitioned", what=what)
-            )
+            parted = api.try_get(base + "/partitioned") if domain != "persistent" else api.get(
+                base + "/partitioned", what=what)
             for name in parted or []:
                 tn = TopicName.parse(name)
                 meta = api.try_get(f"/admin/v2/{tn.path}/partitions") or {}
@@ -315,14 +301,8 @@ class Topics(Kind):
                 policies = {}
             spec["policies"] = {k: v for k, v in policies.items() if v is not None}
         labels = api.try_get(f"/admin/v2/{tn.path}/properties")
-        return make(
-            "Topic",
-            tn.local,
-            tn.ns,
-            spec=spec,
-            status=status,
-            labels=labels if isinstance(labels, dict) else None,
-        )
+        return make("Topic", tn.local, tn.ns, spec=spec, status=status,
+                    labels=labels if isinstance(labels, dict) else None)
 
     def list_all(self, api: Api, scope: Scope, *, full: bool) -> list[Obj]:
         return [
@@ -419,15 +399,8 @@ class Partitions(Kind):
             for i in range(n):
                 tn = parent.partition(i)
                 status = {"fullName": tn.full, **_summary(topic_stats(api, tn, 0))}
-                out.append(
-                    make(
-                        "Partition",
-                        tn.local,
-                        tn.ns,
-                        spec={"topic": parent.full, "index": i},
-                        status=status,
-                    )
-                )
+                out.append(make("Partition", tn.local, tn.ns,
+                                spec={"topic": parent.full, "index": i}, status=status))
         return out
 
     def columns(self, wide: bool) -> list[Column]:
@@ -443,7 +416,7 @@ class Subscriptions(Kind):
         out = []
         for name, n in sorted(_scope_topics(api, scope).items()):
             tn = TopicName.parse(name)
-            subs = topic_stats(api, tn, n).get("subscriptions") or {}
+            subs = (topic_stats(api, tn, n).get("subscriptions") or {})
             for sub in sorted(subs):
                 s = subs[sub]
                 status = {
@@ -456,7 +429,8 @@ class Subscriptions(Kind):
                 for k in ("markDeletePosition", "readPosition"):
                     if k in s:
                         status[k] = s[k]
-                out.append(make("Subscription", sub, tn.ns, spec={"topic": tn.full}, status=status))
+                out.append(make("Subscription", sub, tn.ns, spec={"topic": tn.full},
+                                status=status))
         return out
 
     def get(self, api: Api, name: str, scope: Scope, *, full: bool) -> Obj:
@@ -465,9 +439,8 @@ class Subscriptions(Kind):
             raise ServerError(404, f'subscriptions "{name}" not found')
         if len(found) > 1:
             topics = ", ".join(dig(o, "spec", "topic") for o in found)
-            raise UsageError(
-                f'subscription "{name}" exists on several topics ({topics}): name one with --topic'
-            )
+            raise UsageError(f'subscription "{name}" exists on several topics ({topics}): '
+                             "name one with --topic")
         return found[0]
 
     def columns(self, wide: bool) -> list[Column]:
@@ -495,20 +468,14 @@ class Subscriptions(Kind):
         tn = self._topic(scope)
         position = opts.get("position") or "latest"
         body = position_body(position)
-        api.put(
-            f"/admin/v2/{tn.path}/subscription/{quote(name, safe='')}",
-            body,
-            what=("subscriptions", name),
-        )
+        api.put(f"/admin/v2/{tn.path}/subscription/{quote(name, safe='')}", body,
+                what=("subscriptions", name))
 
     def delete(self, api: Api, name: str, scope: Scope, *, force: bool) -> None:
         tn = self._topic(scope)
         q = {"force": True} if force else {}
-        api.delete(
-            f"/admin/v2/{tn.path}/subscription/{quote(name, safe='')}",
-            what=("subscriptions", name),
-            **q,
-        )
+        api.delete(f"/admin/v2/{tn.path}/subscription/{quote(name, safe='')}",
+                   what=("subscriptions", name), **q)
 
 
 def position_body(position: str) -> dict[str, int]:
@@ -529,16 +496,13 @@ class Bundles(Kind):
 
     def list_all(self, api: Api, scope: Scope, *, full: bool) -> list[Obj]:
         tenant, ns = split_namespace(scope.namespace)
-        data = (
-            api.get(
-                f"/admin/v2/namespaces/{tenant}/{ns}/bundles", what=("namespaces", scope.namespace)
-            )
-            or {}
-        )
+        data = api.get(f"/admin/v2/namespaces/{tenant}/{ns}/bundles",
+                       what=("namespaces", scope.namespace)) or {}
         bounds = data.get("boundaries") or []
         out = []
         for lo, hi in itertools.pairwise(bounds):
-            out.append(make("Bundle", f"{lo}_{hi}", scope.namespace, spec={"range": [lo, hi]}))
+            out.append(make("Bundle", f"{lo}_{hi}", scope.namespace,
+                            spec={"range": [lo, hi]}))
         return out
 
     def columns(self, wide: bool) -> list[Column]:
@@ -571,10 +535,8 @@ class Bookies(Kind):
         return out
 
     def columns(self, wide: bool) -> list[Column]:
-        cols: list[Column] = [
-            ("NAME", self.key),
-            ("STATE", lambda o: dig(o, "status", "state") or "<none>"),
-        ]
+        cols: list[Column] = [("NAME", self.key),
+                              ("STATE", lambda o: dig(o, "status", "state") or "<none>")]
         if wide:
             cols.append(("HTTP-PORT", lambda o: dig(o, "status", "httpPort") or "<none>"))
         return cols
@@ -590,17 +552,15 @@ class Ledgers(Kind):
         tn = TopicName.parse(scope.topic, scope.namespace)
         stats = api.get(f"/admin/v2/{tn.path}/internalStats", what=("topics", tn.full)) or {}
         return [
-            make("Ledger", str(lg.get("ledgerId")), tn.ns, spec={"topic": tn.full}, status=lg)
+            make("Ledger", str(lg.get("ledgerId")), tn.ns,
+                 spec={"topic": tn.full}, status=lg)
             for lg in stats.get("ledgers") or []
         ]
 
     def columns(self, wide: bool) -> list[Column]:
-        return [
-            ("NAME", self.key),
-            ("TOPIC", lambda o: dig(o, "spec", "topic")),
-            ("ENTRIES", lambda o: dig(o, "status", "entries", default=0)),
-            ("SIZE", lambda o: human_bytes(dig(o, "status", "size", default=0))),
-        ]
+        return [("NAME", self.key), ("TOPIC", lambda o: dig(o, "spec", "topic")),
+                ("ENTRIES", lambda o: dig(o, "status", "entries", default=0)),
+                ("SIZE", lambda o: human_bytes(dig(o, "status", "size", default=0)))]
 
 
 KINDS: dict[str, Kind] = {
@@ -621,14 +581,5 @@ def kind_for(resource: str) -> Kind:
     return KINDS[resolve(resource).plural]
 
 
-__all__ = [
-    "KINDS",
-    "Kind",
-    "Obj",
-    "dig",
-    "format_duration_s",
-    "kind_for",
-    "make",
-    "position_body",
-    "topic_stats",
-]
+__all__ = ["KINDS", "Kind", "Obj", "dig", "format_duration_s", "kind_for", "make",
+           "position_body", "topic_stats"]

@@ -54,9 +54,8 @@ def _read_source(src: str) -> list[tuple[str, str]]:
     try:
         return [(src, path.read_text())]
     except OSError as exc:
-        raise UsageError(
-            f'the path "{src}" does not exist' if not path.exists() else f"cannot read {src}: {exc}"
-        ) from None
+        raise UsageError(f'the path "{src}" does not exist' if not path.exists()
+                         else f"cannot read {src}: {exc}") from None
 
 
 def load_manifests(sources: list[str]) -> list[Manifest]:
@@ -68,7 +67,7 @@ def load_manifests(sources: list[str]) -> list[Manifest]:
             try:
                 docs = [d for d in yaml.safe_load_all(text) if d is not None]
             except yaml.YAMLError as exc:
-                raise UsageError(f"error parsing {name}: {exc}") from None
+                raise UsageError(f'error parsing {name}: {exc}') from None
             for doc in docs:
                 out += _unwrap(doc, name)
     if not out:
@@ -96,39 +95,32 @@ def _unwrap(doc: Any, source: str) -> list[Manifest]:
 def validate(m: Manifest) -> None:
     obj, where = m.obj, f'error validating "{m.source}"'
     if obj.get("apiVersion") != API_VERSION:
-        raise UsageError(
-            f'{where}: apiVersion must be "{API_VERSION}", got {obj.get("apiVersion")!r}'
-        )
+        raise UsageError(f'{where}: apiVersion must be "{API_VERSION}", '
+                         f'got {obj.get("apiVersion")!r}')
     kind = obj.get("kind")
     if kind not in KIND_ORDER:
-        raise UsageError(
-            f'{where}: no kind "{kind}" is registered; kinds: {", ".join((*KIND_ORDER, "List"))}'
-        )
+        raise UsageError(f'{where}: no kind "{kind}" is registered; kinds: '
+                         f'{", ".join((*KIND_ORDER, "List"))}')
     meta = obj.get("metadata")
     if not isinstance(meta, dict) or not isinstance(meta.get("name"), str) or not meta["name"]:
         raise UsageError(f"{where}: metadata.name is required")
     labels = meta.get("labels")
     if labels is not None:
         if kind not in ("Namespace", "Topic"):
-            raise UsageError(
-                f"{where}: metadata.labels are stored for namespaces and topics "
-                f"only, not for a {kind}"
-            )
+            raise UsageError(f"{where}: metadata.labels are stored for namespaces and topics "
+                             f"only, not for a {kind}")
         if not isinstance(labels, dict) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in labels.items()
         ):
-            raise UsageError(
-                f"{where}: metadata.labels must map strings to strings (quote numbers and booleans)"
-            )
+            raise UsageError(f"{where}: metadata.labels must map strings to strings "
+                             "(quote numbers and booleans)")
     spec = obj.get("spec") or {}
     if not isinstance(spec, dict):
         raise UsageError(f"{where}: spec must be a mapping")
     unknown = set(spec) - _SPEC_FIELDS[kind]
     if unknown:
-        raise UsageError(
-            f"{where}: unknown field(s) in {kind}.spec: {', '.join(sorted(unknown))}"
-            f" (known: {', '.join(sorted(_SPEC_FIELDS[kind]))})"
-        )
+        raise UsageError(f'{where}: unknown field(s) in {kind}.spec: {", ".join(sorted(unknown))}'
+                         f' (known: {", ".join(sorted(_SPEC_FIELDS[kind]))})')
     try:
         canonical_policies(spec.get("policies"), topic=kind == "Topic")
     except UsageError as exc:
@@ -194,18 +186,12 @@ def _plan_tenant(api: Api, obj: dict[str, Any], _ns: str) -> Plan:
             raise
         info, exists = {}, False
     live = {k: sorted(info.get(k) or []) for k in desired} if exists else {}
-    p = Plan(
-        "Tenant",
-        name,
-        exists,
-        _view("Tenant", name, None, live),
-        _view("Tenant", name, None, desired),
-    )
+    p = Plan("Tenant", name, exists, _view("Tenant", name, None, live),
+             _view("Tenant", name, None, desired))
     body = {
         "adminRoles": desired.get("adminRoles", sorted(info.get("adminRoles") or [])),
         "allowedClusters": desired.get("allowedClusters")
-        or sorted(info.get("allowedClusters") or [])
-        or [api.cluster()],
+        or sorted(info.get("allowedClusters") or []) or [api.cluster()],
     }
     if not exists:
         p.writes.append(lambda: api.put(path, body, what=("tenants", name)))
@@ -234,9 +220,8 @@ def _policy_write(api: Api, base: str, key: str, live: Any, wanted: Any) -> Writ
     return write
 
 
-def _label_writes(
-    api: Api, p: Plan, obj: dict[str, Any], base: str, exists: bool, *, namespace: bool
-) -> None:
+def _label_writes(api: Api, p: Plan, obj: dict[str, Any], base: str, exists: bool,
+                  *, namespace: bool) -> None:
     """``metadata.labels`` are the object's Pulsar properties; when the manifest names them,
     the live set is made equal (extra keys removed)."""
     wanted = obj["metadata"].get("labels")
@@ -266,7 +251,7 @@ def _label_writes(
 def _namespace_name(obj: dict[str, Any]) -> str:
     name = obj["metadata"]["name"]
     if "/" not in name and obj["metadata"].get("namespace"):
-        name = f"{obj['metadata']['namespace']}/{name}"
+        name = f'{obj["metadata"]["namespace"]}/{name}'
     split_namespace(name)
     return str(name)
 
@@ -286,13 +271,8 @@ def _plan_namespace(api: Api, obj: dict[str, Any], _ns: str) -> Plan:
         raw, exists = {}, False
     live_spec: dict[str, Any] = {}
     desired_spec: dict[str, Any] = {}
-    p = Plan(
-        "Namespace",
-        name,
-        exists,
-        _view("Namespace", name, None, live_spec),
-        _view("Namespace", name, None, desired_spec),
-    )
+    p = Plan("Namespace", name, exists, _view("Namespace", name, None, live_spec),
+             _view("Namespace", name, None, desired_spec))
     if "bundles" in spec:
         bundles = spec["bundles"]
         if isinstance(bundles, bool) or not isinstance(bundles, int) or bundles < 1:
@@ -301,11 +281,9 @@ def _plan_namespace(api: Api, obj: dict[str, Any], _ns: str) -> Plan:
         if exists:
             live_spec["bundles"] = (raw.get("bundles") or {}).get("numBundles")
             if live_spec["bundles"] != bundles:
-                p.warnings.append(
-                    f"namespace/{name}: spec.bundles cannot change after "
-                    "creation (split bundles instead); left at "
-                    f"{live_spec['bundles']}"
-                )
+                p.warnings.append(f"namespace/{name}: spec.bundles cannot change after "
+                                  "creation (split bundles instead); left at "
+                                  f"{live_spec['bundles']}")
                 desired_spec["bundles"] = live_spec["bundles"]
     if not exists:
         body = {"bundles": {"numBundles": spec["bundles"]}} if "bundles" in spec else {}
@@ -335,32 +313,24 @@ def _plan_topic(api: Api, obj: dict[str, Any], default_namespace: str) -> Plan:
     exists = live_n is not None
     live_spec: dict[str, Any] = {"partitions": live_n} if exists else {}
     desired_spec: dict[str, Any] = {"partitions": partitions}
-    p = Plan(
-        "Topic",
-        tn.full,
-        exists,
-        _view("Topic", tn.local, tn.ns, live_spec),
-        _view("Topic", tn.local, tn.ns, desired_spec),
-    )
+    p = Plan("Topic", tn.full, exists, _view("Topic", tn.local, tn.ns, live_spec),
+             _view("Topic", tn.local, tn.ns, desired_spec))
     what = ("topics", tn.full)
     if not exists:
         if partitions > 0:
-            p.writes.append(
-                lambda: api.put(f"/admin/v2/{tn.path}/partitions", partitions, what=what)
-            )
+            p.writes.append(lambda: api.put(f"/admin/v2/{tn.path}/partitions", partitions,
+                                            what=what))
         else:
             p.writes.append(lambda: api.put(f"/admin/v2/{tn.path}", what=what))
     elif live_n != partitions:
         if live_n == 0 or partitions == 0:
-            raise UsageError(
-                f"Topic {tn.full}: cannot change between partitioned and not "
-                f"partitioned (live partitions: {live_n})"
-            )
+            raise UsageError(f"Topic {tn.full}: cannot change between partitioned and not "
+                             f"partitioned (live partitions: {live_n})")
         if partitions < (live_n or 0):
-            raise UsageError(
-                f"Topic {tn.full}: partitions can only grow ({live_n} -> {partitions})"
-            )
-        p.writes.append(lambda: api.post(f"/admin/v2/{tn.path}/partitions", partitions, what=what))
+            raise UsageError(f"Topic {tn.full}: partitions can only grow "
+                             f"({live_n} -> {partitions})")
+        p.writes.append(lambda: api.post(f"/admin/v2/{tn.path}/partitions", partitions,
+                                         what=what))
     if wanted:
         if not tn.persistent:
             raise UsageError(f"Topic {tn.full}: policies apply to persistent topics")
@@ -383,21 +353,13 @@ def _plan_subscription(api: Api, obj: dict[str, Any], default_namespace: str) ->
         subs = list(topic_stats(api, tn, n).get("subscriptions") or {})
     exists = name in subs
     desired = {"topic": tn.full}
-    p = Plan(
-        "Subscription",
-        name,
-        exists,
-        _view("Subscription", name, tn.ns, desired if exists else {}),
-        _view("Subscription", name, tn.ns, desired),
-    )
+    p = Plan("Subscription", name, exists,
+             _view("Subscription", name, tn.ns, desired if exists else {}),
+             _view("Subscription", name, tn.ns, desired))
     if not exists:
-        p.writes.append(
-            lambda: api.put(
-                f"/admin/v2/{tn.path}/subscription/{quote(name, safe='')}",
-                body,
-                what=("subscriptions", name),
-            )
-        )
+        p.writes.append(lambda: api.put(
+            f"/admin/v2/{tn.path}/subscription/{quote(name, safe='')}", body,
+            what=("subscriptions", name)))
     return p
 
 

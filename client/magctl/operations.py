@@ -36,30 +36,22 @@ class _Op(NamedTuple):
     err: IO[str]
 
 
-def run(
-    verb: str, args: argparse.Namespace, api: Api, scope: Scope, *, out: IO[str], err: IO[str]
-) -> int:
+def run(verb: str, args: argparse.Namespace, api: Api, scope: Scope, *, out: IO[str],
+        err: IO[str]) -> int:
     from magnetar.client.magctl.verbs import targets
 
     rtype, names = targets(args.resource, args.names)
     if not names:
         raise UsageError(f"{verb} {rtype.singular}: a name is required")
     allowed = {
-        "unload": ("topics", "namespaces", "bundles"),
-        "split": ("bundles",),
-        "seek": ("subscriptions",),
-        "skip": ("subscriptions",),
-        "clear": ("subscriptions",),
-        "expire": ("subscriptions",),
-        "peek": ("subscriptions", "topics"),
-        "compact": ("topics",),
-        "terminate": ("topics",),
-        "truncate": ("topics",),
-        "scale": ("topics",),
-        "lookup": ("topics",),
+        "unload": ("topics", "namespaces", "bundles"), "split": ("bundles",),
+        "seek": ("subscriptions",), "skip": ("subscriptions",), "clear": ("subscriptions",),
+        "expire": ("subscriptions",), "peek": ("subscriptions", "topics"),
+        "compact": ("topics",), "terminate": ("topics",), "truncate": ("topics",),
+        "scale": ("topics",), "lookup": ("topics",),
     }[verb]
     if rtype.plural not in allowed:
-        raise UsageError(f"{verb} does not apply to {rtype.plural} (only {', '.join(allowed)})")
+        raise UsageError(f'{verb} does not apply to {rtype.plural} (only {", ".join(allowed)})')
     handler = globals()[f"_{verb}"]
     op = _Op(api, scope, rtype.plural, args, out, err)
     for name in names:
@@ -127,13 +119,8 @@ def _split(op: _Op, name: str) -> None:
         query["splitAlgorithmName"] = args.algorithm
     elif body:
         query["splitAlgorithmName"] = "specified_positions_divide"
-    ranges = api.call(
-        "PUT",
-        f"/admin/v2/namespaces/{tenant}/{ns}/{name}/split",
-        body,
-        what=("bundles", name),
-        query=query,
-    )
+    ranges = api.call("PUT", f"/admin/v2/namespaces/{tenant}/{ns}/{name}/split", body,
+                      what=("bundles", name), query=query)
     new = ", ".join(ranges) if isinstance(ranges, list) else "new bundles"
     out.write(f"bundle/{name} split into {new}\n")
 
@@ -180,7 +167,8 @@ def _expire(op: _Op, name: str) -> None:
     seconds = parse_duration_s(args.older_than, "--older-than")
     tn, n = _sub_topic(api, scope, name)
     for part in _parts(tn, n):
-        api.post(f"{_sub_path(part, name)}/expireMessages/{seconds}", what=("subscriptions", name))
+        api.post(f"{_sub_path(part, name)}/expireMessages/{seconds}",
+                 what=("subscriptions", name))
     out.write(f"subscription/{name} expired messages older than {args.older_than}\n")
 
 
@@ -190,7 +178,7 @@ def _message(http_raw: Any) -> dict[str, Any]:
     msg: dict[str, Any] = {}
     for k, v in headers.items():
         if k.lower().startswith("x-pulsar-"):
-            msg[k[len("X-Pulsar-") :]] = v
+            msg[k[len("X-Pulsar-"):]] = v
     try:
         msg["payload"] = payload.decode("utf-8")
     except UnicodeDecodeError:
@@ -211,9 +199,8 @@ def _raw_get(api: Api, path: str, what: tuple[str, str]) -> tuple[dict[str, str]
     except urllib.error.HTTPError as exc:
         from magnetar.client.magctl.http import _reason_of
 
-        raise Api._error(
-            HttpError(exc.code, _reason_of(exc.code, exc.read())), "GET", path, what
-        ) from None
+        raise Api._error(HttpError(exc.code, _reason_of(exc.code, exc.read())), "GET", path,
+                         what) from None
     except OSError:
         http.request("GET", path)  # raises the transport's ConnectionFailed
         raise
@@ -230,7 +217,8 @@ def _peek(op: _Op, name: str) -> None:
             raise UsageError("peek applies to one partition: name it with --topic T-partition-N")
         for i in range(1, args.count + 1):
             try:
-                got = _raw_get(api, f"{_sub_path(tn, name)}/position/{i}", ("subscriptions", name))
+                got = _raw_get(api, f"{_sub_path(tn, name)}/position/{i}",
+                               ("subscriptions", name))
             except MagctlError as exc:
                 if i > 1 and isinstance(exc, ServerError) and exc.status == 404:
                     break
@@ -243,10 +231,8 @@ def _peek(op: _Op, name: str) -> None:
         if args.position not in ("earliest", "latest"):
             raise UsageError('--position: "earliest" or "latest"')
         for i in range(1, args.count + 1):
-            path = (
-                f"/admin/v2/{tn.path}/examinemessage?initialPosition={args.position}"
-                f"&messagePosition={i}"
-            )
+            path = (f"/admin/v2/{tn.path}/examinemessage?initialPosition={args.position}"
+                    f"&messagePosition={i}")
             try:
                 got = _raw_get(api, path, ("topics", tn.full))
             except ServerError as exc:
@@ -283,9 +269,8 @@ def _compact(op: _Op, name: str) -> None:
     for part in _parts(tn, n):
         while True:
             try:
-                status = (
-                    api.get(f"/admin/v2/{part.path}/compaction", what=("topics", part.full)) or {}
-                )
+                status = api.get(f"/admin/v2/{part.path}/compaction",
+                                 what=("topics", part.full)) or {}
             except ServerError as exc:
                 if n > 0 and exc.status == 404:
                     break  # a partition never written to has nothing to compact
@@ -296,9 +281,8 @@ def _compact(op: _Op, name: str) -> None:
             if state != "RUNNING":
                 break
             if time.monotonic() > deadline:
-                raise MagctlError(
-                    f"compaction of {part.full} still running after {args.timeout:g} s"
-                )
+                raise MagctlError(f"compaction of {part.full} still running after "
+                                  f"{args.timeout:g} s")
             if tty:
                 err.write(f"\rcompacting {part.full} ...")
                 err.flush()
@@ -323,16 +307,12 @@ def _terminate(op: _Op, name: str) -> None:
 
         out.write(dump_yaml(got))
     elif n > 0:
-        ids = ", ".join(
-            f"{i}={m.get('ledgerId')}:{m.get('entryId')}"
-            for i, m in sorted(got.items(), key=lambda kv: int(kv[0]))
-        )
+        ids = ", ".join(f"{i}={m.get('ledgerId')}:{m.get('entryId')}"
+                        for i, m in sorted(got.items(), key=lambda kv: int(kv[0])))
         out.write(f"topic/{tn.full} terminated (last message ids {ids})\n")
     else:
-        out.write(
-            f"topic/{tn.full} terminated (last message id "
-            f"{got.get('ledgerId')}:{got.get('entryId')})\n"
-        )
+        out.write(f"topic/{tn.full} terminated (last message id "
+                  f"{got.get('ledgerId')}:{got.get('entryId')})\n")
 
 
 def _truncate(op: _Op, name: str) -> None:
@@ -362,13 +342,8 @@ def _lookup(op: _Op, name: str) -> None:
     rows = []
     for part in _parts(tn, n):
         got = api.get(f"/lookup/v2/topic/{part.path}", what=("topics", part.full)) or {}
-        rows.append(
-            {
-                "topic": part.full,
-                "brokerUrl": str(got.get("brokerUrl")),
-                "httpUrl": str(got.get("httpUrl")),
-            }
-        )
+        rows.append({"topic": part.full, "brokerUrl": str(got.get("brokerUrl")),
+                     "httpUrl": str(got.get("httpUrl"))})
     if args.output == "json":
         out.write(json.dumps(rows if n else rows[0], indent=4) + "\n")
     elif args.output == "yaml":
@@ -378,12 +353,8 @@ def _lookup(op: _Op, name: str) -> None:
     else:
         from magnetar.client.magctl.output import table
 
-        out.write(
-            table(
-                ["TOPIC", "BROKER-URL", "HTTP-URL"],
-                [[r["topic"], r["brokerUrl"], r["httpUrl"]] for r in rows],
-            )
-        )
+        out.write(table(["TOPIC", "BROKER-URL", "HTTP-URL"],
+                        [[r["topic"], r["brokerUrl"], r["httpUrl"]] for r in rows]))
 
 
 __all__ = ["run"]

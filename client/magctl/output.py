@@ -156,12 +156,8 @@ def describe(obj: dict[str, Any]) -> str:
     """kubectl describe's layout: ``Key:  value`` lines, nested maps indented."""
     lines: list[str] = []
     meta = obj.get("metadata") or {}
-    top = [
-        ("Name", meta.get("name")),
-        ("Namespace", meta.get("namespace")),
-        ("Kind", obj.get("kind")),
-        ("Labels", meta.get("labels") or "<none>"),
-    ]
+    top = [("Name", meta.get("name")), ("Namespace", meta.get("namespace")),
+           ("Kind", obj.get("kind")), ("Labels", meta.get("labels") or "<none>")]
     for k, v in top:
         if v is None:
             continue
@@ -203,13 +199,5 @@ def _emit(lines: list[str], key: str, value: Any, depth: int) -> None:
         lines.append(f"{pad}{key}:".ljust(max(20, len(pad) + len(key) + 2)) + text)
 
 
-__all__ = [
-    "FORMATS",
-    "OutputFormat",
-    "as_list",
-    "describe",
-    "dump_yaml",
-    "print_objects",
-    "sort_objects",
-    "table",
-]
+__all__ = ["FORMATS", "OutputFormat", "as_list", "describe", "dump_yaml", "print_objects",
+           "sort_objects", "table"]

@@ -234,109 +234,56 @@ def _auto_topic_canonical(v: Any) -> Any:
     allow = _bool(d.get("allowAutoTopicCreation"), f"{what}.allowAutoTopicCreation")
     kind = d.get("topicType")
     if (allow or kind is not None) and kind not in ("non-partitioned", "partitioned"):
-        raise UsageError(
-            f"spec.policies.{what}.topicType: expected non-partitioned or partitioned, got {kind!r}"
-        )
+        raise UsageError(f"spec.policies.{what}.topicType: expected non-partitioned or "
+                         f"partitioned, got {kind!r}")
     n = d.get("defaultNumPartitions")
     if kind == "partitioned" and (n is None or _int(n, f"{what}.defaultNumPartitions") < 1):
-        raise UsageError(
-            f"spec.policies.{what}.defaultNumPartitions: 1 or more is needed "
-            "for topicType partitioned"
-        )
+        raise UsageError(f"spec.policies.{what}.defaultNumPartitions: 1 or more is needed "
+                         "for topicType partitioned")
     if kind != "partitioned" and n is not None:
-        raise UsageError(
-            f"spec.policies.{what}.defaultNumPartitions: only for topicType partitioned"
-        )
+        raise UsageError(f"spec.policies.{what}.defaultNumPartitions: only for topicType "
+                         "partitioned")
     return _auto_topic_from_server(d)
 
 
 POLICIES: dict[str, PolicySpec] = {
     p.key: p
     for p in (
-        PolicySpec(
-            "retention",
-            "retention",
-            _retention_from_server,
-            _retention_canonical,
-            _retention_body,
-            "{time: 7d, size: 10G}; -1 infinite, 0 none",
-        ),
-        PolicySpec(
-            "messageTTL",
-            "messageTTL",
-            _ttl_from_server,
-            lambda v: _ttl_from_server(parse_duration_s(v, "spec.policies.messageTTL")),
-            parse_duration_s,
-            "time to live of unacknowledged messages: 1h",
-        ),
-        PolicySpec(
-            "backlogQuotas",
-            "backlogQuotaMap",
-            _quotas_from_server,
-            _quotas_canonical,
-            lambda v: v,
-            "[{type: destination_storage|message_age, limit: 10G, "
-            "limitTime: 1h, policy: producer_request_hold|producer_exception|"
-            "consumer_backlog_eviction}]",
-        ),
-        PolicySpec(
-            "deduplication",
-            "deduplication",
-            lambda v: v if isinstance(v, bool) else None,
-            lambda v: _bool(v, "deduplication"),
-            lambda v: v,
-            "true: the broker drops re-sent messages (producer sequence ids)",
-        ),
-        PolicySpec(
-            "delayedDelivery",
-            "delayedDelivery",
-            _delayed_from_server,
-            _delayed_canonical,
-            lambda v: v,
-            "{active: true, tickTime: 1000, maxDeliveryDelayInMillis: 0}",
-        ),
-        PolicySpec(
-            "dispatchRate",
-            "dispatchRate",
-            *_rate(_DISPATCH, True),
-            "per topic: {dispatchThrottlingRateInMsg, dispatchThrottlingRateInByte, "
-            "ratePeriodInSecond}",
-        ),
-        PolicySpec(
-            "subscriptionDispatchRate",
-            "subscriptionDispatchRate",
-            *_rate(_DISPATCH, True),
-            "per subscription: same fields as dispatchRate",
-        ),
-        PolicySpec(
-            "publishRate",
-            "publishRate",
-            *_rate(_PUBLISH, False),
-            "{publishThrottlingRateInMsg, publishThrottlingRateInByte}",
-        ),
+        PolicySpec("retention", "retention", _retention_from_server, _retention_canonical,
+                   _retention_body, "{time: 7d, size: 10G}; -1 infinite, 0 none"),
+        PolicySpec("messageTTL", "messageTTL", _ttl_from_server,
+                   lambda v: _ttl_from_server(parse_duration_s(v, "spec.policies.messageTTL")),
+                   parse_duration_s, "time to live of unacknowledged messages: 1h"),
+        PolicySpec("backlogQuotas", "backlogQuotaMap", _quotas_from_server, _quotas_canonical,
+                   lambda v: v, "[{type: destination_storage|message_age, limit: 10G, "
+                   "limitTime: 1h, policy: producer_request_hold|producer_exception|"
+                   "consumer_backlog_eviction}]"),
+        PolicySpec("deduplication", "deduplication",
+                   lambda v: v if isinstance(v, bool) else None,
+                   lambda v: _bool(v, "deduplication"), lambda v: v,
+                   "true: the broker drops re-sent messages (producer sequence ids)"),
+        PolicySpec("delayedDelivery", "delayedDelivery", _delayed_from_server,
+                   _delayed_canonical, lambda v: v,
+                   "{active: true, tickTime: 1000, maxDeliveryDelayInMillis: 0}"),
+        PolicySpec("dispatchRate", "dispatchRate", *_rate(_DISPATCH, True),
+                   "per topic: {dispatchThrottlingRateInMsg, dispatchThrottlingRateInByte, "
+                   "ratePeriodInSecond}"),
+        PolicySpec("subscriptionDispatchRate", "subscriptionDispatchRate",
+                   *_rate(_DISPATCH, True), "per subscription: same fields as dispatchRate"),
+        PolicySpec("publishRate", "publishRate", *_rate(_PUBLISH, False),
+                   "{publishThrottlingRateInMsg, publishThrottlingRateInByte}"),
         _scalar_int("maxProducersPerTopic", "maxProducersPerTopic", "0 = no limit"),
         _scalar_int("maxConsumersPerTopic", "maxConsumersPerTopic", "0 = no limit"),
-        _scalar_int(
-            "maxUnackedMessagesPerConsumer", "maxUnackedMessagesPerConsumer", "0 = no limit"
-        ),
-        _scalar_int(
-            "maxUnackedMessagesPerSubscription", "maxUnackedMessagesPerSubscription", "0 = no limit"
-        ),
-        _scalar_int(
-            "compactionThreshold",
-            "compactionThreshold",
-            "bytes not yet compacted that trigger compaction; 0 = off",
-        ),
-        PolicySpec(
-            "autoTopicCreation",
-            "autoTopicCreation",
-            _auto_topic_from_server,
-            _auto_topic_canonical,
-            lambda v: v,
-            "namespace only: {allowAutoTopicCreation: true, topicType: "
-            "non-partitioned|partitioned, defaultNumPartitions: 3}",
-            topic_level=False,
-        ),
+        _scalar_int("maxUnackedMessagesPerConsumer", "maxUnackedMessagesPerConsumer",
+                    "0 = no limit"),
+        _scalar_int("maxUnackedMessagesPerSubscription", "maxUnackedMessagesPerSubscription",
+                    "0 = no limit"),
+        _scalar_int("compactionThreshold", "compactionThreshold",
+                    "bytes not yet compacted that trigger compaction; 0 = off"),
+        PolicySpec("autoTopicCreation", "autoTopicCreation", _auto_topic_from_server,
+                   _auto_topic_canonical, lambda v: v,
+                   "namespace only: {allowAutoTopicCreation: true, topicType: "
+                   "non-partitioned|partitioned, defaultNumPartitions: 3}", topic_level=False),
     )
 }
 
@@ -355,7 +302,9 @@ def canonical_policies(spec: Any, *, topic: bool = False) -> dict[str, Any]:
     for key, value in spec.items():
         policy = POLICIES.get(key)
         if policy is None:
-            raise UsageError(f'spec.policies: unknown policy "{key}"; known: {", ".join(POLICIES)}')
+            raise UsageError(
+                f'spec.policies: unknown policy "{key}"; known: {", ".join(POLICIES)}'
+            )
         if topic and not policy.topic_level:
             raise UsageError(f'spec.policies: "{key}" is a namespace policy, not a topic one')
         out[key] = None if value is None else policy.canonical(value)

@@ -20,18 +20,15 @@ CLIENT_VERSION = "0.1.0"
 
 # ------------------------------------------------------------------------------- version
 def cmd_version(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
-    report: dict[str, Any] = {
-        "clientVersion": {"version": CLIENT_VERSION, "apiVersion": "magnetar.io/v1alpha1"}
-    }
+    report: dict[str, Any] = {"clientVersion": {"version": CLIENT_VERSION,
+                                                "apiVersion": "magnetar.io/v1alpha1"}}
     if not args.client:
         from magnetar.client.magctl.verbs import _session
 
         api, _, conn = _session(args)
         server = api.try_get("/admin/v2/brokers/version")
-        report["serverVersion"] = {
-            "version": server if server is not None else "unknown",
-            "adminUrl": conn.admin_url,
-        }
+        report["serverVersion"] = {"version": server if server is not None else "unknown",
+                                   "adminUrl": conn.admin_url}
     if args.output == "json":
         out.write(json.dumps(report, indent=2) + "\n")
     elif args.output == "yaml":
@@ -63,15 +60,9 @@ def cmd_config(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
         rows = []
         for item in cfg.data["contexts"]:
             c = item.get("context") or {}
-            rows.append(
-                [
-                    "*" if item["name"] == cfg.current else "",
-                    item["name"],
-                    str(c.get("cluster", "")),
-                    str(c.get("user", "")),
-                    str(c.get("namespace", "")),
-                ]
-            )
+            rows.append(["*" if item["name"] == cfg.current else "", item["name"],
+                         str(c.get("cluster", "")), str(c.get("user", "")),
+                         str(c.get("namespace", ""))])
         out.write(table(["CURRENT", "NAME", "CLUSTER", "AUTHINFO", "NAMESPACE"], rows))
     elif verb == "use-context":
         if cfg.entry("contexts", args.name) is None:
@@ -136,7 +127,8 @@ def _set_context(cfg: Any, args: argparse.Namespace, out: IO[str]) -> None:
         ctx["cluster"] = cluster
     token = getattr(args, "token", None)
     if token or args.token_file:
-        cfg.set_entry("users", user, {"token": token} if token else {"token-file": args.token_file})
+        cfg.set_entry("users", user, {"token": token} if token else
+                      {"token-file": args.token_file})
         ctx["user"] = user
     elif args.user:
         ctx["user"] = user
@@ -155,29 +147,9 @@ def _words() -> tuple[list[str], list[str], list[str]]:
     from magnetar.client.magctl.resources import RESOURCES
 
     resources = [n for r in RESOURCES for n in r.names]
-    flags = [
-        "-n",
-        "--namespace",
-        "--context",
-        "--admin-url",
-        "--token",
-        "-o",
-        "--output",
-        "--no-headers",
-        "--sort-by",
-        "-l",
-        "--selector",
-        "-w",
-        "--watch",
-        "--topic",
-        "-f",
-        "--filename",
-        "--dry-run",
-        "--force",
-        "--all",
-        "--partitions",
-        "--help",
-    ]
+    flags = ["-n", "--namespace", "--context", "--admin-url", "--token", "-o", "--output",
+             "--no-headers", "--sort-by", "-l", "--selector", "-w", "--watch", "--topic",
+             "-f", "--filename", "--dry-run", "--force", "--all", "--partitions", "--help"]
     return list(VERBS), resources, flags
 
 
@@ -244,16 +216,15 @@ complete -c magctl -l topic -d 'topic of subscriptions' -r
 
 def completion_script(shell: str) -> str:
     verbs, resources, flags = _words()
-    bash = (
-        _BASH.replace("__FLAGS__", " ".join(flags))
-        .replace("__VERBS__", " ".join(verbs))
-        .replace("__RESOURCES__", " ".join(resources))
-    )
+    bash = (_BASH.replace("__FLAGS__", " ".join(flags))
+            .replace("__VERBS__", " ".join(verbs))
+            .replace("__RESOURCES__", " ".join(resources)))
     if shell == "bash":
         return bash
     if shell == "zsh":
         return _ZSH + bash.split("\n", 1)[1]
-    return _FISH.replace("__VERBS__", " ".join(verbs)).replace("__RESOURCES__", " ".join(resources))
+    return _FISH.replace("__VERBS__", " ".join(verbs)).replace("__RESOURCES__",
+                                                                " ".join(resources))
 
 
 def cmd_completion(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
@@ -261,4 +232,5 @@ def cmd_completion(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
     return EXIT_OK
 
 
-__all__ = ["CLIENT_VERSION", "cmd_completion", "cmd_config", "cmd_version", "completion_script"]
+__all__ = ["CLIENT_VERSION", "cmd_completion", "cmd_config", "cmd_version",
+           "completion_script"]

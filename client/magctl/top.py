@@ -35,19 +35,12 @@ def _topic_counters(stats: dict[str, Any]) -> tuple[dict[str, float], Sample]:
         msg_out = sum(int(c.get("msgOutCounter", 0)) for c in s.get("consumers") or [])
         topic_out += msg_out
         backlog += int(s.get("msgBacklog", 0))
-        per_sub[("", sub)] = {
-            "out": msg_out,
-            "backlog": int(s.get("msgBacklog", 0)),
-            "consumers": len(s.get("consumers") or []),
-        }
-    return {
-        "in": int(stats.get("msgInCounter", 0)),
-        "in_bytes": int(stats.get("bytesInCounter", 0)),
-        "out": topic_out,
-        "backlog": backlog,
-        "storage": int(stats.get("storageSize", 0)),
-        "topics": 1,
-    }, per_sub
+        per_sub[("", sub)] = {"out": msg_out, "backlog": int(s.get("msgBacklog", 0)),
+                              "consumers": len(s.get("consumers") or [])}
+    return {"in": int(stats.get("msgInCounter", 0)),
+            "in_bytes": int(stats.get("bytesInCounter", 0)),
+            "out": topic_out, "backlog": backlog,
+            "storage": int(stats.get("storageSize", 0)), "topics": 1}, per_sub
 
 
 def _add(into: dict[str, float], values: dict[str, float]) -> None:
@@ -93,9 +86,8 @@ def _sampler(plural: str, api: Api, scope: Scope) -> Callable[[], Sample]:
         cluster = api.cluster()
         for broker in api.get(f"/admin/v2/brokers/{cluster}") or []:
             scheme = "https" if api.http.base_url.startswith("https") else "http"
-            http = AdminHttp(
-                f"{scheme}://{broker}", token=api.http.token, timeout_s=api.http.timeout_s
-            )
+            http = AdminHttp(f"{scheme}://{broker}", token=api.http.token,
+                             timeout_s=api.http.timeout_s)
             by_ns = Api(http).get("/admin/v2/broker-stats/topics") or {}
             into = out.setdefault((str(broker), ""), {})
             for bundles in by_ns.values():
@@ -105,12 +97,8 @@ def _sampler(plural: str, api: Api, scope: Scope) -> Callable[[], Sample]:
                             _add(into, _topic_counters(stats)[0])
         return out
 
-    return {
-        "topics": topics_and_subs,
-        "subscriptions": topics_and_subs,
-        "bundles": bundles,
-        "brokers": brokers,
-    }[plural]
+    return {"topics": topics_and_subs, "subscriptions": topics_and_subs,
+            "bundles": bundles, "brokers": brokers}[plural]
 
 
 def _rate(after: dict[str, float], before: dict[str, float] | None, key: str, dt: float) -> float:
@@ -121,45 +109,23 @@ def _rate(after: dict[str, float], before: dict[str, float] | None, key: str, dt
 
 def _render(plural: str, rows: list[tuple[dict[str, float], str, str, dict[str, float]]]) -> str:
     if plural == "subscriptions":
-        return table(
-            ["NAME", "TOPIC", "RATE-OUT", "BACKLOG", "CONSUMERS"],
-            [
-                [
-                    s,
-                    t,
-                    f"{r['rate-out']:.1f}",
-                    str(int(r["backlog"])),
-                    str(int(v.get("consumers", 0))),
-                ]
-                for r, t, s, v in rows
-            ],
-        )
+        return table(["NAME", "TOPIC", "RATE-OUT", "BACKLOG", "CONSUMERS"],
+                     [[s, t, f"{r['rate-out']:.1f}", str(int(r["backlog"])),
+                       str(int(v.get("consumers", 0)))] for r, t, s, v in rows])
     headers = ["NAME", "RATE-IN", "RATE-OUT", "THROUGHPUT-IN", "BACKLOG"]
     headers.append("STORAGE" if plural == "topics" else "TOPICS")
-    return table(
-        headers,
-        [
-            [
-                t,
-                f"{r['rate-in']:.1f}",
-                f"{r['rate-out']:.1f}",
-                human_bytes(r["throughput-in"]) + "/s",
-                str(int(r["backlog"])),
-                human_bytes(v.get("storage", 0))
-                if plural == "topics"
-                else str(int(v.get("topics", 0))),
-            ]
-            for r, t, _, v in rows
-        ],
-    )
+    return table(headers, [
+        [t, f"{r['rate-in']:.1f}", f"{r['rate-out']:.1f}", human_bytes(r["throughput-in"]) + "/s",
+         str(int(r["backlog"])),
+         human_bytes(v.get("storage", 0)) if plural == "topics" else str(int(v.get("topics", 0)))]
+        for r, t, _, v in rows])
 
 
 def run(args: argparse.Namespace, api: Api, scope: Scope, out: IO[str]) -> int:
     plural = resolve(args.resource).plural
     if plural not in ("topics", "subscriptions", "bundles", "brokers"):
-        raise UsageError(
-            f'top shows topics, subscriptions, bundles or brokers, not "{args.resource}"'
-        )
+        raise UsageError(f'top shows topics, subscriptions, bundles or brokers, not '
+                         f'"{args.resource}"')
     if args.sort_by not in _SORTS:
         raise UsageError(f"--sort-by: one of {', '.join(_SORTS)}")
     sample = _sampler(plural, api, scope)
@@ -176,12 +142,9 @@ def run(args: argparse.Namespace, api: Api, scope: Scope, out: IO[str]) -> int:
             if (plural == "subscriptions") == (sub == ""):
                 continue
             prev = before.get((name, sub))
-            rates = {
-                "rate-in": _rate(v, prev, "in", dt),
-                "rate-out": _rate(v, prev, "out", dt),
-                "throughput-in": _rate(v, prev, "in_bytes", dt),
-                "backlog": v.get("backlog", 0),
-            }
+            rates = {"rate-in": _rate(v, prev, "in", dt), "rate-out": _rate(v, prev, "out", dt),
+                     "throughput-in": _rate(v, prev, "in_bytes", dt),
+                     "backlog": v.get("backlog", 0)}
             rows.append((rates, name, sub, v))
         rows.sort(key=lambda r: (-float(r[0][args.sort_by]), r[1], r[2]))
         if tty:

@@ -31,13 +31,9 @@ def _session(args: argparse.Namespace) -> tuple[Api, Scope, Any]:
         token=getattr(args, "token", None),
         namespace=getattr(args, "namespace", None),
     )
-    http = AdminHttp(
-        conn.admin_url,
-        token=conn.token,
-        timeout_s=getattr(args, "request_timeout", 30.0),
-        tls_insecure=conn.tls_insecure,
-        tls_ca_file=conn.tls_ca_file,
-    )
+    http = AdminHttp(conn.admin_url, token=conn.token,
+                     timeout_s=getattr(args, "request_timeout", 30.0),
+                     tls_insecure=conn.tls_insecure, tls_ca_file=conn.tls_ca_file)
     scope = Scope(conn.namespace, conn.namespace_explicit, getattr(args, "topic", None))
     return Api(http), scope, conn
 
@@ -47,10 +43,8 @@ def targets(resource: str, names: list[str]) -> tuple[ResourceType, list[str]]:
     head, sep, rest = resource.partition("/")
     if sep and lookup(head) is not None and "://" not in resource:
         if names:
-            raise UsageError(
-                "there is no need to specify a resource type as a separate "
-                "argument when passing arguments in resource/name form"
-            )
+            raise UsageError("there is no need to specify a resource type as a separate "
+                             "argument when passing arguments in resource/name form")
         return resolve(head), [rest]
     return resolve(resource), list(names)
 
@@ -70,20 +64,8 @@ def dispatch(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
 
         api, scope, _ = _session(args)
         return int(top.run(args, api, scope, out))
-    if verb in (
-        "unload",
-        "split",
-        "seek",
-        "skip",
-        "clear",
-        "expire",
-        "peek",
-        "compact",
-        "terminate",
-        "truncate",
-        "scale",
-        "lookup",
-    ):
+    if verb in ("unload", "split", "seek", "skip", "clear", "expire", "peek", "compact",
+                "terminate", "truncate", "scale", "lookup"):
         from magnetar.client.magctl import operations
 
         api, scope, _ = _session(args)
@@ -92,9 +74,8 @@ def dispatch(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
 
 
 # ------------------------------------------------------------------------------- get
-def _fetch(
-    api: Api, scope: Scope, rtype: ResourceType, names: list[str], *, full: bool
-) -> list[dict[str, Any]]:
+def _fetch(api: Api, scope: Scope, rtype: ResourceType, names: list[str], *,
+           full: bool) -> list[dict[str, Any]]:
     from magnetar.client.magctl.kinds import KINDS
 
     kind = KINDS[rtype.plural]
@@ -139,16 +120,9 @@ def cmd_get(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
             if not objects and fmt.kind in ("table", "wide"):
                 err.write(f"No resources found{_scope_words(rtype, scope)}.\n")
                 return EXIT_OK
-            print_objects(
-                out,
-                objects,
-                fmt,
-                columns=columns,
-                name_of=kind.key,
-                singular=rtype.singular,
-                single=len(names) == 1,
-                no_headers=args.no_headers,
-            )
+            print_objects(out, objects, fmt, columns=columns, name_of=kind.key,
+                          singular=rtype.singular, single=len(names) == 1,
+                          no_headers=args.no_headers)
             return EXIT_OK
         # -w: print the table once, then every object whose row changed or appeared
         import json
@@ -161,16 +135,9 @@ def cmd_get(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
             if last.get(k) != now[k]:
                 changed.append(o)
         if changed or first:
-            print_objects(
-                out,
-                changed,
-                fmt,
-                columns=columns,
-                name_of=kind.key,
-                singular=rtype.singular,
-                single=False,
-                no_headers=args.no_headers or not first,
-            )
+            print_objects(out, changed, fmt, columns=columns, name_of=kind.key,
+                          singular=rtype.singular, single=False,
+                          no_headers=args.no_headers or not first)
             out.flush()
         last, first = now, False
         time.sleep(max(0.1, args.watch_interval))  # the watch's polling period
@@ -201,9 +168,8 @@ def _describe_topic_extras(api: Api, obj: dict[str, Any]) -> None:
 
     tn = TopicName.parse(dig(obj, "status", "fullName"))
     n = int(dig(obj, "spec", "partitions", default=0) or 0)
-    looked = api.try_get(
-        f"/lookup/v2/topic/{tn.path}" if n == 0 else f"/lookup/v2/topic/{tn.partition(0).path}"
-    )
+    looked = api.try_get(f"/lookup/v2/topic/{tn.path}" if n == 0 else
+                         f"/lookup/v2/topic/{tn.partition(0).path}")
     if isinstance(looked, dict):
         obj["owner"] = {"brokerUrl": looked.get("brokerUrl"), "httpUrl": looked.get("httpUrl")}
     parts = [tn] if n == 0 else [tn.partition(i) for i in range(n)]
@@ -214,11 +180,8 @@ def _describe_topic_extras(api: Api, obj: dict[str, Any]) -> None:
     subs = stats.get("subscriptions") or {}
     if subs:
         obj["subscriptions"] = {
-            name: {
-                "type": s.get("type"),
-                "backlog": s.get("msgBacklog"),
-                "consumers": len(s.get("consumers") or []),
-            }
+            name: {"type": s.get("type"), "backlog": s.get("msgBacklog"),
+                   "consumers": len(s.get("consumers") or [])}
             for name, s in sorted(subs.items())
         }
     pubs = stats.get("publishers") or []
@@ -263,10 +226,8 @@ def cmd_delete(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
     kind = KINDS[rtype.plural]
     if not names:
         if not (args.all or args.selector):
-            raise UsageError(
-                "resource(s) were provided, but no name was specified "
-                "(give names, -l SELECTOR or --all)"
-            )
+            raise UsageError("resource(s) were provided, but no name was specified "
+                             "(give names, -l SELECTOR or --all)")
         objects = _select(kind.list_all(api, scope, full=False), args.selector)
         names = [kind.key(o) for o in objects]
         if not names:
@@ -347,21 +308,17 @@ def cmd_edit(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
     obj = _fetch(api, scope, rtype, names, full=True)[0]
     obj.pop("status", None)
     original = dump_yaml(obj)
-    editor = (
-        os.environ.get("MAGCTL_EDITOR")
-        or os.environ.get("KUBE_EDITOR")
-        or os.environ.get("EDITOR")
-        or "vi"
-    )
-    with tempfile.NamedTemporaryFile("w", suffix=".yaml", prefix="magctl-edit-", delete=False) as f:
+    editor = (os.environ.get("MAGCTL_EDITOR") or os.environ.get("KUBE_EDITOR")
+              or os.environ.get("EDITOR") or "vi")
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", prefix="magctl-edit-",
+                                     delete=False) as f:
         f.write(original)
         path = f.name
     try:
         done = subprocess.run([*shlex.split(editor), path], check=False)
         if done.returncode != 0:
-            raise MagctlError(
-                f"the editor {editor!r} exited with {done.returncode}; nothing was changed"
-            )
+            raise MagctlError(f"the editor {editor!r} exited with {done.returncode}; "
+                              "nothing was changed")
         with open(path) as f:
             edited = f.read()
     finally:
@@ -379,11 +336,11 @@ def cmd_edit(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
         raise UsageError("the edited document must be a mapping")
     new.pop("status", None)
     removed = set((obj.get("spec") or {}).get("policies") or {}) - set(
-        (new.get("spec") or {}).get("policies") or {}
-    )
+        (new.get("spec") or {}).get("policies") or {})
     if removed:
         new.setdefault("spec", {}).setdefault("policies", {})
-        new["spec"]["policies"] = {**(new["spec"]["policies"] or {}), **dict.fromkeys(removed)}
+        new["spec"]["policies"] = {**(new["spec"]["policies"] or {}),
+                                   **dict.fromkeys(removed)}
     m = Manifest(new, "edited")
     validate(m)
     p = plan(api, m, scope.namespace)
@@ -400,7 +357,8 @@ def cmd_apply(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
     from magnetar.client.magctl.manifests import load_manifests, plan
 
     if args.prune and not args.selector:
-        raise UsageError("--prune needs -l SELECTOR: only objects with matching labels are pruned")
+        raise UsageError("--prune needs -l SELECTOR: only objects with matching labels are "
+                         "pruned")
     manifests = load_manifests(args.filename)
     api, scope, _ = _session(args)
     dry = {"none": "", "client": " (dry run)", "server": " (server dry run)"}[args.dry_run]
@@ -423,7 +381,8 @@ def cmd_apply(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
     return EXIT_OK
 
 
-def _prune(api: Api, applied: set[tuple[str, str]], selector: str, dry: str, out: IO[str]) -> None:
+def _prune(api: Api, applied: set[tuple[str, str]], selector: str, dry: str,
+           out: IO[str]) -> None:
     """kubectl apply --prune: objects of the scopes the manifests touch, matching the
     selector, that no manifest names any more, are deleted (topics first)."""
     from magnetar.client.magctl.api import Scope
@@ -473,14 +432,9 @@ def cmd_diff(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
             if external:
                 _external_diff(external, label, live, merged, out)
             else:
-                out.writelines(
-                    difflib.unified_diff(
-                        live.splitlines(keepends=True),
-                        merged.splitlines(keepends=True),
-                        fromfile=f"live/{label}",
-                        tofile=f"merged/{label}",
-                    )
-                )
+                out.writelines(difflib.unified_diff(
+                    live.splitlines(keepends=True), merged.splitlines(keepends=True),
+                    fromfile=f"live/{label}", tofile=f"merged/{label}"))
         return 1 if differs else EXIT_OK
     except MagctlError as exc:  # kubectl diff: >1 on error
         err.write(exc.render() + "\n")
@@ -497,7 +451,8 @@ def _external_diff(cmd: str, label: str, live: str, merged: str, out: IO[str]) -
             os.makedirs(os.path.dirname(path), exist_ok=True)
             with open(path, "w") as f:
                 f.write(text)
-        done = subprocess.run([*cmd.split(), a, b], capture_output=True, text=True, check=False)
+        done = subprocess.run([*cmd.split(), a, b], capture_output=True, text=True,
+                              check=False)
         out.write(done.stdout)
 
 
@@ -517,13 +472,8 @@ def api_resources(args: argparse.Namespace, out: IO[str]) -> int:
         headers += ["VERBS", "DESCRIPTION"]
     rows = []
     for r in RESOURCES:
-        row = [
-            r.plural,
-            r.short,
-            "magnetar.io/v1alpha1",
-            str(r.scope in ("namespace", "topic")).lower(),
-            r.kind,
-        ]
+        row = [r.plural, r.short, "magnetar.io/v1alpha1",
+               str(r.scope in ("namespace", "topic")).lower(), r.kind]
         if wide:
             verbs = "get,describe" + (",create,delete,apply" if r.writable else "")
             row += [verbs, r.description]
@@ -537,7 +487,7 @@ _EXPLAIN: dict[str, dict[str, str]] = {
     "Tenant": {
         "adminRoles": "<[]string> roles that administer the tenant",
         "allowedClusters": "<[]string> clusters the tenant's namespaces may use "
-        "(default: this cluster)",
+                           "(default: this cluster)",
     },
     "Namespace": {
         "bundles": "<integer> number of bundles at creation (split them later)",
@@ -550,7 +500,7 @@ _EXPLAIN: dict[str, dict[str, str]] = {
     },
     "Subscription": {
         "topic": "<string> the topic (persistent://t/ns/x, t/ns/x or short with "
-        "metadata.namespace)",
+                 "metadata.namespace)",
         "initialPosition": "<string> earliest, latest (default) or LEDGER:ENTRY",
     },
 }
@@ -581,10 +531,8 @@ def explain(args: argparse.Namespace, out: IO[str]) -> int:
             return EXIT_OK
         found = POLICIES.get(path[1])
         if found is not None:
-            out.write(
-                f"FIELD:    policies.{found.key}\n\nDESCRIPTION:\n     "
-                f"{found.description}\n     REST: POST .../{found.segment}\n"
-            )
+            out.write(f"FIELD:    policies.{found.key}\n\nDESCRIPTION:\n     "
+                      f"{found.description}\n     REST: POST .../{found.segment}\n")
             return EXIT_OK
     if len(path) == 1 and path[0] in fields:
         out.write(f"FIELD:    {path[0]} {fields[path[0]]}\n")
@@ -593,3 +541,5 @@ def explain(args: argparse.Namespace, out: IO[str]) -> int:
 
 
 __all__ = ["dispatch", "targets"]
+
+

@@ -388,7 +388,9 @@ def parse_entry(headers_and_payload: bytes, *, verify_checksum: bool = True) -> 
     the CRC32C does not match.
     """
     data = bytes(headers_and_payload)
-    checksum, computed, meta_start, meta_end = _split_tail(data, "entry", compute=verify_checksum)
+    checksum, computed, meta_start, meta_end = _split_tail(
+        data, "entry", compute=verify_checksum
+    )
     if verify_checksum and checksum is not None and computed != checksum:
         raise RemoteProtocolError(
             f"entry checksum mismatch: stored {checksum:#010x}, computed {computed or 0:#010x}"
