@@ -23,9 +23,20 @@ Clients (``--client``):
   Consumers use ``batch_receive`` (up to 500 messages, 1 ms timeout) when ``--rate`` is
   unset or above 20,000, else ``receive`` per message (no batch timeout in the e2e latency).
 - ``magnetar``: our asyncio client ``magnetar.client`` (imported lazily; a clear error if it
-  is not usable yet).
+  is not usable yet). ``--magnetar-api batch`` (the default when batching at full rate without
+  keys) uses its throughput API: ``send_batch`` of ``--batch-max-messages`` payloads per call,
+  pipelined, ``receive_batch`` and one acknowledgement per received batch (publish latency is
+  one sample per call); ``send`` uses ``send_async`` and ``receive`` per message.
 - ``raw``: no client library: per-entry protocol frames built with ``magnetar.client.protocol``
   (see ``bench/_raw.py``), so the figures show what the broker and bookie sustain.
+
+``--client`` also takes a comma list (``magnetar,official,raw``): each runs on its own fresh
+standalone, ``--repeat`` rounds alternating the order, and a side-by-side summary and one JSON
+object with every run close the output.
+
+``--sync-publishes N``: latency mode: N sequential synchronous publishes (one in flight, each
+awaited), batching off; the disk's own ``fdatasync`` latency on the standalone's data dir is
+measured right after (``fdatasync_floor_ms``).
 
 ``--profile DIR`` records the broker and bookie processes with py-spy during the measured
 window (raw collapsed stacks, a flame-graph SVG each, and a top-frames summary printed);
@@ -56,6 +67,7 @@ import os
 import shlex
 import struct
 import sys
+import tempfile
 import threading
 import time
 import traceback
@@ -137,6 +149,76 @@ def _pace(sent: int, start_ns: int, now_ns: int, rate: float) -> int:
     return min(due - sent, 1000)
 
 
+SYNC_WARMUP = 200
+
+
+def fdatasync_floor(directory: str, n: int, record_bytes: int = 256) -> dict[str, float]:
+    """The disk's own latency: ``n`` appends of ``record_bytes`` each followed by fdatasync
+    (what one lone journal record costs at least), in ``directory``; p50/p99 in ms."""
+    path = os.path.join(directory, f"fdatasync-floor-{os.getpid()}.bin")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    lat = []
+    try:
+        record = b"\0" * record_bytes
+        for _ in range(n):
+            t = time.monotonic_ns()
+            os.write(fd, record)
+            os.fdatasync(fd)
+            lat.append(time.monotonic_ns() - t)
+    finally:
+        os.close(fd)
+        os.unlink(path)
+    lat.sort()
+    return {
+        "p50": round(percentile(lat, 0.5) / 1e6, 3),
+        "p99": round(percentile(lat, 0.99) / 1e6, 3),
+    }
+
+
+def _sync_result(latencies: array.array[int], n: int) -> dict[str, Any]:
+    return {
+        "pid": os.getpid(),
+        "sent_total": n + SYNC_WARMUP,
+        "sent_in_window": n,
+        "publish_latency_ns": latencies.tobytes(),
+        "errors": 0,
+        "flush_s": 0.0,
+    }
+
+
+def _sync_publishes(
+    cfg: dict[str, Any], start_at: int, send: Callable[[bytes], Any], make: Any
+) -> dict[str, Any]:
+    """--sync-publishes N: one message in flight, each awaited (after SYNC_WARMUP unrecorded)."""
+    mono = time.monotonic_ns
+    time.sleep(max(0.0, (start_at - mono()) / 1e9))  # start with the measured window
+    latencies = array.array("q")
+    n = cfg["sync_publishes"]
+    for i in range(n + SYNC_WARMUP):
+        t = mono()
+        send(make(t))
+        if i >= SYNC_WARMUP:
+            latencies.append(mono() - t)
+    return _sync_result(latencies, n)
+
+
+async def _sync_publishes_async(
+    cfg: dict[str, Any], start_at: int, send: Callable[[bytes], Any], make: Any
+) -> dict[str, Any]:
+    import asyncio
+
+    mono = time.monotonic_ns
+    await asyncio.sleep(max(0.0, (start_at - mono()) / 1e9))
+    latencies = array.array("q")
+    n = cfg["sync_publishes"]
+    for i in range(n + SYNC_WARMUP):
+        t = mono()
+        await send(make(t))
+        if i >= SYNC_WARMUP:
+            latencies.append(mono() - t)
+    return _sync_result(latencies, n)
+
+
 def _official_client(cfg: dict[str, Any]) -> Any:
     import pulsar
 
@@ -173,6 +255,13 @@ def _official_producer(conn: Connection, cfg: dict[str, Any]) -> None:
 
     make, _stamped = _payload_maker(cfg)
     mono = time.monotonic_ns
+    if cfg["sync_publishes"]:
+        send_sync = producers[0].send
+        conn.send(("done", _sync_publishes(cfg, measure_from, send_sync, make)))
+        for p in producers:
+            p.close()
+        client.close()
+        return
     ok = _pulsar.Result.Ok
     latencies = array.array("q")
     lat_append = latencies.append
@@ -393,6 +482,13 @@ async def _magnetar_producer(conn: Connection, cfg: dict[str, Any]) -> None:
     start_ns, measure_from, stop_at = times
     make, _stamped = _payload_maker(cfg)
     mono = time.monotonic_ns
+    if cfg["sync_publishes"]:
+        result = await _sync_publishes_async(cfg, measure_from, producers[0].send, make)
+        for p in producers:
+            await p.close()
+        await client.close()
+        conn.send(("done", result))
+        return
     latencies = array.array("q")
     errors = [0]
 
@@ -409,7 +505,23 @@ async def _magnetar_producer(conn: Connection, cfg: dict[str, Any]) -> None:
     rate = cfg["rate"]
     sent = 0
     first_in_window = -1
-    while True:
+    if cfg["magnetar_api"] == "batch":
+        # the throughput API: send_batch of batch_max_messages payloads, pipelined (the
+        # pending queue bounds what is in flight); publish latency: one sample per call
+        batch_sends = [p.send_batch for p in producers]
+        chunk = max(1, min(cfg["batch_max_messages"], cfg["max_pending"]))
+        calls = 0
+        while True:
+            now = mono()
+            if now >= stop_at:
+                break
+            if first_in_window < 0 and now >= measure_from:
+                first_in_window = sent
+            fut = await batch_sends[calls % n_producers]([make(now) for _ in range(chunk)])
+            fut.add_done_callback(functools.partial(on_done, now))
+            calls += 1
+            sent += chunk
+    while cfg["magnetar_api"] != "batch":
         now = mono()
         if now >= stop_at:
             break
@@ -485,6 +597,36 @@ async def _magnetar_consumer(conn: Connection, cfg: dict[str, Any]) -> None:
     errors: list[str] = []
     cumulative = cfg["ack"] == "cumulative"
 
+    async def run_batches(idx: int, consumer: Any) -> None:
+        # the throughput API: receive_batch (entries undecoded), payloads sliced, the whole
+        # batch acknowledged at once (or cumulatively up to its last message)
+        counter = counters[idx]
+        unpack = STAMP.unpack_from
+        try:
+            while True:
+                batch = await consumer.receive_batch(1000)
+                now = mono()
+                n = len(batch)
+                if stamped:
+                    for p in batch.payloads():
+                        t = unpack(p)[0]
+                        if measure_from <= t < stop_at:
+                            e2e.append(now - t)
+                if cumulative:
+                    await consumer.acknowledge_cumulative(batch.last())
+                else:
+                    await consumer.acknowledge(batch)
+                counter[0] += n
+                total[0] += n
+                if total[0] >= target[0]:
+                    all_received.set()
+                if measure_from <= now < stop_at:
+                    counter[1] += n
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            errors.append(traceback.format_exc())
+
     async def run(idx: int, consumer: Any) -> None:
         counter = counters[idx]
         unpack = STAMP.unpack_from
@@ -511,7 +653,8 @@ async def _magnetar_consumer(conn: Connection, cfg: dict[str, Any]) -> None:
         except Exception:
             errors.append(traceback.format_exc())
 
-    tasks = [asyncio.create_task(run(i, c)) for i, c in enumerate(consumers)]
+    loop_fn = run_batches if cfg["magnetar_api"] == "batch" else run
+    tasks = [asyncio.create_task(loop_fn(i, c)) for i, c in enumerate(consumers)]
     kind, expected = await _recv_in_thread(conn)
     assert kind == "expect"
     target[0] = expected
@@ -627,11 +770,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     topic = args.topic or f"persistent://public/default/perf-{os.getpid()}-{time.time_ns()}"
     rate = float(args.rate or 0)
     latency_sample = args.latency_sample or (1 if rate and rate <= LOW_RATE else 16)
+    if args.sync_publishes:
+        latency_sample = 1  # every synchronous publish is timed
     receive = args.receive
     if args.client != "official":
-        receive = "single"  # batch_receive is the official client's
+        receive = "single"  # batch_receive is the official client's (see --magnetar-api)
     elif receive == "auto":
         receive = "single" if rate and rate <= LOW_RATE else "batch"
+    magnetar_api = args.magnetar_api
+    if magnetar_api == "auto":
+        batch_api = args.client == "magnetar" and args.batching and not rate and not args.keys
+        magnetar_api = "batch" if batch_api else "send"
     cfg: dict[str, Any] = {
         "client": args.client,
         "official_api": args.official_api,
@@ -656,10 +805,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "keys": args.keys,
         "io_threads": args.io_threads,
         "drain_seconds": args.drain_seconds,
+        "magnetar_api": magnetar_api,
+        "sync_publishes": args.sync_publishes,
     }
     ctx = multiprocessing.get_context("spawn")
     workers: list[Worker] = []
     spies: list[tuple[str, str, Any]] = []
+    floor: dict[str, float] | None = None
     try:
         consumer = Worker(ctx, "consumer", cfg) if args.consumers > 0 else None
         if consumer is not None:
@@ -710,6 +862,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if consumer is not None:
             consumer.send(("expect", prod["sent_total"]))
             cons = consumer.recv("done", args.drain_seconds + 60)
+        if args.sync_publishes:  # the disk's part of a lone publish, on the same disk
+            floor = fdatasync_floor(
+                str(server.data_dir) if server is not None else tempfile.gettempdir(),
+                args.sync_publishes,
+            )
+            print(f"# fdatasync floor (256 B appends): p50 {floor['p50']}, p99 {floor['p99']} ms")
     finally:
         for w in workers:
             w.close()
@@ -773,9 +931,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "cpu_bound_msgs_per_s": cpu_bound_msgs_per_s,
         "loadavg_before": load_before,
         "loadavg_after": load_after,
+        "fdatasync_floor_ms": floor,
         # parameters
         "client": args.client,
         "official_api": args.official_api if args.client == "official" else None,
+        "magnetar_api": magnetar_api if args.client == "magnetar" else None,
         "service_url": args.service_url or "started standalone",
         "tls": bool(args.tls or (args.service_url or "").startswith("pulsar+ssl://")),
         "rate": rate or None,
@@ -872,7 +1032,30 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         help="with --broker-pid: bookie pid(s) (default: the broker's child processes)",
     )
-    p.add_argument("--client", choices=["official", "magnetar", "raw"], default="official")
+    p.add_argument(
+        "--client",
+        default="official",
+        help="official, magnetar or raw; a comma list (magnetar,official,raw) runs each in "
+        "turn, --repeat rounds alternating, and prints them side by side",
+    )
+    p.add_argument("--repeat", type=int, default=1, help="rounds over the --client list")
+    p.add_argument(
+        "--sync-publishes",
+        type=int,
+        default=0,
+        metavar="N",
+        help="latency mode: N sequential synchronous publishes (one in flight, each awaited; "
+        f"after {SYNC_WARMUP} unrecorded), no batching; publish p50/p99 are theirs "
+        "(official and magnetar clients)",
+    )
+    p.add_argument(
+        "--magnetar-api",
+        choices=["auto", "send", "batch"],
+        default="auto",
+        help="magnetar client: send_async + receive per message, or the throughput API "
+        "(send_batch, receive_batch, acknowledge of the whole batch); auto: batch when "
+        "batching at full rate without keys",
+    )
     p.add_argument(
         "--official-api",
         choices=["raw", "wrapper"],
@@ -912,17 +1095,62 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _clean(result: dict[str, Any]) -> dict[str, Any]:
+    """Strict JSON: figures that could not be measured (no consumer, no sample) are null."""
+    return {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in result.items()}
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.producers < 1:
         raise SystemExit("--producers must be >= 1")
     if args.ack == "cumulative" and args.subscription_type in ("Shared", "Key_Shared"):
         raise SystemExit("cumulative acks are not allowed on Shared/Key_Shared subscriptions")
+    clients = [c.strip() for c in args.client.split(",") if c.strip()]
+    if args.sync_publishes:
+        if "raw" in clients:
+            raise SystemExit("--sync-publishes: official or magnetar clients")
+        args.batching = False
+    for c in clients:
+        if c not in ("official", "magnetar", "raw"):
+            raise SystemExit(f"--client: unknown client {c!r} (official, magnetar, raw)")
     print(f"# command: {shlex.join([sys.executable, *sys.argv])}", flush=True)
-    result = run(args)
-    # strict JSON: figures that could not be measured (no consumer, no sample) are null
-    clean = {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in result.items()}
-    print(json.dumps(clean), flush=True)
+    if len(clients) == 1 and args.repeat <= 1:
+        args.client = clients[0]
+        print(json.dumps(_clean(run(args))), flush=True)
+        return 0
+    runs: list[dict[str, Any]] = []
+    for round_no in range(max(1, args.repeat)):
+        order = clients if round_no % 2 == 0 else clients[::-1]  # alternate the order
+        for c in order:
+            print(f"# round {round_no + 1}: --client {c}", flush=True)
+            one = argparse.Namespace(**vars(args))
+            one.client = c
+            runs.append(_clean(run(one)))
+    print("# side by side (msg/s, publish p50/p99 ms, CPU us per message per process):")
+    summary: dict[str, Any] = {}
+    for c in clients:
+        mine = [r for r in runs if r["client"] == c]
+        rates = sorted(r["msgs_per_s"] for r in mine)
+        cpu = {
+            k: round(sorted(r["cpu_us_per_msg"][k] for r in mine)[len(mine) // 2], 2)
+            for k in mine[0]["cpu_us_per_msg"]
+        }
+        summary[c] = {
+            "msgs_per_s": [r["msgs_per_s"] for r in mine],
+            "median_msgs_per_s": rates[len(rates) // 2],
+            "publish_p50_ms": [r["publish_p50_ms"] for r in mine],
+            "publish_p99_ms": [r["publish_p99_ms"] for r in mine],
+            "median_cpu_us_per_msg": cpu,
+            "magnetar_api": mine[0].get("magnetar_api"),
+        }
+        print(
+            f"{c:>9}: {summary[c]['msgs_per_s']} msg/s (median {rates[len(rates) // 2]:.0f}); "
+            f"p50 {summary[c]['publish_p50_ms']} p99 {summary[c]['publish_p99_ms']} ms; "
+            f"cpu us/msg {cpu}",
+            flush=True,
+        )
+    print(json.dumps({"side_by_side": summary, "runs": runs}), flush=True)
     return 0
 
 

@@ -80,7 +80,8 @@ if TYPE_CHECKING:
         for_code,
     )
     from magnetar.client._message import Message, MessageId
-    from magnetar.client._producer import Producer
+    from magnetar.client._message_batch import MessageBatch
+    from magnetar.client._producer import Producer, SentMessageIds
     from magnetar.client._reader import Reader
     from magnetar.client._routing import HashingScheme, hash_key
 
@@ -140,6 +141,8 @@ _LAZY: dict[str, str] = {
     "for_code": "magnetar.client._errors",
     "Message": "magnetar.client._message",
     "MessageId": "magnetar.client._message",
+    "MessageBatch": "magnetar.client._message_batch",
+    "SentMessageIds": "magnetar.client._producer",
     "Producer": "magnetar.client._producer",
     "Reader": "magnetar.client._reader",
     "HashingScheme": "magnetar.client._routing",
@@ -192,6 +195,7 @@ __all__ = [
     "InvalidUrl",
     "KeySharedMode",
     "Message",
+    "MessageBatch",
     "MessageId",
     "MessageTooBig",
     "MultiplierRedeliveryBackoff",
@@ -209,6 +213,7 @@ __all__ = [
     "PulsarException",
     "Reader",
     "RedeliveryBackoff",
+    "SentMessageIds",
     "ServiceUnitNotReady",
     "SubscriptionNotFound",
     "SystemClock",

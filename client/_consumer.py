@@ -38,7 +38,11 @@ from magnetar.client._config import (
     RedeliveryBackoff,
 )
 from magnetar.client._connection import ClientConnection
-from magnetar.client._entry_decode import EntryDecodeError, decode_entry
+from magnetar.client._entry_decode import (
+    VALIDATION_BATCH_DESERIALIZE_ERROR,
+    EntryDecodeError,
+    decode_entry,
+)
 from magnetar.client._errors import (
     AlreadyClosed,
     CumulativeAcknowledgementNotAllowedError,
@@ -49,6 +53,7 @@ from magnetar.client._errors import (
 )
 from magnetar.client._handler import ClientContext, Handler, HandlerState
 from magnetar.client._message import Message, MessageId
+from magnetar.client._message_batch import EntryMembers, MessageBatch
 from magnetar.client._trackers import (
     AckFlush,
     AckGroupingTracker,
@@ -59,17 +64,19 @@ from magnetar.client._trackers import (
     ack_set_words,
     unacked_from_ack_set,
 )
-from magnetar.client.protocol import MessageId as _Id
 from magnetar.client.protocol import (
+    BatchDeserializeError,
     PayloadCommand,
     TopicName,
     chunk_info,
     commands,
     is_batch,
     pb,
+    scan_batch,
     to_int64,
     to_uint64,
 )
+from magnetar.client.protocol import MessageId as _Id
 
 log = logging.getLogger(__name__)
 
@@ -329,6 +336,16 @@ class PartitionConsumer(Handler):
             self._dropped(n)
             return
         payload = event.payload
+        if (
+            self._lazy_batches
+            and md.HasField("num_messages_in_batch")
+            and not body.ack_set
+            and not md.HasField("chunk_id")
+            and not (md.HasField("compression") and md.compression != 0)
+            and not self.batches.known(entry)
+        ):
+            self._on_plain_batch(md, payload, entry, redelivery)
+            return
         chunk = chunk_info(md)
         chunk_ids: tuple[_Id, ...] = ()
         if chunk is not None:
@@ -385,6 +402,53 @@ class PartitionConsumer(Handler):
         if self.unacked is not None:
             self.unacked.add(entry, self.ctx.clock.monotonic_ms())
         self.parent._enqueue(self, out)
+
+    @property
+    def _lazy_batches(self) -> bool:
+        """Batches can be queued undecoded (``EntryMembers``): nothing filters members here
+        (a reader's start filter at earliest or latest drops nothing)."""
+        cfg = self.config
+        start = self._start_filter
+        return (
+            (start is None or start[0] in (MessageId.earliest, MessageId.latest))
+            and cfg.dead_letter_policy is None
+            and not cfg.is_read_compacted
+        )
+
+    def _on_plain_batch(
+        self, md: pb.MessageMetadata, payload: bytes, entry: Entry, redelivery: int
+    ) -> None:
+        """A whole, uncompressed batch: queued as one ``EntryMembers``, decoded on demand."""
+        n = md.num_messages_in_batch
+        try:
+            spans = scan_batch(payload, n)
+        except BatchDeserializeError as exc:
+            log.error("%s: dropping %s: %s", self.topic, entry, exc)
+            self._ack_with_validation_error(entry, VALIDATION_BATCH_DESERIALIZE_ERROR)
+            self._dropped(n)
+            return
+        if n == 0:
+            self._reack(entry)
+            return
+        members = EntryMembers(
+            payload,
+            spans,
+            partition=self.partition,
+            ledger=entry[0],
+            entry_id=entry[1],
+            topic=self.topic_name,
+            redelivery=redelivery,
+            publish_time=md.publish_time,
+            event_time=md.event_time,
+            schema_version=md.schema_version,
+            consumer_ref=self,
+        )
+        if self.config.durable:  # readers never ack: nothing to track
+            self.batches.received(entry, n, set(range(n)))
+        self._received += n
+        if self.unacked is not None:
+            self.unacked.add(entry, self.ctx.clock.monotonic_ms())
+        self.parent._enqueue_members(self, members)
 
     def _filtered(self, mid: MessageId) -> bool:
         """Reader/seek start filter: drop messages before (or at, unless inclusive) the start."""
@@ -452,6 +516,19 @@ class PartitionConsumer(Handler):
                         self.flush_acks()
                 return
         self._ack_entry(entry)
+
+    def acknowledge_members(self, members: EntryMembers, lo: int, hi: int) -> None:
+        """Acknowledge members ``lo..hi-1`` of one batch entry (``acknowledge(batch)``)."""
+        entry = members.entry
+        done = True
+        for i in range(lo, hi):
+            done = self.batches.ack(entry, i)
+        if done:
+            self._ack_entry(entry)
+        elif self.config.batch_index_ack_enabled:
+            remaining = self.batches.remaining(entry)
+            if self.acks.add_batch_index(entry, ack_set_words(remaining, members.batch_size)):
+                self.flush_acks()
 
     def _ack_entry(self, entry: Entry) -> None:
         self.nacks.remove(entry)
@@ -781,7 +858,11 @@ class Consumer:
         self._on_close = on_close
         self._listener = listener
         self._parts: dict[str, PartitionConsumer] = {}
-        self._queue: collections.deque[tuple[PartitionConsumer, Message]] = collections.deque()
+        # Items: a decoded Message, or a batch entry queued undecoded with the index of its
+        # next member to hand out ([EntryMembers, next_index]).
+        self._queue: collections.deque[tuple[PartitionConsumer, Message | list[Any]]] = (
+            collections.deque()
+        )
         self._available = asyncio.Event()
         self._closed = False
         self._failure: PulsarException | None = None
@@ -900,25 +981,81 @@ class Consumer:
             self._queue.append((part, m))
         self._available.set()
 
+    def _enqueue_members(self, part: PartitionConsumer, members: EntryMembers) -> None:
+        part._zq_requested = False
+        self._queue.append((part, [members, 0]))
+        self._available.set()
+
+    @staticmethod
+    def _count(item: Message | list[Any]) -> int:
+        if type(item) is list:
+            return int(item[0].batch_size - item[1])
+        return 1
+
     def _drop_queued(self, part: PartitionConsumer) -> int:
-        before = len(self._queue)
-        if before:
+        dropped = sum(self._count(m) for p, m in self._queue if p is part)
+        if dropped:
             self._queue = collections.deque((p, m) for p, m in self._queue if p is not part)
-        return before - len(self._queue)
+        return dropped
 
     def _queued_for(self, part: PartitionConsumer) -> int:
-        return sum(1 for p, _ in self._queue if p is part)
+        return sum(self._count(m) for p, m in self._queue if p is part)
 
     def _take(self) -> Message | None:
-        if not self._queue:
+        queue = self._queue
+        if not queue:
             self._available.clear()
             return None
-        part, msg = self._queue.popleft()
-        if not self._queue:
+        part, item = queue[0]
+        if type(item) is list:
+            members, index = item
+            msg = members.message(index)
+            item[1] = index + 1
+            if index + 1 >= members.batch_size:
+                queue.popleft()
+        else:
+            queue.popleft()
+            msg = item
+        if not queue:
             self._available.clear()
         part.last_dequeued = msg.message_id()
         part.message_processed(1)
         return msg
+
+    def _take_batch(self, max_messages: int) -> MessageBatch | None:
+        """Up to ``max_messages`` from the head of the queue, all of one partition: the rest
+        of one batch entry (undecoded), or a run of decoded messages."""
+        queue = self._queue
+        if not queue:
+            self._available.clear()
+            return None
+        part, item = queue[0]
+        if type(item) is list:
+            members, lo = item
+            hi = min(members.batch_size, lo + max_messages)
+            if hi >= members.batch_size:
+                queue.popleft()
+            else:
+                item[1] = hi
+            batch = MessageBatch(members=members, lo=lo, hi=hi)
+            last_id = members.message_id(hi - 1)
+            n = hi - lo
+        else:
+            msgs: list[Message] = []
+            while queue and len(msgs) < max_messages:
+                p, m = queue[0]
+                if p is not part or type(m) is list:
+                    break
+                queue.popleft()
+                msgs.append(m)  # type: ignore[arg-type]
+            batch = MessageBatch(msgs)
+            last_id = msgs[-1].message_id()
+            n = len(msgs)
+        if not queue:
+            self._available.clear()
+        part.last_dequeued = last_id
+        part.message_processed(n)
+        return batch
 
     def _spawn(self, coro: Awaitable[Any]) -> None:
         task = asyncio.ensure_future(coro)
@@ -978,6 +1115,46 @@ class Consumer:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._available.wait(), left / 1000)
             self._check_open()
+
+    async def receive_batch(
+        self, max_messages: int = 1000, timeout_millis: int | None = None
+    ) -> MessageBatch:
+        """The messages already received, up to ``max_messages`` (waits for the first one;
+        raises ``Timeout`` after ``timeout_millis``, None = wait).
+
+        For throughput: a batch entry from a batching producer comes back whole and
+        undecoded (``MessageBatch.payloads()`` slices the payloads without making
+        ``Message`` objects). All messages of one call come from one partition."""
+        self._check_open()
+        if self._listener is not None:
+            raise InvalidConfiguration("receive_batch() cannot be used with a message listener")
+        if max_messages <= 0:
+            raise InvalidConfiguration("max_messages must be > 0")
+        batch = self._take_batch(max_messages)
+        if batch is not None:
+            return batch
+        deadline = (
+            None if timeout_millis is None else self._ctx.clock.monotonic_ms() + timeout_millis
+        )
+        self._receivers += 1
+        try:
+            while True:
+                self._raise_failure()
+                self._ask_zero_queue()
+                if deadline is None:
+                    await self._available.wait()
+                else:
+                    left = deadline - self._ctx.clock.monotonic_ms()
+                    if left <= 0:
+                        raise Timeout("receive timed out")
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._available.wait(), left / 1000)
+                self._check_open()
+                batch = self._take_batch(max_messages)
+                if batch is not None:
+                    return batch
+        finally:
+            self._receivers -= 1
 
     async def batch_receive(self) -> list[Message]:
         """Messages up to the ``batch_receive_policy`` limits: returns as soon as the count or
@@ -1078,11 +1255,16 @@ class Consumer:
                 return p, target, 0
         raise InvalidConfiguration(f"cannot tell which topic {target} belongs to")
 
-    async def acknowledge(self, message: Message | MessageId) -> None:
-        """Acknowledge one message. Grouped and sent within ``ack_group_time_ms``; with
-        ``ack_receipt_enabled`` this waits until the broker confirmed the ack."""
+    async def acknowledge(self, message: Message | MessageId | MessageBatch) -> None:
+        """Acknowledge one message, or every message of a ``MessageBatch``. Grouped and sent
+        within ``ack_group_time_ms``; with ``ack_receipt_enabled`` this waits until the
+        broker confirmed the ack."""
         if self._closed:
             raise AlreadyClosed("consumer closed")
+        if type(message) is MessageBatch:
+            await self._acknowledge_batch(message)
+            return
+        assert not isinstance(message, MessageBatch)
         if type(message) is Message and isinstance(message._consumer_ref, PartitionConsumer):
             part = message._consumer_ref  # fast path: the message knows its partition
             if part.parent is not self:
@@ -1094,6 +1276,19 @@ class Consumer:
         part.acknowledge(mid)
         if self.config.ack_receipt_enabled:
             await part.flush_acks_with_receipt()
+
+    async def _acknowledge_batch(self, batch: MessageBatch) -> None:
+        members = batch._members
+        if members is not None:
+            part = members.consumer_ref
+            if not isinstance(part, PartitionConsumer) or part.parent is not self:
+                raise InvalidConfiguration("the batch was not received by this consumer")
+            part.acknowledge_members(members, batch._lo, batch._hi)
+            if self.config.ack_receipt_enabled:
+                await part.flush_acks_with_receipt()
+            return
+        for m in batch:
+            await self.acknowledge(m)
 
     async def acknowledge_cumulative(self, message: Message | MessageId) -> None:
         self._check_open()

@@ -22,7 +22,7 @@ import collections
 import datetime
 import logging
 import struct
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,6 +55,7 @@ from magnetar.client.protocol import (
     commands,
     encode_headers_and_payload,
     encode_payload_command,
+    encode_plain_batch,
     pb,
 )
 
@@ -116,6 +117,73 @@ class OutgoingMessage:
         return None
 
 
+Segment = tuple[str, int, int, int, int]
+"""One batch entry of a ``send_batch`` call: (topic, partition, ledger, entry, messages)."""
+
+
+class SentMessageIds(Sequence[MessageId]):
+    """The ids of the messages of one ``send_batch`` call, in order (made on access)."""
+
+    __slots__ = ("_segments", "_size")
+
+    def __init__(self, segments: list[Segment]) -> None:
+        self._segments = segments
+        self._size = sum(s[4] for s in segments)
+
+    def __len__(self) -> int:
+        return self._size
+
+    def __getitem__(self, index: int) -> MessageId:  # type: ignore[override]
+        if index < 0:
+            index += self._size
+        if not 0 <= index < self._size:
+            raise IndexError("SentMessageIds index out of range")
+        for topic, partition, ledger, entry, n in self._segments:
+            if index < n:
+                return MessageId(partition, ledger, entry, index, topic=topic, batch_size=n)
+            index -= n
+        raise IndexError(index)  # pragma: no cover - sizes add up
+
+    def __iter__(self) -> Iterator[MessageId]:
+        for topic, partition, ledger, entry, n in self._segments:
+            for i in range(n):
+                yield MessageId(partition, ledger, entry, i, topic=topic, batch_size=n)
+
+    def entries(self) -> list[Segment]:
+        """``(topic, partition, ledger_id, entry_id, messages)`` of each batch entry."""
+        return list(self._segments)
+
+    def __repr__(self) -> str:
+        return f"<SentMessageIds {self._size} in {len(self._segments)} entries>"
+
+
+class SendGroup:
+    """One ``send_batch`` call: its future completes when every entry of it is receipted
+    (``ops`` counts entries not yet receipted, plus one while entries are being submitted)."""
+
+    __slots__ = ("future", "ops", "segments")
+
+    def __init__(self, future: asyncio.Future[SentMessageIds]) -> None:
+        self.future = future
+        self.ops = 0
+        self.segments: list[Segment] = []  # in submission order; receipts fill them in
+
+    def add_entry(self) -> int:
+        """An entry is submitted: its index among the segments."""
+        self.ops += 1
+        self.segments.append(("", -1, -1, -1, 0))
+        return len(self.segments) - 1
+
+    def receipted(self, index: int, segment: Segment) -> None:
+        self.segments[index] = segment
+        self.ops -= 1
+        if self.ops == 0 and not self.future.done():
+            self.future.set_result(SentMessageIds(self.segments))
+
+    def fail(self, exc: BaseException) -> None:
+        _fail(self.future, exc)
+
+
 @dataclass(slots=True)
 class OpSend:
     """A SEND frame in flight (one message, one batch, or one chunk)."""
@@ -129,6 +197,16 @@ class OpSend:
     chunk_id: int = -1
     num_chunks: int = 0
     chunk_ids: list[_Id] | None = None
+    group: SendGroup | None = None
+    group_index: int = 0
+
+    def fail(self, exc: BaseException) -> int:
+        """Fail its sends; returns how many messages leave the pending count."""
+        for fut in self.futures:
+            _fail(fut, exc)
+        if self.group is not None:
+            self.group.fail(exc)
+        return self.num_messages
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,7 +249,8 @@ class PartitionProducer(Handler):
         self._pending: collections.deque[OpSend] = collections.deque()
         self._pending_limit = pending_limit
         self._pending_count = 0  # messages accumulated or in flight
-        self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+        # (future, slots): each waiter is granted its slots all at once, in FIFO order
+        self._waiters: collections.deque[tuple[asyncio.Future[None], int]] = collections.deque()
         self._accumulator: BatchAccumulator[OutgoingMessage] | None = None
         if config.batching_enabled:
             self._accumulator = BatchAccumulator(
@@ -286,36 +365,43 @@ class PartitionProducer(Handler):
             return True
         return False
 
-    async def acquire_slot(self, *, block: bool) -> None:
-        """Reserve room for one message in the pending queue (FIFO among waiters)."""
+    async def acquire_slot(self, *, block: bool, n: int = 1) -> None:
+        """Reserve room for ``n`` messages in the pending queue (FIFO among waiters);
+        ``n`` is at most the pending limit."""
         self._check_open()
-        if self._pending_count < self._pending_limit and not self._waiters:
-            self._pending_count += 1
+        assert 0 < n <= self._pending_limit
+        if self._pending_count + n <= self._pending_limit and not self._waiters:
+            self._pending_count += n
             return
         if not block:
             raise ProducerQueueIsFull(f"{self._pending_count} messages pending")
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiters.append(fut)
+        self._waiters.append((fut, n))
         try:
-            await fut  # resolved by _release once a slot was reserved for us
+            await fut  # resolved by _release once the slots were reserved for us
         except asyncio.CancelledError:
             if fut.done() and not fut.cancelled() and fut.exception() is None:
-                self._release(1)  # granted but abandoned: give the slot back
+                self._release(n)  # granted but abandoned: give the slots back
             raise
 
     def _release(self, n: int) -> None:
         self._pending_count -= n
         assert self._pending_count >= 0
         waiters = self._waiters
-        while waiters and self._pending_count < self._pending_limit:
-            waiter = waiters.popleft()
-            if not waiter.done():
-                self._pending_count += 1
-                waiter.set_result(None)
+        while waiters:
+            waiter, want = waiters[0]
+            if waiter.done():
+                waiters.popleft()
+                continue
+            if self._pending_count + want > self._pending_limit:
+                break
+            waiters.popleft()
+            self._pending_count += want
+            waiter.set_result(None)
 
     def _fail_waiters(self, exc: BaseException) -> None:
         while self._waiters:
-            waiter = self._waiters.popleft()
+            waiter, _ = self._waiters.popleft()
             if not waiter.done():
                 waiter.set_exception(exc)
 
@@ -364,6 +450,69 @@ class PartitionProducer(Handler):
             self._batch_timer = None
         if self._accumulator is not None and len(self._accumulator):
             self._send_batches(self._accumulator.drain())
+
+    def submit_plain_batch(self, payloads: Sequence[bytes], group: SendGroup) -> None:
+        """Send ``payloads`` (slots acquired for all of them) as batch entries of plain
+        messages, after anything accumulated before them (synchronous). On an exception the
+        slots of the payloads not sent are released."""
+        cfg = self.config
+        max_n = cfg.batching_max_messages
+        max_bytes = cfg.batching_max_allowed_size_in_bytes
+        i = 0
+        total = len(payloads)
+        try:
+            self._check_open()
+            acc = self._accumulator
+            if acc is not None and len(acc):
+                self.flush_batches()
+            while i < total:
+                j = i
+                size = 0
+                while j < total and j - i < max_n:
+                    size += len(payloads[j])
+                    if size > max_bytes and j > i:
+                        break
+                    j += 1
+                self._send_plain_batch(payloads[i:j], group)
+                i = j
+        except BaseException:
+            self._release(total - i)
+            raise
+
+    def _send_plain_batch(self, payloads: Sequence[bytes], group: SendGroup) -> None:
+        n = len(payloads)
+        first = self._next_sequence_id
+        self._next_sequence_id += n
+        now = self.ctx.clock.now_ms()
+        md = pb.MessageMetadata(
+            producer_name=self.producer_name or "",
+            sequence_id=first,
+            publish_time=now,
+            num_messages_in_batch=n,
+        )
+        cmd = commands.send(self.producer_id, first, num_messages=n)
+        if n > 1:
+            md.highest_sequence_id = first + n - 1
+            cmd.send.highest_sequence_id = first + n - 1
+        payload = self._finish_metadata(md, encode_plain_batch(payloads, first))
+        frame = encode_payload_command(cmd, encode_headers_and_payload(md, payload))
+        if len(frame) > self._max_frame():
+            group.fail(MessageTooBig(f"batch of {len(frame)} bytes exceeds the maximum"))
+            self._release(n)
+            return
+        index = group.add_entry()
+        self._enqueue(
+            OpSend(
+                first,
+                frame,
+                [],
+                n,
+                self.ctx.clock.monotonic_ms(),
+                is_batch=True,
+                group=group,
+                group_index=index,
+            )
+        )
 
     def _simple_encoder(self) -> SimpleSendEncoder:
         name = self.producer_name or ""
@@ -542,6 +691,14 @@ class PartitionProducer(Handler):
         msg_id = cmd.message_id
         ledger = _signed(msg_id.ledgerId)
         entry = _signed(msg_id.entryId)
+        if head.group is not None:
+            head.group.receipted(
+                head.group_index,
+                (self._topic_name, self.partition, ledger, entry, head.num_messages),
+            )
+            self.last_sequence_id = max(self.last_sequence_id, seq + head.num_messages - 1)
+            self._release(head.num_messages)
+            return
         if not head.is_batch and head.chunk_ids is None and len(head.futures) == 1:
             # Hot path (one unbatched message): same outcome as the general loop below.
             fut = head.futures[0]
@@ -596,10 +753,7 @@ class PartitionProducer(Handler):
             # ChecksumError, NotAllowedError (e.g. beyond the maximum delivery delay): fail
             # just that message, as the Java client does
             op = self._pending.popleft()
-            exc = for_code(cmd.error, cmd.message)
-            for fut in op.futures:
-                _fail(fut, exc)
-            self._release(len(op.futures))
+            self._release(op.fail(for_code(cmd.error, cmd.message)))
             return
         if self.cnx is not None:  # anything else: reconnect and resend
             asyncio.get_running_loop().create_task(self.cnx.close(f"SEND_ERROR {cmd.message}"))
@@ -621,9 +775,7 @@ class PartitionProducer(Handler):
                 failed = 0
                 while self._pending and self._pending[0].created_ms + timeout <= now:
                     op = self._pending.popleft()
-                    for fut in op.futures:
-                        _fail(fut, Timeout("send timeout"))
-                    failed += len(op.futures)
+                    failed += op.fail(Timeout("send timeout"))
                 if failed:
                     self._release(failed)
         except asyncio.CancelledError:
@@ -633,7 +785,8 @@ class PartitionProducer(Handler):
 
     async def flush(self) -> None:
         self.flush_batches()
-        futures = [f for op in list(self._pending) for f in op.futures]
+        futures: list[asyncio.Future[Any]] = [f for op in list(self._pending) for f in op.futures]
+        futures.extend({id(op.group): op.group.future for op in self._pending if op.group}.values())
         if futures:
             await asyncio.gather(*futures, return_exceptions=True)
 
@@ -645,10 +798,7 @@ class PartitionProducer(Handler):
                     _fail(m.future, exc)
                     n += 1
         while self._pending:
-            op = self._pending.popleft()
-            for fut in op.futures:
-                _fail(fut, exc)
-                n += 1
+            n += self._pending.popleft().fail(exc)
         if n:
             self._release(n)
 
@@ -682,7 +832,7 @@ class PartitionProducer(Handler):
     def check_invariants(self) -> None:
         """Pending count = accumulated + in-flight messages; sequence ids never go back."""
         accumulated = len(self._accumulator) if self._accumulator is not None else 0
-        in_flight = sum(len(op.futures) for op in self._pending)
+        in_flight = sum(op.num_messages for op in self._pending)
         assert self._pending_count == accumulated + in_flight, (
             self._pending_count,
             accumulated,
@@ -711,6 +861,11 @@ _U32 = struct.Struct(">I")
 
 def _build_batch(msgs: list[OutgoingMessage]) -> bytes:
     """Batch payload (layout in ``protocol._batch``); ``payload_size`` is already set."""
+    first = msgs[0].smm.sequence_id
+    if msgs[-1].smm.sequence_id == first + len(msgs) - 1 and all(
+        m.plain and not m.explicit_sequence_id for m in msgs
+    ):  # consecutive plain messages: the codec's encoder, no protobuf objects
+        return encode_plain_batch([m.payload for m in msgs], first)
     parts: list[bytes] = []
     pack = _U32.pack
     for m in msgs:
@@ -730,7 +885,7 @@ def _resolve(fut: asyncio.Future[MessageId], mid: MessageId) -> None:
         fut.set_result(mid)
 
 
-def _fail(fut: asyncio.Future[MessageId], exc: BaseException) -> None:
+def _fail(fut: asyncio.Future[Any], exc: BaseException) -> None:
     if not fut.done():
         fut.set_exception(exc)
         # A fire-and-forget send must not log "exception was never retrieved".
@@ -984,6 +1139,54 @@ class Producer:
             await part.drain_socket()
         return msg.future
 
+    async def send_batch(self, contents: Sequence[bytes]) -> asyncio.Future[SentMessageIds]:
+        """Queue many plain messages (no properties or keys) at once, for throughput; returns
+        one future of all their ids, in order (``SentMessageIds``).
+
+        They go out as batch entries of at most ``batching_max_messages`` messages and
+        ``batching_max_allowed_size_in_bytes`` bytes (whether or not ``batching_enabled``),
+        after anything sent before, each to one partition (round robin over partitions).
+        Waits for room in the pending queue one entry at a time (``block_if_queue_full``) or
+        raises ``ProducerQueueIsFull``. The future fails if any of the entries fails; the
+        entries before it may be stored (as when a ``send_async`` of a batch fails)."""
+        if self._closed:
+            raise AlreadyClosed("producer closed")
+        payloads = list(contents)
+        for i, p in enumerate(payloads):
+            if type(p) is not bytes:
+                if not isinstance(p, (bytearray, memoryview)):
+                    raise TypeError("content must be bytes")
+                payloads[i] = bytes(p)
+        loop = asyncio.get_running_loop()
+        group = SendGroup(loop.create_future())
+        if not payloads:
+            group.future.set_result(SentMessageIds([]))
+            return group.future
+        step = max(1, min(self.config.batching_max_messages, self._pending_limit))
+        block = self.config.block_if_queue_full
+        group.ops += 1  # held until every entry is submitted
+        try:
+            for i in range(0, len(payloads), step):
+                chunk = payloads[i : i + step]
+                part = self._parts[0] if len(self._parts) == 1 else self._next_round_robin()
+                await part.acquire_slot(block=block, n=len(chunk))
+                part.submit_plain_batch(chunk, group)  # releases what it did not send
+                if part.socket_backlogged():
+                    await part.drain_socket()
+        except BaseException as exc:
+            group.fail(exc)
+            raise
+        finally:
+            group.ops -= 1
+        if group.ops == 0 and not group.future.done():
+            group.future.set_result(SentMessageIds(group.segments))
+        return group.future
+
+    def _next_round_robin(self) -> PartitionProducer:
+        part = self._parts[self._rr % len(self._parts)]
+        self._rr += 1
+        return part
+
     async def send(self, content: bytes, **kwargs: Any) -> MessageId:
         """Send and wait for the broker's receipt; returns the message id."""
         fut = await self.send_async(content, **kwargs)
@@ -1006,4 +1209,12 @@ class Producer:
         return [p.statistics() for p in self._parts]
 
 
-__all__ = ["OpSend", "OutgoingMessage", "PartitionProducer", "Producer", "ProducerConfig"]
+__all__ = [
+    "OpSend",
+    "OutgoingMessage",
+    "PartitionProducer",
+    "Producer",
+    "ProducerConfig",
+    "SendGroup",
+    "SentMessageIds",
+]

@@ -25,14 +25,16 @@ from __future__ import annotations
 import asyncio
 import re
 import threading
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from typing import Any, TypeVar
 
 from magnetar.client import _client as _aclient
 from magnetar.client._consumer import Consumer as _AConsumer
 from magnetar.client._errors import PulsarException
 from magnetar.client._message import Message, MessageId
+from magnetar.client._message_batch import MessageBatch
 from magnetar.client._producer import Producer as _AProducer
+from magnetar.client._producer import SentMessageIds
 from magnetar.client._reader import Reader as _AReader
 
 T = TypeVar("T")
@@ -100,6 +102,37 @@ class Producer:
 
         self._loop.run(go())
 
+    def send_batch(self, contents: Sequence[bytes]) -> SentMessageIds:
+        """``send_batch`` and wait for every receipt; returns the ids in order."""
+
+        async def go() -> SentMessageIds:
+            return await (await self._producer.send_batch(contents))
+
+        return self._loop.run(go())
+
+    def send_batch_async(
+        self,
+        contents: Sequence[bytes],
+        callback: Callable[[PulsarException | None, SentMessageIds | None], Any] | None,
+    ) -> None:
+        """Queue a ``send_batch`` (waits only for room); ``callback(exception, ids)`` runs on
+        the loop thread when every receipt is in."""
+
+        async def go() -> None:
+            fut = await self._producer.send_batch(contents)
+            if callback is not None:
+
+                def done(f: asyncio.Future[SentMessageIds]) -> None:
+                    exc = f.exception()
+                    if exc is not None:
+                        callback(exc if isinstance(exc, PulsarException) else None, None)
+                    else:
+                        callback(None, f.result())
+
+                fut.add_done_callback(done)
+
+        self._loop.run(go())
+
     def flush(self) -> None:
         self._loop.run(self._producer.flush())
 
@@ -137,6 +170,11 @@ class Consumer:
     def batch_receive(self) -> list[Message]:
         return self._loop.run(self._consumer.batch_receive())
 
+    def receive_batch(
+        self, max_messages: int = 1000, timeout_millis: int | None = None
+    ) -> MessageBatch:
+        return self._loop.run(self._consumer.receive_batch(max_messages, timeout_millis))
+
     def __iter__(self) -> Iterator[Message]:
         while True:
             try:
@@ -144,7 +182,7 @@ class Consumer:
             except PulsarException:
                 return
 
-    def acknowledge(self, message: Message | MessageId) -> None:
+    def acknowledge(self, message: Message | MessageId | MessageBatch) -> None:
         self._loop.run(self._consumer.acknowledge(message))
 
     def acknowledge_cumulative(self, message: Message | MessageId) -> None:

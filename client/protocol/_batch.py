@@ -16,6 +16,7 @@ Must not know: compression codecs, consumers, receive queues.
 
 from __future__ import annotations
 
+import re
 import struct
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 from google.protobuf.message import DecodeError
 
 from ._errors import BatchDeserializeError, LocalProtocolError
+from ._framing import encode_varint
 from .proto import pulsar_api_pb2 as pb
 
 _U32 = struct.Struct(">I")
@@ -73,6 +75,122 @@ def split_batch(payload: bytes, num_messages: int) -> list[tuple[pb.SingleMessag
                 raise BatchDeserializeError(f"message {index}: payload size {psize} out of range")
             append((smm, payload[pos : pos + psize]))
             pos += psize
+    except (struct.error, DecodeError) as exc:
+        raise BatchDeserializeError(f"message {index}: bad batch: {exc}") from None
+    if pos != end:
+        raise BatchDeserializeError(f"{end - pos} stray bytes after {num_messages} messages")
+    return out
+
+
+_HIGH_BITS = 0x80
+_LOW_BYTE = re.compile(rb"[\x00-\x7f]")
+"""A byte that ends a varint: none may appear inside one."""
+_LOW_BYTES = tuple(bytes((i | 0x80,)) for i in range(128))
+"""``_LOW_BYTES[v & 0x7F]``: the first byte of the varint of any ``v >= 128``."""
+
+
+def encode_plain_batch(payloads: Sequence[bytes], first_sequence_id: int) -> bytes:
+    """A batch payload of plain messages: member ``i`` carries
+    ``SingleMessageMetadata{payload_size, sequence_id = first_sequence_id + i}`` and nothing
+    else. The bytes are exactly those of
+    ``build_batch((SingleMessageMetadata(sequence_id=first + i), p) for i, p in ...)``
+    (a unit test checks it); the producer's batch path and ``Producer.send_batch`` use it.
+
+    Per member: the size prefix, ``0x18 varint(payload_size) 0x40 varint(sequence_id)`` and
+    the payload; the varint of consecutive sequence ids shares every byte but the first,
+    so only that byte is looked up per member (the rest is re-encoded every 128 ids)."""
+    if first_sequence_id < 0:
+        raise LocalProtocolError(f"negative sequence id {first_sequence_id}")
+    parts: list[bytes] = []
+    append = parts.append
+    pack = _U32.pack
+    low = _LOW_BYTES
+    seq = first_sequence_id
+    tail = b""  # varint(seq >> 7) while seq >= 128
+    tail_of = -1
+    size_cache: dict[int, bytes] = {}
+    for payload in payloads:
+        n = len(payload)
+        ps = size_cache.get(n)
+        if ps is None:
+            ps = size_cache[n] = b"\x18" + encode_varint(n) + b"\x40"
+        if seq < 0x80:
+            smm = ps + encode_varint(seq)
+        else:
+            hi = seq >> 7
+            if hi != tail_of:
+                tail_of = hi
+                tail = encode_varint(hi)
+            smm = ps + low[seq & 0x7F] + tail
+        append(pack(len(smm)))
+        append(smm)
+        append(payload)
+        seq += 1
+    return b"".join(parts)
+
+
+def scan_batch(payload: bytes, num_messages: int) -> list[int]:
+    """Where each member of an uncompressed batch payload lies, without building metadata
+    objects: ``[metadata_start, payload_start, payload_end]`` per member, flattened (member
+    ``i`` at ``3 * i``); the metadata ends where the payload starts. The lazy decoding of
+    received batches reads payloads from it and parses a member's ``SingleMessageMetadata``
+    only when asked.
+
+    A member whose metadata holds only ``payload_size`` (field 3) and optionally
+    ``sequence_id`` (field 8), in that order (as our producer and the official clients
+    write plain messages), is read by hand and its ``metadata_start`` is given as ``-1``:
+    there is nothing in it for a ``Message``. Any other member is parsed with protobuf.
+    Same errors as ``split_batch``."""
+    if num_messages < 0:
+        raise BatchDeserializeError(f"negative message count {num_messages}")
+    out: list[int] = []
+    append = out.append
+    unpack = _U32.unpack_from
+    parse = _parse_smm
+    low_byte = _LOW_BYTE.search
+    pos = 0
+    end = len(payload)
+    index = 0
+    try:
+        for index in range(num_messages):
+            (size,) = unpack(payload, pos)
+            start = pos + 4
+            md_end = start + size
+            if md_end > end:
+                raise BatchDeserializeError(f"message {index}: metadata size {size} exceeds batch")
+            psize = -1
+            if size >= 2 and payload[start] == 0x18:  # payload_size first
+                b1 = payload[start + 1]
+                if b1 < _HIGH_BITS:
+                    at = start + 2
+                    value = b1
+                elif size >= 3 and payload[start + 2] < _HIGH_BITS:
+                    at = start + 3
+                    value = (b1 & 0x7F) | (payload[start + 2] << 7)
+                else:
+                    at = md_end + 1
+                    value = -1
+                if at == md_end or (
+                    at < md_end - 1
+                    and payload[at] == 0x40  # sequence_id: one varint up to the end
+                    and payload[md_end - 1] < _HIGH_BITS
+                    and md_end - at <= 11
+                    and low_byte(payload, at + 1, md_end - 1) is None
+                ):
+                    psize = value
+            md_start = -1
+            if psize < 0:
+                md_start = start
+                smm = parse(payload[start:md_end])
+                if not smm.HasField("payload_size"):
+                    raise BatchDeserializeError(f"message {index}: no payload size")
+                psize = smm.payload_size
+            pos = md_end + psize
+            if psize < 0 or pos > end:
+                raise BatchDeserializeError(f"message {index}: payload size {psize} out of range")
+            append(md_start)
+            append(md_end)
+            append(pos)
     except (struct.error, DecodeError) as exc:
         raise BatchDeserializeError(f"message {index}: bad batch: {exc}") from None
     if pos != end:
