@@ -66,6 +66,7 @@ from magnetar.broker.delayed.codec import (
 )
 from magnetar.broker.delayed.store import SegmentStore
 from magnetar.broker.delayed.wheel import NearWheel
+from magnetar.broker.ledger.errors import ManagedLedgerClosed, ManagedLedgerFenced
 from magnetar.broker.ledger.position import Position
 from magnetar.zk.clock import Clock, TimerHandle
 
@@ -770,9 +771,8 @@ class DelayedDeliveryIndex:
                     raise
                 except Exception as exc:
                     self.last_error = exc
-                    if not getattr(exc, "retriable", True) or type(exc).__name__ in (
-                        "ManagedLedgerFenced",
-                        "ManagedLedgerClosed",
+                    if not getattr(exc, "retriable", True) or isinstance(
+                        exc, (ManagedLedgerFenced, ManagedLedgerClosed)
                     ):
                         log.error("%s: storage refused (%r): memory only now", self.name, exc)
                         self.state = IndexState.FAILED

@@ -980,7 +980,7 @@ class KeySharedScheduler(Generic[C, E]):
     def check_invariants(self) -> None:
         self.selector.check_invariants()
         self.guard.check_invariants()
-        for consumer in self.guard._per_consumer:
+        for consumer in self.guard.statistics(self.selector).pending_per_consumer:
             # a removed consumer never keeps outstanding entries
             assert consumer in self.selector, consumer
 

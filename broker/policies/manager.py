@@ -328,7 +328,7 @@ class PolicyManager:
             # switched on live: learn the stored sequence ids, as on load (max-merge with
             # what producers send meanwhile)
             topic.dedup.enabled = True
-            self._spawn(topic._restore_dedup())  # the topic's own recovery on load
+            self._spawn(topic.restore_dedup())  # the topic's own recovery on load
         topic.dedup.enabled = policies.deduplication
         topic.max_unacked_per_consumer = policies.max_unacked_per_consumer
         topic.max_unacked_per_subscription = policies.max_unacked_per_subscription

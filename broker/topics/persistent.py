@@ -298,9 +298,9 @@ class PersistentTopic:
                 cursor = await self.ledger.open_cursor(cursor_name, initial_earliest=True)
                 self.subscriptions[cursor_name] = self._new_subscription(cursor_name, cursor)
         if self.dedup.enabled:
-            await self._restore_dedup()
+            await self.restore_dedup()
 
-    async def _restore_dedup(self) -> None:
+    async def restore_dedup(self) -> None:
         start = self.ledger.first_position
         last = self.ledger.last_confirmed
         if start is None or last is None:
