@@ -483,13 +483,13 @@ class _FencingOnce:
         ledger = await self.inner.open(name)
         if name not in self.fenced:
             self.fenced.append(name)
-            real = ledger.add_entries
+            real = ledger.add_entries_then
 
-            async def refuse(datas: list[bytes]):  # type: ignore[no-untyped-def]
-                ledger.add_entries = real  # type: ignore[method-assign]
+            def refuse(datas: list[bytes], then):  # type: ignore[no-untyped-def]
+                ledger.add_entries_then = real  # type: ignore[method-assign]
                 raise ManagedLedgerFenced("taken over (test)")
 
-            ledger.add_entries = refuse  # type: ignore[method-assign]
+            ledger.add_entries_then = refuse  # type: ignore[method-assign]
         return ledger
 
     async def exists(self, name: str) -> bool:
