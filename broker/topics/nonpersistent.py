@@ -24,7 +24,8 @@ from magnetar.broker.dispatch.key_shared import KeySharedMode, KeySharedSelector
 from magnetar.broker.errors import ServerError
 from magnetar.broker.ledger.position import Position
 from magnetar.broker.naming import TopicName
-from magnetar.broker.storage.contract import Entry, _ledger_ids
+from magnetar.broker.storage.contract import Entry
+from magnetar.broker.storage.memory import next_ledger_id
 from magnetar.broker.topics.persistent import LastMessageId, PersistentTopic, TopicCounters
 from magnetar.broker.topics.producer import Admission, Deduplication, Producer, ProducerRegistry
 from magnetar.broker.topics.subscription import SubscriptionError
@@ -202,7 +203,7 @@ class NonPersistentTopic:
         self.subscriptions: dict[str, NonPersistentSubscription] = {}
         self.counters = TopicCounters()
         self.ledger = _NoLedger()
-        self._ledger_id = next(_ledger_ids)
+        self._ledger_id = next_ledger_id()
         self._entry_ids = itertools.count()
         self._last: Position | None = None
         self.closed = False

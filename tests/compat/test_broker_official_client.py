@@ -472,7 +472,7 @@ class _FencingOnce:
     """Memory storage whose first append on each ledger is refused as fenced."""
 
     def __init__(self) -> None:
-        from magnetar.broker.storage.contract import MemoryStorageFactory
+        from magnetar.broker.storage.memory import MemoryStorageFactory
 
         self.inner = MemoryStorageFactory()
         self.fenced: list[str] = []

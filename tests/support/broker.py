@@ -23,7 +23,7 @@ import pytest
 from magnetar.broker.config import BrokerConfig
 from magnetar.broker.protocol.listener import BinaryListener
 from magnetar.broker.service import BrokerService
-from magnetar.broker.storage.contract import MemoryStorageFactory
+from magnetar.broker.storage.memory import MemoryStorageFactory
 from magnetar.zk.clock import Clock, SystemClock
 from magnetar.zk.memory import MemoryMetadataServer
 

@@ -11,7 +11,7 @@ import pytest
 from support.broker import InProcessBroker
 from support.raw_client import RawClient, T
 
-from magnetar.broker.storage.contract import MemoryStorageFactory
+from magnetar.broker.storage.memory import MemoryStorageFactory
 from magnetar.client.protocol.proto import pulsar_api_pb2 as pb
 from magnetar.zk.memory import MemoryMetadataServer
 

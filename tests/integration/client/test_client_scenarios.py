@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 from support.broker import InProcessBroker
 
-from magnetar.broker.storage.contract import MemoryStorageFactory
+from magnetar.broker.storage.memory import MemoryStorageFactory
 from magnetar.client import (
     Client,
     CompressionType,

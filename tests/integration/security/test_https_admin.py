@@ -19,7 +19,7 @@ from support.security import TlsFiles, TokenKit, issue, make_ca, make_token_kit
 
 from magnetar.broker.config import BrokerConfig
 from magnetar.broker.runtime import BrokerRuntime
-from magnetar.broker.storage.contract import MemoryStorageFactory
+from magnetar.broker.storage.memory import MemoryStorageFactory
 from magnetar.zk.memory import MemoryMetadataServer
 
 pytestmark = pytest.mark.integration

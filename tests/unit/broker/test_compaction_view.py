@@ -23,7 +23,7 @@ from magnetar.broker.compaction import (
 )
 from magnetar.broker.ledger.position import EARLIEST, Position
 from magnetar.broker.naming import TopicName
-from magnetar.broker.storage.contract import MemoryStorageFactory
+from magnetar.broker.storage.memory import MemoryStorageFactory
 from magnetar.broker.topics.persistent import PersistentTopic
 from magnetar.client.protocol import build_batch
 from magnetar.client.protocol.proto import pulsar_api_pb2 as pb

@@ -11,7 +11,7 @@ from support.fake_transport import CONNECT, FakeTransport, frame
 from magnetar.broker.config import BrokerConfig
 from magnetar.broker.protocol.connection import ServerConnection
 from magnetar.broker.service import BrokerService
-from magnetar.broker.storage.contract import MemoryStorageFactory
+from magnetar.broker.storage.memory import MemoryStorageFactory
 from magnetar.client.protocol import encode_headers_and_payload
 from magnetar.client.protocol.proto import pulsar_api_pb2 as pb
 from magnetar.zk.memory import MemoryMetadataServer

@@ -31,7 +31,7 @@ import pytest
 
 from magnetar.broker.dispatch.consumer import Consumer, OutMessage, SubType
 from magnetar.broker.ledger.position import Position
-from magnetar.broker.storage.contract import MemoryLedger
+from magnetar.broker.storage.memory import MemoryLedger
 from magnetar.broker.topics.persistent import PersistentTopic
 from magnetar.broker.topics.subscription import Subscription
 from magnetar.client.protocol import entry_num_messages

@@ -12,7 +12,8 @@ from support.ledger_cluster import wait_for
 from magnetar.broker.dispatch.consumer import Consumer, OutMessage, SubType
 from magnetar.broker.dispatch.dispatchers import DISPATCH_ROUNDS_PER_TURN, MAX_READ_ENTRIES
 from magnetar.broker.ledger.position import Position
-from magnetar.broker.storage.contract import Entry, MemoryLedger
+from magnetar.broker.storage.contract import Entry
+from magnetar.broker.storage.memory import MemoryLedger
 from magnetar.broker.topics.subscription import Subscription
 from magnetar.client.protocol import entry_num_messages
 from magnetar.client.protocol.proto import pulsar_api_pb2 as pb

@@ -11,7 +11,7 @@ import pytest
 from magnetar.broker.dispatch.consumer import Consumer, OutMessage, SubType
 from magnetar.broker.dispatch.dispatchers import next_shared_consumer, pick_active_consumer
 from magnetar.broker.ledger.position import Position
-from magnetar.broker.storage.contract import MemoryLedger
+from magnetar.broker.storage.memory import MemoryLedger
 from magnetar.broker.topics.subscription import Subscription, SubscriptionError
 from magnetar.client.protocol import ServerError
 from magnetar.client.protocol.proto import pulsar_api_pb2 as pb

@@ -19,7 +19,7 @@ import pytest
 from magnetar.broker.dispatch.consumer import Consumer, OutMessage, SubType
 from magnetar.broker.dispatch.dispatchers import KeySharedDispatcher
 from magnetar.broker.ledger.position import Position
-from magnetar.broker.storage.contract import MemoryLedger
+from magnetar.broker.storage.memory import MemoryLedger
 from magnetar.broker.topics.persistent import PersistentTopic
 from magnetar.broker.topics.subscription import Subscription, SubscriptionError
 from magnetar.client.protocol import ServerError, entry_num_messages

@@ -31,7 +31,8 @@ from magnetar.broker.dispatch.key_shared import (
     entry_slot,
     entry_slot_from_bytes,
 )
-from magnetar.broker.storage.contract import Entry, MemoryLedger
+from magnetar.broker.storage.contract import Entry
+from magnetar.broker.storage.memory import MemoryLedger
 from magnetar.broker.topics.subscription import Subscription
 from magnetar.client.protocol import parse_entry
 from magnetar.client.protocol.proto import pulsar_api_pb2 as pb

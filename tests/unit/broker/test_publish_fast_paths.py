@@ -20,7 +20,8 @@ import pytest
 from magnetar.broker.dispatch.consumer import OutMessage
 from magnetar.broker.ledger.position import Position
 from magnetar.broker.naming import TopicName
-from magnetar.broker.storage.contract import AddedCallback, MemoryLedger
+from magnetar.broker.storage.contract import AddedCallback
+from magnetar.broker.storage.memory import MemoryLedger
 from magnetar.broker.topics.persistent import PersistentTopic
 from magnetar.broker.topics.producer import AccessMode, Producer
 from magnetar.client.protocol import (
@@ -199,7 +200,7 @@ async def test_send_missing_required_fields_closes_the_connection(
     from magnetar.broker.config import BrokerConfig
     from magnetar.broker.protocol.connection import ServerConnection
     from magnetar.broker.service import BrokerService
-    from magnetar.broker.storage.contract import MemoryStorageFactory
+    from magnetar.broker.storage.memory import MemoryStorageFactory
     from magnetar.zk.memory import MemoryMetadataServer
 
     service = BrokerService(

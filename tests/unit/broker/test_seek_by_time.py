@@ -14,7 +14,8 @@ import pytest
 
 from magnetar.broker.ledger.position import LATEST, Position
 from magnetar.broker.naming import TopicName
-from magnetar.broker.storage.contract import Entry, MemoryLedger
+from magnetar.broker.storage.contract import Entry
+from magnetar.broker.storage.memory import MemoryLedger
 from magnetar.broker.topics.persistent import PersistentTopic
 from magnetar.client.protocol.proto import pulsar_api_pb2 as pb
 
