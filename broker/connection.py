@@ -577,11 +577,14 @@ class ServerConnection(asyncio.Protocol):
             self._error(rid, "NotAllowedError", "Unknown producer access mode")
             return
         producer = Producer(
-            pid, name, mode, cnx=self, user_provided_name=req.user_provided_producer_name
+            pid,
+            name,
+            mode,
+            cnx=self,
+            user_provided_name=req.user_provided_producer_name,
+            topic_epoch=req.topic_epoch if req.HasField("topic_epoch") else None,
         )
         try:
-            if mode is not AccessMode.SHARED and req.HasField("topic_epoch"):
-                topic.producers.check_epoch(req.topic_epoch)
             self.service.policies.check_producer(topic)  # max producers, backlog quota
             admission = topic.add_producer(producer)
         except ProducerError as exc:
@@ -632,8 +635,9 @@ class ServerConnection(asyncio.Protocol):
             last_sequence_id=topic.last_sequence_id(producer.name),
             producer_ready=True,
         )
-        if producer.access_mode is not AccessMode.SHARED:
-            resp.topic_epoch = topic.producers.topic_epoch
+        epoch = topic.producers.topic_epoch
+        if producer.access_mode is not AccessMode.SHARED and epoch is not None:
+            resp.topic_epoch = epoch
         self.write_command(T(type=T.PRODUCER_SUCCESS, producer_success=resp))
 
     def producer_admitted(self, producer: Producer) -> None:

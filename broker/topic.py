@@ -863,7 +863,7 @@ class PersistentTopic:
                 {
                     "producerName": p.name,
                     "producerId": p.producer_id,
-                    "accessMode": p.access_mode.name.title(),
+                    "accessMode": p.access_mode.pulsar_name,
                     "msgInCounter": p.msg_in,
                 }
                 for p in self.producers.producers.values()
