@@ -208,6 +208,8 @@ class AdminApi:
         r.add_get("/metrics", self.metrics)
         r.add_get("/metrics/", self.metrics)
         r.add_get("/admin/v2/clusters", self.list_clusters)
+        r.add_put("/admin/v2/clusters/{cluster}", self.create_cluster)
+        r.add_post("/admin/v2/clusters/{cluster}", self.update_cluster)
         # tenants
         r.add_get("/admin/v2/tenants", self.list_tenants)
         r.add_get("/admin/v2/tenants/{tenant}", self.get_tenant)
@@ -291,6 +293,16 @@ class AdminApi:
 
     async def list_clusters(self, request: web.Request) -> web.Response:
         return _json(await self.resources.list_clusters())
+
+    async def create_cluster(self, request: web.Request) -> web.Response:
+        body = await _body_json(request, {})
+        await self.resources.create_cluster(request.match_info["cluster"], body)
+        return _no_content()
+
+    async def update_cluster(self, request: web.Request) -> web.Response:
+        body = await _body_json(request, {})
+        await self.resources.update_cluster(request.match_info["cluster"], body)
+        return _no_content()
 
     # -- tenants ----------------------------------------------------------------------------
     async def list_tenants(self, request: web.Request) -> web.Response:
