@@ -25,6 +25,7 @@ import aiohttp
 
 from magnetar.broker.bundles import BundleRange, NamespaceBundles, topic_hash
 from magnetar.broker.config import BrokerConfig
+from magnetar.broker.listeners import ListenerNotFound
 from magnetar.broker.loadbalance import (
     BrokerLoadReport,
     PlacementConfig,
@@ -305,15 +306,31 @@ class BrokerCluster:
             return None  # no leader yet: take it rather than fail the lookup
         return Assignment(leader.pulsar_service_url, leader.service_url, False)
 
-    async def http_lookup(self, leader_http_url: str, topic: TopicName) -> tuple[str, ...]:
-        """The leader's HTTP lookup answer for ``topic``: (broker URL, HTTP URL, and their
-        TLS forms)."""
+    async def http_lookup(
+        self,
+        leader_http_url: str,
+        topic: TopicName,
+        *,
+        listener_name: str = "",
+        authoritative: bool = False,
+    ) -> tuple[str, ...]:
+        """The HTTP lookup answer for ``topic`` of the leader (or, ``authoritative``, of the
+        broker the leader chose, which then takes the bundle): (broker URL, HTTP URL, and
+        their TLS forms), those of ``listener_name`` when given."""
         url = (
             f"{leader_http_url.rstrip('/')}/lookup/v2/topic/{topic.domain}/{topic.tenant}/"
             f"{topic.namespace}/{urllib.parse.quote(topic.local, safe='')}"
         )
-        async with self.actions.http().get(url) as resp:
+        query = {"authoritative": "true"} if authoritative else {}
+        if listener_name:
+            query["listenerName"] = listener_name
+        async with self.actions.http().get(url, params=query) as resp:
             if resp.status != 200:
+                reason = ""
+                with contextlib.suppress(Exception):
+                    reason = str((await resp.json()).get("reason", ""))
+                if listener_name and reason == str(ListenerNotFound(listener_name)):
+                    raise ListenerNotFound(listener_name)
                 raise RuntimeError(f"lookup through the leader: HTTP {resp.status}")
             data = await resp.json()
         return (

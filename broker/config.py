@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from magnetar import settings
+from magnetar.broker.listeners import AdvertisedListeners, parse_advertised_listeners
 
 
 @dataclass(slots=True)
@@ -24,6 +25,10 @@ class BrokerConfig:
     cluster_name: str = "standalone"
     bind_address: str = "127.0.0.1"
     advertised_address: str = "localhost"
+    # Pulsar's advertisedListeners: "name:pulsar://host:port,name:pulsar+ssl://host:port";
+    # a lookup naming a listener gets its URLs (broker/listeners.py)
+    advertised_listeners: str = ""
+    internal_listener_name: str = ""  # empty: the first listener
     broker_service_port: int = 6650
     web_service_port: int = 8080
     metadata_store_url: str = "memory://default"
@@ -161,6 +166,10 @@ class BrokerConfig:
     def service_url(self) -> str:
         return f"pulsar://{self.advertised_address}:{self.broker_service_port}"
 
+    def listeners(self) -> AdvertisedListeners:
+        """``advertised_listeners`` parsed and checked (``ValueError`` as Pulsar refuses)."""
+        return parse_advertised_listeners(self.advertised_listeners, self.internal_listener_name)
+
     @property
     def web_service_url(self) -> str:
         return f"http://{self.advertised_address}:{self.web_service_port}"
@@ -193,7 +202,9 @@ class BrokerConfig:
             environ=environ,
             overrides=overrides,
         )
-        return cls(**values)
+        config = cls(**values)
+        config.listeners()  # a bad listener setting is a configuration error at start
+        return config
 
     def effective_config_line(self) -> str:
         """``effective configuration {...}``: every setting, secrets masked."""

@@ -438,9 +438,12 @@ class ServerConnection(asyncio.Protocol):
     # ------------------------------------------------------------------ lookups
     def _on_lookup(self, cmd: pb.BaseCommand) -> None:
         req = cmd.lookupTopic
-        self._spawn(self._lookup(req.topic, req.request_id, req.authoritative))
+        listener = req.advertised_listener_name if req.HasField("advertised_listener_name") else ""
+        self._spawn(self._lookup(req.topic, req.request_id, req.authoritative, listener))
 
-    async def _lookup(self, topic: str, request_id: int, authoritative: bool) -> None:
+    async def _lookup(
+        self, topic: str, request_id: int, authoritative: bool, listener_name: str = ""
+    ) -> None:
         from magnetar.broker.service import ServiceError
 
         R = pb.CommandLookupTopicResponse
@@ -448,7 +451,7 @@ class ServerConnection(asyncio.Protocol):
             denied = await self.security.denied_lookup(topic)
             if denied is not None:
                 raise ServiceError("AuthorizationError", denied)
-            got = await self.service.lookup(topic, authoritative)
+            got = await self.service.lookup(topic, authoritative, listener_name)
             resp = R(
                 request_id=request_id,
                 response=R.Redirect if got.redirect else R.Connect,

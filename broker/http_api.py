@@ -79,7 +79,9 @@ async def join_yielding(
 class TopicAdmin(Protocol):
     """What the HTTP API needs from the topic layer (implemented by ``BrokerService``)."""
 
-    async def lookup_urls(self, topic: str, authoritative: bool = False) -> tuple[str, ...]:
+    async def lookup_urls(
+        self, topic: str, authoritative: bool = False, listener_name: str = ""
+    ) -> tuple[str, ...]:
         """(binary service URL, HTTP URL[, TLS binary URL, HTTPS URL]) of the broker owning
         ``topic``, assigning it if needed."""
         ...
@@ -607,7 +609,11 @@ class AdminApi:
         topic = _topic_name(request)
         # ?authoritative=true (Pulsar's): this broker takes an unowned bundle itself
         authoritative = request.query.get("authoritative", "false").lower() == "true"
-        urls = await self.topics.lookup_urls(topic, authoritative)
+        # Pulsar's advertised listener: ?listenerName= or the X-Pulsar-ListenerName header
+        listener = request.query.get("listenerName") or request.headers.get(
+            "X-Pulsar-ListenerName", ""
+        )
+        urls = await self.topics.lookup_urls(topic, authoritative, listener.strip())
         broker_url, http_url = urls[0], urls[1]
         broker_tls, http_tls = (urls[2], urls[3]) if len(urls) >= 4 else ("", "")
         return _json(

@@ -37,6 +37,7 @@ from magnetar.broker.compaction import (
 )
 from magnetar.broker.config import BrokerConfig
 from magnetar.broker.input_budget import InputBudget
+from magnetar.broker.listeners import ListenerNotFound
 from magnetar.broker.naming import InvalidTopicName, TopicName
 from magnetar.broker.nonpersistent import NonPersistentTopic
 from magnetar.broker.ownership import NamespaceBundle, OwnerInfo, OwnershipCache
@@ -105,6 +106,7 @@ class BrokerService:
         self.input_budget = InputBudget(config.max_buffered_partial_frames_size_in_mb << 20)
         self.port = config.broker_service_port
         self.port_tls = config.broker_service_port_tls
+        self.listeners = config.listeners()
         self._web_service_url: str | None = None
         self._web_service_url_tls = ""
         self._tls_server: asyncio.AbstractServer | None = None
@@ -149,12 +151,18 @@ class BrokerService:
     def service_url(self) -> str:
         """This broker's identity in ownership data: the plain URL, or the TLS one when the
         plain port is off."""
+        internal = self.listeners.internal  # Pulsar: the internal listener is the identity
+        if internal is not None:
+            return internal.broker_service_url or internal.broker_service_url_tls
         if self.port < 0:
             return self.service_url_tls
         return f"pulsar://{self.config.advertised_address}:{self.port}"
 
     @property
     def service_url_tls(self) -> str:
+        internal = self.listeners.internal
+        if internal is not None:
+            return internal.broker_service_url_tls
         if self.port_tls < 0:
             return ""
         return f"pulsar+ssl://{self.config.advertised_address}:{self.port_tls}"
@@ -169,6 +177,7 @@ class BrokerService:
             self.web_service_url,
             native_url_tls=self.service_url_tls,
             http_url_tls=self.web_service_url_tls,
+            listeners=self.listeners,
         )
 
     @property
@@ -319,11 +328,17 @@ class BrokerService:
             )
 
     # ------------------------------------------------------------------ lookup
-    async def lookup(self, topic: str, authoritative: bool = False) -> LookupResult:
+    async def lookup(
+        self, topic: str, authoritative: bool = False, listener_name: str = ""
+    ) -> LookupResult:
         """Owner of ``topic``'s bundle. An unowned bundle is placed by the load-manager
         leader: the leader redirects to the broker it chose (authoritative), others
         redirect to the leader; an authoritative lookup (the leader chose us), a broker
-        without a load manager, or one that finds no leader takes the bundle itself."""
+        without a load manager, or one that finds no leader takes the bundle itself.
+
+        ``listener_name`` (Pulsar's ``advertisedListenerName``): the owner's URLs of that
+        advertised listener; ServiceNotReady "the broker do not have X listener" when the
+        owner has none of that name, as Pulsar answers."""
         if self.ownership is None or self.closed:
             raise ServiceError("ServiceNotReady", "Broker is not running")
         tn = self.parse_topic(topic)
@@ -331,12 +346,35 @@ class BrokerService:
         owner = await self.ownership.get_owner(bundle)
         if owner is None and not authoritative and self.cluster is not None:
             where = await self.cluster.assign(bundle)
+            if where is not None and listener_name:
+                # the redirect must carry the chosen broker's listener URL, which only that
+                # broker knows: it is placed there through an HTTP lookup naming the listener
+                try:
+                    urls = await self.cluster.http_lookup(
+                        where.http_url, tn, listener_name=listener_name,
+                        authoritative=where.authoritative,
+                    )
+                except ListenerNotFound as exc:
+                    raise ServiceError("ServiceNotReady", str(exc)) from None
+                return LookupResult(urls[0], urls[1], True, True, urls[2], urls[3])
             if where is not None:
                 return LookupResult(where.broker_url, where.http_url, True, where.authoritative)
         if owner is None:
             owner = await self.ownership.try_acquire(bundle)
         if owner.disabled:
             raise ServiceError("ServiceNotReady", f"Namespace bundle {bundle} is being unloaded")
+        if listener_name:
+            try:
+                listener = owner.listeners.require(listener_name)
+            except ListenerNotFound as exc:
+                raise ServiceError("ServiceNotReady", str(exc)) from None
+            return LookupResult(
+                listener.broker_service_url,
+                owner.http_url,
+                owner.native_url != self.service_url,
+                broker_url_tls=listener.broker_service_url_tls,
+                http_url_tls=owner.http_url_tls,
+            )
         if owner.native_url == self.service_url:
             return LookupResult(
                 self.service_url,
@@ -556,13 +594,22 @@ class BrokerService:
         self._spawn(close_lost())
 
     # ------------------------------------------------------------------ admin (TopicAdmin)
-    async def lookup_urls(self, topic: str, authoritative: bool = False) -> tuple[str, ...]:
+    async def lookup_urls(
+        self, topic: str, authoritative: bool = False, listener_name: str = ""
+    ) -> tuple[str, ...]:
         try:
-            got = await self.lookup(topic, authoritative)
+            got = await self.lookup(topic, authoritative, listener_name)
             if got.redirect and not got.authoritative and self.cluster is not None:
                 # HTTP has no lookup redirects: ask the leader, which places the bundle
-                return await self.cluster.http_lookup(got.http_url, self.parse_topic(topic))
+                try:
+                    return await self.cluster.http_lookup(
+                        got.http_url, self.parse_topic(topic), listener_name=listener_name
+                    )
+                except ListenerNotFound as exc:
+                    raise ServiceError("ServiceNotReady", str(exc)) from None
         except ServiceError as exc:
+            if listener_name and exc.message == str(ListenerNotFound(listener_name)):
+                raise ResourceError(exc.message) from None  # Pulsar: 500 with the reason
             raise _to_resource_error(exc) from None
         return got.broker_url, got.http_url, got.broker_url_tls, got.http_url_tls
 

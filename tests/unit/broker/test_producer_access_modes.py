@@ -8,7 +8,13 @@ import itertools
 
 import pytest
 
-from magnetar.broker.producer import AccessMode, Admission, Producer, ProducerError, ProducerRegistry
+from magnetar.broker.producer import (
+    AccessMode,
+    Admission,
+    Producer,
+    ProducerError,
+    ProducerRegistry,
+)
 
 _ids = itertools.count(1)
 
