@@ -1,0 +1,67 @@
+"""A TCP forwarder for tests: what a NAT or load balancer in front of a broker is, so a test
+can tell that a client really went through an advertised address.
+
+Owns: ``TcpForwarder`` (listens on 127.0.0.1:``port``, pipes each accepted connection to
+``upstream``, counts the connections it accepted; ``close()`` stops everything it started).
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+
+
+class TcpForwarder:
+    def __init__(self, port: int, upstream: tuple[str, int]) -> None:
+        self.port = port
+        self.upstream = upstream
+        self.accepted = 0
+        self._server = socket.create_server(("127.0.0.1", port))
+        self._server.settimeout(0.2)
+        self._closed = threading.Event()
+        self._sockets: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._accept_loop, daemon=True)
+        self._thread.start()
+
+    def _accept_loop(self) -> None:
+        while not self._closed.is_set():
+            try:
+                conn, _ = self._server.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            try:
+                up = socket.create_connection(self.upstream, timeout=10)
+            except OSError:
+                conn.close()
+                continue
+            up.settimeout(None)
+            with self._lock:
+                self.accepted += 1
+                self._sockets += [conn, up]
+            for a, b in ((conn, up), (up, conn)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pump(src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def close(self) -> None:
+        self._closed.set()
+        self._server.close()
+        self._thread.join(5)
+        with self._lock:
+            for s in self._sockets:
+                s.close()
