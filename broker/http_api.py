@@ -611,8 +611,8 @@ class AdminApi:
         authoritative = request.query.get("authoritative", "false").lower() == "true"
         # Pulsar's advertised listener: ?listenerName= or the X-Pulsar-ListenerName header
         listener = request.query.get("listenerName") or request.headers.get(
-            "X-Pulsar-ListenerName", ""
-        )
+            "X-Pulsar-ListenerName"
+        ) or ""
         urls = await self.topics.lookup_urls(topic, authoritative, listener.strip())
         broker_url, http_url = urls[0], urls[1]
         broker_tls, http_tls = (urls[2], urls[3]) if len(urls) >= 4 else ("", "")
