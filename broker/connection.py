@@ -596,6 +596,14 @@ class ServerConnection(asyncio.Protocol):
         for evicted in topic.producers.take_fenced():
             if evicted.cnx is not None:
                 evicted.cnx.send_close_producer(evicted)
+        if admission is Admission.ADMITTED and mode is not AccessMode.SHARED:
+            try:  # as Pulsar's, the producer is ready once its epoch is stored
+                await topic.persist_topic_epoch()
+            except Exception as exc:
+                log.warning("[%s] storing the topic epoch failed: %s", topic.name, exc)
+                self._notify_admitted(topic.remove_producer(producer))
+                self._error(rid, "ServiceNotReady", f"cannot store the topic epoch: {exc}")
+                return
         if req.HasField("initial_subscription_name") and req.initial_subscription_name:
             try:
                 check_subscription_name(req.initial_subscription_name)
@@ -644,11 +652,26 @@ class ServerConnection(asyncio.Protocol):
         self.write_command(T(type=T.PRODUCER_SUCCESS, producer_success=resp))
 
     def producer_admitted(self, producer: Producer) -> None:
-        """A WaitForExclusive producer got the topic."""
+        """A WaitForExclusive producer got the topic: ready once its epoch is stored."""
         pid = producer.producer_id
         topic = self.producer_topics.get(pid)
-        if topic is not None and self.producers.get(pid) is producer:
-            self._producer_success(self.producer_requests.get(pid, 0), producer, topic)
+        if topic is None or self.producers.get(pid) is not producer:
+            return
+
+        async def ready() -> None:
+            try:
+                await topic.persist_topic_epoch()
+            except Exception as exc:
+                log.warning("[%s] storing the topic epoch failed: %s", topic.name, exc)
+                if self.producers.get(pid) is producer:
+                    rid = self.producer_requests.get(pid, 0)
+                    self._drop_producer(pid)
+                    self._error(rid, "ServiceNotReady", f"cannot store the topic epoch: {exc}")
+                return
+            if self.producers.get(pid) is producer:
+                self._producer_success(self.producer_requests.get(pid, 0), producer, topic)
+
+        self._spawn(ready())
 
     @staticmethod
     def _notify_admitted(admitted: list[Producer]) -> None:

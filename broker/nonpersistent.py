@@ -215,6 +215,9 @@ class NonPersistentTopic:
     def remove_producer(self, producer: Producer) -> list[Producer]:
         return self.producers.remove(producer)
 
+    async def persist_topic_epoch(self) -> None:
+        """Nothing to persist: as Pulsar's, a non-persistent topic's epoch lives in memory."""
+
     def last_sequence_id(self, producer_name: str) -> int:
         return -1
 

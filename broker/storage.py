@@ -121,6 +121,13 @@ class TopicLedger(Protocol):
 
     async def add_entries(self, datas: list[bytes]) -> list[Position]: ...
 
+    @property
+    def properties(self) -> dict[str, str]:
+        """The ledger's string properties (Pulsar: the managed ledger's), durable with it."""
+        ...
+
+    async def set_property(self, key: str, value: str) -> None: ...
+
     async def read_entries(self, start: Position, max_entries: int) -> list[Entry]: ...
 
     def add_tail_listener(self, listener: Callable[[], None]) -> None: ...
@@ -323,9 +330,13 @@ class MemoryLedger:
         self._listeners: list[Callable[[], None]] = []
         self.cursors: dict[str, MemoryCursor] = {}
         self.closed = False
+        self.properties: dict[str, str] = {}
 
     def __repr__(self) -> str:
         return f"<MemoryLedger {self.name} entries={len(self._entries)}>"
+
+    async def set_property(self, key: str, value: str) -> None:
+        self.properties[key] = value
 
     # positions
     def next_of(self, pos: Position) -> Position:

@@ -1,10 +1,12 @@
 """Producer access modes against a real standalone, seen by the official client: which
 refusal is ``ProducerFenced`` and which ``ProducerBusy`` (Pulsar's
 ``AbstractTopic.incrementTopicEpochIfNeeded``), waiting exclusive producers seen by shared
-ones, fencing, and the topic epoch in the topic stats."""
+ones, fencing, and the topic epoch in the topic stats, stored with the topic across an
+unload and a restart."""
 
 from __future__ import annotations
 
+import pathlib
 import threading
 import urllib.parse
 import uuid
@@ -12,7 +14,10 @@ import uuid
 import pulsar
 import pytest
 from support.admin import http, wait_until
+from support.raw_client import RawClient
 from support.standalone import StandaloneProcess
+
+from magnetar.client.protocol.proto import pulsar_api_pb2 as pb
 
 Mode = pulsar.ProducerAccessMode
 
@@ -97,3 +102,55 @@ def test_fencing_producer_takes_the_topic_and_moves_the_epoch(
     assert [consumer.receive(30_000).data() for _ in range(2)] == [b"first", b"fencer"]
     with pytest.raises(pulsar.Timeout):
         consumer.receive(500)
+
+
+def _raw_exclusive_producer(server: StandaloneProcess, topic: str, epoch: int) -> pb.BaseCommand:
+    """A PRODUCER (Exclusive) carrying ``epoch``, as a reconnecting client sends it."""
+    raw = RawClient(server.port)
+    try:
+        raw.connect()
+        req = pb.CommandProducer(
+            topic=topic,
+            producer_id=1,
+            request_id=1,
+            producer_access_mode=pb.Exclusive,
+            topic_epoch=epoch,
+        )
+        raw.send(pb.BaseCommand(type=pb.BaseCommand.PRODUCER, producer=req))
+        return raw.recv()
+    finally:
+        raw.sock.close()
+
+
+def test_the_epoch_survives_unload_and_restart(tmp_path: pathlib.Path) -> None:
+    """Pulsar stores the epoch in the managed ledger (``pulsar.topic.epoch``): a producer
+    fenced before an unload or a restart is still fenced after it."""
+    server = StandaloneProcess(tmp_path / "data", tmp_path / "standalone.log")
+    server.start()
+    try:
+        topic = _topic()
+        c = pulsar.Client(server.service_url, operation_timeout_seconds=30, log_conf_file_path=None)
+        try:
+            c.create_producer(topic, access_mode=Mode.Exclusive).send(b"epoch 0")
+            fencer = c.create_producer(topic, access_mode=Mode.ExclusiveWithFencing)
+            fencer.send(b"epoch 1")
+            fencer.close()
+        finally:
+            c.close()
+        local = topic.replace("persistent://", "")
+        assert http(server.web_url, "PUT", f"/admin/v2/persistent/{local}/unload")[0] == 204
+        answer = _raw_exclusive_producer(server, topic, epoch=0)
+        assert answer.type == pb.BaseCommand.ERROR, answer
+        assert answer.error.error == pb.ProducerFenced
+        server.stop()
+        server.start()
+        answer = _raw_exclusive_producer(server, topic, epoch=0)
+        assert answer.error.error == pb.ProducerFenced, answer
+        c = pulsar.Client(server.service_url, operation_timeout_seconds=30, log_conf_file_path=None)
+        try:
+            c.create_producer(topic, access_mode=Mode.Exclusive).send(b"epoch 2")
+        finally:
+            c.close()
+        assert _stats(server, topic)["topicEpoch"] == 2
+    finally:
+        server.stop()
