@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from magnetar import settings
-from magnetar.broker.listeners import AdvertisedListeners, parse_advertised_listeners
+from magnetar.broker.listeners import parse_advertised_listeners
 
 
 @dataclass(slots=True)
@@ -166,10 +166,6 @@ class BrokerConfig:
     def service_url(self) -> str:
         return f"pulsar://{self.advertised_address}:{self.broker_service_port}"
 
-    def listeners(self) -> AdvertisedListeners:
-        """``advertised_listeners`` parsed and checked (``ValueError`` as Pulsar refuses)."""
-        return parse_advertised_listeners(self.advertised_listeners, self.internal_listener_name)
-
     @property
     def web_service_url(self) -> str:
         return f"http://{self.advertised_address}:{self.web_service_port}"
@@ -203,7 +199,8 @@ class BrokerConfig:
             overrides=overrides,
         )
         config = cls(**values)
-        config.listeners()  # a bad listener setting is a configuration error at start
+        # a listener setting Pulsar refuses is a configuration error at start
+        parse_advertised_listeners(config.advertised_listeners, config.internal_listener_name)
         return config
 
     def effective_config_line(self) -> str:

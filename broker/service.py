@@ -37,7 +37,7 @@ from magnetar.broker.compaction import (
 )
 from magnetar.broker.config import BrokerConfig
 from magnetar.broker.input_budget import InputBudget
-from magnetar.broker.listeners import ListenerNotFound
+from magnetar.broker.listeners import ListenerNotFound, parse_advertised_listeners
 from magnetar.broker.naming import InvalidTopicName, TopicName
 from magnetar.broker.nonpersistent import NonPersistentTopic
 from magnetar.broker.ownership import NamespaceBundle, OwnerInfo, OwnershipCache
@@ -106,7 +106,9 @@ class BrokerService:
         self.input_budget = InputBudget(config.max_buffered_partial_frames_size_in_mb << 20)
         self.port = config.broker_service_port
         self.port_tls = config.broker_service_port_tls
-        self.listeners = config.listeners()
+        self.listeners = parse_advertised_listeners(
+            config.advertised_listeners, config.internal_listener_name
+        )
         self._web_service_url: str | None = None
         self._web_service_url_tls = ""
         self._tls_server: asyncio.AbstractServer | None = None

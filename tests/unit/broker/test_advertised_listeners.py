@@ -72,7 +72,7 @@ def test_pulsar_setting_names_reach_the_config(tmp_path) -> None:  # type: ignor
     conf.write_text(f"advertisedListeners={TWO}\ninternalListenerName=external\n")
     config = BrokerConfig.load(conf)
     assert config.advertised_listeners == TWO
-    assert config.listeners().internal_name == "external"
+    assert config.internal_listener_name == "external"
     conf.write_text("advertisedListeners=a:pulsar://h:1\ninternalListenerName=b\n")
     with pytest.raises(ValueError, match="internalListenerName"):
         BrokerConfig.load(conf)
