@@ -2,7 +2,9 @@
 can tell that a client really went through an advertised address.
 
 Owns: ``TcpForwarder`` (listens on 127.0.0.1:``port``, pipes each accepted connection to
-``upstream``, counts the connections it accepted; ``close()`` stops everything it started).
+``upstream``; counts the connections it accepted and, in ``used``, those that sent bytes, so
+a bare connect-and-close probe is told apart from a client; ``close()`` stops everything it
+started).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ class TcpForwarder:
         self.port = port
         self.upstream = upstream
         self.accepted = 0
+        self.used = 0
         self._server = socket.create_server(("127.0.0.1", port))
         self._server.settimeout(0.2)
         self._closed = threading.Event()
@@ -41,13 +44,17 @@ class TcpForwarder:
             with self._lock:
                 self.accepted += 1
                 self._sockets += [conn, up]
-            for a, b in ((conn, up), (up, conn)):
-                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+            for a, b, inbound in ((conn, up, True), (up, conn, False)):
+                threading.Thread(target=self._pump, args=(a, b, inbound), daemon=True).start()
 
-    @staticmethod
-    def _pump(src: socket.socket, dst: socket.socket) -> None:
+    def _pump(self, src: socket.socket, dst: socket.socket, inbound: bool) -> None:
+        first = inbound
         try:
             while data := src.recv(65536):
+                if first:
+                    first = False
+                    with self._lock:
+                        self.used += 1
                 dst.sendall(data)
         except OSError:
             pass
