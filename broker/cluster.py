@@ -61,6 +61,10 @@ PROBE_TIMEOUT_S = 1.0
 ADMIN_TIMEOUT_S = 30.0
 
 
+LISTED_TOPICS_MAX = 1_000_000
+"""Topic names taken at most from one peer's bundle listing."""
+
+
 @dataclass(frozen=True, slots=True)
 class Assignment:
     """Where a lookup of an unowned bundle goes: ``broker_url``/``http_url`` with
@@ -305,6 +309,19 @@ class BrokerCluster:
         if leader is None or leader.broker_id == self.broker_id or not leader.pulsar_service_url:
             return None  # no leader yet: take it rather than fail the lookup
         return Assignment(leader.pulsar_service_url, leader.service_url, False)
+
+    async def non_persistent_in_bundle(
+        self, http_url: str, tenant: str, namespace: str, bundle: str
+    ) -> list[str]:
+        """The non-persistent topics the owner at ``http_url`` has loaded in ``bundle``."""
+        url = f"{http_url.rstrip('/')}/admin/v2/non-persistent/{tenant}/{namespace}/{bundle}"
+        async with self.actions.http().get(url) as resp:
+            if resp.status != 200:
+                raise RuntimeError(f"HTTP {resp.status}")
+            data = await resp.json()
+        if not isinstance(data, list):
+            raise RuntimeError("the answer is not a list")
+        return [str(name) for name in data][:LISTED_TOPICS_MAX]
 
     async def http_lookup(
         self,

@@ -21,6 +21,7 @@ from urllib.parse import unquote
 from aiohttp import web
 
 from magnetar.broker.admin_ops_api import OperationRoutes, json_unknown_routes
+from magnetar.broker.bundles import BundleRange
 from magnetar.broker.http_guard import BadRequest, guard, quiet_bad_requests, read_json
 from magnetar.broker.policies import (
     NAMESPACE_POLICIES,
@@ -88,6 +89,12 @@ class TopicAdmin(Protocol):
 
     async def list_topics(self, tenant: str, namespace: str, domain: str) -> list[str]:
         """Full names of the namespace's non-partitioned topics (partitions included)."""
+        ...
+
+    def loaded_non_persistent(
+        self, tenant: str, namespace: str, bundle: str | None = None
+    ) -> list[str]:
+        """The namespace's non-persistent topics loaded on this broker (of ``bundle``)."""
         ...
 
     async def create_topic(self, topic: str) -> None: ...
@@ -238,6 +245,10 @@ class AdminApi:
         r.add_delete(ns_base + "backlogQuota", self.remove_backlog_quota)
         # topics
         base = "/admin/v2/{domain}/{tenant}/{namespace}"
+        r.add_get(
+            "/admin/v2/non-persistent/{tenant}/{namespace}/{bundle:0x[0-9a-fA-F]{8}_0x[0-9a-fA-F]{8}}",
+            self.list_non_persistent_in_bundle,
+        )
         r.add_get(base, self.list_topics)
         r.add_get(base + "/partitioned", self.list_partitioned)
         r.add_get(base + "/{topic}/partitions", self.get_partitions)
@@ -503,6 +514,18 @@ class AdminApi:
         return _json(
             sorted(await self.topics.list_topics(m["tenant"], m["namespace"], m["domain"]))
         )
+
+    async def list_non_persistent_in_bundle(self, request: web.Request) -> web.Response:
+        """Pulsar's ``GET /admin/v2/non-persistent/{tenant}/{ns}/{bundle}``: the
+        non-persistent topics of that bundle loaded on this broker."""
+        m = request.match_info
+        if not await self.resources.namespace_exists(m["tenant"], m["namespace"]):
+            raise ResourceNotFound("Namespace does not exist")
+        try:
+            BundleRange.parse(m["bundle"])
+        except ValueError as exc:
+            raise PreconditionFailed(str(exc)) from None
+        return _json(self.topics.loaded_non_persistent(m["tenant"], m["namespace"], m["bundle"]))
 
     async def list_partitioned(self, request: web.Request) -> web.Response:
         m = request.match_info

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from magnetar.broker.authentication import AuthenticationService
 from magnetar.broker.authorization import AuthorizationService
-from magnetar.broker.bundles import NamespaceBundles, topic_hash
+from magnetar.broker.bundles import BundleRange, NamespaceBundles, topic_hash
 from magnetar.broker.compaction import (
     CompactionAlreadyRunning,
     CompactionMonitor,
@@ -619,11 +619,7 @@ class BrokerService:
         self, tenant: str, namespace: str, domain: str = "persistent"
     ) -> list[str]:
         if domain != "persistent":  # non-persistent topics exist while they are loaded
-            return sorted(
-                name
-                for name, t in self.topics.items()
-                if not t.name.persistent and t.name.namespace_name == f"{tenant}/{namespace}"
-            )
+            return await self.list_non_persistent(tenant, namespace)
         prefix = f"{tenant}/{namespace}/persistent/"
         names = set()
         from urllib.parse import unquote
@@ -636,6 +632,46 @@ class BrokerService:
                 namespace,
             ):
                 names.add(name)
+        return sorted(names)
+
+    def loaded_non_persistent(
+        self, tenant: str, namespace: str, bundle: str | None = None
+    ) -> list[str]:
+        """The non-persistent topics of the namespace (of ``bundle``, its range name, when
+        given) loaded on this broker."""
+        ns = f"{tenant}/{namespace}"
+        rng = BundleRange.parse(bundle) if bundle is not None else None
+        return sorted(
+            name
+            for name, t in self.topics.items()
+            if not t.name.persistent
+            and t.name.namespace_name == ns
+            and (rng is None or rng.contains(topic_hash(name)))
+        )
+
+    async def list_non_persistent(self, tenant: str, namespace: str) -> list[str]:
+        """Pulsar's ``NonPersistentTopics.getList``: the loaded non-persistent topics of
+        every bundle, those of bundles owned elsewhere asked of their owner
+        (``GET /admin/v2/non-persistent/{tenant}/{ns}/{bundle}``). An owner that does not
+        answer is logged and left out: a listing, not a guarantee."""
+        names = set(self.loaded_non_persistent(tenant, namespace))
+        if self.cluster is None or self.ownership is None:
+            return sorted(names)
+        for rng in (await self.resources.bundles(tenant, namespace)).ranges:
+            owner = await self.ownership.get_owner(NamespaceBundle(tenant, namespace, rng))
+            if owner is None or owner.native_url == self.service_url:
+                continue
+            try:
+                names.update(
+                    await self.cluster.non_persistent_in_bundle(
+                        owner.http_url, tenant, namespace, rng.name
+                    )
+                )
+            except Exception as exc:
+                log.warning(
+                    "non-persistent topics of %s/%s/%s at %s: %s",
+                    tenant, namespace, rng.name, owner.http_url, exc,
+                )
         return sorted(names)
 
     async def create_topic(self, topic: str) -> None:
