@@ -657,7 +657,11 @@ class BrokerService:
         names = set(self.loaded_non_persistent(tenant, namespace))
         if self.cluster is None or self.ownership is None:
             return sorted(names)
-        for rng in (await self.resources.bundles(tenant, namespace)).ranges:
+        try:
+            bundles = await self.resources.bundles(tenant, namespace)
+        except ResourceNotFound:  # no namespace: nothing is owned elsewhere either
+            return sorted(names)
+        for rng in bundles.ranges:
             owner = await self.ownership.get_owner(NamespaceBundle(tenant, namespace, rng))
             if owner is None or owner.native_url == self.service_url:
                 continue
