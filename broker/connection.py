@@ -602,6 +602,7 @@ class ServerConnection(asyncio.Protocol):
             except Exception as exc:
                 log.warning("[%s] storing the topic epoch failed: %s", topic.name, exc)
                 self._notify_admitted(topic.remove_producer(producer))
+                topic.epoch_not_stored()
                 self._error(rid, "ServiceNotReady", f"cannot store the topic epoch: {exc}")
                 return
         if req.HasField("initial_subscription_name") and req.initial_subscription_name:
@@ -666,6 +667,7 @@ class ServerConnection(asyncio.Protocol):
                 if self.producers.get(pid) is producer:
                     rid = self.producer_requests.get(pid, 0)
                     self._drop_producer(pid)
+                    topic.epoch_not_stored()
                     self._error(rid, "ServiceNotReady", f"cannot store the topic epoch: {exc}")
                 return
             if self.producers.get(pid) is producer:

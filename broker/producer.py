@@ -178,6 +178,13 @@ class ProducerRegistry:
             return [nxt]
         return []
 
+    def revert_epoch(self, durable: int | None) -> None:
+        """The epoch an admission moved could not be stored and its producer was removed:
+        back to the last durable epoch (Pulsar keeps the epoch until the store succeeds),
+        unless another exclusive producer holds the topic meanwhile."""
+        if self.exclusive is None:
+            self.topic_epoch = durable
+
     def check_invariants(self) -> None:
         assert self.exclusive is None or self.producers.get(self.exclusive.name) is self.exclusive
         assert self.exclusive is None or len(self.producers) == 1

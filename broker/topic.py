@@ -418,6 +418,10 @@ class PersistentTopic:
             await self.ledger.set_property(TOPIC_EPOCH_PROPERTY, str(epoch))
             self._stored_epoch = epoch
 
+    def epoch_not_stored(self) -> None:
+        """Storing the epoch failed and the producer it was for is gone."""
+        self.producers.revert_epoch(self._stored_epoch)
+
     def last_sequence_id(self, producer_name: str) -> int:
         return self.dedup.last_sequence_id(producer_name)
 

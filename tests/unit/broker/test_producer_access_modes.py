@@ -147,3 +147,16 @@ def test_pulsar_names_of_the_modes() -> None:
         "WaitForExclusive",
         "ExclusiveWithFencing",
     ]
+
+
+def test_an_epoch_not_stored_is_reverted_unless_another_holder_came() -> None:
+    reg = ProducerRegistry(topic_epoch=3)
+    fencer = make(AccessMode.EXCLUSIVE_WITH_FENCING)
+    reg.admit(fencer)
+    assert reg.topic_epoch == 4
+    reg.remove(fencer)  # storing epoch 4 failed: the producer is gone
+    reg.revert_epoch(3)
+    assert reg.topic_epoch == 3
+    assert reg.admit(make(AccessMode.EXCLUSIVE, epoch=3)) is Admission.ADMITTED
+    reg.revert_epoch(None)  # a holder is there: its epoch stays
+    assert reg.topic_epoch == 3
