@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from magnetar import settings
+from magnetar.broker.listeners import parse_advertised_listeners
 
 
 @dataclass(slots=True)
@@ -24,6 +25,10 @@ class BrokerConfig:
     cluster_name: str = "standalone"
     bind_address: str = "127.0.0.1"
     advertised_address: str = "localhost"
+    # Pulsar's advertisedListeners: "name:pulsar://host:port,name:pulsar+ssl://host:port";
+    # a lookup naming a listener gets its URLs (broker/listeners.py)
+    advertised_listeners: str = ""
+    internal_listener_name: str = ""  # empty: the first listener
     broker_service_port: int = 6650
     web_service_port: int = 8080
     metadata_store_url: str = "memory://default"
@@ -193,7 +198,10 @@ class BrokerConfig:
             environ=environ,
             overrides=overrides,
         )
-        return cls(**values)
+        config = cls(**values)
+        # a listener setting Pulsar refuses is a configuration error at start
+        parse_advertised_listeners(config.advertised_listeners, config.internal_listener_name)
+        return config
 
     def effective_config_line(self) -> str:
         """``effective configuration {...}``: every setting, secrets masked."""

@@ -33,7 +33,8 @@ from magnetar.broker.compaction import (
 )
 from magnetar.broker.config import BrokerConfig
 from magnetar.broker.errors import CodedError, ServerError
-from magnetar.broker.namespace.bundles import NamespaceBundles, topic_hash
+from magnetar.broker.listeners import ListenerNotFound, parse_advertised_listeners
+from magnetar.broker.namespace.bundles import BundleRange, NamespaceBundles, topic_hash
 from magnetar.broker.namespace.ownership import NamespaceBundle, OwnerInfo, OwnershipCache
 from magnetar.broker.namespace.resources import (
     PreconditionFailed,
@@ -97,6 +98,9 @@ class BrokerService:
         )
         self.port = config.broker_service_port
         self.port_tls = config.broker_service_port_tls
+        self.listeners = parse_advertised_listeners(
+            config.advertised_listeners, config.internal_listener_name
+        )
         self._web_service_url: str | None = None
         self._web_service_url_tls = ""
         # TLS context (reloaded on file change), authentication and authorization: their own
@@ -139,12 +143,18 @@ class BrokerService:
     def service_url(self) -> str:
         """This broker's identity in ownership data: the plain URL, or the TLS one when the
         plain port is off."""
+        internal = self.listeners.internal  # Pulsar: the internal listener is the identity
+        if internal is not None:
+            return internal.broker_service_url or internal.broker_service_url_tls
         if self.port < 0:
             return self.service_url_tls
         return f"pulsar://{self.config.advertised_address}:{self.port}"
 
     @property
     def service_url_tls(self) -> str:
+        internal = self.listeners.internal
+        if internal is not None:
+            return internal.broker_service_url_tls
         if self.port_tls < 0:
             return ""
         return f"pulsar+ssl://{self.config.advertised_address}:{self.port_tls}"
@@ -159,6 +169,7 @@ class BrokerService:
             self.web_service_url,
             native_url_tls=self.service_url_tls,
             http_url_tls=self.web_service_url_tls,
+            listeners=self.listeners,
         )
 
     @property
@@ -290,11 +301,17 @@ class BrokerService:
             )
 
     # ------------------------------------------------------------------ lookup
-    async def lookup(self, topic: str, authoritative: bool = False) -> LookupResult:
+    async def lookup(
+        self, topic: str, authoritative: bool = False, listener_name: str = ""
+    ) -> LookupResult:
         """Owner of ``topic``'s bundle. An unowned bundle is placed by the load-manager
         leader: the leader redirects to the broker it chose (authoritative), others
         redirect to the leader; an authoritative lookup (the leader chose us), a broker
-        without a load manager, or one that finds no leader takes the bundle itself."""
+        without a load manager, or one that finds no leader takes the bundle itself.
+
+        ``listener_name`` (Pulsar's ``advertisedListenerName``): the owner's URLs of that
+        advertised listener; ServiceNotReady "the broker do not have X listener" when the
+        owner has none of that name, as Pulsar answers."""
         if self.ownership is None or self.closed:
             raise ServiceError(ServerError.ServiceNotReady, "Broker is not running")
         tn = self.parse_topic(topic)
@@ -302,6 +319,19 @@ class BrokerService:
         owner = await self.ownership.get_owner(bundle)
         if owner is None and not authoritative and self.cluster is not None:
             where = await self.cluster.assign(bundle)
+            if where is not None and listener_name:
+                # the redirect must carry the chosen broker's listener URL, which only that
+                # broker knows: it is placed there through an HTTP lookup naming the listener
+                try:
+                    urls = await self.cluster.http_lookup(
+                        where.http_url,
+                        tn,
+                        listener_name=listener_name,
+                        authoritative=where.authoritative,
+                    )
+                except ListenerNotFound as exc:
+                    raise ServiceError(ServerError.ServiceNotReady, str(exc)) from None
+                return LookupResult(urls[0], urls[1], True, True, urls[2], urls[3])
             if where is not None:
                 return LookupResult(where.broker_url, where.http_url, True, where.authoritative)
         if owner is None:
@@ -309,6 +339,18 @@ class BrokerService:
         if owner.disabled:
             raise ServiceError(
                 ServerError.ServiceNotReady, f"Namespace bundle {bundle} is being unloaded"
+            )
+        if listener_name:
+            try:
+                listener = owner.listeners.require(listener_name)
+            except ListenerNotFound as exc:
+                raise ServiceError(ServerError.ServiceNotReady, str(exc)) from None
+            return LookupResult(
+                listener.broker_service_url,
+                owner.http_url,
+                owner.native_url != self.service_url,
+                broker_url_tls=listener.broker_service_url_tls,
+                http_url_tls=owner.http_url_tls,
             )
         if owner.native_url == self.service_url:
             return LookupResult(
@@ -537,13 +579,22 @@ class BrokerService:
         self._spawn(close_lost())
 
     # ------------------------------------------------------------------ admin (TopicRegistry)
-    async def lookup_urls(self, topic: str, authoritative: bool = False) -> tuple[str, ...]:
+    async def lookup_urls(
+        self, topic: str, authoritative: bool = False, listener_name: str = ""
+    ) -> tuple[str, ...]:
         try:
-            got = await self.lookup(topic, authoritative)
+            got = await self.lookup(topic, authoritative, listener_name)
             if got.redirect and not got.authoritative and self.cluster is not None:
                 # HTTP has no lookup redirects: ask the leader, which places the bundle
-                return await self.cluster.http_lookup(got.http_url, self.parse_topic(topic))
+                try:
+                    return await self.cluster.http_lookup(
+                        got.http_url, self.parse_topic(topic), listener_name=listener_name
+                    )
+                except ListenerNotFound as exc:
+                    raise ServiceError(ServerError.ServiceNotReady, str(exc)) from None
         except ServiceError as exc:
+            if listener_name and exc.message == str(ListenerNotFound(listener_name)):
+                raise ResourceError(exc.message) from None  # Pulsar: 500 with the reason
             raise _to_resource_error(exc) from None
         return got.broker_url, got.http_url, got.broker_url_tls, got.http_url_tls
 
@@ -551,11 +602,7 @@ class BrokerService:
         self, tenant: str, namespace: str, domain: str = "persistent"
     ) -> list[str]:
         if domain != "persistent":  # non-persistent topics exist while they are loaded
-            return sorted(
-                name
-                for name, t in self.topics.items()
-                if not t.name.persistent and t.name.namespace_name == f"{tenant}/{namespace}"
-            )
+            return await self.list_non_persistent(tenant, namespace)
         prefix = f"{tenant}/{namespace}/persistent/"
         names = set()
         from urllib.parse import unquote
@@ -568,6 +615,54 @@ class BrokerService:
                 namespace,
             ):
                 names.add(name)
+        return sorted(names)
+
+    def loaded_non_persistent(
+        self, tenant: str, namespace: str, bundle: str | None = None
+    ) -> list[str]:
+        """The non-persistent topics of the namespace (of ``bundle``, its range name, when
+        given) loaded on this broker."""
+        ns = f"{tenant}/{namespace}"
+        rng = BundleRange.parse(bundle) if bundle is not None else None
+        return sorted(
+            name
+            for name, t in self.topics.items()
+            if not t.name.persistent
+            and t.name.namespace_name == ns
+            and (rng is None or rng.contains(topic_hash(name)))
+        )
+
+    async def list_non_persistent(self, tenant: str, namespace: str) -> list[str]:
+        """Pulsar's ``NonPersistentTopics.getList``: the loaded non-persistent topics of
+        every bundle, those of bundles owned elsewhere asked of their owner
+        (``GET /admin/v2/non-persistent/{tenant}/{ns}/{bundle}``). An owner that does not
+        answer is logged and left out: a listing, not a guarantee."""
+        names = set(self.loaded_non_persistent(tenant, namespace))
+        if self.cluster is None or self.ownership is None:
+            return sorted(names)
+        try:
+            bundles = await self.resources.bundles(tenant, namespace)
+        except ResourceNotFound:  # no namespace: nothing is owned elsewhere either
+            return sorted(names)
+        for rng in bundles.ranges:
+            owner = await self.ownership.get_owner(NamespaceBundle(tenant, namespace, rng))
+            if owner is None or owner.native_url == self.service_url:
+                continue
+            try:
+                names.update(
+                    await self.cluster.non_persistent_in_bundle(
+                        owner.http_url, tenant, namespace, rng.name
+                    )
+                )
+            except Exception as exc:
+                log.warning(
+                    "non-persistent topics of %s/%s/%s at %s: %s",
+                    tenant,
+                    namespace,
+                    rng.name,
+                    owner.http_url,
+                    exc,
+                )
         return sorted(names)
 
     async def create_topic(self, topic: str) -> None:

@@ -80,6 +80,8 @@ BROKER_ALIASES: tuple[Alias, ...] = (
     Alias("clusterName", "cluster_name"),
     Alias("bindAddress", "bind_address"),
     Alias("advertisedAddress", "advertised_address"),
+    Alias("advertisedListeners", "advertised_listeners"),
+    Alias("internalListenerName", "internal_listener_name"),
     Alias("brokerServicePort", "broker_service_port"),
     Alias("webServicePort", "web_service_port"),
     Alias("metadataStoreUrl", "metadata_store_url", _pulsar_metadata_url, "zk:host:port -> zk://"),

@@ -24,6 +24,7 @@ from magnetar.broker.admin.http_guard import BadRequest, guard, quiet_bad_reques
 from magnetar.broker.admin.metrics import BrokerMetrics
 from magnetar.broker.admin.ops_api import OperationRoutes, json_unknown_routes
 from magnetar.broker.admin.topic_ops import TopicOperations
+from magnetar.broker.namespace.bundles import BundleRange
 from magnetar.broker.namespace.resources import (
     InvalidResource,
     PreconditionFailed,
@@ -84,13 +85,21 @@ class TopicRegistry(Protocol):
     """What the HTTP API needs of the topic registry (``BrokerService``): lookups, topic
     creation, deletion and unloads."""
 
-    async def lookup_urls(self, topic: str, authoritative: bool = False) -> tuple[str, ...]:
+    async def lookup_urls(
+        self, topic: str, authoritative: bool = False, listener_name: str = ""
+    ) -> tuple[str, ...]:
         """(binary service URL, HTTP URL[, TLS binary URL, HTTPS URL]) of the broker owning
         ``topic``, assigning it if needed."""
         ...
 
     async def list_topics(self, tenant: str, namespace: str, domain: str) -> list[str]:
         """Full names of the namespace's non-partitioned topics (partitions included)."""
+        ...
+
+    def loaded_non_persistent(
+        self, tenant: str, namespace: str, bundle: str | None = None
+    ) -> list[str]:
+        """The namespace's non-persistent topics loaded on this broker (of ``bundle``)."""
         ...
 
     async def create_topic(self, topic: str) -> None: ...
@@ -234,6 +243,8 @@ class AdminApi:
         r.add_get("/metrics", self.metrics)
         r.add_get("/metrics/", self.metrics)
         r.add_get("/admin/v2/clusters", self.list_clusters)
+        r.add_put("/admin/v2/clusters/{cluster}", self.create_cluster)
+        r.add_post("/admin/v2/clusters/{cluster}", self.update_cluster)
         # tenants
         r.add_get("/admin/v2/tenants", self.list_tenants)
         r.add_get("/admin/v2/tenants/{tenant}", self.get_tenant)
@@ -260,6 +271,10 @@ class AdminApi:
         r.add_delete(ns_base + "backlogQuota", self.remove_backlog_quota)
         # topics
         base = "/admin/v2/{domain}/{tenant}/{namespace}"
+        r.add_get(
+            "/admin/v2/non-persistent/{tenant}/{namespace}/{bundle:0x[0-9a-fA-F]{8}_0x[0-9a-fA-F]{8}}",
+            self.list_non_persistent_in_bundle,
+        )
         r.add_get(base, self.list_topics)
         r.add_get(base + "/partitioned", self.list_partitioned)
         r.add_get(base + "/{topic}/partitions", self.get_partitions)
@@ -317,6 +332,16 @@ class AdminApi:
 
     async def list_clusters(self, request: web.Request) -> web.Response:
         return _json(await self.resources.list_clusters())
+
+    async def create_cluster(self, request: web.Request) -> web.Response:
+        body = await _body_json(request, {})
+        await self.resources.create_cluster(request.match_info["cluster"], body)
+        return _no_content()
+
+    async def update_cluster(self, request: web.Request) -> web.Response:
+        body = await _body_json(request, {})
+        await self.resources.update_cluster(request.match_info["cluster"], body)
+        return _no_content()
 
     # -- tenants ----------------------------------------------------------------------------
     async def list_tenants(self, request: web.Request) -> web.Response:
@@ -516,6 +541,18 @@ class AdminApi:
             sorted(await self.topics.list_topics(m["tenant"], m["namespace"], m["domain"]))
         )
 
+    async def list_non_persistent_in_bundle(self, request: web.Request) -> web.Response:
+        """Pulsar's ``GET /admin/v2/non-persistent/{tenant}/{ns}/{bundle}``: the
+        non-persistent topics of that bundle loaded on this broker."""
+        m = request.match_info
+        if not await self.resources.namespace_exists(m["tenant"], m["namespace"]):
+            raise ResourceNotFound("Namespace does not exist")
+        try:
+            BundleRange.parse(m["bundle"])
+        except ValueError as exc:
+            raise PreconditionFailed(str(exc)) from None
+        return _json(self.topics.loaded_non_persistent(m["tenant"], m["namespace"], m["bundle"]))
+
     async def list_partitioned(self, request: web.Request) -> web.Response:
         m = request.match_info
         if not await self.resources.namespace_exists(m["tenant"], m["namespace"]):
@@ -621,7 +658,11 @@ class AdminApi:
         topic = _topic_name(request)
         # ?authoritative=true (Pulsar's): this broker takes an unowned bundle itself
         authoritative = request.query.get("authoritative", "false").lower() == "true"
-        urls = await self.topics.lookup_urls(topic, authoritative)
+        # Pulsar's advertised listener: ?listenerName= or the X-Pulsar-ListenerName header
+        listener = (
+            request.query.get("listenerName") or request.headers.get("X-Pulsar-ListenerName") or ""
+        )
+        urls = await self.topics.lookup_urls(topic, authoritative, listener.strip())
         broker_url, http_url = urls[0], urls[1]
         broker_tls, http_tls = (urls[2], urls[3]) if len(urls) >= 4 else ("", "")
         return _json(

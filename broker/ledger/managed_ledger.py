@@ -273,6 +273,7 @@ class ManagedLedger:
         self._path = paths.managed_ledger(name)
         self._info = _Info()
         self._version = -1
+        self._info_lock = asyncio.Lock()
         self._current: WriteHandle | None = None
         self._current_created_ms = 0.0
         self._roll_check_at = 1
@@ -395,14 +396,29 @@ class ManagedLedger:
         self._info.ledgers.append(LedgerInfo(ledger_id, 0, 0, self.clock.now_ms()))
 
     async def _write_info(self) -> None:
-        try:
-            result = await self.store.put(
-                self._path, self._info.to_bytes(), expected_version=self._version
-            )
-        except (BadVersion, NotFound):
-            self.fence("managed ledger metadata changed by another owner")
-            raise ManagedLedgerFenced(f"{self.name}: metadata CAS lost") from None
-        self._version = result.stat.version
+        # one write at a time: each writes the whole current info with the version the
+        # previous write got, so two writers of this owner never fail each other's CAS
+        async with self._info_lock:
+            try:
+                result = await self.store.put(
+                    self._path, self._info.to_bytes(), expected_version=self._version
+                )
+            except (BadVersion, NotFound):
+                self.fence("managed ledger metadata changed by another owner")
+                raise ManagedLedgerFenced(f"{self.name}: metadata CAS lost") from None
+            self._version = result.stat.version
+
+    @property
+    def properties(self) -> dict[str, str]:
+        """A copy of the managed ledger's properties (Pulsar's ``getProperties``)."""
+        return dict(self._info.properties)
+
+    async def set_property(self, key: str, value: str) -> None:
+        """Pulsar's ``asyncSetProperty``: durable in the managed ledger's metadata."""
+        if self.state in (_S.CLOSED, _S.FENCED):
+            raise self._state_error()
+        self._info.properties[key] = value
+        await self._write_info()
 
     def _install(self, handle: WriteHandle) -> None:
         ledger_id = handle.ledger_id

@@ -24,6 +24,7 @@ from typing import Any, Protocol
 import aiohttp
 
 from magnetar.broker.config import BrokerConfig
+from magnetar.broker.listeners import ListenerNotFound
 from magnetar.broker.loadbalance import (
     BrokerLoadReport,
     PlacementConfig,
@@ -58,6 +59,10 @@ log = logging.getLogger(__name__)
 
 PROBE_TIMEOUT_S = 1.0
 ADMIN_TIMEOUT_S = 30.0
+
+
+LISTED_TOPICS_MAX = 1_000_000
+"""Topic names taken at most from one peer's bundle listing."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -336,15 +341,44 @@ class BrokerCluster:
             return None  # no leader yet: take it rather than fail the lookup
         return Assignment(leader.pulsar_service_url, leader.service_url, False)
 
-    async def http_lookup(self, leader_http_url: str, topic: TopicName) -> tuple[str, ...]:
-        """The leader's HTTP lookup answer for ``topic``: (broker URL, HTTP URL, and their
-        TLS forms)."""
+    async def non_persistent_in_bundle(
+        self, http_url: str, tenant: str, namespace: str, bundle: str
+    ) -> list[str]:
+        """The non-persistent topics the owner at ``http_url`` has loaded in ``bundle``."""
+        url = f"{http_url.rstrip('/')}/admin/v2/non-persistent/{tenant}/{namespace}/{bundle}"
+        async with self.actions.http().get(url) as resp:
+            if resp.status != 200:
+                raise RuntimeError(f"HTTP {resp.status}")
+            data = await resp.json()
+        if not isinstance(data, list):
+            raise RuntimeError("the answer is not a list")
+        return [str(name) for name in data][:LISTED_TOPICS_MAX]
+
+    async def http_lookup(
+        self,
+        leader_http_url: str,
+        topic: TopicName,
+        *,
+        listener_name: str = "",
+        authoritative: bool = False,
+    ) -> tuple[str, ...]:
+        """The HTTP lookup answer for ``topic`` of the leader (or, ``authoritative``, of the
+        broker the leader chose, which then takes the bundle): (broker URL, HTTP URL, and
+        their TLS forms), those of ``listener_name`` when given."""
         url = (
             f"{leader_http_url.rstrip('/')}/lookup/v2/topic/{topic.domain}/{topic.tenant}/"
             f"{topic.namespace}/{urllib.parse.quote(topic.local, safe='')}"
         )
-        async with self.actions.http().get(url) as resp:
+        query = {"authoritative": "true"} if authoritative else {}
+        if listener_name:
+            query["listenerName"] = listener_name
+        async with self.actions.http().get(url, params=query) as resp:
             if resp.status != 200:
+                reason = ""
+                with contextlib.suppress(Exception):
+                    reason = str((await resp.json()).get("reason", ""))
+                if listener_name and reason == str(ListenerNotFound(listener_name)):
+                    raise ListenerNotFound(listener_name)
                 raise RuntimeError(f"lookup through the leader: HTTP {resp.status}")
             data = await resp.json()
         return (

@@ -18,8 +18,9 @@ import dataclasses
 import json
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from magnetar.broker.listeners import AdvertisedListeners
 from magnetar.broker.namespace.bundles import BundleRange
 from magnetar.zk import paths
 from magnetar.zk.errors import AlreadyExists, BadVersion, NotFound
@@ -55,17 +56,21 @@ class OwnerInfo:
     disabled: bool = False
     native_url_tls: str = ""
     http_url_tls: str = ""
+    listeners: AdvertisedListeners = field(default_factory=AdvertisedListeners)
+    """The owner's advertised listeners (Pulsar's ``advertisedListeners`` of
+    ``NamespaceEphemeralData``): any broker answers a lookup naming one."""
 
     def to_bytes(self) -> bytes:
-        return json.dumps(
-            {
-                "nativeUrl": self.native_url,
-                "nativeUrlTls": self.native_url_tls,
-                "httpUrl": self.http_url,
-                "httpUrlTls": self.http_url_tls,
-                "disabled": self.disabled,
-            }
-        ).encode()
+        doc: dict[str, object] = {
+            "nativeUrl": self.native_url,
+            "nativeUrlTls": self.native_url_tls,
+            "httpUrl": self.http_url,
+            "httpUrlTls": self.http_url_tls,
+            "disabled": self.disabled,
+        }
+        if self.listeners:
+            doc["advertisedListeners"] = self.listeners.to_json()
+        return json.dumps(doc).encode()
 
     @classmethod
     def from_bytes(cls, raw: bytes) -> OwnerInfo:
@@ -76,6 +81,7 @@ class OwnerInfo:
             bool(data.get("disabled", False)),
             str(data.get("nativeUrlTls") or ""),
             str(data.get("httpUrlTls") or ""),
+            AdvertisedListeners.from_json(data.get("advertisedListeners")),
         )
 
 

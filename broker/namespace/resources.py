@@ -56,6 +56,48 @@ def topic_policies_path(tenant: str, namespace: str, domain: str, local: str) ->
     return f"{TOPIC_POLICIES}/{tenant}/{namespace}/{domain}/{quote(local, safe='')}"
 
 
+_CLUSTER_URLS: dict[str, tuple[tuple[str, ...], str]] = {
+    "serviceUrl": (("http",), "Illegal service url, example: http://pulsar.example.com:8080"),
+    "serviceUrlTls": (
+        ("https",),
+        "Illegal service tls url, example: https://pulsar.example.com:8443",
+    ),
+    "brokerServiceUrl": (
+        ("pulsar",),
+        "Illegal broker service url, example: pulsar://pulsar.example.com:6650",
+    ),
+    "brokerServiceUrlTls": (
+        ("pulsar+ssl",),
+        "Illegal broker service tls url, example: pulsar+ssl://pulsar.example.com:6651",
+    ),
+}
+"""Pulsar's ``ClusterDataImpl.checkPropertiesIfPresent``: each URL field, when present, must
+have its scheme (``pulsar://b1:6650,b2:6650`` lists several hosts, as Pulsar's)."""
+
+CLUSTER_DATA_BYTES_MAX = 64 * 1024
+
+
+def check_cluster_data(data: Any) -> dict[str, Any]:
+    """A ``ClusterData`` body: a JSON object whose URL fields have Pulsar's schemes; other
+    fields (authentication, proxy, peer clusters, TLS settings) are kept as given."""
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise InvalidResource("Cluster data must be a JSON object")
+    if len(json.dumps(data)) > CLUSTER_DATA_BYTES_MAX:
+        raise InvalidResource(f"Cluster data is larger than {CLUSTER_DATA_BYTES_MAX} bytes")
+    for key, (schemes, message) in _CLUSTER_URLS.items():
+        value = data.get(key)
+        if value is None or value == "":
+            continue
+        if not isinstance(value, str):
+            raise InvalidResource(message)
+        scheme, sep, rest = value.strip().partition("://")
+        if not sep or scheme not in schemes or not rest.split("/")[0]:
+            raise InvalidResource(message)
+    return data
+
+
 def _name_ok(name: str) -> bool:
     return bool(name) and all(c.isalnum() or c in "-_=:." for c in name)
 
@@ -124,6 +166,25 @@ class Resources:
 
     async def list_clusters(self) -> list[str]:
         return await self.store.children(paths.CLUSTERS)
+
+    async def create_cluster(self, cluster: str, data: Any) -> None:
+        """Pulsar's ``PUT /admin/v2/clusters/{cluster}``: 409 when it exists."""
+        if not _name_ok(cluster):
+            raise PreconditionFailed("Cluster name is not valid")
+        doc = check_cluster_data(data)
+        try:
+            await self.store.put(paths.cluster(cluster), _dump(doc), expected_version=CREATE_ONLY)
+        except AlreadyExists:
+            raise ResourceConflict("Cluster already exists") from None
+
+    async def update_cluster(self, cluster: str, data: Any) -> None:
+        """Pulsar's ``POST /admin/v2/clusters/{cluster}``: replaces the cluster data; 404 when
+        the cluster does not exist."""
+        doc = check_cluster_data(data)
+        got = await self.store.exists(paths.cluster(cluster))
+        if got is None:
+            raise ResourceNotFound("Cluster does not exist")
+        await self.store.put(paths.cluster(cluster), _dump(doc), expected_version=got.version)
 
     # -- tenants ----------------------------------------------------------------------------
     async def list_tenants(self) -> list[str]:

@@ -423,9 +423,12 @@ class ServerConnection(asyncio.Protocol):
     # ------------------------------------------------------------------ lookups
     def _on_lookup(self, cmd: pb.BaseCommand) -> None:
         req = cmd.lookupTopic
-        self._spawn(self._lookup(req.topic, req.request_id, req.authoritative))
+        listener = req.advertised_listener_name if req.HasField("advertised_listener_name") else ""
+        self._spawn(self._lookup(req.topic, req.request_id, req.authoritative, listener))
 
-    async def _lookup(self, topic: str, request_id: int, authoritative: bool) -> None:
+    async def _lookup(
+        self, topic: str, request_id: int, authoritative: bool, listener_name: str = ""
+    ) -> None:
         from magnetar.broker.service import ServiceError
 
         R = pb.CommandLookupTopicResponse
@@ -433,7 +436,7 @@ class ServerConnection(asyncio.Protocol):
             denied = await self.security.denied_lookup(topic)
             if denied is not None:
                 raise ServiceError(ServerError.AuthorizationError, denied)
-            got = await self.service.lookup(topic, authoritative)
+            got = await self.service.lookup(topic, authoritative, listener_name)
             resp = R(
                 request_id=request_id,
                 response=R.Redirect if got.redirect else R.Connect,
@@ -566,11 +569,14 @@ class ServerConnection(asyncio.Protocol):
             self.error_response(rid, ServerError.NotAllowedError, "Unknown producer access mode")
             return
         producer = Producer(
-            pid, name, mode, cnx=self, user_provided_name=req.user_provided_producer_name
+            pid,
+            name,
+            mode,
+            cnx=self,
+            user_provided_name=req.user_provided_producer_name,
+            topic_epoch=req.topic_epoch if req.HasField("topic_epoch") else None,
         )
         try:
-            if mode is not AccessMode.SHARED and req.HasField("topic_epoch"):
-                topic.producers.check_epoch(req.topic_epoch)
             self.service.policies.check_producer(topic)  # max producers, backlog quota
             admission = topic.add_producer(producer)
         except ProducerError as exc:
@@ -579,6 +585,17 @@ class ServerConnection(asyncio.Protocol):
         for evicted in topic.producers.take_fenced():
             if evicted.cnx is not None:
                 evicted.cnx.send_close_producer(evicted)
+        if admission is Admission.ADMITTED and mode is not AccessMode.SHARED:
+            try:  # as Pulsar's, the producer is ready once its epoch is stored
+                await topic.persist_topic_epoch()
+            except Exception as exc:
+                log.warning("[%s] storing the topic epoch failed: %s", topic.name, exc)
+                self._notify_admitted(topic.remove_producer(producer))
+                topic.epoch_not_stored()
+                self.error_response(
+                    rid, ServerError.ServiceNotReady, f"cannot store the topic epoch: {exc}"
+                )
+                return
         if req.HasField("initial_subscription_name") and req.initial_subscription_name:
             try:
                 check_subscription_name(req.initial_subscription_name)
@@ -623,16 +640,35 @@ class ServerConnection(asyncio.Protocol):
             last_sequence_id=topic.last_sequence_id(producer.name),
             producer_ready=True,
         )
-        if producer.access_mode is not AccessMode.SHARED:
-            resp.topic_epoch = topic.producers.topic_epoch
+        epoch = topic.producers.topic_epoch
+        if producer.access_mode is not AccessMode.SHARED and epoch is not None:
+            resp.topic_epoch = epoch
         self.write_command(T(type=T.PRODUCER_SUCCESS, producer_success=resp))
 
     def producer_admitted(self, producer: Producer) -> None:
-        """A WaitForExclusive producer got the topic."""
+        """A WaitForExclusive producer got the topic: ready once its epoch is stored."""
         pid = producer.producer_id
         topic = self.producer_topics.get(pid)
-        if topic is not None and self.producers.get(pid) is producer:
-            self._producer_success(self.producer_requests.get(pid, 0), producer, topic)
+        if topic is None or self.producers.get(pid) is not producer:
+            return
+
+        async def ready() -> None:
+            try:
+                await topic.persist_topic_epoch()
+            except Exception as exc:
+                log.warning("[%s] storing the topic epoch failed: %s", topic.name, exc)
+                if self.producers.get(pid) is producer:
+                    rid = self.producer_requests.get(pid, 0)
+                    self._drop_producer(pid)
+                    topic.epoch_not_stored()
+                    self.error_response(
+                        rid, ServerError.ServiceNotReady, f"cannot store the topic epoch: {exc}"
+                    )
+                return
+            if self.producers.get(pid) is producer:
+                self._producer_success(self.producer_requests.get(pid, 0), producer, topic)
+
+        self._spawn(ready())
 
     @staticmethod
     def _notify_admitted(admitted: list[Producer]) -> None:

@@ -137,6 +137,13 @@ class TopicLedger(Protocol):
 
     async def add_entries(self, datas: list[bytes]) -> list[Position]: ...
 
+    @property
+    def properties(self) -> dict[str, str]:
+        """The ledger's string properties (Pulsar: the managed ledger's), durable with it."""
+        ...
+
+    async def set_property(self, key: str, value: str) -> None: ...
+
     def add_entries_then(self, datas: list[bytes], then: AddedCallback) -> None:
         """``add_entries`` without a task or future of its own (the publish hot path):
         ``then(positions, None)`` after the tail listeners ran, or ``then(None, error)``.

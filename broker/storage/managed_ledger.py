@@ -148,6 +148,13 @@ class ManagedTopicLedger:
         """Pulsar's topic terminate (the flag persists in the managed ledger's metadata)."""
         return await self.ml.terminate()
 
+    @property
+    def properties(self) -> dict[str, str]:
+        return self.ml.properties
+
+    async def set_property(self, key: str, value: str) -> None:
+        await self.ml.set_property(key, value)
+
     async def truncate(self) -> list[int]:
         """Pulsar's topic truncate: every ledger before the current one is deleted."""
         return await self.ml.truncate()

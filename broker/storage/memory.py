@@ -194,9 +194,13 @@ class MemoryLedger:
         self.cursors: dict[str, MemoryCursor] = {}
         self.closed = False
         self._terminated = False
+        self.properties: dict[str, str] = {}
 
     def __repr__(self) -> str:
         return f"<MemoryLedger {self.name} entries={len(self._entries)}>"
+
+    async def set_property(self, key: str, value: str) -> None:
+        self.properties[key] = value
 
     # positions
     def next_of(self, pos: Position) -> Position:

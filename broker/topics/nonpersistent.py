@@ -221,6 +221,12 @@ class NonPersistentTopic:
     def remove_producer(self, producer: Producer) -> list[Producer]:
         return self.producers.remove(producer)
 
+    async def persist_topic_epoch(self) -> None:
+        """Nothing to persist: as Pulsar's, a non-persistent topic's epoch lives in memory."""
+
+    def epoch_not_stored(self) -> None:
+        """Never called: storing nothing cannot fail."""
+
     def last_sequence_id(self, producer_name: str) -> int:
         return -1
 

@@ -243,6 +243,19 @@ def _runs_by_sink(
     return runs
 
 
+TOPIC_EPOCH_PROPERTY = "pulsar.topic.epoch"
+"""Pulsar's managed-ledger property holding the topic epoch of the exclusive producers."""
+
+
+def _stored_topic_epoch(ledger: TopicLedger) -> int | None:
+    raw = ledger.properties.get(TOPIC_EPOCH_PROPERTY)
+    try:
+        return int(raw) if raw is not None else None
+    except ValueError:
+        log.warning("%s: ignoring a bad %s property %r", ledger.name, TOPIC_EPOCH_PROPERTY, raw)
+        return None
+
+
 class PersistentTopic:
     def __init__(
         self,
@@ -260,7 +273,9 @@ class PersistentTopic:
         self.redelivery_tracker_enabled = redelivery_tracker_enabled
         self.full_name = name.full  # read per SEND (policies): not a property
         self.ledger = ledger
-        self.producers = ProducerRegistry()
+        self._stored_epoch = _stored_topic_epoch(ledger)
+        self.producers = ProducerRegistry(topic_epoch=self._stored_epoch)
+        self._epoch_lock = asyncio.Lock()
         self.dedup = Deduplication(dedup_enabled)
         self.subscriptions: dict[str, Subscription] = {}
         self.max_unacked_per_consumer = max_unacked_per_consumer
@@ -392,6 +407,21 @@ class PersistentTopic:
 
     def remove_producer(self, producer: Producer) -> list[Producer]:
         return self.producers.remove(producer)
+
+    async def persist_topic_epoch(self) -> None:
+        """Store the topic epoch an exclusive admission moved (Pulsar's ``setTopicEpoch``:
+        the managed ledger's ``pulsar.topic.epoch`` property), so a producer fenced before an
+        unload or restart stays fenced after it. Only ever stores a higher epoch."""
+        async with self._epoch_lock:
+            epoch = self.producers.topic_epoch
+            if epoch is None or (self._stored_epoch is not None and epoch <= self._stored_epoch):
+                return
+            await self.ledger.set_property(TOPIC_EPOCH_PROPERTY, str(epoch))
+            self._stored_epoch = epoch
+
+    def epoch_not_stored(self) -> None:
+        """Storing the epoch failed and the producer it was for is gone."""
+        self.producers.revert_epoch(self._stored_epoch)
 
     def last_sequence_id(self, producer_name: str) -> int:
         return self.dedup.last_sequence_id(producer_name)
@@ -847,7 +877,7 @@ class PersistentTopic:
                 {
                     "producerName": p.name,
                     "producerId": p.producer_id,
-                    "accessMode": p.access_mode.name.title(),
+                    "accessMode": p.access_mode.pulsar_name,
                     "msgInCounter": p.msg_in,
                 }
                 for p in self.producers.producers.values()

@@ -1,10 +1,12 @@
 """Producers on a topic: access modes and broker-side deduplication.
 
-Owns: ``ProducerAccessMode`` admission (Shared; Exclusive fails with ProducerBusy when any
-other producer is attached; WaitForExclusive queues until the topic is free and is then
-admitted, in arrival order; ExclusiveWithFencing evicts everyone else and bumps the topic
-epoch, so an evicted exclusive producer reconnecting with its old epoch gets ProducerFenced),
-producer-name uniqueness per topic, the topic epoch for the exclusive modes, and
+Owns: ``ProducerAccessMode`` admission as Pulsar's ``incrementTopicEpochIfNeeded`` (Shared
+fails with ProducerBusy while an exclusive producer holds the topic or one is waiting;
+Exclusive fails with ProducerFenced when any other producer is attached or waiting;
+WaitForExclusive queues until the topic is free and is then admitted, in arrival order;
+ExclusiveWithFencing evicts everyone else), the topic epoch (None until the first exclusive
+producer, then 0, 1, ...; a reconnecting exclusive producer carrying an older epoch gets
+ProducerFenced, one carrying its epoch keeps it), producer-name uniqueness per topic, and
 ``Deduplication``: per producer name, the highest sequence id persisted; a SEND whose
 sequence id is not above it is a duplicate (answered with a receipt but not stored). Chunks
 share a sequence id, so only the last chunk of a chunked message is checked and recorded.
@@ -27,6 +29,11 @@ class AccessMode(enum.IntEnum):
     WAIT_FOR_EXCLUSIVE = 2
     EXCLUSIVE_WITH_FENCING = 3
 
+    @property
+    def pulsar_name(self) -> str:
+        """Pulsar's spelling (``ProducerAccessMode``): ``ExclusiveWithFencing``."""
+        return "".join(part.title() for part in self.name.split("_"))
+
 
 class ProducerError(CodedError):
     """Refusal of a producer (access mode, name in use, quota), answered with ``code``."""
@@ -42,6 +49,8 @@ class Producer:
     msg_in: int = 0
     bytes_in: int = 0
     closed: bool = False
+    topic_epoch: int | None = None
+    """The epoch the client sent (a reconnecting exclusive producer), else None."""
 
     def __repr__(self) -> str:
         return f"<Producer {self.producer_id} {self.name!r} {self.access_mode.name}>"
@@ -53,35 +62,60 @@ class Admission(enum.Enum):
 
 
 class ProducerRegistry:
-    """Who produces on one topic; decides admission synchronously."""
+    """Who produces on one topic; decides admission synchronously.
 
-    def __init__(self) -> None:
+    Invariants: ``exclusive`` is None or in ``producers``; while ``exclusive`` is set it is
+    the only producer; a producer is in at most one of ``producers`` and ``waiting``; the
+    topic epoch only moves when an exclusive producer is admitted.
+    """
+
+    def __init__(self, topic_epoch: int | None = None) -> None:
         self.producers: dict[str, Producer] = {}
         self.waiting: list[Producer] = []
-        self.topic_epoch = 0
+        self.topic_epoch: int | None = topic_epoch
+        """Pulsar's topic epoch: None until a first exclusive producer, then 0, 1, ..."""
         self.exclusive: Producer | None = None
         self._fenced: list[Producer] = []
 
     def __repr__(self) -> str:
-        return f"<ProducerRegistry n={len(self.producers)} waiting={len(self.waiting)}>"
+        return (
+            f"<ProducerRegistry n={len(self.producers)} waiting={len(self.waiting)} "
+            f"epoch={self.topic_epoch}>"
+        )
 
     def admit(self, producer: Producer) -> Admission:
-        if producer.name in self.producers:
-            raise ProducerError(
-                ServerError.ProducerBusy,
-                f"Producer with name '{producer.name}' is already connected",
-            )
+        """Admit ``producer`` now, queue it (WaitForExclusive) or raise ``ProducerError``.
+
+        Pulsar's ``AbstractTopic.incrementTopicEpochIfNeeded``: the access mode is checked
+        before the name, so a second Exclusive producer is fenced (``ProducerFenced``) where
+        a Shared one is busy (``ProducerBusy``).
+        """
         mode = producer.access_mode
+        holder = self.exclusive.name if self.exclusive is not None else None
         if mode is AccessMode.SHARED:
-            if self.exclusive is not None:
+            if self.exclusive is not None or self.waiting:
                 raise ProducerError(
-                    ServerError.ProducerBusy, "Topic has an existing exclusive producer"
+                    ServerError.ProducerBusy, f"Topic has an existing exclusive producer: {holder}"
                 )
+            self._check_name(producer)
             self.producers[producer.name] = producer
             return Admission.ADMITTED
+        if mode is AccessMode.EXCLUSIVE:
+            if self.exclusive is not None or self.waiting:
+                raise ProducerError(
+                    ServerError.ProducerFenced,
+                    f"Topic has an existing exclusive producer: {holder}",
+                )
+            if self.producers:
+                raise ProducerError(
+                    ServerError.ProducerFenced, "Topic has existing shared producers"
+                )
+            self._check_epoch(producer)
+            self._make_exclusive(producer)
+            return Admission.ADMITTED
         if mode is AccessMode.EXCLUSIVE_WITH_FENCING:
-            # fence everyone else out: they are disconnected, and a reconnect carrying an
-            # older topic epoch is refused with ProducerFenced
+            self._check_epoch(producer)
+            # everyone else is disconnected; a reconnect carrying an older epoch is fenced
             fenced = [*self.producers.values(), *self.waiting]
             self.producers.clear()
             self.waiting.clear()
@@ -91,35 +125,42 @@ class ProducerRegistry:
             self._fenced.extend(fenced)
             self._make_exclusive(producer)
             return Admission.ADMITTED
-        if not self.producers and (mode is AccessMode.EXCLUSIVE or not self.waiting):
-            self._make_exclusive(producer)
-            return Admission.ADMITTED
-        if mode is AccessMode.EXCLUSIVE:
-            raise ProducerError(
-                ServerError.ProducerBusy,
-                "Topic has existing shared producers"
-                if self.exclusive is None
-                else "Topic has an existing exclusive producer",
-            )
-        self.waiting.append(producer)
-        return Admission.QUEUED
+        # WAIT_FOR_EXCLUSIVE
+        if self.exclusive is not None or self.producers:
+            self.waiting.append(producer)
+            return Admission.QUEUED
+        self._check_epoch(producer)
+        self._make_exclusive(producer)
+        return Admission.ADMITTED
 
     def take_fenced(self) -> list[Producer]:
         """Producers evicted by the last ExclusiveWithFencing admission (to disconnect)."""
         fenced, self._fenced = self._fenced, []
         return fenced
 
-    def check_epoch(self, topic_epoch: int | None) -> None:
-        """A reconnecting exclusive producer with an older epoch was fenced meanwhile."""
-        if topic_epoch is not None and topic_epoch < self.topic_epoch:
+    def _check_name(self, producer: Producer) -> None:
+        if producer.name in self.producers:
+            raise ProducerError(
+                ServerError.ProducerBusy,
+                f"Producer with name '{producer.name}' is already connected",
+            )
+
+    def _check_epoch(self, producer: Producer) -> None:
+        """A reconnecting exclusive producer whose epoch is older was fenced meanwhile."""
+        epoch = producer.topic_epoch
+        if epoch is not None and self.topic_epoch is not None and epoch < self.topic_epoch:
             raise ProducerError(
                 ServerError.ProducerFenced,
-                f"Producer with topic epoch {topic_epoch} was fenced (topic epoch "
-                f"{self.topic_epoch})",
+                f"Topic epoch has already moved. Current epoch: {self.topic_epoch}, "
+                f"Producer epoch: {epoch}",
             )
 
     def _make_exclusive(self, producer: Producer) -> None:
-        self.topic_epoch += 1
+        """The topic epoch: the reconnecting producer's own, else the next one."""
+        if producer.topic_epoch is not None:
+            self.topic_epoch = producer.topic_epoch
+        else:
+            self.topic_epoch = 0 if self.topic_epoch is None else self.topic_epoch + 1
         self.exclusive = producer
         self.producers[producer.name] = producer
 
@@ -139,6 +180,18 @@ class ProducerRegistry:
             self._make_exclusive(nxt)
             return [nxt]
         return []
+
+    def revert_epoch(self, durable: int | None) -> None:
+        """The epoch an admission moved could not be stored and its producer was removed:
+        back to the last durable epoch (Pulsar keeps the epoch until the store succeeds),
+        unless another exclusive producer holds the topic meanwhile."""
+        if self.exclusive is None:
+            self.topic_epoch = durable
+
+    def check_invariants(self) -> None:
+        assert self.exclusive is None or self.producers.get(self.exclusive.name) is self.exclusive
+        assert self.exclusive is None or len(self.producers) == 1
+        assert not (set(map(id, self.producers.values())) & set(map(id, self.waiting)))
 
 
 class Deduplication:

@@ -149,7 +149,14 @@ def test_every_broker_setting_is_reachable_through_the_environment() -> None:
             if isinstance(value, bool)
             else (f"{value}x" if isinstance(value, str) else value + 1)
         )
-        config = BrokerConfig.load(environ={f"MAGNETAR_{f.name.upper()}": str(changed)})
+        environ = {f"MAGNETAR_{f.name.upper()}": str(changed)}
+        if f.name in ("advertised_listeners", "internal_listener_name"):  # checked at load
+            changed = "x" if f.name == "internal_listener_name" else "x:pulsar://h:1"
+            environ = {
+                "MAGNETAR_ADVERTISED_LISTENERS": "x:pulsar://h:1",
+                "MAGNETAR_INTERNAL_LISTENER_NAME": "x",
+            }
+        config = BrokerConfig.load(environ=environ)
         assert getattr(config, f.name) == changed, f.name
 
 

@@ -22,7 +22,9 @@ class FakeTopics:
     def __init__(self) -> None:
         self.topics: dict[str, list[str]] = {}
 
-    async def lookup_urls(self, topic: str, authoritative: bool = False) -> tuple[str, str]:
+    async def lookup_urls(
+        self, topic: str, authoritative: bool = False, listener_name: str = ""
+    ) -> tuple[str, str]:
         return "pulsar://localhost:6650", "http://localhost:8080"
 
     async def list_topics(self, tenant: str, namespace: str, domain: str) -> list[str]:

@@ -36,7 +36,7 @@ def test_exclusive_refused_when_busy_and_blocks_others() -> None:
     reg2 = ProducerRegistry()
     ex = p(1, AccessMode.EXCLUSIVE)
     assert reg2.admit(ex) is Admission.ADMITTED
-    assert reg2.topic_epoch == 1
+    assert reg2.topic_epoch == 0
     with pytest.raises(ProducerError):
         reg2.admit(p(2))
     reg2.remove(ex)
@@ -51,7 +51,7 @@ def test_wait_for_exclusive_is_queued_then_admitted_in_order() -> None:
     assert reg.admit(w1) is Admission.QUEUED
     assert reg.admit(w2) is Admission.QUEUED
     assert reg.remove(first) == [w1]
-    assert reg.exclusive is w1 and reg.topic_epoch == 2
+    assert reg.exclusive is w1 and reg.topic_epoch == 1
     assert reg.remove(w1) == [w2]
     assert reg.remove(w2) == []
 
@@ -89,7 +89,10 @@ def test_exclusive_with_fencing_evicts_everyone_and_refuses_old_epochs() -> None
     assert reg.take_fenced() == [old, waiting]
     assert reg.take_fenced() == []
     assert reg.exclusive is fencer and reg.topic_epoch == old_epoch + 1
+    reg.remove(fencer)
+    stale = Producer(4, "p1", AccessMode.EXCLUSIVE, topic_epoch=old_epoch)
     with pytest.raises(ProducerError) as err:
-        reg.check_epoch(old_epoch)
+        reg.admit(stale)
     assert err.value.code == ServerError.ProducerFenced
-    reg.check_epoch(reg.topic_epoch)  # the current holder may reconnect
+    holder = Producer(5, "p3", AccessMode.EXCLUSIVE, topic_epoch=reg.topic_epoch)
+    assert reg.admit(holder) is Admission.ADMITTED  # the current holder may reconnect
