@@ -92,6 +92,8 @@ class TopicAdmin(Protocol):
 
     async def delete_topic(self, topic: str, *, force: bool) -> None: ...
 
+    async def delete_topic_schemas(self, topic: str) -> None: ...
+
     async def list_subscriptions(self, topic: str) -> list[str]: ...
 
     async def delete_subscription(self, topic: str, subscription: str, *, force: bool) -> None: ...
@@ -545,6 +547,7 @@ class AdminApi:
             if index.isdigit() and int(index) < n:
                 await self.topics.delete_topic(partition, force=force)
         await self.resources.delete_partitioned(m["tenant"], m["namespace"], m["domain"], local)
+        await self.topics.delete_topic_schemas(topic)
         return _no_content()
 
     async def create_topic(self, request: web.Request) -> web.Response:

@@ -50,6 +50,7 @@ from magnetar.broker.resources import (
     Resources,
     TenantInfo,
 )
+from magnetar.broker.schema import topic_schemas_for
 from magnetar.broker.storage import TopicStorageFactory
 from magnetar.broker.subscription import SubscriptionError
 from magnetar.broker.tls import ReloadingServerContext, TlsSettings
@@ -102,6 +103,7 @@ class BrokerService:
             max_bundles=config.load_balancer_namespace_maximum_bundles,
             max_partitions=config.max_num_partitions_per_partitioned_topic,
         )
+        self.schemas = topic_schemas_for(config, store, storage, self.resources)
         self.input_budget = InputBudget(config.max_buffered_partial_frames_size_in_mb << 20)
         self.port = config.broker_service_port
         self.port_tls = config.broker_service_port_tls
@@ -635,6 +637,15 @@ class BrokerService:
         await loaded.close()
         if tn.persistent:
             await self.storage.delete(tn.managed_ledger_name)
+        await self.schemas.delete_for_topic(tn)  # a partition keeps the partitioned topic's
+
+    async def delete_topic_schemas(self, topic: str) -> None:
+        """A partitioned topic was deleted: its schemas go with it (as Pulsar)."""
+        try:
+            tn = self.parse_topic(topic)
+        except ServiceError as exc:
+            raise _to_resource_error(exc) from None
+        await self.schemas.delete_for_topic(tn)
 
     async def _admin_topic(self, topic: str) -> PersistentTopic:
         try:
