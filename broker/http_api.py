@@ -37,6 +37,7 @@ from magnetar.broker.resources import (
     Resources,
     TenantInfo,
 )
+from magnetar.broker.schema.admin_api import SchemaAdminRoutes
 from magnetar.broker.topic_ops import TopicOperations
 
 log = logging.getLogger(__name__)
@@ -203,6 +204,9 @@ class AdminApi:
         r = app.router
         if self.extra_routes is not None:  # first: more specific than the topic routes
             self.extra_routes(r)
+        schemas = getattr(self.topics, "schemas", None)
+        if schemas is not None:  # /admin/v2/schemas/...: before /admin/v2/{domain}/...
+            SchemaAdminRoutes(schemas).add_routes(r)
         ops = OperationRoutes(self.operations) if self.operations is not None else None
         if ops is not None:
             ops.add_priority_routes(r)  # before the generic topic routes that would match
@@ -256,6 +260,7 @@ class AdminApi:
                 continue
             r.add_get(base + "/{topic}/" + name, self._topic_policy_handler(name, "get"))
             r.add_post(base + "/{topic}/" + name, self._topic_policy_handler(name, "set"))
+            r.add_put(base + "/{topic}/" + name, self._topic_policy_handler(name, "set"))
             r.add_delete(base + "/{topic}/" + name, self._topic_policy_handler(name, "clear"))
         r.add_get(base + "/{topic}/backlogQuotaMap", self.get_topic_backlog_quota_map)
         r.add_post(base + "/{topic}/backlogQuota", self.set_topic_backlog_quota)

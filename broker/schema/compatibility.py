@@ -85,9 +85,7 @@ def _check_pair(existing: SchemaData, new: SchemaData, strategy: CompatibilitySt
         _can_read(existing, new)
 
 
-def check(
-    existing: Sequence[SchemaData], new: SchemaData, strategy: CompatibilityStrategy
-) -> None:
+def check(existing: Sequence[SchemaData], new: SchemaData, strategy: CompatibilityStrategy) -> None:
     """Raise ``IncompatibleSchema`` unless ``new`` may follow ``existing`` (oldest first,
     deleted versions already trimmed) under ``strategy``."""
     if not existing or strategy is S.ALWAYS_COMPATIBLE:

@@ -14,6 +14,7 @@ Must not know: sockets, the connection's state, HTTP.
 from __future__ import annotations
 
 import logging
+from typing import Any, cast
 
 from magnetar.broker.naming import InvalidTopicName, TopicName
 from magnetar.broker.schema.model import (
@@ -32,21 +33,22 @@ log = logging.getLogger(__name__)
 T = pb.BaseCommand
 
 
-def _error_code(name: str) -> int:
+def _error_code(name: str) -> Any:
     try:
-        return int(pb.ServerError.Value(name))
+        return pb.ServerError.Value(name)
     except ValueError:
-        return int(pb.ServerError.Value("UnknownError"))
+        return pb.ServerError.Value("UnknownError")
 
 
 def from_wire(schema: pb.Schema) -> SchemaData:
     kind = SchemaType.from_wire(int(schema.type))
-    props = tuple(sorted((p.key, p.value) for p in schema.properties))
+    pairs: list[Any] = list(schema.properties)
+    props = tuple(sorted((str(p.key), str(p.value)) for p in pairs))
     return SchemaData(kind, bytes(schema.schema_data), props)
 
 
 def to_wire(name: str, schema: SchemaData) -> pb.Schema:
-    out = pb.Schema(name=name, schema_data=schema.data, type=schema.type.value)
+    out = pb.Schema(name=name, schema_data=schema.data, type=cast(Any, schema.type.value))
     for key, value in schema.properties:
         out.properties.add(key=key, value=value)
     return out

@@ -38,9 +38,7 @@ def _same(a: SchemaData, b: SchemaData) -> bool:
 
 
 class SchemaRegistry:
-    def __init__(
-        self, store: SchemaStorage, *, now_ms: Callable[[], int] | None = None
-    ) -> None:
+    def __init__(self, store: SchemaStorage, *, now_ms: Callable[[], int] | None = None) -> None:
         self.store = store
         self._now_ms = now_ms or (lambda: int(time.time() * 1000))
         self._locks: dict[str, asyncio.Lock] = {}
@@ -70,7 +68,10 @@ class SchemaRegistry:
         return found
 
     async def all_versions(self, schema_id: str) -> list[VersionedSchema]:
-        return [VersionedSchema(v, storage.decode(raw)) for v, raw in await self.store.get_all(schema_id)]
+        return [
+            VersionedSchema(v, storage.decode(raw))
+            for v, raw in await self.store.get_all(schema_id)
+        ]
 
     async def live_versions(self, schema_id: str) -> list[VersionedSchema]:
         """The versions after the last deleted marker (none if the latest is one)."""

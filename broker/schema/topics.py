@@ -58,9 +58,7 @@ def broker_strategy(config: BrokerConfig) -> CompatibilityStrategy:
     return strategy
 
 
-def resolve_policy(
-    config: BrokerConfig, ns: dict[str, Any], topic: dict[str, Any]
-) -> SchemaPolicy:
+def resolve_policy(config: BrokerConfig, ns: dict[str, Any], topic: dict[str, Any]) -> SchemaPolicy:
     strategy = broker_strategy(config)
     for level in (ns, topic):
         raw = level.get(NS_STRATEGY)

@@ -34,17 +34,18 @@ DEFINITION_BYTES_MAX = 1 << 20
 _LEN = struct.Struct(">i")
 
 
-def parse_avro(data: bytes, what: str = "schema") -> avro.schema.Schema:
+def parse_avro(data: bytes, what: str = "") -> avro.schema.Schema:
+    label = f"{what} schema" if what else "schema"
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
-        raise InvalidSchemaData(f"Invalid {what} definition: not UTF-8") from None
+        raise InvalidSchemaData(f"Invalid {label} definition: not UTF-8") from None
     try:
         return avro.schema.parse(text)
     except (avro.errors.AvroException, json.JSONDecodeError, TypeError, ValueError) as exc:
-        raise InvalidSchemaData(f"Invalid {what} definition: {exc}") from None
+        raise InvalidSchemaData(f"Invalid {label} definition: {exc}") from None
     except RecursionError:
-        raise InvalidSchemaData(f"Invalid {what} definition: nested too deeply") from None
+        raise InvalidSchemaData(f"Invalid {label} definition: nested too deeply") from None
 
 
 def split_key_value(schema: SchemaData) -> tuple[SchemaData, SchemaData]:
@@ -118,8 +119,7 @@ def validate(schema: SchemaData) -> None:
         parsed = parse_avro(data, kind.name)
         if kind in (SchemaType.AVRO, SchemaType.JSON) and parsed.type != "record":
             raise InvalidSchemaData(
-                f"Invalid {kind.name} schema definition: a record is expected, "
-                f"got {parsed.type}"
+                f"Invalid {kind.name} schema definition: a record is expected, got {parsed.type}"
             )
         return
     if kind is SchemaType.PROTOBUF_NATIVE:
