@@ -6,7 +6,8 @@ definitions are Avro schemas, parsed with the ``avro`` library) and the KEY_VALU
 (``split_key_value``: Pulsar's ``KeyValueSchemaInfo`` encoding, ``[int32 len][key
 definition][int32 len][value definition]`` with ``key.schema.type`` / ``value.schema.type``
 properties).
-Rules, as Pulsar's validators: primitives and STRING carry no definition bytes; struct
+Rules, as Pulsar's validators: primitives carry no definition bytes (STRING: none, or the
+``null`` the Python client sends); struct
 definitions must be valid Avro JSON (a record for AVRO/JSON); PROTOBUF_NATIVE is Pulsar's
 JSON ``{"fileDescriptorSet", "rootMessageTypeName", ...}`` whose descriptor set parses and
 names the root message; KEY_VALUE halves are validated as their own types.
@@ -32,6 +33,7 @@ DEFINITION_BYTES_MAX = 1 << 20
 """Largest definition accepted (a schema is metadata, not payload)."""
 
 _LEN = struct.Struct(">i")
+_PY_NONE = b"null"
 
 
 def parse_avro(data: bytes, what: str = "") -> avro.schema.Schema:
@@ -108,6 +110,11 @@ def validate(schema: SchemaData) -> None:
         )
     if kind is SchemaType.AUTO_CONSUME:
         raise InvalidSchemaData("AUTO_CONSUME is not a schema that can be stored")
+    if kind is SchemaType.STRING:
+        if data and data != _PY_NONE:  # the Python client sends json.dumps(None)
+            shown = data.decode("utf-8", "replace")
+            raise InvalidSchemaData(f"Invalid schema definition data for string schema : '{shown}'")
+        return
     if kind.is_primitive:
         if data:
             raise InvalidSchemaData(

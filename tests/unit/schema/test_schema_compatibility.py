@@ -121,7 +121,8 @@ def test_reader_rules() -> None:
         (SchemaData(SchemaType.AVRO, b'"int"'), "a record is expected"),
         (SchemaData(SchemaType.JSON, b'{"type": "record"}'), "Invalid JSON schema definition"),
         (SchemaData(SchemaType.AVRO, b"\xff\xfe"), "not UTF-8"),
-        (SchemaData(SchemaType.STRING, b"abc"), "length of schema data should be zero"),
+        (SchemaData(SchemaType.STRING, b"abc"), "Invalid schema definition data for string"),
+        (SchemaData(SchemaType.INT64, b"null"), "length of schema data should be zero"),
         (SchemaData(SchemaType.PROTOBUF_NATIVE, b"{}"), "fileDescriptorSet"),
         (
             SchemaData(
@@ -149,4 +150,5 @@ def test_malformed_definitions_are_refused_with_a_clear_message(
 def test_valid_definitions_pass() -> None:
     validate(V1)
     validate(SchemaData(SchemaType.STRING, b""))
+    validate(SchemaData(SchemaType.STRING, b"null"))  # what the official Python client sends
     validate(kv(SchemaData(SchemaType.STRING, b""), V1))
