@@ -520,6 +520,10 @@ class ServerConnection(asyncio.Protocol):
         req = cmd.getSchema
 
         async def answer() -> None:
+            denied = await self.security.denied_lookup(req.topic)
+            if denied is not None:
+                self.write_command(schema_protocol.denied(T.GET_SCHEMA_RESPONSE, req, denied))
+                return
             self.write_command(await schema_protocol.get_schema_response(self.service.schemas, req))
 
         self._spawn(answer())
@@ -528,6 +532,12 @@ class ServerConnection(asyncio.Protocol):
         req = cmd.getOrCreateSchema
 
         async def answer() -> None:
+            denied = await self.security.denied_produce(req.topic)
+            if denied is not None:
+                self.write_command(
+                    schema_protocol.denied(T.GET_OR_CREATE_SCHEMA_RESPONSE, req, denied)
+                )
+                return
             resp = await schema_protocol.get_or_create_response(self.service.schemas, req)
             self.write_command(resp)
 

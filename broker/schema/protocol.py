@@ -119,6 +119,15 @@ async def get_schema_response(schemas: TopicSchemas, req: pb.CommandGetSchema) -
     )
 
 
+def denied(
+    response_type: int, req: pb.CommandGetSchema | pb.CommandGetOrCreateSchema, reason: str
+) -> pb.BaseCommand:
+    """An AuthorizationError answer to GET_SCHEMA or GET_OR_CREATE_SCHEMA."""
+    if response_type == T.GET_SCHEMA_RESPONSE:
+        return _get_schema_error(req.request_id, "AuthorizationError", reason)
+    return _get_or_create_error(req.request_id, "AuthorizationError", reason)
+
+
 def _get_or_create_error(request_id: int, code: str, message: str) -> pb.BaseCommand:
     return T(
         type=T.GET_OR_CREATE_SCHEMA_RESPONSE,
@@ -152,6 +161,7 @@ async def get_or_create_response(
 
 __all__ = [
     "check_consumer",
+    "denied",
     "from_wire",
     "get_or_create_response",
     "get_schema_response",

@@ -152,3 +152,24 @@ def test_valid_definitions_pass() -> None:
     validate(SchemaData(SchemaType.STRING, b""))
     validate(SchemaData(SchemaType.STRING, b"null"))  # what the official Python client sends
     validate(kv(SchemaData(SchemaType.STRING, b""), V1))
+
+
+async def test_schema_rest_paths_need_lookup_to_read_and_tenant_admin_to_change() -> None:
+    from magnetar.broker.authorization import AuthorizationService
+    from magnetar.broker.config import BrokerConfig
+    from magnetar.broker.resources import Resources, TenantInfo
+    from magnetar.zk.memory import MemoryMetadataServer
+
+    resources = Resources(MemoryMetadataServer().connect(), "standalone")
+    await resources.create_tenant("acme", TenantInfo(["boss"], ["standalone"]))
+    await resources.create_namespace("acme", "ns")
+    authz = AuthorizationService(
+        BrokerConfig(authorization_enabled=True, superuser_roles="root"), resources
+    )
+    path = "/admin/v2/schemas/acme/ns/t/schema"
+    assert await authz.http_denial("GET", path, "app") is not None
+    await authz.grant_namespace("acme", "ns", "app", ["consume"])
+    assert await authz.http_denial("GET", path, "app") is None
+    assert await authz.http_denial("POST", path, "app") is not None
+    assert await authz.http_denial("POST", path, "boss") is None
+    assert await authz.http_denial("DELETE", path, "root") is None
