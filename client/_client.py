@@ -43,6 +43,7 @@ from magnetar.client._producer import Producer, ProducerConfig
 from magnetar.client._reader import Reader
 from magnetar.client._routing import HashingScheme
 from magnetar.client.protocol import InvalidTopicNameError, TopicName
+from magnetar.client.schema import Schema
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,6 +240,7 @@ class Client:
         chunk_max_message_size: int | None = None,
         initial_subscription_name: str | None = None,
         hashing_scheme: HashingScheme = HashingScheme.BoostHash,
+        schema: Schema | None = None,
     ) -> Producer:
         self._check_open()
         t = _topic(topic)
@@ -267,6 +269,7 @@ class Client:
             access_mode=access_mode,
             initial_subscription_name=initial_subscription_name,
             hashing_scheme=HashingScheme(hashing_scheme),
+            schema=schema,
         )
         partitions = await self._partitions(t)
         producer = Producer(
@@ -312,6 +315,7 @@ class Client:
         subscription_properties: dict[str, str] | None = None,
         ack_receipt_enabled: bool = False,
         batch_receive_policy: ConsumerBatchReceivePolicy | None = None,
+        schema: Schema | None = None,
     ) -> Consumer:
         self._check_open()
         config = ConsumerConfig(
@@ -340,6 +344,7 @@ class Client:
             retry_enable=retry_enable,
             ack_receipt_enabled=ack_receipt_enabled,
             batch_receive_policy=batch_receive_policy or ConsumerBatchReceivePolicy(),
+            schema=schema,
         )
         pattern: re.Pattern[str] | None = None
         if isinstance(topic, re.Pattern):
@@ -386,6 +391,8 @@ class Client:
         subscription_role_prefix: str | None = None,
         is_read_compacted: bool = False,
         start_message_id_inclusive: bool = False,
+        *,
+        schema: Schema | None = None,
     ) -> Reader:
         self._check_open()
         t = _topic(topic)
@@ -398,6 +405,7 @@ class Client:
             is_read_compacted=is_read_compacted,
             start_message_id_inclusive=start_message_id_inclusive,
             durable=False,
+            schema=schema,
             start_message_id=start_message_id,
             initial_position=(
                 InitialPosition.Earliest

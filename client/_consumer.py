@@ -100,6 +100,8 @@ class ConsumerConfig:
     key_shared_policy: ConsumerKeySharedPolicy | None = None
     batch_index_ack_enabled: bool = False
     dead_letter_policy: ConsumerDeadLetterPolicy | None = None
+    schema: Any = None
+    """A ``magnetar.client.schema.Schema``: sent on SUBSCRIBE, decodes ``Message.value()``."""
     retry_enable: bool = False
     durable: bool = True
     start_message_id: MessageId | None = None
@@ -219,6 +221,9 @@ class PartitionConsumer(Handler):
         )
         for k, v in cfg.subscription_properties.items():
             cmd.subscribe.subscription_properties.add(key=k, value=v)
+        info = cfg.schema.schema_info() if cfg.schema is not None else None
+        if info is not None:
+            cmd.subscribe.schema.CopyFrom(info)
         try:
             await cnx.request(cmd, rid)
         except BaseException:

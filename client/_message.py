@@ -168,8 +168,10 @@ class Message:
     def data(self) -> bytes:
         return self._data
 
-    def value(self) -> bytes:
-        return self._data
+    def value(self) -> Any:
+        """The payload decoded with the consumer's schema (the bytes when it has none)."""
+        schema = getattr(getattr(self._consumer_ref, "config", None), "schema", None)
+        return self._data if schema is None else schema.decode(self._data)
 
     def properties(self) -> dict[str, str]:
         return dict(self._properties)
