@@ -13,8 +13,8 @@ Strategies, as Pulsar's ``AvroSchemaBasedCompatibilityCheck``:
   only the latest; ALWAYS_COMPATIBLE accepts anything, ALWAYS_INCOMPATIBLE refuses any change.
 Primitive types are compared by type only; a change of type is refused (except under
 ALWAYS_COMPATIBLE); KEY_VALUE checks its key and value halves separately; PROTOBUF_NATIVE
-definitions are compared as opaque (only an identical definition is compatible, unless the
-strategy is ALWAYS_COMPATIBLE).
+keeps Pulsar's default rule (the root message type may not change; field-level checks of the
+descriptors are not done).
 Pure: no I/O. Must not know: storage, topics, the wire codec.
 """
 
@@ -30,7 +30,11 @@ from magnetar.broker.schema.model import (
     SchemaData,
     SchemaType,
 )
-from magnetar.broker.schema.validation import parse_avro, split_key_value
+from magnetar.broker.schema.validation import (
+    parse_avro,
+    protobuf_native_root,
+    split_key_value,
+)
 
 S = CompatibilityStrategy
 _READ_BY_NEW = frozenset({S.BACKWARD, S.BACKWARD_TRANSITIVE, S.FULL, S.FULL_TRANSITIVE})
@@ -73,6 +77,14 @@ def _check_pair(existing: SchemaData, new: SchemaData, strategy: CompatibilitySt
         new_key, new_value = split_key_value(new)
         _check_pair(old_key, new_key, strategy)
         _check_pair(old_value, new_value, strategy)
+        return
+    if existing.type is SchemaType.PROTOBUF_NATIVE:
+        # Pulsar's ProtobufNativeSchemaCompatibilityCheck: the root message may not change
+        old_root, new_root = protobuf_native_root(existing.data), protobuf_native_root(new.data)
+        if old_root != new_root:
+            raise IncompatibleSchema(
+                f"The root message of the PROTOBUF_NATIVE schema changed: {old_root} -> {new_root}"
+            )
         return
     if not existing.type.is_struct:
         raise IncompatibleSchema(

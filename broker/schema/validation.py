@@ -32,6 +32,8 @@ from magnetar.broker.schema.model import InvalidSchemaData, SchemaData, SchemaTy
 DEFINITION_BYTES_MAX = 1 << 20
 """Largest definition accepted (a schema is metadata, not payload)."""
 
+NESTED_MESSAGES_MAX = 10_000
+"""Message types looked at in one PROTOBUF_NATIVE descriptor set (a bound)."""
 _LEN = struct.Struct(">i")
 _PY_NONE = b"null"
 
@@ -71,6 +73,12 @@ def split_key_value(schema: SchemaData) -> tuple[SchemaData, SchemaData]:
     return SchemaData(kind("key"), key), SchemaData(kind("value"), value)
 
 
+def protobuf_native_root(data: bytes) -> str:
+    """The ``rootMessageTypeName`` of a (validated) PROTOBUF_NATIVE definition."""
+    root: Any = json.loads(data.decode("utf-8")).get("rootMessageTypeName")
+    return str(root)
+
+
 def _validate_protobuf_native(data: bytes) -> None:
     try:
         doc: Any = json.loads(data.decode("utf-8"))
@@ -92,9 +100,13 @@ def _validate_protobuf_native(data: bytes) -> None:
         raise InvalidSchemaData(
             "Invalid PROTOBUF_NATIVE schema definition: fileDescriptorSet does not parse"
         ) from None
-    names = {
-        f"{f.package}.{m.name}" if f.package else m.name for f in files.file for m in f.message_type
-    }
+    names: set[str] = set()
+    for f in files.file:
+        pending = [(f"{f.package}." if f.package else "", m) for m in f.message_type]
+        while pending and len(names) < NESTED_MESSAGES_MAX:
+            prefix, m = pending.pop()
+            names.add(prefix + m.name)
+            pending.extend((f"{prefix}{m.name}.", n) for n in m.nested_type)
     if root not in names:
         raise InvalidSchemaData(
             f"Invalid PROTOBUF_NATIVE schema definition: no message {root!r} in the descriptor"
@@ -140,4 +152,10 @@ def validate(schema: SchemaData) -> None:
             validate(half)
 
 
-__all__ = ["DEFINITION_BYTES_MAX", "parse_avro", "split_key_value", "validate"]
+__all__ = [
+    "DEFINITION_BYTES_MAX",
+    "parse_avro",
+    "protobuf_native_root",
+    "split_key_value",
+    "validate",
+]

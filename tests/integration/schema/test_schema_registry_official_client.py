@@ -433,3 +433,19 @@ def test_schemas_survive_a_restart_and_an_unload(tmp_path: pathlib.Path) -> None
         c.close()
     finally:
         proc.stop()
+
+
+def test_protobuf_native_schemas(client: pulsar.Client) -> None:
+    from pulsar.schema import ProtobufNativeSchema
+
+    topic = f"persistent://{NS}/protobuf-native"
+    consumer = client.subscribe(topic, "s", schema=ProtobufNativeSchema(pb.KeyValue))
+    producer = client.create_producer(topic, schema=ProtobufNativeSchema(pb.KeyValue))
+    producer.send(pb.KeyValue(key="k", value="v"))
+    msg = consumer.receive(30_000)
+    assert (msg.value().key, msg.value().value) == ("k", "v")
+    assert msg.schema_version().encode("latin-1") == version(0)
+    with pytest.raises(pulsar.IncompatibleSchema):  # another root message
+        client.create_producer(topic, schema=ProtobufNativeSchema(pb.Schema))
+    producer.close()
+    consumer.close()

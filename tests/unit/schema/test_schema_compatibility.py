@@ -173,3 +173,37 @@ async def test_schema_rest_paths_need_lookup_to_read_and_tenant_admin_to_change(
     assert await authz.http_denial("POST", path, "app") is not None
     assert await authz.http_denial("POST", path, "boss") is None
     assert await authz.http_denial("DELETE", path, "root") is None
+
+
+def protobuf_native(message: type) -> SchemaData:
+    """The definition the official client's ProtobufNativeSchema sends for ``message``."""
+    import base64
+
+    from google.protobuf import descriptor_pb2
+
+    files = descriptor_pb2.FileDescriptorSet()
+    message.DESCRIPTOR.file.CopyToProto(files.file.add())  # type: ignore[attr-defined]
+    doc = {
+        "fileDescriptorSet": base64.b64encode(files.SerializeToString()).decode(),
+        "rootMessageTypeName": message.DESCRIPTOR.full_name,  # type: ignore[attr-defined]
+        "rootFileDescriptorName": message.DESCRIPTOR.file.name,  # type: ignore[attr-defined]
+    }
+    return SchemaData(SchemaType.PROTOBUF_NATIVE, json.dumps(doc).encode())
+
+
+def test_protobuf_native_keeps_its_root_message() -> None:
+    from magnetar.client.protocol.proto import pulsar_api_pb2 as pb
+
+    key_value, schema = protobuf_native(pb.KeyValue), protobuf_native(pb.Schema)
+    validate(key_value)
+    nested = json.loads(key_value.data)
+    nested["rootMessageTypeName"] = "pulsar.proto.Schema.Nope"
+    with pytest.raises(InvalidSchemaData, match="no message"):
+        validate(SchemaData(SchemaType.PROTOBUF_NATIVE, json.dumps(nested).encode()))
+    same_root = json.loads(key_value.data)
+    same_root["rootFileDescriptorName"] = "renamed.proto"
+    check(
+        [key_value], SchemaData(SchemaType.PROTOBUF_NATIVE, json.dumps(same_root).encode()), S.FULL
+    )
+    with pytest.raises(IncompatibleSchema, match="root message"):
+        check([key_value], schema, S.BACKWARD)
