@@ -171,7 +171,9 @@ class Message:
     def value(self) -> Any:
         """The payload decoded with the consumer's schema (the bytes when it has none)."""
         schema = getattr(getattr(self._consumer_ref, "config", None), "schema", None)
-        return self._data if schema is None else schema.decode(self._data)
+        if schema is None:
+            return self._data
+        return schema.decode_message(self._topic, self._schema_version, self._data)
 
     def properties(self) -> dict[str, str]:
         return dict(self._properties)

@@ -18,8 +18,9 @@ and the schemas: ``BytesSchema`` (the default: no schema on the wire), ``StringS
 values). Each schema gives the ``pb.Schema`` sent on PRODUCER / SUBSCRIBE (``schema_info``)
 and turns values into bytes and back. Avro encoding uses ``fastavro`` (the ``avro`` extra:
 ``pip install magnetar[avro]``), imported only when an ``AvroSchema`` is made.
-Not here (yet): enums, fixed, logical types, PROTOBUF, KEY_VALUE, AUTO_CONSUME (decoding
-with each message's writer schema).
+``AvroSchema`` and ``AutoConsumeSchema`` decode each message with the schema version that
+wrote it (the consumer fetches it with GET_SCHEMA before handing the message over).
+Not here (yet): enums, fixed, logical types, PROTOBUF, KEY_VALUE.
 Must not know: connections, producers, consumers.
 """
 
@@ -271,11 +272,41 @@ class Record:
         return cls(**values)
 
 
+WRITERS_MAX = 1000
+"""Writer schemas one schema object remembers (per topic and version)."""
+
+
+def _writer_key(topic: str, version: bytes) -> tuple[str, bytes]:
+    head, sep, tail = topic.rpartition("-partition-")
+    return (head if sep and tail.isdigit() else topic), version
+
+
 class Schema:
     """What travels with PRODUCER / SUBSCRIBE, and how values become bytes."""
 
     schema_type: ClassVar[int] = pb.Schema.NONE
     name: ClassVar[str] = "BYTES"
+    wants_writer: ClassVar[bool] = False
+    """Decodes with the schema each message was written with: the consumer fetches it
+    (GET_SCHEMA) before handing the message over."""
+
+    def knows_writer(self, topic: str, version: bytes) -> bool:
+        writers: dict[tuple[str, bytes], pb.Schema] = self.__dict__.get("_writers", {})
+        return _writer_key(topic, version) in writers
+
+    def remember_writer(self, topic: str, version: bytes, writer: pb.Schema) -> None:
+        writers = self.__dict__.setdefault("_writers", {})
+        if len(writers) >= WRITERS_MAX:
+            writers.pop(next(iter(writers)))
+        writers[_writer_key(topic, version)] = writer
+
+    def writer_of(self, topic: str, version: bytes) -> pb.Schema | None:
+        writers: dict[tuple[str, bytes], pb.Schema] = self.__dict__.get("_writers", {})
+        return writers.get(_writer_key(topic, version))
+
+    def decode_message(self, topic: str, version: bytes, data: bytes) -> Any:
+        """A received payload as a value (``decode``, unless the writer's schema matters)."""
+        return self.decode(data)
 
     def definition(self) -> bytes:
         return b""
@@ -358,8 +389,12 @@ class JsonSchema(_RecordSchema):
 
 
 class AvroSchema(_RecordSchema):
+    """Avro values; a consumer decodes each message with the schema version that wrote it
+    (resolved to this reader schema), as the official client does."""
+
     schema_type = pb.Schema.Avro
     name = "AVRO"
+    wants_writer = True
 
     def __init__(
         self, record_cls: type[Record] | None, schema_definition: dict[str, Any] | None = None
@@ -381,9 +416,56 @@ class AvroSchema(_RecordSchema):
         plain = self._fastavro.schemaless_reader(io.BytesIO(data), self._parsed)
         return self._value(cast(dict[str, Any], plain))
 
+    def decode_message(self, topic: str, version: bytes, data: bytes) -> Any:
+        writer = self.writer_of(topic, version) if version else None
+        if writer is None or writer.type != pb.Schema.Avro:
+            return self.decode(data)
+        written = json.loads(writer.schema_data)
+        if isinstance(written, dict) and isinstance(self.schema, dict):
+            written["name"] = self.schema.get("name")  # as the official client: names may differ
+        plain = self._fastavro.schemaless_reader(
+            io.BytesIO(data), self._fastavro.parse_schema(written), self._parsed
+        )
+        return self._value(cast(dict[str, Any], plain))
+
+
+class AutoConsumeSchema(Schema):
+    """Reads whatever the topic holds (Pulsar's AUTO_CONSUME): each message is decoded with
+    the schema version that wrote it: AVRO and JSON records as dicts, STRING as str, anything
+    else (and messages written without a schema) as bytes. Sends no schema on SUBSCRIBE, as
+    the official clients' C++ core (a broker never checks it)."""
+
+    name = "AUTO_CONSUME"
+    wants_writer = True
+
+    def schema_info(self) -> pb.Schema | None:
+        return None
+
+    def encode(self, value: Any) -> bytes:
+        raise TypeError("AUTO_CONSUME is for consumers")
+
+    def decode(self, data: bytes) -> Any:
+        return data
+
+    def decode_message(self, topic: str, version: bytes, data: bytes) -> Any:
+        writer = self.writer_of(topic, version) if version else None
+        if writer is None:
+            return data
+        if writer.type == pb.Schema.Avro:
+            import fastavro
+
+            parsed = fastavro.parse_schema(json.loads(writer.schema_data))
+            return fastavro.schemaless_reader(io.BytesIO(data), parsed)
+        if writer.type == pb.Schema.Json:
+            return json.loads(data)
+        if writer.type == pb.Schema.String:
+            return data.decode("utf-8")
+        return data
+
 
 __all__ = [
     "Array",
+    "AutoConsumeSchema",
     "AvroSchema",
     "Boolean",
     "Bytes",

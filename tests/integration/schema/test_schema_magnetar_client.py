@@ -140,3 +140,72 @@ def test_string_schema(ours: Client, official: pulsar.Client) -> None:
     producer.send("héllo")
     assert theirs.receive(10_000).value() == "héllo"
     theirs.close()
+
+
+V1 = {"type": "record", "name": "P", "fields": [{"name": "name", "type": "string"}]}
+V2 = {
+    "type": "record",
+    "name": "P",
+    "fields": [{"name": "name", "type": "string"}, {"name": "n", "type": "int", "default": 0}],
+}
+
+
+@pytest.mark.parametrize("lookup", ["binary", "http"])
+def test_readers_decode_every_version_with_its_writer_schema(
+    broker: InProcessBroker, official: pulsar.Client, lookup: str
+) -> None:
+    """AvroSchema resolves old data to the reader's schema; AutoConsumeSchema reads whatever
+    each version wrote. Writer schemas come from GET_SCHEMA, or from the schema REST path
+    when the client's service URL is HTTP."""
+    from support.admin import Admin
+
+    from magnetar.client.schema import AutoConsumeSchema
+
+    admin = Admin(broker) if lookup == "http" else None
+    c = Client(admin.url if admin is not None else broker.service_url, operation_timeout_seconds=10)
+    try:
+        topic = _topic(f"writers-{lookup}")
+        old = official.create_producer(
+            topic, schema=official_schema.AvroSchema(None, schema_definition=V1)
+        )
+        new = official.create_producer(
+            topic, schema=official_schema.AvroSchema(None, schema_definition=V2)
+        )
+        old.send({"name": "old"})
+        new.send({"name": "new", "n": 5})
+        early = InitialPosition.Earliest
+        typed = c.subscribe(topic, "typed", schema=AvroSchema(None, V2), initial_position=early)
+        assert [typed.receive(10_000).value() for _ in range(2)] == [
+            {"name": "old", "n": 0},
+            {"name": "new", "n": 5},
+        ]
+        auto = c.subscribe(topic, "auto", schema=AutoConsumeSchema(), initial_position=early)
+        assert [auto.receive(10_000).value() for _ in range(2)] == [
+            {"name": "old"},
+            {"name": "new", "n": 5},
+        ]
+        old.close()
+        new.close()
+    finally:
+        c.close()
+        if admin is not None:
+            admin.close()
+
+
+def test_auto_consume_of_strings_json_and_bytes(ours: Client, official: pulsar.Client) -> None:
+    from magnetar.client.schema import AutoConsumeSchema
+
+    strings, records, raw = _topic("auto-str"), _topic("auto-json"), _topic("auto-raw")
+    official.create_producer(strings, schema=official_schema.StringSchema()).send("s")
+    official.create_producer(records, schema=official_schema.JsonSchema(OfficialUser)).send(
+        OfficialUser(name="j", age=1, tags=[], scores={})
+    )
+    official.create_producer(raw).send(b"\x00raw")
+    early = InitialPosition.Earliest
+    got = [
+        ours.subscribe(t, "a", schema=AutoConsumeSchema(), initial_position=early)
+        .receive(10_000)
+        .value()
+        for t in (strings, records, raw)
+    ]
+    assert got[0] == "s" and got[1]["name"] == "j" and got[2] == b"\x00raw"
