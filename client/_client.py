@@ -36,7 +36,12 @@ from magnetar.client._config import (
 from magnetar.client._consumer import Consumer, ConsumerConfig, MessageListener
 from magnetar.client._errors import AlreadyClosed, InvalidTopicName, PulsarException, Timeout
 from magnetar.client._handler import ClientContext
-from magnetar.client._lookup import BinaryLookupService, HttpLookupService, LookupService
+from magnetar.client._lookup import (
+    BinaryLookupService,
+    HttpLookupService,
+    LookupService,
+    SchemaAnswer,
+)
 from magnetar.client._message import Message, MessageId
 from magnetar.client._pool import ConnectionPool, TlsOptions, parse_service_url
 from magnetar.client._producer import Producer, ProducerConfig
@@ -188,6 +193,12 @@ class Client:
         if n == 0:
             return [t.full_name]
         return [t.partition(i).full_name for i in range(n)]
+
+    async def get_schema_info(self, topic: str, version: int | None = None) -> SchemaAnswer | None:
+        """The topic's schema ``version`` (None: the latest) as the broker stores it
+        (``.version``, ``.schema``: a ``pb.Schema``), or None when there is none."""
+        self._check_open()
+        return await self._ctx.lookup.get_schema(_topic(topic), version)
 
     async def get_topics_matching(self, pattern: str) -> list[str]:
         """Topics of the pattern's namespace whose name (partitioned-topic names, not their
