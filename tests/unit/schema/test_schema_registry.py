@@ -242,3 +242,30 @@ async def test_get_or_create_schema() -> None:
     req.schema.type = pb.Schema.External  # a type the registry does not store
     resp = (await schema_protocol.get_or_create_response(ts, req)).getOrCreateSchemaResponse
     assert "Unknown schema type 22" in resp.error_message
+
+
+async def test_corrupt_index_entries_and_definitions_are_storage_errors(
+    meta_server: MemoryMetadataServer,  # noqa: F811
+    fake_bookies: FakeBookieCluster,  # noqa: F811
+) -> None:
+    from magnetar.broker.schema.model import SchemaStorageError
+    from magnetar.broker.schema.storage import decode
+
+    client = make_client(meta_server, fake_bookies, ensemble_size=2, write_quorum=2, ack_quorum=2)
+    storage = LedgerSchemaStorage(client.store, client)
+    reg = SchemaRegistry(storage)
+    await reg.put_if_absent("t/ns/a", avro("x"), FULL)
+    stored = await client.store.get(index_path("t/ns/a"))
+    assert stored is not None
+    index = json.loads(stored.value)
+    index["index"][0]["hash"] = "0" * 64  # the entry no longer matches its hash
+    await client.store.put(index_path("t/ns/a"), json.dumps(index).encode())
+    fresh = SchemaRegistry(LedgerSchemaStorage(client.store, client))  # nothing cached
+    with pytest.raises(SchemaStorageError, match="does not match its hash"):
+        await fresh.get("t/ns/a")
+    await client.store.put(index_path("t/ns/a"), b"{not json")
+    with pytest.raises(SchemaStorageError, match="corrupt schema index"):
+        await fresh.get("t/ns/a")
+    with pytest.raises(SchemaStorageError, match="corrupt stored schema"):
+        decode(b'{"type": "NOPE"}')
+    await client.close()
