@@ -602,6 +602,9 @@ class ServerConnection(asyncio.Protocol):
             return
         if self.closed:
             return
+        if getattr(topic, "closed", False):  # unloaded while the schema was checked: retry
+            self._error(rid, "ServiceNotReady", f"Topic {req.topic} is being unloaded")
+            return
         producer = Producer(
             pid, name, mode, cnx=self, user_provided_name=req.user_provided_producer_name
         )
@@ -915,6 +918,9 @@ class ServerConnection(asyncio.Protocol):
             self._error(rid, exc.code, exc.message)
             return
         if self.closed:
+            return
+        if req.HasField("schema") and getattr(topic, "closed", False):  # unloaded meanwhile
+            self._error(rid, "ServiceNotReady", f"Topic {req.topic} is being unloaded")
             return
         try:
             self.service.policies.check_consumer(topic, consumer)  # max consumers, unacked
