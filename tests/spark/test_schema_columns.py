@@ -65,3 +65,36 @@ def test_avro_json_and_string_topics_read_into_columns(
     strings = spark.read.format("magnetar").options(**_opts(standalone, str_topic)).load()
     assert dict(strings.dtypes)["value"] == "string"
     assert [r["value"] for r in strings.select("value").collect()] == ["hello"]
+
+
+def test_a_stream_of_a_schemad_topic_has_the_same_columns(
+    spark: Any, standalone: StandaloneProcess
+) -> None:
+    topic = "persistent://public/default/typed-stream"
+    client = pulsar.Client(standalone.service_url, log_conf_file_path=None)
+    try:
+        old = client.create_producer(topic, schema=AvroSchema(None, schema_definition=V1))
+        new = client.create_producer(topic, schema=AvroSchema(None, schema_definition=V2))
+        for i in range(3):
+            old.send({"name": f"old-{i}"})
+            new.send({"name": f"new-{i}", "n": i, "tags": []})
+    finally:
+        client.close()
+    stream = (
+        spark.readStream.format("magnetar")
+        .options(**_opts(standalone, topic), startingOffsets="earliest")
+        .load()
+    )
+    assert stream.columns[:3] == ["name", "n", "tags"]
+    query = (
+        stream.select("name", "n")
+        .writeStream.format("memory")
+        .queryName("typed_stream_sink")
+        .trigger(availableNow=True)
+        .start()
+    )
+    assert query.awaitTermination(300)
+    rows = spark.sql("SELECT name, n FROM typed_stream_sink").collect()
+    assert sorted((r["name"], r["n"]) for r in rows) == sorted(
+        [(f"old-{i}", None) for i in range(3)] + [(f"new-{i}", i) for i in range(3)]
+    )

@@ -63,7 +63,7 @@ def broker() -> Iterator[InProcessBroker]:
 
 @pytest.fixture(scope="module")
 def official(broker: InProcessBroker) -> Iterator[pulsar.Client]:
-    c = pulsar.Client(broker.service_url, operation_timeout_seconds=10, log_conf_file_path=None)
+    c = pulsar.Client(broker.service_url, operation_timeout_seconds=60, log_conf_file_path=None)
     try:
         yield c
     finally:
@@ -72,7 +72,7 @@ def official(broker: InProcessBroker) -> Iterator[pulsar.Client]:
 
 @pytest.fixture(scope="module")
 def ours(broker: InProcessBroker) -> Iterator[Client]:
-    c = Client(broker.service_url, operation_timeout_seconds=10)
+    c = Client(broker.service_url, operation_timeout_seconds=60)
     try:
         yield c
     finally:
@@ -162,7 +162,7 @@ def test_readers_decode_every_version_with_its_writer_schema(
     from magnetar.client.schema import AutoConsumeSchema
 
     admin = Admin(broker) if lookup == "http" else None
-    c = Client(admin.url if admin is not None else broker.service_url, operation_timeout_seconds=10)
+    c = Client(admin.url if admin is not None else broker.service_url, operation_timeout_seconds=60)
     try:
         topic = _topic(f"writers-{lookup}")
         old = official.create_producer(

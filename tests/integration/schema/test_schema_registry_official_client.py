@@ -65,7 +65,9 @@ def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneP
 
 @pytest.fixture(scope="module")
 def client(standalone: StandaloneProcess) -> Iterator[pulsar.Client]:
-    c = pulsar.Client(standalone.service_url, operation_timeout_seconds=30, log_conf_file_path=None)
+    c = pulsar.Client(
+        standalone.service_url, operation_timeout_seconds=120, log_conf_file_path=None
+    )
     try:
         yield c
     finally:
@@ -404,7 +406,7 @@ def test_schemas_survive_a_restart_and_an_unload(tmp_path: pathlib.Path) -> None
     proc.start(timeout_s=120)
     try:
         topic = f"persistent://{NS}/durable"
-        c = pulsar.Client(proc.service_url, operation_timeout_seconds=30, log_conf_file_path=None)
+        c = pulsar.Client(proc.service_url, operation_timeout_seconds=120, log_conf_file_path=None)
         p = c.create_producer(topic, schema=AvroSchema(None, schema_definition=V1))
         p.send({"name": "before"})
         p2 = c.create_producer(topic, schema=AvroSchema(None, schema_definition=V2_COMPATIBLE))
@@ -417,7 +419,7 @@ def test_schemas_survive_a_restart_and_an_unload(tmp_path: pathlib.Path) -> None
         proc.start(timeout_s=120)
         status, got = http(proc.web_url, "GET", f"/admin/v2/schemas/{NS}/durable/schema")
         assert status == 200 and got["version"] == 1 and json.loads(got["data"]) == V2_COMPATIBLE
-        c = pulsar.Client(proc.service_url, operation_timeout_seconds=30, log_conf_file_path=None)
+        c = pulsar.Client(proc.service_url, operation_timeout_seconds=120, log_conf_file_path=None)
         with pytest.raises(pulsar.IncompatibleSchema):
             c.create_producer(topic, schema=AvroSchema(None, schema_definition=V2_BACKWARD_ONLY))
         consumer = c.subscribe(
