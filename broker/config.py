@@ -44,6 +44,10 @@ class BrokerConfig:
     allow_auto_subscription_creation: bool = True
     default_number_of_namespace_bundles: int = 4
     broker_deduplication_enabled: bool = False
+    # schema registry (broker/schema/)
+    schema_compatibility_strategy: str = "FULL"
+    is_allow_auto_update_schema_enabled: bool = True
+    is_schema_validation_enforced: bool = False
     # subscriptions
     max_unacked_messages_per_consumer: int = 50_000
     max_unacked_messages_per_subscription: int = 200_000

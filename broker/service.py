@@ -47,6 +47,7 @@ from magnetar.broker.namespace.resources import (
 from magnetar.broker.naming import InvalidTopicName, TopicName
 from magnetar.broker.policies.manager import PolicyManager
 from magnetar.broker.policies.model import AutoTopicCreation, resolve_auto_topic_creation
+from magnetar.broker.schema import topic_schemas_for
 from magnetar.broker.security.authentication import AuthenticationService
 from magnetar.broker.security.authorization import AuthorizationService
 from magnetar.broker.security.tls import ReloadingServerContext, TlsSettings
@@ -96,6 +97,7 @@ class BrokerService:
             max_bundles=config.load_balancer_namespace_maximum_bundles,
             max_partitions=config.max_num_partitions_per_partitioned_topic,
         )
+        self.schemas = topic_schemas_for(config, store, storage, self.resources)
         self.port = config.broker_service_port
         self.port_tls = config.broker_service_port_tls
         self.listeners = parse_advertised_listeners(
@@ -711,6 +713,15 @@ class BrokerService:
         await loaded.close()
         if tn.persistent:
             await self.storage.delete(tn.managed_ledger_name)
+        await self.schemas.delete_for_topic(tn)  # a partition keeps the partitioned topic's
+
+    async def delete_topic_schemas(self, topic: str) -> None:
+        """A partitioned topic was deleted: its schemas go with it (as Pulsar)."""
+        try:
+            tn = self.parse_topic(topic)
+        except ServiceError as exc:
+            raise _to_resource_error(exc) from None
+        await self.schemas.delete_for_topic(tn)
 
     async def existing_topic(self, topic: str) -> PersistentTopic:
         """The loaded or stored topic (loaded here if needed); ``ResourceNotFound`` if it does

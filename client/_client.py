@@ -36,13 +36,19 @@ from magnetar.client._config import (
 from magnetar.client._consumer import Consumer, ConsumerConfig, MessageListener
 from magnetar.client._errors import AlreadyClosed, InvalidTopicName, PulsarException, Timeout
 from magnetar.client._handler import ClientContext
-from magnetar.client._lookup import BinaryLookupService, HttpLookupService, LookupService
+from magnetar.client._lookup import (
+    BinaryLookupService,
+    HttpLookupService,
+    LookupService,
+    SchemaAnswer,
+)
 from magnetar.client._message import Message, MessageId
 from magnetar.client._pool import ConnectionPool, TlsOptions, parse_service_url
 from magnetar.client._producer import Producer, ProducerConfig
 from magnetar.client._reader import Reader
 from magnetar.client._routing import HashingScheme
 from magnetar.client.protocol import InvalidTopicNameError, TopicName
+from magnetar.client.schema import Schema
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,6 +194,12 @@ class Client:
             return [t.full_name]
         return [t.partition(i).full_name for i in range(n)]
 
+    async def get_schema_info(self, topic: str, version: int | None = None) -> SchemaAnswer | None:
+        """The topic's schema ``version`` (None: the latest) as the broker stores it
+        (``.version``, ``.schema``: a ``pb.Schema``), or None when there is none."""
+        self._check_open()
+        return await self._ctx.lookup.get_schema(_topic(topic), version)
+
     async def get_topics_matching(self, pattern: str) -> list[str]:
         """Topics of the pattern's namespace whose name (partitioned-topic names, not their
         partitions) matches ``pattern`` (``persistent://tenant/ns/regex``), as a pattern
@@ -239,6 +251,7 @@ class Client:
         chunk_max_message_size: int | None = None,
         initial_subscription_name: str | None = None,
         hashing_scheme: HashingScheme = HashingScheme.BoostHash,
+        schema: Schema | None = None,
     ) -> Producer:
         self._check_open()
         t = _topic(topic)
@@ -267,6 +280,7 @@ class Client:
             access_mode=access_mode,
             initial_subscription_name=initial_subscription_name,
             hashing_scheme=HashingScheme(hashing_scheme),
+            schema=schema,
         )
         partitions = await self._partitions(t)
         producer = Producer(
@@ -312,6 +326,7 @@ class Client:
         subscription_properties: dict[str, str] | None = None,
         ack_receipt_enabled: bool = False,
         batch_receive_policy: ConsumerBatchReceivePolicy | None = None,
+        schema: Schema | None = None,
     ) -> Consumer:
         self._check_open()
         config = ConsumerConfig(
@@ -340,6 +355,7 @@ class Client:
             retry_enable=retry_enable,
             ack_receipt_enabled=ack_receipt_enabled,
             batch_receive_policy=batch_receive_policy or ConsumerBatchReceivePolicy(),
+            schema=schema,
         )
         pattern: re.Pattern[str] | None = None
         if isinstance(topic, re.Pattern):
@@ -386,6 +402,8 @@ class Client:
         subscription_role_prefix: str | None = None,
         is_read_compacted: bool = False,
         start_message_id_inclusive: bool = False,
+        *,
+        schema: Schema | None = None,
     ) -> Reader:
         self._check_open()
         t = _topic(topic)
@@ -398,6 +416,7 @@ class Client:
             is_read_compacted=is_read_compacted,
             start_message_id_inclusive=start_message_id_inclusive,
             durable=False,
+            schema=schema,
             start_message_id=start_message_id,
             initial_position=(
                 InitialPosition.Earliest

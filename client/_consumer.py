@@ -24,6 +24,7 @@ import contextlib
 import logging
 import re
 import secrets
+import struct
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -107,6 +108,8 @@ class ConsumerConfig:
     key_shared_policy: ConsumerKeySharedPolicy | None = None
     batch_index_ack_enabled: bool = False
     dead_letter_policy: ConsumerDeadLetterPolicy | None = None
+    schema: Any = None
+    """A ``magnetar.client.schema.Schema``: sent on SUBSCRIBE, decodes ``Message.value()``."""
     retry_enable: bool = False
     durable: bool = True
     start_message_id: MessageId | None = None
@@ -226,6 +229,9 @@ class PartitionConsumer(Handler):
         )
         for k, v in cfg.subscription_properties.items():
             cmd.subscribe.subscription_properties.add(key=k, value=v)
+        info = cfg.schema.schema_info() if cfg.schema is not None else None
+        if info is not None:
+            cmd.subscribe.schema.CopyFrom(info)
         try:
             await cnx.request(cmd, rid)
         except BaseException:
@@ -1080,12 +1086,37 @@ class Consumer:
         if self._queue:  # fast path: a message is already here
             msg = self._take()
             if msg is not None:
-                return msg
+                return await self._with_writer(msg) if self._writer_schemas else msg
         self._receivers += 1
         try:
-            return await self._receive(timeout_millis)
+            msg = await self._receive(timeout_millis)
         finally:
             self._receivers -= 1
+        return await self._with_writer(msg) if self._writer_schemas else msg
+
+    @property
+    def _writer_schemas(self) -> bool:
+        schema = self.config.schema
+        return schema is not None and bool(schema.wants_writer)
+
+    async def _with_writer(self, msg: Message) -> Message:
+        """Fetch (once per topic and version) the schema that wrote ``msg`` when the
+        consumer's schema decodes with it (AvroSchema, AutoConsumeSchema); on failure the
+        value is decoded with the consumer's own schema, as the official client does."""
+        schema = self.config.schema
+        version = msg.schema_version()
+        if not version or schema.knows_writer(msg.topic_name(), version):
+            return msg
+        try:
+            (number,) = struct.unpack(">q", version)
+            topic = TopicName.parse(msg.topic_name())
+            answer = await self._ctx.lookup.get_schema(topic, number)
+        except Exception as exc:  # the broker is unreachable, the version is malformed...
+            log.warning("schema version of %s not fetched: %s", msg.message_id(), exc)
+            return msg
+        if answer is not None:
+            schema.remember_writer(msg.topic_name(), version, answer.schema)
+        return msg
 
     def _ask_zero_queue(self) -> None:
         if self.config.receiver_queue_size <= 0:
@@ -1173,7 +1204,7 @@ class Consumer:
             while len(out) < max_n and size < max_bytes:
                 msg = self._take()
                 if msg is not None:
-                    out.append(msg)
+                    out.append(await self._with_writer(msg) if self._writer_schemas else msg)
                     size += len(msg.data())
                     continue
                 self._raise_failure()
@@ -1221,6 +1252,8 @@ class Consumer:
                 if msg is None:
                     await self._available.wait()
                     continue
+                if self._writer_schemas:
+                    msg = await self._with_writer(msg)
                 try:
                     result = self._listener(self, msg)
                     if asyncio.iscoroutine(result):

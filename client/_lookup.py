@@ -16,9 +16,10 @@ from __future__ import annotations
 import asyncio
 import json
 import ssl
+import struct
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 from urllib.parse import quote
 
 from magnetar.client._errors import (
@@ -30,7 +31,7 @@ from magnetar.client._errors import (
     for_code,
 )
 from magnetar.client._pool import ConnectionPool, ServiceAddress
-from magnetar.client.protocol import TopicName, commands, pb
+from magnetar.client.protocol import CommandType, TopicName, commands, pb
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +44,33 @@ class LookupService(Protocol):
     async def partitioned_metadata(self, topic: TopicName) -> int: ...
     async def lookup(self, topic: TopicName) -> LookupResult: ...
     async def topics_of_namespace(self, namespace: str, mode: int) -> list[str]: ...
+    async def get_schema(self, topic: TopicName, version: int | None) -> SchemaAnswer | None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class SchemaAnswer:
+    """A topic's schema version as the broker stores it (GET_SCHEMA / the schema REST path)."""
+
+    version: int
+    schema: pb.Schema
+
+
+_REST_TYPES = {
+    "BYTES": "NONE",
+    "STRING": "String",
+    "JSON": "Json",
+    "PROTOBUF": "Protobuf",
+    "AVRO": "Avro",
+    "BOOLEAN": "Bool",
+    "INT8": "Int8",
+    "INT16": "Int16",
+    "INT32": "Int32",
+    "INT64": "Int64",
+    "FLOAT": "Float",
+    "DOUBLE": "Double",
+    "KEY_VALUE": "KeyValue",
+    "PROTOBUF_NATIVE": "ProtobufNative",
+}
 
 
 class BinaryLookupService:
@@ -123,6 +151,22 @@ class BinaryLookupService:
         event = await cnx.request(commands.get_topics_of_namespace(rid, namespace, mode=mode), rid)
         return list(event.base.getTopicsOfNamespaceResponse.topics)
 
+    async def get_schema(self, topic: TopicName, version: int | None) -> SchemaAnswer | None:
+        """The schema ``version`` of ``topic`` (None: the latest); None when there is none."""
+        cnx = await self._pool.get(self._service_url())
+        rid = self._next_request_id()
+        body = pb.CommandGetSchema(request_id=rid, topic=topic.full_name)
+        if version is not None:
+            body.schema_version = struct.pack(">q", version)
+        event = await cnx.request(commands.make_command(CommandType.GET_SCHEMA, body), rid)
+        resp = event.base.getSchemaResponse
+        if resp.HasField("error_code"):
+            if resp.error_code == pb.TopicNotFound:
+                return None
+            raise for_code(resp.error_code, resp.error_message)
+        (number,) = struct.unpack(">q", resp.schema_version)
+        return SchemaAnswer(number, resp.schema)
+
 
 class HttpLookupService:
     """Lookup over the broker's REST API (``http://`` / ``https://`` service URLs)."""
@@ -194,6 +238,25 @@ class HttpLookupService:
         names = {0: "PERSISTENT", 1: "NON_PERSISTENT", 2: "ALL"}
         data = await self._get(f"/admin/v2/namespaces/{namespace}/topics?mode={names[mode]}")
         return [str(t) for t in data or []]
+
+    async def get_schema(self, topic: TopicName, version: int | None) -> SchemaAnswer | None:
+        local = quote(topic.local_name, safe="")
+        path = f"/admin/v2/schemas/{topic.tenant}/{topic.namespace_portion}/{local}/schema"
+        try:
+            data = await self._get(path if version is None else f"{path}/{version}")
+        except TopicNotFound:
+            return None
+        if not isinstance(data, dict) or data.get("type") not in _REST_TYPES:
+            raise LookupError_("bad schema JSON")
+        props = data.get("properties") or {}
+        schema = pb.Schema(
+            name=topic.full_name,
+            schema_data=str(data.get("data", "")).encode(),
+            type=cast(Any, pb.Schema.Type.Value(_REST_TYPES[data["type"]])),
+        )
+        for k, v in props.items():
+            schema.properties.add(key=str(k), value=str(v))
+        return SchemaAnswer(int(data.get("version", 0)), schema)
 
 
 async def _http_get(

@@ -168,8 +168,12 @@ class Message:
     def data(self) -> bytes:
         return self._data
 
-    def value(self) -> bytes:
-        return self._data
+    def value(self) -> Any:
+        """The payload decoded with the consumer's schema (the bytes when it has none)."""
+        schema = getattr(getattr(self._consumer_ref, "config", None), "schema", None)
+        if schema is None:
+            return self._data
+        return schema.decode_message(self._topic, self._schema_version, self._data)
 
     def properties(self) -> dict[str, str]:
         return dict(self._properties)

@@ -312,6 +312,9 @@ class Client:
     def get_topic_partitions(self, topic: str) -> list[str]:
         return self._loop.run(self._client.get_topic_partitions(topic))
 
+    def get_schema_info(self, topic: str, version: int | None = None) -> Any:
+        return self._loop.run(self._client.get_schema_info(topic, version))
+
     def get_topics_matching(self, pattern: str) -> list[str]:
         return self._loop.run(self._client.get_topics_matching(pattern))
 

@@ -36,6 +36,7 @@ from magnetar.spark import cluster
 from magnetar.spark.options import OptionError, ReadOptions
 from magnetar.spark.positions import Position, Start, decode_offset, encode_offset
 from magnetar.spark.rows import BatchBuilder
+from magnetar.spark.typed import TopicSchema
 
 log = logging.getLogger(__name__)
 
@@ -52,12 +53,15 @@ class RangePartition(InputPartition):  # type: ignore[misc]
     ending_time_ms: int | None = None
 
 
-def read_partition(opts: ReadOptions, part: RangePartition) -> Iterator[Any]:
+def read_partition(
+    opts: ReadOptions, part: RangePartition, typed: TopicSchema | None = None
+) -> Iterator[Any]:
     """Executor side: the range as Arrow record batches (a private event loop per task)."""
     loop = asyncio.new_event_loop()
     try:
         client = cluster.open_client(opts.client)
-        builder = BatchBuilder(part.topic)
+        builder = BatchBuilder(part.topic, typed)
+        writers: dict[bytes, Any] = {}  # schema version -> the pb.Schema that wrote it
         it = cluster.read_range(
             client,
             part.topic,
@@ -74,7 +78,13 @@ def read_partition(opts: ReadOptions, part: RangePartition) -> Iterator[Any]:
             async for msg in it:
                 if until is not None and msg.publish_timestamp() >= until:
                     continue
-                builder.add(msg)
+                version = msg.schema_version()
+                if typed is not None and version and version not in writers:
+                    answer = await client.get_schema_info(
+                        part.topic, int.from_bytes(version, "big", signed=True)
+                    )
+                    writers[version] = None if answer is None else answer.schema
+                builder.add(msg, writers.get(version) if version else None)
                 if len(builder) >= ARROW_BATCH_ROWS:
                     return True
             return False
@@ -136,8 +146,9 @@ async def _initial_starts(
 
 
 class BatchReader(DataSourceReader):  # type: ignore[misc]
-    def __init__(self, opts: ReadOptions) -> None:
+    def __init__(self, opts: ReadOptions, typed: TopicSchema | None = None) -> None:
         self.opts = opts
+        self.typed = typed
 
     def partitions(self) -> list[RangePartition]:
         opts = self.opts
@@ -165,14 +176,15 @@ class BatchReader(DataSourceReader):  # type: ignore[misc]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, RangePartition)
-        yield from read_partition(self.opts, partition)
+        yield from read_partition(self.opts, partition, self.typed)
 
 
 class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # type: ignore[misc]
     """Lives in one long-running Python process on the driver for the whole query."""
 
-    def __init__(self, opts: ReadOptions) -> None:
+    def __init__(self, opts: ReadOptions, typed: TopicSchema | None = None) -> None:
         self.opts = opts
+        self.typed = typed
         self._target: dict[str, Position | None] | None = None  # Trigger.AvailableNow
         self._latest: dict[str, str] | None = None  # uncapped head, for progress reports
 
@@ -275,7 +287,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # type
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, RangePartition)
-        yield from read_partition(self.opts, partition)
+        yield from read_partition(self.opts, partition, self.typed)
 
     def commit(self, end: dict[str, Any]) -> None:
         name = self.opts.subscription_name

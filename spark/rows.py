@@ -53,14 +53,23 @@ def arrow_schema() -> Any:
 
 
 class BatchBuilder:
-    """Columns of received messages, turned into one ``pyarrow.RecordBatch`` at a time."""
+    """Columns of received messages, turned into one ``pyarrow.RecordBatch`` at a time.
+    With a ``typed`` schema (``typed.TopicSchema``) the payload becomes the schema's value
+    columns instead of ``value BINARY``."""
 
-    def __init__(self, topic: str) -> None:
+    def __init__(self, topic: str, typed: Any = None) -> None:
         self.topic = topic
+        self.typed = typed
         self._schema = arrow_schema()
+        if typed is not None:
+            import pyarrow as pa
+
+            meta = [f for f in self._schema if f.name != "value"]
+            self._schema = pa.schema([*typed.value_fields(), *meta])
         self.clear()
 
     def clear(self) -> None:
+        self.decoded: list[dict[str, Any]] = []
         self.values: list[bytes] = []
         self.keys: list[bytes | None] = []
         self.ids: list[bytes] = []
@@ -73,9 +82,12 @@ class BatchBuilder:
     def __len__(self) -> int:
         return len(self.values)
 
-    def add(self, msg: Any) -> None:
+    def add(self, msg: Any, writer: Any = None) -> None:
+        """``writer``: the ``pb.Schema`` that wrote ``msg`` (typed reads)."""
         mid = msg.message_id()
         data = msg.data()
+        if self.typed is not None:
+            self.decoded.append(self.typed.decode(data, writer))
         self.values.append(data)
         self.nbytes += len(data)
         self.keys.append(msg.partition_key().encode() if msg.has_key() else None)
@@ -92,6 +104,27 @@ class BatchBuilder:
 
         s = self._schema
         n = len(self.values)
+        if self.typed is not None:
+            columns = [
+                pa.array([row.get(f.name) for row in self.decoded], f.type)
+                for f in s
+                if not f.name.startswith("__")
+            ]
+            typed = pa.RecordBatch.from_arrays(
+                [
+                    *columns,
+                    pa.array(self.keys, s.field("__key").type),
+                    pa.array([self.topic] * n, s.field("__topic").type),
+                    pa.array(self.ids, s.field("__messageId").type),
+                    pa.array(self.id_strings, s.field("__messageIdString").type),
+                    pa.array(self.publish, s.field("__publishTime").type),
+                    pa.array(self.event, s.field("__eventTime").type),
+                    pa.array(self.props, s.field("__messageProperties").type),
+                ],
+                schema=s,
+            )
+            self.clear()
+            return typed
         batch = pa.RecordBatch.from_arrays(
             [
                 pa.array(self.values, s.field("value").type),

@@ -27,19 +27,22 @@ class MagnetarDataSource(DataSource):  # type: ignore[misc]
 
     def schema(self) -> str:
         from magnetar.spark.rows import SOURCE_DDL
+        from magnetar.spark.typed import topic_schema
 
-        read_options(self.options, streaming=None)
-        return SOURCE_DDL
+        typed = topic_schema(read_options(self.options, streaming=None))
+        return SOURCE_DDL if typed is None else typed.ddl()
 
     def reader(self, schema: Any) -> Any:
         from magnetar.spark.read import BatchReader
 
-        return BatchReader(read_options(self.options, streaming=False))
+        opts = read_options(self.options, streaming=False)
+        return BatchReader(opts, _typed_for(opts, schema))
 
     def streamReader(self, schema: Any) -> Any:
         from magnetar.spark.read import StreamReader
 
-        return StreamReader(read_options(self.options, streaming=True))
+        opts = read_options(self.options, streaming=True)
+        return StreamReader(opts, _typed_for(opts, schema))
 
     def _writer_parts(self, schema: Any, overwrite: bool) -> tuple[Any, Any]:
         from magnetar.spark import cluster
@@ -79,6 +82,24 @@ class MagnetarDataSource(DataSource):  # type: ignore[misc]
         # outputMode("complete") arrives as overwrite: each micro-batch sends the whole result
         # table, as Kafka's sink does; readers take the latest message per key
         return StreamWriter(*self._writer_parts(schema, False))
+
+
+def _typed_for(opts: Any, schema: Any) -> Any:
+    """The ``TopicSchema`` a reader decodes with, when the planned columns are typed ones
+    (anything but the raw ``value BINARY`` layout); it must still give those columns."""
+    from magnetar.spark.typed import META_DDL, topic_schema
+
+    names = [f.name for f in schema.fields]
+    if "value" in names and type(schema["value"].dataType).__name__ == "BinaryType":
+        return None
+    typed = topic_schema(opts)
+    meta = {part.split()[0] for part in META_DDL.split(", ")}
+    planned = [n for n in names if n not in meta]
+    if typed is None or [name for name, _ in typed.value_fields()] != planned:
+        raise OptionError(
+            "the topic's schema changed since the query was planned: plan the read again"
+        )
+    return typed
 
 
 __all__ = ["MagnetarDataSource"]

@@ -23,6 +23,7 @@ from aiohttp import web
 from magnetar.broker.admin.http_guard import BadRequest, guard, quiet_bad_requests, read_json
 from magnetar.broker.admin.metrics import BrokerMetrics
 from magnetar.broker.admin.ops_api import OperationRoutes, json_unknown_routes
+from magnetar.broker.admin.schema_api import SchemaAdminRoutes
 from magnetar.broker.admin.topic_ops import TopicOperations
 from magnetar.broker.namespace.bundles import BundleRange
 from magnetar.broker.namespace.resources import (
@@ -107,6 +108,10 @@ class TopicRegistry(Protocol):
     async def delete_topic(self, topic: str, *, force: bool) -> None: ...
 
     async def unload_topic(self, topic: str) -> None: ...
+
+    async def delete_topic_schemas(self, topic: str) -> None:
+        """Delete the schemas of ``topic`` (a whole partitioned topic's)."""
+        ...
 
     async def unload_namespace_bundle(self, tenant: str, namespace: str, name: str) -> str | None:
         """Unload a bundle owned here (None), or the owner's HTTP URL (None if unowned)."""
@@ -236,6 +241,9 @@ class AdminApi:
         r = app.router
         if self.extra_routes is not None:  # first: more specific than the topic routes
             self.extra_routes(r)
+        schemas = getattr(self.topics, "schemas", None)
+        if schemas is not None:  # /admin/v2/schemas/...: before /admin/v2/{domain}/...
+            SchemaAdminRoutes(schemas).add_routes(r)
         ops = OperationRoutes(self.operations) if self.operations is not None else None
         if ops is not None:
             ops.add_priority_routes(r)  # before the generic topic routes that would match
@@ -295,6 +303,7 @@ class AdminApi:
                 continue
             r.add_get(base + "/{topic}/" + name, self._topic_policy_handler(name, "get"))
             r.add_post(base + "/{topic}/" + name, self._topic_policy_handler(name, "set"))
+            r.add_put(base + "/{topic}/" + name, self._topic_policy_handler(name, "set"))
             r.add_delete(base + "/{topic}/" + name, self._topic_policy_handler(name, "clear"))
         r.add_get(base + "/{topic}/backlogQuotaMap", self.get_topic_backlog_quota_map)
         r.add_post(base + "/{topic}/backlogQuota", self.set_topic_backlog_quota)
@@ -608,6 +617,7 @@ class AdminApi:
             if index.isdigit() and int(index) < n:
                 await self.topics.delete_topic(partition, force=force)
         await self.resources.delete_partitioned(m["tenant"], m["namespace"], m["domain"], local)
+        await self.topics.delete_topic_schemas(topic)
         return _no_content()
 
     async def create_topic(self, request: web.Request) -> web.Response:

@@ -346,6 +346,29 @@ def _rate_route(name: str, key: str, fields: tuple[str, ...]) -> PolicyRoute:
     return PolicyRoute(name, store, show, clear)
 
 
+SCHEMA_COMPATIBILITY_STRATEGIES = (
+    "UNDEFINED",
+    "ALWAYS_INCOMPATIBLE",
+    "ALWAYS_COMPATIBLE",
+    "BACKWARD",
+    "FORWARD",
+    "FULL",
+    "BACKWARD_TRANSITIVE",
+    "FORWARD_TRANSITIVE",
+    "FULL_TRANSITIVE",
+)
+"""Pulsar's ``SchemaCompatibilityStrategy`` names (``broker/schema`` applies them)."""
+
+
+def _store_schema_strategy(body: Any, policies: dict[str, Any], cluster: str) -> dict[str, Any]:
+    if not isinstance(body, str) or body.upper() not in SCHEMA_COMPATIBILITY_STRATEGIES:
+        raise PolicyError(
+            "schemaCompatibilityStrategy must be one of "
+            + ", ".join(SCHEMA_COMPATIBILITY_STRATEGIES)
+        )
+    return {"schema_compatibility_strategy": body.upper()}
+
+
 AUTO_TOPIC_TYPES = ("non-partitioned", "partitioned")
 
 
@@ -435,6 +458,25 @@ NAMESPACE_POLICIES: dict[str, PolicyRoute] = {
         _rate_route("dispatchRate", "topicDispatchRate", _DISPATCH_FIELDS),
         _rate_route("subscriptionDispatchRate", "subscriptionDispatchRate", _DISPATCH_FIELDS),
         PolicyRoute(
+            "schemaCompatibilityStrategy",
+            _store_schema_strategy,
+            lambda p, c: p.get("schema_compatibility_strategy") or "UNDEFINED",
+            lambda p, c: {"schema_compatibility_strategy": None},
+        ),
+        PolicyRoute(
+            "schemaValidationEnforced",
+            _scalar("schemaValidationEnforced", "schema_validation_enforced", "bool").store,
+            lambda p, c: bool(p.get("schema_validation_enforced", False)),
+            lambda p, c: {"schema_validation_enforced": None},
+        ),
+        PolicyRoute(
+            "isAllowAutoUpdateSchema",
+            _scalar("isAllowAutoUpdateSchema", "is_allow_auto_update_schema", "bool").store,
+            lambda p, c: p.get("is_allow_auto_update_schema"),
+            lambda p, c: {"is_allow_auto_update_schema": None},
+            topic_level=False,
+        ),
+        PolicyRoute(
             "autoTopicCreation",
             _store_auto_topic,
             lambda p, c: p.get("autoTopicCreationOverride"),
@@ -474,6 +516,7 @@ __all__ = [
     "AUTO_TOPIC_TYPES",
     "NAMESPACE_POLICIES",
     "NO_RATE",
+    "SCHEMA_COMPATIBILITY_STRATEGIES",
     "TOPIC_POLICIES",
     "AutoTopicCreation",
     "BacklogQuota",

@@ -16,7 +16,7 @@ from typing import Any
 
 import jsonschema
 
-from magnetar.broker.policies.model import PolicyError
+from magnetar.broker.policies.model import SCHEMA_COMPATIBILITY_STRATEGIES, PolicyError
 
 INT64_MIN = -(1 << 63)
 INT64_MAX = (1 << 63) - 1
@@ -115,6 +115,9 @@ def policies_schema(max_bundles: int) -> dict[str, Any]:
                 }
             ),
             "replication_clusters": {"type": ["array", "null"], "items": {"type": "string"}},
+            "schema_compatibility_strategy": {"enum": [*SCHEMA_COMPATIBILITY_STRATEGIES, None]},
+            "schema_validation_enforced": {"type": ["boolean", "null"]},
+            "is_allow_auto_update_schema": {"type": ["boolean", "null"]},
         },
     }
 

@@ -43,6 +43,8 @@ from magnetar.broker.ledger.errors import LedgerError, ManagedLedgerTerminated
 from magnetar.broker.ledger.position import EARLIEST, LATEST, Position
 from magnetar.broker.protocol.connection_security import ConnectionSecurity
 from magnetar.broker.protocol.input_budget import InputBudget
+from magnetar.broker.schema import SchemaError
+from magnetar.broker.schema import protocol as schema_protocol
 from magnetar.broker.topics.producer import AccessMode, Admission, Producer, ProducerError
 from magnetar.broker.topics.subscription import Subscription, SubscriptionError
 from magnetar.broker.validation import (
@@ -155,6 +157,7 @@ class ServerConnection(asyncio.Protocol):
         self.producer_topics: dict[int, PersistentTopic] = {}
         self.producer_persistent: dict[int, bool] = {}  # True: publish_to (batched receipts)
         self.producer_requests: dict[int, int] = {}
+        self.producer_schema_versions: dict[int, bytes] = {}  # PRODUCER_SUCCESS.schema_version
         self._closed_by_broker: set[int] = set()  # producer ids we closed (unload): late SENDs
         self.consumers: dict[int, tuple[Consumer, Subscription, PersistentTopic]] = {}
         self._chains: dict[tuple[str, int], asyncio.Task[None]] = {}
@@ -505,16 +508,30 @@ class ServerConnection(asyncio.Protocol):
 
     def _on_get_schema(self, cmd: pb.BaseCommand) -> None:
         req = cmd.getSchema
-        self.write_command(
-            T(
-                type=T.GET_SCHEMA_RESPONSE,
-                getSchemaResponse=pb.CommandGetSchemaResponse(
-                    request_id=req.request_id,
-                    error_code=_error_code(ServerError.TopicNotFound),
-                    error_message="Schema not found",
-                ),
-            )
-        )
+
+        async def answer() -> None:
+            denied = await self.security.denied_lookup(req.topic)
+            if denied is not None:
+                self.write_command(schema_protocol.denied(T.GET_SCHEMA_RESPONSE, req, denied))
+                return
+            self.write_command(await schema_protocol.get_schema_response(self.service.schemas, req))
+
+        self._spawn(answer())
+
+    def _on_get_or_create_schema(self, cmd: pb.BaseCommand) -> None:
+        req = cmd.getOrCreateSchema
+
+        async def answer() -> None:
+            denied = await self.security.denied_produce(req.topic)
+            if denied is not None:
+                self.write_command(
+                    schema_protocol.denied(T.GET_OR_CREATE_SCHEMA_RESPONSE, req, denied)
+                )
+                return
+            resp = await schema_protocol.get_or_create_response(self.service.schemas, req)
+            self.write_command(resp)
+
+        self._spawn(answer())
 
     # ------------------------------------------------------------------ producers
     def _on_producer(self, cmd: pb.BaseCommand) -> None:
@@ -568,6 +585,20 @@ class ServerConnection(asyncio.Protocol):
         except ValueError:
             self.error_response(rid, ServerError.NotAllowedError, "Unknown producer access mode")
             return
+        try:
+            schema_version = await schema_protocol.producer_version(
+                self.service.schemas, topic.name, req
+            )
+        except SchemaError as exc:
+            self.error_response(rid, exc.code, exc.message)
+            return
+        if self.closed:
+            return
+        if getattr(topic, "closed", False):  # unloaded while the schema was checked: retry
+            self.error_response(
+                rid, ServerError.ServiceNotReady, f"Topic {req.topic} is being unloaded"
+            )
+            return
         producer = Producer(
             pid,
             name,
@@ -618,6 +649,8 @@ class ServerConnection(asyncio.Protocol):
         log.info("[%s] created producer %r (id %d) for %s", topic.name, name, pid, self.peer)
         self.producer_persistent[pid] = hasattr(topic, "publish_to")  # a PublishSink topic
         self.producer_requests[pid] = rid
+        if schema_version is not None:
+            self.producer_schema_versions[pid] = schema_version
         if admission is Admission.QUEUED:
             self.write_command(
                 T(
@@ -643,6 +676,9 @@ class ServerConnection(asyncio.Protocol):
         epoch = topic.producers.topic_epoch
         if producer.access_mode is not AccessMode.SHARED and epoch is not None:
             resp.topic_epoch = epoch
+        schema_version = self.producer_schema_versions.get(producer.producer_id)
+        if schema_version is not None:
+            resp.schema_version = schema_version
         self.write_command(T(type=T.PRODUCER_SUCCESS, producer_success=resp))
 
     def producer_admitted(self, producer: Producer) -> None:
@@ -681,6 +717,7 @@ class ServerConnection(asyncio.Protocol):
         topic = self.producer_topics.pop(pid, None)
         self.producer_persistent.pop(pid, None)
         self.producer_requests.pop(pid, None)
+        self.producer_schema_versions.pop(pid, None)
         if producer is not None and topic is not None:
             log.info("[%s] closed producer %r (id %d)", topic.name, producer.name, pid)
             self._notify_admitted(topic.remove_producer(producer))
@@ -927,6 +964,18 @@ class ServerConnection(asyncio.Protocol):
                 rid,
                 ServerError.NotAllowedError,
                 "readCompacted is only supported on persistent topics",
+            )
+            return
+        try:
+            await schema_protocol.check_consumer(self.service.schemas, topic, req)
+        except SchemaError as exc:
+            self.error_response(rid, exc.code, exc.message)
+            return
+        if self.closed:
+            return
+        if req.HasField("schema") and getattr(topic, "closed", False):  # unloaded meanwhile
+            self.error_response(
+                rid, ServerError.ServiceNotReady, f"Topic {req.topic} is being unloaded"
             )
             return
         try:
@@ -1233,6 +1282,7 @@ class ServerConnection(asyncio.Protocol):
         T.PARTITIONED_METADATA: _on_partitioned_metadata,
         T.GET_TOPICS_OF_NAMESPACE: _on_get_topics_of_namespace,
         T.GET_SCHEMA: _on_get_schema,
+        T.GET_OR_CREATE_SCHEMA: _on_get_or_create_schema,
         T.PRODUCER: _on_producer,
         T.CLOSE_PRODUCER: _on_close_producer,
         T.SUBSCRIBE: _on_subscribe,

@@ -194,6 +194,15 @@ class AuthorizationService:
             if await self.can_lookup(tn, role):
                 return None
             return NOT_AUTHORIZED_METADATA
+        if area == "schemas" and len(parts) >= 6:  # a topic's schemas (broker/schema)
+            if method == "GET":  # reading one: what may look the topic up (HTTP-lookup clients)
+                try:
+                    tn = TopicName.parse(f"persistent://{parts[3]}/{parts[4]}/{parts[5]}")
+                except ValueError:
+                    return None
+                if await self.can_lookup(tn, role):
+                    return None
+            return None if await self.is_tenant_admin(parts[3], role) else NOT_TENANT_ADMIN
         if area in ("namespaces", "persistent", "non-persistent") and len(parts) >= 4:
             return None if await self.is_tenant_admin(parts[3], role) else NOT_TENANT_ADMIN
         return REQUIRES_SUPERUSER

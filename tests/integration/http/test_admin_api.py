@@ -39,6 +39,9 @@ class FakeTopics:
             raise ResourceNotFound("Topic not found")
         del self.topics[topic]
 
+    async def delete_topic_schemas(self, topic: str) -> None:
+        pass
+
     async def list_subscriptions(self, topic: str) -> list[str]:
         if topic not in self.topics:
             raise ResourceNotFound("Topic not found")

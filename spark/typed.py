@@ -1,0 +1,224 @@
+"""Schema'd topics as columns, as pulsar-spark lays them out.
+
+Owns: ``TopicSchema`` (the latest schema of the first topic read, fetched on the driver when
+the source's schema is asked for), the columns it gives (AVRO / JSON records: each record
+field is a top-level column; STRING and the primitives: a typed ``value`` column; then the
+metadata columns ``__key``, ``__topic``, ``__messageId``, ...), the Avro -> Spark DDL and
+Avro -> Arrow type mappings, and ``decode`` (one payload into the value columns, with the
+schema version that wrote it when known, resolved to the topic's latest: old and new versions
+land in the same columns).
+
+Topics without a schema (or BYTES), topic patterns, and schemas we cannot map (PROTOBUF,
+PROTOBUF_NATIVE, KEY_VALUE) keep the raw layout (``value BINARY``). Avro types with no Spark
+column type of their own (enums, fixed) arrive as strings / binary.
+Must not know: offsets, how messages are fetched.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from dataclasses import dataclass
+from typing import Any
+
+META_DDL = (
+    "__key BINARY, __topic STRING, __messageId BINARY, __messageIdString STRING, "
+    "__publishTime TIMESTAMP, __eventTime TIMESTAMP, __messageProperties MAP<STRING, STRING>"
+)
+
+_PRIMITIVE_DDL = {
+    "string": "STRING",
+    "int": "INT",
+    "long": "BIGINT",
+    "float": "FLOAT",
+    "double": "DOUBLE",
+    "boolean": "BOOLEAN",
+    "bytes": "BINARY",
+    "enum": "STRING",
+    "fixed": "BINARY",
+}
+_SCHEMA_TYPE_DDL = {  # pb.Schema.Type names of the primitive schemas -> the value column
+    "String": "STRING",
+    "Bool": "BOOLEAN",
+    "Int8": "TINYINT",
+    "Int16": "SMALLINT",
+    "Int32": "INT",
+    "Int64": "BIGINT",
+    "Float": "FLOAT",
+    "Double": "DOUBLE",
+}
+_RECORD_TYPES = ("Avro", "Json")
+
+
+def _quote(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def _nullable_inner(avro: Any) -> Any:
+    """``["null", T]`` -> ``T``; other unions are not mapped (a string of their JSON)."""
+    if isinstance(avro, list):
+        rest = [t for t in avro if t != "null"]
+        return rest[0] if len(rest) == 1 else "string"
+    return avro
+
+
+def spark_ddl(avro: Any) -> str:
+    t = _nullable_inner(avro)
+    if isinstance(t, str):
+        return _PRIMITIVE_DDL.get(t, "STRING")
+    kind = t.get("type")
+    if kind == "array":
+        return f"ARRAY<{spark_ddl(t['items'])}>"
+    if kind == "map":
+        return f"MAP<STRING, {spark_ddl(t['values'])}>"
+    if kind == "record":
+        inner = ", ".join(f"{_quote(f['name'])}: {spark_ddl(f['type'])}" for f in t["fields"])
+        return f"STRUCT<{inner}>"
+    return _PRIMITIVE_DDL.get(kind, "STRING")
+
+
+def arrow_type(avro: Any) -> Any:
+    import pyarrow as pa
+
+    t = _nullable_inner(avro)
+    kind = t if isinstance(t, str) else t.get("type")
+    simple = {
+        "string": pa.string(),
+        "int": pa.int32(),
+        "long": pa.int64(),
+        "float": pa.float32(),
+        "double": pa.float64(),
+        "boolean": pa.bool_(),
+        "bytes": pa.binary(),
+        "enum": pa.string(),
+        "fixed": pa.binary(),
+    }
+    if kind == "array":
+        return pa.list_(arrow_type(t["items"]))
+    if kind == "map":
+        return pa.map_(pa.string(), arrow_type(t["values"]))
+    if kind == "record":
+        return pa.struct([(f["name"], arrow_type(f["type"])) for f in t["fields"]])
+    return simple.get(kind, pa.string())
+
+
+@dataclass(frozen=True, slots=True)
+class TopicSchema:
+    """The schema whose columns a read produces (``type_name``: a ``pb.Schema.Type`` name)."""
+
+    type_name: str
+    definition: str
+
+    @classmethod
+    def of(cls, schema: Any) -> TopicSchema | None:
+        """From a ``pb.Schema``; None when the raw layout applies."""
+        from magnetar.client.protocol import pb
+
+        name = pb.Schema.Type.Name(schema.type)
+        if name in _RECORD_TYPES:
+            try:
+                doc = json.loads(schema.schema_data)
+            except ValueError:
+                return None
+            if isinstance(doc, dict) and doc.get("type") == "record":
+                return cls(name, schema.schema_data.decode())
+            return None
+        if name in _SCHEMA_TYPE_DDL:
+            return cls(name, "")
+        return None
+
+    @property
+    def record(self) -> dict[str, Any] | None:
+        if self.type_name not in _RECORD_TYPES:
+            return None
+        doc: dict[str, Any] = json.loads(self.definition)
+        return doc
+
+    def value_ddl(self) -> str:
+        record = self.record
+        if record is None:
+            return f"value {_SCHEMA_TYPE_DDL[self.type_name]}"
+        return ", ".join(f"{_quote(f['name'])} {spark_ddl(f['type'])}" for f in record["fields"])
+
+    def ddl(self) -> str:
+        return f"{self.value_ddl()}, {META_DDL}"
+
+    def value_fields(self) -> list[tuple[str, Any]]:
+        """(column, Arrow type) of the value columns."""
+        import pyarrow as pa
+
+        record = self.record
+        if record is not None:
+            return [(f["name"], arrow_type(f["type"])) for f in record["fields"]]
+        arrow = {
+            "String": pa.string(),
+            "Bool": pa.bool_(),
+            "Int8": pa.int8(),
+            "Int16": pa.int16(),
+            "Int32": pa.int32(),
+            "Int64": pa.int64(),
+            "Float": pa.float32(),
+            "Double": pa.float64(),
+        }
+        return [("value", arrow[self.type_name])]
+
+    def decode(self, data: bytes, writer: Any = None) -> dict[str, Any]:
+        """The value columns of one payload; ``writer``: the ``pb.Schema`` that wrote it."""
+        record = self.record
+        if record is None:
+            return {"value": _primitive(self.type_name, data)}
+        if self.type_name == "Json":
+            doc = json.loads(data)
+            return {f["name"]: doc.get(f["name"]) for f in record["fields"]}
+        import fastavro
+
+        written = record
+        if writer is not None and writer.schema_data:
+            written = json.loads(writer.schema_data)
+            written["name"] = record.get("name")  # resolution matches records by name
+        plain = fastavro.schemaless_reader(
+            io.BytesIO(data), fastavro.parse_schema(written), fastavro.parse_schema(record)
+        )
+        assert isinstance(plain, dict)
+        return {f["name"]: plain.get(f["name"]) for f in record["fields"]}
+
+
+async def fetch(client: Any, topics: tuple[str, ...]) -> TopicSchema | None:
+    """The columns' schema: the latest of the first topic named (None: the raw layout)."""
+    if not topics:
+        return None
+    answer = await client.get_schema_info(topics[0])
+    return None if answer is None else TopicSchema.of(answer.schema)
+
+
+def topic_schema(opts: Any) -> TopicSchema | None:
+    """``fetch`` for read options, on its own event loop (the driver's planning calls)."""
+    import asyncio
+
+    from magnetar.spark import cluster
+
+    if opts.selection.pattern is not None:
+        return None
+
+    async def go() -> TopicSchema | None:
+        client = cluster.open_client(opts.client)
+        try:
+            return await fetch(client, opts.selection.topics)
+        finally:
+            await client.close()
+
+    return asyncio.run(go())
+
+
+def _primitive(type_name: str, data: bytes) -> Any:
+    import struct
+
+    if type_name == "String":
+        return data.decode("utf-8", "replace")
+    if type_name == "Bool":
+        return data != b"\x00"
+    fmt = {"Int8": ">b", "Int16": ">h", "Int32": ">i", "Int64": ">q", "Float": ">f", "Double": ">d"}
+    return struct.unpack(fmt[type_name], data)[0]
+
+
+__all__ = ["META_DDL", "TopicSchema", "arrow_type", "fetch", "spark_ddl", "topic_schema"]

@@ -1,0 +1,211 @@
+"""``magnetar.client.schema`` against the broker's registry and the official client: the same
+record class describes the same definition (one schema version for both clients), values
+round-trip both ways in Avro and JSON, and an incompatible schema is refused with
+``IncompatibleSchema``. Our side uses the sync facade."""
+
+from __future__ import annotations
+
+import json
+import struct
+import uuid
+from collections.abc import Iterator
+
+import pulsar
+import pulsar.schema as official_schema
+import pytest
+from support.broker import InProcessBroker
+
+from magnetar.client import IncompatibleSchema, InitialPosition
+from magnetar.client.schema import (
+    Array,
+    AvroSchema,
+    Double,
+    Integer,
+    JsonSchema,
+    Map,
+    Record,
+    String,
+    StringSchema,
+)
+from magnetar.client.sync import Client
+
+
+class User(Record):
+    name = String()
+    age = Integer()
+    tags = Array(String())
+    scores = Map(Double())
+
+
+class OfficialUser(official_schema.Record):
+    _sorted_fields = False
+    name = official_schema.String()
+    age = official_schema.Integer()
+    tags = official_schema.Array(official_schema.String())
+    scores = official_schema.Map(official_schema.Double())
+
+
+OfficialUser.__name__ = "User"  # the record name is part of the definition
+
+
+def _topic(prefix: str) -> str:
+    return f"persistent://public/default/{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture(scope="module")
+def broker() -> Iterator[InProcessBroker]:
+    b = InProcessBroker().start()
+    try:
+        yield b
+    finally:
+        b.stop()
+
+
+@pytest.fixture(scope="module")
+def official(broker: InProcessBroker) -> Iterator[pulsar.Client]:
+    c = pulsar.Client(broker.service_url, operation_timeout_seconds=60, log_conf_file_path=None)
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+@pytest.fixture(scope="module")
+def ours(broker: InProcessBroker) -> Iterator[Client]:
+    c = Client(broker.service_url, operation_timeout_seconds=60)
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+def test_record_definitions_match_the_official_clients() -> None:
+    assert User.schema() == OfficialUser.schema()
+    assert AvroSchema(User).definition() == json.dumps(OfficialUser.schema(), indent=True).encode()
+
+
+@pytest.mark.parametrize("kind", ["avro", "json"])
+def test_values_cross_between_the_clients_under_one_version(
+    ours: Client, official: pulsar.Client, kind: str
+) -> None:
+    topic = _topic(kind)
+    mine = AvroSchema(User) if kind == "avro" else JsonSchema(User)
+    theirs = (
+        official_schema.AvroSchema(OfficialUser)
+        if kind == "avro"
+        else official_schema.JsonSchema(OfficialUser)
+    )
+    their_consumer = official.subscribe(topic, "official", schema=theirs)
+    our_consumer = ours.subscribe(
+        topic, "ours", schema=mine, initial_position=InitialPosition.Earliest
+    )
+    producer = ours.create_producer(topic, schema=mine)
+    producer.send(User(name="ada", age=36, tags=["x"], scores={"a": 1.5}))
+    their_producer = official.create_producer(topic, schema=theirs)
+    their_producer.send(OfficialUser(name="bob", age=7, tags=[], scores={}))
+    got = their_consumer.receive(10_000)
+    assert (got.value().name, got.value().age, got.value().tags) == ("ada", 36, ["x"])
+    assert got.schema_version().encode("latin-1") == struct.pack(">q", 0)
+    first, second = our_consumer.receive(10_000), our_consumer.receive(10_000)
+    assert first.value() == User(name="ada", age=36, tags=["x"], scores={"a": 1.5})
+    assert second.value() == User(name="bob", age=7, tags=[], scores={})
+    assert second.schema_version() == struct.pack(">q", 0)  # the same version for both
+    their_producer.close()
+    their_consumer.close()
+
+
+def test_definition_dicts_and_an_incompatible_schema(ours: Client) -> None:
+    topic = _topic("dicts")
+    v1 = {"type": "record", "name": "P", "fields": [{"name": "name", "type": "string"}]}
+    breaking = {"type": "record", "name": "P", "fields": [{"name": "n", "type": "int"}]}
+    producer = ours.create_producer(topic, schema=AvroSchema(None, schema_definition=v1))
+    consumer = ours.subscribe(
+        topic,
+        "s",
+        schema=AvroSchema(None, schema_definition=v1),
+        initial_position=InitialPosition.Earliest,
+    )
+    producer.send({"name": "plain"})
+    assert consumer.receive(10_000).value() == {"name": "plain"}
+    with pytest.raises(IncompatibleSchema):
+        ours.create_producer(topic, schema=AvroSchema(None, schema_definition=breaking))
+    with pytest.raises(TypeError):
+        producer.send(b"raw bytes are not a record")
+
+
+def test_string_schema(ours: Client, official: pulsar.Client) -> None:
+    topic = _topic("strings")
+    theirs = official.subscribe(topic, "s", schema=official_schema.StringSchema())
+    producer = ours.create_producer(topic, schema=StringSchema())
+    producer.send("héllo")
+    assert theirs.receive(10_000).value() == "héllo"
+    theirs.close()
+
+
+V1 = {"type": "record", "name": "P", "fields": [{"name": "name", "type": "string"}]}
+V2 = {
+    "type": "record",
+    "name": "P",
+    "fields": [{"name": "name", "type": "string"}, {"name": "n", "type": "int", "default": 0}],
+}
+
+
+@pytest.mark.parametrize("lookup", ["binary", "http"])
+def test_readers_decode_every_version_with_its_writer_schema(
+    broker: InProcessBroker, official: pulsar.Client, lookup: str
+) -> None:
+    """AvroSchema resolves old data to the reader's schema; AutoConsumeSchema reads whatever
+    each version wrote. Writer schemas come from GET_SCHEMA, or from the schema REST path
+    when the client's service URL is HTTP."""
+    from support.admin import Admin
+
+    from magnetar.client.schema import AutoConsumeSchema
+
+    admin = Admin(broker) if lookup == "http" else None
+    c = Client(admin.url if admin is not None else broker.service_url, operation_timeout_seconds=60)
+    try:
+        topic = _topic(f"writers-{lookup}")
+        old = official.create_producer(
+            topic, schema=official_schema.AvroSchema(None, schema_definition=V1)
+        )
+        new = official.create_producer(
+            topic, schema=official_schema.AvroSchema(None, schema_definition=V2)
+        )
+        old.send({"name": "old"})
+        new.send({"name": "new", "n": 5})
+        early = InitialPosition.Earliest
+        typed = c.subscribe(topic, "typed", schema=AvroSchema(None, V2), initial_position=early)
+        assert [typed.receive(10_000).value() for _ in range(2)] == [
+            {"name": "old", "n": 0},
+            {"name": "new", "n": 5},
+        ]
+        auto = c.subscribe(topic, "auto", schema=AutoConsumeSchema(), initial_position=early)
+        assert [auto.receive(10_000).value() for _ in range(2)] == [
+            {"name": "old"},
+            {"name": "new", "n": 5},
+        ]
+        old.close()
+        new.close()
+    finally:
+        c.close()
+        if admin is not None:
+            admin.close()
+
+
+def test_auto_consume_of_strings_json_and_bytes(ours: Client, official: pulsar.Client) -> None:
+    from magnetar.client.schema import AutoConsumeSchema
+
+    strings, records, raw = _topic("auto-str"), _topic("auto-json"), _topic("auto-raw")
+    official.create_producer(strings, schema=official_schema.StringSchema()).send("s")
+    official.create_producer(records, schema=official_schema.JsonSchema(OfficialUser)).send(
+        OfficialUser(name="j", age=1, tags=[], scores={})
+    )
+    official.create_producer(raw).send(b"\x00raw")
+    early = InitialPosition.Earliest
+    got = [
+        ours.subscribe(t, "a", schema=AutoConsumeSchema(), initial_position=early)
+        .receive(10_000)
+        .value()
+        for t in (strings, records, raw)
+    ]
+    assert got[0] == "s" and got[1]["name"] == "j" and got[2] == b"\x00raw"
