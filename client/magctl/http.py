@@ -28,7 +28,7 @@ class HttpError(Exception):
         self.reason = reason
 
 
-def _reason_of(status: int, raw: bytes) -> str:
+def reason_of(status: int, raw: bytes) -> str:
     text = raw.decode("utf-8", "replace").strip()
     try:
         data = json.loads(text)
@@ -99,7 +99,7 @@ class AdminHttp:
             with urllib.request.urlopen(req, timeout=self.timeout_s, context=self._context) as r:
                 payload: bytes = r.read()
         except urllib.error.HTTPError as exc:
-            raise HttpError(exc.code, _reason_of(exc.code, exc.read())) from None
+            raise HttpError(exc.code, reason_of(exc.code, exc.read())) from None
         except (TimeoutError, urllib.error.URLError, OSError) as exc:
             where = urllib.parse.urlsplit(self.base_url).netloc or self.base_url
             cause = getattr(exc, "reason", exc)
@@ -141,4 +141,4 @@ class AdminHttp:
         return self.request("DELETE", path, query=query or None)
 
 
-__all__ = ["AdminHttp", "HttpError"]
+__all__ = ["AdminHttp", "HttpError", "reason_of"]

@@ -24,9 +24,9 @@ def cmd_version(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
         "clientVersion": {"version": CLIENT_VERSION, "apiVersion": "magnetar.io/v1alpha1"}
     }
     if not args.client:
-        from magnetar.client.magctl.verbs import _session
+        from magnetar.client.magctl.session import open_session
 
-        api, _, conn = _session(args)
+        api, _, conn = open_session(args)
         server = api.try_get("/admin/v2/brokers/version")
         report["serverVersion"] = {
             "version": server if server is not None else "unknown",
@@ -151,7 +151,7 @@ def _set_context(cfg: Any, args: argparse.Namespace, out: IO[str]) -> None:
 
 # ---------------------------------------------------------------------------- completion
 def _words() -> tuple[list[str], list[str], list[str]]:
-    from magnetar.client.magctl.cli import VERBS
+    from magnetar.client.magctl.commands import VERBS
     from magnetar.client.magctl.resources import RESOURCES
 
     resources = [n for r in RESOURCES for n in r.names]
@@ -261,4 +261,17 @@ def cmd_completion(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
     return EXIT_OK
 
 
-__all__ = ["CLIENT_VERSION", "cmd_completion", "cmd_config", "cmd_version", "completion_script"]
+def run(verb: str, args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
+    """One of ``commands.TOOLING_VERBS``."""
+    command = {"config": cmd_config, "completion": cmd_completion, "version": cmd_version}[verb]
+    return command(args, out, err)
+
+
+__all__ = [
+    "CLIENT_VERSION",
+    "cmd_completion",
+    "cmd_config",
+    "cmd_version",
+    "completion_script",
+    "run",
+]
