@@ -73,6 +73,12 @@ class Parser(argparse.ArgumentParser):
             raise UsageError(
                 f"unexpected argument(s): {' '.join(extras)}\nSee '{self.prog} --help' for usage."
             )
+        if message.startswith("the following arguments are required: resource"):
+            verb = self.prog.removeprefix("magctl ")
+            raise UsageError(
+                f'You must specify the type of resource to {verb}. Use "magctl api-resources" '
+                "for a complete list of supported resources."
+            )
         if message.startswith("argument <verb>: invalid choice: "):
             verb = message.split("invalid choice: ", 1)[1].split(" (choose", 1)[0].strip("'")
             raise UsageError(

@@ -41,6 +41,19 @@ def reason_of(status: int, raw: bytes) -> str:
     return text
 
 
+def _check_url(url: str) -> None:
+    """An admin URL is ``http(s)://host[:port][/prefix]``: anything else is a usage error
+    before any request (urllib would fail later with its own exception types)."""
+    bad = UsageError(f'invalid admin URL "{url}": expected http://host:port or https://...')
+    try:
+        parts = urllib.parse.urlsplit(url)
+        _ = parts.port  # ValueError for a port that is not a number or out of range
+    except ValueError:
+        raise bad from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise bad
+
+
 class AdminHttp:
     def __init__(
         self,
@@ -52,6 +65,7 @@ class AdminHttp:
         tls_ca_file: str | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
+        _check_url(self.base_url)
         self.token = token
         self.timeout_s = timeout_s
         self._context: ssl.SSLContext | None = None

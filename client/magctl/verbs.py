@@ -52,6 +52,14 @@ def _select(objects: list[dict[str, Any]], selector: str | None) -> list[dict[st
     return [o for o in objects if matches(sel, (o.get("metadata") or {}).get("labels"))]
 
 
+def _check_selector(selector: str | None) -> None:
+    """A bad ``-l`` is a usage error before any request."""
+    if selector:
+        from magnetar.client.magctl.selectors import parse_selector
+
+        parse_selector(selector)
+
+
 def _scope_words(rtype: ResourceType, scope: Scope) -> str:
     if rtype.scope == "namespace":
         return f" in {scope.namespace} namespace"
@@ -65,7 +73,13 @@ def cmd_get(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
     from magnetar.client.magctl.output import OutputFormat, print_objects, sort_objects
 
     fmt = OutputFormat.parse(args.output)
+    fmt.check()
     rtype, names = targets(args.resource, args.names)
+    _check_selector(args.selector)
+    if args.sort_by:
+        from magnetar.client.magctl.jsonpath import compile_expr
+
+        compile_expr(args.sort_by)
     api, scope, _ = open_session(args)
     kind = KINDS[rtype.plural]
     columns = kind.columns(fmt.kind == "wide")
@@ -173,6 +187,10 @@ def cmd_create(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
     rtype, names = targets(args.resource, args.names)
     if not names:
         raise UsageError(f"create {rtype.singular}: a name is required")
+    if args.partitions < 0:
+        raise UsageError("--partitions: 0 (not partitioned) or more")
+    if args.bundles is not None and args.bundles < 1:
+        raise UsageError("--bundles: 1 or more")
     api, scope, _ = open_session(args)
     opts = {
         "partitions": args.partitions,
@@ -199,6 +217,7 @@ def cmd_delete(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
     from magnetar.client.magctl.kinds import KINDS
 
     rtype, names = targets(args.resource, args.names)
+    _check_selector(args.selector)
     api, scope, _ = open_session(args)
     kind = KINDS[rtype.plural]
     if not names:
@@ -478,38 +497,37 @@ _EXPLAIN: dict[str, dict[str, str]] = {
 
 
 def explain(args: argparse.Namespace, out: IO[str]) -> int:
+    """kubectl explain: the whole text is built first, so a bad field prints nothing."""
+    out.write(_explain_text(args.target))
+    return EXIT_OK
+
+
+def _explain_text(target: str) -> str:
     from magnetar.client.magctl.policyspec import POLICIES
 
-    head, *path = args.target.split(".")
+    head, *path = target.split(".")
     rtype = resolve(head)
     fields = _EXPLAIN.get(rtype.kind)
-    out.write(f"KIND:     {rtype.kind}\nVERSION:  magnetar.io/v1alpha1\n\n")
+    text = f"KIND:     {rtype.kind}\nVERSION:  magnetar.io/v1alpha1\n\n"
     if path and path[0] == "spec":
         path = path[1:]
     if fields is None:
-        out.write(f"DESCRIPTION:\n     {rtype.description} (read-only: status only)\n")
-        return EXIT_OK
+        return text + f"DESCRIPTION:\n     {rtype.description} (read-only: status only)\n"
     if not path:
-        out.write(f"DESCRIPTION:\n     {rtype.description}\n\nFIELDS (spec):\n")
-        for k, v in fields.items():
-            out.write(f"   {k}\t{v}\n")
-        return EXIT_OK
+        text += f"DESCRIPTION:\n     {rtype.description}\n\nFIELDS (spec):\n"
+        return text + "".join(f"   {k}\t{v}\n" for k, v in fields.items())
     if path[0] == "policies" and "policies" in fields:
         if len(path) == 1:
-            out.write("FIELD:    policies <Object>\n\nFIELDS:\n")
-            for k, pol in POLICIES.items():
-                out.write(f"   {k}\t{pol.description}\n")
-            return EXIT_OK
+            text += "FIELD:    policies <Object>\n\nFIELDS:\n"
+            return text + "".join(f"   {k}\t{pol.description}\n" for k, pol in POLICIES.items())
         found = POLICIES.get(path[1])
-        if found is not None:
-            out.write(
+        if found is not None and len(path) == 2:
+            return text + (
                 f"FIELD:    policies.{found.key}\n\nDESCRIPTION:\n     "
                 f"{found.description}\n     REST: POST .../{found.segment}\n"
             )
-            return EXIT_OK
     if len(path) == 1 and path[0] in fields:
-        out.write(f"FIELD:    {path[0]} {fields[path[0]]}\n")
-        return EXIT_OK
+        return text + f"FIELD:    {path[0]} {fields[path[0]]}\n"
     raise UsageError(f'field "{".".join(path)}" does not exist in {rtype.kind}')
 
 
