@@ -325,13 +325,28 @@ def build() -> Parser:
     return parser
 
 
+def verb_flags(parser: argparse.ArgumentParser) -> dict[str, list[str]]:
+    """Every flag each verb takes (``""``: the flags before any verb), for completion."""
+
+    def flags_of(p: argparse.ArgumentParser) -> list[str]:
+        return sorted({o for a in p._actions for o in a.option_strings})
+
+    table = {"": flags_of(parser)}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                table[name] = flags_of(sub)
+    return table
+
+
 def dispatch(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
     """Run the parsed verb; its module loads only now (start-up stays fast)."""
     verb = args.verb
     if verb in TOOLING_VERBS:
         from magnetar.client.magctl import tooling
 
-        return tooling.run(verb, args, out, err)
+        flags = verb_flags(build()) if verb == "completion" else {}
+        return tooling.run(verb, args, out, err, flags=flags)
     if verb in OPERATION_VERBS:
         from magnetar.client.magctl import operations
 
@@ -388,4 +403,4 @@ def run(
         return 1
 
 
-__all__ = ["VERBS", "Parser", "build", "dispatch", "run"]
+__all__ = ["VERBS", "Parser", "build", "dispatch", "run", "verb_flags"]

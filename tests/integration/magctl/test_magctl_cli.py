@@ -212,7 +212,11 @@ def test_bash_completion_script_loads(tmp_path: pathlib.Path, magctl: Magctl) ->
             "-c",
             "source <(magctl completion bash) && complete -p magctl && "
             "COMP_WORDS=(magctl ge); COMP_CWORD=1; _magctl; echo ${COMPREPLY[@]}; "
-            "COMP_WORDS=(magctl get to); COMP_CWORD=2; _magctl; echo ${COMPREPLY[@]}",
+            "COMP_WORDS=(magctl get to); COMP_CWORD=2; _magctl; echo ${COMPREPLY[@]}; "
+            "COMP_WORDS=(magctl compact topic x --w); COMP_CWORD=4; _magctl; echo ${COMPREPLY[@]}; "
+            "COMP_WORDS=(magctl get --so); COMP_CWORD=2; _magctl; echo ${COMPREPLY[@]}; "
+            "COMP_WORDS=(magctl expire --ol); COMP_CWORD=2; _magctl; echo ${COMPREPLY[@]}; "
+            "COMP_WORDS=(magctl --na); COMP_CWORD=1; _magctl; echo ${COMPREPLY[@]}",
         ],
         capture_output=True,
         text=True,
@@ -225,6 +229,11 @@ def test_bash_completion_script_loads(tmp_path: pathlib.Path, magctl: Magctl) ->
     assert lines[0] == "complete -o default -F _magctl magctl"
     assert lines[1] == "get"
     assert lines[2].split() == ["topics", "topic"]
+    # each verb's own flags, read from the parser
+    assert lines[3] == "--wait"
+    assert lines[4] == "--sort-by"
+    assert lines[5] == "--older-than"
+    assert lines[6] == "--namespace"
     assert "complete -o default -F _magctl magctl" in script
 
 
