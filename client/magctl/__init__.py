@@ -5,10 +5,13 @@
     magctl seek sub orders-svc --topic orders --to earliest
 
 Grammar, resources and output follow kubectl; nouns, policies and the REST API follow
-Pulsar. Modules: ``cli`` (argparse tree, errors to exit codes), ``verbs`` (what each verb
-does), ``kinds`` (resources as objects), ``manifests`` (apply/diff), ``output`` and
-``jsonpath`` (printers), ``config`` (contexts), ``api``/``http`` (the REST transport),
-``completion``. Only ``cli`` loads at start; the rest loads when a verb needs it.
+Pulsar. Modules: ``cli`` (argparse tree, errors to exit codes, dispatch), ``commands`` (the
+verb table), ``verbs`` (resource verbs), ``operations`` (topic and subscription operations),
+``top``, ``tooling`` (config, completion, version), ``session`` (context -> API), ``kinds``
+(resources as objects), ``manifests`` (apply/diff), ``output`` and ``jsonpath`` (printers),
+``progress`` (status line of long verbs), ``config`` (contexts), ``api``/``http`` (the REST
+transport). Only ``cli`` loads at start; the rest loads when a verb needs it, and imports
+point one way (no cycles).
 See ``docs/magctl.md``.
 """
 

@@ -2,9 +2,11 @@
 
 Owns: the argparse tree (every verb, its flags, global flags accepted before or after the
 verb), kubectl-form usage errors (``error: unknown flag: --partitons``, exit 2) and ``run``,
-which maps every failure to a one-line message and an exit code, never a traceback. Imports
-stay light here: verbs import HTTP, YAML and JSONPath only when they run, so ``magctl
---help`` and ``magctl version --client`` start fast. Must not know: REST paths.
+which maps every failure to a one-line message and an exit code, never a traceback, and
+``dispatch``, which imports the module of the parsed verb (``commands`` says which) only
+then: verbs import HTTP, YAML and JSONPath when they run, so ``magctl --help`` and ``magctl
+version --client`` start fast. Imports point one way: ``cli`` -> verb modules -> ``session``
+-> transport; no verb module imports ``cli``. Must not know: REST paths.
 """
 
 from __future__ import annotations
@@ -15,35 +17,8 @@ import sys
 from collections.abc import Sequence
 from typing import IO, Any, NoReturn
 
+from magnetar.client.magctl.commands import OPERATION_VERBS, TOOLING_VERBS, VERBS
 from magnetar.client.magctl.errors import MagctlError, UnknownFlag, UsageError
-
-VERBS = (
-    "get",
-    "describe",
-    "create",
-    "delete",
-    "edit",
-    "apply",
-    "diff",
-    "explain",
-    "api-resources",
-    "unload",
-    "split",
-    "seek",
-    "skip",
-    "clear",
-    "expire",
-    "peek",
-    "compact",
-    "terminate",
-    "truncate",
-    "scale",
-    "lookup",
-    "top",
-    "config",
-    "completion",
-    "version",
-)
 
 DESCRIPTION = """magctl controls a Magnetar (or any Pulsar-compatible) cluster through its admin
 REST API, with kubectl's grammar and Pulsar's nouns.
@@ -97,6 +72,12 @@ class Parser(argparse.ArgumentParser):
                 raise UnknownFlag(flag.split("=")[0])
             raise UsageError(
                 f"unexpected argument(s): {' '.join(extras)}\nSee '{self.prog} --help' for usage."
+            )
+        if message.startswith("the following arguments are required: resource"):
+            verb = self.prog.removeprefix("magctl ")
+            raise UsageError(
+                f'You must specify the type of resource to {verb}. Use "magctl api-resources" '
+                "for a complete list of supported resources."
             )
         if message.startswith("argument <verb>: invalid choice: "):
             verb = message.split("invalid choice: ", 1)[1].split(" (choose", 1)[0].strip("'")
@@ -344,6 +325,43 @@ def build() -> Parser:
     return parser
 
 
+def verb_flags(parser: argparse.ArgumentParser) -> dict[str, list[str]]:
+    """Every flag each verb takes (``""``: the flags before any verb), for completion."""
+
+    def flags_of(p: argparse.ArgumentParser) -> list[str]:
+        return sorted({o for a in p._actions for o in a.option_strings})
+
+    table = {"": flags_of(parser)}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                table[name] = flags_of(sub)
+    return table
+
+
+def dispatch(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
+    """Run the parsed verb; its module loads only now (start-up stays fast)."""
+    verb = args.verb
+    if verb in TOOLING_VERBS:
+        from magnetar.client.magctl import tooling
+
+        flags = verb_flags(build()) if verb == "completion" else {}
+        return tooling.run(verb, args, out, err, flags=flags)
+    if verb in OPERATION_VERBS:
+        from magnetar.client.magctl import operations
+
+        return operations.run(verb, args, out=out, err=err)
+    if verb == "top":
+        from magnetar.client.magctl import top
+        from magnetar.client.magctl.session import open_session
+
+        session = open_session(args)
+        return top.run(args, session.api, session.scope, out)
+    from magnetar.client.magctl import verbs
+
+    return verbs.run(verb, args, out, err)
+
+
 def run(
     argv: Sequence[str] | None = None, *, out: IO[str] | None = None, err: IO[str] | None = None
 ) -> int:
@@ -363,8 +381,6 @@ def run(
         if args.verb is None:  # global flags only
             parser.print_help(out)
             return 0
-        from magnetar.client.magctl.verbs import dispatch
-
         return dispatch(args, out, err)
     except MagctlError as exc:
         err.write(exc.render().rstrip("\n") + "\n")
@@ -387,4 +403,4 @@ def run(
         return 1
 
 
-__all__ = ["VERBS", "Parser", "build", "run"]
+__all__ = ["VERBS", "Parser", "build", "dispatch", "run", "verb_flags"]

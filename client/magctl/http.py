@@ -28,7 +28,7 @@ class HttpError(Exception):
         self.reason = reason
 
 
-def _reason_of(status: int, raw: bytes) -> str:
+def reason_of(status: int, raw: bytes) -> str:
     text = raw.decode("utf-8", "replace").strip()
     try:
         data = json.loads(text)
@@ -39,6 +39,19 @@ def _reason_of(status: int, raw: bytes) -> str:
             if isinstance(data.get(key), str):
                 return str(data[key])
     return text
+
+
+def _check_url(url: str) -> None:
+    """An admin URL is ``http(s)://host[:port][/prefix]``: anything else is a usage error
+    before any request (urllib would fail later with its own exception types)."""
+    bad = UsageError(f'invalid admin URL "{url}": expected http://host:port or https://...')
+    try:
+        parts = urllib.parse.urlsplit(url)
+        _ = parts.port  # ValueError for a port that is not a number or out of range
+    except ValueError:
+        raise bad from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise bad
 
 
 class AdminHttp:
@@ -52,6 +65,7 @@ class AdminHttp:
         tls_ca_file: str | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
+        _check_url(self.base_url)
         self.token = token
         self.timeout_s = timeout_s
         self._context: ssl.SSLContext | None = None
@@ -99,7 +113,7 @@ class AdminHttp:
             with urllib.request.urlopen(req, timeout=self.timeout_s, context=self._context) as r:
                 payload: bytes = r.read()
         except urllib.error.HTTPError as exc:
-            raise HttpError(exc.code, _reason_of(exc.code, exc.read())) from None
+            raise HttpError(exc.code, reason_of(exc.code, exc.read())) from None
         except (TimeoutError, urllib.error.URLError, OSError) as exc:
             where = urllib.parse.urlsplit(self.base_url).netloc or self.base_url
             cause = getattr(exc, "reason", exc)
@@ -141,4 +155,4 @@ class AdminHttp:
         return self.request("DELETE", path, query=query or None)
 
 
-__all__ = ["AdminHttp", "HttpError"]
+__all__ = ["AdminHttp", "HttpError", "reason_of"]

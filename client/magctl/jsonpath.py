@@ -120,4 +120,10 @@ def render(template: str, data: Any) -> str:
     return "".join(out)
 
 
-__all__ = ["compile_expr", "render", "values"]
+def check(template: str) -> None:
+    """Raise ``UsageError`` for a template that cannot render (before any request is sent);
+    missing keys are not errors, so rendering it over nothing checks exactly the syntax."""
+    render(template, {})
+
+
+__all__ = ["check", "compile_expr", "render", "values"]

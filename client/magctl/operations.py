@@ -21,9 +21,11 @@ from urllib.parse import quote
 
 from magnetar.client.magctl.api import Api, Scope
 from magnetar.client.magctl.errors import EXIT_OK, MagctlError, ServerError, UsageError
-from magnetar.client.magctl.http import HttpError
-from magnetar.client.magctl.kinds import TOPICS, position_body
-from magnetar.client.magctl.resources import TopicName, split_namespace
+from magnetar.client.magctl.http import HttpError, reason_of
+from magnetar.client.magctl.kinds import KINDS, TOPICS, position_body
+from magnetar.client.magctl.progress import Progress
+from magnetar.client.magctl.resources import TopicName, split_namespace, targets
+from magnetar.client.magctl.session import open_session
 from magnetar.client.magctl.units import parse_duration_s
 
 
@@ -36,11 +38,8 @@ class _Op(NamedTuple):
     err: IO[str]
 
 
-def run(
-    verb: str, args: argparse.Namespace, api: Api, scope: Scope, *, out: IO[str], err: IO[str]
-) -> int:
-    from magnetar.client.magctl.verbs import targets
-
+def run(verb: str, args: argparse.Namespace, *, out: IO[str], err: IO[str]) -> int:
+    """One of ``commands.OPERATION_VERBS``, on each name given."""
     rtype, names = targets(args.resource, args.names)
     if not names:
         raise UsageError(f"{verb} {rtype.singular}: a name is required")
@@ -60,6 +59,7 @@ def run(
     }[verb]
     if rtype.plural not in allowed:
         raise UsageError(f"{verb} does not apply to {rtype.plural} (only {', '.join(allowed)})")
+    api, scope, _ = open_session(args)
     handler = globals()[f"_{verb}"]
     op = _Op(api, scope, rtype.plural, args, out, err)
     for name in names:
@@ -82,8 +82,6 @@ def _parts(tn: TopicName, n: int) -> list[TopicName]:
 def _sub_topic(api: Api, scope: Scope, sub: str) -> tuple[TopicName, int]:
     if scope.topic:
         return _topic(api, scope, scope.topic)
-    from magnetar.client.magctl.kinds import KINDS
-
     found = KINDS["subscriptions"].get(api, sub, scope, full=False)
     return _topic(api, scope, found["spec"]["topic"])
 
@@ -97,8 +95,10 @@ def _unload(op: _Op, name: str) -> None:
     api, scope, plural, _args, out, _err = op
     if plural == "topics":
         tn, n = _topic(api, scope, name)
-        for part in _parts(tn, n):
-            api.put(f"/admin/v2/{part.path}/unload", what=("topics", part.full))
+        with Progress(op.err, n, "unloading") as progress:
+            for part in _parts(tn, n):
+                progress.advance(part.full)
+                api.put(f"/admin/v2/{part.path}/unload", what=("topics", part.full))
         out.write(f"topic/{tn.full} unloaded\n")
     elif plural == "namespaces":
         tenant, ns = split_namespace(name)
@@ -142,17 +142,20 @@ def _split(op: _Op, name: str) -> None:
 def _seek(op: _Op, name: str) -> None:
     api, scope, _plural, args, out, _err = op
     tn, n = _sub_topic(api, scope, name)
-    for part in _parts(tn, n):
-        base = _sub_path(part, name)
-        if args.time is not None:
-            text = str(args.time)
-            if text.isdigit() and len(text) >= 12:
-                ts = int(text)
+    with Progress(op.err, n, f"resetting {name} on") as progress:
+        for part in _parts(tn, n):
+            progress.advance(part.full)
+            base = _sub_path(part, name)
+            if args.time is not None:
+                text = str(args.time)
+                if text.isdigit() and len(text) >= 12:
+                    ts = int(text)
+                else:
+                    ts = int(time.time() * 1000) - parse_duration_s(text, "--time") * 1000
+                api.post(f"{base}/resetcursor/{ts}", what=("subscriptions", name))
             else:
-                ts = int(time.time() * 1000) - parse_duration_s(text, "--time") * 1000
-            api.post(f"{base}/resetcursor/{ts}", what=("subscriptions", name))
-        else:
-            api.post(f"{base}/resetcursor", position_body(args.to), what=("subscriptions", name))
+                body = position_body(args.to)
+                api.post(f"{base}/resetcursor", body, what=("subscriptions", name))
     out.write(f"subscription/{name} reset\n")
 
 
@@ -170,8 +173,10 @@ def _skip(op: _Op, name: str) -> None:
 def _clear(op: _Op, name: str) -> None:
     api, scope, _plural, _args, out, _err = op
     tn, n = _sub_topic(api, scope, name)
-    for part in _parts(tn, n):
-        api.post(f"{_sub_path(part, name)}/skip_all", what=("subscriptions", name))
+    with Progress(op.err, n, f"clearing {name} on") as progress:
+        for part in _parts(tn, n):
+            progress.advance(part.full)
+            api.post(f"{_sub_path(part, name)}/skip_all", what=("subscriptions", name))
     out.write(f"subscription/{name} cleared\n")
 
 
@@ -179,8 +184,11 @@ def _expire(op: _Op, name: str) -> None:
     api, scope, _plural, args, out, _err = op
     seconds = parse_duration_s(args.older_than, "--older-than")
     tn, n = _sub_topic(api, scope, name)
-    for part in _parts(tn, n):
-        api.post(f"{_sub_path(part, name)}/expireMessages/{seconds}", what=("subscriptions", name))
+    with Progress(op.err, n, f"expiring {name} on") as progress:
+        for part in _parts(tn, n):
+            progress.advance(part.full)
+            path = f"{_sub_path(part, name)}/expireMessages/{seconds}"
+            api.post(path, what=("subscriptions", name))
     out.write(f"subscription/{name} expired messages older than {args.older_than}\n")
 
 
@@ -209,10 +217,8 @@ def _raw_get(api: Api, path: str, what: tuple[str, str]) -> tuple[dict[str, str]
         with urllib.request.urlopen(req, timeout=http.timeout_s) as r:
             return dict(r.headers.items()), r.read()
     except urllib.error.HTTPError as exc:
-        from magnetar.client.magctl.http import _reason_of
-
         raise Api._error(
-            HttpError(exc.code, _reason_of(exc.code, exc.read())), "GET", path, what
+            HttpError(exc.code, reason_of(exc.code, exc.read())), "GET", path, what
         ) from None
     except OSError:
         http.request("GET", path)  # raises the transport's ConnectionFailed
@@ -279,32 +285,33 @@ def _compact(op: _Op, name: str) -> None:
         out.write(f"topic/{tn.full} compaction started\n")
         return
     deadline = time.monotonic() + args.timeout
-    tty = hasattr(err, "isatty") and err.isatty()
-    for part in _parts(tn, n):
-        while True:
-            try:
-                status = (
-                    api.get(f"/admin/v2/{part.path}/compaction", what=("topics", part.full)) or {}
-                )
-            except ServerError as exc:
-                if n > 0 and exc.status == 404:
-                    break  # a partition never written to has nothing to compact
-                raise
-            state = str(status.get("status", "")).upper()
-            if state == "ERROR":
-                raise MagctlError(f"compaction of {part.full} failed: {status.get('lastError')}")
-            if state != "RUNNING":
-                break
-            if time.monotonic() > deadline:
-                raise MagctlError(
-                    f"compaction of {part.full} still running after {args.timeout:g} s"
-                )
-            if tty:
-                err.write(f"\rcompacting {part.full} ...")
-                err.flush()
-            time.sleep(0.5)  # polling period of a deadline-bounded wait
-    if tty:
-        err.write("\r\033[K")
+    parts = _parts(tn, n)
+    with Progress(err, len(parts), "compacting") as progress:
+        for part in parts:
+            progress.advance(part.full)
+            while True:
+                try:
+                    status = (
+                        api.get(f"/admin/v2/{part.path}/compaction", what=("topics", part.full))
+                        or {}
+                    )
+                except ServerError as exc:
+                    if n > 0 and exc.status == 404:
+                        break  # a partition never written to has nothing to compact
+                    raise
+                state = str(status.get("status", "")).upper()
+                if state == "ERROR":
+                    raise MagctlError(
+                        f"compaction of {part.full} failed: {status.get('lastError')}"
+                    )
+                if state != "RUNNING":
+                    break
+                if time.monotonic() > deadline:
+                    raise MagctlError(
+                        f"compaction of {part.full} still running after {args.timeout:g} s"
+                    )
+                progress.status(f"{part.full} (running)")
+                time.sleep(0.5)  # polling period of a deadline-bounded wait
     out.write(f"topic/{tn.full} compacted\n")
 
 

@@ -42,6 +42,15 @@ class OutputFormat:
             "formats are: custom-columns,json,jsonpath,name,wide,yaml"
         )
 
+    def check(self) -> None:
+        """Raise ``UsageError`` now for a template that could only fail after the requests."""
+        if self.kind == "jsonpath":
+            from magnetar.client.magctl.jsonpath import check
+
+            check(self.arg)
+        elif self.kind == "custom-columns":
+            custom_columns(self.arg)
+
     @property
     def needs_full(self) -> bool:
         """Machine formats show spec.policies, which costs more requests than a table."""

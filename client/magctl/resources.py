@@ -3,7 +3,8 @@
 Owns: ``RESOURCES`` (the table ``magctl api-resources`` prints), ``resolve`` (``topics``,
 ``topic``, ``tp`` and ``TOPIC`` all name one type; anything else is a usage error), and
 ``TopicName`` (``persistent://t/ns/x``, ``t/ns/x`` and a short ``x`` resolved in the current
-namespace, ``persistent`` by default). Records are NamedTuples, not dataclasses: importing
+namespace, ``persistent`` by default), ``targets`` (a verb's ``TYPE``, ``TYPE NAME...`` or
+``TYPE/NAME`` arguments). Records are NamedTuples, not dataclasses: importing
 ``dataclasses`` costs several ms at start-up, and ``magctl --help`` loads this module.
 Must not know: HTTP, output.
 """
@@ -137,6 +138,19 @@ def by_kind(kind: str) -> ResourceType | None:
     return _BY_KIND.get(kind)
 
 
+def targets(resource: str, names: list[str]) -> tuple[ResourceType, list[str]]:
+    """kubectl's forms: ``TYPE``, ``TYPE NAME...`` and ``TYPE/NAME``."""
+    head, sep, rest = resource.partition("/")
+    if sep and lookup(head) is not None and "://" not in resource:
+        if names:
+            raise UsageError(
+                "there is no need to specify a resource type as a separate "
+                "argument when passing arguments in resource/name form"
+            )
+        return resolve(head), [rest]
+    return resolve(resource), list(names)
+
+
 def split_namespace(ns: str) -> tuple[str, str]:
     parts = ns.strip("/").split("/")
     if len(parts) != 2 or not all(parts):
@@ -212,4 +226,5 @@ __all__ = [
     "lookup",
     "resolve",
     "split_namespace",
+    "targets",
 ]

@@ -1,7 +1,8 @@
 """Tooling verbs: ``config`` (contexts), ``completion`` (bash, zsh, fish), ``version``.
 
-Owns: the config subcommands over ``ConfigFile``, the completion scripts (verbs, resource
-types and flags statically; resource names by asking ``magctl get TYPE -o name``), and the
+Owns: the config subcommands over ``ConfigFile``, the completion scripts (verbs and resource
+types; each verb's flags as the parser reads them, handed in by ``cli``; resource names by
+asking ``magctl get TYPE -o name``), and the
 version report (the client's own, and the server's from ``/admin/v2/brokers/version`` when
 it answers). ``version --client`` touches no network and no YAML. Must not know: REST beyond
 the version path.
@@ -24,9 +25,9 @@ def cmd_version(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
         "clientVersion": {"version": CLIENT_VERSION, "apiVersion": "magnetar.io/v1alpha1"}
     }
     if not args.client:
-        from magnetar.client.magctl.verbs import _session
+        from magnetar.client.magctl.session import open_session
 
-        api, _, conn = _session(args)
+        api, _, conn = open_session(args)
         server = api.try_get("/admin/v2/brokers/version")
         report["serverVersion"] = {
             "version": server if server is not None else "unknown",
@@ -150,35 +151,11 @@ def _set_context(cfg: Any, args: argparse.Namespace, out: IO[str]) -> None:
 
 
 # ---------------------------------------------------------------------------- completion
-def _words() -> tuple[list[str], list[str], list[str]]:
-    from magnetar.client.magctl.cli import VERBS
+def _words() -> tuple[list[str], list[str]]:
+    from magnetar.client.magctl.commands import VERBS
     from magnetar.client.magctl.resources import RESOURCES
 
-    resources = [n for r in RESOURCES for n in r.names]
-    flags = [
-        "-n",
-        "--namespace",
-        "--context",
-        "--admin-url",
-        "--token",
-        "-o",
-        "--output",
-        "--no-headers",
-        "--sort-by",
-        "-l",
-        "--selector",
-        "-w",
-        "--watch",
-        "--topic",
-        "-f",
-        "--filename",
-        "--dry-run",
-        "--force",
-        "--all",
-        "--partitions",
-        "--help",
-    ]
-    return list(VERBS), resources, flags
+    return list(VERBS), [n for r in RESOURCES for n in r.names]
 
 
 _BASH = r"""# magctl completion for bash: source <(magctl completion bash)
@@ -194,7 +171,10 @@ _magctl() {
         esac
     done
     if [[ "$cur" == -* ]]; then
-        COMPREPLY=( $(compgen -W "__FLAGS__" -- "$cur") )
+        case "$verb" in
+__VERB_FLAGS__
+            *) COMPREPLY=( $(compgen -W "__FLAGS__" -- "$cur") ) ;;
+        esac
         return 0
     fi
     case "$prev" in
@@ -242,10 +222,18 @@ complete -c magctl -l topic -d 'topic of subscriptions' -r
 """
 
 
-def completion_script(shell: str) -> str:
-    verbs, resources, flags = _words()
+def completion_script(shell: str, flags: dict[str, list[str]]) -> str:
+    """The script for ``shell``; ``flags``: each verb's flags (``""``: before a verb), as
+    ``cli.verb_flags`` reads them from the parser, so completion offers what parses."""
+    verbs, resources = _words()
+    per_verb = "\n".join(
+        f'            {verb}) COMPREPLY=( $(compgen -W "{" ".join(fl)}" -- "$cur") ) ;;'
+        for verb, fl in flags.items()
+        if verb
+    )
     bash = (
-        _BASH.replace("__FLAGS__", " ".join(flags))
+        _BASH.replace("__VERB_FLAGS__", per_verb)
+        .replace("__FLAGS__", " ".join(flags.get("", [])))
         .replace("__VERBS__", " ".join(verbs))
         .replace("__RESOURCES__", " ".join(resources))
     )
@@ -253,12 +241,43 @@ def completion_script(shell: str) -> str:
         return bash
     if shell == "zsh":
         return _ZSH + bash.split("\n", 1)[1]
-    return _FISH.replace("__VERBS__", " ".join(verbs)).replace("__RESOURCES__", " ".join(resources))
+    fish = _FISH.replace("__VERBS__", " ".join(verbs)).replace("__RESOURCES__", " ".join(resources))
+    common = set(flags.get("", []))
+    for verb, fl in flags.items():
+        for flag in fl:
+            if verb and flag.startswith("--") and flag not in common:
+                fish += (
+                    f"complete -c magctl -n '__fish_seen_subcommand_from {verb}' -l {flag[2:]}\n"
+                )
+    return fish
 
 
-def cmd_completion(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
-    out.write(completion_script(args.shell))
+def cmd_completion(
+    args: argparse.Namespace, out: IO[str], err: IO[str], flags: dict[str, list[str]]
+) -> int:
+    out.write(completion_script(args.shell, flags))
     return EXIT_OK
 
 
-__all__ = ["CLIENT_VERSION", "cmd_completion", "cmd_config", "cmd_version", "completion_script"]
+def run(
+    verb: str,
+    args: argparse.Namespace,
+    out: IO[str],
+    err: IO[str],
+    *,
+    flags: dict[str, list[str]],
+) -> int:
+    """One of ``commands.TOOLING_VERBS``; ``flags`` (for ``completion``): each verb's flags."""
+    if verb == "completion":
+        return cmd_completion(args, out, err, flags)
+    return cmd_config(args, out, err) if verb == "config" else cmd_version(args, out, err)
+
+
+__all__ = [
+    "CLIENT_VERSION",
+    "cmd_completion",
+    "cmd_config",
+    "cmd_version",
+    "completion_script",
+    "run",
+]

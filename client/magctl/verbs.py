@@ -14,80 +14,20 @@ import time
 from typing import IO, TYPE_CHECKING, Any
 
 from magnetar.client.magctl.errors import EXIT_OK, MagctlError, UsageError
-from magnetar.client.magctl.resources import RESOURCES, ResourceType, lookup, resolve
+from magnetar.client.magctl.progress import Progress
+from magnetar.client.magctl.resources import RESOURCES, ResourceType, resolve, targets
+from magnetar.client.magctl.session import open_session
 
 if TYPE_CHECKING:
     from magnetar.client.magctl.api import Api, Scope
 
 
-def _session(args: argparse.Namespace) -> tuple[Api, Scope, Any]:
-    from magnetar.client.magctl.api import Api, Scope
-    from magnetar.client.magctl.config import ConfigFile
-    from magnetar.client.magctl.http import AdminHttp
-
-    conn = ConfigFile().connection(
-        context=getattr(args, "context", None),
-        admin_url=getattr(args, "admin_url", None),
-        token=getattr(args, "token", None),
-        namespace=getattr(args, "namespace", None),
-    )
-    http = AdminHttp(
-        conn.admin_url,
-        token=conn.token,
-        timeout_s=getattr(args, "request_timeout", 30.0),
-        tls_insecure=conn.tls_insecure,
-        tls_ca_file=conn.tls_ca_file,
-    )
-    scope = Scope(conn.namespace, conn.namespace_explicit, getattr(args, "topic", None))
-    return Api(http), scope, conn
-
-
-def targets(resource: str, names: list[str]) -> tuple[ResourceType, list[str]]:
-    """kubectl's forms: ``TYPE``, ``TYPE NAME...`` and ``TYPE/NAME``."""
-    head, sep, rest = resource.partition("/")
-    if sep and lookup(head) is not None and "://" not in resource:
-        if names:
-            raise UsageError(
-                "there is no need to specify a resource type as a separate "
-                "argument when passing arguments in resource/name form"
-            )
-        return resolve(head), [rest]
-    return resolve(resource), list(names)
-
-
-def dispatch(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
-    verb = args.verb
-    if verb in ("config", "completion", "version"):
-        from magnetar.client.magctl import tooling
-
-        return int(getattr(tooling, f"cmd_{verb}")(args, out, err))
+def run(verb: str, args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
+    """One of ``commands.RESOURCE_VERBS``."""
     if verb == "api-resources":
         return api_resources(args, out)
     if verb == "explain":
         return explain(args, out)
-    if verb == "top":
-        from magnetar.client.magctl import top
-
-        api, scope, _ = _session(args)
-        return int(top.run(args, api, scope, out))
-    if verb in (
-        "unload",
-        "split",
-        "seek",
-        "skip",
-        "clear",
-        "expire",
-        "peek",
-        "compact",
-        "terminate",
-        "truncate",
-        "scale",
-        "lookup",
-    ):
-        from magnetar.client.magctl import operations
-
-        api, scope, _ = _session(args)
-        return int(operations.run(verb, args, api, scope, out=out, err=err))
     return int(globals()[f"cmd_{verb}"](args, out, err))
 
 
@@ -112,6 +52,14 @@ def _select(objects: list[dict[str, Any]], selector: str | None) -> list[dict[st
     return [o for o in objects if matches(sel, (o.get("metadata") or {}).get("labels"))]
 
 
+def _check_selector(selector: str | None) -> None:
+    """A bad ``-l`` is a usage error before any request."""
+    if selector:
+        from magnetar.client.magctl.selectors import parse_selector
+
+        parse_selector(selector)
+
+
 def _scope_words(rtype: ResourceType, scope: Scope) -> str:
     if rtype.scope == "namespace":
         return f" in {scope.namespace} namespace"
@@ -125,8 +73,14 @@ def cmd_get(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
     from magnetar.client.magctl.output import OutputFormat, print_objects, sort_objects
 
     fmt = OutputFormat.parse(args.output)
+    fmt.check()
     rtype, names = targets(args.resource, args.names)
-    api, scope, _ = _session(args)
+    _check_selector(args.selector)
+    if args.sort_by:
+        from magnetar.client.magctl.jsonpath import compile_expr
+
+        compile_expr(args.sort_by)
+    api, scope, _ = open_session(args)
     kind = KINDS[rtype.plural]
     columns = kind.columns(fmt.kind == "wide")
     last: dict[str, str] = {}
@@ -180,7 +134,7 @@ def cmd_describe(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
     from magnetar.client.magctl.output import describe
 
     rtype, names = targets(args.resource, args.names)
-    api, scope, _ = _session(args)
+    api, scope, _ = open_session(args)
     objects = _fetch(api, scope, rtype, names, full=True)
     if rtype.plural in ("topics", "partitions"):
         for o in objects:
@@ -233,7 +187,11 @@ def cmd_create(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
     rtype, names = targets(args.resource, args.names)
     if not names:
         raise UsageError(f"create {rtype.singular}: a name is required")
-    api, scope, _ = _session(args)
+    if args.partitions < 0:
+        raise UsageError("--partitions: 0 (not partitioned) or more")
+    if args.bundles is not None and args.bundles < 1:
+        raise UsageError("--bundles: 1 or more")
+    api, scope, _ = open_session(args)
     opts = {
         "partitions": args.partitions,
         "bundles": args.bundles,
@@ -259,7 +217,8 @@ def cmd_delete(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
     from magnetar.client.magctl.kinds import KINDS
 
     rtype, names = targets(args.resource, args.names)
-    api, scope, _ = _session(args)
+    _check_selector(args.selector)
+    api, scope, _ = open_session(args)
     kind = KINDS[rtype.plural]
     if not names:
         if not (args.all or args.selector):
@@ -272,25 +231,26 @@ def cmd_delete(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
         if not names:
             err.write(f"No resources found{_scope_words(rtype, scope)}.\n")
             return EXIT_OK
-    progress = _Progress(err, len(names), "deleting")
     failed: MagctlError | None = None
-    for name in names:
-        try:
-            if rtype.plural == "namespaces" and args.force:
-                _delete_topics_of(api, name, err)
-            kind.delete(api, name, scope, force=args.force)
-            out.write(f'{rtype.singular} "{_display(rtype, name, scope)}" deleted\n')
-        except MagctlError as exc:
-            if len(names) == 1:
-                raise
-            err.write(exc.render() + "\n")
-            failed = exc
-        progress.step()
-    progress.done()
+    with Progress(err, len(names), f"deleting {rtype.plural}") as progress:
+        for name in names:
+            shown = _display(rtype, name, scope)
+            progress.advance(shown)
+            try:
+                if rtype.plural == "namespaces" and args.force:
+                    _delete_topics_of(api, name, out, err)
+                    progress.status(shown)  # redrawn after the topics' own line
+                kind.delete(api, name, scope, force=args.force)
+                progress.echo(out, f'{rtype.singular} "{shown}" deleted\n')
+            except MagctlError as exc:
+                if len(names) == 1:
+                    raise
+                progress.echo(err, exc.render() + "\n")
+                failed = exc
     return failed.exit_code if failed else EXIT_OK
 
 
-def _delete_topics_of(api: Api, namespace: str, err: IO[str]) -> None:
+def _delete_topics_of(api: Api, namespace: str, out: IO[str], err: IO[str]) -> None:
     """``delete ns --force``: every persistent topic of the namespace first (Pulsar's force
     delete), with progress on a terminal. Active non-persistent topics still make the server
     refuse: they end when their clients go."""
@@ -298,30 +258,11 @@ def _delete_topics_of(api: Api, namespace: str, err: IO[str]) -> None:
     from magnetar.client.magctl.kinds import TOPICS
 
     topics = [n for n in TOPICS.names(api, namespace) if n.startswith("persistent://")]
-    progress = _Progress(err, len(topics), f"deleting the topics of {namespace}")
     scope = Scope(namespace, True)
-    for name in sorted(topics):
-        TOPICS.delete(api, name, scope, force=True)
-        progress.step()
-    progress.done()
-
-
-class _Progress:
-    """``[3/40] deleting`` on a terminal; silent when stderr is piped."""
-
-    def __init__(self, err: IO[str], total: int, what: str) -> None:
-        self.err, self.total, self.what, self.n = err, total, what, 0
-        self.on = total > 1 and hasattr(err, "isatty") and err.isatty()
-
-    def step(self) -> None:
-        self.n += 1
-        if self.on:
-            self.err.write(f"\r[{self.n}/{self.total}] {self.what}")
-            self.err.flush()
-
-    def done(self) -> None:
-        if self.on:
-            self.err.write("\r\033[K")
+    with Progress(err, len(topics), f"deleting the topics of {namespace}") as progress:
+        for name in sorted(topics):
+            progress.advance(name)
+            TOPICS.delete(api, name, scope, force=True)
 
 
 # --------------------------------------------------------------------------------- edit
@@ -343,7 +284,7 @@ def cmd_edit(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
         raise UsageError(f"edit applies to {', '.join(_EDITABLE)}, not {rtype.plural}")
     if len(names) != 1:
         raise UsageError("edit takes exactly one name")
-    api, scope, _ = _session(args)
+    api, scope, _ = open_session(args)
     obj = _fetch(api, scope, rtype, names, full=True)[0]
     obj.pop("status", None)
     original = dump_yaml(obj)
@@ -402,22 +343,21 @@ def cmd_apply(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
     if args.prune and not args.selector:
         raise UsageError("--prune needs -l SELECTOR: only objects with matching labels are pruned")
     manifests = load_manifests(args.filename)
-    api, scope, _ = _session(args)
+    api, scope, _ = open_session(args)
     dry = {"none": "", "client": " (dry run)", "server": " (server dry run)"}[args.dry_run]
-    progress = _Progress(err, len(manifests), "applying")
     applied: set[tuple[str, str]] = set()
-    for m in manifests:
-        p = plan(api, m, scope.namespace)
-        for w in p.warnings:
-            err.write(f"Warning: {w}\n")
-        if not dry:
-            for write in p.writes:
-                write()
-        word = "created" if not p.exists else ("configured" if p.changed else "unchanged")
-        out.write(f"{p.singular}/{p.name} {word}{dry}\n")
-        applied.add((p.kind, p.name))
-        progress.step()
-    progress.done()
+    with Progress(err, len(manifests), "applying") as progress:
+        for m in manifests:
+            progress.advance(m.source)
+            p = plan(api, m, scope.namespace)
+            for w in p.warnings:
+                progress.echo(err, f"Warning: {w}\n")
+            if not dry:
+                for write in p.writes:
+                    write()
+            word = "created" if not p.exists else ("configured" if p.changed else "unchanged")
+            progress.echo(out, f"{p.singular}/{p.name} {word}{dry}\n")
+            applied.add((p.kind, p.name))
     if args.prune:
         _prune(api, applied, args.selector, dry, out)
     return EXIT_OK
@@ -459,7 +399,7 @@ def cmd_diff(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
 
     try:
         manifests = load_manifests(args.filename)
-        api, scope, _ = _session(args)
+        api, scope, _ = open_session(args)
         differs = False
         for m in manifests:
             p = plan(api, m, scope.namespace)
@@ -557,39 +497,38 @@ _EXPLAIN: dict[str, dict[str, str]] = {
 
 
 def explain(args: argparse.Namespace, out: IO[str]) -> int:
+    """kubectl explain: the whole text is built first, so a bad field prints nothing."""
+    out.write(_explain_text(args.target))
+    return EXIT_OK
+
+
+def _explain_text(target: str) -> str:
     from magnetar.client.magctl.policyspec import POLICIES
 
-    head, *path = args.target.split(".")
+    head, *path = target.split(".")
     rtype = resolve(head)
     fields = _EXPLAIN.get(rtype.kind)
-    out.write(f"KIND:     {rtype.kind}\nVERSION:  magnetar.io/v1alpha1\n\n")
+    text = f"KIND:     {rtype.kind}\nVERSION:  magnetar.io/v1alpha1\n\n"
     if path and path[0] == "spec":
         path = path[1:]
     if fields is None:
-        out.write(f"DESCRIPTION:\n     {rtype.description} (read-only: status only)\n")
-        return EXIT_OK
+        return text + f"DESCRIPTION:\n     {rtype.description} (read-only: status only)\n"
     if not path:
-        out.write(f"DESCRIPTION:\n     {rtype.description}\n\nFIELDS (spec):\n")
-        for k, v in fields.items():
-            out.write(f"   {k}\t{v}\n")
-        return EXIT_OK
+        text += f"DESCRIPTION:\n     {rtype.description}\n\nFIELDS (spec):\n"
+        return text + "".join(f"   {k}\t{v}\n" for k, v in fields.items())
     if path[0] == "policies" and "policies" in fields:
         if len(path) == 1:
-            out.write("FIELD:    policies <Object>\n\nFIELDS:\n")
-            for k, pol in POLICIES.items():
-                out.write(f"   {k}\t{pol.description}\n")
-            return EXIT_OK
+            text += "FIELD:    policies <Object>\n\nFIELDS:\n"
+            return text + "".join(f"   {k}\t{pol.description}\n" for k, pol in POLICIES.items())
         found = POLICIES.get(path[1])
-        if found is not None:
-            out.write(
+        if found is not None and len(path) == 2:
+            return text + (
                 f"FIELD:    policies.{found.key}\n\nDESCRIPTION:\n     "
                 f"{found.description}\n     REST: POST .../{found.segment}\n"
             )
-            return EXIT_OK
     if len(path) == 1 and path[0] in fields:
-        out.write(f"FIELD:    {path[0]} {fields[path[0]]}\n")
-        return EXIT_OK
+        return text + f"FIELD:    {path[0]} {fields[path[0]]}\n"
     raise UsageError(f'field "{".".join(path)}" does not exist in {rtype.kind}')
 
 
-__all__ = ["dispatch", "targets"]
+__all__ = ["run"]

@@ -2,8 +2,10 @@
 
 Owns: ``server`` (a module-scoped standalone process, killed at the end), ``magctl``
 (``main()`` in-process with captured output: fast, for the bulk of the tests), ``magctl_proc``
-(the CLI as a subprocess: for exit codes, stderr and "no traceback" checks) and
-``config_file`` (``MAGCTL_CONFIG`` pointing at an empty file of the test's own).
+(the CLI as a subprocess: for exit codes, stderr and "no traceback" checks),
+``magctl_term`` (the subprocess with stderr on a pseudo-terminal, or on a pipe: what progress
+draws, and that nothing is drawn when piped) and ``config_file`` (``MAGCTL_CONFIG`` pointing
+at an empty file of the test's own).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import os
 import pathlib
 import subprocess
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -83,5 +86,55 @@ def magctl_proc(config_file: pathlib.Path) -> Magctl:
             check=False,
         )
         return Result(done.returncode, done.stdout, done.stderr)
+
+    return call
+
+
+def _read_all(fd: int, into: list[bytes]) -> None:
+    """Read a pty master until every slave end is closed (EIO on Linux)."""
+    while True:
+        try:
+            chunk = os.read(fd, 65536)
+        except OSError:
+            return
+        if not chunk:
+            return
+        into.append(chunk)
+
+
+@pytest.fixture
+def magctl_term(config_file: pathlib.Path) -> Magctl:
+    """``magctl_term(*args, admin_url=..., tty=True|False)``: the CLI as a subprocess, its
+    stdout a pipe and its stderr a pseudo-terminal (``tty=True``) or a pipe. ``err`` is every
+    byte written to stderr, as written (the terminal's ``\n`` -> ``\r\n`` undone)."""
+
+    def call(*args: str, admin_url: str | None = None, tty: bool = True) -> Result:
+        argv = list(args) + (["-s", admin_url] if admin_url else [])
+        cmd = [sys.executable, "-m", "magnetar.client.magctl", *argv]
+        env = {**os.environ, "MAGCTL_CONFIG": str(config_file), "TERM": "xterm"}
+        if not tty:
+            done = subprocess.run(
+                cmd, capture_output=True, text=True, timeout=120, env=env, check=False
+            )
+            return Result(done.returncode, done.stdout, done.stderr)
+        master, slave = os.openpty()
+        try:
+            proc = subprocess.Popen(
+                cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=slave, env=env
+            )
+        finally:
+            os.close(slave)
+        chunks: list[bytes] = []
+        reader = threading.Thread(target=_read_all, args=(master, chunks), daemon=True)
+        reader.start()
+        try:
+            out, _ = proc.communicate(timeout=120)
+            reader.join(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            os.close(master)
+        err = b"".join(chunks).decode().replace("\r\n", "\n")
+        return Result(proc.returncode, out.decode(), err)
 
     return call

@@ -1,7 +1,9 @@
 """magctl's pure parts: units, JSONPath templates, label selectors, resource names,
-policy canonical forms, table layout, client.conf parsing."""
+policy canonical forms, table layout, client.conf parsing, the progress line's drawing."""
 
 from __future__ import annotations
+
+import io
 
 import pytest
 
@@ -10,6 +12,7 @@ from magnetar.client.magctl.errors import UsageError
 from magnetar.client.magctl.jsonpath import render
 from magnetar.client.magctl.output import OutputFormat, table
 from magnetar.client.magctl.policyspec import POLICIES, canonical_policies
+from magnetar.client.magctl.progress import CLEAR_LINE, Progress
 from magnetar.client.magctl.resources import RESOURCES, TopicName, resolve
 from magnetar.client.magctl.selectors import matches, parse_selector
 from magnetar.client.magctl.units import (
@@ -123,3 +126,44 @@ def test_client_conf_properties() -> None:
     assert props["webServiceUrl"] == "http://h:8080/"
     assert props["brokerServiceUrl"] == "pulsar://h:6650"
     assert props["authParams"] == "token:abc"
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        if self.closed:
+            raise ValueError("I/O operation on closed file")  # as a real file does
+        return True
+
+
+def test_progress_draws_on_a_terminal_around_result_lines(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("TERM", "xterm")
+    err, out = _Terminal(), io.StringIO()
+    with Progress(err, 2, "applying") as progress:
+        progress.advance("a.yaml")
+        progress.echo(out, "tenant/a created\n")
+        progress.advance("b.yaml")
+        progress.status("b.yaml (running)")
+    assert out.getvalue() == "tenant/a created\n"
+    c = CLEAR_LINE
+    assert err.getvalue() == (
+        f"{c}[1/2] applying a.yaml{c}{c}[1/2] applying a.yaml"
+        f"{c}[2/2] applying b.yaml{c}[2/2] applying b.yaml (running){c}"
+    )
+
+
+def test_progress_is_silent_on_a_pipe_a_dumb_terminal_and_a_closed_stream(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("TERM", "dumb")
+    for err in (io.StringIO(), _Terminal()):
+        out = io.StringIO()
+        with Progress(err, 3, "deleting") as progress:
+            progress.advance("x")
+            progress.echo(out, "deleted\n")
+        assert (err.getvalue(), out.getvalue()) == ("", "deleted\n")
+    closed = _Terminal()
+    closed.close()
+    monkeypatch.setenv("TERM", "xterm")
+    assert not Progress(closed, 3, "x").enabled

@@ -1,3 +1,3 @@
 """Fixtures of the magctl tier (see ``support.magctl``)."""
 
-from support.magctl import config_file, magctl, magctl_proc, server  # noqa: F401
+from support.magctl import config_file, magctl, magctl_proc, magctl_term, server  # noqa: F401

@@ -212,7 +212,11 @@ def test_bash_completion_script_loads(tmp_path: pathlib.Path, magctl: Magctl) ->
             "-c",
             "source <(magctl completion bash) && complete -p magctl && "
             "COMP_WORDS=(magctl ge); COMP_CWORD=1; _magctl; echo ${COMPREPLY[@]}; "
-            "COMP_WORDS=(magctl get to); COMP_CWORD=2; _magctl; echo ${COMPREPLY[@]}",
+            "COMP_WORDS=(magctl get to); COMP_CWORD=2; _magctl; echo ${COMPREPLY[@]}; "
+            "COMP_WORDS=(magctl compact topic x --w); COMP_CWORD=4; _magctl; echo ${COMPREPLY[@]}; "
+            "COMP_WORDS=(magctl get --so); COMP_CWORD=2; _magctl; echo ${COMPREPLY[@]}; "
+            "COMP_WORDS=(magctl expire --ol); COMP_CWORD=2; _magctl; echo ${COMPREPLY[@]}; "
+            "COMP_WORDS=(magctl --na); COMP_CWORD=1; _magctl; echo ${COMPREPLY[@]}",
         ],
         capture_output=True,
         text=True,
@@ -225,6 +229,11 @@ def test_bash_completion_script_loads(tmp_path: pathlib.Path, magctl: Magctl) ->
     assert lines[0] == "complete -o default -F _magctl magctl"
     assert lines[1] == "get"
     assert lines[2].split() == ["topics", "topic"]
+    # each verb's own flags, read from the parser
+    assert lines[3] == "--wait"
+    assert lines[4] == "--sort-by"
+    assert lines[5] == "--older-than"
+    assert lines[6] == "--namespace"
     assert "complete -o default -F _magctl magctl" in script
 
 
@@ -328,3 +337,36 @@ def test_https_admin_url_with_the_contexts_tls_settings(
         assert magctl(*names, "--context", "bad").code == 2
     finally:
         server.shutdown()
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["get"],
+            'error: You must specify the type of resource to get. Use "magctl api-resources"',
+        ),
+        (["get", "tenants", "-s", "http://host:notaport"], 'error: invalid admin URL "http://'),
+        (["get", "tenants", "-s", "ftp://host"], 'error: invalid admin URL "ftp://host"'),
+        (["get", "tenants", "-s", "http://127.0.0.1:99999"], "error: invalid admin URL"),
+        (["create", "topic", "x", "-p", "-1"], "error: --partitions: 0 (not partitioned) or more"),
+        (["create", "ns", "a/b", "--bundles", "0"], "error: --bundles: 1 or more"),
+        (["get", "topics", "-o", "jsonpath={.bad["], "error: error parsing jsonpath {.bad["),
+        (["get", "topics", "--sort-by", "bad["], "error: error parsing jsonpath bad["),
+        (["get", "topics", "-o", "custom-columns=X"], "error: custom-columns format: expected"),
+        (["get", "topics", "-l", "="], 'error: unable to parse requirement: "="'),
+        (["delete", "topics", "--all", "-l", "="], 'error: unable to parse requirement: "="'),
+        (["explain", "topic.nope"], 'error: field "nope" does not exist in Topic'),
+    ],
+)
+def test_bad_input_is_refused_before_any_request(
+    magctl_proc: Magctl, argv: list[str], message: str
+) -> None:
+    """Usage errors (exit 2, one line, nothing on stdout) found before the server is asked:
+    the admin URL given here by default is never reached (port 1 would answer refused, 1)."""
+    admin = [] if any(a.startswith("-s") for a in argv) else ["-s", "http://127.0.0.1:1"]
+    r = magctl_proc(*argv, *admin)
+    assert (r.code, r.out) == (2, ""), r.err
+    assert r.err.startswith(message), r.err
+    assert len(r.err.strip().splitlines()) == 1
+    _no_traceback(r.err)

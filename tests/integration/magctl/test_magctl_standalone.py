@@ -7,7 +7,10 @@ Messages are produced with the official ``pulsar-client``. Each test works in it
 from __future__ import annotations
 
 import json
+import os
 import pathlib
+import subprocess
+import sys
 from collections.abc import Iterator
 
 import pulsar
@@ -742,3 +745,53 @@ def test_get_yaml_round_trips_through_apply(magctl: Magctl, url: str) -> None:
         assert magctl("diff", "-f", "-", admin_url=url, stdin=dump).code == 0, dump
         applied = ok(magctl("apply", "-f", "-", admin_url=url, stdin=dump))
         assert all(line.endswith(" unchanged") for line in applied.splitlines()), applied
+
+
+def test_version_of_client_and_server(magctl: Magctl, url: str) -> None:
+    lines = ok(magctl("version", admin_url=url)).splitlines()
+    assert lines[0] == "Client Version: 0.1.0"
+    assert lines[1].startswith("Server Version: ")
+    assert lines[1] != "Server Version: unknown"
+    report = json.loads(ok(magctl("version", "-o", "json", admin_url=url)))
+    assert report["serverVersion"]["adminUrl"] == url
+    assert report["serverVersion"]["version"] == lines[1].removeprefix("Server Version: ")
+    assert yaml.safe_load(ok(magctl("version", "-o", "yaml", admin_url=url))) == report
+
+
+def test_bash_completion_asks_the_server_for_names(
+    magctl: Magctl, url: str, tmp_path: pathlib.Path, config_file: pathlib.Path
+) -> None:
+    """Names after a resource type come from ``magctl get TYPE -o name`` against the current
+    context; contexts after ``--context`` from the config file."""
+    ok(magctl("config", "set-context", "local", "--admin-url", url))
+    for tenant in ("compl-a", "compl-b", "other"):
+        ok(magctl("create", "tenant", tenant))
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    shim = f'#!/bin/sh\nexec {sys.executable} -m magnetar.client.magctl "$@"\n'
+    (bindir / "magctl").write_text(shim)
+    (bindir / "magctl").chmod(0o755)
+    done = subprocess.run(
+        [
+            "bash",
+            "-c",
+            "source <(magctl completion bash) && "
+            "COMP_WORDS=(magctl get tenants compl); COMP_CWORD=3; _magctl; echo ${COMPREPLY[@]}; "
+            "COMP_WORDS=(magctl delete tn o); COMP_CWORD=3; _magctl; echo ${COMPREPLY[@]}; "
+            "COMP_WORDS=(magctl get --context lo); COMP_CWORD=3; _magctl; echo ${COMPREPLY[@]}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env={
+            "PATH": f"{bindir}:/usr/bin:/bin",
+            "HOME": str(tmp_path),
+            "MAGCTL_CONFIG": os.environ["MAGCTL_CONFIG"],
+        },
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].split() == ["compl-a", "compl-b"]
+    assert lines[1].split() == ["other"]
+    assert lines[2] == "local"
