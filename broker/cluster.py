@@ -12,7 +12,6 @@ Must not know: the wire protocol, managed ledgers.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import random
@@ -108,6 +107,7 @@ def load_manager_config(c: BrokerConfig) -> LoadManagerConfig:
         split_interval_ms=int(c.load_balancer_split_interval_minutes * 60_000),
         probe_interval_ms=c.load_balancer_broker_probe_interval_millis,
         probe_failures=c.load_balancer_broker_probe_failures,
+        unresponsive_ms=c.load_balancer_broker_unresponsive_timeout_millis,
     )
 
 
@@ -130,11 +130,13 @@ def bundle_of_key(key: str) -> NamespaceBundle:
 
 class HttpClusterActions:
     """The leader's hands: other brokers' admin REST for unload and split (this broker's
-    own bundles are handled in process), a TCP connect as the liveness probe."""
+    own bundles are handled in process), the health endpoint as the liveness probe (an
+    answer, not just a TCP connect: the kernel accepts connections for a frozen process)."""
 
     def __init__(self, cluster: BrokerCluster) -> None:
         self._cluster = cluster
         self._session: aiohttp.ClientSession | None = None
+        self._probe_session: aiohttp.ClientSession | None = None
 
     def http(self) -> aiohttp.ClientSession:
         if self._session is None:
@@ -147,6 +149,9 @@ class HttpClusterActions:
         if self._session is not None:
             await self._session.close()
             self._session = None
+        if self._probe_session is not None:
+            await self._probe_session.close()
+            self._probe_session = None
 
     async def _put(self, base: str, path: str, params: Mapping[str, str]) -> None:
         url = base.rstrip("/") + path
@@ -176,21 +181,24 @@ class HttpClusterActions:
         return len((await self._cluster.service.resources.bundles(tenant, ns)).ranges)
 
     async def probe(self, broker: BrokerLoadReport) -> ProbeResult:
-        parsed = urllib.parse.urlsplit(broker.pulsar_service_url)
-        if not parsed.hostname or not parsed.port:
-            return ProbeResult.TIMEOUT
-        try:
-            _, writer = await asyncio.wait_for(
-                asyncio.open_connection(parsed.hostname, parsed.port), PROBE_TIMEOUT_S
+        url = broker.web_service_url.rstrip("/") + "/admin/v2/brokers/health"
+        if self._probe_session is None:
+            # a fresh connection per probe: a kept-alive one to a killed broker would fail
+            # as "disconnected" once before the refusals that prove its death
+            self._probe_session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(force_close=True),
+                timeout=aiohttp.ClientTimeout(total=PROBE_TIMEOUT_S),
             )
-        except ConnectionRefusedError:
-            return ProbeResult.REFUSED
-        except (TimeoutError, OSError):
+        try:
+            async with self._probe_session.get(url) as resp:
+                await resp.read()
+                return ProbeResult.ALIVE if resp.status == 200 else ProbeResult.TIMEOUT
+        except aiohttp.ClientConnectorError as exc:
+            if isinstance(exc.os_error, ConnectionRefusedError):
+                return ProbeResult.REFUSED
             return ProbeResult.TIMEOUT
-        writer.close()
-        with contextlib.suppress(OSError):
-            await writer.wait_closed()
-        return ProbeResult.ALIVE
+        except (TimeoutError, aiohttp.ClientError, OSError):
+            return ProbeResult.TIMEOUT
 
 
 class BrokerCluster:
