@@ -495,7 +495,10 @@ class LoadManager:
         report = self.reports.get(info.broker_id)
         if report is None or not await self._probe(report):
             return
-        log.warning("load-manager leader %s does not answer: deposing it", info.broker_id)
+        log.warning(
+            "load-manager leader %s does not answer: deposing it and freeing its bundles",
+            info.broker_id,
+        )
         with contextlib.suppress(NotFound, BadVersion):
             await self._store.delete(node, expected_version=version)
         # It was a broker too: free its bundles now rather than after the next leader's
