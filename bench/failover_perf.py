@@ -5,7 +5,7 @@ A real cluster (ZooKeeper from Debian's jar, ``--bookies`` bookie processes, ``-
 ``magnetar broker`` processes with default load-manager settings and a long metadata session
 of ``--session-ms``, so the figure shows detection, not session expiry). An official-client
 producer publishes steadily (``PublishChecker`` of tests/support/cluster.py) while one
-consumer receives and acknowledges each message at once (``bench/_delivery.py``); each round
+consumer receives and acknowledges each message at once (``tests/support/delivery.py``); each round
 kills the current owner of the topic (``--signal STOP`` freezes it instead: its session stays
 alive, the leader must find it unresponsive; it is resumed after the round), waits for the
 first receipt after the kill, then restarts the killed broker (same ports). Every acknowledged
@@ -31,8 +31,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
 import pulsar  # noqa: E402
-from _delivery import AckingConsumer  # noqa: E402
 from support.cluster import PublishChecker, own_cluster, wait_until  # noqa: E402
+from support.delivery import AckingConsumer  # noqa: E402
 
 PATH = "persistent/public/default/failover-perf"
 

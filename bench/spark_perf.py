@@ -40,7 +40,9 @@ from _common import StandaloneServer, loadavg
 
 def _admin(web_url: str, method: str, path: str, body: object) -> None:
     req = urllib.request.Request(
-        web_url + path, data=json.dumps(body).encode(), method=method,
+        web_url + path,
+        data=json.dumps(body).encode(),
+        method=method,
         headers={"Content-Type": "application/json"},
     )
     with urllib.request.urlopen(req, timeout=30):
@@ -107,15 +109,24 @@ def main() -> None:
 
     n, size, parts = args.messages, args.message_bytes, args.partitions
     result: dict[str, object] = {
-        "bench": "spark_perf", "messages": n, "message_bytes": size, "partitions": parts,
-        "master": args.master, "loadavg_start": loadavg(),
+        "bench": "spark_perf",
+        "messages": n,
+        "message_bytes": size,
+        "partitions": parts,
+        "master": args.master,
+        "loadavg_start": loadavg(),
     }
     with StandaloneServer() as server:
         for name in ("spark-perf", "baseline-perf"):
-            _admin(server.web_url, "PUT", f"/admin/v2/persistent/public/default/{name}/partitions",
-                   parts)
+            _admin(
+                server.web_url,
+                "PUT",
+                f"/admin/v2/persistent/public/default/{name}/partitions",
+                parts,
+            )
         spark = (
-            SparkSession.builder.master(args.master).appName("spark_perf")
+            SparkSession.builder.master(args.master)
+            .appName("spark_perf")
             .config("spark.ui.enabled", "false")
             .config("spark.driver.host", "127.0.0.1")
             .config("spark.driver.bindAddress", "127.0.0.1")
@@ -124,8 +135,11 @@ def main() -> None:
             .getOrCreate()
         )
         magnetar.spark.register(spark)
-        opts = {"service.url": server.service_url, "admin.url": server.web_url,
-                "topic": "persistent://public/default/spark-perf"}
+        opts = {
+            "service.url": server.service_url,
+            "admin.url": server.web_url,
+            "topic": "persistent://public/default/spark-perf",
+        }
         try:
             df = spark.range(0, n, 1, parts).select(
                 F.expr(f"cast(rpad(cast(id as string), {size}, 'x') as binary)").alias("value")
@@ -135,17 +149,24 @@ def main() -> None:
             write_s = time.perf_counter() - t
 
             t = time.perf_counter()
-            row = spark.read.format("magnetar").options(**opts).load().agg(
-                F.count("*").alias("n"), F.sum(F.length("value")).alias("bytes")
-            ).collect()[0]
+            row = (
+                spark.read.format("magnetar")
+                .options(**opts)
+                .load()
+                .agg(F.count("*").alias("n"), F.sum(F.length("value")).alias("bytes"))
+                .collect()[0]
+            )
             read_s = time.perf_counter() - t
             assert row.n == n and row.bytes == n * size, (row, n)
 
             t = time.perf_counter()
             query = (
                 spark.readStream.format("magnetar")
-                .options(**opts, startingOffsets="earliest").load()
-                .writeStream.format("noop").trigger(availableNow=True).start()
+                .options(**opts, startingOffsets="earliest")
+                .load()
+                .writeStream.format("noop")
+                .trigger(availableNow=True)
+                .start()
             )
             query.awaitTermination()
             stream_s = time.perf_counter() - t
@@ -155,8 +176,12 @@ def main() -> None:
             spark.stop()
 
         base_topic = "persistent://public/default/baseline-perf"
-        _admin(server.web_url, "POST",
-               "/admin/v2/persistent/public/default/baseline-perf/deduplication", True)
+        _admin(
+            server.web_url,
+            "POST",
+            "/admin/v2/persistent/public/default/baseline-perf/deduplication",
+            True,
+        )
         bw_s = asyncio.run(_baseline_write(server.service_url, base_topic, n, size, parts))
         br_s, got = asyncio.run(_baseline_read(server.service_url, base_topic, n))
         assert got == n, (got, n)
@@ -165,11 +190,15 @@ def main() -> None:
         return round(n / seconds)
 
     result.update(
-        batch_write_rows_s=rate(write_s), batch_read_rows_s=rate(read_s),
+        batch_write_rows_s=rate(write_s),
+        batch_read_rows_s=rate(read_s),
         stream_read_rows_s=rate(stream_s),
-        baseline_write_rows_s=rate(bw_s), baseline_read_rows_s=rate(br_s),
-        ratio_batch_write=round(bw_s / write_s, 3), ratio_batch_read=round(br_s / read_s, 3),
-        ratio_stream_read=round(br_s / stream_s, 3), loadavg_end=loadavg(),
+        baseline_write_rows_s=rate(bw_s),
+        baseline_read_rows_s=rate(br_s),
+        ratio_batch_write=round(bw_s / write_s, 3),
+        ratio_batch_read=round(br_s / read_s, 3),
+        ratio_stream_read=round(br_s / stream_s, 3),
+        loadavg_end=loadavg(),
     )
     for key, value in result.items():
         print(f"{key:24s} {value}")

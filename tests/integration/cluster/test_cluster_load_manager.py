@@ -18,6 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from support.bookies import BookieFactory
 from support.broker_process import BrokerProcess
 from support.cluster import Cluster, PublishChecker, drain, wait_until
+from support.delivery import AckingConsumer
 from support.zookeeper import ZooKeeperServer
 
 from magnetar.broker.bundles import BundleRange
@@ -295,6 +296,33 @@ def test_admin_split_with_unload_keeps_every_message(cluster: Cluster) -> None:
         twice = {p: i for p, i in ids.items() if len(i) > 1}
         assert not twice, f"{t}: {len(twice)} delivered twice: {list(twice.items())[:5]}"
     client.close()
+
+
+def test_unloads_while_the_consumer_acknowledges_redeliver_nothing_acknowledged(
+    cluster: Cluster,
+) -> None:
+    """A consumer receiving and acknowledging at once while its topic's bundle is unloaded
+    again and again: the old owner stops dispatching and takes the acknowledgements the
+    client still groups before it sends CLOSE_CONSUMER, so the next owner redelivers no
+    acknowledged message (before, each unload redelivered the last ~0.2 s of them)."""
+    brokers = [cluster.start_broker(SESSION) for _ in range(2)]
+    topic = "persistent://public/default/acking"
+    client = cluster.client(cluster.service_url, 60)
+    consumer = client.subscribe(topic, "sub", initial_position=pulsar.InitialPosition.Earliest)
+    receiver = AckingConsumer(consumer).start()
+    checker = PublishChecker(client, topic).start()
+    wait_until(lambda: receiver.received >= 300, 60, "messages received")
+    for _ in range(3):
+        owner = cluster.owner(topic)
+        raw = owner.admin("GET", "/lookup/v2/topic/persistent/public/default/acking/bundle")
+        owner.admin("PUT", f"/admin/v2/namespaces/public/default/{json.loads(raw)}/unload")
+        got = receiver.received
+        wait_until(lambda g=got: receiver.received >= g + 300, 60, "messages after the unload")
+    acked = checker.stop()
+    counts = receiver.stop(set(acked), timeout_s=120)
+    assert counts.lost == 0, counts
+    assert counts.acked_redelivered == 0, counts
+    assert all(b.running for b in brokers)
 
 
 FAST_ROUNDS = (

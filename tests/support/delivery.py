@@ -1,4 +1,4 @@
-"""Delivery checks for the cluster benchmarks: a consumer that receives and acknowledges
+"""Delivery checks for cluster tests and benchmarks: a consumer that receives and acknowledges
 while the cluster moves topics, and the counts that tell duplicates apart.
 
 Owns: ``AckingConsumer`` (a thread receiving and acknowledging each message at once with the
