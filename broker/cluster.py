@@ -192,7 +192,9 @@ class HttpClusterActions:
         try:
             async with self._probe_session.get(url) as resp:
                 await resp.read()
-                return ProbeResult.ALIVE if resp.status == 200 else ProbeResult.TIMEOUT
+                # any answer proves the process runs (401 with authentication on), but 503:
+                # the broker says it lost its metadata session, so cannot keep its bundles
+                return ProbeResult.TIMEOUT if resp.status == 503 else ProbeResult.ALIVE
         except aiohttp.ClientConnectorError as exc:
             if isinstance(exc.os_error, ConnectionRefusedError):
                 return ProbeResult.REFUSED

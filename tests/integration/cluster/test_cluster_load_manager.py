@@ -5,9 +5,11 @@ without waiting for the dead broker's metadata session, leader death, bundle spl
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import pathlib
 import signal
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -19,6 +21,7 @@ from support.bookies import BookieFactory
 from support.broker_process import BrokerProcess
 from support.cluster import Cluster, PublishChecker, drain, wait_until
 from support.delivery import AckingConsumer
+from support.net import free_port
 from support.zookeeper import ZooKeeperServer
 
 from magnetar.broker.bundles import BundleRange
@@ -203,6 +206,104 @@ def test_a_frozen_owner_is_taken_over_and_fenced_when_it_resumes(cluster: Cluste
     got = drain(consumer, {*acked, b"while-frozen"}, timeout_s=120)
     assert set(acked) <= set(got)
     assert "answered no probe" in "".join(b.log_text() for b in others)
+
+
+class Cuttable:
+    """A TCP proxy to ZooKeeper for one broker: ``cut()`` closes every connection and stops
+    accepting, as a network partition between that broker and ZooKeeper (refused, so the
+    broker's client sees it at once)."""
+
+    def __init__(self, target: tuple[str, int]) -> None:
+        self.target = target
+        self.port = free_port()
+        self._listener = socket.create_server(("127.0.0.1", self.port))
+        self._socks: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self._cut = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return  # cut
+            upstream = socket.create_connection(self.target)
+            with self._lock:
+                if self._cut:
+                    client.close()
+                    upstream.close()
+                    return
+                self._socks += [client, upstream]
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pipe(src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        for s in (src, dst):
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+
+    def cut(self) -> None:
+        with self._lock:
+            self._cut = True
+            socks, self._socks = self._socks, []
+        self._listener.close()
+        for s in socks:
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+            s.close()
+
+
+def test_an_owner_cut_from_zookeeper_is_taken_over(
+    cluster: Cluster, zookeeper_server: ZooKeeperServer, tmp_path: pathlib.Path
+) -> None:
+    """The owner, also the leader, loses ZooKeeper (its connection cut; its session stays
+    alive on the server until it expires, 30 s) but still serves clients. Its health endpoint
+    says so (503), the followers find it unresponsive, depose it and free its bundles, and
+    another broker serves the topic; the cut broker's next write fails on the fenced ledger,
+    so its producer moves too; every acknowledged message reaches the consumer."""
+    proxy = Cuttable((zookeeper_server.host, zookeeper_server.port))
+    metadata = cluster.metadata.replace(
+        f"{zookeeper_server.host}:{zookeeper_server.port}", f"127.0.0.1:{proxy.port}"
+    )
+    victim = BrokerProcess(tmp_path, "broker-cut", metadata, extra_config=SESSION)
+    cluster.brokers.append(victim)
+    victim.start()
+    topic = "persistent://public/default/cut"
+    # the victim, alone at first, takes the topic (and leads)
+    cluster.client(victim.service_url, 60).create_producer(topic).send(b"on the only broker")
+    others = [cluster.start_broker(SESSION) for _ in range(2)]
+    wait_until(
+        lambda: len(json.loads(others[0].admin("GET", "/admin/v2/brokers/test"))) == 3,
+        60,
+        "three load reports",
+    )
+    assert cluster.owner(topic) is victim
+    client = cluster.client(cluster.service_url, 60)
+    consumer = client.subscribe(topic, "checker", initial_position=pulsar.InitialPosition.Earliest)
+    checker = PublishChecker(client, topic).start()
+    wait_until(lambda: checker.acked_count() >= 100, 60, "receipts before the cut")
+    proxy.cut()
+    path = topic.replace("://", "/")
+    wait_until(
+        lambda: others[0].lookup(path) != victim.service_url, 60, "a lookup naming a survivor"
+    )
+    assert "answered no probe" in "".join(b.log_text() for b in others)
+    cut_at = time.monotonic()
+    other_client = cluster.client("pulsar://" + ",".join(f"127.0.0.1:{b.port}" for b in others))
+    other_client.create_producer(topic, batching_enabled=False).send(b"after-the-cut")
+    # the new owner fenced the ledger: the cut broker's next write fails and it closes the
+    # topic, so its producer moves too
+    wait_until(lambda: checker.first_ack_after(cut_at) is not None, 120, "receipts again")
+    acked = checker.stop()
+    got = drain(consumer, {*acked, b"after-the-cut"}, timeout_s=120)
+    assert set(acked) <= set(got)
 
 
 def test_lookups_racing_on_every_broker_agree_on_one_owner(cluster: Cluster) -> None:
