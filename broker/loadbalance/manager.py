@@ -440,8 +440,16 @@ class LoadManager:
             return True
         return False
 
+    def _forget_probes_except(self, probed: set[str]) -> None:
+        """Drop the probe history of brokers no longer probed (gone, or no longer leader):
+        one coming back starts with a clean slate, not with an old silence."""
+        for history in (self._failures, self._unanswered):
+            for broker in [b for b in history if b not in probed]:
+                del history[broker]
+
     async def _probe_brokers(self) -> None:
         others = [r for b, r in self.reports.items() if b != self.me.broker_id]
+        self._forget_probes_except({r.broker_id for r in others})
         if not others:
             return
         dead = await asyncio.gather(*(self._probe(r) for r in others))
@@ -492,6 +500,7 @@ class LoadManager:
         info = LeaderInfo.decode(raw)
         if info is None or info.broker_id == self.me.broker_id:
             return
+        self._forget_probes_except({info.broker_id})
         report = self.reports.get(info.broker_id)
         if report is None or not await self._probe(report):
             return

@@ -183,6 +183,28 @@ async def test_a_broker_answering_no_probe_is_dead_after_the_unresponsive_bound(
     assert a.statistics().brokers_declared_dead == 1
 
 
+async def test_a_broker_that_left_and_came_back_starts_with_no_silence(
+    cluster: Cluster,
+) -> None:
+    """The silence of a broker that left (report gone) is forgotten: back much later, one
+    unanswered probe does not make it dead."""
+    a = await cluster.broker("a", 10, {})
+    await cluster.broker("b", 10, {"t/n/0x00000000_0xffffffff": 1})
+    await wait_for(lambda: len(a.reports) == 2)
+    cluster.actions.silent.add("b")
+    await a.run_round()  # one unanswered probe
+    raw = (await cluster.stores["b"].get(paths.broker_load("b"))).value  # type: ignore[union-attr]
+    await cluster.stores["b"].delete(paths.broker_load("b"))
+    await wait_for(lambda: "b" not in a.reports)
+    await a.run_round()
+    cluster.clock.advance(10)
+    await cluster.stores["b"].put(paths.broker_load("b"), raw, ephemeral=True)
+    await wait_for(lambda: "b" in a.reports)
+    await a.run_round()
+    assert await cluster.stores["a"].get(paths.bundle_ownership("t", "n", "0x00000000_0xffffffff"))
+    assert a.statistics().brokers_declared_dead == 0
+
+
 async def test_followers_depose_a_dead_leader_and_free_its_bundles(cluster: Cluster) -> None:
     a = await cluster.broker("a", 10, {"t/n/0x00000000_0xffffffff": 1})
     b = await cluster.broker("b", 10, {})
