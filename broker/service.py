@@ -63,6 +63,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+UNLOAD_CONCURRENCY = 32
+"""Topics of one bundle closed at once on unload (each may wait for its consumers' acks)."""
+
 
 class ServiceError(Exception):
     """A refusal carrying the ServerError name to answer on the wire."""
@@ -503,13 +506,25 @@ class BrokerService:
             self._unloading.discard(bundle)
 
     async def close_topics_of(self, bundle: NamespaceBundle) -> None:
-        """Close the loaded topics that belong to ``bundle``."""
+        """Close the loaded topics that belong to ``bundle``, ``UNLOAD_CONCURRENCY`` at a
+        time (each close may wait up to ``ACK_SETTLE_MAX_S`` for its consumers' acks)."""
+        gate = asyncio.Semaphore(UNLOAD_CONCURRENCY)
+
+        async def close(name: str, topic: Any) -> None:
+            async with gate:
+                await self._close_topic(name, topic)
+
+        closing = []
         for name, topic in list(self.topics.items()):
             if (topic.name.tenant, topic.name.namespace) != (bundle.tenant, bundle.namespace):
                 continue
             if bundle.range.contains(topic_hash(name)):
                 self.topics.pop(name, None)
-                await self._close_topic(name, topic)
+                closing.append(close(name, topic))
+        results = await asyncio.gather(*closing, return_exceptions=True)
+        for exc in results:
+            if isinstance(exc, BaseException):
+                raise exc
 
     async def unload_namespace_bundle(self, tenant: str, namespace: str, name: str) -> str | None:
         """Unload the bundle ``name`` (``0x00000000_0x40000000``) if this broker owns it: its
