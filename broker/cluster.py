@@ -366,22 +366,23 @@ class BrokerCluster:
             )
         ]
         children = [NamespaceBundle(bundle.tenant, bundle.namespace, r) for r in halves]
-        if unload:
-            await ownership.set_disabled(bundle)
-            await service.close_topics_of(bundle)
-        else:
-            for child in children:
-                await ownership.try_acquire(child)
-        try:
-            result = await service.resources.split_bundle(
-                bundle.tenant, bundle.namespace, bundle.range, points
-            )
-        except Exception:
-            if not unload:
+        with service.unloading(bundle) if unload else contextlib.nullcontext():
+            if unload:
+                await ownership.set_disabled(bundle)
+                await service.close_topics_of(bundle)
+            else:
                 for child in children:
-                    await ownership.release(child)
-            raise
-        await ownership.release(bundle)
+                    await ownership.try_acquire(child)
+            try:
+                result = await service.resources.split_bundle(
+                    bundle.tenant, bundle.namespace, bundle.range, points
+                )
+            except Exception:
+                if not unload:
+                    for child in children:
+                        await ownership.release(child)
+                raise
+            await ownership.release(bundle)
         log.info(
             "split bundle %s at %s (%s)%s",
             bundle,
