@@ -130,6 +130,7 @@ class BrokerConfig:
     default_namespace_bundle_split_algorithm: str = "range_equally_divide"
     load_balancer_broker_probe_interval_millis: int = 500
     load_balancer_broker_probe_failures: int = 2
+    load_balancer_broker_unresponsive_timeout_millis: int = 2_500
     # metrics: per-topic series on /metrics (off: summed per namespace, as Pulsar's
     # exposeTopicLevelMetricsInPrometheus=false; subscription series need topic level)
     expose_topic_level_metrics_in_prometheus: bool = True

@@ -22,6 +22,7 @@ Must not know: HTTP, frames (``connection.py`` speaks the protocol).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -62,6 +63,9 @@ if TYPE_CHECKING:
     from magnetar.broker.loadbalance.cluster import BrokerCluster
 
 log = logging.getLogger(__name__)
+
+UNLOAD_CONCURRENCY = 32
+"""Topics of one bundle closed at once on unload (each may wait for its consumers' acks)."""
 
 
 class ServiceError(CodedError):
@@ -286,6 +290,21 @@ class BrokerService:
         bundles = await self._bundles(tn)
         return NamespaceBundle(tn.tenant, tn.namespace, bundles.find(tn.full))
 
+    async def _still_owned(self, tn: TopicName) -> bool:
+        """The topic's bundle (as split now) is owned here and not being unloaded."""
+        assert self.ownership is not None
+        bundle = await self.bundle_of(tn)
+        return bundle not in self._unloading and self.ownership.is_owned(bundle)
+
+    @contextlib.contextmanager
+    def unloading(self, bundle: NamespaceBundle) -> Iterator[None]:
+        """While ``bundle``'s topics close (unload, split): none of its topics loads here."""
+        self._unloading.add(bundle)
+        try:
+            yield
+        finally:
+            self._unloading.discard(bundle)
+
     async def _ensure_owned(self, tn: TopicName) -> None:
         assert self.ownership is not None
         bundle = await self.bundle_of(tn)
@@ -468,6 +487,13 @@ class BrokerService:
         topic.compaction = TopicCompaction(self.storage, ml_name, clock=self.clock)
         await topic.compaction.load()
         topic.on_fenced = self._on_topic_fenced
+        if not await self._still_owned(tn):
+            # its bundle was unloaded or split while it loaded: installed now, it would stay
+            # served here after the bundle's topics were closed and the ownership moved on
+            await topic.close()
+            raise ServiceError(
+                "ServiceNotReady", f"The bundle of {tn.full} moved while the topic loaded"
+            )
         self.topics[tn.full] = topic
         self.topics_loaded_total += 1
         self.policies.attach(topic, policies)
@@ -517,22 +543,31 @@ class BrokerService:
         """Graceful unload: lookups stop pointing here, the bundle's topics close (their
         clients reconnect through a lookup), then the ownership node goes."""
         assert self.ownership is not None
-        self._unloading.add(bundle)
-        try:
+        with self.unloading(bundle):
             await self.ownership.set_disabled(bundle)
             await self.close_topics_of(bundle)
             await self.ownership.release(bundle)
-        finally:
-            self._unloading.discard(bundle)
 
     async def close_topics_of(self, bundle: NamespaceBundle) -> None:
-        """Close the loaded topics that belong to ``bundle``."""
+        """Close the loaded topics that belong to ``bundle``, ``UNLOAD_CONCURRENCY`` at a
+        time (each close may wait up to ``ACK_SETTLE_MAX_S`` for its consumers' acks)."""
+        gate = asyncio.Semaphore(UNLOAD_CONCURRENCY)
+
+        async def close(name: str, topic: Any) -> None:
+            async with gate:
+                await self._close_topic(name, topic)
+
+        closing = []
         for name, topic in list(self.topics.items()):
             if (topic.name.tenant, topic.name.namespace) != (bundle.tenant, bundle.namespace):
                 continue
             if bundle.range.contains(topic_hash(name)):
                 self.topics.pop(name, None)
-                await self._close_topic(name, topic)
+                closing.append(close(name, topic))
+        results = await asyncio.gather(*closing, return_exceptions=True)
+        for exc in results:
+            if isinstance(exc, BaseException):
+                raise exc
 
     async def unload_namespace_bundle(self, tenant: str, namespace: str, name: str) -> str | None:
         """Unload the bundle ``name`` (``0x00000000_0x40000000``) if this broker owns it: its

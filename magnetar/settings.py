@@ -224,6 +224,10 @@ BROKER_ALIASES: tuple[Alias, ...] = (
     Alias("defaultNamespaceBundleSplitAlgorithm", "default_namespace_bundle_split_algorithm"),
     Alias("loadBalancerBrokerProbeIntervalMillis", "load_balancer_broker_probe_interval_millis"),
     Alias("loadBalancerBrokerProbeFailures", "load_balancer_broker_probe_failures"),
+    Alias(
+        "loadBalancerBrokerUnresponsiveTimeoutMillis",
+        "load_balancer_broker_unresponsive_timeout_millis",
+    ),
     Alias("exposeTopicLevelMetricsInPrometheus", "expose_topic_level_metrics_in_prometheus"),
     Alias("brokerServicePortTls", "broker_service_port_tls"),
     Alias("webServicePortTls", "web_service_port_tls"),

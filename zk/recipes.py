@@ -197,6 +197,10 @@ class LeaderElection:
             index = candidates.index(mine)
             if index == 0:
                 self._predecessor = None
+                # Watch our own node: another process may delete it (a follower deposing a
+                # leader it found unresponsive); a leader that comes back must then follow.
+                if await self._store.exists(self._node) is None:
+                    continue
                 self._set_leader(True)
                 return
             self._set_leader(False)

@@ -316,6 +316,10 @@ class AdminApi:
 
     # -- broker -----------------------------------------------------------------------------
     async def health(self, request: web.Request) -> web.Response:
+        # 503 while the metadata session is disconnected: the load-manager leader then
+        # treats this broker as unresponsive and moves its bundles (docs/cluster.md)
+        if not getattr(self.resources.store, "connected", True):
+            return web.Response(status=503, text="metadata session not connected")
         return web.Response(text="ok")
 
     async def metrics(self, request: web.Request) -> web.StreamResponse:

@@ -12,7 +12,6 @@ Must not know: the wire protocol, managed ledgers.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import random
@@ -113,6 +112,7 @@ def load_manager_config(c: BrokerConfig) -> LoadManagerConfig:
         split_interval_ms=int(c.load_balancer_split_interval_minutes * 60_000),
         probe_interval_ms=c.load_balancer_broker_probe_interval_millis,
         probe_failures=c.load_balancer_broker_probe_failures,
+        unresponsive_ms=c.load_balancer_broker_unresponsive_timeout_millis,
     )
 
 
@@ -135,11 +135,13 @@ def bundle_of_key(key: str) -> NamespaceBundle:
 
 class HttpClusterActions:
     """The leader's hands: other brokers' admin REST for unload and split (this broker's
-    own bundles are handled in process), a TCP connect as the liveness probe."""
+    own bundles are handled in process), the health endpoint as the liveness probe (an
+    answer, not just a TCP connect: the kernel accepts connections for a frozen process)."""
 
     def __init__(self, cluster: BrokerCluster) -> None:
         self._cluster = cluster
         self._session: aiohttp.ClientSession | None = None
+        self._probe_session: aiohttp.ClientSession | None = None
 
     def http(self) -> aiohttp.ClientSession:
         if self._session is None:
@@ -152,6 +154,9 @@ class HttpClusterActions:
         if self._session is not None:
             await self._session.close()
             self._session = None
+        if self._probe_session is not None:
+            await self._probe_session.close()
+            self._probe_session = None
 
     async def _put(self, base: str, path: str, params: Mapping[str, str]) -> None:
         url = base.rstrip("/") + path
@@ -181,21 +186,26 @@ class HttpClusterActions:
         return len((await self._cluster.service.resources.bundles(tenant, ns)).ranges)
 
     async def probe(self, broker: BrokerLoadReport) -> ProbeResult:
-        parsed = urllib.parse.urlsplit(broker.pulsar_service_url)
-        if not parsed.hostname or not parsed.port:
-            return ProbeResult.TIMEOUT
-        try:
-            _, writer = await asyncio.wait_for(
-                asyncio.open_connection(parsed.hostname, parsed.port), PROBE_TIMEOUT_S
+        url = broker.web_service_url.rstrip("/") + "/admin/v2/brokers/health"
+        if self._probe_session is None:
+            # a fresh connection per probe: a kept-alive one to a killed broker would fail
+            # as "disconnected" once before the refusals that prove its death
+            self._probe_session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(force_close=True),
+                timeout=aiohttp.ClientTimeout(total=PROBE_TIMEOUT_S),
             )
-        except ConnectionRefusedError:
-            return ProbeResult.REFUSED
-        except (TimeoutError, OSError):
+        try:
+            async with self._probe_session.get(url) as resp:
+                await resp.read()
+                # any answer proves the process runs (401 with authentication on), but 503:
+                # the broker says it lost its metadata session, so cannot keep its bundles
+                return ProbeResult.TIMEOUT if resp.status == 503 else ProbeResult.ALIVE
+        except aiohttp.ClientConnectorError as exc:
+            if isinstance(exc.os_error, ConnectionRefusedError):
+                return ProbeResult.REFUSED
             return ProbeResult.TIMEOUT
-        writer.close()
-        with contextlib.suppress(OSError):
-            await writer.wait_closed()
-        return ProbeResult.ALIVE
+        except (TimeoutError, aiohttp.ClientError, OSError):
+            return ProbeResult.TIMEOUT
 
 
 class ClusterHost(Protocol):
@@ -421,22 +431,23 @@ class BrokerCluster:
             )
         ]
         children = [NamespaceBundle(bundle.tenant, bundle.namespace, r) for r in halves]
-        if unload:
-            await ownership.set_disabled(bundle)
-            await service.close_topics_of(bundle)
-        else:
-            for child in children:
-                await ownership.try_acquire(child)
-        try:
-            result = await service.resources.split_bundle(
-                bundle.tenant, bundle.namespace, bundle.range, points
-            )
-        except Exception:
-            if not unload:
+        with service.unloading(bundle) if unload else contextlib.nullcontext():
+            if unload:
+                await ownership.set_disabled(bundle)
+                await service.close_topics_of(bundle)
+            else:
                 for child in children:
-                    await ownership.release(child)
-            raise
-        await ownership.release(bundle)
+                    await ownership.try_acquire(child)
+            try:
+                result = await service.resources.split_bundle(
+                    bundle.tenant, bundle.namespace, bundle.range, points
+                )
+            except Exception:
+                if not unload:
+                    for child in children:
+                        await ownership.release(child)
+                raise
+            await ownership.release(bundle)
         log.info(
             "split bundle %s at %s (%s)%s",
             bundle,

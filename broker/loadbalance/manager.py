@@ -8,12 +8,14 @@ know the leader (``/loadbalance/leader``). The leader:
 - every ``split_interval_ms`` splits bundles over the thresholds (through the owner);
 - every ``shedding_interval_ms`` runs the shedder and unloads what it chose (through the
   owner), never moving a bundle again within the grace period;
-- probes every broker every ``probe_interval_ms``: a broker whose service port refuses
-  ``probe_failures`` probes in a row is dead (its process is gone), so its bundles' ownership
-  nodes and its report are deleted at once instead of waiting for its metadata session to
-  expire. A timeout proves nothing (a slow or partitioned broker): then the session decides.
-Followers probe the leader the same way and depose a dead one (delete its election node), so
-the next contender leads without waiting for the dead leader's session.
+- probes every broker every ``probe_interval_ms`` (its health endpoint): a broker that refuses
+  ``probe_failures`` probes in a row (retried at once, ``REPROBE_DELAY_S`` apart) is dead (its
+  process is gone); one that has answered no probe for ``unresponsive_ms`` (a frozen process,
+  a partition) is declared dead too. Either way its bundles' ownership nodes and its report
+  are deleted at once instead of waiting for its metadata session to expire.
+Followers probe the leader the same way; one that finds it dead deposes it (deletes its
+election node, so the next contender leads without waiting for the dead leader's session) and
+frees its bundles itself, so a leader that also owned topics costs one detection, not two.
 Safety never rests on detection: a new owner fences the ledgers, so a broker wrongly declared
 dead can no longer write, and its ownership cache drops bundles whose node went away.
 Must not know: topics, the protocol, HTTP (``ClusterActions`` carries out unload, split and
@@ -62,7 +64,11 @@ log = logging.getLogger(__name__)
 class ProbeResult(enum.Enum):
     ALIVE = "alive"
     REFUSED = "refused"  # nothing listens: the process is gone
-    TIMEOUT = "timeout"  # no answer in time: slow, or partitioned
+    TIMEOUT = "timeout"  # no answer in time: frozen, overloaded, or partitioned
+
+
+REPROBE_DELAY_S = 0.1
+"""Between the probes that confirm a refusal (a refused connection is answered at once)."""
 
 
 class ClusterActions(Protocol):
@@ -120,6 +126,8 @@ class LoadManagerConfig:
     split_interval_ms: int = 60_000  # loadBalancerSplitIntervalMinutes
     probe_interval_ms: int = 500
     probe_failures: int = 2
+    unresponsive_ms: int = 2_500
+    """A broker that answered no probe for this long (at least two probes) is dead."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,6 +181,8 @@ class LoadManager:
         # bundles): every lookup of the bundle meanwhile gets the same answer
         self._preallocated: dict[str, str] = {}
         self._failures: dict[str, int] = {}
+        # broker -> (when the first unanswered probe of the current run started, how many)
+        self._unanswered: dict[str, tuple[float, int]] = {}
         self._refresh_wanted = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._leader_changes = 0
@@ -329,6 +339,7 @@ class LoadManager:
         )
         if leader:
             self._failures.clear()
+            self._unanswered.clear()
             self._refresh_wanted.set()
 
     async def _rounds(self) -> None:
@@ -405,16 +416,40 @@ class LoadManager:
     # -- failure detection --
 
     async def _probe(self, report: BrokerLoadReport) -> bool:
-        """True once ``report``'s broker has refused ``probe_failures`` probes in a row."""
+        """True once ``report``'s broker is dead: it refused ``probe_failures`` probes in a row
+        (confirmed at once, ``REPROBE_DELAY_S`` apart), or answered none for
+        ``unresponsive_ms`` (two probes at least)."""
+        broker = report.broker_id
+        started = self._clock.monotonic_ms()
         result = await self._actions.probe(report)
-        if result is ProbeResult.REFUSED:
-            n = self._failures[report.broker_id] = self._failures.get(report.broker_id, 0) + 1
-            return n >= self.config.probe_failures
-        self._failures.pop(report.broker_id, None)
+        while result is ProbeResult.REFUSED:
+            n = self._failures[broker] = self._failures.get(broker, 0) + 1
+            if n >= self.config.probe_failures:
+                return True
+            await self._clock.sleep(REPROBE_DELAY_S)
+            result = await self._actions.probe(report)
+        self._failures.pop(broker, None)
+        if result is ProbeResult.ALIVE:
+            self._unanswered.pop(broker, None)
+            return False
+        since, n = self._unanswered.get(broker, (started, 0))
+        self._unanswered[broker] = (since, n + 1)
+        silent_ms = self._clock.monotonic_ms() - since
+        if n + 1 >= 2 and silent_ms >= self.config.unresponsive_ms:
+            log.warning("broker %s answered no probe for %.0f ms", broker, silent_ms)
+            return True
         return False
+
+    def _forget_probes_except(self, probed: set[str]) -> None:
+        """Drop the probe history of brokers no longer probed (gone, or no longer leader):
+        one coming back starts with a clean slate, not with an old silence."""
+        for history in (self._failures, self._unanswered):
+            for broker in [b for b in history if b not in probed]:
+                del history[broker]
 
     async def _probe_brokers(self) -> None:
         others = [r for b, r in self.reports.items() if b != self.me.broker_id]
+        self._forget_probes_except({r.broker_id for r in others})
         if not others:
             return
         dead = await asyncio.gather(*(self._probe(r) for r in others))
@@ -427,6 +462,9 @@ class LoadManager:
         session to expire), then remove its report. The bundles are found by the session
         that holds its report node, not from the report (which may predate them)."""
         self._failures.pop(report.broker_id, None)
+        self._unanswered.pop(report.broker_id, None)
+        if report.broker_id == self.me.broker_id:
+            return
         self.reports.pop(report.broker_id, None)
         report_path = paths.broker_load(report.broker_id)
         got = await self._store.get(report_path)
@@ -462,12 +500,19 @@ class LoadManager:
         info = LeaderInfo.decode(raw)
         if info is None or info.broker_id == self.me.broker_id:
             return
+        self._forget_probes_except({info.broker_id})
         report = self.reports.get(info.broker_id)
         if report is None or not await self._probe(report):
             return
-        log.warning("load-manager leader %s does not answer: deposing it", info.broker_id)
+        log.warning(
+            "load-manager leader %s does not answer: deposing it and freeing its bundles",
+            info.broker_id,
+        )
         with contextlib.suppress(NotFound, BadVersion):
             await self._store.delete(node, expected_version=version)
+        # It was a broker too: free its bundles now rather than after the next leader's
+        # own detection (two detections in a row made a leader-and-owner kill the slowest).
+        await self._declare_dead(report)
 
 
 __all__ = [

@@ -97,6 +97,11 @@ def next_topic_state(state: TopicState, event: TopicEvent) -> TopicState:
 
 
 _COUNT_CACHE_MAX = 200_000
+ACK_QUIET_S = 0.15
+"""Closing: no ACK for this long means the consumers acknowledged what they will (longer
+than the official client's 100 ms acknowledgement grouping)."""
+ACK_SETTLE_MAX_S = 0.5
+"""Closing: the longest wait for consumers' acknowledgements (it adds to the unload gap)."""
 
 
 def _metadata_or_none(entry: Entry) -> Any:
@@ -817,6 +822,13 @@ class PersistentTopic:
             if producer.cnx is not None:
                 producer.cnx.send_close_producer(producer)
             self.producers.remove(producer)
+        # consumers acknowledge what they hold before they hear CLOSE_CONSUMER (bounded)
+        await asyncio.gather(
+            *(
+                s.let_consumers_ack(ACK_QUIET_S, ACK_SETTLE_MAX_S)
+                for s in self.subscriptions.values()
+            )
+        )
         for sub in list(self.subscriptions.values()):
             for consumer in sub.consumers:
                 if consumer.sink is not None:

@@ -102,6 +102,7 @@ class Subscription:
         self.sub_type: SubType | None = None
         self.dispatcher: Dispatcher | None = None
         self._ack_ops: set[asyncio.Future[Any]] = set()
+        self.acks_received = 0  # ACK commands handled (closing waits until they stop)
         # delayed delivery: the managed ledger of the topic (its factory stores the index),
         # None for memory storage
         self.delayed_ledger = delayed_ledger
@@ -272,6 +273,7 @@ class Subscription:
     ) -> None:
         """Individual acks: ``whole`` entries, and batch indexes of ``partial`` ones (an ack
         set's words, 1 = still unacknowledged)."""
+        self.acks_received += 1
         unblocked = False
         d = self.dispatcher
         if d is not None:
@@ -314,6 +316,7 @@ class Subscription:
         if self.sub_type not in (SubType.EXCLUSIVE, SubType.FAILOVER):
             log.warning("cumulative ack on %s subscription %s ignored", self.sub_type, self.name)
             return
+        self.acks_received += 1
         unblocked = False
         if self.dispatcher is not None:
             unblocked = self.dispatcher.forget_up_to(position)
@@ -330,6 +333,25 @@ class Subscription:
         before a consumer's close is confirmed and before the cursor is closed."""
         if self._ack_ops:
             await asyncio.gather(*list(self._ack_ops), return_exceptions=True)
+
+    async def let_consumers_ack(self, quiet_s: float, max_s: float) -> None:
+        """Closing: dispatch stops, then wait until the consumers hold nothing unacknowledged,
+        or no ACK came for ``quiet_s``, or ``max_s`` passed. Clients group acknowledgements
+        (the official client for 100 ms): one that arrives after CLOSE_CONSUMER is lost and
+        its message delivered again by the next owner."""
+        if self.dispatcher is None or not self.consumers:
+            return
+        self.dispatcher.close()
+        clock = self.clock or SystemClock()
+        start = last_change = clock.monotonic_ms()
+        seen = self.acks_received
+        while any(c.unacked for c in self.consumers):
+            now = clock.monotonic_ms()
+            if self.acks_received != seen:
+                seen, last_change = self.acks_received, now
+            if now - last_change >= quiet_s * 1000 or now - start >= max_s * 1000:
+                return
+            await clock.sleep(0.02)  # polling interval of a bounded wait for acks
 
     def _after_ack(self, unblocked: bool) -> None:
         d = self.dispatcher

@@ -64,6 +64,27 @@ async def test_leader_failover_on_session_expiry(backend: MetadataBackend) -> No
     await e2.resign()
 
 
+async def test_a_deposed_leader_follows(backend: MetadataBackend) -> None:
+    """Another process deletes the leader's node (a follower deposing a leader it found
+    unresponsive): the next contender leads, and the old leader, alive after all, follows
+    instead of leading too."""
+    s1, s2 = await backend.open(), await backend.open()
+    e1 = LeaderElection(s1, "/deposed", b"one")
+    e2 = LeaderElection(s2, "/deposed", b"two")
+    await e1.start()
+    await e1.wait_for_leadership(10)
+    await e2.start()
+    current = await e2.current_leader()
+    assert current is not None and current[1] == b"one"
+    await s2.delete(current[0], expected_version=current[2])
+    await e2.wait_for_leadership(10)
+    await eventually(lambda: not e1.is_leader, message="the deposed leader follows")
+    await eventually(lambda: e1.node is not None and e1.node != current[0])
+    assert await e1.leader_value() == b"two"
+    await e1.resign()
+    await e2.resign()
+
+
 async def test_only_the_predecessor_matters(backend: MetadataBackend) -> None:
     stores = [await backend.open() for _ in range(3)]
     elections = [LeaderElection(s, "/el3", str(i).encode()) for i, s in enumerate(stores)]

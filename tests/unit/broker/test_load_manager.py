@@ -3,6 +3,7 @@ detection, deposing a dead leader, shedding and split rounds (actions recorded, 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
 from collections.abc import AsyncIterator
@@ -29,6 +30,9 @@ MB = 1024 * 1024
 class Actions:
     def __init__(self) -> None:
         self.refused: set[str] = set()
+        self.silent: set[str] = set()
+        self.refuse_once = False
+        self.probes = 0
         self.unloads: list[tuple[str, str]] = []
         self.splits: list[tuple[str, str, SplitAlgorithm, bool]] = []
 
@@ -44,6 +48,12 @@ class Actions:
         return 4
 
     async def probe(self, broker: BrokerLoadReport) -> ProbeResult:
+        self.probes += 1
+        if self.refuse_once and broker.broker_id in self.refused:
+            self.refused.discard(broker.broker_id)
+            return ProbeResult.REFUSED
+        if broker.broker_id in self.silent:
+            return ProbeResult.TIMEOUT
         return ProbeResult.REFUSED if broker.broker_id in self.refused else ProbeResult.ALIVE
 
 
@@ -116,6 +126,15 @@ async def test_one_leader_places_and_followers_refuse(cluster: Cluster) -> None:
     assert a.statistics().bundles_assigned == 1
 
 
+async def round_of(cluster: Cluster, lm: LoadManager) -> None:
+    """One ``run_round``, advancing the virtual clock while it waits (re-probes)."""
+    task = asyncio.ensure_future(lm.run_round())
+    while not task.done():
+        await asyncio.sleep(0.001)
+        cluster.clock.advance(0.05)
+    await task
+
+
 async def test_a_broker_refusing_probes_is_declared_dead_and_its_bundles_freed(
     cluster: Cluster,
 ) -> None:
@@ -124,37 +143,80 @@ async def test_a_broker_refusing_probes_is_declared_dead_and_its_bundles_freed(
     await wait_for(lambda: len(a.reports) == 2)
     owner_path = paths.bundle_ownership("t", "n", "0x00000000_0x80000000")
     cluster.actions.refused.add("b")
-    await a.run_round()
+    cluster.actions.refuse_once = True
+    await round_of(cluster, a)
     assert await cluster.stores["a"].get(owner_path) is not None  # one refusal is not enough
-    await a.run_round()
+    cluster.actions.refuse_once = False
+    cluster.actions.refused.add("b")
+    probes = cluster.actions.probes
+    await round_of(cluster, a)  # the refusal is confirmed within the round, not the next
+    assert cluster.actions.probes == probes + 2
     assert await cluster.stores["a"].get(owner_path) is None
     assert await cluster.stores["a"].get(paths.broker_load("b")) is None
     assert "b" not in a.reports and a.statistics().brokers_declared_dead == 1
 
 
-async def test_a_timeout_alone_never_frees_bundles(cluster: Cluster) -> None:
+async def test_a_broker_answering_no_probe_is_dead_after_the_unresponsive_bound(
+    cluster: Cluster,
+) -> None:
+    """A frozen or partitioned broker (probes time out) is declared dead once it answered
+    none for ``unresponsive_ms``, not before; an answer in between starts the count again."""
     a = await cluster.broker("a", 10, {})
     await cluster.broker("b", 10, {"t/n/0x00000000_0xffffffff": 1})
     await wait_for(lambda: len(a.reports) == 2)
-
-    async def slow(broker: BrokerLoadReport) -> ProbeResult:
-        return ProbeResult.TIMEOUT
-
-    cluster.actions.probe = slow  # type: ignore[method-assign]
-    for _ in range(5):
+    owner_path = paths.bundle_ownership("t", "n", "0x00000000_0xffffffff")
+    cluster.actions.silent.add("b")
+    for _ in range(5):  # many unanswered probes, but no time passes
         await a.run_round()
-    assert await cluster.stores["a"].get(paths.bundle_ownership("t", "n", "0x00000000_0xffffffff"))
+    assert await cluster.stores["a"].get(owner_path) is not None
+    cluster.clock.advance(2.0)
+    cluster.actions.silent.clear()
+    await a.run_round()  # it answered: the silence starts over
+    cluster.actions.silent.add("b")
+    await a.run_round()
+    cluster.clock.advance(2.0)
+    await a.run_round()
+    assert await cluster.stores["a"].get(owner_path) is not None  # silent 2 s < 2.5 s
+    cluster.clock.advance(0.5)
+    await a.run_round()
+    assert await cluster.stores["a"].get(owner_path) is None
+    assert a.statistics().brokers_declared_dead == 1
 
 
-async def test_followers_depose_a_dead_leader(cluster: Cluster) -> None:
+async def test_a_broker_that_left_and_came_back_starts_with_no_silence(
+    cluster: Cluster,
+) -> None:
+    """The silence of a broker that left (report gone) is forgotten: back much later, one
+    unanswered probe does not make it dead."""
     a = await cluster.broker("a", 10, {})
+    await cluster.broker("b", 10, {"t/n/0x00000000_0xffffffff": 1})
+    await wait_for(lambda: len(a.reports) == 2)
+    cluster.actions.silent.add("b")
+    await a.run_round()  # one unanswered probe
+    raw = (await cluster.stores["b"].get(paths.broker_load("b"))).value  # type: ignore[union-attr]
+    await cluster.stores["b"].delete(paths.broker_load("b"))
+    await wait_for(lambda: "b" not in a.reports)
+    await a.run_round()
+    cluster.clock.advance(10)
+    await cluster.stores["b"].put(paths.broker_load("b"), raw, ephemeral=True)
+    await wait_for(lambda: "b" in a.reports)
+    await a.run_round()
+    assert await cluster.stores["a"].get(paths.bundle_ownership("t", "n", "0x00000000_0xffffffff"))
+    assert a.statistics().brokers_declared_dead == 0
+
+
+async def test_followers_depose_a_dead_leader_and_free_its_bundles(cluster: Cluster) -> None:
+    a = await cluster.broker("a", 10, {"t/n/0x00000000_0xffffffff": 1})
     b = await cluster.broker("b", 10, {})
     await wait_for(lambda: len(b.reports) == 2 and a.is_leader)
     cluster.actions.refused.add("a")
-    await b.run_round()
-    await b.run_round()
+    await round_of(cluster, b)
     await wait_for(lambda: b.is_leader)
     assert (await b.leader()) == b.me
+    # the follower that found the leader dead freed its bundles too: one detection, not two
+    owner_path = paths.bundle_ownership("t", "n", "0x00000000_0xffffffff")
+    assert await cluster.stores["b"].get(owner_path) is None
+    assert "a" not in b.reports
 
 
 async def test_shedding_and_split_rounds_ask_the_owner(cluster: Cluster) -> None:
