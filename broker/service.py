@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -492,7 +492,7 @@ class BrokerService:
             # served here after the bundle's topics were closed and the ownership moved on
             await topic.close()
             raise ServiceError(
-                "ServiceNotReady", f"The bundle of {tn.full} moved while the topic loaded"
+                ServerError.ServiceNotReady, f"The bundle of {tn.full} moved while the topic loaded"
             )
         self.topics[tn.full] = topic
         self.topics_loaded_total += 1

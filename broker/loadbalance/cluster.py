@@ -234,6 +234,10 @@ class ClusterHost(Protocol):
 
     async def close_topics_of(self, bundle: NamespaceBundle) -> None: ...
 
+    def unloading(self, bundle: NamespaceBundle) -> contextlib.AbstractContextManager[None]:
+        """While ``bundle``'s topics close (unload, split): none of them loads here."""
+        ...
+
     async def list_topics(
         self, tenant: str, namespace: str, domain: str = "persistent"
     ) -> list[str]: ...

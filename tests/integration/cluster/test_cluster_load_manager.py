@@ -24,8 +24,8 @@ from support.delivery import AckingConsumer
 from support.net import free_port
 from support.zookeeper import ZooKeeperServer
 
-from magnetar.broker.bundles import BundleRange
-from magnetar.broker.ownership import NamespaceBundle, OwnerInfo, OwnershipCache
+from magnetar.broker.namespace.bundles import BundleRange
+from magnetar.broker.namespace.ownership import NamespaceBundle, OwnerInfo, OwnershipCache
 from magnetar.zk.zookeeper import ZooKeeperMetadataStore
 
 SESSION = "metadata_store_session_timeout_millis=30000\n"

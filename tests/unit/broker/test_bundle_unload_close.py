@@ -8,9 +8,9 @@ import asyncio
 from types import SimpleNamespace
 from typing import Any
 
-from magnetar.broker.bundles import BundleRange
+from magnetar.broker.namespace.bundles import BundleRange
+from magnetar.broker.namespace.ownership import NamespaceBundle
 from magnetar.broker.naming import TopicName
-from magnetar.broker.ownership import NamespaceBundle
 from magnetar.broker.service import UNLOAD_CONCURRENCY, BrokerService
 
 
