@@ -20,8 +20,9 @@ from typing import Any
 
 import pulsar
 import pytest
-from support.admin import Admin, wait_until
+from support.admin import Admin
 from support.broker import InProcessBroker
+from support.waiting import wait_until
 
 from magnetar.zk.clock import VirtualClock
 

@@ -16,6 +16,7 @@ import grpc
 import pytest
 from support.bookies import BookieFactory, health
 from support.net import free_port
+from support.waiting import wait_for
 
 from magnetar.bookie.api import AddRequest
 from magnetar.bookie.client import BookieClient
@@ -77,19 +78,6 @@ async def add_retrying(client: BookieClient, request: AddRequest, timeout_s: flo
             if loop.time() > deadline:
                 raise
             await asyncio.sleep(0.05)  # retry interval
-
-
-async def wait_for(predicate, timeout_s: float = 10.0, what: str = "condition") -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while loop.time() < deadline:
-        result = predicate()
-        if asyncio.iscoroutine(result):
-            result = await result
-        if result:
-            return
-        await asyncio.sleep(0.05)  # polling interval
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 async def test_sigterm_is_graceful_registration_follows_and_restart_keeps_data(

@@ -14,7 +14,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from support.bookies import BookieFactory
 from support.broker_process import BrokerProcess
-from support.cluster import Cluster, PublishChecker, drain, wait_until
+from support.cluster import Cluster, PublishChecker, drain
+from support.waiting import wait_until
 from support.zookeeper import ZooKeeperServer
 
 SESSION = "metadata_store_session_timeout_millis=30000\n"

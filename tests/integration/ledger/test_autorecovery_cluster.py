@@ -15,7 +15,7 @@ import asyncio
 import os
 import sys
 
-from support.ledger_cluster import chroot_url, open_factory, wait_for, wait_registered
+from support.ledger_cluster import chroot_url, open_factory, wait_registered
 from support.recovery import (
     ledger_client,
     metadata_of,
@@ -23,6 +23,7 @@ from support.recovery import (
     wait_unregistered,
     write_ledgers,
 )
+from support.waiting import wait_for
 
 from magnetar.broker.ledger import EARLIEST
 from magnetar.broker.ledger.autorecovery import (

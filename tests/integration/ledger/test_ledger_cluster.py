@@ -10,9 +10,9 @@ from support.ledger_cluster import (
     bookie_client_factory,
     chroot_url,
     open_factory,
-    wait_for,
     wait_registered,
 )
+from support.waiting import wait_for
 
 from magnetar.bookie.errors import NoEntry, NoLedger
 from magnetar.broker.ledger import EARLIEST, ManagedLedgerFenced, Position

@@ -7,7 +7,7 @@ import asyncio
 from typing import Any
 
 import pytest
-from support.ledger_cluster import wait_for
+from support.waiting import wait_for
 
 from magnetar.broker.consumer import Consumer, OutMessage, SubType
 from magnetar.broker.dispatchers import DISPATCH_ROUNDS_PER_TURN, MAX_READ_ENTRIES

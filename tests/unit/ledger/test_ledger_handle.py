@@ -6,6 +6,7 @@ import asyncio
 
 import pytest
 from support.ledger_fakes import make_client
+from support.waiting import wait_for
 
 from magnetar.bookie.errors import BookieUnavailable
 from magnetar.broker.ledger.errors import LedgerFenced, ReadBeyondLastConfirmed
@@ -14,15 +15,6 @@ from magnetar.broker.ledger.states import HandleState, LedgerState
 from magnetar.broker.ledger.testing import FakeBookieCluster
 from magnetar.zk.clock import VirtualClock
 from magnetar.zk.memory import MemoryMetadataServer
-
-
-async def wait_until(pred, timeout_s: float = 5.0) -> None:  # type: ignore[no-untyped-def]
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while not pred():
-        if loop.time() > deadline:
-            raise AssertionError("condition not reached")
-        await asyncio.sleep(0.001)
 
 
 async def test_striped_write_and_read(
@@ -187,7 +179,7 @@ async def test_recovery_keeps_entries_that_reached_one_replica_and_drops_lost_on
     a, b = w.metadata.last_ensemble
     fake_bookies[b].hang()  # entry 10 reaches only bookie a: never acknowledged
     fut = w.add_nowait(b"k10")
-    await wait_until(lambda: 10 in fake_bookies[a].entries[w.ledger_id])
+    await wait_for(lambda: 10 in fake_bookies[a].entries[w.ledger_id])
     assert not fut.done()
     fake_bookies[b].resume()
     fake_bookies[b].entries[w.ledger_id].pop(10, None)  # as if the send to b was lost
@@ -311,7 +303,7 @@ async def test_no_stall_while_qa_healthy_bookies_remain_then_full_replication_re
     assert ids == list(range(1, 21))
     assert victim in w.metadata.last_ensemble  # still under-replicated
     spare = fake_bookies.add_bookie("127.0.0.1:3300")
-    await wait_until(lambda: victim not in w.metadata.last_ensemble)
+    await wait_for(lambda: victim not in w.metadata.last_ensemble)
     await w.add(b"after")
     assert w.last_add_confirmed in spare.entries[w.ledger_id]
     assert [g.payload for g in await w.read(0, 21)][-1] == b"after"
