@@ -59,6 +59,7 @@ from magnetar.broker.validation import (
     repair_command_strings,
 )
 from magnetar.client.protocol.proto import pulsar_api_pb2 as pb
+from magnetar.zk.clock import Clock, SystemClock, TimerHandle
 
 if TYPE_CHECKING:
     from magnetar.broker.service import BrokerService
@@ -125,9 +126,15 @@ def _position(mid: Any) -> Position:
 
 
 class ServerConnection(asyncio.Protocol):
-    def __init__(self, service: BrokerService, *, tls: bool = False) -> None:
+    def __init__(
+        self, service: BrokerService, *, tls: bool = False, clock: Clock | None = None
+    ) -> None:
         self.service = service
         self.tls = tls
+        # the keep-alive timer's clock: real time unless a test injects one. Not the
+        # service's clock: tests move that one by minutes at a time to age policies, which
+        # would fire several keep-alive rounds in one step and close every connection
+        self.clock: Clock = clock or SystemClock()
         self.security = ConnectionSecurity(self)
         cfg = service.config
         self.max_frame = cfg.max_message_size + FRAME_PADDING
@@ -155,7 +162,7 @@ class ServerConnection(asyncio.Protocol):
         self._pending_sends = 0
         self._paused = False
         self._ping_outstanding = False
-        self._keepalive: asyncio.TimerHandle | None = None
+        self._keepalive: TimerHandle | None = None
         self._write_paused = False
 
     def __repr__(self) -> str:
@@ -247,7 +254,7 @@ class ServerConnection(asyncio.Protocol):
     def _arm_keepalive(self) -> None:
         interval = self.service.config.keep_alive_interval_seconds
         if interval > 0:
-            self._keepalive = self._loop.call_later(interval, self._keepalive_tick)
+            self._keepalive = self.clock.call_later(interval, self._keepalive_tick)
 
     def _keepalive_tick(self) -> None:
         if self.closed:
