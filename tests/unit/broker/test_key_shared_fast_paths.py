@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import struct
 
@@ -20,6 +19,7 @@ import crc32c
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.dispatch import dispatched
 
 from magnetar.broker import key_shared
 from magnetar.broker.consumer import Consumer, OutMessage, SubType
@@ -222,16 +222,14 @@ async def test_a_parked_entry_is_not_hashed_again_when_it_replays() -> None:
     await ledger.add_entries([keyed(f"k{i % 20}") for i in range(60)])
     sub.flow(a, 100)  # b has no permits: the entries of its keys are read and parked
     sub.notify_new_entries()
-    for _ in range(50):
-        await asyncio.sleep(0)
+    await dispatched(sub)
     d = sub.dispatcher
     assert isinstance(d, KeySharedDispatcher) and d.ks is not None
     to_a = len(sink.got.pop(a, []))
     parked = d.ks.parked_count
     assert parked > 0 and to_a + parked == 60
     sub.flow(b, 100)  # now they replay
-    for _ in range(50):
-        await asyncio.sleep(0)
+    await dispatched(sub)
     assert len(sink.got.pop(b, [])) == parked and d.ks.parked_count == 0
     assert sorted(calls) == list(range(60))
     assert max(calls.values()) == 1, calls  # each entry hashed once
