@@ -9,7 +9,7 @@ from support.ledger_fakes import make_client
 from support.waiting import wait_for
 
 from magnetar.bookie.errors import BookieUnavailable
-from magnetar.broker.ledger.errors import LedgerFenced, ReadBeyondLastConfirmed
+from magnetar.broker.ledger.errors import LedgerFenced, NotEnoughBookies, ReadBeyondLastConfirmed
 from magnetar.broker.ledger.metadata import write_set
 from magnetar.broker.ledger.states import HandleState, LedgerState
 from magnetar.broker.ledger.testing import FakeBookieCluster
@@ -130,7 +130,7 @@ async def test_bookie_error_then_not_enough_bookies_fails_adds(
     w = await client.create_ledger()
     await w.add(b"a")
     fake_bookies[w.metadata.last_ensemble[0]].fail_adds(BookieUnavailable("disk gone"))
-    with pytest.raises(Exception, match="ensemble change impossible"):
+    with pytest.raises(NotEnoughBookies, match="ensemble change impossible"):
         await w.add(b"b")
     assert w.state is HandleState.ERRORED
 

@@ -18,6 +18,7 @@ from magnetar.broker.ledger import (
     ManagedLedgerTerminated,
     Position,
 )
+from magnetar.broker.ledger.errors import NotEnoughBookies
 from magnetar.broker.ledger.testing import FakeBookieCluster
 from magnetar.zk import paths
 from magnetar.zk.clock import VirtualClock
@@ -242,7 +243,7 @@ async def test_failed_ledger_rolls_over_once_bookies_return(
     for b in victims:
         fake_bookies.crash(b)  # no spare bookie left
     fake_bookies.crash(ml._current.metadata.last_ensemble[0])  # type: ignore[union-attr]
-    with pytest.raises(Exception, match="ensemble change impossible"):
+    with pytest.raises(NotEnoughBookies, match="ensemble change impossible"):
         await ml.add(b"lost")
     queued = ml.add_nowait(b"b")  # queued while the managed ledger rolls over
     for b in list(fake_bookies.bookies):
