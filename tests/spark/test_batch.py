@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from conftest import admin, publish, read_all
+from pyspark.errors import AnalysisException
 from pyspark.sql import functions as F
 from support.standalone import StandaloneProcess
 
@@ -174,11 +175,11 @@ def test_bad_options_fail_at_planning_with_the_option_named(
          "not a partition of the selected topics"),
     ]
     for extra, expected in cases:
-        with pytest.raises(Exception, match=None) as info:
+        with pytest.raises(AnalysisException) as info:
             spark.read.format("magnetar").options(**base, **extra).load().collect()
         assert expected in str(info.value), (extra, str(info.value)[:2000])
     no_url = {"topic": "t"}
-    with pytest.raises(Exception) as info:
+    with pytest.raises(AnalysisException) as info:
         spark.read.format("magnetar").options(**no_url).load()
     assert "option 'service.url' is required" in str(info.value)
 
@@ -189,10 +190,10 @@ def test_bad_options_fail_at_planning_with_the_option_named(
         ({"topic": "t", "exactlyOnce": "false"}, "overwrite", "save mode 'overwrite'"),
     ]
     for extra, mode, expected in writes:
-        with pytest.raises(Exception) as info:
+        with pytest.raises(AnalysisException) as info:
             df.write.format("magnetar").options(**base, **extra).mode(mode).save()
         assert expected in str(info.value), (extra, str(info.value)[:2000])
-    with pytest.raises(Exception) as info:
+    with pytest.raises(AnalysisException) as info:
         spark.range(3).select(F.col("id").alias("value"), F.lit(1).alias("__key")).write.format(
             "magnetar"
         ).options(**base, topic="t", exactlyOnce="false").mode("append").save()
