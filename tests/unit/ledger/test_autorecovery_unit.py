@@ -8,6 +8,7 @@ import random
 
 import pytest
 from support.ledger_fakes import make_client
+from support.waiting import wait_for
 
 from magnetar.broker.ledger.autorecovery import (
     Auditor,
@@ -310,11 +311,11 @@ async def test_auditor_periodic_checks_run_at_their_interval(
     stop = asyncio.Event()
     task = asyncio.ensure_future(auditor.run(stop))
     marks = UnderReplication(client.store)
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + 30
-    while await marks.marked() != [w.ledger_id]:
-        assert loop.time() < deadline, "not marked"
-        await asyncio.sleep(0.05)
+
+    async def marked() -> bool:
+        return await marks.marked() == [w.ledger_id]
+
+    await wait_for(marked, 30, f"ledger {w.ledger_id} marked under-replicated")
     stop.set()
     await task
     assert (
@@ -350,17 +351,11 @@ async def test_one_auditor_is_elected_and_another_takes_over(
     ]
     for d in daemons:
         await d.start()
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + 10
-    while sum(d.is_auditor for d in daemons) != 1:
-        assert loop.time() < deadline
-        await asyncio.sleep(0.01)
+    await wait_for(lambda: sum(d.is_auditor for d in daemons) == 1, 30, "one auditor")
     leader = next(d for d in daemons if d.is_auditor)
     await leader.stop()
     rest = [d for d in daemons if d is not leader]
-    while sum(d.is_auditor for d in rest) != 1:
-        assert loop.time() < deadline
-        await asyncio.sleep(0.01)
+    await wait_for(lambda: sum(d.is_auditor for d in rest) == 1, 30, "another auditor")
     for d in rest:
         await d.stop()
     assert not any(d.is_auditor for d in daemons)
