@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from support.autojump import AutojumpClock
 from support.ledger_fakes import make_client
 from support.waiting import wait_for
 
@@ -13,7 +14,6 @@ from magnetar.broker.ledger.errors import LedgerFenced, NotEnoughBookies, ReadBe
 from magnetar.broker.ledger.metadata import write_set
 from magnetar.broker.ledger.states import HandleState, LedgerState
 from magnetar.broker.ledger.testing import FakeBookieCluster
-from magnetar.zk.clock import VirtualClock
 from magnetar.zk.memory import MemoryMetadataServer
 
 
@@ -100,20 +100,20 @@ async def test_ensemble_shrinks_when_no_spare_bookie(
 async def test_hung_bookie_is_replaced_after_add_timeout(
     meta_server: MemoryMetadataServer, fake_bookies: FakeBookieCluster
 ) -> None:
-    clock = VirtualClock()
-    client = make_client(meta_server, fake_bookies, clock=clock, add_timeout_ms=1000)
-    w = await client.create_ledger()
-    await w.add(b"a")
-    victim = w.metadata.last_ensemble[0]
-    fake_bookies[victim].hang()
-    fut = w.add_nowait(b"b")
-    for _ in range(20):
-        await asyncio.sleep(0)
-    assert not fut.done()  # Qa=2 and one bookie hangs: the add waits...
-    clock.advance(1.1)  # ...only for the add timeout
-    assert await asyncio.wait_for(fut, 5) == 1
-    assert victim not in w.metadata.last_ensemble
-    fake_bookies[victim].resume()
+    async with AutojumpClock() as clock:
+        client = make_client(meta_server, fake_bookies, clock=clock, add_timeout_ms=1000)
+        w = await client.create_ledger()
+        await w.add(b"a")
+        victim = w.metadata.last_ensemble[0]
+        fake_bookies[victim].hang()
+        t0 = clock.monotonic_ms()
+        fut = w.add_nowait(b"b")
+        await clock.sleep(0.9)  # virtual time moves only once everything else has run
+        assert not fut.done()  # Qa=2 and one bookie hangs: the add waits...
+        assert await asyncio.wait_for(fut, 30) == 1  # ...only for the add timeout
+        assert clock.monotonic_ms() - t0 >= 1000
+        assert victim not in w.metadata.last_ensemble
+        fake_bookies[victim].resume()
 
 
 async def test_bookie_error_then_not_enough_bookies_fails_adds(
@@ -208,10 +208,10 @@ async def test_recovery_truncates_entries_present_nowhere(
         bk.drop_adds()
     fut = w.add_nowait(b"never")
     # the add is sent with the others of its loop iteration: wait until both bookies lost it
-    deadline = asyncio.get_running_loop().time() + 5
-    while sum(bk.adds_dropped for bk in fake_bookies.bookies.values()) < 2:
-        assert asyncio.get_running_loop().time() < deadline
-        await asyncio.sleep(0.001)
+    await wait_for(
+        lambda: sum(bk.adds_dropped for bk in fake_bookies.bookies.values()) >= 2,
+        what="both bookies dropped the add",
+    )
     for bk in fake_bookies.bookies.values():
         bk.drop_adds(False)
     r = await make_client(meta_server, fake_bookies).open_ledger(w.ledger_id)
