@@ -8,6 +8,7 @@ import random
 import struct
 
 import pytest
+from support.waiting import wait_for
 
 from magnetar.broker.ledger import (
     EARLIEST,
@@ -19,6 +20,7 @@ from magnetar.broker.ledger import (
     Position,
 )
 from magnetar.broker.ledger.errors import NotEnoughBookies
+from magnetar.broker.ledger.states import ManagedLedgerState
 from magnetar.broker.ledger.testing import FakeBookieCluster
 from magnetar.zk import paths
 from magnetar.zk.clock import VirtualClock
@@ -145,11 +147,10 @@ async def test_trimming_respects_slowest_cursor_and_retention(
     slow = await ml.open_cursor("slow", EARLIEST)
     fast = await ml.open_cursor("fast", EARLIEST)
     pos = await asyncio.gather(*(ml.add(b"%d" % i) for i in range(45)))
-    for _ in range(1000):  # bounded wait: the trims the rollovers started are done
-        if ml._trim_task is None or (ml._trim_task.done() and not ml._trim_again):
-            break
-        await asyncio.sleep(0)
-    assert ml._trim_task is None or ml._trim_task.done()
+    await wait_for(
+        lambda: ml._trim_task is None or (ml._trim_task.done() and not ml._trim_again),
+        what="the trims the rollovers started done",
+    )
     first_ledgers = ml.ledger_ids
     await fast.mark_delete(pos[-1])
     assert await ml.trim() == []  # the slow cursor holds everything
@@ -189,7 +190,7 @@ async def test_session_loss_stops_writes(
     ml = await f.open("t/ns/persistent/sess")
     await ml.add(b"a")
     meta_server.expire_session(store.session_id)
-    await asyncio.sleep(0)
+    await wait_for(lambda: ml.state is ManagedLedgerState.FENCED, what="the ledger fenced")
     with pytest.raises(ManagedLedgerFenced):
         await ml.add(b"b")
 
@@ -407,18 +408,15 @@ async def test_trim_requested_during_a_trim_runs_again_after_it(
 
     ml.trim = gated_trim  # type: ignore[method-assign]
     ml.trim_soon()
-    for _ in range(100):
-        if started:
-            break
-        await asyncio.sleep(0)
+    await wait_for(lambda: started, what="the first trim started")
     assert started == [1]
     ml.trim_soon()  # during the running trim
     ml.trim_soon()  # coalesced with the previous trigger
     assert started == [1]
     gate.set()
-    for _ in range(100):
-        if len(started) == 2 and ml._trim_task is not None and ml._trim_task.done():
-            break
-        await asyncio.sleep(0)
+    await wait_for(
+        lambda: len(started) == 2 and ml._trim_task is not None and ml._trim_task.done(),
+        what="the coalesced trim done",
+    )
     assert started == [1, 1]  # exactly one more trim
     await f.close()
