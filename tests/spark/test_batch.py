@@ -10,7 +10,6 @@ import os
 import pathlib
 import signal
 import threading
-import time
 from typing import Any
 
 import pytest
@@ -18,6 +17,7 @@ from conftest import admin, publish, read_all
 from pyspark.errors import AnalysisException
 from pyspark.sql import functions as F
 from support.standalone import StandaloneProcess
+from support.waiting import wait_until
 
 
 def _opts(sa: StandaloneProcess, **extra: str) -> dict[str, str]:
@@ -110,14 +110,13 @@ def test_a_killed_task_is_retried_without_duplicates(
 
     def kill_mid_write() -> None:
         """Once the broker holds part of the rows, kill the tasks writing them."""
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            stored = admin(standalone, "GET", stats_path)["msgInCounter"]
-            if stored >= 2000:
-                watch["stored_at_kill"] = stored
-                watch["killed"] = _kill_python_workers()
-                return
-            time.sleep(0.02)  # polling interval of a deadline-bounded wait
+        def stored() -> int:
+            n: int = admin(standalone, "GET", stats_path)["msgInCounter"]
+            return n if n >= 2000 else 0
+
+        with contextlib.suppress(AssertionError):  # not reached: the test's checks say so
+            watch["stored_at_kill"] = wait_until(stored, 120, "2000 rows stored", interval_s=0.02)
+            watch["killed"] = _kill_python_workers()
 
     killer = threading.Thread(target=kill_mid_write)
     killer.start()

@@ -5,7 +5,8 @@ and ``wait_for`` (async: tests on an event loop). Both poll a predicate until it
 fail with ``AssertionError`` naming what was awaited once ``timeout_s`` has passed. The
 predicate may return any value: the first truthy one is returned, so a wait can also fetch
 (``owner = wait_until(lambda: find_owner(), 60, "an owner")``). ``ignore`` lists exceptions
-that mean "not yet" (a server still starting answers with a refused connection).
+that mean "not yet" (a server still starting answers with a refused connection). ``what``
+may be a function, called only on a timeout (a process's log tail, the state seen last).
 
 Invariants: a wait never returns before its condition holds; the poll interval is a pace,
 never synchronisation; the timeout is a bound, generous on a loaded machine (reaching it is
@@ -36,7 +37,7 @@ _YIELD_POLLS = 20
 def wait_until(
     pred: Callable[[], T],
     timeout_s: float = DEFAULT_TIMEOUT_S,
-    what: str = "condition",
+    what: str | Callable[[], str] = "condition",
     *,
     interval_s: float = 0.05,
     ignore: tuple[type[BaseException], ...] = (),
@@ -60,7 +61,7 @@ def wait_until(
 async def wait_for(
     pred: Callable[[], T | Awaitable[T]],
     timeout_s: float = DEFAULT_TIMEOUT_S,
-    what: str = "condition",
+    what: str | Callable[[], str] = "condition",
     *,
     interval_s: float = _ASYNC_INTERVAL_MAX_S,
     ignore: tuple[type[BaseException], ...] = (),
@@ -88,9 +89,12 @@ async def wait_for(
         await asyncio.sleep(0 if polls <= _YIELD_POLLS else interval_s)
 
 
-def _timeout_message(what: str, timeout_s: float, last_exc: BaseException | None) -> str:
+def _timeout_message(
+    what: str | Callable[[], str], timeout_s: float, last_exc: BaseException | None
+) -> str:
     tail = f" (last: {last_exc!r})" if last_exc is not None else ""
-    return f"timed out after {timeout_s} s waiting for {what}{tail}"
+    described = what() if callable(what) else what
+    return f"timed out after {timeout_s} s waiting for {described}{tail}"
 
 
 __all__ = ["DEFAULT_TIMEOUT_S", "wait_for", "wait_until"]
