@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 
 import pytest
 from support.autojump import AutojumpClock
@@ -117,22 +118,35 @@ async def test_hung_bookie_is_replaced_after_add_timeout(
 
 
 async def test_bookie_error_then_not_enough_bookies_fails_adds(
-    meta_server: MemoryMetadataServer, fake_bookies: FakeBookieCluster
+    meta_server: MemoryMetadataServer,
+    fake_bookies: FakeBookieCluster,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
-    client = make_client(
-        meta_server,
-        fake_bookies,
-        ensemble_size=3,
-        write_quorum=3,
-        ack_quorum=3,
-        ensemble_change_timeout_ms=200,
-    )
-    w = await client.create_ledger()
-    await w.add(b"a")
-    fake_bookies[w.metadata.last_ensemble[0]].fail_adds(BookieUnavailable("disk gone"))
-    with pytest.raises(NotEnoughBookies, match="ensemble change impossible"):
-        await w.add(b"b")
-    assert w.state is HandleState.ERRORED
+    """The ensemble change retries with back-off on the client's clock until its timeout
+    (virtual time here: the 200 s of retries take no real time)."""
+    async with AutojumpClock() as clock:
+        client = make_client(
+            meta_server,
+            fake_bookies,
+            clock=clock,
+            ensemble_size=3,
+            write_quorum=3,
+            ack_quorum=3,
+            ensemble_change_timeout_ms=200_000,
+        )
+        w = await client.create_ledger()
+        await w.add(b"a")
+        fake_bookies[w.metadata.last_ensemble[0]].fail_adds(BookieUnavailable("disk gone"))
+        t0 = clock.monotonic_ms()
+        with (
+            caplog.at_level(logging.INFO, logger="magnetar.broker.ledger.handle"),
+            pytest.raises(NotEnoughBookies, match="ensemble change impossible"),
+        ):
+            await asyncio.wait_for(w.add(b"b"), 30)
+        assert clock.monotonic_ms() - t0 >= 200_000  # retried until the timeout
+        # with back-off doubling to 1 s, 200 s hold about 200 retries: all slept on the clock
+        assert caplog.text.count("ensemble change retry") >= 150
+        assert w.state is HandleState.ERRORED
 
 
 async def test_reads_fall_back_to_other_replicas(

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import random
 import struct
 
 import pytest
+from support.autojump import AutojumpClock
 from support.waiting import wait_for
 
 from magnetar.broker.ledger import (
@@ -228,15 +230,31 @@ async def test_find_by_publish_time_and_reset(
 
 
 async def test_failed_ledger_rolls_over_once_bookies_return(
-    meta_server: MemoryMetadataServer, fake_bookies: FakeBookieCluster
+    meta_server: MemoryMetadataServer,
+    fake_bookies: FakeBookieCluster,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
-    f = factory(
-        meta_server,
-        fake_bookies,
-        ensemble_change_timeout_ms=100,
-        add_timeout_ms=100,
+    """Ensemble-change retries, then the rollover's ledger-creation retries, on the factory's
+    clock: an AutojumpClock, so minutes of back-off take no real time."""
+    with caplog.at_level(logging.WARNING, logger="magnetar.broker.ledger.managed_ledger"):
+        async with AutojumpClock() as clock:
+            await _failed_ledger_rolls_over(meta_server, fake_bookies, clock)
+    # back-off doubling to 2 s: 60 s hold about 30 creation retries, all slept on the clock
+    assert caplog.text.count("retrying after") >= 20
+
+
+async def _failed_ledger_rolls_over(
+    meta_server: MemoryMetadataServer, fake_bookies: FakeBookieCluster, clock: AutojumpClock
+) -> None:
+    config = dataclasses.replace(
+        FAST,
+        ensemble_change_timeout_ms=100_000,
+        add_timeout_ms=10_000,
         retention_time_ms=-1,
         retention_size_bytes=-1,
+    )
+    f = ManagedLedgerFactory(
+        meta_server.connect(), fake_bookies.factory, config, rng=random.Random(3), clock=clock
     )
     ml = await f.open("t/ns/persistent/fail")
     first = await ml.add(b"a")
@@ -244,12 +262,16 @@ async def test_failed_ledger_rolls_over_once_bookies_return(
     for b in victims:
         fake_bookies.crash(b)  # no spare bookie left
     fake_bookies.crash(ml._current.metadata.last_ensemble[0])  # type: ignore[union-attr]
+    t0 = clock.monotonic_ms()
     with pytest.raises(NotEnoughBookies, match="ensemble change impossible"):
-        await ml.add(b"lost")
+        await asyncio.wait_for(ml.add(b"lost"), 30)
+    assert clock.monotonic_ms() - t0 >= 100_000  # the ensemble change retried until its timeout
     queued = ml.add_nowait(b"b")  # queued while the managed ledger rolls over
+    await clock.sleep(60)  # the rollover's ledger creation retries while no bookie is up
+    assert not queued.done()
     for b in list(fake_bookies.bookies):
         fake_bookies.restart(b)
-    second = await asyncio.wait_for(queued, 10)
+    second = await asyncio.wait_for(queued, 30)
     assert second.ledger_id > first.ledger_id
     reader = ml.new_non_durable_cursor(EARLIEST)
     assert [e.payload for e in await ml.read_entries(reader, 10)] == [b"a", b"b"]
