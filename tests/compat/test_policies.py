@@ -671,21 +671,36 @@ def test_subscription_dispatch_rate_limits_delivery_until_time_passes(
     )
     _applied(broker, topic, lambda p: p.subscription_dispatch_rate.msgs == 5)
     _fill(client, topic, 30)
-    got = []
-    try:
-        while True:
-            got.append(consumer.receive(500).data())
-    except pulsar.Timeout:
-        pass
-    assert 5 <= len(got) < 30  # virtual time stands still: the bucket does not refill
-    deadline = time.monotonic() + 10
-    while len(got) < 30:
-        assert time.monotonic() < deadline, len(got)
+
+    def dispatch() -> tuple[bool, int]:
+        """(a round under way, messages dispatched) of the subscription, on the broker's loop."""
+
+        async def get() -> tuple[bool, int]:
+            assert broker.service is not None
+            d = broker.service.topics[topic].subscriptions["s"].dispatcher
+            assert d is not None
+            return d.running, d.dispatched_messages
+
+        return broker.call(get)
+
+    # barrier: the dispatcher spent the bucket (5 messages) and stopped; its wake-up is on
+    # the virtual clock, so what it sent is all the consumer gets while time stands still
+    def spent() -> int:
+        running, sent = dispatch()
+        return sent if not running and sent >= 5 else 0
+
+    sent = wait_until(spent, what="the bucket spent and dispatch idle")
+    assert sent < 30  # the bucket's worth, not the backlog
+    got = [consumer.receive(5000).data() for _ in range(sent)]
+    assert dispatch() == (False, sent)  # nothing more went out
+
+    def advanced() -> bool:
         _advance(broker, clock, 1)
-        try:
+        with contextlib.suppress(pulsar.Timeout):
             got.append(consumer.receive(200).data())
-        except pulsar.Timeout:
-            pass
+        return len(got) >= 30
+
+    wait_until(advanced, 30, "every message once time passes", interval_s=0.01)
     assert sorted(got) == sorted(b"%05d" % i + b"x" * 95 for i in range(30))
     # removing the rate applies live: the next burst is not throttled
     admin.request("DELETE", f"{NS}/subscriptionDispatchRate")
