@@ -63,6 +63,7 @@ from magnetar.broker.dispatch.key_shared import (
 from magnetar.broker.dispatch.key_shared import KeySharedSelector as KsSelector
 from magnetar.broker.ledger.position import Position
 from magnetar.broker.storage.contract import Entry, TopicCursor
+from magnetar.zk.clock import Clock, SystemClock, TimerHandle
 
 log = logging.getLogger(__name__)
 
@@ -318,15 +319,17 @@ class SingleActiveConsumerDispatcher(Dispatcher):
         partition_index: int = -1,
         *,
         failover_delay_ms: int = ACTIVE_CONSUMER_FAILOVER_DELAY_MS,
+        clock: Clock | None = None,
     ) -> None:
         super().__init__(cursor, count_of, redelivery)
         self.sub_type = sub_type
         self.partition_index = partition_index
         self.active: Consumer | None = None
         self.failover_delay_ms = failover_delay_ms
+        self.clock: Clock = clock or SystemClock()  # the failover delay's timer
         self.switching = False  # a Failover switch waits for the old active consumer
         self._switch_from: Consumer | None = None
-        self._switch_timer: asyncio.TimerHandle | None = None
+        self._switch_timer: TimerHandle | None = None
 
     def __repr__(self) -> str:
         active = self.active.name if self.active else None
@@ -358,7 +361,7 @@ class SingleActiveConsumerDispatcher(Dispatcher):
             # wait before re-sending the unacked entries to the new one (fewer duplicates)
             self.switching = True
             self._switch_from = old
-            self._switch_timer = asyncio.get_running_loop().call_later(
+            self._switch_timer = self.clock.call_later(
                 self.failover_delay_ms / 1000.0, self._switch_done
             )
         for c in self.consumers:
@@ -1039,10 +1042,11 @@ def new_dispatcher(
     deliver_at_of: Callable[[Entry], int] | None = None,
     chunk_of: Callable[[Entry], tuple[str, int, int] | None] | None = None,
     delayed_index: Callable[[], Awaitable[DelayedDeliveryIndex]] | None = None,
+    clock: Clock | None = None,
 ) -> Dispatcher:
     if sub_type in (SubType.EXCLUSIVE, SubType.FAILOVER):
         return SingleActiveConsumerDispatcher(
-            cursor, count_of, redelivery, sub_type, partition_index
+            cursor, count_of, redelivery, sub_type, partition_index, clock=clock
         )
     if sub_type is SubType.KEY_SHARED:
         return KeySharedDispatcher(

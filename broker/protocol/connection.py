@@ -64,6 +64,7 @@ from magnetar.client.protocol import (
     parse_entry_metadata,
 )
 from magnetar.client.protocol.proto import pulsar_api_pb2 as pb
+from magnetar.zk.clock import Clock, SystemClock, TimerHandle
 
 if TYPE_CHECKING:
     from magnetar.broker.service import BrokerService
@@ -128,7 +129,12 @@ def _position(mid: Any) -> Position:
 
 class ServerConnection(asyncio.Protocol):
     def __init__(
-        self, service: BrokerService, *, tls: bool = False, input_budget: InputBudget | None = None
+        self,
+        service: BrokerService,
+        *,
+        tls: bool = False,
+        input_budget: InputBudget | None = None,
+        clock: Clock | None = None,
     ) -> None:
         self.service = service
         self.tls = tls
@@ -138,6 +144,10 @@ class ServerConnection(asyncio.Protocol):
             else InputBudget(service.config.max_buffered_partial_frames_size_in_mb << 20)
         )
         """Bytes of partial frames held between reads: shared by the listener's connections."""
+        # the keep-alive timer's clock: real time unless a test injects one. Not the
+        # service's clock: tests move that one by minutes at a time to age policies, which
+        # would fire several keep-alive rounds in one step and close every connection
+        self.clock: Clock = clock or SystemClock()
         self.security: ConnectionSecurity = ConnectionSecurity(self, service.authn, service.authz)
         cfg = service.config
         self.max_frame = cfg.max_message_size + FRAME_PADDING
@@ -167,7 +177,7 @@ class ServerConnection(asyncio.Protocol):
         self._read_pauses: set[str] = set()
         """Why reading is paused (pending sends, publish throttling): resumes when empty."""
         self._ping_outstanding = False
-        self._keepalive: asyncio.TimerHandle | None = None
+        self._keepalive: TimerHandle | None = None
         self._write_paused = False
 
     def __repr__(self) -> str:
@@ -259,7 +269,7 @@ class ServerConnection(asyncio.Protocol):
     def _arm_keepalive(self) -> None:
         interval = self.service.config.keep_alive_interval_seconds
         if interval > 0:
-            self._keepalive = self._loop.call_later(interval, self._keepalive_tick)
+            self._keepalive = self.clock.call_later(interval, self._keepalive_tick)
 
     def _keepalive_tick(self) -> None:
         if self.closed:

@@ -148,6 +148,7 @@ class Subscription:
                 deliver_at_of=self.deliver_at_of,
                 chunk_of=self.chunk_of,
                 delayed_index=self.open_delayed_index,
+                clock=self.clock,
             )
             self.dispatcher.max_read_entries = self.max_read_entries
             self.dispatcher.redelivery_tracker = self.redelivery_tracker

@@ -25,6 +25,7 @@ from support.recovery import (
     wait_unreferenced,
     write_ledgers,
 )
+from support.waiting import wait_for
 
 from magnetar.broker.ledger.autorecovery import (
     AutoRecoveryConfig,
@@ -38,15 +39,6 @@ from magnetar.zk.factory import open_metadata_store
 
 FAST = ["--zk-timeout-ms", "4000"]
 DAEMON = [*FAST, "--lost-bookie-recovery-delay-s", "0"]
-
-
-async def _wait(pred, timeout_s: float = 60.0) -> None:  # type: ignore[no-untyped-def]
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while not await pred():
-        if loop.time() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.2)
 
 
 async def test_lost_bookie_is_healed_then_a_second_loss_loses_nothing(
@@ -79,7 +71,7 @@ async def test_lost_bookie_is_healed_then_a_second_loss_loses_nothing(
             assert all(len(ens) == 2 and victim.bookie_id not in ens for _, ens in meta.ensembles)
         assert await verify_every_replica(client, written) == 2 * 100 * 100
         marks = UnderReplication(store)
-        await _wait(lambda: _no_marks(marks))
+        await wait_for(lambda: _no_marks(marks))
 
         # the bookie comes back on its wiped disk: its cookie refuses it
         victim.spawn()
@@ -119,7 +111,7 @@ async def test_worker_killed_mid_copy_leaves_no_half_swap_and_others_finish(
         before = {lid: (await metadata_of(store, lid)).ensembles for lid in written}
         victim = bookies[0]
         victim.kill()
-        await _wait(lambda: _unregistered(store, victim.bookie_id))
+        await wait_for(lambda: _unregistered(store, victim.bookie_id))
         marks = UnderReplication(store)
         marked = await mark_ledgers_of(client, marks, {victim.bookie_id}, "test")
         assert marked
@@ -147,7 +139,7 @@ async def test_worker_killed_mid_copy_leaves_no_half_swap_and_others_finish(
             stderr=subprocess.DEVNULL,
             start_new_session=True,
         )
-        await _wait(lambda: _some_lock(store, marked), timeout_s=60)
+        await wait_for(lambda: _some_lock(store, marked), timeout_s=60)
         proc.kill()
         proc.wait(10)
         # nothing half-swapped: each ledger is untouched or fully repaired
@@ -246,7 +238,7 @@ async def test_periodic_check_refills_a_bookie_that_came_back_empty(
                 return False
             return True
 
-        await _wait(refilled, timeout_s=90)
+        await wait_for(refilled, timeout_s=90)
         for lid in written:  # refilled in place: the ensembles did not change
             assert (await metadata_of(store, lid)).ensembles == before[lid]
     finally:

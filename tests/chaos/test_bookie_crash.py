@@ -19,6 +19,7 @@ import struct
 import crc32c
 import pytest
 from support.bookies import BookieFactory, BookieProcess
+from support.waiting import wait_for
 
 from magnetar.bookie.api import AddRequest
 from magnetar.bookie.client import BookieClient
@@ -39,12 +40,7 @@ def req(ledger: int, entry: int, payload: bytes, lac: int = -1) -> AddRequest:
 
 
 async def reconnect(client: BookieClient, timeout_s: float = 20.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while not await client.health(timeout_ms=500):
-        if loop.time() > deadline:
-            raise AssertionError("bookie did not come back")
-        await asyncio.sleep(0.05)  # polling interval
+    await wait_for(lambda: client.health(timeout_ms=500), timeout_s, "the bookie back")
 
 
 async def load_until_killed(

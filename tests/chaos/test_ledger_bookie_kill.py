@@ -6,7 +6,8 @@ from __future__ import annotations
 import asyncio
 import os
 
-from support.ledger_cluster import chroot_url, open_factory, wait_for, wait_registered
+from support.ledger_cluster import chroot_url, open_factory, wait_registered
+from support.waiting import wait_for
 
 from magnetar.broker.ledger import EARLIEST
 

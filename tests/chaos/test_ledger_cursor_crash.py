@@ -19,7 +19,8 @@ import subprocess
 import sys
 import threading
 
-from support.ledger_cluster import chroot_url, open_factory, wait_for, wait_registered
+from support.ledger_cluster import chroot_url, open_factory, wait_registered
+from support.waiting import wait_for
 
 from magnetar.broker.ledger import Position
 from magnetar.broker.ledger.metadata import LedgerMetadata, master_key_for

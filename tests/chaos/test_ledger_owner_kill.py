@@ -16,7 +16,8 @@ import sys
 import threading
 
 import pytest
-from support.ledger_cluster import chroot_url, open_factory, wait_for, wait_registered
+from support.ledger_cluster import chroot_url, open_factory, wait_registered
+from support.waiting import wait_for
 
 from magnetar.broker.ledger import EARLIEST, Position
 

@@ -22,6 +22,7 @@ several ledgers (from different owners) to read.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import pathlib
@@ -36,6 +37,7 @@ import pulsar
 import pytest
 from support.bookies import BookieFactory
 from support.broker_process import BrokerProcess
+from support.waiting import wait_until
 from support.zookeeper import ZooKeeperServer
 
 from magnetar.broker.namespace.bundles import NamespaceBundles
@@ -44,20 +46,6 @@ from magnetar.zk.factory import open_metadata_store
 
 MOVES = ("unload", "sigterm", "unload", "sigkill", "unload", "unload") * 3
 PAYLOAD_PAD = b"." * 1000
-
-
-def _wait_until(condition: Callable[[], bool], timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)  # polling interval of a deadline-bounded wait
-    return True
-
-
-def _wait(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
-    if not _wait_until(condition, timeout_s):
-        raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
 
 
 class _Load:
@@ -176,16 +164,17 @@ def test_topic_moves_between_brokers_lose_no_acknowledged_publish(
         return lambda: bool(load.errors) or len(load.acked) >= since + 30
 
     try:
-        _wait(progressed(0), 60, "the first publishes")
+        wait_until(progressed(0), 60, "the first publishes")
         for action in MOVES:
             owner = by_url[owners[-1]]
             other = b1 if owner is b2 else b2
             owners.append(_move(owner, other, action, lookup_path, bundle))
-            _wait(progressed(len(load.acked)), 60, f"publishes after {action}")
+            wait_until(progressed(len(load.acked)), 60, f"publishes after {action}")
             assert not load.errors, load.errors
         load.stop_producing.set()
         # bounded: on a timeout the assertions below say what is missing
-        _wait_until(lambda: bool(load.errors) or set(load.acked) <= load.received, 60)
+        with contextlib.suppress(AssertionError):
+            wait_until(lambda: bool(load.errors) or set(load.acked) <= load.received, 60)
     finally:
         load.join()
     assert not load.errors, load.errors
@@ -280,7 +269,7 @@ def _move(
             return True
         return False
 
-    _wait(assigned, 60, f"handover after {action}")
+    wait_until(assigned, 60, f"handover after {action}")
     if not owner.running:
         owner.start()
     return new_owner[0]

@@ -13,6 +13,7 @@ import pulsar
 import pytest
 from support.broker import InProcessBroker
 from support.metrics import sample
+from support.waiting import wait_until
 
 from magnetar.broker.admin.metrics import BrokerMetrics
 from magnetar.broker.admin.topic_ops import TopicOperations
@@ -177,8 +178,8 @@ def test_seek_by_time_and_by_id(client: pulsar.Client) -> None:
         producer.send(f"old{i}".encode())
     old = _drain(consumer, 3)
     cut = old[-1].publish_timestamp() + 1
-    while int(time.time() * 1000) < cut:  # the next publish time must be >= cut
-        time.sleep(0.001)
+    # the next publish time (the client's wall clock) must be >= cut
+    wait_until(lambda: time.time() * 1000 >= cut, 5, "the wall clock past cut", interval_s=0.001)
     for i in range(3):
         producer.send(f"new{i}".encode())
     got = old + _drain(consumer, 3)
@@ -322,10 +323,8 @@ def test_wait_for_exclusive_producer_gets_the_topic_when_it_is_free(
     waiter.start()
     assert broker.service is not None
     topics = broker.service.topics
-    deadline = time.monotonic() + 5
-    while not topics[topic].producers.waiting:  # queued behind the exclusive holder
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
+    # queued behind the exclusive holder
+    wait_until(lambda: topics[topic].producers.waiting, 30, "the waiting producer queued")
     assert not made
     holder.send(b"from-holder")
     holder.close()

@@ -15,10 +15,11 @@ from typing import Any
 
 import pulsar
 import pytest
-from support.admin import Admin, http, wait_until
+from support.admin import Admin, http
 from support.broker import InProcessBroker
 from support.metrics import sample
 from support.standalone import StandaloneFactory
+from support.waiting import wait_until
 
 Earliest = pulsar.InitialPosition.Earliest
 

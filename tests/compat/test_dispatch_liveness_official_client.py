@@ -19,6 +19,7 @@ from typing import Any
 
 import pulsar
 from support.broker import InProcessBroker
+from support.waiting import wait_until
 
 from magnetar.broker.admin.topic_ops import TopicOperations
 
@@ -41,14 +42,14 @@ class Results:
             self.results.append(str(res))
 
     def check(self, n: int) -> None:
-        deadline = time.monotonic() + DEADLINE_S
-        while True:
+
+        def done() -> bool:
             with self.lock:
-                if len(self.results) >= n:
-                    assert self.results.count("Result.Ok") == n, set(self.results)
-                    return
-            assert time.monotonic() < deadline, "send results missing"
-            time.sleep(0.01)
+                return len(self.results) >= n
+
+        wait_until(done, DEADLINE_S, f"{n} send results", interval_s=0.01)
+        with self.lock:
+            assert self.results.count("Result.Ok") == n, set(self.results)
 
 
 class Poller:
@@ -89,13 +90,12 @@ def _stats(broker: InProcessBroker, topic: str) -> dict[str, Any]:
 
 
 def _wait_backlog_zero(broker: InProcessBroker, topic: str, sub: str) -> dict[str, Any]:
-    deadline = time.monotonic() + DEADLINE_S
-    while True:
-        stats = _stats(broker, topic)["subscriptions"][sub]
-        if stats["msgBacklog"] == 0:
-            return stats  # type: ignore[no-any-return]
-        assert time.monotonic() < deadline, f"backlog stays {stats['msgBacklog']}"
-        time.sleep(0.05)
+
+    def drained() -> dict[str, Any] | None:
+        stats: dict[str, Any] = _stats(broker, topic)["subscriptions"][sub]
+        return stats if stats["msgBacklog"] == 0 else None
+
+    return wait_until(drained, DEADLINE_S, f"no backlog on {sub}")
 
 
 def _first_deliveries_in_key_order(poller: Poller) -> None:

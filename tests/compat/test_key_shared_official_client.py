@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator
 import pulsar
 import pytest
 from support.broker import InProcessBroker
+from support.waiting import wait_until
 
 from magnetar.broker.admin.topic_ops import TopicOperations
 
@@ -48,14 +49,6 @@ while True:
 
 def _topic() -> str:
     return f"persistent://public/default/ks-{uuid.uuid4().hex[:8]}"
-
-
-def _wait(pred: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not pred():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
 
 
 class Deliveries:
@@ -168,7 +161,7 @@ def test_key_shared_order_per_key_with_joins_closes_and_a_killed_consumer(
 
         reader = threading.Thread(target=read_child, daemon=True)
         reader.start()
-        _wait(ready.is_set, 30, "the child consumer to subscribe")
+        wait_until(ready.is_set, 30, "the child consumer to subscribe")
 
         producer = client_a.create_producer(
             topic,
@@ -188,7 +181,7 @@ def test_key_shared_order_per_key_with_joins_closes_and_a_killed_consumer(
                 producer.flush()
 
         publish(1000)
-        _wait(lambda: log.count("child") >= 50, 30, "the child to receive")
+        wait_until(lambda: log.count("child") >= 50, 30, "the child to receive")
         os.kill(child.pid, signal.SIGKILL)  # mid-stream, with messages in flight
         child.wait(10)
         # joins while messages are in flight: the keys that move must wait for them
@@ -197,11 +190,11 @@ def test_key_shared_order_per_key_with_joins_closes_and_a_killed_consumer(
         publish(500, flush=False)
         third = consumer(client_a, "c")
         publish(500, flush=False)
-        _wait(lambda: log.count("c") >= 20, 30, "c to receive")
+        wait_until(lambda: log.count("c") >= 20, 30, "c to receive")
         third.close()  # graceful close mid-stream: its unacked messages move on
         receivers.remove(third)
         publish(500)
-        _wait(lambda: len(log.distinct()) == total, 60, "every message to be delivered")
+        wait_until(lambda: len(log.distinct()) == total, 60, "every message to be delivered")
         assert broker.service is not None
         service = broker.service
 
@@ -209,7 +202,7 @@ def test_key_shared_order_per_key_with_joins_closes_and_a_killed_consumer(
             stats = broker.call(lambda: TopicOperations(service).topic_stats(topic))
             return int(stats["subscriptions"]["ks"]["msgBacklog"])
 
-        _wait(lambda: backlog() == 0, 30, "every message to be acked")
+        wait_until(lambda: backlog() == 0, 30, "every message to be acked")
         assert first.thread.is_alive() and second.thread.is_alive()
     finally:
         for r in receivers:

@@ -20,8 +20,9 @@ from typing import Any
 
 import pulsar
 import pytest
-from support.admin import Admin, wait_until
+from support.admin import Admin
 from support.broker import InProcessBroker
+from support.waiting import wait_until
 
 from magnetar.zk.clock import VirtualClock
 
@@ -522,24 +523,41 @@ def test_publish_rate_pauses_only_the_throttled_connection(
 
         return broker.call(get)
 
+    def reading() -> bool:
+        """Whether the broker reads the throttled producer's socket (on the broker's loop)."""
+
+        async def get() -> bool:
+            assert broker.service is not None
+            (cnx,) = [
+                c
+                for c in broker.service.connections
+                if any(t.full_name == topic for t in c.producer_topics.values())
+            ]
+            assert cnx.transport is not None
+            return bool(cnx.transport.is_reading())
+
+        return broker.call(get)
+
     # every SEND read before the pause is answered (the rest wait unread in the socket)
     wait_until(lambda: len(receipts) == read_by_broker(), what="receipts of what was read")
     settled = len(receipts)
     assert settled < n
     late: list[Any] = []
     producer.send_async(b"late", lambda res, mid: late.append(res))
-    time.sleep(0.3)  # an observation window: nothing may arrive while virtual time stands still
+    # nothing more can arrive while virtual time stands still: the socket is not read, and
+    # only the limiter's timer on the virtual clock resumes it (the loop is live: the other
+    # client was served, and each check here is a round trip through the broker's loop)
+    assert not reading()
     assert (len(receipts), late, read_by_broker()) == (settled, [], settled)
-    deadline = time.monotonic() + 10
-    while not late:
-        assert time.monotonic() < deadline
+    assert not reading()
+
+    def advanced(done: Callable[[], bool]) -> bool:
         _advance(broker, clock, 1)
-        time.sleep(0.01)
+        return done()
+
+    wait_until(lambda: advanced(lambda: bool(late)), 10, "the late send", interval_s=0.01)
     assert late == [pulsar.Result.Ok]
-    while len(receipts) < n:
-        assert time.monotonic() < deadline, receipts
-        _advance(broker, clock, 1)
-        time.sleep(0.01)
+    wait_until(lambda: advanced(lambda: len(receipts) == n), 10, "every receipt", interval_s=0.01)
     assert set(receipts) == {pulsar.Result.Ok}
 
 
@@ -653,21 +671,36 @@ def test_subscription_dispatch_rate_limits_delivery_until_time_passes(
     )
     _applied(broker, topic, lambda p: p.subscription_dispatch_rate.msgs == 5)
     _fill(client, topic, 30)
-    got = []
-    try:
-        while True:
-            got.append(consumer.receive(500).data())
-    except pulsar.Timeout:
-        pass
-    assert 5 <= len(got) < 30  # virtual time stands still: the bucket does not refill
-    deadline = time.monotonic() + 10
-    while len(got) < 30:
-        assert time.monotonic() < deadline, len(got)
+
+    def dispatch() -> tuple[bool, int]:
+        """(a round under way, messages dispatched) of the subscription, on the broker's loop."""
+
+        async def get() -> tuple[bool, int]:
+            assert broker.service is not None
+            d = broker.service.topics[topic].subscriptions["s"].dispatcher
+            assert d is not None
+            return d.running, d.dispatched_messages
+
+        return broker.call(get)
+
+    # barrier: the dispatcher spent the bucket (5 messages) and stopped; its wake-up is on
+    # the virtual clock, so what it sent is all the consumer gets while time stands still
+    def spent() -> int:
+        running, sent = dispatch()
+        return sent if not running and sent >= 5 else 0
+
+    sent = wait_until(spent, what="the bucket spent and dispatch idle")
+    assert sent < 30  # the bucket's worth, not the backlog
+    got = [consumer.receive(5000).data() for _ in range(sent)]
+    assert dispatch() == (False, sent)  # nothing more went out
+
+    def advanced() -> bool:
         _advance(broker, clock, 1)
-        try:
+        with contextlib.suppress(pulsar.Timeout):
             got.append(consumer.receive(200).data())
-        except pulsar.Timeout:
-            pass
+        return len(got) >= 30
+
+    wait_until(advanced, 30, "every message once time passes", interval_s=0.01)
     assert sorted(got) == sorted(b"%05d" % i + b"x" * 95 for i in range(30))
     # removing the rate applies live: the next burst is not throttled
     admin.request("DELETE", f"{NS}/subscriptionDispatchRate")

@@ -9,9 +9,10 @@ from collections.abc import Iterator
 
 import pulsar
 import pytest
-from support.admin import Admin, wait_until
+from support.admin import Admin
 from support.broker import InProcessBroker
 from support.metrics import families, sample
+from support.waiting import wait_until
 
 TOPIC_SERIES = (
     "pulsar_rate_in",

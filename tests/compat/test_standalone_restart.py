@@ -13,6 +13,7 @@ import urllib.request
 
 import pulsar
 from support.standalone import StandaloneFactory
+from support.waiting import wait_until
 
 TOPIC = "persistent://public/default/restart-durability"
 SUB = "durable-sub"
@@ -23,14 +24,6 @@ def _backlog(web_url: str) -> int:
     with urllib.request.urlopen(url, timeout=5) as r:
         stats = json.loads(r.read())
     return int(stats["subscriptions"][SUB]["msgBacklog"])
-
-
-def _wait(pred, timeout_s: float, what: str) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout_s
-    while not pred():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 def test_sigkill_restart_loses_no_acknowledged_publish_and_redelivers_no_ack(
@@ -56,7 +49,7 @@ def test_sigkill_restart_loses_no_acknowledged_publish_and_redelivers_no_ack(
         msg = consumer.receive(10_000)
         consumer.acknowledge(msg)
         acked.add(msg.data())
-    _wait(lambda: _backlog(sa.web_url) == 80, 20, "the broker to apply 120 acks")
+    wait_until(lambda: _backlog(sa.web_url) == 80, 20, "the broker to apply 120 acks")
 
     # Keep publishing while the whole standalone (broker + bookie) is SIGKILLed.
     stop = threading.Event()
@@ -75,7 +68,7 @@ def test_sigkill_restart_loses_no_acknowledged_publish_and_redelivers_no_ack(
 
     thread = threading.Thread(target=publish_until_failure)
     thread.start()
-    _wait(lambda: len(during) >= 50, 30, "50 publishes under load")
+    wait_until(lambda: len(during) >= 50, 30, "50 publishes under load")
     sa.kill()
     stop.set()
     thread.join(30)

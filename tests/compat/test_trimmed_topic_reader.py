@@ -9,23 +9,19 @@ reader.read_next()`` waited for a message nobody could read, with both clients.
 from __future__ import annotations
 
 import pathlib
-import time
 import uuid
 from collections.abc import Callable
 
 import pulsar
 from support.standalone import StandaloneFactory
+from support.waiting import wait_until
 
 from magnetar.client import MessageId
 from magnetar.client import sync as magnetar_client
 
 
 def _wait_for_log(read: Callable[[], str], needle: str, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while needle not in read():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {needle!r} in the log")
-        time.sleep(0.1)  # polling interval of a deadline-bounded wait
+    wait_until(lambda: needle in read(), timeout_s, f"{needle!r} in the log", interval_s=0.1)
 
 
 def test_reader_on_a_trimmed_topic_after_restart_has_no_message_available(

@@ -7,6 +7,7 @@ import asyncio
 import re
 
 import pytest
+from support.waiting import wait_for
 
 from magnetar.zk.errors import BadVersion, ConnectionLoss, NotFound, SessionLost
 from magnetar.zk.faults import FaultInjectingStore
@@ -92,8 +93,11 @@ async def test_drop_session(server: MemoryMetadataServer) -> None:
     assert await observer.exists("/own/eph") is None  # inner session ended
     with pytest.raises(SessionLost):
         await store.get("/own/eph")
+    # barrier: another session's listener sees the change; the dropped one forwards nothing
+    seen: list[Notification] = []
+    server.connect().add_listener(seen.append)
     await observer.put("/own/other", b"")
-    await asyncio.sleep(0)
+    await wait_for(lambda: seen, what="the change notified to a live session")
     assert notes == []  # nothing forwarded after the drop
     assert store.statistics().session_dropped
     await store.close()

@@ -10,7 +10,8 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from support.metadata_backends import MetadataBackend, eventually
+from support.metadata_backends import MetadataBackend
+from support.waiting import wait_for
 
 from magnetar.zk.errors import (
     AlreadyExists,
@@ -237,7 +238,7 @@ async def test_session_expiry_removes_ephemerals_and_reports_lost(
 
     await metadata_backend.expire(doomed)
 
-    await eventually(lambda: SessionEvent.LOST in events, message="LOST not reported")
+    await wait_for(lambda: SessionEvent.LOST in events, what="LOST not reported")
     assert events[-1] is SessionEvent.LOST
     assert await survivor.exists("/exp/ephemeral") is None
     assert await survivor.exists("/exp/persistent") is not None
@@ -263,20 +264,20 @@ async def test_notifications_across_sessions(metadata_backend: MetadataBackend) 
         return Notification(kind, path) in seen
 
     await writer.put("/w/data", b"1")
-    await eventually(lambda: saw(NotificationType.MODIFIED, "/w/data"), message="MODIFIED")
+    await wait_for(lambda: saw(NotificationType.MODIFIED, "/w/data"), what="MODIFIED")
     # Watches are re-armed: a second change is seen too.
     count = sum(1 for n in seen if n == Notification(NotificationType.MODIFIED, "/w/data"))
     await writer.put("/w/data", b"2")
-    await eventually(
+    await wait_for(
         lambda: seen.count(Notification(NotificationType.MODIFIED, "/w/data")) > count,
-        message="second MODIFIED (watch re-armed)",
+        what="second MODIFIED (watch re-armed)",
     )
     await writer.put("/w/dir/second", b"")
-    await eventually(lambda: saw(NotificationType.CHILDREN_CHANGED, "/w/dir"), message="CHILD")
+    await wait_for(lambda: saw(NotificationType.CHILDREN_CHANGED, "/w/dir"), what="CHILD")
     await writer.put("/w/later", b"")
-    await eventually(lambda: saw(NotificationType.CREATED, "/w/later"), message="CREATED")
+    await wait_for(lambda: saw(NotificationType.CREATED, "/w/later"), what="CREATED")
     await writer.delete("/w/data")
-    await eventually(lambda: saw(NotificationType.DELETED, "/w/data"), message="DELETED")
+    await wait_for(lambda: saw(NotificationType.DELETED, "/w/data"), what="DELETED")
 
 
 async def test_listener_removal(metadata_backend: MetadataBackend) -> None:
@@ -290,7 +291,7 @@ async def test_listener_removal(metadata_backend: MetadataBackend) -> None:
     await writer.put("/rm/x", b"0")
     await watcher.get("/rm/x")
     await writer.put("/rm/x", b"1")
-    await eventually(lambda: bool(kept), message="notification")
+    await wait_for(lambda: bool(kept), what="notification")
     assert removed == []
 
 

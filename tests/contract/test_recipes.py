@@ -8,7 +8,8 @@ import random
 from collections.abc import Callable
 
 import pytest
-from support.metadata_backends import MetadataBackend, eventually
+from support.metadata_backends import MetadataBackend
+from support.waiting import wait_for
 
 from magnetar.zk import paths
 from magnetar.zk.errors import AlreadyExists, LockBusy, MetadataError
@@ -34,7 +35,7 @@ async def test_two_contenders_one_leader_and_failover_on_close(backend: Metadata
     await e1.start()
     await e1.wait_for_leadership(10)
     await e2.start()
-    await eventually(lambda: e2.node is not None)
+    await wait_for(lambda: e2.node is not None)
     assert e1.is_leader
     assert not e2.is_leader
     with pytest.raises(TimeoutError):
@@ -59,7 +60,7 @@ async def test_leader_failover_on_session_expiry(backend: MetadataBackend) -> No
     await e2.start()
     await backend.expire(s1)
     await e2.wait_for_leadership(15)
-    await eventually(lambda: not e1.is_leader, message="expired leader steps down")
+    await wait_for(lambda: not e1.is_leader, what="expired leader steps down")
     assert await e2.leader_value() == b"broker-2"
     await e2.resign()
 
@@ -78,8 +79,8 @@ async def test_a_deposed_leader_follows(backend: MetadataBackend) -> None:
     assert current is not None and current[1] == b"one"
     await s2.delete(current[0], expected_version=current[2])
     await e2.wait_for_leadership(10)
-    await eventually(lambda: not e1.is_leader, message="the deposed leader follows")
-    await eventually(lambda: e1.node is not None and e1.node != current[0])
+    await wait_for(lambda: not e1.is_leader, what="the deposed leader follows")
+    await wait_for(lambda: e1.node is not None and e1.node != current[0])
     assert await e1.leader_value() == b"two"
     await e1.resign()
     await e2.resign()
@@ -134,14 +135,14 @@ async def test_ownership_lost_with_session_and_recreated_if_deleted(
 
     # Someone deletes our node behind our back: the lock puts it back.
     await s2.delete("/own/topic")
-    await eventually(lambda: _owned_by(s2, "/own/topic", s1.session_id), message="re-created")
+    await wait_for(lambda: _owned_by(s2, "/own/topic", s1.session_id), what="re-created")
     assert lock1.is_held
 
     await backend.expire(s1)
-    await eventually(lambda: lost == ["one"], timeout_s=15, message="on_lost")
+    await wait_for(lambda: lost == ["one"], timeout_s=15, what="on_lost")
     assert not lock1.is_held
     lock2 = OwnershipLock(s2, "/own/topic", b"two")
-    await eventually(lambda: _absent(s2, "/own/topic"), message="ephemeral gone")
+    await wait_for(lambda: _absent(s2, "/own/topic"), what="ephemeral gone")
     await lock2.acquire()
     assert lock2.is_held
     await lock2.release()

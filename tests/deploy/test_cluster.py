@@ -15,7 +15,8 @@ from typing import Any
 
 import pulsar
 import pytest
-from support.containers import drain, free_ports, wait_for
+from support.containers import drain, free_ports
+from support.waiting import wait_until
 
 from magnetar.launcher import LABEL_CLUSTER, Launcher
 
@@ -53,7 +54,7 @@ class Load:
         self.producer.close()
 
     def wait_acked(self, count: int, timeout_s: float = 120) -> None:
-        wait_for(lambda: len(self.acked) >= count, timeout_s, f"{count} acknowledged sends")
+        wait_until(lambda: len(self.acked) >= count, timeout_s, f"{count} acknowledged sends")
 
 
 @pytest.fixture
@@ -115,7 +116,7 @@ def test_cluster_is_up_initialised_and_healthy(cluster: Launcher) -> None:
     assert cluster.spec.name in _http_json(f"{web}/admin/v2/clusters")
     assert "public/default" in _http_json(f"{web}/admin/v2/namespaces/public")
     # Docker's own HEALTHCHECK (magnetar healthcheck in the container) agrees.
-    wait_for(
+    wait_until(
         lambda: all(r["health"] == "healthy" for r in cluster.status()),
         120,
         "every container's HEALTHCHECK to pass",

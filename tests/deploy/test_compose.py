@@ -15,7 +15,8 @@ from typing import Any
 
 import pulsar
 import pytest
-from support.containers import drain, free_ports, wait_for
+from support.containers import drain, free_ports
+from support.waiting import wait_until
 
 COMPOSE_FILE = pathlib.Path(__file__).resolve().parents[2] / "deploy" / "compose.yaml"
 
@@ -76,7 +77,7 @@ def test_compose_cluster_serves_the_official_client(
     cmd, env = compose_env
     _run([*cmd, "up", "-d"], env)
     for port in (env["WEB_PORT_0"], env["WEB_PORT_1"]):
-        wait_for(
+        wait_until(
             lambda p=port: _healthy(f"http://127.0.0.1:{p}/admin/v2/brokers/health"),
             240,
             f"broker on web port {port}",

@@ -10,7 +10,8 @@ from typing import Any
 
 import pulsar
 import pytest
-from support.containers import drain, free_ports, wait_for
+from support.containers import drain, free_ports
+from support.waiting import wait_until
 
 
 def _healthy(url: str) -> bool:
@@ -51,7 +52,7 @@ def test_standalone_container_keeps_its_data_on_the_volume(
             volumes={volume: {"bind": "/data", "mode": "rw"}},
             labels={"io.magnetar.test": "standalone"},
         )
-        wait_for(
+        wait_until(
             lambda: _healthy(f"http://127.0.0.1:{web}/admin/v2/brokers/health"),
             120,
             "the standalone container",

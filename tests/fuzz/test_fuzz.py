@@ -12,7 +12,6 @@ import struct
 import time
 from collections.abc import Callable
 
-from support.admin import wait_until
 from support.fuzz import (
     BrokerWatch,
     FrameFuzzer,
@@ -25,6 +24,7 @@ from support.fuzz import (
 from support.hostile import entry
 from support.raw_client import RawClient, T
 from support.standalone import StandaloneProcess
+from support.waiting import wait_until
 
 from magnetar.client.protocol.proto import pulsar_api_pb2 as pb
 

@@ -13,8 +13,8 @@ import textwrap
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
-from support.metadata_backends import eventually
 from support.net import free_port
+from support.waiting import wait_for
 
 from magnetar.zk import open_metadata_store
 from magnetar.zk.embedded import EmbeddedMetadataServer
@@ -176,9 +176,9 @@ async def test_killed_client_process_loses_its_ephemerals(
     local.add_listener(seen.append)
     assert await local.exists("/owners/child") is not None
     os.kill(proc.pid, signal.SIGKILL)
-    await eventually(
+    await wait_for(
         lambda: Notification(NotificationType.DELETED, "/owners/child") in seen,
-        message="ephemeral of a killed client removed",
+        what="ephemeral of a killed client removed",
     )
     assert await local.exists("/owners/child") is None
     session_server = served.session_server
@@ -196,9 +196,9 @@ async def test_stopped_client_process_times_out_and_learns_it_lost(
     assert await local.exists("/owners/child") is not None
     os.kill(proc.pid, signal.SIGSTOP)  # connection open, heartbeats stop
     try:
-        await eventually(
+        await wait_for(
             lambda: _absent(local, "/owners/child"),
-            message="ephemeral of a silent client removed",
+            what="ephemeral of a silent client removed",
         )
     finally:
         os.kill(proc.pid, signal.SIGCONT)
@@ -226,16 +226,16 @@ async def test_remote_reconnect_keeps_session_ephemerals_and_watches(
         session_id = remote.session_id
 
         remote.abort_connection()
-        await eventually(lambda: SessionEvent.SUSPENDED in events, message="SUSPENDED")
-        await eventually(lambda: SessionEvent.RECONNECTED in events, message="RECONNECTED")
+        await wait_for(lambda: SessionEvent.SUSPENDED in events, what="SUSPENDED")
+        await wait_for(lambda: SessionEvent.RECONNECTED in events, what="RECONNECTED")
         assert remote.session_id == session_id
         stat = await local.exists("/r/eph")
         assert stat is not None
         assert stat.ephemeral_owner == session_id
         await local.put("/r/watched", b"1")
-        await eventually(
+        await wait_for(
             lambda: Notification(NotificationType.MODIFIED, "/r/watched") in seen,
-            message="notification after reconnect",
+            what="notification after reconnect",
         )
     finally:
         await remote.close()
@@ -249,10 +249,10 @@ async def test_remote_client_loses_session_when_server_is_gone(tmp_path: pathlib
     events: list[SessionEvent] = []
     remote.add_session_listener(events.append)
     await server.close()
-    await eventually(lambda: SessionEvent.SUSPENDED in events, message="SUSPENDED")
+    await wait_for(lambda: SessionEvent.SUSPENDED in events, what="SUSPENDED")
     with pytest.raises((ConnectionLoss, SessionLost)):
         await remote.get("/x")
-    await eventually(lambda: SessionEvent.LOST in events, message="LOST after the timeout")
+    await wait_for(lambda: SessionEvent.LOST in events, what="LOST after the timeout")
     with pytest.raises(SessionLost):
         await remote.get("/x")
     await remote.close()

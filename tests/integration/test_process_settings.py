@@ -10,12 +10,12 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 import urllib.request
 import uuid
 from collections.abc import Callable
 
 from support.net import free_port
+from support.waiting import wait_until
 from support.zookeeper import ZooKeeperServer
 
 from magnetar.broker.cli import SUBCOMMANDS, build_parser
@@ -44,14 +44,13 @@ def _start(argv: list[str], env: dict[str, str]) -> tuple[subprocess.Popen[str],
 def _wait_for(
     lines: list[str], text: str, proc: subprocess.Popen[str], timeout_s: float = 60
 ) -> str:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        for line in list(lines):
-            if text in line:
-                return line
-        assert proc.poll() is None, "".join(lines)[-3000:]
-        time.sleep(0.05)  # polling interval of a deadline-bounded wait
-    raise AssertionError(f"{text!r} not seen: {''.join(lines)[-3000:]}")
+
+    def seen() -> str | None:
+        found = next((line for line in list(lines) if text in line), None)
+        assert found is not None or proc.poll() is None, "".join(lines)[-3000:]
+        return found
+
+    return wait_until(seen, timeout_s, f"{text!r} in the output")
 
 
 def _effective(line: str) -> dict[str, object]:

@@ -7,7 +7,7 @@ import uuid
 from collections.abc import Callable
 
 import pytest
-from support.metadata_backends import eventually
+from support.waiting import wait_for
 from support.zookeeper import ZooKeeperServer, free_port
 
 from magnetar.zk import open_metadata_store
@@ -44,7 +44,7 @@ async def test_server_restart_suspends_then_reconnects_same_session(
         assert await store.get("/restart/data") is not None  # sets a watch
 
         await asyncio.to_thread(server.stop)
-        await eventually(lambda: SessionEvent.SUSPENDED in events, message="SUSPENDED")
+        await wait_for(lambda: SessionEvent.SUSPENDED in events, what="SUSPENDED")
         assert not store.connected
         with pytest.raises(ConnectionLoss) as raised:
             await store.get("/restart/data")
@@ -55,9 +55,7 @@ async def test_server_restart_suspends_then_reconnects_same_session(
         await asyncio.to_thread(server.start)
         # A bound, not a wait: a loaded 2-core machine took over 20 s to restart the JVM and
         # let kazoo back in (seen with two CPU hogs beside the suite).
-        await eventually(
-            lambda: SessionEvent.RECONNECTED in events, timeout_s=45, message="RECONNECTED"
-        )
+        await wait_for(lambda: SessionEvent.RECONNECTED in events, timeout_s=45, what="RECONNECTED")
         assert SessionEvent.LOST not in events
         assert store.session_id == session_id
         got = await store.get("/restart/data")
@@ -69,11 +67,11 @@ async def test_server_restart_suspends_then_reconnects_same_session(
         assert await store.exists("/restart/during-outage") is None
 
         # Watches were re-armed after the reconnect.
-        await eventually(lambda: writer.connected, timeout_s=20, message="writer reconnected")
+        await wait_for(lambda: writer.connected, timeout_s=20, what="writer reconnected")
         await writer.put("/restart/data", b"changed")
-        await eventually(
+        await wait_for(
             lambda: Notification(NotificationType.MODIFIED, "/restart/data") in seen,
-            message="notification after reconnect",
+            what="notification after reconnect",
         )
     finally:
         await store.close()
@@ -95,7 +93,7 @@ async def test_recipes_ride_out_a_server_restart(
         await lock.acquire()
 
         await asyncio.to_thread(server.stop)
-        await eventually(lambda: not election.is_leader, message="leader steps down on SUSPENDED")
+        await wait_for(lambda: not election.is_leader, what="leader steps down on SUSPENDED")
         await asyncio.to_thread(server.start)
         await election.wait_for_leadership(20)
         assert leadership == [True, False, True]
@@ -119,9 +117,9 @@ async def test_expired_session_is_not_silently_replaced(
     store.add_session_listener(events.append)
     old_session = store.session_id
     await store.force_expire()
-    await eventually(lambda: SessionEvent.LOST in events, message="LOST")
+    await wait_for(lambda: SessionEvent.LOST in events, what="LOST")
     # kazoo would open a new session on its own; the store must not (owners reopen).
-    await eventually(lambda: store._client is not None and not store._client.connected)
+    await wait_for(lambda: store._client is not None and not store._client.connected)
     assert store.session_id == old_session
     assert events.count(SessionEvent.LOST) == 1
     assert SessionEvent.RECONNECTED not in events

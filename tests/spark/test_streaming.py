@@ -10,8 +10,6 @@ import collections
 import contextlib
 import json
 import pathlib
-import time
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -19,20 +17,13 @@ from conftest import admin, publish, read_all
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import functions as F
 from support.standalone import StandaloneProcess
+from support.waiting import wait_until
 
 NS = "persistent://public/default"
 
 
 def _opts(sa: StandaloneProcess, **extra: str) -> dict[str, str]:
     return {"service.url": sa.service_url, "admin.url": sa.web_url, **extra}
-
-
-def _wait(pred: Callable[[], bool], what: str, timeout_s: float = 120) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not pred():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not reached within {timeout_s} s: {what}")
-        time.sleep(0.2)  # polling interval of a deadline-bounded wait
 
 
 def _parquet_values(spark: Any, path: pathlib.Path) -> list[str]:
@@ -73,7 +64,9 @@ def test_restart_from_checkpoint_is_exactly_once_and_micro_batches_are_capped(
         )
 
     query = start(processingTime="100 milliseconds")
-    _wait(lambda: len(_parquet_values(spark, sink)) >= 80, "two micro-batches in the sink")
+    wait_until(
+        lambda: len(_parquet_values(spark, sink)) >= 80, 120, "two micro-batches in the sink"
+    )
     query.stop()  # mid-stream: most of the 300 messages are still unread
     first_run = query.recentProgress
     assert 80 <= len(_parquet_values(spark, sink)) < 300
@@ -178,7 +171,7 @@ def test_pattern_and_partitions_added_mid_stream_start_at_earliest(
     )
     try:
         rows = lambda: spark.sql("select v, __topic from pattern_sink").collect()  # noqa: E731
-        _wait(lambda: len(rows()) >= 20, "the first 20 messages")
+        wait_until(lambda: len(rows()) >= 20, 120, "the first 20 messages")
         # a third partition for pat-a and a new topic pat-c, both with data, mid-stream
         admin(standalone, "POST", "/admin/v2/persistent/public/default/pat-a/partitions", 3)
         publish(
@@ -187,7 +180,7 @@ def test_pattern_and_partitions_added_mid_stream_start_at_earliest(
             [f"a-new{i}".encode() for i in range(5)],
         )
         publish(standalone.service_url, f"{NS}/pat-c", [f"c{i}".encode() for i in range(5)])
-        _wait(lambda: len(rows()) >= 30, "the messages of the new partition and topic")
+        wait_until(lambda: len(rows()) >= 30, 120, "the messages of the new partition and topic")
         got = rows()
     finally:
         query.stop()

@@ -2,17 +2,15 @@
 
 Owns: ``Admin`` (serves ``AdminApi`` of an ``InProcessBroker`` on a free 127.0.0.1 port, on
 the broker's loop; JSON requests with status codes) and its ``admin`` fixture (over the
-requesting module's ``broker`` fixture), ``http`` (one JSON request to any base URL) and
-``wait_until`` (polls a predicate until a deadline; never a sleep as synchronisation).
+requesting module's ``broker`` fixture) and ``http`` (one JSON request to any base URL).
 """
 
 from __future__ import annotations
 
 import json
-import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -34,14 +32,6 @@ def http(base: str, method: str, path: str, body: Any = None) -> tuple[int, Any]
     except urllib.error.HTTPError as exc:
         raw = exc.read()
         return exc.code, json.loads(raw) if raw else None
-
-
-def wait_until(pred: Callable[[], bool], timeout_s: float = 10.0, what: str = "") -> None:
-    deadline = time.monotonic() + timeout_s
-    while not pred():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not reached: {what}")
-        time.sleep(0.02)  # polling interval of a deadline-bounded wait
 
 
 class Admin:

@@ -23,7 +23,6 @@ import pathlib
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator, Sequence
 
 import grpc
@@ -32,6 +31,7 @@ import pytest
 from magnetar.bookie.proto import bookie_pb2 as pb
 from magnetar.bookie.proto import bookie_pb2_grpc as pb_grpc
 from support.net import free_port
+from support.waiting import wait_until
 
 
 def health(address: str, timeout_s: float = 1.0) -> pb.HealthResponse | None:
@@ -146,8 +146,7 @@ class BookieProcess:
         return self
 
     def wait_healthy(self, timeout_s: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
+        def serving() -> bool:
             proc = self._process
             if proc is not None and proc.poll() is not None:
                 self.returncode = proc.returncode
@@ -155,10 +154,9 @@ class BookieProcess:
                     f"bookie {self.name} exited with {proc.returncode}; log:\n{self.log_tail()}"
                 )
             resp = health(self.address, 0.5)
-            if resp is not None and resp.serving:
-                return
-            time.sleep(0.05)  # polling interval of a readiness probe, not synchronisation
-        raise TimeoutError(f"bookie {self.name} not healthy in {timeout_s}s:\n{self.log_tail()}")
+            return resp is not None and resp.serving
+
+        wait_until(serving, timeout_s, lambda: f"bookie {self.name} healthy:\n{self.log_tail()}")
 
     def wait_exit(self, timeout_s: float = 30.0) -> int:
         assert self._process is not None

@@ -16,7 +16,6 @@ import pathlib
 import signal
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -24,6 +23,7 @@ from collections.abc import Iterator
 import pytest
 
 from support.net import free_port
+from support.waiting import wait_until
 
 DEFAULT_CONFIG = (
     "cluster_name=test\n"
@@ -75,15 +75,21 @@ class BrokerProcess:
             self.proc = subprocess.Popen(
                 self.cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
             )
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            assert self.proc.poll() is None, self.log_text()[-3000:]
-            try:
-                with urllib.request.urlopen(f"{self.web_url}/admin/v2/brokers/health", timeout=1):
-                    return self
-            except OSError:
-                time.sleep(0.1)  # polling interval of a deadline-bounded readiness check
-        raise TimeoutError(self.log_text()[-3000:])
+        proc = self.proc
+
+        def healthy() -> bool:
+            assert proc.poll() is None, self.log_text()[-3000:]
+            with urllib.request.urlopen(f"{self.web_url}/admin/v2/brokers/health", timeout=1):
+                return True
+
+        wait_until(
+            healthy,
+            timeout_s,
+            lambda: f"the broker healthy:\n{self.log_text()[-3000:]}",
+            interval_s=0.1,
+            ignore=(OSError,),
+        )
+        return self
 
     def lookup(self, topic_path: str) -> str:
         """The owner's service URL for ``persistent/tenant/ns/topic`` (taking it if unowned)."""

@@ -16,12 +16,13 @@ import threading
 import time
 import urllib.error
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pulsar
 
 from support.bookies import BookieFactory
 from support.broker_process import BrokerProcess
+from support.waiting import wait_until
 from support.zookeeper import ZooKeeperServer
 
 
@@ -77,14 +78,16 @@ class Cluster:
     def owner(self, topic: str, timeout_s: float = 60) -> BrokerProcess:
         """The broker owning ``topic`` (a full name), asking any running broker; retried
         while the bundle is being unloaded or split (503: the answer clients retry too)."""
-        deadline = time.monotonic() + timeout_s
-        while True:
+
+        def lookup() -> BrokerProcess | None:
             try:
                 return self.by_url(self.running[0].lookup(topic.replace("://", "/")))
             except urllib.error.HTTPError as exc:
-                if exc.code != 503 or time.monotonic() > deadline:
+                if exc.code != 503:
                     raise
-            time.sleep(0.1)  # polling interval of a deadline-bounded retry
+                return None
+
+        return wait_until(lookup, timeout_s, f"an owner of {topic}", interval_s=0.1)
 
     def leader_id(self, via: BrokerProcess | None = None) -> str:
         b = via or self.running[0]
@@ -93,14 +96,6 @@ class Cluster:
     def leader(self) -> BrokerProcess:
         lid = self.leader_id()
         return next(b for b in self.brokers if lid == f"127.0.0.1:{b.web_port}")
-
-
-def wait_until(pred: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not pred():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
-        time.sleep(0.05)  # polling interval of a deadline-bounded wait
 
 
 class PublishChecker:

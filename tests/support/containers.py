@@ -1,9 +1,9 @@
-"""Helpers of the deploy tier: free port sets, bounded waits, draining a consumer."""
+"""Helpers of the deploy tier: free port sets, draining a consumer (bounded waits are
+``support.waiting.wait_until``)."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from typing import Any
 
 from support.net import free_port
@@ -16,14 +16,6 @@ def free_ports(n: int) -> tuple[int, ...]:
         if port not in ports:
             ports.append(port)
     return tuple(ports)
-
-
-def wait_for(check: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
-        time.sleep(0.2)  # polling interval of a deadline-bounded wait
 
 
 def drain(consumer: Any, expected: list[bytes], timeout_s: float = 120) -> set[bytes]:

@@ -6,15 +6,16 @@ registered in it, and ``ManagedLedgerFactory`` / ``LedgerClient`` over real ``Bo
 
 from __future__ import annotations
 
-import asyncio
 import uuid
-from collections.abc import Callable
 
 from magnetar.bookie.client import BookieClient
 from magnetar.broker.ledger import ManagedLedgerConfig, ManagedLedgerFactory
 from magnetar.zk import paths
 from magnetar.zk.factory import open_metadata_store
 from magnetar.zk.store import MetadataStore
+from support.waiting import wait_for
+
+__all__ = ["bookie_client_factory", "chroot_url", "open_factory", "wait_registered"]
 
 
 def chroot_url(zk_url: str) -> str:
@@ -26,24 +27,11 @@ def bookie_client_factory(address: str) -> BookieClient:
 
 
 async def wait_registered(store: MetadataStore, count: int, timeout_s: float = 30.0) -> list[str]:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while True:
+    async def registered() -> list[str]:
         names = [n for n in await store.children(paths.AVAILABLE_BOOKIES) if n != "readonly"]
-        if len(names) >= count:
-            return names
-        if loop.time() > deadline:
-            raise AssertionError(f"only {names} registered")
-        await asyncio.sleep(0.05)
+        return names if len(names) >= count else []
 
-
-async def wait_for(pred: Callable[[], bool], timeout_s: float = 30.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while not pred():
-        if loop.time() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.01)
+    return await wait_for(registered, timeout_s, f"{count} bookies registered")
 
 
 async def open_factory(url: str, **config: object) -> ManagedLedgerFactory:

@@ -3,8 +3,8 @@
 Owns: ``MetadataBackend`` (open sessions on one shared tree, expire a session from the
 server side, clean up) for: real ZooKeeper (unique chroot per test on the session-wide
 server), the embedded store in-process (rocksdict in a temp dir), the embedded store over
-TCP (``RemoteMetadataStore``), the in-memory store, and the fault wrapper over memory. Plus
-``eventually`` (poll a predicate with a deadline: the only way tests here wait).
+TCP (``RemoteMetadataStore``), the in-memory store, and the fault wrapper over memory. Tests
+here wait with ``support.waiting.wait_for``.
 
 Fixtures: ``metadata_backend`` (parametrized over all five) and ``metadata_backend_factory``
 (build one by name), registered in ``support/fixtures.py``.
@@ -14,9 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import pathlib
-import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 
 import pytest
 
@@ -32,25 +31,6 @@ BACKENDS = ("zookeeper", "embedded", "embedded-remote", "memory", "faults")
 
 ZK_SESSION_TIMEOUT_MS = 4_000
 REMOTE_SESSION_TIMEOUT_MS = 1_500
-
-
-async def eventually(
-    predicate: Callable[[], bool | Awaitable[bool]],
-    timeout_s: float = 10.0,
-    interval_s: float = 0.02,
-    message: str = "condition not met",
-) -> None:
-    """Poll ``predicate`` (sync or async) until true; ``AssertionError`` after the deadline."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        result = predicate()
-        if not isinstance(result, bool):
-            result = await result
-        if result:
-            return
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"{message} within {timeout_s}s")
-        await asyncio.sleep(interval_s)  # polling interval, not synchronisation
 
 
 class MetadataBackend:

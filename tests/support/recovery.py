@@ -13,6 +13,7 @@ from magnetar.broker.ledger.metadata import LedgerMetadata, write_set
 from magnetar.zk import paths
 from magnetar.zk.store import MetadataStore
 from support.ledger_cluster import bookie_client_factory
+from support.waiting import wait_for
 
 
 def ledger_client(store: MetadataStore, **config: object) -> LedgerClient:
@@ -55,15 +56,11 @@ async def wait_unreferenced(
     store: MetadataStore, ledger_ids: Iterable[int], bookies: set[str], timeout_s: float = 120.0
 ) -> None:
     ids = list(ledger_ids)
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while True:
-        left = await referencing(store, ids, bookies)
-        if not left:
-            return
-        if loop.time() > deadline:
-            raise AssertionError(f"{len(left)} ledgers still reference {bookies}: {left[:10]}")
-        await asyncio.sleep(0.2)
+
+    async def unreferenced() -> bool:
+        return not await referencing(store, ids, bookies)
+
+    await wait_for(unreferenced, timeout_s, f"no ledger referencing {bookies}", interval_s=0.2)
 
 
 async def verify_every_replica(client: LedgerClient, written: dict[int, list[bytes]]) -> int:
@@ -111,9 +108,8 @@ async def read_back(client: LedgerClient, written: dict[int, list[bytes]]) -> No
 
 async def wait_unregistered(store: MetadataStore, bookie_id: str, timeout_s: float = 60.0) -> None:
     """Until the bookie's registration node is gone (its session expired)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while await store.exists(paths.bookie_registration(bookie_id)) is not None:
-        if loop.time() > deadline:
-            raise AssertionError(f"{bookie_id} still registered after {timeout_s}s")
-        await asyncio.sleep(0.1)
+
+    async def gone() -> bool:
+        return await store.exists(paths.bookie_registration(bookie_id)) is None
+
+    await wait_for(gone, timeout_s, f"{bookie_id} unregistered", interval_s=0.1)

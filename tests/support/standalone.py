@@ -12,7 +12,6 @@ import pathlib
 import signal
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator, Sequence
@@ -21,6 +20,7 @@ from typing import Any
 import pytest
 
 from support.net import free_port
+from support.waiting import wait_until
 
 
 class StandaloneProcess:
@@ -79,16 +79,17 @@ class StandaloneProcess:
         log = open(self.log_path, "ab")  # noqa: SIM115 - owned by the child for its lifetime
         self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
         log.close()
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(
-                    f"standalone exited with {self.proc.returncode}:\n{self.log_tail()}"
-                )
-            if self.healthy():
-                return self
-            time.sleep(0.1)  # polling interval of a deadline-bounded readiness check
-        raise TimeoutError(f"standalone not healthy within {timeout_s} s:\n{self.log_tail()}")
+        proc = self.proc
+
+        def healthy() -> bool:
+            if proc.poll() is not None:
+                raise RuntimeError(f"standalone exited with {proc.returncode}:\n{self.log_tail()}")
+            return self.healthy()
+
+        wait_until(
+            healthy, timeout_s, lambda: f"standalone healthy:\n{self.log_tail()}", interval_s=0.1
+        )
+        return self
 
     def healthy(self) -> bool:
         try:
@@ -121,13 +122,11 @@ class StandaloneProcess:
         """The bookie child dies asynchronously after its parent; wait until it is gone."""
         import socket
 
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
+        def port_free() -> bool:
             with socket.socket() as s:
-                if s.connect_ex(("127.0.0.1", self.bookie_port)) != 0:
-                    return
-            time.sleep(0.05)
-        raise TimeoutError("the standalone's bookie child did not exit")
+                return s.connect_ex(("127.0.0.1", self.bookie_port)) != 0
+
+        wait_until(port_free, timeout_s, "the standalone's bookie child gone")
 
     def log_tail(self, lines: int = 60) -> str:
         try:

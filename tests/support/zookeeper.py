@@ -20,12 +20,12 @@ import signal
 import socket
 import subprocess
 import tempfile
-import time
 from collections.abc import Callable, Iterator
 
 import pytest
 
 from support.net import free_port
+from support.waiting import wait_until
 
 _JAR_CANDIDATES = (
     "/usr/share/zookeeper/zookeeper.jar",
@@ -178,19 +178,17 @@ class ZooKeeperServer:
         self.wait_ready(timeout_s)
 
     def wait_ready(self, timeout_s: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
+        def ready() -> bool:
             if self._process is not None and self._process.poll() is not None:
                 raise RuntimeError(
                     f"ZooKeeper exited with {self._process.returncode}; log:\n{self.log_tail()}"
                 )
             # ruok answers before the server accepts sessions; srvr needs it serving.
-            if four_letter(self.host, self.port, "ruok", 0.5) == "imok" and "Mode:" in (
+            return four_letter(self.host, self.port, "ruok", 0.5) == "imok" and "Mode:" in (
                 four_letter(self.host, self.port, "srvr", 0.5)
-            ):
-                return
-            time.sleep(0.05)  # polling interval of a readiness probe, not synchronisation
-        raise TimeoutError(f"ZooKeeper not ready after {timeout_s}s; log:\n{self.log_tail()}")
+            )
+
+        wait_until(ready, timeout_s, lambda: f"ZooKeeper ready; log:\n{self.log_tail()}")
 
     def log_tail(self, lines: int = 30) -> str:
         try:
@@ -221,9 +219,9 @@ class ZooKeeperServer:
                 proc.wait(timeout_s)
         self._process = None
         # The port must be free again before a restart binds it.
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline and four_letter(self.host, self.port, "ruok", 0.2):
-            time.sleep(0.05)
+        wait_until(
+            lambda: not four_letter(self.host, self.port, "ruok", 0.2), timeout_s, "the port free"
+        )
 
     def restart(self, timeout_s: float = 30.0) -> None:
         """Stop, then start again on the same port with the same data."""

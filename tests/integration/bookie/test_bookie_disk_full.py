@@ -3,7 +3,6 @@ registration under the read-only path), keeps serving reads and loses no acked e
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import pathlib
@@ -13,6 +12,7 @@ from collections.abc import Iterator
 import crc32c
 import pytest
 from support.bookies import BookieFactory, health
+from support.waiting import wait_for
 
 from magnetar.bookie.api import AddRequest
 from magnetar.bookie.client import BookieClient
@@ -79,11 +79,11 @@ async def test_disk_full_turns_read_only_keeps_reads_and_loses_nothing(
         assert "READ-ONLY" in bookie.log_text()
 
         # The registration moves under the read-only path.
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + 10
-        while await store.exists(paths.readonly_bookie_registration(bookie.bookie_id)) is None:
-            assert loop.time() < deadline, "registration never moved to the read-only path"
-            await asyncio.sleep(0.05)  # polling interval
+        async def read_only() -> bool:
+            path = paths.readonly_bookie_registration(bookie.bookie_id)
+            return await store.exists(path) is not None
+
+        await wait_for(read_only, 30, "the registration under the read-only path")
         got = await store.get(paths.readonly_bookie_registration(bookie.bookie_id))
         assert got is not None and json.loads(got.value)["read_only"] is True
         assert await store.exists(paths.bookie_registration(bookie.bookie_id)) is None

@@ -16,6 +16,7 @@ import grpc
 import pytest
 from support.bookies import BookieFactory, health
 from support.net import free_port
+from support.waiting import wait_for
 
 from magnetar.bookie.api import AddRequest
 from magnetar.bookie.client import BookieClient
@@ -67,29 +68,12 @@ def chroot_url(zookeeper_server, request) -> str:
 async def add_retrying(client: BookieClient, request: AddRequest, timeout_s: float = 10.0) -> None:
     """An add that retries while the client's stream is re-established after a restart
     (the first add after a bookie restart may ride the dead stream and fail retriably)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while True:
-        try:
-            await client.add(request)
-            return
-        except BookieUnavailable:
-            if loop.time() > deadline:
-                raise
-            await asyncio.sleep(0.05)  # retry interval
 
+    async def added() -> bool:
+        await client.add(request)
+        return True
 
-async def wait_for(predicate, timeout_s: float = 10.0, what: str = "condition") -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while loop.time() < deadline:
-        result = predicate()
-        if asyncio.iscoroutine(result):
-            result = await result
-        if result:
-            return
-        await asyncio.sleep(0.05)  # polling interval
-    raise AssertionError(f"timed out waiting for {what}")
+    await wait_for(added, timeout_s, "an add after the restart", ignore=(BookieUnavailable,))
 
 
 async def test_sigterm_is_graceful_registration_follows_and_restart_keeps_data(

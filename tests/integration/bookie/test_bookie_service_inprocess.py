@@ -12,6 +12,7 @@ import asyncio
 import crc32c
 import grpc
 import pytest
+from support.waiting import wait_for
 
 from magnetar.bookie.api import AddRequest
 from magnetar.bookie.client import BookieClient
@@ -148,14 +149,12 @@ async def test_stream_failure_fails_pending_adds_and_next_add_reconnects() -> No
             await client.add(req(1, 1, b"b"))
         server = BookieServer(BookieService(storage), "127.0.0.1", port)
         await server.start()
-        for _attempt in range(100):
-            try:
-                await client.add(req(1, 1, b"b"))
-                break
-            except BookieUnavailable:
-                await asyncio.sleep(0.05)  # reconnect backoff of the channel
-        else:
-            pytest.fail("client never reconnected")
+
+        async def added() -> bool:
+            await client.add(req(1, 1, b"b"))
+            return True
+
+        await wait_for(added, 30, "the client reconnected", ignore=(BookieUnavailable,))
         assert client.statistics().streams_opened >= 2
         assert (await client.read_entry(1, 1)).payload == b"b"
     finally:

@@ -14,6 +14,7 @@ import uuid
 import pulsar
 from support.bookies import BookieFactory
 from support.broker import InProcessBroker
+from support.waiting import wait_until
 from support.zookeeper import ZooKeeperServer
 
 from magnetar.broker.admin.topic_ops import TopicOperations
@@ -105,15 +106,16 @@ def test_deleting_an_unloaded_topic_deletes_its_delayed_indexes(
             producer.send(f"later-{i}".encode(), deliver_after=datetime.timedelta(hours=1))
         assert broker.service is not None
         service = broker.service
-        deadline = time.monotonic() + 20
-        while (
-            broker.call(lambda: TopicOperations(service).topic_stats(topic))["subscriptions"][
-                "sub"
-            ]["msgDelayed"]
-            != 3
-        ):
-            assert time.monotonic() < deadline, "the delayed messages never reached the index"
-            time.sleep(0.05)
+        wait_until(
+            lambda: (
+                broker.call(lambda: TopicOperations(service).topic_stats(topic))["subscriptions"][
+                    "sub"
+                ]["msgDelayed"]
+                == 3
+            ),
+            30,
+            "the delayed messages in the index",
+        )
         sub = service.topics[topic].subscriptions["sub"]
         node = paths.managed_ledger(delayed_index_ledger_name(sub.delayed_ledger.name, "sub"))
     finally:

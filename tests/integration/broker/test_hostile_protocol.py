@@ -9,10 +9,10 @@ import struct
 from collections.abc import Iterator
 
 import pytest
-from support.admin import wait_until
 from support.broker import InProcessBroker
 from support.hostile import Tracebacks, batch_payload, entry, ml_broker
 from support.raw_client import RawClient, T
+from support.waiting import wait_until
 
 from magnetar.broker.ledger.position import Position
 from magnetar.client.protocol.proto import pulsar_api_pb2 as pb

@@ -3,25 +3,17 @@ non-owner refuses to serve, session loss closes the topics) and keep-alive."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 
 import pulsar
 import pytest
 from support.broker import InProcessBroker
 from support.raw_client import RawClient, T
+from support.waiting import wait_until
 
 from magnetar.broker.storage.memory import MemoryStorageFactory
 from magnetar.client.protocol.proto import pulsar_api_pb2 as pb
 from magnetar.zk.memory import MemoryMetadataServer
-
-
-def _wait(pred, timeout_s: float = 10.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout_s
-    while not pred():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        time.sleep(0.02)
 
 
 @pytest.fixture
@@ -93,7 +85,7 @@ def test_session_loss_closes_topics_and_disconnects_clients() -> None:
         broker.loop.call_soon_threadsafe(metadata.expire_session, service.store.session_id)
         got = raw.recv()
         assert got.type == T.CLOSE_PRODUCER and got.close_producer.producer_id == 0
-        _wait(lambda: topic not in service.topics)
+        wait_until(lambda: topic not in service.topics)
         raw.close()
     finally:
         broker.stop()

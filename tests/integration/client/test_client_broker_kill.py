@@ -11,13 +11,13 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support.waiting import wait_until
 
 from magnetar.client import Client, ConsumerType, MessageId, PulsarException, Timeout
 
@@ -50,19 +50,22 @@ class Standalone:
             self.proc = subprocess.Popen(
                 cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
             )
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
+        proc = self.proc
+
+        def healthy() -> bool:
+            if proc.poll() is not None:
                 raise RuntimeError(f"standalone exited: {self.log.read_text()[-2000:]}")
-            try:
-                url = f"http://127.0.0.1:{self.web_port}/admin/v2/brokers/health"
-                with urllib.request.urlopen(url, timeout=1) as r:
-                    if r.status == 200:
-                        return
-            except (urllib.error.URLError, OSError):
-                pass
-            time.sleep(0.1)  # readiness poll, bounded by the deadline
-        raise TimeoutError(self.log.read_text()[-2000:])
+            url = f"http://127.0.0.1:{self.web_port}/admin/v2/brokers/health"
+            with urllib.request.urlopen(url, timeout=1) as r:
+                return bool(r.status == 200)
+
+        wait_until(
+            healthy,
+            timeout_s,
+            lambda: f"the standalone healthy: {self.log.read_text()[-2000:]}",
+            interval_s=0.1,
+            ignore=(OSError,),
+        )
 
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 from support.broker import InProcessBroker
+from support.waiting import wait_for
 
 from magnetar.broker.storage.memory import MemoryStorageFactory
 from magnetar.client import (
@@ -252,8 +253,8 @@ async def test_seek_by_time_and_by_id(client: Client) -> None:
         await producer.send(f"old{i}".encode())
     old = await _drain(consumer, 3)
     cut = max(m.publish_timestamp() for m in old) + 1
-    while client.clock.now_ms() <= cut:  # noqa: ASYNC110 - polling the wall clock itself
-        await asyncio.sleep(0.001)  # publish times are wall-clock ms: move past the cut
+    # publish times are wall-clock ms: move past the cut
+    await wait_for(lambda: client.clock.now_ms() > cut, 5, "the wall clock past the cut")
     for i in range(3):
         await producer.send(f"new{i}".encode())
     got = await _drain(consumer, 3)

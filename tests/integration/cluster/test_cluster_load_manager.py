@@ -19,9 +19,10 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from support.bookies import BookieFactory
 from support.broker_process import BrokerProcess
-from support.cluster import Cluster, PublishChecker, drain, wait_until
+from support.cluster import Cluster, PublishChecker, drain
 from support.delivery import AckingConsumer
 from support.net import free_port
+from support.waiting import wait_until
 from support.zookeeper import ZooKeeperServer
 
 from magnetar.broker.namespace.bundles import BundleRange

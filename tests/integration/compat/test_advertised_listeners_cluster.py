@@ -18,9 +18,10 @@ import pulsar
 import pytest
 from support.bookies import BookieFactory
 from support.broker_process import DEFAULT_CONFIG, BrokerProcess
-from support.cluster import Cluster, wait_until
+from support.cluster import Cluster
 from support.net import free_port
 from support.tcp_forwarder import TcpForwarder
+from support.waiting import wait_until
 from support.zookeeper import ZooKeeperServer
 
 Brokers = dict[str, tuple[BrokerProcess, TcpForwarder, TcpForwarder]]

@@ -15,7 +15,8 @@ import pulsar
 import pytest
 from support.bookies import BookieFactory
 from support.broker_process import BrokerProcess
-from support.cluster import Cluster, wait_until
+from support.cluster import Cluster
+from support.waiting import wait_until
 from support.zookeeper import ZooKeeperServer
 
 

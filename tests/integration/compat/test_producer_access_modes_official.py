@@ -13,9 +13,10 @@ import uuid
 
 import pulsar
 import pytest
-from support.admin import http, wait_until
+from support.admin import http
 from support.raw_client import RawClient
 from support.standalone import StandaloneProcess
+from support.waiting import wait_until
 
 from magnetar.client.protocol.proto import pulsar_api_pb2 as pb
 

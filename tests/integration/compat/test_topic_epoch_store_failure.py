@@ -13,7 +13,7 @@ import pulsar
 import pytest
 from support.broker import InProcessBroker
 
-from magnetar.broker.storage.contract import MemoryStorageFactory
+from magnetar.broker.storage.memory import MemoryStorageFactory
 
 
 class _FailingProperties:

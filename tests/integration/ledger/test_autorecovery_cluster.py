@@ -15,7 +15,7 @@ import asyncio
 import os
 import sys
 
-from support.ledger_cluster import chroot_url, open_factory, wait_for, wait_registered
+from support.ledger_cluster import chroot_url, open_factory, wait_registered
 from support.recovery import (
     ledger_client,
     metadata_of,
@@ -23,6 +23,7 @@ from support.recovery import (
     wait_unregistered,
     write_ledgers,
 )
+from support.waiting import wait_for
 
 from magnetar.broker.ledger import EARLIEST
 from magnetar.broker.ledger.autorecovery import (
@@ -109,11 +110,7 @@ async def test_decommission_live_bookie_under_write_load(zookeeper_server, booki
             "decommissioned, not registering" in victim.log_text()
         )
 
-    for _ in range(100):
-        if await unregistered():
-            break
-        await asyncio.sleep(0.1)
-    assert await unregistered(), victim.log_tail()
+    await wait_for(unregistered, 30, f"{victim_id} decommissioned: {victim.log_tail()}")
     client = ledger_client_for(store, factory_client_factory(), AutoRecoveryConfig())
     referencing = [m.ledger_id async for m in all_ledgers(client) if victim_id in m.all_bookies]
     assert referencing == []

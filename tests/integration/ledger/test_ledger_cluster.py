@@ -10,9 +10,9 @@ from support.ledger_cluster import (
     bookie_client_factory,
     chroot_url,
     open_factory,
-    wait_for,
     wait_registered,
 )
+from support.waiting import wait_for
 
 from magnetar.bookie.errors import NoEntry, NoLedger
 from magnetar.broker.ledger import EARLIEST, ManagedLedgerFenced, Position
@@ -35,13 +35,13 @@ async def test_rollover_trim_and_bookie_gc(zookeeper_server, bookie_factory) -> 
     await cursor.mark_delete(positions[249])
     await wait_for(lambda: first_ledger not in ml.ledger_ids, 10)
     assert ml.ledger_ids[0] == positions[250].ledger_id
+
     # the trim runs once the mark-delete is durable; its ledger deletions follow the
     # ledger list's update
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + 10
-    while await factory.store.get(paths.ledger_metadata(first_ledger)) is not None:
-        assert loop.time() < deadline, "the trimmed ledger's metadata was not deleted"
-        await asyncio.sleep(0.05)
+    async def metadata_deleted() -> bool:
+        return await factory.store.get(paths.ledger_metadata(first_ledger)) is None
+
+    await wait_for(metadata_deleted, 10, "the trimmed ledger's metadata deleted")
     # bookie GC reclaims the trimmed ledgers' entries
     client = bookie_client_factory(bookies[0].address)
     try:
@@ -53,11 +53,7 @@ async def test_rollover_trim_and_bookie_gc(zookeeper_server, bookie_factory) -> 
                 return True
             return False
 
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + 20
-        while not await gone():
-            assert loop.time() < deadline, "bookie GC did not reclaim the trimmed ledger"
-            await asyncio.sleep(0.1)
+        await wait_for(gone, 20, "bookie GC reclaiming the trimmed ledger", interval_s=0.1)
     finally:
         await client.close()
     got = await ml.read_entries(cursor, 1000)

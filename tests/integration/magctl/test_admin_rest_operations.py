@@ -11,8 +11,9 @@ from typing import Any
 
 import pulsar
 import pytest
-from support.admin import http, wait_until
+from support.admin import http
 from support.standalone import StandaloneProcess
+from support.waiting import wait_until
 
 NS = "/admin/v2/namespaces/public/default"
 T = "/admin/v2/persistent/public/default"

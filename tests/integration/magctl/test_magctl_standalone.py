@@ -544,7 +544,7 @@ def test_get_watch_streams_changes(url: str, magctl: Magctl, config_file: pathli
     reader.start()
     try:
         ok(magctl("create", "topic", "first", "-n", "watch/ns", admin_url=url))
-        from support.admin import wait_until
+        from support.waiting import wait_until
 
         wait_until(lambda: any(line.startswith("first") for line in lines), 30, "first row")
         ok(magctl("create", "topic", "second", "-n", "watch/ns", "-p", "2", admin_url=url))

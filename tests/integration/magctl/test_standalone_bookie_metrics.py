@@ -10,10 +10,10 @@ import re
 import urllib.request
 
 import pulsar
-from support.admin import wait_until
 from support.metrics import families, sample
 from support.net import free_port
 from support.standalone import StandaloneProcess
+from support.waiting import wait_until
 
 BOOKKEEPER_NAMES = (
     "bookie_SERVER_STATUS",

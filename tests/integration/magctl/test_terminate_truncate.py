@@ -10,9 +10,10 @@ from collections.abc import Iterator
 
 import pulsar
 import pytest
-from support.admin import http, wait_until
+from support.admin import http
 from support.magctl import Magctl
 from support.standalone import StandaloneProcess
+from support.waiting import wait_until
 
 T = "/admin/v2/persistent/public/default"
 

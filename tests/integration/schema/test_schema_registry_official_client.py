@@ -20,9 +20,10 @@ from typing import Any
 import pulsar
 import pytest
 from pulsar.schema import AvroSchema, Integer, JsonSchema, Record, String
-from support.admin import http, wait_until
+from support.admin import http
 from support.raw_client import RawClient
 from support.standalone import StandaloneProcess
+from support.waiting import wait_until
 
 from magnetar.client.protocol.proto import pulsar_api_pb2 as pb
 

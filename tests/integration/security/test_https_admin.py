@@ -16,6 +16,7 @@ from typing import Any
 import aiohttp
 import pytest
 from support.security import TlsFiles, TokenKit, issue, make_ca, make_token_kit
+from support.waiting import wait_for
 
 from magnetar.broker.config import BrokerConfig
 from magnetar.broker.runtime import BrokerRuntime
@@ -192,10 +193,9 @@ async def test_certificate_files_are_reloaded(tmp_path: pathlib.Path) -> None:
         for src, dst in ((fresh.cert, s.tls.cert), (fresh.key, s.tls.key)):
             shutil.copyfile(src, dst + ".tmp")
             os.replace(dst + ".tmp", dst)  # as a certificate manager renews: atomically
-        deadline = asyncio.get_running_loop().time() + 60
-        while not await _handshake(port, new_ca_path):
-            assert asyncio.get_running_loop().time() < deadline, "new certificate not served"
-            await asyncio.sleep(0.2)
+        await wait_for(
+            lambda: _handshake(port, new_ca_path), 60, "the new certificate served", interval_s=0.2
+        )
         assert s.runtime.service.tls is not None and s.runtime.service.tls.reloads >= 1
         assert not await _handshake(port, s.tls.ca)  # the old certificate is gone
     finally:

@@ -3,8 +3,9 @@ right path, follows read-only mode, survives session loss, replaces only its own
 
 from __future__ import annotations
 
-import asyncio
 import json
+
+from support.waiting import wait_for
 
 from magnetar.bookie.registration import BookieRegistration, LiveLedgerLister, RegistrationInfo
 from magnetar.zk import paths
@@ -12,19 +13,6 @@ from magnetar.zk.memory import MemoryMetadataServer
 from magnetar.zk.store import MetadataStore
 
 INFO = RegistrationInfo(bookie_id="b1", address="127.0.0.1:3181", instance_id="inst-1")
-
-
-async def eventually(predicate, timeout_s: float = 5.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while True:
-        result = predicate()
-        if asyncio.iscoroutine(result):
-            result = await result
-        if result:
-            return
-        assert loop.time() < deadline, "condition never became true"
-        await asyncio.sleep(0.01)  # polling interval
 
 
 async def test_registers_ephemeral_and_deregisters_on_stop() -> None:
@@ -46,10 +34,10 @@ async def test_follows_read_only_mode() -> None:
     reg = BookieRegistration(store, INFO, read_only=lambda: read_only, check_interval_s=0.02)
     await reg.start()
     read_only = True
-    await eventually(lambda: store.exists(paths.readonly_bookie_registration("b1")))
+    await wait_for(lambda: store.exists(paths.readonly_bookie_registration("b1")))
     assert await store.exists(paths.bookie_registration("b1")) is None
     read_only = False
-    await eventually(lambda: store.exists(paths.bookie_registration("b1")))
+    await wait_for(lambda: store.exists(paths.bookie_registration("b1")))
     assert await store.exists(paths.readonly_bookie_registration("b1")) is None
     await reg.stop()
 
@@ -68,8 +56,8 @@ async def test_session_loss_reopens_store_and_registers_again() -> None:
     await reg.start()
     server.expire_session(store.session_id)
     observer = server.connect()
-    await eventually(lambda: bool(opened))
-    await eventually(lambda: observer.exists(paths.bookie_registration("b1")))
+    await wait_for(lambda: bool(opened))
+    await wait_for(lambda: observer.exists(paths.bookie_registration("b1")))
     stat = await observer.exists(paths.bookie_registration("b1"))
     assert stat is not None and stat.ephemeral_owner == opened[0].session_id
     assert reg.registrations == 2
@@ -94,7 +82,7 @@ async def test_stale_node_of_previous_incarnation_is_replaced_but_not_a_stranger
     stat = await store.exists(paths.bookie_registration("b1"))
     assert stat is not None and stat.ephemeral_owner == old.session_id  # not stolen
     await old.close()  # the stranger's session ends: ours takes the id
-    await eventually(lambda: _owned_by(store))
+    await wait_for(lambda: _owned_by(store))
     await reg2.stop()
 
 

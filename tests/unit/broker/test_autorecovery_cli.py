@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from support.waiting import wait_for
 
 from magnetar.broker import cli
 from magnetar.zk import paths
@@ -66,16 +67,12 @@ async def test_supervisor_starts_again_on_a_new_session_after_session_loss() -> 
         first = supervisor.daemon
         assert first is not None
         server.expire_session(first.store.session_id)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + 30
-        while supervisor.daemon is first or supervisor.daemon is None:
-            assert loop.time() < deadline, "not restarted"
-            await asyncio.sleep(0.05)
+        await wait_for(lambda: supervisor.daemon not in (first, None), 30, "the daemon restarted")
         assert supervisor.restarts == 1
         new = supervisor.daemon
-        while not new.is_auditor:  # the new session joins the election again and leads
-            assert loop.time() < deadline, "no auditor after the restart"
-            await asyncio.sleep(0.05)
+        assert new is not None
+        # the new session joins the election again and leads
+        await wait_for(lambda: new.is_auditor, 30, "an auditor after the restart")
     finally:
         await supervisor.stop()
 

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
+from support.waiting import wait_for
 
 from magnetar.broker.namespace.bundles import BundleRange, NamespaceBundles, topic_hash
 from magnetar.broker.namespace.ownership import NamespaceBundle, OwnerInfo, OwnershipCache
@@ -92,7 +91,7 @@ async def test_ownership_is_exclusive_and_lost_with_the_session() -> None:
     lost: list[list[NamespaceBundle]] = []
     a.add_lost_listener(lost.append)
     server.expire_session(a_store.session_id)
-    await asyncio.sleep(0)  # listeners are scheduled with call_soon; one loop turn runs them
+    await wait_for(lambda: lost, what="the lost-ownership listener")
     assert lost == [[bundle]]
     assert not a.is_owned(bundle)
     assert await b.try_acquire(bundle) == b.me

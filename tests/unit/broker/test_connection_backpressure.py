@@ -3,10 +3,11 @@ connection's consumers get nothing new; when it drains, dispatch resumes."""
 
 from __future__ import annotations
 
-import asyncio
 import struct
 
+from support.dispatch import dispatched
 from support.fake_transport import CONNECT, FakeTransport, frame
+from support.waiting import wait_for
 
 from magnetar.broker.config import BrokerConfig
 from magnetar.broker.protocol.connection import ServerConnection
@@ -28,20 +29,20 @@ def send_frame(seq: int) -> bytes:
     return struct.pack(">II", 4 + len(body) + len(tail), len(body)) + body + tail
 
 
-def messages(data: bytes) -> int:
-    count, off = 0, 0
+def count(data: bytes, kind: int) -> int:
+    """How many commands of type ``kind`` the broker wrote."""
+    n, off = 0, 0
     while off < len(data):
         (total, size) = struct.unpack_from(">II", data, off)
         cmd = T()
         cmd.ParseFromString(data[off + 8 : off + 8 + size])
-        count += cmd.type == T.MESSAGE
+        n += cmd.type == kind
         off += 4 + total
-    return count
+    return n
 
 
-async def settle() -> None:
-    for _ in range(30):
-        await asyncio.sleep(0)
+def messages(data: bytes) -> int:
+    return count(data, T.MESSAGE)
 
 
 async def test_paused_transport_stops_dispatch_until_it_drains() -> None:
@@ -78,19 +79,21 @@ async def test_paused_transport_stops_dispatch_until_it_drains() -> None:
                 )
             )
         )
-        await settle()
+        written = lambda kind: count(bytes(transport.written), kind)  # noqa: E731
+        await wait_for(lambda: written(T.SUCCESS) == 1, what="the subscription")
+        _, sub, _ = cnx.consumers[0]
         cnx.data_received(
             frame(T(type=T.FLOW, flow=pb.CommandFlow(consumer_id=0, messagePermits=100)))
         )
         cnx.data_received(send_frame(0))
-        await settle()
-        assert messages(bytes(transport.written)) == 1
+        await wait_for(lambda: messages(bytes(transport.written)) == 1, what="the first message")
         cnx.pause_writing()
         cnx.data_received(send_frame(1) + send_frame(2))
-        await settle()
+        # barrier: both sends stored (their receipts written) and dispatch idle since
+        await wait_for(lambda: written(T.SEND_RECEIPT) == 3, what="three receipts")
+        await dispatched(sub)
         assert messages(bytes(transport.written)) == 1  # held back while paused
         cnx.resume_writing()
-        await settle()
-        assert messages(bytes(transport.written)) == 3
+        await wait_for(lambda: messages(bytes(transport.written)) == 3, what="the held messages")
     finally:
         await service.close()

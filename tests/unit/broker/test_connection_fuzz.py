@@ -10,6 +10,7 @@ import struct
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from support.fake_transport import CONNECT, PING, PONG, FakeTransport
+from support.waiting import wait_for
 
 from magnetar.broker.config import BrokerConfig
 from magnetar.broker.protocol.connection import ServerConnection
@@ -49,12 +50,16 @@ def new_connection() -> tuple[ServerConnection, FakeTransport]:
     return cnx, transport
 
 
+def settled(cnx: ServerConnection, transport: FakeTransport) -> bool:
+    return transport.closed or transport.written.endswith(PONG) or len(cnx._buf) > 0
+
+
 def test_handshake_and_ping() -> None:
     async def run() -> None:
         cnx, transport = new_connection()
         cnx.data_received(PING[:5])  # split frames are reassembled
         cnx.data_received(PING[5:])
-        await asyncio.sleep(0)
+        await wait_for(lambda: transport.written.endswith(PONG), what="the PONG")
         data = bytes(transport.written)
         (size,) = struct.unpack_from(">I", data, 4)
         first = T()
@@ -72,10 +77,8 @@ def test_random_bytes_never_escape(garbage: bytes) -> None:
         cnx, transport = new_connection()
         cnx.data_received(garbage)  # must not raise
         cnx.data_received(PING)
-        await asyncio.sleep(0)
         # refused (closed), still answering, or waiting for the rest of a (garbage) frame
-        answered = bytes(transport.written).endswith(PONG)
-        assert transport.closed or answered or len(cnx._buf) > 0
+        await wait_for(lambda: settled(cnx, transport), 5, "closed, answered or buffering")
 
     ERRORS.records.clear()
     asyncio.run(run())
@@ -92,9 +95,7 @@ def test_mutated_frames_never_escape(index: int, value: int) -> None:
         cnx, transport = new_connection()
         cnx.data_received(bytes(mutated))
         cnx.data_received(PING)
-        await asyncio.sleep(0)
-        answered = bytes(transport.written).endswith(PONG)
-        assert transport.closed or answered or len(cnx._buf) > 0
+        await wait_for(lambda: settled(cnx, transport), 5, "closed, answered or buffering")
 
     ERRORS.records.clear()
     asyncio.run(run())

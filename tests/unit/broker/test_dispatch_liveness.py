@@ -21,13 +21,13 @@ an application polling in turn would. Deterministic: asyncio and seeded ``random
 
 from __future__ import annotations
 
-import asyncio
 import bisect
 import collections
 import random
 from dataclasses import dataclass, field
 
 import pytest
+from support.dispatch import dispatched
 
 from magnetar.broker.dispatch.consumer import Consumer, OutMessage, SubType
 from magnetar.broker.ledger.position import Position
@@ -203,16 +203,6 @@ class World:
         return [c for c in self.clients.values() if not c.closed]
 
 
-async def settle(sub: Subscription) -> None:
-    """Until the dispatcher has no round under way or scheduled (bounded)."""
-    for _ in range(10_000):
-        await asyncio.sleep(0)
-        d = sub.dispatcher
-        if d is None or not d.running:
-            return
-    raise AssertionError("the dispatcher never went idle")
-
-
 @dataclass(frozen=True)
 class Scenario:
     sub_type: SubType
@@ -306,7 +296,7 @@ async def run(seed: int, sc: Scenario, *, steps: int = 150, poll_one: bool = Tru
             client = rng.choice(live)
             await world.take(client, rng.randint(1, 2 * client.queue_size), sc.nack_p, rng)
         world.fire_nacks()
-        await settle(sub)
+        await dispatched(sub)
         d = sub.dispatcher
         if d is not None and hasattr(d, "check_invariants"):
             d.check_invariants()
@@ -314,7 +304,7 @@ async def run(seed: int, sc: Scenario, *, steps: int = 150, poll_one: bool = Tru
     world.fire_nacks(all_now=True)
     if not world.live():
         join()
-    await settle(sub)
+    await dispatched(sub)
     total = len(world.keys)
     # each step takes at least one message from each non-empty queue, and every message
     # taken returns a permit: a live dispatcher needs fewer steps than there are messages
@@ -331,7 +321,7 @@ async def run(seed: int, sc: Scenario, *, steps: int = 150, poll_one: bool = Tru
         world.step = steps + step
         for client in world.live():
             await world.take(client, 1 if poll_one else client.queue_size, 0.0, rng)
-        await settle(sub)
+        await dispatched(sub)
     missing = sorted(set(range(total)) - world.acked)
     assert not missing, (
         f"{sc}: {len(missing)} of {total} entries never acked (first {missing[:10]}); "
@@ -372,7 +362,7 @@ async def calm(world: World, rng: random.Random, bound: int) -> None:
     """Every live application takes one message per step, acking it; the dispatcher must
     never sit idle with entries unacked while every queue is empty."""
     sub = world.sub
-    await settle(sub)
+    await dispatched(sub)
     total = len(world.keys)
     for _ in range(bound):
         if len(world.acked) == total:
@@ -383,7 +373,7 @@ async def calm(world: World, rng: random.Random, bound: int) -> None:
         )
         for client in world.live():
             await world.take(client, 1, 0.0, rng)
-        await settle(sub)
+        await dispatched(sub)
     raise AssertionError(f"{total - len(world.acked)} entries unacked after {bound} steps")
 
 
@@ -412,7 +402,7 @@ async def test_key_shared_keys_moved_by_a_join_flow_once_the_old_consumer_acks(
             world.published(key, 1)
         await ledger.add_entries(datas)
         sub.notify_new_entries()
-        await settle(sub)
+        await dispatched(sub)
 
     await publish(150)
     assert len(world.clients[a].queue) == 150

@@ -7,7 +7,8 @@ import asyncio
 from typing import Any
 
 import pytest
-from support.ledger_cluster import wait_for
+from support.dispatch import dispatched
+from support.waiting import wait_for
 
 from magnetar.broker.dispatch.consumer import Consumer, OutMessage, SubType
 from magnetar.broker.dispatch.dispatchers import DISPATCH_ROUNDS_PER_TURN, MAX_READ_ENTRIES
@@ -73,11 +74,6 @@ class Sink:
         return sum(len(v) for v in self.messages.values())
 
 
-async def settle() -> None:
-    for _ in range(20):
-        await asyncio.sleep(0)
-
-
 async def make_sub(ledger: MemoryLedger, **kw: Any) -> tuple[Subscription, CountingCursor]:
     cursor = CountingCursor(await ledger.open_cursor("s", initial_earliest=True))
     sub = Subscription("t", "s", cursor, lambda e: entry_num_messages(e.data), **kw)
@@ -96,7 +92,7 @@ async def test_batches_of_1000_with_1000_permits_read_what_they_send(sub_type: S
     sub.add_consumer(c)
     for i in range(60):
         sub.flow(c, 1000)
-        await settle()
+        await dispatched(sub)
         assert sink.count() == i + 1
     got = [m.position.entry_id for m in sink.messages[1]]
     assert got == list(range(60))
@@ -121,7 +117,7 @@ async def test_read_size_follows_the_average_batch_size() -> None:
     sub.add_consumer(c)
     for _ in range(40):
         sub.flow(c, 100)
-        await settle()
+        await dispatched(sub)
     assert sink.count() == 400
     assert cursor.seeks <= 1  # 100 permits / 10 per entry = 10 entries per read
     assert sub.dispatcher is not None and sub.dispatcher.entries_to_read(100) == 10
@@ -144,10 +140,10 @@ async def test_dispatch_keeps_up_with_a_publish_flood(sub_type: SubType) -> None
     for i in range(turns):
         await ledger.add_entries([batch(1)] * per_turn)
         sub.notify_new_entries()
-        await asyncio.sleep(0)  # the producer's connection yields once per socket read
+        await asyncio.sleep(0)  # models the producer's turn: one socket read, then a yield
         backlog_max = max(backlog_max, (i + 1) * per_turn - sink.count())
     assert backlog_max <= 2 * per_turn, backlog_max
-    await settle()
+    await dispatched(sub)
     assert sink.count() == turns * per_turn
 
 
@@ -174,7 +170,7 @@ async def test_a_throttled_dispatcher_waits_instead_of_spinning(sub_type: SubTyp
     a = Consumer(1, "a", sub_type, sink=sink)
     sub.add_consumer(a)
     sub.flow(a, 5)
-    await settle()
+    await dispatched(sub)
     assert sink.count() == 5
     if sub_type is SubType.SHARED:
         sub.redeliver(a, None)  # a non-empty replay set: the round used to report progress
@@ -183,12 +179,12 @@ async def test_a_throttled_dispatcher_waits_instead_of_spinning(sub_type: SubTyp
     throttle = d.throttle = ClosedThrottle()
     sub.flow(a, 100)
     rounds = d.rounds
-    await settle()
+    await dispatched(sub)
     assert d.rounds - rounds <= 2  # one round found no tokens and stopped
     assert throttle.wake is not None
     d.throttle = None
     throttle.wake()
-    await settle()
+    await dispatched(sub)
     assert sink.count() == (15 if sub_type is SubType.SHARED else 10)
 
 
@@ -210,7 +206,7 @@ async def test_key_shared_replays_parked_entries_from_memory_not_storage() -> No
     for c in cs:
         sub.add_consumer(c)
         sub.flow(c, 1000)
-    await settle()
+    await dispatched(sub)
     d = sub.dispatcher
     assert isinstance(d, KeySharedDispatcher)
     owner = next(c for c in cs if sink.messages.get(c.consumer_id))
@@ -220,12 +216,12 @@ async def test_key_shared_replays_parked_entries_from_memory_not_storage() -> No
     await ledger.add_entries([data] * 300)
     for c in cs:
         sub.flow(c, 1000 if c is not owner else 10)
-    await settle()
+    await dispatched(sub)
     assert d.ks is not None and d.ks.parked_count > 0
     d.check_invariants()
     for _ in range(40):
         sub.flow(owner, 10)
-        await settle()
+        await dispatched(sub)
     assert len(sink.messages[owner.consumer_id]) == 600
     assert [m.position.entry_id for m in sink.messages[owner.consumer_id]] == list(range(600))
     assert cursor.positions_read == 0  # every replay came from the kept entries

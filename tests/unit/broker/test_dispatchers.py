@@ -4,9 +4,8 @@ redelivery counts. No sockets: consumers send into a recording sink."""
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
+from support.dispatch import dispatched
 
 from magnetar.broker.dispatch.consumer import Consumer, OutMessage, SubType
 from magnetar.broker.dispatch.dispatchers import next_shared_consumer, pick_active_consumer
@@ -15,6 +14,7 @@ from magnetar.broker.storage.memory import MemoryLedger
 from magnetar.broker.topics.subscription import Subscription, SubscriptionError
 from magnetar.client.protocol import ServerError
 from magnetar.client.protocol.proto import pulsar_api_pb2 as pb
+from magnetar.zk.clock import VirtualClock
 
 
 class Sink:
@@ -58,13 +58,12 @@ def consumer(
     )
 
 
-async def settle() -> None:
-    for _ in range(20):
-        await asyncio.sleep(0)
-
-
 async def make_sub(
-    ledger: MemoryLedger, *, partition: int = -1, sub_limit: int = 200_000
+    ledger: MemoryLedger,
+    *,
+    partition: int = -1,
+    sub_limit: int = 200_000,
+    clock: VirtualClock | None = None,
 ) -> Subscription:
     cursor = await ledger.open_cursor("s", initial_earliest=True)
     from magnetar.client.protocol import entry_num_messages
@@ -76,6 +75,7 @@ async def make_sub(
         lambda e: entry_num_messages(e.data),
         partition_index=partition,
         max_unacked_per_subscription=sub_limit,
+        clock=clock,
     )
 
 
@@ -121,14 +121,14 @@ async def test_no_dispatch_before_flow_and_batch_costs_its_size() -> None:
     sink = Sink()
     c = consumer(1, SubType.EXCLUSIVE, sink)
     sub.add_consumer(c)
-    await settle()
+    await dispatched(sub)
     assert sink.got(1) == []
     sub.flow(c, 6)  # first batch takes 5, second drives permits negative, third waits
-    await settle()
+    await dispatched(sub)
     assert sink.got(1) == [0, 1]
     assert c.permits == -4
     sub.flow(c, 5)
-    await settle()
+    await dispatched(sub)
     assert sink.got(1) == [0, 1, 2]
 
 
@@ -142,10 +142,10 @@ async def test_shared_round_robin_and_redelivery_counts() -> None:
     sub.add_consumer(b)
     sub.flow(a, 10)
     sub.flow(b, 10)
-    await settle()
+    await dispatched(sub)
     assert sink.got(1) == [0, 2] and sink.got(2) == [1, 3]
     sub.redeliver(a, [Position(8, 0)])
-    await settle()
+    await dispatched(sub)
     again = [m for msgs in sink.messages.values() for m in msgs if m.position.entry_id == 0]
     assert [m.redelivery_count for m in again] == [0, 1]
     await sub.ack_individual(b, [(Position(8, 1), None)])
@@ -160,13 +160,13 @@ async def test_consumer_unacked_limit_blocks_and_resumes_at_half() -> None:
     c = consumer(1, SubType.SHARED, sink, max_unacked=4)
     sub.add_consumer(c)
     sub.flow(c, 100)
-    await settle()
+    await dispatched(sub)
     assert sink.got(1) == [0, 1, 2, 3] and c.blocked
     await sub.ack_individual(c, [(Position(9, 0), None)])
-    await settle()
+    await dispatched(sub)
     assert sink.got(1) == [0, 1, 2, 3]  # 3 unacked > half of 4
     await sub.ack_individual(c, [(Position(9, 1), None)])
-    await settle()
+    await dispatched(sub)
     assert sink.got(1) == [0, 1, 2, 3, 4, 5]
     c.check_invariants()
 
@@ -180,17 +180,17 @@ async def test_subscription_unacked_limit_blocks_and_resumes_at_half() -> None:
     for c in (a, b):
         sub.add_consumer(c)
         sub.flow(c, 1)
-    await settle()
+    await dispatched(sub)
     sub.flow(a, 100)
     sub.flow(b, 100)
-    await settle()
+    await dispatched(sub)
     assert len(sink.got(1)) + len(sink.got(2)) == 4
     first = [Position(10, e) for e in sink.got(1)][:1] + [Position(10, e) for e in sink.got(2)][:1]
     await sub.ack_individual(a, [(first[0], None)])
-    await settle()
+    await dispatched(sub)
     assert len(sink.got(1)) + len(sink.got(2)) == 4  # 3 unacked > 2
     await sub.ack_individual(b, [(first[1], None)])
-    await settle()
+    await dispatched(sub)
     assert len(sink.got(1)) + len(sink.got(2)) > 4
 
 
@@ -207,11 +207,11 @@ async def test_failover_switch_rewinds_to_unacked_and_notifies_everyone() -> Non
     assert sink.active[1:] == [(2, False), (1, True)]
     sub.flow(a, 10)
     sub.flow(b, 10)
-    await settle()
+    await dispatched(sub)
     assert sink.got(1) == [0, 1, 2, 3] and sink.got(2) == []
     await sub.ack_individual(a, [(Position(11, 0), None), (Position(11, 1), None)])
     sub.remove_consumer(a)
-    await settle()
+    await dispatched(sub)
     assert sink.got(2) == [2, 3]
     assert all(m.redelivery_count == 0 for m in sink.messages[2])
 
@@ -236,11 +236,11 @@ async def test_closed_shared_consumer_returns_pending_to_others_without_count() 
     a, b = consumer(1, SubType.SHARED, sink), consumer(2, SubType.SHARED, sink)
     sub.add_consumer(a)
     sub.flow(a, 10)
-    await settle()
+    await dispatched(sub)
     sub.add_consumer(b)
     sub.flow(b, 10)
     sub.remove_consumer(a)
-    await settle()
+    await dispatched(sub)
     assert sink.got(2) == [0, 1]
     assert [m.redelivery_count for m in sink.messages[2]] == [0, 0]
 
@@ -290,19 +290,19 @@ async def test_key_shared_keeps_keys_on_one_consumer_and_order_when_one_joins() 
     a = consumer(1, SubType.KEY_SHARED, sink, name="a")
     sub.add_consumer(a)
     sub.flow(a, 100)
-    await settle()
+    await dispatched(sub)
     assert len(sink.got(1)) == 20
     b = consumer(2, SubType.KEY_SHARED, sink, name="b")
     sub.add_consumer(b)  # some slots now map to b, but they are draining on a
     sub.flow(b, 100)
     await ledger.add_entries([keyed(k) for k in keys])  # second round, same keys
     sub.notify_new_entries()
-    await settle()
+    await dispatched(sub)
     assert sink.got(2) == []  # every key still has unacked messages on a
     await sub.ack_individual(a, [(Position(14, e), None) for e in range(40)])
     await ledger.add_entries([keyed(k) for k in keys])
     sub.notify_new_entries()
-    await settle()
+    await dispatched(sub)
     from magnetar.broker.dispatch.dispatchers import KeySharedDispatcher
     from magnetar.client.protocol import key_shared_slot
 
@@ -335,7 +335,8 @@ async def test_failover_switch_waits_for_the_old_active_consumer() -> None:
 
     ledger = MemoryLedger("t", 15)
     await ledger.add_entries([entry() for _ in range(4)])
-    sub = await make_sub(ledger)
+    clock = VirtualClock()
+    sub = await make_sub(ledger, clock=clock)
     sink = Sink()
     b = consumer(2, SubType.FAILOVER, sink, name="b")
     sub.add_consumer(b)
@@ -343,19 +344,19 @@ async def test_failover_switch_waits_for_the_old_active_consumer() -> None:
     assert isinstance(d, SingleActiveConsumerDispatcher)
     d.failover_delay_ms = 200
     sub.flow(b, 10)
-    await settle()
+    await dispatched(sub)
     assert sink.got(2) == [0, 1, 2, 3]
     a = consumer(1, SubType.FAILOVER, sink, name="a")
     sub.add_consumer(a)  # "a" sorts first: active, but only after the delay
     sub.flow(a, 10)
-    await settle()
+    await dispatched(sub)
     assert d.active is a and d.switching and sink.got(1) == []
     await sub.ack_individual(b, [(Position(15, 0), None), (Position(15, 1), None)])
-    for _ in range(500):  # bounded wait on the condition (the delay timer)
-        if sink.got(1):
-            break
-        await asyncio.sleep(0.01)
-    await settle()
+    clock.advance(0.199)  # just before the delay: still waiting for b
+    await dispatched(sub)
+    assert d.switching and sink.got(1) == []
+    clock.advance(0.001)
+    await dispatched(sub)
     assert sink.got(1) == [2, 3]  # not 0 and 1: acked by b during the delay
     assert not d.switching
 
@@ -365,7 +366,7 @@ async def test_failover_switch_is_immediate_when_the_old_active_leaves() -> None
 
     ledger = MemoryLedger("t", 16)
     await ledger.add_entries([entry() for _ in range(3)])
-    sub = await make_sub(ledger)
+    sub = await make_sub(ledger, clock=VirtualClock())  # the delay never fires: time stands
     sink = Sink()
     b = consumer(2, SubType.FAILOVER, sink, name="b")
     c = consumer(3, SubType.FAILOVER, sink, name="c")
@@ -373,19 +374,19 @@ async def test_failover_switch_is_immediate_when_the_old_active_leaves() -> None
     sub.add_consumer(c)
     d = sub.dispatcher
     assert isinstance(d, SingleActiveConsumerDispatcher)
-    d.failover_delay_ms = 60_000  # never fires within this test
+    d.failover_delay_ms = 60_000
     sub.flow(b, 10)
     sub.flow(c, 10)
-    await settle()
+    await dispatched(sub)
     assert sink.got(2) == [0, 1, 2]
     a = consumer(1, SubType.FAILOVER, sink, name="a")
     sub.add_consumer(a)
     sub.flow(a, 10)
-    await settle()
+    await dispatched(sub)
     assert d.switching and sink.got(1) == []
     sub.remove_consumer(b)  # the previous active left: nobody can ack, switch now
-    await settle()
+    await dispatched(sub)
     assert sink.got(1) == [0, 1, 2] and not d.switching
     sub.remove_consumer(a)  # the active leaves: immediate too
-    await settle()
+    await dispatched(sub)
     assert sink.got(3) == [0, 1, 2]

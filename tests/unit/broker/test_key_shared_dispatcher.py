@@ -10,11 +10,11 @@ codes, statistics, delayed entries parked when due.
 
 from __future__ import annotations
 
-import asyncio
 import bisect
 import random
 
 import pytest
+from support.dispatch import dispatched
 
 from magnetar.broker.dispatch.consumer import Consumer, OutMessage, SubType
 from magnetar.broker.dispatch.dispatchers import KeySharedDispatcher
@@ -37,11 +37,6 @@ def keyed(key: str | None, n: int = 1, deliver_at: int = 0) -> bytes:
         md.deliver_at_time = deliver_at
     raw = md.SerializeToString()
     return len(raw).to_bytes(4, "big") + raw + b"x"
-
-
-async def settle() -> None:
-    for _ in range(30):
-        await asyncio.sleep(0)
 
 
 class Model:
@@ -179,7 +174,7 @@ async def test_random_joins_leaves_nacks_keep_key_order_and_nothing_sticks(seed:
                 await ack(c, rng.sample(held, rng.randint(0, len(held))))
             model.returned(model.held(c))
             sub.remove_consumer(c)
-        await settle()
+        await dispatched(sub)
         d = sub.dispatcher
         if isinstance(d, KeySharedDispatcher):
             d.check_invariants()
@@ -196,7 +191,7 @@ async def test_random_joins_leaves_nacks_keep_key_order_and_nothing_sticks(seed:
         for c in consumers:
             await ack(c, model.held(c))
             sub.flow(c, 50)
-        await settle()
+        await dispatched(sub)
     assert len(model.acked) == total, f"stuck: {total - len(model.acked)} never acked"
     assert sub.cursor.backlog() == 0
     assert model.deliveries >= total
@@ -242,7 +237,7 @@ async def test_draining_statistics_and_a_join_waits_for_the_old_consumer() -> No
     a = Consumer(1, "a", SubType.KEY_SHARED, sink=model)
     sub.add_consumer(a)
     sub.flow(a, 100)
-    await settle()
+    await dispatched(sub)
     assert len(model.held(a)) == 40
     b = Consumer(2, "b", SubType.KEY_SHARED, sink=model)
     sub.add_consumer(b)
@@ -251,14 +246,14 @@ async def test_draining_statistics_and_a_join_waits_for_the_old_consumer() -> No
     for k in keys:
         model.published(k)
     sub.notify_new_entries()
-    await settle()
+    await dispatched(sub)
     assert model.held(b) == []  # every key of b is still held by a
     stats = sub.statistics()
     assert stats.draining_hashes_count > 0 and stats.draining_hashes_pending_messages > 0
     first = model.held(a)[:40]
     model.acked_now(first)
     await sub.ack_individual(a, [(Position(61, e), None) for e in first])
-    await settle()
+    await dispatched(sub)
     assert model.held(b)  # drained keys moved to b
     assert sub.statistics().draining_hashes_count == 0
     assert sub.statistics().draining_hashes_cleared_total > 0
@@ -282,13 +277,13 @@ async def test_delayed_entries_are_parked_when_due_and_keep_their_key_order() ->
     d = sub.dispatcher
     assert isinstance(d, KeySharedDispatcher)
     sub.flow(a, 10)
-    await settle()
+    await dispatched(sub)
     assert model.held(a) == [1, 2] and d.delayed_count == 1
     clock.advance(0.4)
-    await settle()
+    await dispatched(sub)
     assert model.held(a) == [1, 2]  # not early
     clock.advance(0.2)  # the index's due timer schedules the dispatcher
-    await settle()
+    await dispatched(sub)
     assert model.held(a) == [0, 1, 2]
     d.check_invariants()
 
@@ -310,10 +305,10 @@ async def test_delayed_entry_due_after_restart_is_read_to_learn_its_slot() -> No
     d = sub.dispatcher
     assert isinstance(d, KeySharedDispatcher)
     sub.flow(a, 10)
-    await settle()
+    await dispatched(sub)
     assert model.held(a) == [1] and d.delayed_count == 1
     d._delayed_slots.clear()  # as if held before a restart
     clock.advance(0.6)
-    await settle()
+    await dispatched(sub)
     assert model.held(a) == [0, 1]
     d.check_invariants()

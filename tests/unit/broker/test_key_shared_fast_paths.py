@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import struct
 
@@ -20,6 +19,7 @@ import crc32c
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.dispatch import dispatched
 
 from magnetar.broker.dispatch import key_shared
 from magnetar.broker.dispatch.consumer import Consumer, OutMessage, SubType
@@ -34,7 +34,7 @@ from magnetar.broker.dispatch.key_shared import (
 from magnetar.broker.storage.contract import Entry
 from magnetar.broker.storage.memory import MemoryLedger
 from magnetar.broker.topics.subscription import Subscription
-from magnetar.client.protocol import parse_entry
+from magnetar.client.protocol import RemoteProtocolError, parse_entry
 from magnetar.client.protocol.proto import pulsar_api_pb2 as pb
 
 
@@ -126,15 +126,31 @@ def test_slot_from_bytes_on_damaged_bytes_equals_or_the_reference_fails(
     assert entry_slot_from_bytes(damaged) == want
 
 
-def test_slot_from_bytes_refuses_what_the_parse_refuses() -> None:
-    no_required = pb.MessageMetadata(partition_key="k").SerializePartialToString()
-    bad_utf8 = b"\x0a\x01p\x10\x01\x18\x01\x32\x02\xff\xfe"  # partition_key not UTF-8
-    for meta in (no_required, bad_utf8, b"\x00\x01"):
-        data = struct.pack(">I", len(meta)) + meta
-        with pytest.raises(Exception):  # noqa: B017 - whatever the full parse raises
-            reference(data)
-        with pytest.raises(Exception):  # noqa: B017
-            entry_slot_from_bytes(data)
+@pytest.mark.parametrize(
+    "meta",
+    [
+        pytest.param(
+            pb.MessageMetadata(partition_key="k").SerializePartialToString(), id="no-required"
+        ),
+        pytest.param(b"\x00\x01", id="garbage"),
+        pytest.param(
+            b"\x0a\x01p\x10\x01\x18\x01\x32\x02\xff\xfe",  # partition_key not UTF-8
+            id="key-not-utf8",
+            marks=pytest.mark.xfail(
+                raises=AttributeError,
+                strict=True,
+                reason="sticky_key calls .encode on the bytes protobuf returns for a non-UTF-8 "
+                "string field: an AttributeError, not a typed RemoteProtocolError",
+            ),
+        ),
+    ],
+)
+def test_slot_from_bytes_refuses_what_the_parse_refuses(meta: bytes) -> None:
+    data = struct.pack(">I", len(meta)) + meta
+    with pytest.raises(RemoteProtocolError):
+        reference(data)
+    with pytest.raises(RemoteProtocolError):
+        entry_slot_from_bytes(data)
 
 
 def test_slot_memo_is_bounded() -> None:
@@ -223,16 +239,14 @@ async def test_a_parked_entry_is_not_hashed_again_when_it_replays() -> None:
     await ledger.add_entries([keyed(f"k{i % 20}") for i in range(60)])
     sub.flow(a, 100)  # b has no permits: the entries of its keys are read and parked
     sub.notify_new_entries()
-    for _ in range(50):
-        await asyncio.sleep(0)
+    await dispatched(sub)
     d = sub.dispatcher
     assert isinstance(d, KeySharedDispatcher) and d.ks is not None
     to_a = len(sink.got.pop(a, []))
     parked = d.ks.parked_count
     assert parked > 0 and to_a + parked == 60
     sub.flow(b, 100)  # now they replay
-    for _ in range(50):
-        await asyncio.sleep(0)
+    await dispatched(sub)
     assert len(sink.got.pop(b, [])) == parked and d.ks.parked_count == 0
     assert sorted(calls) == list(range(60))
     assert max(calls.values()) == 1, calls  # each entry hashed once

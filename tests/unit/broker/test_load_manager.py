@@ -9,7 +9,7 @@ import random
 from collections.abc import AsyncIterator
 
 import pytest
-from support.ledger_cluster import wait_for
+from support.waiting import wait_for
 
 from magnetar.broker.loadbalance import BrokerLoadReport, BundleStats, ResourceUsage, SheddingConfig
 from magnetar.broker.loadbalance.manager import (

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from support.ledger_cluster import wait_for
+from support.waiting import wait_for
 
 from magnetar.broker.loadbalance import BrokerLoadReport, ReportPolicy
 from magnetar.broker.loadbalance.host_usage import (

@@ -16,6 +16,7 @@ import struct
 from typing import Any
 
 import pytest
+from support.waiting import wait_for
 
 from magnetar.broker.dispatch.consumer import OutMessage
 from magnetar.broker.ledger.position import Position
@@ -118,14 +119,6 @@ def _producer(pid: int, name: str) -> Producer:
     return Producer(pid, name, AccessMode.SHARED)
 
 
-async def _settle(topic: PersistentTopic) -> None:
-    for _ in range(100):
-        await asyncio.sleep(0)
-        if not topic._inflight and not topic._pending:
-            return
-    raise AssertionError("publishes did not complete")
-
-
 async def test_publish_to_reports_runs_in_order_with_duplicates() -> None:
     ledger = _FailingLedger("t", 3)
     topic = PersistentTopic(TopicName.parse("persistent://a/b/t"), ledger, dedup_enabled=True)
@@ -137,7 +130,7 @@ async def test_publish_to_reports_runs_in_order_with_duplicates() -> None:
     topic.publish_to(b, pb_, 0, 0, 1, b"b0")
     topic.publish_to(a, pa, 1, 1, 1, b"a1 again")  # duplicate: acknowledged, not stored
     topic.publish_to(a, pa, 2, 2, 1, b"a2")
-    await _settle(topic)
+    await wait_for(lambda: len(log) == 3, what="three runs reported")
     assert log == [
         ("a", [0, 1], [Position(3, 0), Position(3, 1)]),
         ("b", [0], [Position(3, 2)]),
@@ -155,7 +148,7 @@ async def test_publish_to_reports_a_failed_append_to_every_send() -> None:
     ledger.fail = True
     topic.publish_to(a, _producer(0, "pa"), 5, 5, 1, b"x")
     topic.publish_to(b, _producer(1, "pb"), 6, 6, 1, b"y")
-    await _settle(topic)
+    await wait_for(lambda: len(log) == 2, what="both sends reported")
     assert log == [("a", [5], "disk gone"), ("b", [6], "disk gone")]
 
 
@@ -163,7 +156,7 @@ async def test_publish_with_a_callback_still_works() -> None:
     topic = PersistentTopic(TopicName.parse("persistent://a/b/t"), MemoryLedger("t", 4))
     got: list[Any] = []
     topic.publish(_producer(0, "p"), 0, 0, 1, b"x", lambda pos, exc: got.append((pos, exc)))
-    await _settle(topic)
+    await wait_for(lambda: got, what="the callback")
     assert got == [(Position(4, 0), None)]
 
 
@@ -172,7 +165,7 @@ async def test_batch_counts_are_remembered(n: int) -> None:
     topic = PersistentTopic(TopicName.parse("persistent://a/b/t"), MemoryLedger("t", 5))
     log: list[Any] = []
     topic.publish_to(_Sink(log, "a"), _producer(0, "p"), 0, n - 1, n, b"x")
-    await _settle(topic)
+    await wait_for(lambda: log, what="the send reported")
     assert topic.known_count(Position(5, 0)) == n
     assert topic.counters.msg_in == n
 
@@ -247,7 +240,7 @@ async def test_an_entry_read_before_its_append_is_reported_is_counted_from_its_b
     topic = PersistentTopic(TopicName.parse("persistent://a/b/t"), ledger)
     log: list[Any] = []
     topic.publish_to(_Sink(log, "a"), _producer(0, "p"), 0, 0, 1, _batch_entry(1))
-    await _settle(topic)
+    await wait_for(lambda: log, what="the send reported")
     assert topic.known_count(Position(6, 0)) == 1
     # stored, not yet reported (the topic's completion callback has not run)
     data = _batch_entry(1000)

@@ -8,6 +8,7 @@ import asyncio
 from typing import Any
 
 import pytest
+from support.waiting import wait_for
 
 from magnetar.client import (
     AlreadyClosed,
@@ -260,7 +261,7 @@ async def test_receipts_complete_in_order_stale_ignored_ahead_drops_connection()
     part.on_send_receipt(_receipt(0, 10))  # stale: ignored
     assert not f1.done()
     part.on_send_receipt(_receipt(5, 11))  # ahead of the head: reconnect
-    await asyncio.sleep(0)
+    await wait_for(lambda: cnx.closed_reason is not None, what="the connection closed")
     assert cnx.closed_reason == "out-of-order receipt"
     assert not f1.done()
 

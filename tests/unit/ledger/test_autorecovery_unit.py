@@ -4,10 +4,13 @@ placement, the replication worker (copy, verify, one CAS, locks), the auditor's 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import random
 
 import pytest
+from support.autojump import AutojumpClock
 from support.ledger_fakes import make_client
+from support.waiting import wait_for
 
 from magnetar.broker.ledger.autorecovery import (
     Auditor,
@@ -267,26 +270,22 @@ def test_bad_settings_are_refused(bad: dict[str, int]) -> None:
 
 async def test_throttle_holds_the_byte_rate() -> None:
     from magnetar.broker.ledger.autorecovery import ByteThrottle
-    from magnetar.zk.clock import VirtualClock
 
-    clock = VirtualClock()
-    throttle = ByteThrottle(1000, clock)
+    async with AutojumpClock() as clock:
+        throttle = ByteThrottle(1000, clock)
+        t0 = clock.monotonic_ms()
 
-    async def run() -> None:
-        for _ in range(5):
-            await throttle.consume(1000)
+        async def run() -> None:
+            for _ in range(5):
+                await throttle.consume(1000)
 
-    task = asyncio.ensure_future(run())
-    for _ in range(10):
-        await asyncio.sleep(0)
-    assert not task.done()  # 1 s of tokens spent, the 2nd second's bytes wait
-    for _ in range(4):
-        clock.advance(1.0)
-        for _ in range(10):
-            await asyncio.sleep(0)
-    assert task.done()
-    assert throttle.waited_s == pytest.approx(4.0)
-    assert ByteThrottle(-1, clock).unlimited
+        task = asyncio.ensure_future(run())
+        await clock.sleep(0.999)  # virtual time moves only when everything else waits
+        assert not task.done()  # 1 s of tokens spent, the 2nd second's bytes wait
+        await asyncio.wait_for(task, 30)
+        assert clock.monotonic_ms() - t0 == pytest.approx(4000)  # 5 KB at 1 KB/s
+        assert throttle.waited_s == pytest.approx(4.0)
+        assert ByteThrottle(-1, clock).unlimited
 
 
 @pytest.mark.parametrize("which", ["bookie", "periodic"])
@@ -310,11 +309,11 @@ async def test_auditor_periodic_checks_run_at_their_interval(
     stop = asyncio.Event()
     task = asyncio.ensure_future(auditor.run(stop))
     marks = UnderReplication(client.store)
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + 30
-    while await marks.marked() != [w.ledger_id]:
-        assert loop.time() < deadline, "not marked"
-        await asyncio.sleep(0.05)
+
+    async def marked() -> bool:
+        return await marks.marked() == [w.ledger_id]
+
+    await wait_for(marked, 30, f"ledger {w.ledger_id} marked under-replicated")
     stop.set()
     await task
     assert (
@@ -350,17 +349,11 @@ async def test_one_auditor_is_elected_and_another_takes_over(
     ]
     for d in daemons:
         await d.start()
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + 10
-    while sum(d.is_auditor for d in daemons) != 1:
-        assert loop.time() < deadline
-        await asyncio.sleep(0.01)
+    await wait_for(lambda: sum(d.is_auditor for d in daemons) == 1, 30, "one auditor")
     leader = next(d for d in daemons if d.is_auditor)
     await leader.stop()
     rest = [d for d in daemons if d is not leader]
-    while sum(d.is_auditor for d in rest) != 1:
-        assert loop.time() < deadline
-        await asyncio.sleep(0.01)
+    await wait_for(lambda: sum(d.is_auditor for d in rest) == 1, 30, "another auditor")
     for d in rest:
         await d.stop()
     assert not any(d.is_auditor for d in daemons)
@@ -376,14 +369,15 @@ async def test_writer_moves_its_open_fragment_off_a_draining_bookie(
         await w.add(b"%d" % i)
     drained = w.metadata.last_ensemble[0]
     await UnderReplication(meta_server.connect()).drain(drained)
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + 10
-    i = 5
-    while drained in w.metadata.last_ensemble:
-        assert loop.time() < deadline, "the writer kept the draining bookie"
-        await w.add(b"%d" % i)  # writes keep succeeding meanwhile
-        i += 1
-        await asyncio.sleep(0.02)
+    payloads = (b"%d" % i for i in itertools.count(5))
+
+    async def moved() -> bool:
+        if drained not in w.metadata.last_ensemble:
+            return True
+        await w.add(next(payloads))  # writes keep succeeding meanwhile
+        return False
+
+    await wait_for(moved, 30, "the writer off the draining bookie")
     await w.add(b"after")
     assert drained in w.metadata.all_bookies  # its old fragment: the workers' job
     assert w.statistics().ensemble_changes == 1

@@ -11,6 +11,7 @@ import asyncio
 import random
 
 import pytest
+from support.waiting import wait_for
 
 from magnetar.broker.ledger import EARLIEST, ManagedLedgerConfig, ManagedLedgerFactory
 from magnetar.broker.ledger.testing import FakeBookieCluster
@@ -23,14 +24,6 @@ CONFIG = ManagedLedgerConfig(
 
 def new_factory(server: MemoryMetadataServer, bookies: FakeBookieCluster) -> ManagedLedgerFactory:
     return ManagedLedgerFactory(server.connect(), bookies.factory, CONFIG, rng=random.Random(3))
-
-
-async def wait_until(predicate: object, timeout_s: float = 5.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while not predicate():  # type: ignore[operator]
-        assert loop.time() < deadline, "condition not reached"
-        await asyncio.sleep(0.001)
 
 
 @pytest.mark.parametrize("write", ["snapshot", "delta"])
@@ -50,7 +43,7 @@ async def test_close_waits_for_the_cursor_write_in_flight(
         b.hang()
     ack = asyncio.ensure_future(cursor.delete([positions[2], positions[3]]))
     # the cursor write is in flight: its add reached both bookies of the write set
-    await wait_until(lambda: sum(len(b._held) for b in bookies) >= held_before + 2)
+    await wait_for(lambda: sum(len(b._held) for b in bookies) >= held_before + 2)
     closing = asyncio.ensure_future(f1.close())
     # without waiting, close() finishes here and the bookie clients fail the held add
     done, _ = await asyncio.wait({closing}, timeout=0.3)

@@ -8,6 +8,8 @@ import asyncio
 import json
 import random
 
+from support.waiting import wait_for
+
 from magnetar.broker.ledger import EARLIEST, LATEST, ManagedLedgerConfig, ManagedLedgerFactory
 from magnetar.broker.ledger.testing import FakeBookieCluster
 from magnetar.zk import paths
@@ -64,9 +66,7 @@ async def test_trimming_waits_until_the_mark_delete_is_durable(
     for bookie in bookies.bookies.values():
         bookie.hang()  # the cursor's next write cannot complete
     acking = asyncio.ensure_future(cursor.mark_delete(pos[4]))
-    for _ in range(100):
-        await asyncio.sleep(0)
-    assert cursor.mark_delete_position == pos[4]  # in memory
+    await wait_for(lambda: cursor.mark_delete_position == pos[4], what="the mark-delete in memory")
     assert await ml.trim() == []  # but the stored state still references the first ledger
     assert first in ml.ledger_ids
     for bookie in bookies.bookies.values():

@@ -8,6 +8,7 @@ import asyncio
 import random
 
 import pytest
+from support.autojump import AutojumpClock
 from support.ledger_fakes import make_client
 
 from magnetar.bookie.errors import BookieUnavailable
@@ -18,12 +19,18 @@ from magnetar.zk.memory import MemoryMetadataServer
 
 @pytest.mark.parametrize("seed", [*range(6), 133])
 async def test_random_bookie_faults_never_lose_acked_entries(seed: int) -> None:
+    async with AutojumpClock() as clock:
+        await _random_faults(seed, clock)
+
+
+async def _random_faults(seed: int, clock: AutojumpClock) -> None:
     rng = random.Random(seed)
     server = MemoryMetadataServer()
     bookies = FakeBookieCluster(server, count=5)
     client = make_client(
         server,
         bookies,
+        clock=clock,
         ensemble_size=3,
         write_quorum=rng.choice([2, 3]),
         ack_quorum=2,
@@ -66,7 +73,7 @@ async def test_random_bookie_faults_never_lose_acked_entries(seed: int) -> None:
                 victim.hang()
             else:
                 victim.fail_adds(BookieUnavailable("injected"))
-        await asyncio.sleep(0.002)
+        await clock.sleep(0.002)  # the writer's pace, in virtual time: timeouts fire mid-stream
     for b in bookies.bookies.values():
         b.resume()
         b.fail_adds(None)

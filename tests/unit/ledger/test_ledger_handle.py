@@ -3,26 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 
 import pytest
+from support.autojump import AutojumpClock
 from support.ledger_fakes import make_client
+from support.waiting import wait_for
 
 from magnetar.bookie.errors import BookieUnavailable
-from magnetar.broker.ledger.errors import LedgerFenced, ReadBeyondLastConfirmed
+from magnetar.broker.ledger.errors import LedgerFenced, NotEnoughBookies, ReadBeyondLastConfirmed
 from magnetar.broker.ledger.metadata import write_set
 from magnetar.broker.ledger.states import HandleState, LedgerState
 from magnetar.broker.ledger.testing import FakeBookieCluster
-from magnetar.zk.clock import VirtualClock
 from magnetar.zk.memory import MemoryMetadataServer
-
-
-async def wait_until(pred, timeout_s: float = 5.0) -> None:  # type: ignore[no-untyped-def]
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while not pred():
-        if loop.time() > deadline:
-            raise AssertionError("condition not reached")
-        await asyncio.sleep(0.001)
 
 
 async def test_striped_write_and_read(
@@ -108,39 +101,52 @@ async def test_ensemble_shrinks_when_no_spare_bookie(
 async def test_hung_bookie_is_replaced_after_add_timeout(
     meta_server: MemoryMetadataServer, fake_bookies: FakeBookieCluster
 ) -> None:
-    clock = VirtualClock()
-    client = make_client(meta_server, fake_bookies, clock=clock, add_timeout_ms=1000)
-    w = await client.create_ledger()
-    await w.add(b"a")
-    victim = w.metadata.last_ensemble[0]
-    fake_bookies[victim].hang()
-    fut = w.add_nowait(b"b")
-    for _ in range(20):
-        await asyncio.sleep(0)
-    assert not fut.done()  # Qa=2 and one bookie hangs: the add waits...
-    clock.advance(1.1)  # ...only for the add timeout
-    assert await asyncio.wait_for(fut, 5) == 1
-    assert victim not in w.metadata.last_ensemble
-    fake_bookies[victim].resume()
+    async with AutojumpClock() as clock:
+        client = make_client(meta_server, fake_bookies, clock=clock, add_timeout_ms=1000)
+        w = await client.create_ledger()
+        await w.add(b"a")
+        victim = w.metadata.last_ensemble[0]
+        fake_bookies[victim].hang()
+        t0 = clock.monotonic_ms()
+        fut = w.add_nowait(b"b")
+        await clock.sleep(0.9)  # virtual time moves only once everything else has run
+        assert not fut.done()  # Qa=2 and one bookie hangs: the add waits...
+        assert await asyncio.wait_for(fut, 30) == 1  # ...only for the add timeout
+        assert clock.monotonic_ms() - t0 >= 1000
+        assert victim not in w.metadata.last_ensemble
+        fake_bookies[victim].resume()
 
 
 async def test_bookie_error_then_not_enough_bookies_fails_adds(
-    meta_server: MemoryMetadataServer, fake_bookies: FakeBookieCluster
+    meta_server: MemoryMetadataServer,
+    fake_bookies: FakeBookieCluster,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
-    client = make_client(
-        meta_server,
-        fake_bookies,
-        ensemble_size=3,
-        write_quorum=3,
-        ack_quorum=3,
-        ensemble_change_timeout_ms=200,
-    )
-    w = await client.create_ledger()
-    await w.add(b"a")
-    fake_bookies[w.metadata.last_ensemble[0]].fail_adds(BookieUnavailable("disk gone"))
-    with pytest.raises(Exception, match="ensemble change impossible"):
-        await w.add(b"b")
-    assert w.state is HandleState.ERRORED
+    """The ensemble change retries with back-off on the client's clock until its timeout
+    (virtual time here: the 200 s of retries take no real time)."""
+    async with AutojumpClock() as clock:
+        client = make_client(
+            meta_server,
+            fake_bookies,
+            clock=clock,
+            ensemble_size=3,
+            write_quorum=3,
+            ack_quorum=3,
+            ensemble_change_timeout_ms=200_000,
+        )
+        w = await client.create_ledger()
+        await w.add(b"a")
+        fake_bookies[w.metadata.last_ensemble[0]].fail_adds(BookieUnavailable("disk gone"))
+        t0 = clock.monotonic_ms()
+        with (
+            caplog.at_level(logging.INFO, logger="magnetar.broker.ledger.handle"),
+            pytest.raises(NotEnoughBookies, match="ensemble change impossible"),
+        ):
+            await asyncio.wait_for(w.add(b"b"), 30)
+        assert clock.monotonic_ms() - t0 >= 200_000  # retried until the timeout
+        # with back-off doubling to 1 s, 200 s hold about 200 retries: all slept on the clock
+        assert caplog.text.count("ensemble change retry") >= 150
+        assert w.state is HandleState.ERRORED
 
 
 async def test_reads_fall_back_to_other_replicas(
@@ -187,7 +193,7 @@ async def test_recovery_keeps_entries_that_reached_one_replica_and_drops_lost_on
     a, b = w.metadata.last_ensemble
     fake_bookies[b].hang()  # entry 10 reaches only bookie a: never acknowledged
     fut = w.add_nowait(b"k10")
-    await wait_until(lambda: 10 in fake_bookies[a].entries[w.ledger_id])
+    await wait_for(lambda: 10 in fake_bookies[a].entries[w.ledger_id])
     assert not fut.done()
     fake_bookies[b].resume()
     fake_bookies[b].entries[w.ledger_id].pop(10, None)  # as if the send to b was lost
@@ -216,10 +222,10 @@ async def test_recovery_truncates_entries_present_nowhere(
         bk.drop_adds()
     fut = w.add_nowait(b"never")
     # the add is sent with the others of its loop iteration: wait until both bookies lost it
-    deadline = asyncio.get_running_loop().time() + 5
-    while sum(bk.adds_dropped for bk in fake_bookies.bookies.values()) < 2:
-        assert asyncio.get_running_loop().time() < deadline
-        await asyncio.sleep(0.001)
+    await wait_for(
+        lambda: sum(bk.adds_dropped for bk in fake_bookies.bookies.values()) >= 2,
+        what="both bookies dropped the add",
+    )
     for bk in fake_bookies.bookies.values():
         bk.drop_adds(False)
     r = await make_client(meta_server, fake_bookies).open_ledger(w.ledger_id)
@@ -311,7 +317,7 @@ async def test_no_stall_while_qa_healthy_bookies_remain_then_full_replication_re
     assert ids == list(range(1, 21))
     assert victim in w.metadata.last_ensemble  # still under-replicated
     spare = fake_bookies.add_bookie("127.0.0.1:3300")
-    await wait_until(lambda: victim not in w.metadata.last_ensemble)
+    await wait_for(lambda: victim not in w.metadata.last_ensemble)
     await w.add(b"after")
     assert w.last_add_confirmed in spare.entries[w.ledger_id]
     assert [g.payload for g in await w.read(0, 21)][-1] == b"after"

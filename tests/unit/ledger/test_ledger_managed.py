@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import random
 import struct
 
 import pytest
+from support.autojump import AutojumpClock
+from support.waiting import wait_for
 
 from magnetar.broker.ledger import (
     EARLIEST,
@@ -18,6 +21,8 @@ from magnetar.broker.ledger import (
     ManagedLedgerTerminated,
     Position,
 )
+from magnetar.broker.ledger.errors import NotEnoughBookies
+from magnetar.broker.ledger.states import ManagedLedgerState
 from magnetar.broker.ledger.testing import FakeBookieCluster
 from magnetar.zk import paths
 from magnetar.zk.clock import VirtualClock
@@ -144,11 +149,10 @@ async def test_trimming_respects_slowest_cursor_and_retention(
     slow = await ml.open_cursor("slow", EARLIEST)
     fast = await ml.open_cursor("fast", EARLIEST)
     pos = await asyncio.gather(*(ml.add(b"%d" % i) for i in range(45)))
-    for _ in range(1000):  # bounded wait: the trims the rollovers started are done
-        if ml._trim_task is None or (ml._trim_task.done() and not ml._trim_again):
-            break
-        await asyncio.sleep(0)
-    assert ml._trim_task is None or ml._trim_task.done()
+    await wait_for(
+        lambda: ml._trim_task is None or (ml._trim_task.done() and not ml._trim_again),
+        what="the trims the rollovers started done",
+    )
     first_ledgers = ml.ledger_ids
     await fast.mark_delete(pos[-1])
     assert await ml.trim() == []  # the slow cursor holds everything
@@ -188,7 +192,7 @@ async def test_session_loss_stops_writes(
     ml = await f.open("t/ns/persistent/sess")
     await ml.add(b"a")
     meta_server.expire_session(store.session_id)
-    await asyncio.sleep(0)
+    await wait_for(lambda: ml.state is ManagedLedgerState.FENCED, what="the ledger fenced")
     with pytest.raises(ManagedLedgerFenced):
         await ml.add(b"b")
 
@@ -226,15 +230,31 @@ async def test_find_by_publish_time_and_reset(
 
 
 async def test_failed_ledger_rolls_over_once_bookies_return(
-    meta_server: MemoryMetadataServer, fake_bookies: FakeBookieCluster
+    meta_server: MemoryMetadataServer,
+    fake_bookies: FakeBookieCluster,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
-    f = factory(
-        meta_server,
-        fake_bookies,
-        ensemble_change_timeout_ms=100,
-        add_timeout_ms=100,
+    """Ensemble-change retries, then the rollover's ledger-creation retries, on the factory's
+    clock: an AutojumpClock, so minutes of back-off take no real time."""
+    with caplog.at_level(logging.WARNING, logger="magnetar.broker.ledger.managed_ledger"):
+        async with AutojumpClock() as clock:
+            await _failed_ledger_rolls_over(meta_server, fake_bookies, clock)
+    # back-off doubling to 2 s: 60 s hold about 30 creation retries, all slept on the clock
+    assert caplog.text.count("retrying after") >= 20
+
+
+async def _failed_ledger_rolls_over(
+    meta_server: MemoryMetadataServer, fake_bookies: FakeBookieCluster, clock: AutojumpClock
+) -> None:
+    config = dataclasses.replace(
+        FAST,
+        ensemble_change_timeout_ms=100_000,
+        add_timeout_ms=10_000,
         retention_time_ms=-1,
         retention_size_bytes=-1,
+    )
+    f = ManagedLedgerFactory(
+        meta_server.connect(), fake_bookies.factory, config, rng=random.Random(3), clock=clock
     )
     ml = await f.open("t/ns/persistent/fail")
     first = await ml.add(b"a")
@@ -242,12 +262,16 @@ async def test_failed_ledger_rolls_over_once_bookies_return(
     for b in victims:
         fake_bookies.crash(b)  # no spare bookie left
     fake_bookies.crash(ml._current.metadata.last_ensemble[0])  # type: ignore[union-attr]
-    with pytest.raises(Exception, match="ensemble change impossible"):
-        await ml.add(b"lost")
+    t0 = clock.monotonic_ms()
+    with pytest.raises(NotEnoughBookies, match="ensemble change impossible"):
+        await asyncio.wait_for(ml.add(b"lost"), 30)
+    assert clock.monotonic_ms() - t0 >= 100_000  # the ensemble change retried until its timeout
     queued = ml.add_nowait(b"b")  # queued while the managed ledger rolls over
+    await clock.sleep(60)  # the rollover's ledger creation retries while no bookie is up
+    assert not queued.done()
     for b in list(fake_bookies.bookies):
         fake_bookies.restart(b)
-    second = await asyncio.wait_for(queued, 10)
+    second = await asyncio.wait_for(queued, 30)
     assert second.ledger_id > first.ledger_id
     reader = ml.new_non_durable_cursor(EARLIEST)
     assert [e.payload for e in await ml.read_entries(reader, 10)] == [b"a", b"b"]
@@ -411,18 +435,15 @@ async def test_trim_requested_during_a_trim_runs_again_after_it(
 
     ml.trim = gated_trim  # type: ignore[method-assign]
     ml.trim_soon()
-    for _ in range(100):
-        if started:
-            break
-        await asyncio.sleep(0)
+    await wait_for(lambda: started, what="the first trim started")
     assert started == [1]
     ml.trim_soon()  # during the running trim
     ml.trim_soon()  # coalesced with the previous trigger
     assert started == [1]
     gate.set()
-    for _ in range(100):
-        if len(started) == 2 and ml._trim_task is not None and ml._trim_task.done():
-            break
-        await asyncio.sleep(0)
+    await wait_for(
+        lambda: len(started) == 2 and ml._trim_task is not None and ml._trim_task.done(),
+        what="the coalesced trim done",
+    )
     assert started == [1, 1]  # exactly one more trim
     await f.close()

@@ -3,7 +3,7 @@ written for a long time is kept for the whole retention period after its last en
 
 from __future__ import annotations
 
-import asyncio
+from support.waiting import wait_for
 
 from magnetar.broker.ledger import EARLIEST, ManagedLedgerConfig, ManagedLedgerFactory
 from magnetar.broker.ledger.testing import FakeBookieCluster
@@ -27,11 +27,7 @@ async def test_retention_time_counts_from_the_ledger_close(
     first = [await ml.add(b"%d" % i) for i in range(5)]
     clock.advance(120)  # the first ledger is written for two minutes
     rest = [await ml.add(b"%d" % i) for i in range(5, 11)]  # rolls over at 10 entries
-    for _ in range(100):
-        if len(ml.ledger_ids) == 2:
-            break
-        await asyncio.sleep(0.001)
-    assert len(ml.ledger_ids) == 2
+    await wait_for(lambda: len(ml.ledger_ids) == 2, what="the rollover to a second ledger")
     await cursor.mark_delete(rest[-2])  # everything of the first ledger consumed
     clock.advance(30)  # created 150 s ago, closed 30 s ago: still within retention
     assert await ml.trim() == []

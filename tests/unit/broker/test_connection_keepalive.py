@@ -1,0 +1,81 @@
+"""The broker's keep-alive (Pulsar's ``keepAliveIntervalSeconds``) on virtual time: a
+connection without a handshake is closed after one interval; a connected client is sent a
+PING every interval and closed when the previous PING got no PONG. The timer runs on the
+connection's injected clock, so nothing here waits in real time."""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import AsyncIterator
+
+import pytest
+from support.fake_transport import CONNECT, PONG, FakeTransport
+from support.waiting import wait_for
+
+from magnetar.broker.config import BrokerConfig
+from magnetar.broker.protocol.connection import ServerConnection
+from magnetar.broker.service import BrokerService
+from magnetar.broker.storage.memory import MemoryStorageFactory
+from magnetar.client.protocol.proto import pulsar_api_pb2 as pb
+from magnetar.zk.clock import VirtualClock
+from magnetar.zk.memory import MemoryMetadataServer
+
+T = pb.BaseCommand
+INTERVAL_S = 30
+
+
+@pytest.fixture
+async def service() -> AsyncIterator[BrokerService]:
+    svc = BrokerService(
+        BrokerConfig(broker_service_port=0, keep_alive_interval_seconds=INTERVAL_S),
+        MemoryMetadataServer().connect(),
+        MemoryStorageFactory(),
+    )
+    await svc.start()
+    try:
+        yield svc
+    finally:
+        await svc.close()
+
+
+def connect(service: BrokerService) -> tuple[ServerConnection, FakeTransport, VirtualClock]:
+    clock = VirtualClock()
+    cnx = ServerConnection(service, clock=clock)
+    transport = FakeTransport()
+    cnx.connection_made(transport)  # type: ignore[arg-type]
+    return cnx, transport, clock
+
+
+def pings(transport: FakeTransport) -> int:
+    data, count, off = bytes(transport.written), 0, 0
+    while off < len(data):
+        total, size = struct.unpack_from(">II", data, off)
+        cmd = T()
+        cmd.ParseFromString(data[off + 8 : off + 8 + size])
+        count += cmd.type == T.PING
+        off += 4 + total
+    return count
+
+
+async def test_no_handshake_within_one_interval_closes(service: BrokerService) -> None:
+    _cnx, transport, clock = connect(service)
+    clock.advance(INTERVAL_S - 0.001)
+    assert not transport.closed
+    clock.advance(0.001)
+    await wait_for(lambda: transport.closed, what="the connection closed")
+
+
+async def test_ping_every_interval_and_close_without_pong(service: BrokerService) -> None:
+    cnx, transport, clock = connect(service)
+    cnx.data_received(CONNECT)
+    clock.advance(INTERVAL_S - 0.001)
+    await wait_for(lambda: bool(transport.written), what="the CONNECTED answer")
+    assert pings(transport) == 0
+    clock.advance(0.001)
+    await wait_for(lambda: pings(transport) == 1, what="the first PING")
+    cnx.data_received(PONG)
+    clock.advance(INTERVAL_S)
+    await wait_for(lambda: pings(transport) == 2, what="the second PING")
+    assert not transport.closed  # the first was answered: still alive
+    clock.advance(INTERVAL_S)  # the second PING got no PONG
+    await wait_for(lambda: transport.closed, what="the connection closed")
