@@ -64,6 +64,12 @@ BOOKIE: list[tuple[str, str]] = [
     ("event loop (asyncio, uvloop)", r"asyncio/|uvloop|selectors\.py|_run_once|run_forever"),
 ]
 
+# A stack whose innermost Python frame is the loop's ``run`` or a thread's ``run`` is work in
+# C below it (uvloop's callbacks and socket syscalls, gRPC's C core and its poller thread):
+# py-spy without --native sees no deeper.
+NATIVE = "native: uvloop, socket syscalls, gRPC C core (innermost frame Runner.run/Thread.run)"
+NATIVE_RE = re.compile(r"^(Runner\.run|Thread\.run|run_forever) ")
+
 IDLE = re.compile(r"epoll|select \(|\bwait \(|_wait_for_tstate_lock|acquire|futex|poll \(")
 
 PRESETS = {"broker": BROKER, "bookie": BOOKIE}
@@ -73,12 +79,16 @@ def group(path: str, cats: list[tuple[str, str]]) -> tuple[dict[str, int], int, 
     pats = [(name, re.compile(p)) for name, p in cats]
     counts: dict[str, int] = {name: 0 for name, _ in cats}
     counts["other"] = 0
+    counts[NATIVE] = 0
     idle = total = 0
     for frames, n in read_collapsed(path):
         if frames and IDLE.search(frames[-1]):
             idle += n
             continue
         total += n
+        if frames and NATIVE_RE.search(frames[-1]):
+            counts[NATIVE] += n
+            continue
         got = "other"
         for frame in reversed(frames):
             for name, pat in pats:
