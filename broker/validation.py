@@ -21,7 +21,7 @@ Pure: no I/O. Must not know: topics, subscriptions, the connection.
 from __future__ import annotations
 
 from magnetar.broker.errors import BrokerError, ServerError
-from magnetar.client.protocol import RemoteProtocolError, parse_entry_metadata
+from magnetar.client.protocol import RemoteProtocolError, entry_metadata
 from magnetar.client.protocol.proto import pulsar_api_pb2 as pb
 
 MIN_BATCHED_MESSAGE_BYTES = 6
@@ -36,26 +36,19 @@ class InvalidEntry(BrokerError, ValueError):
     code = ServerError.ChecksumError
 
 
-def max_messages(metadata: pb.MessageMetadata, payload_bytes: int, max_message_size: int) -> int:
-    """The most messages an entry of this metadata and payload size can hold."""
-    if metadata.compression != pb.NONE:
-        payload_bytes = min(metadata.uncompressed_size, max_message_size)
-    return max(1, payload_bytes // MIN_BATCHED_MESSAGE_BYTES)
-
-
 def check_entry(tail: bytes, send_num_messages: int, max_message_size: int) -> int:
     """Check a SEND's headers-and-payload (checksum already verified) and return the number
     of messages it holds (1 unless it is a batch); raises ``InvalidEntry`` with Pulsar's
     error code when it must not be stored."""
     try:
-        md = parse_entry_metadata(tail)
+        md, payload_at = entry_metadata(tail)
     except RemoteProtocolError as exc:
         raise InvalidEntry(f"Invalid message metadata: {exc}") from None
-    off = 6 if tail[:2] == b"\x0e\x01" else 0
-    meta_size = int.from_bytes(tail[off : off + 4], "big")
-    payload_bytes = len(tail) - off - 4 - meta_size
     n = md.num_messages_in_batch if md.HasField("num_messages_in_batch") else 1
-    bound = max_messages(md, payload_bytes, max_message_size)
+    if md.compression != pb.NONE:  # the bound counts the uncompressed size
+        bound = max(1, min(md.uncompressed_size, max_message_size) // MIN_BATCHED_MESSAGE_BYTES)
+    else:
+        bound = max(1, (len(tail) - payload_at) // MIN_BATCHED_MESSAGE_BYTES)
     if not 1 <= n <= bound:
         raise InvalidEntry(
             f"Invalid num_messages_in_batch {n}: the entry holds at most {bound} messages"
@@ -105,5 +98,4 @@ __all__ = [
     "InvalidSubscriptionName",
     "check_entry",
     "check_subscription_name",
-    "max_messages",
 ]

@@ -561,6 +561,21 @@ class WriteHandle(ReadHandle):
         if self._outbox:
             self._flush_outbox()
 
+    def hold_flush(self) -> bool:
+        """Before a run of adds its caller ends with ``release_flush``: the run is sent when
+        released, without a loop callback of its own. False (nothing held) if a flush is
+        already due this loop iteration: the run then travels with it."""
+        if self._flush_scheduled:
+            return False
+        self._flush_scheduled = True
+        return True
+
+    def release_flush(self) -> None:
+        """Send the adds queued since ``hold_flush`` returned True (synchronously)."""
+        self._flush_scheduled = False
+        if self._outbox:
+            self._flush_outbox()
+
     def _flush_outbox(self) -> None:
         """Send the adds of this loop iteration: one batch per bookie."""
         entries, self._outbox = self._outbox, []

@@ -462,6 +462,17 @@ class ManagedLedger:
             return fut
         raise self._state_error()
 
+    def add_many_nowait(self, payloads: list[bytes]) -> list[asyncio.Future[Position]]:
+        """``add_nowait`` of each payload, in order; the adds go to the bookies when this
+        returns (one batch per bookie, no loop callback of their own)."""
+        handle = self._current if self.state is _LEDGER_OPENED else None
+        if handle is None or not handle.hold_flush():
+            return [self.add_nowait(p) for p in payloads]
+        try:
+            return [self.add_nowait(p) for p in payloads]
+        finally:
+            handle.release_flush()
+
     async def add(self, payload: bytes) -> Position:
         return await self.add_nowait(payload)
 

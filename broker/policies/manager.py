@@ -414,18 +414,29 @@ class PolicyManager:
         """Run ``publish`` now, or hold it (in order) while ``producer_request_hold`` is in
         force. Publish throttling pauses reading from ``cnx`` until the rate limiter is
         out of debt (other connections are not affected)."""
+        held = self.hold_queue(topic, cnx, num_msgs, size)
+        if held is None:
+            publish()
+        else:
+            held.append(publish)
+
+    def hold_queue(
+        self, topic: Any, cnx: Any, num_msgs: int, size: int
+    ) -> collections.deque[Callable[[], None]] | None:
+        """``publish`` without a callable (the per-SEND path makes none when it need not):
+        None when the SEND is to be published now, else the queue its publish must join (held,
+        in order, while ``producer_request_hold`` is in force). Charges the publish rate
+        limiter and throttles ``cnx`` as ``publish`` does."""
         state = self._states.get(topic.full_name)
         if state is None:
-            publish()
-            return
-        if state.quota_action is RetentionPolicy.PRODUCER_REQUEST_HOLD or state.held:
-            state.held.append(publish)
-        else:
-            publish()
+            return None
         limiter = state.publish_limiter
         if limiter is not None and not limiter.consume(num_msgs, size):
             state.throttled_publishes += 1
             self._pause(cnx, limiter.delay_s())
+        if state.quota_action is RetentionPolicy.PRODUCER_REQUEST_HOLD or state.held:
+            return state.held
+        return None
 
     def _pause(self, cnx: ReadThrottled, delay_s: float) -> None:
         """Hold the connection's reading for ``delay_s`` (the limiter's refill time)."""

@@ -800,27 +800,35 @@ class ServerConnection(asyncio.Protocol):
         if self._pending_sends >= self.max_pending_sends:
             self.pause_reads("pending-sends")
         if self.producer_persistent.get(pid, False):
-            publish: Callable[[], None] = functools.partial(
-                topic.publish_to,  # type: ignore[attr-defined]
-                self,
-                producer,
-                seq,
-                send.highest_sequence_id,
-                num,
-                tail,
-                check_dedup,
-            )
-        else:
-            publish = functools.partial(
-                topic.publish,
-                producer,
-                seq,
-                send.highest_sequence_id,
-                num,
-                tail,
-                functools.partial(self._published_one, pid, seq, send.highest_sequence_id),
-                check_dedup=check_dedup,
-            )
+            held = self.service.policies.hold_queue(topic, self, num, len(tail))
+            if held is None:  # the hot path: no callable made
+                topic.publish_to(  # type: ignore[attr-defined]
+                    self, producer, seq, send.highest_sequence_id, num, tail, check_dedup
+                )
+            else:  # held by the backlog quota
+                held.append(
+                    functools.partial(
+                        topic.publish_to,  # type: ignore[attr-defined]
+                        self,
+                        producer,
+                        seq,
+                        send.highest_sequence_id,
+                        num,
+                        tail,
+                        check_dedup,
+                    )
+                )
+            return
+        publish = functools.partial(
+            topic.publish,
+            producer,
+            seq,
+            send.highest_sequence_id,
+            num,
+            tail,
+            functools.partial(self._published_one, pid, seq, send.highest_sequence_id),
+            check_dedup=check_dedup,
+        )
         # held by the backlog quota, publish throttling
         self.service.policies.publish(topic, self, num, len(tail), publish)
 

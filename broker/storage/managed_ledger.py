@@ -179,8 +179,7 @@ class ManagedTopicLedger:
     async def add_entries(self, datas: list[bytes]) -> list[Position]:
         if not datas:
             return []
-        add = self.ml.add_nowait
-        futures = [add(d) for d in datas]
+        futures = self.ml.add_many_nowait(datas)
         # the managed ledger completes adds in order: once the last is done, all are
         try:
             await futures[-1]
@@ -202,8 +201,7 @@ class ManagedTopicLedger:
         """``add_entries`` without a task or a future of its own: ``then(positions, None)``
         (after the tail listeners ran) or ``then(None, error)`` is called back once the
         last add is done. Raises at once if the ledger refuses an add."""
-        add = self.ml.add_nowait
-        futures = [add(d) for d in datas]
+        futures = self.ml.add_many_nowait(datas)
 
         def done(_last: asyncio.Future[Position]) -> None:
             # the managed ledger completes adds in order: once the last is done, all are

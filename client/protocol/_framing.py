@@ -518,11 +518,43 @@ def parse_entry(headers_and_payload: bytes, *, verify_checksum: bool = True) -> 
     return StoredEntry(metadata, data, meta_start, meta_end, checksum)
 
 
+def entry_metadata(headers_and_payload: bytes) -> tuple[pb.MessageMetadata, int]:
+    """The ``MessageMetadata`` of stored entry bytes and the offset where the payload starts
+    (checksum not verified). The broker's per-SEND path: ``parse_entry``'s checks and errors
+    without its ``StoredEntry`` (or the checksum's work). Raises ``RemoteProtocolError`` for
+    bytes that are not an entry."""
+    data = headers_and_payload
+    if type(data) is not bytes:
+        data = bytes(data)
+    n = len(data)
+    at = 0
+    if data[:2] == _MAGIC_CRC32C_BYTES:
+        if n < 6:
+            raise RemoteProtocolError("truncated checksum")
+        at = 6
+    if n - at < 4:
+        raise RemoteProtocolError("entry frame has no metadata size")
+    (meta_size,) = _U32.unpack_from(data, at)
+    start = at + 4
+    end = start + meta_size
+    if end > n:
+        raise RemoteProtocolError(f"metadata size {meta_size} exceeds frame")
+    metadata = pb.MessageMetadata()
+    try:
+        metadata.ParseFromString(data[start:end])
+    except Exception as exc:  # protobuf raises DecodeError and, on odd input, others
+        raise RemoteProtocolError(f"cannot parse MessageMetadata: {exc}") from None
+    if not metadata.IsInitialized():
+        missing = _missing_fields(metadata)
+        raise RemoteProtocolError(f"MessageMetadata misses required fields: {missing}")
+    return metadata, end
+
+
 def parse_entry_metadata(headers_and_payload: bytes) -> pb.MessageMetadata:
     """The ``MessageMetadata`` of stored entry bytes (checksum not verified: the broker checked
     it on publish). Raises ``RemoteProtocolError`` for bytes that are not an entry."""
     try:
-        return parse_entry(headers_and_payload, verify_checksum=False).metadata
+        return entry_metadata(headers_and_payload)[0]
     except RemoteProtocolError:
         raise
     except Exception as exc:

@@ -447,3 +447,22 @@ async def test_trim_requested_during_a_trim_runs_again_after_it(
     )
     assert started == [1, 1]  # exactly one more trim
     await f.close()
+
+
+async def test_add_many_nowait_sends_the_run_before_returning(
+    meta_server: MemoryMetadataServer, fake_bookies: FakeBookieCluster
+) -> None:
+    """A run of adds (the publish path's batch) reaches the bookies in the call itself, not in
+    a later loop callback, and completes in order with consecutive positions."""
+    f = factory(meta_server, fake_bookies)
+    ml = await f.open("t/ns/persistent/many")
+    await ml.add(b"first")  # the ledger is open
+    before = sum(b.adds_received for b in fake_bookies.bookies.values())
+    futures = ml.add_many_nowait([b"a", b"b", b"c"])
+    # E = Qw = 2: each add went to two bookies, synchronously
+    assert sum(b.adds_received for b in fake_bookies.bookies.values()) - before == 6
+    positions = [await fut for fut in futures]
+    assert [p.entry_id for p in positions] == [1, 2, 3]
+    c = ml.new_non_durable_cursor(EARLIEST)
+    assert [e.payload for e in await ml.read_entries(c, 10)] == [b"first", b"a", b"b", b"c"]
+    await f.close()

@@ -24,6 +24,7 @@ from magnetar.client.protocol import (
     encode_command,
     encode_headers_and_payload,
     encode_payload_command,
+    entry_metadata,
     parse_entry,
     pb,
 )
@@ -338,3 +339,32 @@ def test_parse_entry_reads_stored_send_tails() -> None:
     assert parse_entry(bytes(corrupt), verify_checksum=False).payload != b"stored"
     with pytest.raises(RemoteProtocolError):
         parse_entry(b"\x00\x00")
+
+
+def test_entry_metadata_agrees_with_parse_entry_and_refuses_what_it_refuses() -> None:
+    """The broker's per-SEND parse (``entry_metadata``) gives ``parse_entry``'s metadata and
+    payload offset, and refuses the same malformed bytes with the same messages."""
+    md = pb.MessageMetadata(producer_name="p", sequence_id=7, publish_time=1)
+    md.num_messages_in_batch = 3
+    for checksum in (True, False):
+        tail = encode_headers_and_payload(md, b"payload", checksum=checksum)
+        got, payload_at = entry_metadata(tail)
+        entry = parse_entry(tail)
+        assert got == entry.metadata and payload_at == entry.payload_offset
+        assert tail[payload_at:] == b"payload"
+        assert entry_metadata(memoryview(tail))[0] == got
+    missing = pb.MessageMetadata(producer_name="p", sequence_id=7)  # no publish_time
+    raw = missing.SerializePartialToString()
+    bad = [
+        b"\x0e\x01\x00",  # truncated checksum
+        b"\x00\x00",  # no metadata size
+        b"\x00\x00\x00\x09abc",  # metadata size beyond the bytes
+        b"\x00\x00\x00\x03\xff\xff\xff",  # not a MessageMetadata
+        len(raw).to_bytes(4, "big") + raw,  # required field missing
+    ]
+    for data in bad:
+        with pytest.raises(RemoteProtocolError) as theirs:
+            parse_entry(data, verify_checksum=False)
+        with pytest.raises(RemoteProtocolError) as ours:
+            entry_metadata(data)
+        assert str(ours.value) == str(theirs.value)
