@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 import crc32c
 
 from magnetar.broker.dispatch.consumer import Consumer, OutMessage, SubType
-from magnetar.broker.errors import ServerError
+from magnetar.broker.errors import BrokerError, CodedError, ServerError
 from magnetar.broker.ledger.errors import LedgerError, ManagedLedgerTerminated
 from magnetar.broker.ledger.position import EARLIEST, LATEST, Position
 from magnetar.broker.protocol.connection_security import ConnectionSecurity
@@ -927,92 +927,20 @@ class ServerConnection(asyncio.Protocol):
         self._chain(("c", req.consumer_id), lambda: self._subscribe(req))
 
     async def _subscribe(self, req: pb.CommandSubscribe) -> None:
+        """SUBSCRIBE: admit it (``_subscription_target``), make the consumer, attach it;
+        every refusal is a ``BrokerError`` answered with its code."""
         cid, rid = req.consumer_id, req.request_id
         if cid in self.consumers:
             self._success(rid)
             return
         try:
-            check_subscription_name(req.subscription)
-        except InvalidSubscriptionName as exc:
-            self.error_response(rid, exc.code, str(exc))
-            return
-        denied = await self.security.denied_consume(req.topic, req.subscription)
-        if denied is not None:
-            self.error_response(rid, ServerError.AuthorizationError, denied)
-            return
-        topic = await self._topic_or_error(rid, req.topic, "subscribe")
-        if topic is None or self.closed:
-            return
-        if (
-            not self.service.config.allow_auto_subscription_creation
-            and req.durable
-            and topic.name.persistent
-            and req.subscription not in topic.subscriptions
-        ):
-            self.error_response(
-                rid, ServerError.SubscriptionNotFound, "Subscription does not exist"
-            )
-            return
-        cfg = self.service.config
-        consumer = Consumer(
-            cid,
-            req.consumer_name or f"consumer-{cid}",
-            SubType(req.subType),
-            priority=req.priority_level,
-            sink=self,
-            max_unacked=cfg.max_unacked_messages_per_consumer,
-            address=self.peer,
-            is_reader=not req.durable,
-            partition_index=topic.name.partition_index,
-        )
-        consumer.paused = self._write_paused
-        if req.HasField("keySharedMeta"):
-            meta = req.keySharedMeta
-            consumer.key_shared_mode = int(meta.keySharedMode)
-            consumer.hash_ranges = [(r.start, r.end) for r in meta.hashRanges]
-            consumer.allow_out_of_order = bool(meta.allowOutOfOrderDelivery)
-        start: Position | None = None
-        if req.HasField("start_message_id"):
-            pos = _position(req.start_message_id)
-            start = (
-                EARLIEST if pos.ledger_id < 0 else (LATEST if pos.ledger_id >= INT64_MAX else pos)
-            )
-        if req.read_compacted and not topic.name.persistent:
-            self.error_response(
-                rid,
-                ServerError.NotAllowedError,
-                "readCompacted is only supported on persistent topics",
-            )
-            return
-        try:
-            await schema_protocol.check_consumer(self.service.schemas, topic, req)
-        except SchemaError as exc:
+            topic = await self._subscription_target(req)
+            if topic is None:  # answered already, or the connection closed
+                return
+            consumer = self._new_consumer(req, topic)
+            sub = await self._attach(req, topic, consumer)
+        except BrokerError as exc:
             self.error_response(rid, exc.code, exc.message)
-            return
-        if self.closed:
-            return
-        if req.HasField("schema") and getattr(topic, "closed", False):  # unloaded meanwhile
-            self.error_response(
-                rid, ServerError.ServiceNotReady, f"Topic {req.topic} is being unloaded"
-            )
-            return
-        try:
-            self.service.policies.check_consumer(topic, consumer)  # max consumers, unacked
-            extra = {"read_compacted": True} if req.read_compacted else {}
-            sub = await topic.subscribe(
-                consumer,
-                req.subscription,
-                durable=req.durable,
-                initial_earliest=req.initialPosition == pb.CommandSubscribe.Earliest,
-                start=start,
-                **extra,
-            )
-        except SubscriptionError as exc:
-            self.error_response(rid, exc.code, exc.message)
-            return
-        except Exception as exc:  # storage trouble: retryable for the client
-            log.exception("subscribe %s on %s failed", req.subscription, req.topic)
-            self.error_response(rid, ServerError.ServiceNotReady, f"cannot subscribe: {exc}")
             return
         if self.closed:
             topic.remove_consumer(sub, consumer)
@@ -1029,6 +957,84 @@ class ServerConnection(asyncio.Protocol):
         )
         self.service.policies.after_subscribe(topic, sub)  # dispatch rate on a new dispatcher
         self._success(rid)
+
+    async def _subscription_target(self, req: pb.CommandSubscribe) -> PersistentTopic | None:
+        """The topic a SUBSCRIBE may attach to, after the checks Pulsar makes (name,
+        permission, auto-creation of subscriptions, read_compacted, schema); raises the
+        refusal, or None when the topic lookup answered the client itself."""
+        check_subscription_name(req.subscription)
+        denied = await self.security.denied_consume(req.topic, req.subscription)
+        if denied is not None:
+            raise CodedError(ServerError.AuthorizationError, denied)
+        topic = await self._topic_or_error(req.request_id, req.topic, "subscribe")
+        if topic is None or self.closed:
+            return None
+        if (
+            not self.service.config.allow_auto_subscription_creation
+            and req.durable
+            and topic.name.persistent
+            and req.subscription not in topic.subscriptions
+        ):
+            raise CodedError(ServerError.SubscriptionNotFound, "Subscription does not exist")
+        if req.read_compacted and not topic.name.persistent:
+            raise CodedError(
+                ServerError.NotAllowedError, "readCompacted is only supported on persistent topics"
+            )
+        await schema_protocol.check_consumer(self.service.schemas, topic, req)
+        if self.closed:
+            return None
+        if req.HasField("schema") and getattr(topic, "closed", False):  # unloaded meanwhile
+            raise CodedError(ServerError.ServiceNotReady, f"Topic {req.topic} is being unloaded")
+        return topic
+
+    def _new_consumer(self, req: pb.CommandSubscribe, topic: PersistentTopic) -> Consumer:
+        """The consumer a SUBSCRIBE describes (type, priority, Key_Shared metadata)."""
+        consumer = Consumer(
+            req.consumer_id,
+            req.consumer_name or f"consumer-{req.consumer_id}",
+            SubType(req.subType),
+            priority=req.priority_level,
+            sink=self,
+            max_unacked=self.service.config.max_unacked_messages_per_consumer,
+            address=self.peer,
+            is_reader=not req.durable,
+            partition_index=topic.name.partition_index,
+        )
+        consumer.paused = self._write_paused
+        if req.HasField("keySharedMeta"):
+            meta = req.keySharedMeta
+            consumer.key_shared_mode = int(meta.keySharedMode)
+            consumer.hash_ranges = [(r.start, r.end) for r in meta.hashRanges]
+            consumer.allow_out_of_order = bool(meta.allowOutOfOrderDelivery)
+        return consumer
+
+    async def _attach(
+        self, req: pb.CommandSubscribe, topic: PersistentTopic, consumer: Consumer
+    ) -> Subscription:
+        """Attach ``consumer`` to its subscription (created if needed) from the requested
+        start; a storage failure is ServiceNotReady (the client retries)."""
+        start: Position | None = None
+        if req.HasField("start_message_id"):
+            pos = _position(req.start_message_id)
+            start = (
+                EARLIEST if pos.ledger_id < 0 else (LATEST if pos.ledger_id >= INT64_MAX else pos)
+            )
+        self.service.policies.check_consumer(topic, consumer)  # max consumers, unacked
+        extra = {"read_compacted": True} if req.read_compacted else {}
+        try:
+            return await topic.subscribe(
+                consumer,
+                req.subscription,
+                durable=req.durable,
+                initial_earliest=req.initialPosition == pb.CommandSubscribe.Earliest,
+                start=start,
+                **extra,
+            )
+        except BrokerError:
+            raise
+        except Exception as exc:  # storage trouble: retryable for the client
+            log.exception("subscribe %s on %s failed", req.subscription, req.topic)
+            raise CodedError(ServerError.ServiceNotReady, f"cannot subscribe: {exc}") from None
 
     def _consumer(self, cid: int) -> tuple[Consumer, Subscription, PersistentTopic] | None:
         return self.consumers.get(cid)
