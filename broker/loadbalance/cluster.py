@@ -50,6 +50,7 @@ from magnetar.broker.namespace.bundles import BundleRange, NamespaceBundles, top
 from magnetar.broker.namespace.ownership import NamespaceBundle, OwnershipCache
 from magnetar.broker.namespace.resources import Resources
 from magnetar.broker.naming import TopicName
+from magnetar.broker.security.broker_client import BrokerClientAuth
 from magnetar.broker.topics.persistent import PersistentTopic
 from magnetar.zk.clock import Clock
 from magnetar.zk.store import MetadataStore
@@ -130,11 +131,13 @@ def bundle_of_key(key: str) -> NamespaceBundle:
 
 class HttpClusterActions:
     """The leader's hands: other brokers' admin REST for unload and split (this broker's
-    own bundles are handled in process), a TCP connect as the liveness probe."""
+    own bundles are handled in process), a TCP connect as the liveness probe. Every call
+    carries this broker's own role and TLS settings (``auth``, the broker-client settings)."""
 
     def __init__(self, cluster: BrokerCluster) -> None:
         self._cluster = cluster
         self._session: aiohttp.ClientSession | None = None
+        self.auth = BrokerClientAuth.from_config(cluster.config)
 
     def http(self) -> aiohttp.ClientSession:
         if self._session is None:
@@ -150,16 +153,33 @@ class HttpClusterActions:
 
     async def _put(self, base: str, path: str, params: Mapping[str, str]) -> None:
         url = base.rstrip("/") + path
-        async with self.http().put(url, params=params) as resp:
+        async with self.http().put(url, params=params, **self.auth.request_options()) as resp:
+            if resp.status in (401, 403):
+                raise PermissionError(
+                    f"PUT {url} refused with HTTP {resp.status} {await resp.text()}: this "
+                    "broker's admin calls need its own role (brokerClientAuthenticationPlugin "
+                    "and brokerClientAuthenticationParameters), a superuser (superUserRoles) "
+                    "on every broker"
+                )
             if resp.status >= 300:
                 raise RuntimeError(f"PUT {url}: HTTP {resp.status} {await resp.text()}")
+
+    async def _base_url(self, owner: BrokerLoadReport, bundle: str) -> str:
+        """The owner's admin URL: its HTTPS one (from the ownership data) when TLS is on."""
+        ownership = self._cluster.service.ownership
+        if self.auth.tls_enabled and ownership is not None:
+            info = await ownership.get_owner(bundle_of_key(bundle))
+            if info is not None:
+                return self.auth.pick_url(owner.web_service_url, info.http_url_tls)
+        return owner.web_service_url
 
     async def unload(self, owner: BrokerLoadReport, bundle: str) -> None:
         if owner.broker_id == self._cluster.broker_id:
             await self._cluster.service.unload_bundle(bundle_of_key(bundle))
             return
         t, ns, rng = bundle.split("/")
-        await self._put(owner.web_service_url, f"/admin/v2/namespaces/{t}/{ns}/{rng}/unload", {})
+        base = await self._base_url(owner, bundle)
+        await self._put(base, f"/admin/v2/namespaces/{t}/{ns}/{rng}/unload", {})
 
     async def split(
         self, owner: BrokerLoadReport, bundle: str, algorithm: SplitAlgorithm, unload: bool
@@ -169,7 +189,8 @@ class HttpClusterActions:
             return
         t, ns, rng = bundle.split("/")
         params = {"unload": str(unload).lower(), "splitAlgorithmName": algorithm.value}
-        await self._put(owner.web_service_url, f"/admin/v2/namespaces/{t}/{ns}/{rng}/split", params)
+        base = await self._base_url(owner, bundle)
+        await self._put(base, f"/admin/v2/namespaces/{t}/{ns}/{rng}/split", params)
 
     async def bundle_count(self, namespace: str) -> int:
         tenant, ns = namespace.split("/")
@@ -343,7 +364,7 @@ class BrokerCluster:
             f"{leader_http_url.rstrip('/')}/lookup/v2/topic/{topic.domain}/{topic.tenant}/"
             f"{topic.namespace}/{urllib.parse.quote(topic.local, safe='')}"
         )
-        async with self.actions.http().get(url) as resp:
+        async with self.actions.http().get(url, **self.actions.auth.request_options()) as resp:
             if resp.status != 200:
                 raise RuntimeError(f"lookup through the leader: HTTP {resp.status}")
             data = await resp.json()
