@@ -70,7 +70,7 @@ class GrpcTls:
 
 def peer_role(context: grpc.aio.ServicerContext) -> str:
     """The CN of the caller's verified certificate ("" without one)."""
-    names = context.auth_context().get("x509_common_name") or []
+    names = list(context.auth_context().get("x509_common_name") or ())
     return names[0].decode(errors="replace") if names else ""
 
 

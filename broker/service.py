@@ -48,6 +48,7 @@ from magnetar.broker.policies.manager import PolicyManager
 from magnetar.broker.policies.model import AutoTopicCreation, resolve_auto_topic_creation
 from magnetar.broker.security.authentication import AuthenticationService
 from magnetar.broker.security.authorization import AuthorizationService
+from magnetar.broker.security.broker_client import BrokerClientAuth
 from magnetar.broker.security.tls import ReloadingServerContext, TlsSettings
 from magnetar.broker.storage.contract import TopicStorageFactory
 from magnetar.broker.topics.nonpersistent import NonPersistentTopic
@@ -212,7 +213,8 @@ class BrokerService:
             return
         from magnetar.broker.loadbalance.cluster import BrokerCluster
 
-        self.cluster = BrokerCluster(self, self.clock or SystemClock())
+        credentials = BrokerClientAuth.from_config(self.config)  # bad settings: ValueError
+        self.cluster = BrokerCluster(self, self.clock or SystemClock(), credentials=credentials)
         await self.cluster.start(self.web_service_url)
 
     async def close(self) -> None:

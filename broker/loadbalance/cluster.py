@@ -50,7 +50,6 @@ from magnetar.broker.namespace.bundles import BundleRange, NamespaceBundles, top
 from magnetar.broker.namespace.ownership import NamespaceBundle, OwnershipCache
 from magnetar.broker.namespace.resources import Resources
 from magnetar.broker.naming import TopicName
-from magnetar.broker.security.broker_client import BrokerClientAuth
 from magnetar.broker.topics.persistent import PersistentTopic
 from magnetar.zk.clock import Clock
 from magnetar.zk.store import MetadataStore
@@ -129,15 +128,39 @@ def bundle_of_key(key: str) -> NamespaceBundle:
     return NamespaceBundle(tenant, namespace, BundleRange.parse(rng))
 
 
+class ClientCredentials(Protocol):
+    """This broker's own role and TLS settings for its calls to other brokers (built by the
+    service: ``security.broker_client.BrokerClientAuth``)."""
+
+    @property
+    def tls_enabled(self) -> bool: ...
+
+    def request_options(self) -> dict[str, Any]: ...
+
+    def pick_url(self, http_url: str, http_url_tls: str) -> str: ...
+
+
+class NoCredentials:
+    """Calls without credentials, over the plain URLs."""
+
+    tls_enabled = False
+
+    def request_options(self) -> dict[str, Any]:
+        return {}
+
+    def pick_url(self, http_url: str, http_url_tls: str) -> str:
+        return http_url
+
+
 class HttpClusterActions:
     """The leader's hands: other brokers' admin REST for unload and split (this broker's
     own bundles are handled in process), a TCP connect as the liveness probe. Every call
     carries this broker's own role and TLS settings (``auth``, the broker-client settings)."""
 
-    def __init__(self, cluster: BrokerCluster) -> None:
+    def __init__(self, cluster: BrokerCluster, auth: ClientCredentials | None = None) -> None:
         self._cluster = cluster
         self._session: aiohttp.ClientSession | None = None
-        self.auth = BrokerClientAuth.from_config(cluster.config)
+        self.auth: ClientCredentials = auth or NoCredentials()
 
     def http(self) -> aiohttp.ClientSession:
         if self._session is None:
@@ -247,7 +270,12 @@ class ClusterHost(Protocol):
 
 class BrokerCluster:
     def __init__(
-        self, service: ClusterHost, clock: Clock, *, rng: random.Random | None = None
+        self,
+        service: ClusterHost,
+        clock: Clock,
+        *,
+        rng: random.Random | None = None,
+        credentials: ClientCredentials | None = None,
     ) -> None:
         self.service = service
         self._clock = clock
@@ -256,7 +284,7 @@ class BrokerCluster:
         self.broker_id = ""
         self.reporter: LoadReporter | None = None
         self.manager: LoadManager | None = None
-        self.actions = HttpClusterActions(self)
+        self.actions = HttpClusterActions(self, credentials)
         self.draining = False
 
     def __repr__(self) -> str:
@@ -482,6 +510,7 @@ class BrokerCluster:
 __all__ = [
     "Assignment",
     "BrokerCluster",
+    "ClientCredentials",
     "HttpClusterActions",
     "bundle_key",
     "bundle_of_key",
