@@ -19,7 +19,8 @@ import pytest
 from support.bookies import BookieFactory
 from support.broker_process import BrokerProcess
 from support.cluster import wait_until
-from support.security import TokenKit, make_token_kit
+from support.net import free_port
+from support.security import TokenKit, issue, make_ca, make_token_kit
 from support.zookeeper import ZooKeeperServer
 
 pytestmark = pytest.mark.integration
@@ -60,12 +61,12 @@ class SecuredCluster:
             f"brokerClientAuthenticationParameters=file://{self.token_file}\n"
         )
 
-    def start_broker(self, extra: str) -> BrokerProcess:
+    def start_broker(self, extra: str, security: str | None = None) -> BrokerProcess:
         b = BrokerProcess(
             self.tmp,
             f"broker-{len(self.brokers) + 1}",
             self.metadata,
-            extra_config=SPLITS + self.security() + extra,
+            extra_config=SPLITS + (security or self.security()) + extra,
             token=self.admin_token,
         )
         self.brokers.append(b)
@@ -143,6 +144,44 @@ def test_the_leader_splits_a_bundle_of_another_broker_with_its_own_role(
     )
     assert "refused with HTTP" not in leader.log_text()
     assert leader.running and other.running
+
+
+def test_over_https_the_leader_authenticates_with_its_certificate(
+    secured: SecuredCluster,
+) -> None:
+    """``brokerClientTlsEnabled``: calls go to the owner's HTTPS URL (from the ownership data),
+    where the TLS provider takes the role from the broker's client certificate; over plain
+    HTTP that certificate could not be presented and the call would be refused."""
+    tmp = secured.tmp
+    ca, ca_path = make_ca(tmp, "cluster")
+    server = issue(ca, ca_path, tmp, "server", "127.0.0.1", "localhost")
+    me = issue(ca, ca_path, tmp, "broker-client", "broker-role", common_name="broker-role")
+    tls_client = (
+        "brokerClientAuthenticationPlugin=org.apache.pulsar.client.impl.auth.AuthenticationTls\n"
+        f"brokerClientAuthenticationParameters=tlsCertFile:{me.cert},tlsKeyFile:{me.key}\n"
+        "brokerClientTlsEnabled=true\n"
+        f"brokerClientTrustCertsFilePath={ca_path}\n"
+    )
+    for _ in range(2):
+        security = (
+            secured.security().replace(
+                "authenticationProviders=token", "authenticationProviders=token,tls"
+            )
+            + f"webServicePortTls={free_port()}\n"
+            f"tlsCertificateFilePath={server.cert}\ntlsKeyFilePath={server.key}\n"
+            f"tlsTrustCertsFilePath={ca_path}\n"
+        )
+        secured.start_broker(tls_client, security)
+    leader, other = _leader_and_other(secured)
+    _load_topics(secured)
+    wait_until(
+        lambda: any(
+            f"split bundle {b} at" in other.log_text() for b in _remote_splits(leader, other)
+        ),
+        180,
+        "the other broker to split a bundle on the leader's request over HTTPS",
+    )
+    assert "refused with HTTP" not in leader.log_text()
 
 
 def test_without_broker_client_settings_the_split_is_refused_and_logged(
