@@ -144,6 +144,10 @@ def test_the_leader_splits_a_bundle_of_another_broker_with_its_own_role(
     )
     assert "refused with HTTP" not in leader.log_text()
     assert leader.running and other.running
+    # an HTTP lookup of an unowned bundle at the other broker is asked of the leader, with
+    # the broker's role too
+    url = other.lookup("persistent/public/default/looked-up-through-the-leader")
+    assert url in (leader.service_url, other.service_url)
 
 
 def test_over_https_the_leader_authenticates_with_its_certificate(
