@@ -24,6 +24,7 @@ from typing import Any, Protocol
 import aiohttp
 
 from magnetar.broker.config import BrokerConfig
+from magnetar.broker.errors import ResourceError
 from magnetar.broker.loadbalance import (
     BrokerLoadReport,
     PlacementConfig,
@@ -57,6 +58,10 @@ from magnetar.zk.store import MetadataStore
 log = logging.getLogger(__name__)
 
 PROBE_TIMEOUT_S = 1.0
+_OWN_ROLE_HINT = (
+    "this broker's admin calls need its own role (brokerClientAuthenticationPlugin and "
+    "brokerClientAuthenticationParameters), a superuser (superUserRoles) on every broker"
+)
 ADMIN_TIMEOUT_S = 30.0
 
 
@@ -179,10 +184,8 @@ class HttpClusterActions:
         async with self.http().put(url, params=params, **self.auth.request_options()) as resp:
             if resp.status in (401, 403):
                 raise PermissionError(
-                    f"PUT {url} refused with HTTP {resp.status} {await resp.text()}: this "
-                    "broker's admin calls need its own role (brokerClientAuthenticationPlugin "
-                    "and brokerClientAuthenticationParameters), a superuser (superUserRoles) "
-                    "on every broker"
+                    f"PUT {url} refused with HTTP {resp.status} {await resp.text()}: "
+                    f"{_OWN_ROLE_HINT}"
                 )
             if resp.status >= 300:
                 raise RuntimeError(f"PUT {url}: HTTP {resp.status} {await resp.text()}")
@@ -394,7 +397,13 @@ class BrokerCluster:
         )
         async with self.actions.http().get(url, **self.actions.auth.request_options()) as resp:
             if resp.status != 200:
-                raise RuntimeError(f"lookup through the leader: HTTP {resp.status}")
+                reason = f"lookup through the leader {leader_http_url}: HTTP {resp.status}"
+                if resp.status in (401, 403):
+                    reason += f" ({_OWN_ROLE_HINT})"
+                    log.warning("%s", reason)
+                err = ResourceError(reason)
+                err.http_status = 503  # the client retries the lookup, as on a busy leader
+                raise err
             data = await resp.json()
         return (
             str(data["brokerUrl"]),

@@ -11,6 +11,7 @@ import json
 import pathlib
 import re
 import subprocess
+import urllib.error
 import uuid
 from collections.abc import Iterator
 
@@ -205,6 +206,11 @@ def test_without_broker_client_settings_the_split_is_refused_and_logged(
         "the leader's split of a bundle on the other broker to be refused",
     )
     assert "split bundle public/sec/" not in other.log_text()
+    # an HTTP lookup the other broker must ask of the leader: 503 (clients retry), and why
+    with pytest.raises(urllib.error.HTTPError) as lookup:
+        other.lookup("persistent/public/default/looked-up-through-the-leader")
+    assert lookup.value.code == 503
+    assert re.search(r"lookup through the leader \S+: HTTP 401 .*superUserRoles", other.log_text())
     assert "Traceback" not in leader.log_text() + other.log_text()
     assert leader.running and other.running
     # both keep serving
