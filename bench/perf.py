@@ -30,6 +30,9 @@ Clients (``--client``):
 - ``raw``: no client library: per-entry protocol frames built with ``magnetar.client.protocol``
   (see ``bench/_raw.py``), so the figures show what the broker and bookie sustain.
 
+``--tls-ab`` runs each client plain and over TLS (``--tls``), alternating in the same run
+(with ``--repeat`` rounds), and prints the TLS/plain ratio of msg/s and the CPU µs per message.
+
 ``--client`` also takes a comma list (``magnetar,official,raw``): each runs on its own fresh
 standalone, ``--repeat`` rounds alternating the order, and a side-by-side summary and one JSON
 object with every run close the output.
@@ -1038,6 +1041,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="official, magnetar or raw; a comma list (magnetar,official,raw) runs each in "
         "turn, --repeat rounds alternating, and prints them side by side",
     )
+    p.add_argument(
+        "--tls-ab",
+        action="store_true",
+        help="each client plain and over TLS, alternating in the same run (with --repeat), "
+        "and the TLS/plain ratio of msg/s and of CPU us per message",
+    )
     p.add_argument("--repeat", type=int, default=1, help="rounds over the --client list")
     p.add_argument(
         "--sync-publishes",
@@ -1115,22 +1124,31 @@ def main(argv: list[str] | None = None) -> int:
         if c not in ("official", "magnetar", "raw"):
             raise SystemExit(f"--client: unknown client {c!r} (official, magnetar, raw)")
     print(f"# command: {shlex.join([sys.executable, *sys.argv])}", flush=True)
-    if len(clients) == 1 and args.repeat <= 1:
+    tls_modes = (False, True) if args.tls_ab else (bool(args.tls),)
+    variants = [(c, t) for c in clients for t in tls_modes]
+
+    def label(c: str, t: bool) -> str:
+        return f"{c}+tls" if t and args.tls_ab else c
+
+    if len(variants) == 1 and args.repeat <= 1:
         args.client = clients[0]
         print(json.dumps(_clean(run(args))), flush=True)
         return 0
     runs: list[dict[str, Any]] = []
     for round_no in range(max(1, args.repeat)):
-        order = clients if round_no % 2 == 0 else clients[::-1]  # alternate the order
-        for c in order:
-            print(f"# round {round_no + 1}: --client {c}", flush=True)
+        order = variants if round_no % 2 == 0 else variants[::-1]  # alternate the order
+        for c, t in order:
+            print(f"# round {round_no + 1}: --client {c}{' --tls' if t else ''}", flush=True)
             one = argparse.Namespace(**vars(args))
             one.client = c
-            runs.append(_clean(run(one)))
+            one.tls = t
+            r = _clean(run(one))
+            r["variant"] = label(c, t)
+            runs.append(r)
     print("# side by side (msg/s, publish p50/p99 ms, CPU us per message per process):")
     summary: dict[str, Any] = {}
-    for c in clients:
-        mine = [r for r in runs if r["client"] == c]
+    for c in [label(c, t) for c, t in variants]:
+        mine = [r for r in runs if r["variant"] == c]
         rates = sorted(r["msgs_per_s"] for r in mine)
         cpu = {
             k: round(sorted(r["cpu_us_per_msg"][k] for r in mine)[len(mine) // 2], 2)
@@ -1150,6 +1168,22 @@ def main(argv: list[str] | None = None) -> int:
             f"cpu us/msg {cpu}",
             flush=True,
         )
+    if args.tls_ab:
+        for c in clients:
+            plain, tls = summary[c], summary[f"{c}+tls"]
+            cpu_plain = sum(plain["median_cpu_us_per_msg"].values())
+            cpu_tls = sum(tls["median_cpu_us_per_msg"].values())
+            ratio = tls["median_msgs_per_s"] / plain["median_msgs_per_s"]
+            summary[f"{c}:tls_ratio"] = {
+                "msgs_per_s_tls_over_plain": round(ratio, 3),
+                "cpu_us_per_msg_plain": round(cpu_plain, 2),
+                "cpu_us_per_msg_tls": round(cpu_tls, 2),
+            }
+            print(
+                f"{c}: TLS/plain msg/s {ratio:.3f}; CPU us/msg (all processes) plain "
+                f"{cpu_plain:.2f}, TLS {cpu_tls:.2f}",
+                flush=True,
+            )
     print(json.dumps({"side_by_side": summary, "runs": runs}), flush=True)
     return 0
 

@@ -49,6 +49,7 @@ from magnetar.bookie.errors import (
     CorruptEntry,
     StatusCode,
     TooManyRequests,
+    Unauthorized,
 )
 from magnetar.bookie.proto import bookie_pb2 as pb
 from magnetar.bookie.proto import bookie_pb2_grpc as pb_grpc
@@ -683,6 +684,8 @@ def _translate(exc: BaseException) -> BookieError:
             return BookieTimeout(f"bookie call timed out: {exc.details()}")
         if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
             return TooManyRequests(f"bookie refused: {exc.details()}")
+        if code in (grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.UNAUTHENTICATED):
+            return Unauthorized(f"bookie refused this client: {exc.details()}")
         return BookieUnavailable(f"bookie unreachable ({code.name}): {exc.details()}")
     return BookieUnavailable(f"bookie stream failed: {exc!r}")
 

@@ -64,7 +64,8 @@ class BadRequest(BookieError):
 
 
 class Unauthorized(BookieError):
-    """The master key does not match the one the ledger was created with."""
+    """The master key does not match the one the ledger was created with, or the bookie
+    refused the client's role (its certificate's CN is not in ``authorized_roles``)."""
 
     code = StatusCode.UNAUTHORIZED
 

@@ -108,6 +108,10 @@ class BookieConfig:
     tls_key_path: str = ""
     tls_trust_store_path: str = ""
     tls_client_authentication: bool = False
+    authorized_roles: str = ""
+    """``authorizedRoles`` (with BookKeeper's ``BookieAuthZFactory``): comma list of the
+    roles (client certificate CNs) admitted; needs ``tls_client_authentication``. Empty:
+    every client with a trusted certificate (or any client without TLS)."""
 
     @property
     def address(self) -> str:
@@ -174,9 +178,7 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     return p
 
 
-def load_config(
-    args: argparse.Namespace, environ: Mapping[str, str] | None = None
-) -> BookieConfig:
+def load_config(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> BookieConfig:
     """Defaults, then ``--config`` (YAML, or BookKeeper-style ``key=value``; our names or
     BookKeeper's camelCase ones), then ``MAGNETAR_BOOKIE_*`` variables of ``environ``, then
     flags. Unknown keys raise ``UnknownSettingError``; names live in ``magnetar.settings``."""
@@ -450,10 +452,17 @@ async def run(
                 config.tls_key_path,
                 config.tls_trust_store_path,
                 config.tls_client_authentication,
+                tuple(r.strip() for r in config.authorized_roles.split(",") if r.strip()),
             )
             if config.tls_certificate_path
             else None
         )
+        if tls is None and config.authorized_roles.strip():
+            raise StartRefused(
+                "bookie authorized_roles needs TLS with client authentication "
+                "(tls_certificate_path, tls_key_path, tls_trust_store_path, "
+                "tls_client_authentication=true)"
+            )
         if tls is not None:
             try:
                 tls.server_credentials()  # unreadable files refuse the start, clearly

@@ -59,16 +59,36 @@ def render(service: BookieService, storage: BookieStorage) -> str:
         core = storage.statistics()
         journal = storage.journal.statistics()
         metric("bookie_ledgers_count", "gauge", core.ledgers, "ledgers stored")
-        metric("bookie_journal_JOURNAL_WRITE_BYTES", "counter", journal.appended_bytes,
-               "bytes appended to the journal")
-        metric("bookie_journal_JOURNAL_SYNC_count", "counter", journal.syncs,
-               "fdatasync calls of the journal")
-        metric("bookie_journal_JOURNAL_FORCE_WRITE_GROUPING_count", "counter",
-               journal.groups_synced, "group commits made durable")
-        metric("bookie_journal_JOURNAL_QUEUE_SIZE", "gauge", journal.pending_groups,
-               "groups waiting for their fdatasync")
-        metric("bookie_journal_lag_bytes_synced", "gauge",
-               journal.appended_bytes - journal.synced_bytes, "journal bytes not yet synced")
+        metric(
+            "bookie_journal_JOURNAL_WRITE_BYTES",
+            "counter",
+            journal.appended_bytes,
+            "bytes appended to the journal",
+        )
+        metric(
+            "bookie_journal_JOURNAL_SYNC_count",
+            "counter",
+            journal.syncs,
+            "fdatasync calls of the journal",
+        )
+        metric(
+            "bookie_journal_JOURNAL_FORCE_WRITE_GROUPING_count",
+            "counter",
+            journal.groups_synced,
+            "group commits made durable",
+        )
+        metric(
+            "bookie_journal_JOURNAL_QUEUE_SIZE",
+            "gauge",
+            journal.pending_groups,
+            "groups waiting for their fdatasync",
+        )
+        metric(
+            "bookie_journal_lag_bytes_synced",
+            "gauge",
+            journal.appended_bytes - journal.synced_bytes,
+            "journal bytes not yet synced",
+        )
     engine_stats = getattr(storage, "statistics", None)
     if callable(engine_stats):
         try:

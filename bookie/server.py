@@ -43,7 +43,7 @@ from magnetar.bookie.errors import (
 )
 from magnetar.bookie.proto import bookie_pb2 as pb
 from magnetar.bookie.proto import bookie_pb2_grpc as pb_grpc
-from magnetar.bookie.tls import GrpcTls
+from magnetar.bookie.tls import GrpcTls, RoleCheck
 from magnetar.bookie.wire import BatchHeader, MalformedBatch, parse_batch_header, parse_packed
 
 log = logging.getLogger(__name__)
@@ -548,7 +548,9 @@ class BookieServer:
         return f"{self.host}:{self.port}"
 
     async def start(self) -> None:
-        server = grpc.aio.server(options=GRPC_OPTIONS)
+        roles = self.tls.authorized_roles if self.tls is not None else ()
+        interceptors = [RoleCheck(roles)] if roles else []
+        server = grpc.aio.server(options=GRPC_OPTIONS, interceptors=interceptors)
         add_service(self.service, server)
         bind = f"{self.host}:{self._requested_port}"
         if self.tls is not None:

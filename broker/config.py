@@ -163,6 +163,14 @@ class BrokerConfig:
     bookkeeper_tls_client_authentication: bool = False
     bookkeeper_tls_certificate_file_path: str = ""
     bookkeeper_tls_key_file_path: str = ""
+    # this broker as a client of other brokers (broker/security/broker_client.py): its role
+    # for the load manager's admin calls (unload, split) and lookups through the leader
+    broker_client_authentication_plugin: str = ""  # token, tls (or Pulsar class names)
+    broker_client_authentication_parameters: str = ""  # token:<jwt>, file:///path, tlsCertFile:..
+    broker_client_tls_enabled: bool = False
+    broker_client_trust_certs_file_path: str = ""
+    broker_client_certificate_file_path: str = ""
+    broker_client_key_file_path: str = ""
     # bounds against hostile input (docs/operations.md "Hostile input")
     max_num_partitions_per_partitioned_topic: int = 0  # 0: Magnetar's ceiling, 65,536
     max_buffered_partial_frames_size_in_mb: int = 128

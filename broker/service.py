@@ -51,6 +51,7 @@ from magnetar.broker.policies.model import AutoTopicCreation, resolve_auto_topic
 from magnetar.broker.schema import topic_schemas_for
 from magnetar.broker.security.authentication import AuthenticationService
 from magnetar.broker.security.authorization import AuthorizationService
+from magnetar.broker.security.broker_client import BrokerClientAuth
 from magnetar.broker.security.tls import ReloadingServerContext, TlsSettings
 from magnetar.broker.storage.contract import TopicStorageFactory
 from magnetar.broker.topics.nonpersistent import NonPersistentTopic
@@ -229,7 +230,8 @@ class BrokerService:
             return
         from magnetar.broker.loadbalance.cluster import BrokerCluster
 
-        self.cluster = BrokerCluster(self, self.clock or SystemClock())
+        credentials = BrokerClientAuth.from_config(self.config)  # bad settings: ValueError
+        self.cluster = BrokerCluster(self, self.clock or SystemClock(), credentials=credentials)
         await self.cluster.start(self.web_service_url)
 
     async def close(self) -> None:

@@ -254,12 +254,19 @@ BROKER_ALIASES: tuple[Alias, ...] = (
     Alias("bookkeeperTLSClientAuthentication", "bookkeeper_tls_client_authentication"),
     Alias("bookkeeperTLSCertificateFilePath", "bookkeeper_tls_certificate_file_path"),
     Alias("bookkeeperTLSKeyFilePath", "bookkeeper_tls_key_file_path"),
+    Alias("brokerClientAuthenticationPlugin", "broker_client_authentication_plugin"),
+    Alias("brokerClientAuthenticationParameters", "broker_client_authentication_parameters"),
+    Alias("brokerClientTlsEnabled", "broker_client_tls_enabled"),
+    Alias("brokerClientTrustCertsFilePath", "broker_client_trust_certs_file_path"),
+    Alias("brokerClientCertificateFilePath", "broker_client_certificate_file_path"),
+    Alias("brokerClientKeyFilePath", "broker_client_key_file_path"),
     Alias("maxNumPartitionsPerPartitionedTopic", "max_num_partitions_per_partitioned_topic"),
     Alias("maxBufferedPartialFramesSizeInMb", "max_buffered_partial_frames_size_in_mb"),
 )
 
 BOOKIE_ALIASES: tuple[Alias, ...] = (
     Alias("bookiePort", "port"),
+    Alias("authorizedRoles", "authorized_roles"),
     Alias("bookieId", "bookie_id"),
     Alias("httpServerPort", "http_port"),
     Alias("journalSyncData", "journal_sync"),
@@ -315,7 +322,9 @@ BROKER = Component(
 )
 BOOKIE = Component(name="bookie", env_prefix="MAGNETAR_BOOKIE_", aliases=BOOKIE_ALIASES)
 
-_SECRET_WORDS = re.compile(r"password|secret|token|credential|private_key|auth_params")
+_SECRET_WORDS = re.compile(
+    r"password|secret|token|credential|private_key|auth_params|authentication_parameters"
+)
 _URL_USERINFO = re.compile(r"(?P<scheme>[a-z][a-z0-9+.-]*://)(?P<userinfo>[^@/\s]+)@", re.I)
 MASK = "******"
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import ssl
 import time
 import urllib.error
 import urllib.parse
@@ -165,9 +166,7 @@ def _data_loss(fail: bool, what: str) -> None:
     log.warning("data loss (failOnDataLoss=false, skipping): %s", what)
 
 
-async def advance_cursor(
-    client: Client, subscription: str, positions: dict[str, Position]
-) -> None:
+async def advance_cursor(client: Client, subscription: str, positions: dict[str, Position]) -> None:
     """Move the durable ``subscription`` of each partition to ``positions`` (cumulative
     acknowledgement): progress for backlog and retention only, never for correctness."""
 
@@ -187,12 +186,44 @@ async def advance_cursor(
 # ---------------------------------------------------------------------------- admin REST
 
 
-def _http(method: str, url: str, body: Any = None, timeout_s: float = 30) -> tuple[int, Any]:
+def _admin_auth(settings: ClientSettings | None) -> tuple[dict[str, str], ssl.SSLContext | None]:
+    """The client options' token as ``Authorization: Bearer`` and their CA (and client
+    certificate) as the HTTPS context, so admin calls carry the reads' credentials."""
+    if settings is None:
+        return {}, None
+    kw = settings.client_kwargs
+    headers = {}
+    auth = kw.get("authentication")
+    if auth is not None and getattr(auth, "auth_method_name", "") == "token":
+        headers["Authorization"] = f"Bearer {auth.auth_data().decode()}"
+    ctx = None
+    if kw.get("tls_trust_certs_file_path") or kw.get("tls_certificate_file_path"):
+        ctx = ssl.create_default_context(cafile=kw.get("tls_trust_certs_file_path") or None)
+        ctx.check_hostname = bool(kw.get("tls_validate_hostname", False))
+        if kw.get("tls_certificate_file_path"):
+            ctx.load_cert_chain(
+                kw["tls_certificate_file_path"], kw.get("tls_private_key_file_path") or None
+            )
+    if kw.get("tls_allow_insecure_connection"):
+        ctx = ctx or ssl.create_default_context()
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+    return headers, ctx
+
+
+def _http(
+    method: str,
+    url: str,
+    body: Any = None,
+    timeout_s: float = 30,
+    settings: ClientSettings | None = None,
+) -> tuple[int, Any]:
     data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(url, data=data, method=method)
+    headers, ctx = _admin_auth(settings)
+    req = urllib.request.Request(url, data=data, method=method, headers=headers)
     req.add_header("Content-Type", "application/json")
     try:
-        with urllib.request.urlopen(req, timeout=timeout_s) as resp:
+        with urllib.request.urlopen(req, timeout=timeout_s, context=ctx) as resp:
             raw = resp.read()
             return resp.status, (json.loads(raw) if raw else None)
     except urllib.error.HTTPError as exc:
@@ -201,6 +232,8 @@ def _http(method: str, url: str, body: Any = None, timeout_s: float = 30) -> tup
             return exc.code, (json.loads(raw) if raw else None)
         except ValueError:
             return exc.code, raw.decode(errors="replace")
+    except (urllib.error.URLError, OSError) as exc:  # unreachable, TLS refused
+        return 0, f"{url}: {getattr(exc, 'reason', exc)}"
 
 
 def _rest_path(topic: str) -> str:
@@ -210,14 +243,20 @@ def _rest_path(topic: str) -> str:
 
 
 def ensure_deduplication(
-    admin_url: str, topic: str, partitions: list[str], timeout_s: float = 60
+    admin_url: str,
+    topic: str,
+    partitions: list[str],
+    timeout_s: float = 60,
+    settings: ClientSettings | None = None,
 ) -> None:
     """Turn on the topic's ``deduplicationEnabled`` policy and wait until every loaded
-    partition applies it; ``DeduplicationError`` when that cannot be done."""
+    partition applies it; ``DeduplicationError`` when that cannot be done. ``settings``:
+    the client options, whose token and CA the admin calls use."""
     base = f"{admin_url}/admin/v2/{_rest_path(topic)}"
-    status, body = _http("POST", f"{base}/deduplicationEnabled", True)  # Pulsar's topic path
+    # Pulsar's topic path, then the namespace's name
+    status, body = _http("POST", f"{base}/deduplicationEnabled", True, settings=settings)
     if status in (404, 405):
-        status, body = _http("POST", f"{base}/deduplication", True)  # the namespace's name
+        status, body = _http("POST", f"{base}/deduplication", True, settings=settings)
     if status not in (200, 204):
         raise DeduplicationError(
             f"exactlyOnce=true: cannot enable deduplication on {topic} through {admin_url} "
@@ -228,9 +267,12 @@ def ensure_deduplication(
     pending = list(partitions)
     while pending:
         name = pending[0]
-        status, stats = _http("GET", f"{admin_url}/admin/v2/{_rest_path(name)}/stats")
-        if status == 404 or (isinstance(stats, dict)
-                             and stats.get("deduplicationStatus") == "Enabled"):
+        status, stats = _http(
+            "GET", f"{admin_url}/admin/v2/{_rest_path(name)}/stats", settings=settings
+        )
+        if status == 404 or (
+            isinstance(stats, dict) and stats.get("deduplicationStatus") == "Enabled"
+        ):
             pending.pop(0)  # not loaded: it loads with the policy
             continue
         if status != 200:

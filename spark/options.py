@@ -340,9 +340,11 @@ def read_options(options: Mapping[str, str], *, streaming: bool | None) -> ReadO
             raise OptionError("option 'startingOffsets' = 'latest' is not allowed in batch reads")
         for name in ("maxrecordspertrigger", "maxbytespertrigger", "subscriptionname"):
             if name in opts:
-                label = {"maxrecordspertrigger": "maxRecordsPerTrigger",
-                         "maxbytespertrigger": "maxBytesPerTrigger",
-                         "subscriptionname": "subscriptionName"}[name]
+                label = {
+                    "maxrecordspertrigger": "maxRecordsPerTrigger",
+                    "maxbytespertrigger": "maxBytesPerTrigger",
+                    "subscriptionname": "subscriptionName",
+                }[name]
                 raise OptionError(f"option {label!r} applies to readStream only, not batch reads")
     default = "latest" if streaming else "earliest"
     try:
@@ -361,9 +363,7 @@ def read_options(options: Mapping[str, str], *, streaming: bool | None) -> ReadO
         starting_time_ms=start_t,
         ending_time_ms=end_t,
         fail_on_data_loss=fail,
-        max_records_per_trigger=_positive_int(
-            opts, "maxrecordspertrigger", "maxRecordsPerTrigger"
-        ),
+        max_records_per_trigger=_positive_int(opts, "maxrecordspertrigger", "maxRecordsPerTrigger"),
         max_bytes_per_trigger=_positive_int(opts, "maxbytespertrigger", "maxBytesPerTrigger"),
         subscription_name=sub.strip() if sub else None,
         poll_timeout_ms=poll,

@@ -139,8 +139,9 @@ async def _initial_starts(
         return out
     _check_known(set(starting.per_partition), partitions, "startingOffsets")
     return {
-        p: (Start.at(starting.per_partition[p]) if p in starting.per_partition
-            else Start.earliest())
+        p: (
+            Start.at(starting.per_partition[p]) if p in starting.per_partition else Start.earliest()
+        )
         for p in partitions
     }
 
@@ -249,8 +250,11 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # type
                     lasts = await cluster.last_positions(client, parts)
                 begin = {p: starts.get(p, Start.earliest()) for p in parts}
                 head = {
-                    p: (Start.after(last) if last is not None and begin[p].is_before_or_at(last)
-                        else begin[p])
+                    p: (
+                        Start.after(last)
+                        if last is not None and begin[p].is_before_or_at(last)
+                        else begin[p]
+                    )
                     for p, last in lasts.items()
                 }
                 if max_rows is None and max_bytes is None:

@@ -68,7 +68,9 @@ class MagnetarDataSource(DataSource):  # type: ignore[misc]
                     await client.close()
 
             assert opts.client.admin_url is not None
-            cluster.ensure_deduplication(opts.client.admin_url, opts.topic, asyncio.run(parts()))
+            cluster.ensure_deduplication(
+                opts.client.admin_url, opts.topic, asyncio.run(parts()), settings=opts.client
+            )
         return opts, layout
 
     def writer(self, schema: Any, overwrite: bool) -> Any:

@@ -84,7 +84,11 @@ async def write_task(
             if exactly_once:
                 assert opts.client.admin_url is not None
                 await asyncio.to_thread(
-                    cluster.ensure_deduplication, opts.client.admin_url, topic, parts
+                    cluster.ensure_deduplication,
+                    opts.client.admin_url,
+                    topic,
+                    parts,
+                    settings=opts.client,
                 )
             partitions_of[topic] = parts
         n = len(parts)

@@ -23,6 +23,7 @@ from typing import Any, Protocol
 import aiohttp
 
 from magnetar.broker.config import BrokerConfig
+from magnetar.broker.errors import ResourceError
 from magnetar.broker.listeners import ListenerNotFound
 from magnetar.broker.loadbalance import (
     BrokerLoadReport,
@@ -57,6 +58,10 @@ from magnetar.zk.store import MetadataStore
 log = logging.getLogger(__name__)
 
 PROBE_TIMEOUT_S = 1.0
+_OWN_ROLE_HINT = (
+    "this broker's admin calls need its own role (brokerClientAuthenticationPlugin and "
+    "brokerClientAuthenticationParameters), a superuser (superUserRoles) on every broker"
+)
 ADMIN_TIMEOUT_S = 30.0
 
 
@@ -133,15 +138,42 @@ def bundle_of_key(key: str) -> NamespaceBundle:
     return NamespaceBundle(tenant, namespace, BundleRange.parse(rng))
 
 
+class ClientCredentials(Protocol):
+    """This broker's own role and TLS settings for its calls to other brokers (built by the
+    service: ``security.broker_client.BrokerClientAuth``)."""
+
+    @property
+    def tls_enabled(self) -> bool: ...
+
+    def request_options(self) -> dict[str, Any]: ...
+
+    def pick_url(self, http_url: str, http_url_tls: str) -> str: ...
+
+
+class NoCredentials:
+    """Calls without credentials, over the plain URLs."""
+
+    tls_enabled = False
+
+    def request_options(self) -> dict[str, Any]:
+        return {}
+
+    def pick_url(self, http_url: str, http_url_tls: str) -> str:
+        return http_url
+
+
 class HttpClusterActions:
     """The leader's hands: other brokers' admin REST for unload and split (this broker's
     own bundles are handled in process), the health endpoint as the liveness probe (an
-    answer, not just a TCP connect: the kernel accepts connections for a frozen process)."""
+    answer, not just a TCP connect: the kernel accepts connections for a frozen process).
+    Every call carries this broker's own role and TLS settings (``auth``, the broker-client
+    settings)."""
 
-    def __init__(self, cluster: BrokerCluster) -> None:
+    def __init__(self, cluster: BrokerCluster, auth: ClientCredentials | None = None) -> None:
         self._cluster = cluster
         self._session: aiohttp.ClientSession | None = None
         self._probe_session: aiohttp.ClientSession | None = None
+        self.auth: ClientCredentials = auth or NoCredentials()
 
     def http(self) -> aiohttp.ClientSession:
         if self._session is None:
@@ -160,16 +192,31 @@ class HttpClusterActions:
 
     async def _put(self, base: str, path: str, params: Mapping[str, str]) -> None:
         url = base.rstrip("/") + path
-        async with self.http().put(url, params=params) as resp:
+        async with self.http().put(url, params=params, **self.auth.request_options()) as resp:
+            if resp.status in (401, 403):
+                raise PermissionError(
+                    f"PUT {url} refused with HTTP {resp.status} {await resp.text()}: "
+                    f"{_OWN_ROLE_HINT}"
+                )
             if resp.status >= 300:
                 raise RuntimeError(f"PUT {url}: HTTP {resp.status} {await resp.text()}")
+
+    async def _base_url(self, owner: BrokerLoadReport, bundle: str) -> str:
+        """The owner's admin URL: its HTTPS one (from the ownership data) when TLS is on."""
+        ownership = self._cluster.service.ownership
+        if self.auth.tls_enabled and ownership is not None:
+            info = await ownership.get_owner(bundle_of_key(bundle))
+            if info is not None:
+                return self.auth.pick_url(owner.web_service_url, info.http_url_tls)
+        return owner.web_service_url
 
     async def unload(self, owner: BrokerLoadReport, bundle: str) -> None:
         if owner.broker_id == self._cluster.broker_id:
             await self._cluster.service.unload_bundle(bundle_of_key(bundle))
             return
         t, ns, rng = bundle.split("/")
-        await self._put(owner.web_service_url, f"/admin/v2/namespaces/{t}/{ns}/{rng}/unload", {})
+        base = await self._base_url(owner, bundle)
+        await self._put(base, f"/admin/v2/namespaces/{t}/{ns}/{rng}/unload", {})
 
     async def split(
         self, owner: BrokerLoadReport, bundle: str, algorithm: SplitAlgorithm, unload: bool
@@ -179,7 +226,8 @@ class HttpClusterActions:
             return
         t, ns, rng = bundle.split("/")
         params = {"unload": str(unload).lower(), "splitAlgorithmName": algorithm.value}
-        await self._put(owner.web_service_url, f"/admin/v2/namespaces/{t}/{ns}/{rng}/split", params)
+        base = await self._base_url(owner, bundle)
+        await self._put(base, f"/admin/v2/namespaces/{t}/{ns}/{rng}/split", params)
 
     async def bundle_count(self, namespace: str) -> int:
         tenant, ns = namespace.split("/")
@@ -195,7 +243,8 @@ class HttpClusterActions:
                 timeout=aiohttp.ClientTimeout(total=PROBE_TIMEOUT_S),
             )
         try:
-            async with self._probe_session.get(url) as resp:
+            # this broker's role and TLS settings: a TLS-only broker's health is HTTPS
+            async with self._probe_session.get(url, **self.auth.request_options()) as resp:
                 await resp.read()
                 # any answer proves the process runs (401 with authentication on), but 503:
                 # the broker says it lost its metadata session, so cannot keep its bundles
@@ -245,7 +294,12 @@ class ClusterHost(Protocol):
 
 class BrokerCluster:
     def __init__(
-        self, service: ClusterHost, clock: Clock, *, rng: random.Random | None = None
+        self,
+        service: ClusterHost,
+        clock: Clock,
+        *,
+        rng: random.Random | None = None,
+        credentials: ClientCredentials | None = None,
     ) -> None:
         self.service = service
         self._clock = clock
@@ -254,7 +308,7 @@ class BrokerCluster:
         self.broker_id = ""
         self.reporter: LoadReporter | None = None
         self.manager: LoadManager | None = None
-        self.actions = HttpClusterActions(self)
+        self.actions = HttpClusterActions(self, credentials)
         self.draining = False
 
     def __repr__(self) -> str:
@@ -386,14 +440,21 @@ class BrokerCluster:
         query = {"authoritative": "true"} if authoritative else {}
         if listener_name:
             query["listenerName"] = listener_name
-        async with self.actions.http().get(url, params=query) as resp:
+        options = self.actions.auth.request_options()
+        async with self.actions.http().get(url, params=query, **options) as resp:
             if resp.status != 200:
                 reason = ""
                 with contextlib.suppress(Exception):
                     reason = str((await resp.json()).get("reason", ""))
                 if listener_name and reason == str(ListenerNotFound(listener_name)):
                     raise ListenerNotFound(listener_name)
-                raise RuntimeError(f"lookup through the leader: HTTP {resp.status}")
+                why = f"lookup through the leader {leader_http_url}: HTTP {resp.status}"
+                if resp.status in (401, 403):
+                    why += f" ({_OWN_ROLE_HINT})"
+                    log.warning("%s", why)
+                err = ResourceError(why)
+                err.http_status = 503  # the client retries the lookup, as on a busy leader
+                raise err
             data = await resp.json()
         return (
             str(data["brokerUrl"]),
@@ -510,6 +571,7 @@ class BrokerCluster:
 __all__ = [
     "Assignment",
     "BrokerCluster",
+    "ClientCredentials",
     "HttpClusterActions",
     "bundle_key",
     "bundle_of_key",

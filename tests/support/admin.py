@@ -20,10 +20,12 @@ from magnetar.broker.admin.http_api import AdminApi
 from support.broker import InProcessBroker
 
 
-def http(base: str, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+def http(
+    base: str, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None
+) -> tuple[int, Any]:
     """One JSON request; (status, decoded body or None), HTTP errors included."""
     data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(base + path, data=data, method=method)
+    req = urllib.request.Request(base + path, data=data, method=method, headers=headers or {})
     req.add_header("Content-Type", "application/json")
     try:
         with urllib.request.urlopen(req, timeout=10) as resp:

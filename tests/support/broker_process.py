@@ -38,9 +38,16 @@ class BrokerProcess:
     """One broker child process; ``start``/``stop``/``kill``/``restart`` keep its ports."""
 
     def __init__(
-        self, base: pathlib.Path, name: str, metadata: str, *, extra_config: str = ""
+        self,
+        base: pathlib.Path,
+        name: str,
+        metadata: str,
+        *,
+        extra_config: str = "",
+        token: str | None = None,
     ) -> None:
         self.name = name
+        self.token = token  # sent as "Authorization: Bearer" by the admin helpers
         self.port = free_port()
         self.web_port = free_port()
         self.log_path = base / f"{name}.log"
@@ -79,7 +86,10 @@ class BrokerProcess:
 
         def healthy() -> bool:
             assert proc.poll() is None, self.log_text()[-3000:]
-            with urllib.request.urlopen(f"{self.web_url}/admin/v2/brokers/health", timeout=1):
+            health = urllib.request.Request(
+                f"{self.web_url}/admin/v2/brokers/health", headers=self._auth()
+            )
+            with urllib.request.urlopen(health, timeout=1):
                 return True
 
         wait_until(
@@ -93,9 +103,10 @@ class BrokerProcess:
 
     def lookup(self, topic_path: str) -> str:
         """The owner's service URL for ``persistent/tenant/ns/topic`` (taking it if unowned)."""
-        with urllib.request.urlopen(
-            f"{self.web_url}/lookup/v2/topic/{topic_path}", timeout=10
-        ) as r:
+        request = urllib.request.Request(
+            f"{self.web_url}/lookup/v2/topic/{topic_path}", headers=self._auth()
+        )
+        with urllib.request.urlopen(request, timeout=10) as r:
             return str(json.loads(r.read())["brokerUrl"])
 
     def admin(self, method: str, path: str, body: object = None, timeout_s: float = 30) -> bytes:
@@ -104,10 +115,13 @@ class BrokerProcess:
             f"{self.web_url}{path}",
             data=data,
             method=method,
-            headers={"Content-Type": "application/json"},
+            headers={"Content-Type": "application/json", **self._auth()},
         )
         with urllib.request.urlopen(request, timeout=timeout_s) as r:
             return bytes(r.read())
+
+    def _auth(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}"} if self.token else {}
 
     def stop(self, timeout_s: float = 30) -> int:
         """SIGTERM (graceful shutdown: bundles released); the exit code."""

@@ -32,8 +32,10 @@ class StandaloneProcess:
         bookies: int = 1,
         extra_args: Sequence[str] = (),
         config: dict[str, object] | None = None,
+        token: str | None = None,
     ) -> None:
         self.data_dir = data_dir
+        self.token = token  # for the health check when authentication is on
         self.extra_args = list(extra_args)
         self.config = config or {}
         """Broker settings (broker.conf names), written to a ``--config`` file."""
@@ -93,7 +95,9 @@ class StandaloneProcess:
 
     def healthy(self) -> bool:
         try:
-            with urllib.request.urlopen(f"{self.web_url}/admin/v2/brokers/health", timeout=1) as r:
+            auth = {"Authorization": f"Bearer {self.token}"} if self.token else {}
+            req = urllib.request.Request(f"{self.web_url}/admin/v2/brokers/health", headers=auth)
+            with urllib.request.urlopen(req, timeout=1) as r:
                 return bool(r.status == 200)
         except (urllib.error.URLError, OSError):
             return False
