@@ -13,6 +13,7 @@ import pulsar
 import pytest
 from support.broker import InProcessBroker
 
+from magnetar.broker.admin.topic_ops import TopicOperations
 from magnetar.broker.storage.memory import MemoryStorageFactory
 
 
@@ -60,7 +61,7 @@ def test_a_failed_epoch_store_fails_the_create_not_the_broker() -> None:
         assert b.service is not None
         service = b.service
         # the failed attempts (the client retried) did not move it: the first stored is 0
-        assert b.call(lambda: service.topic_stats(topic))["topicEpoch"] == 0
+        assert b.call(lambda: TopicOperations(service).topic_stats(topic))["topicEpoch"] == 0
     finally:
         c.close()
         b.stop()
