@@ -43,6 +43,7 @@ from magnetar.broker.ledger.errors import (
     CursorAlreadyExists,
     LedgerError,
     LedgerFenced,
+    LedgerNotFound,
     LedgerOutOfOrder,
     ManagedLedgerClosed,
     ManagedLedgerFenced,
@@ -259,6 +260,12 @@ class ManagedLedgerFactory:
         await self.ledger_client.close()
 
 
+def _retrieve(fut: asyncio.Future[None]) -> None:
+    """Mark a shielded write's outcome retrieved (its caller may have gone)."""
+    if not fut.cancelled():
+        fut.exception()
+
+
 class ManagedLedger:
     def __init__(
         self, factory: ManagedLedgerFactory, name: str, config: ManagedLedgerConfig
@@ -327,21 +334,34 @@ class ManagedLedger:
                 "misorder (written by a version without per-managed-ledger ordering)"
             )
         self._max_ledger_id = max(ids, default=-1)
+        empty_last: int | None = None
+        """The previous owner's last ledger when it holds nothing: dropped from the list, and
+        deleted only once the list without it is stored (deleted first, an opener stopped in
+        between would leave a list naming a ledger that no longer exists)."""
         if ledgers:
             last = ledgers[-1]
-            handle = await self.ledger_client.open_ledger(last.ledger_id, recovery=True)
-            last.entries = handle.last_add_confirmed + 1
-            last.size = handle.length
-            last.timestamp_ms = self.clock.now_ms()  # closed by this recovery
-            if last.entries == 0:
+            try:
+                handle: ReadHandle | None = await self.ledger_client.open_ledger(
+                    last.ledger_id, recovery=True
+                )
+            except LedgerNotFound:
+                # listed but gone: only an empty last ledger is ever deleted while listed (by
+                # an opener of an older version stopped between the delete and the write)
+                log.warning("%s: last ledger %d has no metadata: empty", self.name, last.ledger_id)
+                handle = None
+            if handle is None or handle.last_add_confirmed < 0:
                 ledgers.pop()
-                await self.ledger_client.delete_ledger(last.ledger_id)
+                empty_last = last.ledger_id
             else:
+                last.entries = handle.last_add_confirmed + 1
+                last.size = handle.length
+                last.timestamp_ms = self.clock.now_ms()  # closed by this recovery
                 self._readers[last.ledger_id] = handle
         if ledgers:
             self.last_confirmed = Position(ledgers[-1].ledger_id, ledgers[-1].entries - 1)
         if "terminated" in self._info.properties:
             await self._write_info()  # CAS: claims ownership, fences a concurrent opener
+            await self._delete_dropped(empty_last)
             self.state = MANAGED_LEDGER_FSM.next(self.state, _E.TERMINATE)
             await self._recover_cursors()
             return
@@ -353,6 +373,7 @@ class ManagedLedger:
             await current.abort()
             await self.ledger_client.delete_ledger(current.ledger_id)
             raise
+        await self._delete_dropped(empty_last)
         self._install(current)
         if self.last_confirmed.ledger_id < 0:
             self.last_confirmed = Position(current.ledger_id, -1)
@@ -395,7 +416,22 @@ class ManagedLedger:
         self._max_ledger_id = ledger_id
         self._info.ledgers.append(LedgerInfo(ledger_id, 0, 0, self.clock.now_ms()))
 
+    async def _delete_dropped(self, ledger_id: int | None) -> None:
+        """Delete an empty ledger the stored list no longer names."""
+        if ledger_id is not None:
+            await self.ledger_client.delete_ledger(ledger_id)
+
     async def _write_info(self) -> None:
+        """Store the whole current info (CAS on the version the previous write got).
+
+        The write runs in a task of its own, shielded from the caller's cancellation: a
+        caller cancelled mid-write (its connection closed) must not leave the store ahead of
+        ``_version``, or the next write of this owner would lose its CAS and fence it."""
+        write = asyncio.ensure_future(self._write_info_now())
+        write.add_done_callback(_retrieve)
+        await asyncio.shield(write)
+
+    async def _write_info_now(self) -> None:
         # one write at a time: each writes the whole current info with the version the
         # previous write got, so two writers of this owner never fail each other's CAS
         async with self._info_lock:
