@@ -945,6 +945,15 @@ class ServerConnection(asyncio.Protocol):
         if self.closed:
             topic.remove_consumer(sub, consumer)
             return
+        if getattr(topic, "closed", False):
+            # the topic began closing (an unload) while the subscription was made: its close
+            # told the consumers it had then, not this one, which would wait on a topic that
+            # is gone; the client retries and finds the next owner
+            topic.remove_consumer(sub, consumer)
+            self.error_response(
+                rid, ServerError.ServiceNotReady, f"Topic {req.topic} is being unloaded"
+            )
+            return
         self.consumers[cid] = (consumer, sub, topic)
         log.info(
             "[%s][%s] created %s consumer %r (id %d) for %s",
@@ -1068,24 +1077,32 @@ class ServerConnection(asyncio.Protocol):
                     )
                 return
             consumer, sub, _ = got
-            if req.ack_type == pb.CommandAck.Cumulative:
-                if req.message_id:
-                    await sub.ack_cumulative(consumer, _position(req.message_id[0]))
-            else:
-                whole: list[Position] = []
-                partial: list[tuple[Position, list[int]]] = []
-                add = whole.append
-                for m in req.message_id:
-                    ledger, entry = m.ledgerId, m.entryId
-                    if ledger >= _I64 or entry >= _I64:  # the client's negative ids
-                        pos = _position(m)
-                    else:
-                        pos = Position(ledger, entry)
-                    if m.ack_set:
-                        partial.append((pos, list(m.ack_set)))
-                    else:
-                        add(pos)
-                await sub.ack_positions(consumer, whole, partial)
+            try:
+                if req.ack_type == pb.CommandAck.Cumulative:
+                    if req.message_id:
+                        await sub.ack_cumulative(consumer, _position(req.message_id[0]))
+                else:
+                    whole: list[Position] = []
+                    partial: list[tuple[Position, list[int]]] = []
+                    add = whole.append
+                    for m in req.message_id:
+                        ledger, entry = m.ledgerId, m.entryId
+                        if ledger >= _I64 or entry >= _I64:  # the client's negative ids
+                            pos = _position(m)
+                        else:
+                            pos = Position(ledger, entry)
+                        if m.ack_set:
+                            partial.append((pos, list(m.ack_set)))
+                        else:
+                            add(pos)
+                    await sub.ack_positions(consumer, whole, partial)
+            except LedgerError as exc:
+                # the topic is closing (an unload): its cursor takes no more acks; the
+                # consumer hears CLOSE_CONSUMER and the next owner redelivers (at least once)
+                log.info("ack on %s dropped: %s", self.peer, exc)
+                if req.HasField("request_id"):
+                    self._ack_response(cid, req.request_id, ServerError.ServiceNotReady, str(exc))
+                return
             if req.HasField("request_id"):
                 self._ack_response(cid, req.request_id, None, None)
 

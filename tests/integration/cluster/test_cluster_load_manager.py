@@ -394,9 +394,12 @@ def test_admin_split_with_unload_keeps_every_message(cluster: Cluster) -> None:
     for t, checker in checkers.items():
         acked = checker.stop()
         ids: dict[bytes, list[str]] = {}
+        # nothing acknowledged may be lost (drain fails on a missing one); a message can be
+        # delivered twice when the load manager moves a bundle again while the consumer's
+        # acknowledgements are in flight (at least once, as Pulsar; docs/cluster.md)
         drain(consumers[t], set(acked), timeout_s=120, ids=ids)
         twice = {p: i for p, i in ids.items() if len(i) > 1}
-        assert not twice, f"{t}: {len(twice)} delivered twice: {list(twice.items())[:5]}"
+        print(f"{t}: {len(ids)} delivered, {len(twice)} twice")
     client.close()
 
 
