@@ -5,7 +5,6 @@ properties, event times, message ids and key routing. Our side uses the sync fac
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 
 import pulsar
 import pytest
@@ -19,33 +18,6 @@ CODECS = ["NONE", "LZ4", "ZLib", "ZSTD", "SNAPPY"]
 
 def _topic(prefix: str = "interop") -> str:
     return f"persistent://public/default/{prefix}-{uuid.uuid4().hex[:8]}"
-
-
-@pytest.fixture(scope="module")
-def broker() -> Iterator[InProcessBroker]:
-    b = InProcessBroker().start()
-    try:
-        yield b
-    finally:
-        b.stop()
-
-
-@pytest.fixture(scope="module")
-def official(broker: InProcessBroker) -> Iterator[pulsar.Client]:
-    c = pulsar.Client(broker.service_url, operation_timeout_seconds=5, log_conf_file_path=None)
-    try:
-        yield c
-    finally:
-        c.close()
-
-
-@pytest.fixture(scope="module")
-def ours(broker: InProcessBroker) -> Iterator[Client]:
-    c = Client(broker.service_url, operation_timeout_seconds=5)
-    try:
-        yield c
-    finally:
-        c.close()
 
 
 def _same_id(official_id: pulsar.MessageId, our_id: MessageId) -> bool:
@@ -147,13 +119,15 @@ def test_chunks_both_directions(official: pulsar.Client, ours: Client) -> None:
 
 
 def test_key_routing_matches_on_partitioned_topic(
-    broker: InProcessBroker, official: pulsar.Client, ours: Client
+    interop_broker: InProcessBroker, official: pulsar.Client, ours: Client
 ) -> None:
     topic = _topic("part")
     local = topic.rsplit("/", 1)[1]
-    assert broker.service is not None
-    resources = broker.service.resources
-    broker.call(lambda: resources.create_partitioned("public", "default", "persistent", local, 4))
+    assert interop_broker.service is not None
+    resources = interop_broker.service.resources
+    interop_broker.call(
+        lambda: resources.create_partitioned("public", "default", "persistent", local, 4)
+    )
     consumer = ours.subscribe(topic, "sub", initial_position=InitialPosition.Earliest)
     keys = [f"key-{i}-{uuid.uuid4().hex[:4]}" for i in range(24)]
     theirs = official.create_producer(topic)

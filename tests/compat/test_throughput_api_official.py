@@ -6,11 +6,9 @@ lazily by ``receive_batch`` and acknowledged as a whole."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 
 import pulsar
 import pytest
-from support.broker import InProcessBroker
 
 from magnetar.client import InitialPosition, Timeout
 from magnetar.client.sync import Client
@@ -18,33 +16,6 @@ from magnetar.client.sync import Client
 
 def _topic(prefix: str = "tput") -> str:
     return f"persistent://public/default/{prefix}-{uuid.uuid4().hex[:8]}"
-
-
-@pytest.fixture(scope="module")
-def broker() -> Iterator[InProcessBroker]:
-    b = InProcessBroker().start()
-    try:
-        yield b
-    finally:
-        b.stop()
-
-
-@pytest.fixture(scope="module")
-def official(broker: InProcessBroker) -> Iterator[pulsar.Client]:
-    c = pulsar.Client(broker.service_url, operation_timeout_seconds=5, log_conf_file_path=None)
-    try:
-        yield c
-    finally:
-        c.close()
-
-
-@pytest.fixture(scope="module")
-def ours(broker: InProcessBroker) -> Iterator[Client]:
-    c = Client(broker.service_url, operation_timeout_seconds=5)
-    try:
-        yield c
-    finally:
-        c.close()
 
 
 def test_send_batch_read_by_the_official_consumer(official: pulsar.Client, ours: Client) -> None:

@@ -9,7 +9,7 @@ import datetime
 import re
 import threading
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 
 import pytest
 from support.broker import InProcessBroker
@@ -43,15 +43,6 @@ def broker() -> Iterator[InProcessBroker]:
         yield b
     finally:
         b.stop()
-
-
-@pytest.fixture
-async def client(broker: InProcessBroker) -> AsyncIterator[Client]:
-    c = Client(broker.service_url, operation_timeout_seconds=5)
-    try:
-        yield c
-    finally:
-        await c.close()
 
 
 async def _nothing_more(consumer, timeout_ms: int = 300) -> bool:  # type: ignore[no-untyped-def]

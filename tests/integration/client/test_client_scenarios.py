@@ -8,7 +8,6 @@ import asyncio
 import re
 import socket
 import uuid
-from collections.abc import AsyncIterator, Iterator
 
 import pytest
 from support.broker import InProcessBroker
@@ -35,24 +34,6 @@ Earliest = InitialPosition.Earliest
 
 def _topic(prefix: str = "t") -> str:
     return f"persistent://public/default/{prefix}-{uuid.uuid4().hex[:8]}"
-
-
-@pytest.fixture
-def broker() -> Iterator[InProcessBroker]:
-    b = InProcessBroker().start()
-    try:
-        yield b
-    finally:
-        b.stop()
-
-
-@pytest.fixture
-async def client(broker: InProcessBroker) -> AsyncIterator[Client]:
-    c = Client(broker.service_url, operation_timeout_seconds=5)
-    try:
-        yield c
-    finally:
-        await c.close()
 
 
 async def _drain(consumer, n: int, timeout_ms: int = 5000) -> list:  # type: ignore[no-untyped-def]

@@ -5,7 +5,6 @@ acknowledging a whole ``MessageBatch`` individually or cumulatively."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Iterator
 
 import pytest
 from support.broker import InProcessBroker
@@ -27,24 +26,6 @@ Earliest = InitialPosition.Earliest
 
 def _topic(prefix: str = "tp") -> str:
     return f"persistent://public/default/{prefix}-{uuid.uuid4().hex[:8]}"
-
-
-@pytest.fixture
-def broker() -> Iterator[InProcessBroker]:
-    b = InProcessBroker().start()
-    try:
-        yield b
-    finally:
-        b.stop()
-
-
-@pytest.fixture
-async def client(broker: InProcessBroker) -> AsyncIterator[Client]:
-    c = Client(broker.service_url, operation_timeout_seconds=5)
-    try:
-        yield c
-    finally:
-        await c.close()
 
 
 async def _receive_all(consumer, n: int) -> list[MessageBatch]:  # type: ignore[no-untyped-def]

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import struct
 import uuid
-from collections.abc import Iterator
 
 import pulsar
 import pulsar.schema as official_schema
@@ -50,33 +49,6 @@ OfficialUser.__name__ = "User"  # the record name is part of the definition
 
 def _topic(prefix: str) -> str:
     return f"persistent://public/default/{prefix}-{uuid.uuid4().hex[:8]}"
-
-
-@pytest.fixture(scope="module")
-def broker() -> Iterator[InProcessBroker]:
-    b = InProcessBroker().start()
-    try:
-        yield b
-    finally:
-        b.stop()
-
-
-@pytest.fixture(scope="module")
-def official(broker: InProcessBroker) -> Iterator[pulsar.Client]:
-    c = pulsar.Client(broker.service_url, operation_timeout_seconds=60, log_conf_file_path=None)
-    try:
-        yield c
-    finally:
-        c.close()
-
-
-@pytest.fixture(scope="module")
-def ours(broker: InProcessBroker) -> Iterator[Client]:
-    c = Client(broker.service_url, operation_timeout_seconds=60)
-    try:
-        yield c
-    finally:
-        c.close()
 
 
 def test_record_definitions_match_the_official_clients() -> None:
@@ -152,7 +124,7 @@ V2 = {
 
 @pytest.mark.parametrize("lookup", ["binary", "http"])
 def test_readers_decode_every_version_with_its_writer_schema(
-    broker: InProcessBroker, official: pulsar.Client, lookup: str
+    interop_broker: InProcessBroker, official: pulsar.Client, lookup: str
 ) -> None:
     """AvroSchema resolves old data to the reader's schema; AutoConsumeSchema reads whatever
     each version wrote. Writer schemas come from GET_SCHEMA, or from the schema REST path
@@ -161,8 +133,10 @@ def test_readers_decode_every_version_with_its_writer_schema(
 
     from magnetar.client.schema import AutoConsumeSchema
 
-    admin = Admin(broker) if lookup == "http" else None
-    c = Client(admin.url if admin is not None else broker.service_url, operation_timeout_seconds=60)
+    admin = Admin(interop_broker) if lookup == "http" else None
+    c = Client(
+        admin.url if admin is not None else interop_broker.service_url, operation_timeout_seconds=60
+    )
     try:
         topic = _topic(f"writers-{lookup}")
         old = official.create_producer(
