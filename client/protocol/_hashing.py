@@ -14,6 +14,7 @@ import binascii
 
 import mmh3
 
+from ._errors import RemoteProtocolError
 from .proto import pulsar_api_pb2 as pb
 
 #: Size of the Key_Shared hash space (slots are 0..65535).
@@ -34,12 +35,15 @@ def sticky_key(metadata: pb.MessageMetadata | pb.SingleMessageMetadata) -> bytes
     if metadata.HasField("ordering_key"):
         return metadata.ordering_key
     if metadata.HasField("partition_key"):
+        key = metadata.partition_key
+        if not isinstance(key, str):  # protobuf hands back bytes for a non-UTF-8 string field
+            raise RemoteProtocolError("partition_key is not valid UTF-8")
         if metadata.partition_key_b64_encoded:
             try:
-                return base64.b64decode(metadata.partition_key, validate=False)
+                return base64.b64decode(key, validate=False)
             except (binascii.Error, ValueError):
-                return metadata.partition_key.encode("utf-8")
-        return metadata.partition_key.encode("utf-8")
+                return key.encode("utf-8")
+        return key.encode("utf-8")
     return NONE_KEY
 
 

@@ -136,12 +136,6 @@ def test_slot_from_bytes_on_damaged_bytes_equals_or_the_reference_fails(
         pytest.param(
             b"\x0a\x01p\x10\x01\x18\x01\x32\x02\xff\xfe",  # partition_key not UTF-8
             id="key-not-utf8",
-            marks=pytest.mark.xfail(
-                raises=AttributeError,
-                strict=True,
-                reason="sticky_key calls .encode on the bytes protobuf returns for a non-UTF-8 "
-                "string field: an AttributeError, not a typed RemoteProtocolError",
-            ),
         ),
     ],
 )
