@@ -3,6 +3,9 @@
 Owns, under ``/admin/v2/schemas/{tenant}/{namespace}/{topic}``:
 - ``GET /schema`` and ``GET /schema/{version}`` -> ``GetSchemaResponse``
   ``{"version", "type", "timestamp", "data", "properties"}`` (404 ``Schema not found``);
+  a KEY_VALUE schema's ``data`` (and a posted KEY_VALUE ``schema``) is Pulsar's JSON form
+  ``{"key": <definition or "">, "value": <definition or "">}`` ("" for a primitive half),
+  stored in the binary layout the clients send;
 - ``GET /schemas`` -> ``{"getSchemaResponses": [...]}`` (the versions since the last delete);
 - ``POST /schema`` with a ``PostSchemaPayload`` ``{"type", "schema", "properties"}`` ->
   ``{"version": {"version": n}}`` (409 incompatible, 422 malformed definition);
@@ -35,6 +38,7 @@ from magnetar.broker.schema.model import (
     VersionedSchema,
 )
 from magnetar.broker.schema.topics import TopicSchemas, schema_id
+from magnetar.broker.schema.validation import join_key_value, split_key_value
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 BASE = "/admin/v2/schemas/{tenant}/{namespace}/{topic}"
@@ -52,9 +56,48 @@ def get_schema_response(found: VersionedSchema) -> dict[str, Any]:
         "version": found.version,
         "type": s.type.rest_name,
         "timestamp": s.timestamp_ms,
-        "data": s.data.decode("utf-8", "replace"),
+        "data": rest_data(s),
         "properties": s.props,
     }
+
+
+def rest_data(s: SchemaData) -> str:
+    """The definition as the REST API shows it (``GetSchemaResponse.data``)."""
+    if s.type is SchemaType.KEY_VALUE:
+        try:
+            halves = split_key_value(s)
+        except InvalidSchemaData:
+            return s.data.decode("utf-8", "replace")
+        return json.dumps({side: _half_json(h) for side, h in zip(("key", "value"), halves)})
+    return s.data.decode("utf-8", "replace")
+
+
+def _half_json(half: SchemaData) -> Any:
+    if half.type.is_primitive or not half.data:
+        return ""
+    try:
+        return json.loads(half.data)
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        return half.data.decode("utf-8", "replace")
+
+
+def _key_value_definition(definition: str) -> bytes:
+    """A posted KEY_VALUE definition (Pulsar's JSON form) in the stored binary layout."""
+    try:
+        doc = json.loads(definition)
+    except (ValueError, RecursionError):
+        doc = None
+    if not isinstance(doc, dict) or "key" not in doc or "value" not in doc:
+        raise InvalidSchemaData(
+            'Invalid KEY_VALUE schema definition: expected {"key": ..., "value": ...}'
+        )
+
+    def half(value: Any) -> bytes:
+        if value == "" or value is None:
+            return b""
+        return (value if isinstance(value, str) else json.dumps(value)).encode()
+
+    return join_key_value(half(doc["key"]), half(doc["value"]))
 
 
 def payload_schema(body: Any) -> SchemaData:
@@ -72,7 +115,10 @@ def payload_schema(body: Any) -> SchemaData:
         isinstance(k, str) and isinstance(v, str) for k, v in props.items()
     ):
         raise InvalidSchemaData("properties must map strings to strings")
-    return SchemaData(kind, definition.encode(), tuple(sorted(props.items())))
+    data = (
+        _key_value_definition(definition) if kind is SchemaType.KEY_VALUE else definition.encode()
+    )
+    return SchemaData(kind, data, tuple(sorted(props.items())))
 
 
 class SchemaAdminRoutes:

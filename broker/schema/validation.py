@@ -73,6 +73,11 @@ def split_key_value(schema: SchemaData) -> tuple[SchemaData, SchemaData]:
     return SchemaData(kind("key"), key), SchemaData(kind("value"), value)
 
 
+def join_key_value(key: bytes, value: bytes) -> bytes:
+    """The KEY_VALUE definition of two halves (``split_key_value``'s inverse)."""
+    return _LEN.pack(len(key)) + key + _LEN.pack(len(value)) + value
+
+
 def protobuf_native_root(data: bytes) -> str:
     """The ``rootMessageTypeName`` of a (validated) PROTOBUF_NATIVE definition."""
     root: Any = json.loads(data.decode("utf-8")).get("rootMessageTypeName")
@@ -156,6 +161,7 @@ __all__ = [
     "DEFINITION_BYTES_MAX",
     "parse_avro",
     "protobuf_native_root",
+    "join_key_value",
     "split_key_value",
     "validate",
 ]

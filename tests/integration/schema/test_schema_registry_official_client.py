@@ -452,3 +452,50 @@ def test_protobuf_native_schemas(client: pulsar.Client) -> None:
         client.create_producer(topic, schema=ProtobufNativeSchema(pb.Schema))
     producer.close()
     consumer.close()
+
+
+def test_key_value_schemas_use_pulsars_json_form_over_rest(standalone: StandaloneProcess) -> None:
+    """A KEY_VALUE schema is posted and shown as ``{"key": ..., "value": ...}`` ("" for a
+    primitive half) and stored in the binary layout producers send: a producer declaring the
+    same schema on the wire gets the version the REST call created."""
+    web = standalone.web_url
+    base = f"/admin/v2/schemas/{NS}/kv-rest"
+    props = {"key.schema.type": "STRING", "value.schema.type": "AVRO", "kv.encoding.type": "INLINE"}
+    payload = {
+        "type": "KEY_VALUE",
+        "schema": json.dumps({"key": "", "value": V1}),
+        "properties": props,
+    }
+    assert http(web, "POST", base + "/schema", payload) == (200, {"version": {"version": 0}})
+    status, got = http(web, "GET", base + "/schema")
+    assert status == 200 and got["type"] == "KEY_VALUE" and got["properties"] == props
+    assert json.loads(got["data"]) == {"key": "", "value": V1}
+    bad = {"type": "KEY_VALUE", "schema": "not json", "properties": props}
+    status, body = http(web, "POST", f"/admin/v2/schemas/{NS}/kv-bad/schema", bad)
+    assert status == 422 and '{"key": ..., "value": ...}' in body["reason"]
+
+    value = json.dumps(V1).encode()
+    binary = struct.pack(">i", 0) + struct.pack(">i", len(value)) + value
+    rc = raw_connect(standalone)
+    try:
+        rc.send(
+            T(
+                type=T.PRODUCER,
+                producer=pb.CommandProducer(
+                    topic=f"persistent://{NS}/kv-rest",
+                    producer_id=1,
+                    request_id=1,
+                    schema=pb.Schema(
+                        name="kv",
+                        schema_data=binary,
+                        type=pb.Schema.KeyValue,
+                        properties=[pb.KeyValue(key=k, value=v) for k, v in sorted(props.items())],
+                    ),
+                ),
+            )
+        )
+        reply = rc.recv()
+        assert reply.type == T.PRODUCER_SUCCESS, reply
+        assert reply.producer_success.schema_version == version(0)
+    finally:
+        rc.close()
