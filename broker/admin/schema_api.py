@@ -65,10 +65,10 @@ def rest_data(s: SchemaData) -> str:
     """The definition as the REST API shows it (``GetSchemaResponse.data``)."""
     if s.type is SchemaType.KEY_VALUE:
         try:
-            halves = split_key_value(s)
+            key, value = split_key_value(s)
         except InvalidSchemaData:
             return s.data.decode("utf-8", "replace")
-        return json.dumps({side: _half_json(h) for side, h in zip(("key", "value"), halves)})
+        return json.dumps({"key": _half_json(key), "value": _half_json(value)})
     return s.data.decode("utf-8", "replace")
 
 

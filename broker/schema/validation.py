@@ -159,9 +159,9 @@ def validate(schema: SchemaData) -> None:
 
 __all__ = [
     "DEFINITION_BYTES_MAX",
+    "join_key_value",
     "parse_avro",
     "protobuf_native_root",
-    "join_key_value",
     "split_key_value",
     "validate",
 ]
