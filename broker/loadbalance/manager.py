@@ -188,6 +188,8 @@ class LoadManager:
         self._leader_changes = 0
         self._assigned = 0
         self._split = 0
+        # the last refusal of each bundle's split: logged once, not every round
+        self._split_refused: dict[str, str] = {}
         self._unloaded = 0
         self._dead = 0
         self._last_split_ms = 0.0
@@ -373,11 +375,20 @@ class LoadManager:
         for ns in {namespace_of(b) for b in stats}:
             counts[ns] = await self._actions.bundle_count(ns)
         done = 0
+        for gone in self._split_refused.keys() - stats.keys():
+            del self._split_refused[gone]
         for bundle, reason in bundles_to_split(stats, counts, self.config.split):
             owner = self.owner_of(bundle)
             if owner is None:
                 continue
-            log.info("splitting bundle %s on %s: %s", bundle, owner.broker_id, reason)
+            again = bundle in self._split_refused
+            log.log(
+                logging.DEBUG if again else logging.INFO,
+                "splitting bundle %s on %s: %s",
+                bundle,
+                owner.broker_id,
+                reason,
+            )
             try:
                 await self._actions.split(
                     owner,
@@ -386,8 +397,11 @@ class LoadManager:
                     self.config.auto_unload_split_bundles,
                 )
             except Exception as exc:
-                log.warning("split of %s failed: %s", bundle, exc)
+                if self._split_refused.get(bundle) != str(exc):
+                    log.warning("split of %s failed (retried each round): %s", bundle, exc)
+                self._split_refused[bundle] = str(exc)
                 continue
+            self._split_refused.pop(bundle, None)
             self.bundle_data.pop(bundle, None)
             self._split += 1
             done += 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import random
 from collections.abc import AsyncIterator
 
@@ -35,6 +36,7 @@ class Actions:
         self.probes = 0
         self.unloads: list[tuple[str, str]] = []
         self.splits: list[tuple[str, str, SplitAlgorithm, bool]] = []
+        self.split_refusal: Exception | None = None
 
     async def unload(self, owner: BrokerLoadReport, bundle: str) -> None:
         self.unloads.append((owner.broker_id, bundle))
@@ -42,6 +44,8 @@ class Actions:
     async def split(
         self, owner: BrokerLoadReport, bundle: str, algorithm: SplitAlgorithm, unload: bool
     ) -> None:
+        if self.split_refusal is not None:
+            raise self.split_refusal
         self.splits.append((owner.broker_id, bundle, algorithm, unload))
 
     async def bundle_count(self, namespace: str) -> int:
@@ -235,6 +239,23 @@ async def test_shedding_and_split_rounds_ask_the_owner(cluster: Cluster) -> None
         "t/n/0x80000000_0xffffffff",
     }
     assert all(s[2] is SplitAlgorithm.RANGE_EQUALLY_DIVIDE and s[3] for s in cluster.actions.splits)
+
+
+async def test_a_refused_split_is_logged_once_not_every_round(
+    cluster: Cluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    a = await cluster.broker("a", 50, {"t/n/0x00000000_0xffffffff": 30})
+    await wait_for(lambda: len(a.reports) == 1)
+    cluster.actions.split_refusal = ValueError("the bundle holds one topic")
+    with caplog.at_level(logging.INFO, logger="magnetar.broker.loadbalance.manager"):
+        assert await a.split_round() == 0
+        assert await a.split_round() == 0
+        assert await a.split_round() == 0
+    refused = [r for r in caplog.records if "split of" in r.getMessage()]
+    assert len(refused) == 1 and refused[0].levelno == logging.WARNING
+    assert len([r for r in caplog.records if "splitting bundle" in r.getMessage()]) == 1
+    cluster.actions.split_refusal = None
+    assert await a.split_round() == 1  # still retried each round
 
 
 async def test_a_bundle_keeps_its_placement_until_it_is_owned(cluster: Cluster) -> None:
