@@ -364,9 +364,10 @@ class SingleActiveConsumerDispatcher(Dispatcher):
             self._switch_timer = self.clock.call_later(
                 self.failover_delay_ms / 1000.0, self._switch_done
             )
-        for c in self.consumers:
-            if c.sink is not None:
-                c.sink.send_active_consumer_change(c, c is new)
+        if self.sub_type is SubType.FAILOVER:  # Pulsar tells Failover consumers only
+            for c in self.consumers:
+                if c.sink is not None:
+                    c.sink.send_active_consumer_change(c, c is new)
 
     def _switch_done(self) -> None:
         self._switch_timer = None

@@ -113,6 +113,8 @@ class NonPersistentSubscription:
         new = pick_active_consumer(self._consumers, self.partition_index)
         if new is not self._active:
             self._active = new
+            if self.sub_type is not SubType.FAILOVER:  # Pulsar tells Failover consumers only
+                return
             for c in self._consumers:
                 if c.sink is not None:
                     c.sink.send_active_consumer_change(c, c is new)

@@ -226,6 +226,7 @@ async def test_exclusive_admits_one_consumer_and_types_do_not_mix() -> None:
     assert busy.value.code == ServerError.ConsumerBusy
     with pytest.raises(SubscriptionError):
         sub.add_consumer(consumer(3, SubType.SHARED, sink))
+    assert sink.active == []  # ACTIVE_CONSUMER_CHANGE is for Failover only, as Pulsar
 
 
 async def test_closed_shared_consumer_returns_pending_to_others_without_count() -> None:
