@@ -108,7 +108,22 @@ def test_only_authorized_roles_use_the_bookies(
             assert consumer.receive(60_000).data() == b"written by an authorized role"
         finally:
             client.close()
-        good.stop()
+        good.kill()  # the next owner fences and recovers the ledger through the role check
+
+        again = BrokerProcess(
+            tmp_path, "broker-ok-2", metadata, extra_config=_broker_config(ca_path, broker_files)
+        )
+        made.append(again.start(timeout_s=60))
+        client = pulsar.Client(again.service_url, operation_timeout_seconds=60)
+        try:
+            producer = client.create_producer(topic, batching_enabled=False)
+            producer.send(b"after the hand-over")
+            reader = client.create_reader(topic, pulsar.MessageId.earliest)
+            got = [reader.read_next(60_000).data() for _ in range(2)]
+            assert got == [b"written by an authorized role", b"after the hand-over"]
+        finally:
+            client.close()
+        again.stop()
 
         bad = BrokerProcess(
             tmp_path, "broker-intruder", metadata, extra_config=_broker_config(ca_path, intruder)
