@@ -41,7 +41,7 @@ LEN = struct.Struct(">I")
 
 def _install_uvloop() -> None:
     try:
-        import uvloop  # noqa: PLC0415
+        import uvloop
     except ImportError:
         return
     uvloop.install()
@@ -215,9 +215,15 @@ def main() -> None:
             finally:
                 proc.kill()
                 proc.wait()
-            row = {"p50_us": _pct(xs, 0.5), "p99_us": _pct(xs, 0.99), "mean_us": round(sum(xs) / len(xs), 1)}
+            row = {
+                "p50_us": _pct(xs, 0.5),
+                "p99_us": _pct(xs, 0.99),
+                "mean_us": round(sum(xs) / len(xs), 1),
+            }
             results[mode].append(row)
-            print(f"{mode:12s} p50 {row['p50_us']:7.1f} µs  p99 {row['p99_us']:7.1f} µs", flush=True)
+            print(
+                f"{mode:12s} p50 {row['p50_us']:7.1f} µs  p99 {row['p99_us']:7.1f} µs", flush=True
+            )
     print(json.dumps({"count": args.count, "results": results}))
 
 
