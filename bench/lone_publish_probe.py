@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import bisect
+import itertools
 import json
 import os
 import shlex
@@ -152,8 +153,17 @@ def main() -> None:
     out = os.path.join(tmp, "broker-marks.json")
     fast = "1" if args.transport == "tcp" else "0"
     child = subprocess.Popen(
-        [sys.executable, __file__, "--serve", os.path.join(tmp, "d"), str(port), str(web)]
-        + [str(bookie), fast, out],
+        [
+            sys.executable,
+            __file__,
+            "--serve",
+            os.path.join(tmp, "d"),
+            str(port),
+            str(web),
+            str(bookie),
+            fast,
+            out,
+        ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -178,7 +188,7 @@ def main() -> None:
             i = bisect.bisect_left(xs, t0)
             ts.append(xs[i] if i < len(xs) and xs[i] <= t1 else None)
         present = [(n, t) for n, t in zip(names, ts, strict=True) if t is not None]
-        for (a, ta), (b, tb) in zip(present, present[1:], strict=False):
+        for (a, ta), (b, tb) in itertools.pairwise(present):
             per.setdefault(f"{a}->{b}", []).append((tb - ta) / 1000)
         per.setdefault("total", []).append((t1 - t0) / 1000)
     rows = {
