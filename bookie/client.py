@@ -1,5 +1,9 @@
 """``BookieClient``: one remote bookie over gRPC, as the broker's ledger layer uses it.
 
+Adds travel over the bookie's fast add port instead (``add_address``: a plain TCP connection
+carrying the same messages, framing in ``add_frames.py``, server in ``fast_add.py``) when the
+bookie announces one; everything else, and adds to bookies without one, over gRPC.
+
 Owns: the channel to one bookie, its long-lived ``Add`` stream, batching of adds into
 ``AddBatch`` messages, matching batched acks to the futures of the ``add``/``add_batch``
 calls, translation of gRPC failures into ``magnetar.bookie.errors`` types, and checksum

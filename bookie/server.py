@@ -17,6 +17,10 @@ Add stream (one per client connection), pipelined:
 - the writer awaits the queued batches strictly in order and, once the head is done, also
   takes every following batch that is already done, answering them in one ``AddResponse``
   (OK is implicit; only failures are listed, per entry or ``whole_batch``).
+The same Add stream is also carried by a plain TCP connection (``fast_add.py``): both
+transports go through ``open_add_stream`` / ``accept_batch`` / ``drain_done`` /
+``close_add_stream`` here, so checks, bounds, errors and counters are one code
+(``statistics()`` also counts the fast transport's streams and batches apart).
 Invariant: acks of one stream are sent in batch order; every received batch is answered
 unless the stream itself dies.
 """
