@@ -303,13 +303,23 @@ class _Stream:
     # -- failure ----------------------------------------------------------------------------
 
     def fail(self, error: BookieError) -> None:
-        """Break the stream: fail every queued and in-flight add with ``error``."""
+        """Break the stream: fail every queued and in-flight add with ``error`` (except when
+        the fast add port could not be reached: nothing was sent, they move to gRPC)."""
         if self.broken is not None:
             return
         self.broken = error
         self.owner._on_stream_failed(self.call)
         if self.owner._stream is self:
             self.owner._stream = None
+        call = self.call
+        if isinstance(call, _FastAddCall) and call.connect_failed and not self.owner._closed:
+            # no byte reached the bookie: the same adds, in the same order, over gRPC
+            chunks = [c for _, cs, _ in self.inflight for c in cs]
+            chunks.extend(self.queue)
+            self.inflight.clear()
+            self.queue.clear()
+            self.inflight_entries = self.queued_entries = self.queued_bytes = 0
+            self.owner._requeue(chunks)
         count = 0
         for _, chunks, _ in self.inflight:
             for chunk in chunks:
@@ -483,8 +493,9 @@ class BookieClient:
         fast_add_retry_ms: int = 30_000,
     ) -> None:
         """``add_address``: the bookie's fast add port (``host:port``, announced in its
-        registration): Add streams use it; after a failed connection to it, the next streams
-        use gRPC for ``fast_add_retry_ms``. None: adds over the gRPC ``Add`` stream."""
+        registration): Add streams use it; when a connection to it cannot be made, the adds
+        queued on it (none of which was sent) move to a gRPC stream, and streams use gRPC
+        for ``fast_add_retry_ms``. None: adds over the gRPC ``Add`` stream."""
         self._address = address
         self._add_address = add_address
         self.fast_add_retry_ms = fast_add_retry_ms
@@ -632,6 +643,23 @@ class BookieClient:
                 self._add_address,
                 self.fast_add_retry_ms,
             )
+
+    def _requeue(self, chunks: list[_Chunk]) -> None:
+        """Queue adds that a broken stream never sent on a new stream, in their order."""
+        if not chunks:
+            return
+        try:
+            stream = self._stream or self._open_stream()
+        except BookieError as exc:
+            for chunk in chunks:
+                if not chunk.future.done():
+                    chunk.future.set_exception(exc)
+            return
+        for chunk in chunks:
+            stream.queue.append(chunk)
+            stream.queued_entries += chunk.count
+            stream.queued_bytes += chunk.nbytes
+        stream.wake.set()
 
     def _open_stream(self) -> _Stream:
         call: Any
