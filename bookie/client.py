@@ -372,6 +372,8 @@ class _FastAddCall(asyncio.Protocol):
         self._writable: asyncio.Future[None] | None = None
         host, _, port = address.rpartition(":")
         self._connecting = asyncio.ensure_future(self._connect(host, int(port)))
+        # its failure is reported through ``ended``; never an unretrieved task exception
+        self._connecting.add_done_callback(_retrieve)
 
     async def _connect(self, host: str, port: int) -> None:
         try:
@@ -441,6 +443,11 @@ class _FastAddCall(asyncio.Protocol):
     def cancel(self) -> None:
         self._connecting.cancel()
         self._end(BookieUnavailable(f"fast add connection to {self.address} cancelled"))
+
+
+def _retrieve(fut: asyncio.Future[Any]) -> None:
+    if not fut.cancelled():
+        fut.exception()
 
 
 def _fail_chunks(chunks: list[_Chunk], failures: list[pb.AddFailure]) -> None:
