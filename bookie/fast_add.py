@@ -96,12 +96,16 @@ class _AddConnection(asyncio.Protocol):
         except FrameError as exc:
             frames = []
             state.error = str(exc)
-        for _, message in frames:
-            if not service.accept_batch(state, message):
-                break
-            codes = state.pending[-1][3]
-            if isinstance(codes, asyncio.Future) and not codes.done():
-                codes.add_done_callback(self._on_done)
+        try:
+            for _, message in frames:
+                if not service.accept_batch(state, message):
+                    break
+                codes = state.pending[-1][3]
+                if isinstance(codes, asyncio.Future) and not codes.done():
+                    codes.add_done_callback(self._on_done)
+        except Exception as exc:  # a bug must end this connection, not the bookie
+            log.exception("fast add connection %s failed", self.peer)
+            state.error = f"bookie failed reading the batch: {exc!r}"
         if state.error is not None:
             log.warning("fast add connection %s refused: %s", self.peer, state.error)
             self.closing = True
