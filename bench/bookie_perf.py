@@ -219,6 +219,8 @@ def wait_healthy(address: str, proc: subprocess.Popen[bytes] | None, timeout_s: 
 def start_bookie(args: argparse.Namespace) -> tuple[subprocess.Popen[bytes], str, str]:
     data_dir = args.data_dir or tempfile.mkdtemp(prefix="bookie-perf-")
     port = free_port()
+    if args.transport == "tcp":
+        args.fast_add_port = free_port()
     cmd = [
         sys.executable,
         "-m",
@@ -236,6 +238,8 @@ def start_bookie(args: argparse.Namespace) -> tuple[subprocess.Popen[bytes], str
     ]
     if args.bookie_config:
         cmd += ["--config", args.bookie_config]
+    if args.transport == "tcp":
+        cmd += ["--fast-add-port", str(args.fast_add_port)]
     log_path = os.path.join(data_dir, "bookie.log")
     print(f"# bookie: {shlex.join(cmd)}  (log: {log_path})", flush=True)
     with open(log_path, "ab") as log:
@@ -256,10 +260,16 @@ async def main_async(args: argparse.Namespace) -> list[Result]:
         scratch = None if args.data_dir else data_dir
     if args.profile_bookie and proc is not None:
         print(f"# bookie pid {proc.pid} (profile it with py-spy)", flush=True)
+    add_address = None
+    if args.transport == "tcp":
+        if args.fast_add_port is None:
+            raise SystemExit("--transport tcp with --bookie needs --fast-add-port")
+        add_address = f"{address.rpartition(':')[0]}:{args.fast_add_port}"
     client = BookieClient(
         address,
         max_batch_entries=args.batch_entries,
         max_batch_bytes=args.batch_bytes,
+        add_address=add_address,
     )
     spy: subprocess.Popen[bytes] | None = None
     results: list[Result] = []
@@ -434,6 +444,13 @@ def main() -> int:
     p.add_argument("--warmup-seconds", type=float, default=1.0)
     p.add_argument("--matrix", action="store_true", help="100 B/1 KB/64 KB x 1/16/256")
     p.add_argument("--bookie", help="host:port of a running bookie (default: start one)")
+    p.add_argument(
+        "--transport",
+        choices=["grpc", "tcp"],
+        default="grpc",
+        help="Add stream over gRPC or the bookie's fast add port (bookie/fast_add.py)",
+    )
+    p.add_argument("--fast-add-port", type=int, help="with --bookie and --transport tcp")
     p.add_argument("--data-dir", help="where the started bookie keeps its data (default: tmp)")
     p.add_argument("--storage", choices=["disk", "memory"], default="disk")
     p.add_argument("--bookie-config", help="YAML config for the started bookie (engine: ...)")
@@ -502,6 +519,7 @@ def main() -> int:
         baseline=args.baseline,
         load_avg_1m=os.getloadavg()[0],
         storage=args.storage,
+        transport=args.transport,
         bookie=args.bookie or "started",
         batch_entries=args.batch_entries,
         journal_fsync=True,

@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
-import functools
 import gc
 import json
 import os
@@ -30,6 +29,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
 from support.bookies import BookieFactory  # noqa: E402
+from support.net import free_port  # noqa: E402
 from support.zookeeper import ZooKeeperServer  # noqa: E402
 
 from magnetar.bookie import client as bookie_client  # noqa: E402
@@ -94,6 +94,7 @@ class InstantBookieClient:
 async def run(
     args: argparse.Namespace, url: str, bookie_pids: list[int | None]
 ) -> dict[str, object]:
+    made: list[ManagedLedgerFactory] = []
     if args.in_process_bookies:
         server = MemoryMetadataServer()
         FakeBookieCluster(server, count=args.bookies)  # registrations only
@@ -101,7 +102,16 @@ async def run(
         client_factory: Any = InstantBookieClient
     else:
         store = await open_metadata_store(url)
-        client_factory = functools.partial(BookieClient, max_batch_entries=args.max_batch_entries)
+
+        def client_factory(address: str) -> BookieClient:
+            # --transport tcp: the fast add port each bookie announces in its registration
+            add_address = None
+            if args.transport == "tcp":
+                add_address = made[0].ledger_client.registry.add_address(address)
+            return BookieClient(
+                address, max_batch_entries=args.max_batch_entries, add_address=add_address
+            )
+
     deadline = time.monotonic() + 30
     while len(await store.children(paths.AVAILABLE_BOOKIES)) < args.bookies:
         if time.monotonic() > deadline:
@@ -115,6 +125,8 @@ async def run(
         retention_size_bytes=-1,
     )
     factory = ManagedLedgerFactory(store, client_factory, config)
+    if not args.in_process_bookies:
+        made.append(factory)
     ml = await factory.open(f"bench/ns/persistent/perf-{uuid.uuid4().hex[:8]}")
     configure_gc(args.gc)
     gc_timer = GcTimer()
@@ -134,7 +146,7 @@ async def run(
     bookie_cpu0 = 0.0
     t_start = loop.time()
     add_nowait = ml.add_nowait
-    now = loop.time
+    now = time.perf_counter  # uvloop's loop.time() only has millisecond resolution
 
     # Closed loop without a semaphore (its cost is not the ledger's): every completion
     # issues the next add from its callback, so completions delivered together issue their
@@ -200,6 +212,7 @@ async def run(
     await factory.close()
     await store.close()
     return {
+        "transport": args.transport,
         "adds_per_s": round(measured / elapsed, 1),
         "mb_per_s": round(measured * args.entry_bytes / elapsed / 1e6, 2),
         "p50_ms": round(percentile(latencies, 0.50), 2),
@@ -277,6 +290,12 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     p.add_argument("--bookies", type=int, default=2)
+    p.add_argument(
+        "--transport",
+        choices=["grpc", "tcp"],
+        default="grpc",
+        help="adds over gRPC or each bookie's fast add port (bookie/fast_add.py)",
+    )
     p.add_argument("--ensemble", type=int, default=2)
     p.add_argument("--write-quorum", type=int, default=2)
     p.add_argument("--ack-quorum", type=int, default=2)
@@ -338,7 +357,10 @@ def main() -> None:
         factory = BookieFactory(pathlib.Path(tmp) / "bookies")
         try:
             url = f"{zk.url}/bench-{uuid.uuid4().hex[:8]}"
-            procs = factory.start_many(args.bookies, metadata=url)
+            extra = (
+                (lambda: ["--fast-add-port", str(free_port())]) if args.transport == "tcp" else list
+            )
+            procs = [factory.start(metadata=url, extra_args=extra()) for _ in range(args.bookies)]
             if args.loop == "uvloop":
                 import uvloop
 

@@ -1,5 +1,9 @@
 """``BookieClient``: one remote bookie over gRPC, as the broker's ledger layer uses it.
 
+Adds travel over the bookie's fast add port instead (``add_address``: a plain TCP connection
+carrying the same messages, framing in ``add_frames.py``, server in ``fast_add.py``) when the
+bookie announces one; everything else, and adds to bookies without one, over gRPC.
+
 Owns: the channel to one bookie, its long-lived ``Add`` stream, batching of adds into
 ``AddBatch`` messages, matching batched acks to the futures of the ``add``/``add_batch``
 calls, translation of gRPC failures into ``magnetar.bookie.errors`` types, and checksum
@@ -30,7 +34,9 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import logging
+import socket
 import struct
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -39,7 +45,15 @@ from typing import Any, TypeVar
 
 import crc32c
 import grpc
+from google.protobuf.message import DecodeError
 
+from magnetar.bookie.add_frames import (
+    KIND_ERROR,
+    MAGIC,
+    FrameError,
+    FrameReader,
+)
+from magnetar.bookie.add_frames import LENGTH as _FRAME_LENGTH
 from magnetar.bookie.api import NO_ENTRY_ID, AddRequest, BookieInfo, Entry, EntryToAdd
 from magnetar.bookie.errors import (
     BadRequest,
@@ -86,6 +100,8 @@ class BookieClientStatistics:
     acks_received: int
     streams_opened: int
     stream_failures: int
+    fast_add_streams_opened: int = 0
+    """Add streams opened over the bookie's fast add transport (the others: gRPC)."""
 
 
 AddEntryLike = EntryToAdd
@@ -179,7 +195,13 @@ class _Stream:
         self.wake = asyncio.Event()
         self.broken: BookieError | None = None
         self.sender = asyncio.create_task(self._send_loop(), name=f"bookie-add-send {owner}")
-        self.receiver = asyncio.create_task(self._recv_loop(), name=f"bookie-add-recv {owner}")
+        if isinstance(call, _FastAddCall):
+            # responses are handled as they arrive (no reader task); the task waits for the end
+            call.on_response = self._on_response
+            receiver = self._await_end(call)
+        else:
+            receiver = self._recv_loop()
+        self.receiver = asyncio.create_task(receiver, name=f"bookie-add-recv {owner}")
 
     # -- sending ----------------------------------------------------------------------------
 
@@ -252,6 +274,9 @@ class _Stream:
         except Exception as exc:
             self.fail(_translate(exc))
 
+    async def _await_end(self, call: _FastAddCall) -> None:
+        self.fail(await call.ended)
+
     def _on_response(self, resp: pb.AddResponse) -> None:
         last = resp.last_batch_id
         inflight = self.inflight
@@ -278,13 +303,23 @@ class _Stream:
     # -- failure ----------------------------------------------------------------------------
 
     def fail(self, error: BookieError) -> None:
-        """Break the stream: fail every queued and in-flight add with ``error``."""
+        """Break the stream: fail every queued and in-flight add with ``error`` (except when
+        the fast add port could not be reached: nothing was sent, they move to gRPC)."""
         if self.broken is not None:
             return
         self.broken = error
-        self.owner._stream_failures += 1
+        self.owner._on_stream_failed(self.call)
         if self.owner._stream is self:
             self.owner._stream = None
+        call = self.call
+        if isinstance(call, _FastAddCall) and call.connect_failed and not self.owner._closed:
+            # no byte reached the bookie: the same adds, in the same order, over gRPC
+            chunks = [c for _, cs, _ in self.inflight for c in cs]
+            chunks.extend(self.queue)
+            self.inflight.clear()
+            self.queue.clear()
+            self.inflight_entries = self.queued_entries = self.queued_bytes = 0
+            self.owner._requeue(chunks)
         count = 0
         for _, chunks, _ in self.inflight:
             for chunk in chunks:
@@ -318,6 +353,101 @@ class _Stream:
         if self.inflight:
             return self.inflight[0][2]
         return None
+
+
+class _FastAddCall(asyncio.Protocol):
+    """A connection to the bookie's fast add port (framing: ``add_frames.py``), shaped like
+    the gRPC call ``_Stream`` drives: ``write`` (awaits the connection, then flow control),
+    ``cancel``; each ``AddResponse`` goes straight to ``on_response`` as it is read (no task
+    hop); ``ended`` resolves with the error that ended the connection."""
+
+    def __init__(self, address: str, loop: asyncio.AbstractEventLoop) -> None:
+        self.address = address
+        self.loop = loop
+        self.reader = FrameReader(expect_magic=False, with_kind=True)
+        self.on_response: Callable[[pb.AddResponse], None] | None = None
+        self.ended: asyncio.Future[BookieError] = loop.create_future()
+        self.connect_failed = False
+        self.transport: Any = None
+        self._writable: asyncio.Future[None] | None = None
+        host, _, port = address.rpartition(":")
+        self._connecting = asyncio.ensure_future(self._connect(host, int(port)))
+        # its failure is reported through ``ended``; never an unretrieved task exception
+        self._connecting.add_done_callback(_retrieve)
+
+    async def _connect(self, host: str, port: int) -> None:
+        try:
+            await self.loop.create_connection(lambda: self, host, port)
+        except OSError as exc:
+            self.connect_failed = True
+            err = BookieUnavailable(f"bookie fast add port {self.address} unreachable: {exc}")
+            self._end(err)
+            raise err from None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.transport.write(MAGIC)
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            frames = self.reader.frames(data)
+            for kind, body in frames:
+                if kind == KIND_ERROR:
+                    err = pb.StatusResponse.FromString(body)
+                    self._end(
+                        BookieError.for_code(
+                            err.status, f"bookie ended the fast add connection: {err.message}"
+                        )
+                    )
+                    return
+                resp = pb.AddResponse.FromString(body)
+                if self.on_response is not None:
+                    self.on_response(resp)
+        except (FrameError, DecodeError) as exc:
+            self._end(BookieUnavailable(f"bookie {self.address} sent a broken frame: {exc}"))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._end(BookieUnavailable(f"bookie {self.address} closed the fast add connection"))
+
+    def pause_writing(self) -> None:
+        if self._writable is None:
+            self._writable = self.loop.create_future()
+
+    def resume_writing(self) -> None:
+        waiter, self._writable = self._writable, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def _end(self, error: BookieError) -> None:
+        if not self.ended.done():
+            self.ended.set_result(error)
+        if self.transport is not None:
+            self.transport.abort()
+        self.resume_writing()
+
+    async def write(self, message: bytes) -> None:
+        if self.transport is None:
+            await self._connecting
+        if self.ended.done():
+            raise self.ended.result()
+        self.transport.writelines((_FRAME_LENGTH.pack(len(message)), message))
+        while self._writable is not None:
+            await self._writable
+            if self.ended.done():
+                raise self.ended.result()
+
+    def cancel(self) -> None:
+        self._connecting.cancel()
+        self._end(BookieUnavailable(f"fast add connection to {self.address} cancelled"))
+
+
+def _retrieve(fut: asyncio.Future[Any]) -> None:
+    if not fut.cancelled():
+        fut.exception()
 
 
 def _fail_chunks(chunks: list[_Chunk], failures: list[pb.AddFailure]) -> None:
@@ -366,8 +496,18 @@ class BookieClient:
         max_pending_adds: int = 200_000,
         clock: Clock | None = None,
         tls: GrpcTls | None = None,
+        add_address: str | None = None,
+        fast_add_retry_ms: int = 30_000,
     ) -> None:
+        """``add_address``: the bookie's fast add port (``host:port``, announced in its
+        registration): Add streams use it; when a connection to it cannot be made, the adds
+        queued on it (none of which was sent) move to a gRPC stream, and streams use gRPC
+        for ``fast_add_retry_ms``. None: adds over the gRPC ``Add`` stream."""
         self._address = address
+        self._add_address = add_address
+        self.fast_add_retry_ms = fast_add_retry_ms
+        self._fast_add_retry_at = 0.0
+        self._fast_streams_opened = 0
         self._tls = tls
         self.timeout_ms = timeout_ms
         self.add_timeout_ms = add_timeout_ms
@@ -404,6 +544,7 @@ class BookieClient:
             acks_received=self._acks,
             streams_opened=self._streams_opened,
             stream_failures=self._stream_failures,
+            fast_add_streams_opened=self._fast_streams_opened,
         )
 
     def _get_stub(self) -> pb_grpc.BookieStub:
@@ -492,13 +633,58 @@ class BookieClient:
             wake.set()
         return fut
 
+    @property
+    def add_transport(self) -> str:
+        """What the next Add stream uses: "tcp" (the fast add port) or "grpc"."""
+        if self._add_address is not None and self.clock.monotonic_ms() >= self._fast_add_retry_at:
+            return "tcp"
+        return "grpc"
+
+    def _on_stream_failed(self, call: Any) -> None:
+        self._stream_failures += 1
+        if isinstance(call, _FastAddCall) and call.connect_failed:
+            self._fast_add_retry_at = self.clock.monotonic_ms() + self.fast_add_retry_ms
+            log.warning(
+                "bookie %s: fast add port %s unreachable, adds use gRPC for %d ms",
+                self._address,
+                self._add_address,
+                self.fast_add_retry_ms,
+            )
+
+    def _requeue(self, chunks: list[_Chunk]) -> None:
+        """Queue adds that a broken stream never sent on a new stream, in their order."""
+        if not chunks:
+            return
+        try:
+            stream = self._stream or self._open_stream()
+        except BookieError as exc:
+            for chunk in chunks:
+                if not chunk.future.done():
+                    chunk.future.set_exception(exc)
+            return
+        for chunk in chunks:
+            stream.queue.append(chunk)
+            stream.queued_entries += chunk.count
+            stream.queued_bytes += chunk.nbytes
+        stream.wake.set()
+
     def _open_stream(self) -> _Stream:
-        self._get_stub()
-        assert self._channel is not None
-        # messages are built by ``_Stream._build``: the stream takes wire bytes as they are
-        call = self._channel.stream_stream(
-            ADD_METHOD, request_serializer=None, response_deserializer=pb.AddResponse.FromString
-        )(None)
+        call: Any
+        if self.add_transport == "tcp":
+            if self._closed:
+                raise BookieUnavailable(f"client for {self._address} is closed")
+            assert self._add_address is not None
+            call = _FastAddCall(self._add_address, asyncio.get_running_loop())
+            self._fast_streams_opened += 1
+        else:
+            self._get_stub()
+            assert self._channel is not None
+            # messages are built by ``_Stream._build``: the stream takes wire bytes as they are
+            call = self._channel.stream_stream(
+                ADD_METHOD,
+                request_serializer=None,
+                response_deserializer=pb.AddResponse.FromString,
+            )(None)
         stream = _Stream(self, call)
         self._stream = stream
         self._streams_opened += 1

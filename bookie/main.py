@@ -32,6 +32,7 @@ from typing import Any, Protocol
 
 from magnetar import settings
 from magnetar.bookie.api import BookieStorage
+from magnetar.bookie.fast_add import FastAddServer
 from magnetar.bookie.registration import (
     BookieRegistration,
     CookieError,
@@ -64,6 +65,11 @@ class BookieConfig:
     advertised_address: str | None = None
     bookie_id: str | None = None
     http_port: int | None = None
+    fast_add_port: int = 0
+    """Port of the fast add transport (``bookie/fast_add.py``: the Add stream over plain TCP,
+    announced in the registration as ``fast_add_port``; brokers with
+    ``bookkeeper_fast_add_enabled`` send adds there). 0: disabled, adds over gRPC only.
+    Plaintext: refused together with TLS (``tls_certificate_path``)."""
     storage: str = "disk"  # "disk" (the engine) or "memory" (testing; nothing durable)
     max_entry_bytes: int = MAX_ENTRY_BYTES
     journal_sync: bool = True
@@ -140,6 +146,11 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     p.add_argument("--port", type=int, help="gRPC port (default 3181; 0 picks a free one)")
     p.add_argument("--advertised-address", help="host:port published in the registration")
     p.add_argument("--bookie-id", help="stable identity (default: the advertised address)")
+    p.add_argument(
+        "--fast-add-port",
+        type=int,
+        help="port of the fast add transport (plain TCP beside gRPC; default 0: disabled)",
+    )
     p.add_argument(
         "--http-port", type=int, help="HTTP port for /metrics and /health (default: none)"
     )
@@ -428,6 +439,7 @@ async def run(
     store: MetadataStore | None = None
     engine: _Engine | None = None
     server: BookieServer | None = None
+    fast_add: FastAddServer | None = None
     registration: BookieRegistration | None = None
     metrics: Any = None
     tasks: list[asyncio.Task[Any]] = []
@@ -468,8 +480,16 @@ async def run(
                 tls.server_credentials()  # unreadable files refuse the start, clearly
             except ValueError as exc:
                 raise StartRefused(str(exc)) from exc
+        if tls is not None and config.fast_add_port:
+            raise StartRefused(
+                "fast_add_port is a plaintext transport: it cannot be combined with TLS "
+                "(tls_certificate_path); set fast_add_port=0 (brokers then add over gRPC/TLS)"
+            )
         server = BookieServer(service, config.host, config.port, tls=tls)
         await server.start()
+        if config.fast_add_port:
+            fast_add = FastAddServer(service, config.host, config.fast_add_port)
+            await fast_add.start()
         if config.http_port:
             from magnetar.bookie.metrics import MetricsServer
 
@@ -481,7 +501,7 @@ async def run(
                 address=config.address,
                 instance_id=cookie.instance_id,
                 http_port=config.http_port,
-                extra={"rack": config.bookie_rack} if config.bookie_rack else {},
+                extra=registration_extra(config, fast_add),
             )
             metadata_url = config.metadata
 
@@ -520,6 +540,9 @@ async def run(
         log.info("shutting down bookie_id=%s", bookie_id)
         # Stop taking new adds; in-flight batches finish (their acks are sent).
         service.begin_shutdown()
+        if fast_add is not None:
+            await fast_add.stop(config.shutdown_grace_s)
+            fast_add = None
         await server.stop(config.shutdown_grace_s)
         server = None
         return EXIT_OK
@@ -531,6 +554,8 @@ async def run(
                 log.exception("sidecar stop failed")
         for task in tasks:
             task.cancel()
+        if fast_add is not None:
+            await fast_add.stop(0)
         if server is not None:
             await server.stop(0)
         if metrics is not None:
@@ -547,6 +572,17 @@ async def run(
                 await store.close()
         lock.release()
         log.info("bookie stopped bookie_id=%s", bookie_id)
+
+
+def registration_extra(config: BookieConfig, fast_add: FastAddServer | None) -> dict[str, Any]:
+    """The registration's optional fields: ``rack``, and ``fast_add_port`` when the fast add
+    transport is served (a broker that finds none adds over gRPC: older bookies announce none)."""
+    extra: dict[str, Any] = {}
+    if config.bookie_rack:
+        extra["rack"] = config.bookie_rack
+    if fast_add is not None:
+        extra["fast_add_port"] = fast_add.port
+    return extra
 
 
 SWITCH_INTERVAL_S = 0.0005

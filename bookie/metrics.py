@@ -51,6 +51,18 @@ def render(service: BookieService, storage: BookieStorage) -> str:
     metric("bookkeeper_server_READ_ENTRY_count", "counter", stats.reads, "read requests")
     metric("bookkeeper_server_BAD_REQUEST_count", "counter", stats.bad_requests, "bad requests")
     metric("bookie_add_streams", "gauge", stats.add_streams_open, "open Add streams")
+    metric(
+        "bookie_fast_add_connections",
+        "gauge",
+        stats.fast_add_connections_open,
+        "open Add streams on the fast add port (also in bookie_add_streams)",
+    )
+    metric(
+        "bookie_fast_add_BATCH_count",
+        "counter",
+        stats.fast_add_batches_received,
+        "batches received on the fast add port (also in bookkeeper_server_ADD_BATCH_count)",
+    )
     metric("bookie_WRITE_BYTES", "counter", stats.add_bytes_received, "bytes of entries added")
     metric("bookie_READ_BYTES", "counter", stats.read_bytes_sent, "bytes of entries read")
     from magnetar.bookie.core import Bookie

@@ -17,6 +17,10 @@ Add stream (one per client connection), pipelined:
 - the writer awaits the queued batches strictly in order and, once the head is done, also
   takes every following batch that is already done, answering them in one ``AddResponse``
   (OK is implicit; only failures are listed, per entry or ``whole_batch``).
+The same Add stream is also carried by a plain TCP connection (``fast_add.py``): both
+transports go through ``open_add_stream`` / ``accept_batch`` / ``drain_done`` /
+``close_add_stream`` here, so checks, bounds, errors and counters are one code
+(``statistics()`` also counts the fast transport's streams and batches apart).
 Invariant: acks of one stream are sent in batch order; every received batch is answered
 unless the stream itself dies.
 """
@@ -86,6 +90,9 @@ class ServiceStatistics:
     bad_requests: int
     add_bytes_received: int = 0
     read_bytes_sent: int = 0
+    fast_add_connections_open: int = 0
+    """Add streams carried by the fast TCP transport (``fast_add.py``), also in the totals."""
+    fast_add_batches_received: int = 0
 
 
 def _entry_pb(entry: Entry) -> pb.Entry:
@@ -98,12 +105,21 @@ def _entry_pb(entry: Entry) -> pb.Entry:
     )
 
 
-class _AddStream:
+class AddStreamState:
     """State of one Add stream: ordered queue of in-flight batches."""
 
-    __slots__ = ("error", "inflight_bytes", "pending", "reading_done", "space", "wake")
+    __slots__ = (
+        "error",
+        "inflight_bytes",
+        "pending",
+        "reading_done",
+        "space",
+        "transport",
+        "wake",
+    )
 
-    def __init__(self) -> None:
+    def __init__(self, transport: str = "grpc") -> None:
+        self.transport = transport
         # (batch_id, entry count, size in bytes, codes: see ``BookieService._submit``)
         self.pending: collections.deque[tuple[int, int, int, _Codes]] = collections.deque()
         self.wake = asyncio.Event()
@@ -149,7 +165,10 @@ class BookieService(pb_grpc.BookieServicer):
         # Health answers serving=False until the process finished starting (registration).
         self.ready = True
         self._draining = False
-        self._streams: set[_AddStream] = set()
+        self._streams: set[AddStreamState] = set()
+        self._fast_streams_open = 0
+        self._fast_batches = 0
+        self._drain_hooks: list[Callable[[], None]] = []
 
     def begin_shutdown(self) -> None:
         """Refuse new adds (READ_ONLY) and end every Add stream once its in-flight batches
@@ -158,6 +177,12 @@ class BookieService(pb_grpc.BookieServicer):
         self._draining = True
         for state in self._streams:
             state.wake.set()
+        for hook in self._drain_hooks:
+            hook()
+
+    def on_begin_shutdown(self, hook: Callable[[], None]) -> None:
+        """Call ``hook`` from ``begin_shutdown`` (other transports end their streams)."""
+        self._drain_hooks.append(hook)
 
     def statistics(self) -> ServiceStatistics:
         return ServiceStatistics(
@@ -170,6 +195,8 @@ class BookieService(pb_grpc.BookieServicer):
             bad_requests=self._bad_requests,
             add_bytes_received=self._add_bytes,
             read_bytes_sent=self._read_bytes,
+            fast_add_connections_open=self._fast_streams_open,
+            fast_add_batches_received=self._fast_batches,
         )
 
     # -- Add --------------------------------------------------------------------------------
@@ -242,30 +269,63 @@ class BookieService(pb_grpc.BookieServicer):
         log.warning("malformed add batch %d: %s", batch_id, exc)
         return BadRequest(f"malformed add batch: {exc}")
 
-    async def _read_adds(self, request_iterator: AsyncIterator[bytes], state: _AddStream) -> None:
+    # -- one Add stream, whatever carries it (gRPC here, a TCP connection: fast_add.py) ----
+
+    def open_add_stream(self, transport: str = "grpc") -> AddStreamState:
+        """Register a new Add stream (``transport``: "grpc" or "tcp", counted apart)."""
+        state = AddStreamState(transport)
+        self._streams_open += 1
+        if transport != "grpc":
+            self._fast_streams_open += 1
+        self._streams.add(state)
+        return state
+
+    def close_add_stream(self, state: AddStreamState) -> None:
+        if state in self._streams:
+            self._streams.discard(state)
+            self._streams_open -= 1
+            if state.transport != "grpc":
+                self._fast_streams_open -= 1
+
+    def accept_batch(self, state: AddStreamState, data: bytes) -> bool:
+        """Take one raw ``AddBatch`` message off a stream: submit it and queue its result.
+        False (with ``state.error`` set) if the message itself is unreadable: the stream
+        must end. The caller keeps ``has_space`` true before calling (back-pressure)."""
+        try:
+            batch = parse_batch_header(data)
+        except MalformedBatch as exc:
+            self._bad_requests += 1
+            state.error = f"malformed AddBatch message: {exc}"
+            log.warning("add stream ended: %s", state.error)
+            return False
+        self._batches += 1
+        if state.transport != "grpc":
+            self._fast_batches += 1
+        n, size, codes = self._submit(batch, data)
+        self._entries += n
+        self._add_bytes += size
+        state.pending.append((batch.batch_id, n, size, codes))
+        state.inflight_bytes += size
+        return True
+
+    def has_space(self, state: AddStreamState) -> bool:
+        return (
+            len(state.pending) < self.max_inflight_batches
+            and state.inflight_bytes < self.max_inflight_bytes
+        )
+
+    async def _read_adds(
+        self, request_iterator: AsyncIterator[bytes], state: AddStreamState
+    ) -> None:
         try:
             async for data in request_iterator:
                 # Raw message bytes (the Add method has no request deserializer): the header
                 # fields are read by hand and ``packed`` stays a view of ``data``.
-                try:
-                    batch = parse_batch_header(data)
-                except MalformedBatch as exc:
-                    self._bad_requests += 1
-                    state.error = f"malformed AddBatch message: {exc}"
-                    log.warning("add stream ended: %s", state.error)
-                    return
-                while (
-                    len(state.pending) >= self.max_inflight_batches
-                    or state.inflight_bytes >= self.max_inflight_bytes
-                ):
+                while not self.has_space(state):
                     state.space.clear()
                     await state.space.wait()
-                self._batches += 1
-                n, size, codes = self._submit(batch, data)
-                self._entries += n
-                self._add_bytes += size
-                state.pending.append((batch.batch_id, n, size, codes))
-                state.inflight_bytes += size
+                if not self.accept_batch(state, data):
+                    return
                 state.wake.set()
         finally:
             state.reading_done = True
@@ -274,9 +334,7 @@ class BookieService(pb_grpc.BookieServicer):
     async def Add(
         self, request_iterator: AsyncIterator[bytes], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.AddResponse]:
-        state = _AddStream()
-        self._streams_open += 1
-        self._streams.add(state)
+        state = self.open_add_stream("grpc")
         reader = asyncio.create_task(self._read_adds(request_iterator, state))
         try:
             while True:
@@ -292,7 +350,7 @@ class BookieService(pb_grpc.BookieServicer):
                         await asyncio.shield(head)
                     except Exception:
                         pass
-                yield self._drain_done(state)
+                yield self.drain_done(state)
             if reader.done() and not reader.cancelled() and reader.exception() is not None:
                 exc = reader.exception()
                 log.debug("add stream ended: %r", exc)
@@ -300,11 +358,17 @@ class BookieService(pb_grpc.BookieServicer):
                 # Earlier batches are answered above; the client fails what it has in flight.
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT, state.error)
         finally:
-            self._streams_open -= 1
-            self._streams.discard(state)
+            self.close_add_stream(state)
             reader.cancel()
 
-    def _drain_done(self, state: _AddStream) -> pb.AddResponse:
+    def head_done(self, state: AddStreamState) -> bool:
+        """Is the oldest queued batch of ``state`` answered (so ``drain_done`` has work)?"""
+        if not state.pending:
+            return False
+        head = state.pending[0][3]
+        return not isinstance(head, asyncio.Future) or head.done()
+
+    def drain_done(self, state: AddStreamState) -> pb.AddResponse:
         """Pop the head and every following finished batch into one response."""
         resp = pb.AddResponse()
         first = True
@@ -585,6 +649,7 @@ __all__ = [
     "MAX_ENTRY_BYTES",
     "MAX_MESSAGE_BYTES",
     "MAX_READ_BYTES",
+    "AddStreamState",
     "BookieServer",
     "BookieService",
     "ServiceStatistics",

@@ -163,6 +163,13 @@ def _standalone_arguments(parser: argparse.ArgumentParser) -> None:
         help="first bookie's HTTP port for /metrics and /health (then +1 each; "
         "BookKeeper's default is 8000; 0 = none)",
     )
+    parser.add_argument(
+        "--bookie-fast-add-port",
+        type=int,
+        default=None,
+        help="first bookie's fast add port (then +1 each; 0 = none; default: a free port "
+        "per bookie when bookkeeper_fast_add_enabled, the default)",
+    )
 
 
 def _standalone_run(args: argparse.Namespace) -> int:
@@ -188,6 +195,7 @@ def _standalone_run(args: argparse.Namespace) -> int:
             bookie_port=args.bookie_port,
             log_level=args.log_level,
             bookie_http_port=args.bookie_http_port,
+            bookie_fast_add_port=args.bookie_fast_add_port,
         )
     )
 

@@ -67,6 +67,9 @@ class BrokerConfig:
     managed_ledger_cache_eviction_time_threshold_millis: int = 1000
     managed_ledger_cache_eviction_interval_ms: int = 10
     managed_ledger_cursor_backlogged_threshold: int = 1000
+    # adds over the bookies' fast add transport (plain TCP, bookie/fast_add.py) where they
+    # announce one (fast_add_port), else over the gRPC Add stream; never with bookie TLS
+    bookkeeper_fast_add_enabled: bool = True
     # placement of ledger ensembles on bookies that announce a rack (bookie_rack)
     bookkeeper_client_min_num_racks_per_write_quorum: int = 2
     bookkeeper_client_enforce_min_num_racks_per_write_quorum: bool = False

@@ -28,6 +28,7 @@ import logging
 import os
 import pathlib
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -54,6 +55,13 @@ class StandaloneError(Exception):
     """Standalone could not start (a bookie failed, ports busy, ...)."""
 
 
+def _free_port() -> int:
+    """A port free on 127.0.0.1 now (the bookie binds it right after)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
 class Standalone:
     def __init__(
         self,
@@ -65,6 +73,7 @@ class Standalone:
         bookie_start_timeout_s: float = 30.0,
         log_level: str = "INFO",
         bookie_http_port: int = 0,
+        bookie_fast_add_port: int | None = None,
     ) -> None:
         if num_bookies < 1:
             raise ValueError("standalone needs at least one bookie")
@@ -82,6 +91,9 @@ class Standalone:
         self.bookie_port = bookie_port
         self.bookie_http_port = bookie_http_port
         """First bookie's /metrics port (then +1 each); 0 = the bookies serve no HTTP."""
+        self.bookie_fast_add_port = bookie_fast_add_port
+        """First bookie's fast add port (then +1 each); 0 = none; None = a free port per
+        bookie when the broker sends adds there (``bookkeeper_fast_add_enabled``)."""
         self.bookie_start_timeout_s = bookie_start_timeout_s
         self.log_level = log_level
         self._lock_fd: int | None = None
@@ -142,6 +154,13 @@ class Standalone:
         ]
         if self.bookie_http_port:
             cmd += ["--http-port", str(self.bookie_http_port + index)]
+        fast_add_port = self.bookie_fast_add_port
+        if fast_add_port is None:
+            fast_add_port = _free_port() if self.config.bookkeeper_fast_add_enabled else 0
+        elif fast_add_port:
+            fast_add_port += index
+        if fast_add_port:
+            cmd += ["--fast-add-port", str(fast_add_port)]
         log.info("starting bookie %d: %s", index, " ".join(cmd))
         return subprocess.Popen(cmd, preexec_fn=_die_with_parent)  # noqa: PLW1509
 
@@ -224,6 +243,7 @@ async def run_standalone(
     bookie_port: int = 3181,
     log_level: str = "INFO",
     bookie_http_port: int = 0,
+    bookie_fast_add_port: int | None = None,
 ) -> int:
     standalone = Standalone(
         data_dir,
@@ -232,6 +252,7 @@ async def run_standalone(
         bookie_port=bookie_port,
         log_level=log_level,
         bookie_http_port=bookie_http_port,
+        bookie_fast_add_port=bookie_fast_add_port,
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -250,6 +250,12 @@ BROKER_ALIASES: tuple[Alias, ...] = (
     Alias("tokenAudience", "token_audience"),
     Alias("authorizationEnabled", "authorization_enabled"),
     Alias("superUserRoles", "superuser_roles"),
+    Alias(
+        "bookkeeperUseV2WireProtocol",
+        "bookkeeper_fast_add_enabled",
+        None,
+        "Pulsar's lighter bookie wire protocol; here: adds over the fast add port",
+    ),
     Alias("bookkeeperTLSTrustCertsFilePath", "bookkeeper_tls_trust_certs_file_path"),
     Alias("bookkeeperTLSClientAuthentication", "bookkeeper_tls_client_authentication"),
     Alias("bookkeeperTLSCertificateFilePath", "bookkeeper_tls_certificate_file_path"),

@@ -210,6 +210,27 @@ def parse_registration(bookie_id: str, value: bytes) -> str:
     return bookie_id
 
 
+def fast_add_address_of_registration(value: bytes) -> str | None:
+    """``host:fast_add_port`` announced in a registration node's JSON (the bookie's fast add
+    transport, ``bookie/fast_add.py``), else None: that bookie takes adds over gRPC only."""
+    try:
+        doc = json.loads(value)
+    except ValueError:
+        return None
+    if not isinstance(doc, dict):
+        return None
+    port = doc.get("fast_add_port")
+    if not isinstance(port, int) or isinstance(port, bool) or not 0 < port < 65536:
+        return None
+    host = doc.get("host")
+    if not isinstance(host, str) or not host:
+        address = doc.get("address")
+        if not isinstance(address, str) or ":" not in address:
+            return None
+        host = address.rpartition(":")[0]
+    return f"{host}:{port}"
+
+
 class BookieRegistry:
     """Registered bookies, their addresses, health and clients."""
 
@@ -236,6 +257,8 @@ class BookieRegistry:
         self._quarantine_ms = quarantine_ms
         self._rng = rng or random.Random()
         self._addresses: dict[str, str] = {}
+        self._add_addresses: dict[str, str] = {}
+        """gRPC address -> fast add address, for bookies that announce one."""
         self._clients: dict[str, LedgerBookieClient] = {}
         self._quarantined_until: dict[str, float] = {}
 
@@ -250,7 +273,7 @@ class BookieRegistry:
             if name not in self._addresses or name not in self._racks:
                 got = await self._store.get(paths.bookie_registration(name))
                 if got is not None:
-                    self._addresses[name] = parse_registration(name, got.value)
+                    self._learn(name, got.value)
                     self._racks[name] = rack_of_registration(got.value)
         return [n for n in names if n not in draining]
 
@@ -279,9 +302,21 @@ class BookieRegistry:
             if bookie_id in self._addresses:
                 continue
             got = await self._store.get(paths.bookie_registration(bookie_id))
-            self._addresses[bookie_id] = (
-                bookie_id if got is None else parse_registration(bookie_id, got.value)
-            )
+            if got is None:
+                self._addresses[bookie_id] = bookie_id
+            else:
+                self._learn(bookie_id, got.value)
+
+    def _learn(self, bookie_id: str, value: bytes) -> None:
+        address = self._addresses[bookie_id] = parse_registration(bookie_id, value)
+        fast = fast_add_address_of_registration(value)
+        if fast is not None:
+            self._add_addresses[address] = fast
+
+    def add_address(self, address: str) -> str | None:
+        """The fast add address announced by the bookie at ``address`` (its gRPC address),
+        if any: a client factory uses it for adds (``bookkeeper_fast_add_enabled``)."""
+        return self._add_addresses.get(address)
 
     def client(self, bookie_id: str) -> LedgerBookieClient:
         client = self._clients.get(bookie_id)
@@ -350,6 +385,7 @@ __all__ = [
     "BookieRegistry",
     "LedgerBookieClient",
     "RackPolicy",
+    "fast_add_address_of_registration",
     "parse_registration",
     "rack_of_registration",
     "write_quorum_racks",

@@ -1,22 +1,33 @@
 """SIGSTOP a bookie under a streaming writer (a hang, not a crash): the writer replaces it
 after its add timeout and keeps going; nothing acknowledged is lost (3 real bookies,
-E=2 Qw=2 Qa=2, so a spare exists)."""
+E=2 Qw=2 Qa=2, so a spare exists), over both Add transports."""
 
 from __future__ import annotations
 
 import asyncio
 
-from support.ledger_cluster import chroot_url, open_factory, wait_registered
+import pytest
+from support.ledger_cluster import (
+    TRANSPORTS,
+    chroot_url,
+    fast_add_args,
+    open_factory,
+    wait_registered,
+)
 from support.waiting import wait_for
 
 from magnetar.broker.ledger import EARLIEST
 
 
-async def test_frozen_bookie_is_replaced(zookeeper_server, bookie_factory) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_frozen_bookie_is_replaced(zookeeper_server, bookie_factory, transport) -> None:  # type: ignore[no-untyped-def]
     url = chroot_url(zookeeper_server.url)
-    bookies = bookie_factory.start_many(3, metadata=url)
+    bookies = [
+        bookie_factory.start(metadata=url, extra_args=fast_add_args(transport)) for _ in range(3)
+    ]
     factory = await open_factory(
         url,
+        transport=transport,
         ensemble_size=2,
         write_quorum=2,
         ack_quorum=2,

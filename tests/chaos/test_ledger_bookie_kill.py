@@ -1,22 +1,34 @@
 """SIGKILL a bookie under a streaming writer: writes continue after an ensemble change and
-every acknowledged entry reads back byte-for-byte (3 real bookies, E=3 Qw=2 Qa=2)."""
+every acknowledged entry reads back byte-for-byte (3 real bookies, E=3 Qw=2 Qa=2), with the
+adds over gRPC and over the bookies' fast add ports."""
 
 from __future__ import annotations
 
 import asyncio
 import os
 
-from support.ledger_cluster import chroot_url, open_factory, wait_registered
+import pytest
+from support.ledger_cluster import (
+    TRANSPORTS,
+    chroot_url,
+    fast_add_args,
+    open_factory,
+    wait_registered,
+)
 from support.waiting import wait_for
 
 from magnetar.broker.ledger import EARLIEST
 
 
-async def test_sigkill_bookie_mid_stream(zookeeper_server, bookie_factory) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_sigkill_bookie_mid_stream(zookeeper_server, bookie_factory, transport) -> None:  # type: ignore[no-untyped-def]
     url = chroot_url(zookeeper_server.url)
-    bookies = bookie_factory.start_many(3, metadata=url)
+    bookies = [
+        bookie_factory.start(metadata=url, extra_args=fast_add_args(transport)) for _ in range(3)
+    ]
     factory = await open_factory(
         url,
+        transport=transport,
         ensemble_size=3,
         write_quorum=2,
         ack_quorum=2,

@@ -7,8 +7,10 @@ import asyncio
 
 import pytest
 from support.ledger_cluster import (
+    TRANSPORTS,
     bookie_client_factory,
     chroot_url,
+    fast_add_args,
     open_factory,
     wait_registered,
 )
@@ -21,10 +23,18 @@ from magnetar.zk import paths
 FAST = {"min_ledger_rollover_time_ms": 0, "max_entries_per_ledger": 100}
 
 
-async def test_rollover_trim_and_bookie_gc(zookeeper_server, bookie_factory) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_rollover_trim_and_bookie_gc(zookeeper_server, bookie_factory, transport) -> None:  # type: ignore[no-untyped-def]
     url = chroot_url(zookeeper_server.url)
-    bookies = bookie_factory.start_many(2, metadata=url, extra_args=["--gc-interval-s", "0.3"])
-    factory = await open_factory(url, retention_time_ms=0, retention_size_bytes=0, **FAST)
+    bookies = [
+        bookie_factory.start(
+            metadata=url, extra_args=["--gc-interval-s", "0.3", *fast_add_args(transport)]
+        )
+        for _ in range(2)
+    ]
+    factory = await open_factory(
+        url, transport=transport, retention_time_ms=0, retention_size_bytes=0, **FAST
+    )
     await wait_registered(factory.store, 2)
     ml = await factory.open("t/ns/persistent/trim")
     cursor = await ml.open_cursor("sub", EARLIEST)
@@ -62,10 +72,14 @@ async def test_rollover_trim_and_bookie_gc(zookeeper_server, bookie_factory) -> 
     await factory.store.close()
 
 
-async def test_cursor_survives_clean_restart(zookeeper_server, bookie_factory) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_cursor_survives_clean_restart(zookeeper_server, bookie_factory, transport) -> None:  # type: ignore[no-untyped-def]
     url = chroot_url(zookeeper_server.url)
-    bookie_factory.start_many(2, metadata=url)
-    f1 = await open_factory(url, retention_time_ms=-1, retention_size_bytes=-1, **FAST)
+    for _ in range(2):
+        bookie_factory.start(metadata=url, extra_args=fast_add_args(transport))
+    f1 = await open_factory(
+        url, transport=transport, retention_time_ms=-1, retention_size_bytes=-1, **FAST
+    )
     await wait_registered(f1.store, 2)
     ml = await f1.open("t/ns/persistent/restart")
     cursor = await ml.open_cursor("sub", EARLIEST)
@@ -77,7 +91,9 @@ async def test_cursor_survives_clean_restart(zookeeper_server, bookie_factory) -
     await f1.close()
     await f1.store.close()
 
-    f2 = await open_factory(url, retention_time_ms=-1, retention_size_bytes=-1, **FAST)
+    f2 = await open_factory(
+        url, transport=transport, retention_time_ms=-1, retention_size_bytes=-1, **FAST
+    )
     ml2 = await f2.open("t/ns/persistent/restart")
     c2 = ml2.cursors["sub"]
     got = await ml2.read_entries(c2, 1000)
@@ -111,11 +127,15 @@ async def test_session_loss_stops_the_owner(zookeeper_server, bookie_factory) ->
     await factory.store.close()
 
 
-async def test_two_owners_racing_exactly_one_survives(zookeeper_server, bookie_factory) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_two_owners_racing_exactly_one_survives(
+    zookeeper_server, bookie_factory, transport
+) -> None:  # type: ignore[no-untyped-def]
     url = chroot_url(zookeeper_server.url)
-    bookie_factory.start_many(2, metadata=url)
-    f1 = await open_factory(url)
-    f2 = await open_factory(url)
+    for _ in range(2):
+        bookie_factory.start(metadata=url, extra_args=fast_add_args(transport))
+    f1 = await open_factory(url, transport=transport)
+    f2 = await open_factory(url, transport=transport)
     await wait_registered(f1.store, 2)
     name = "t/ns/persistent/race"
     opened = await asyncio.gather(f1.open(name), f2.open(name), return_exceptions=True)

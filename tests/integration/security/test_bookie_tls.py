@@ -71,3 +71,51 @@ async def test_bookie_grpc_over_tls(tmp_path: pathlib.Path, client_auth: bool) -
 
 def test_bookie_tls_is_off_by_default() -> None:
     assert bookie_tls(BrokerConfig()) is None
+
+
+def test_bookie_with_tls_refuses_a_fast_add_port(tmp_path: pathlib.Path) -> None:
+    """The fast add transport is plaintext: a TLS bookie asked for one refuses to start
+    (clear message, exit code 2, no traceback) instead of serving adds unencrypted."""
+    import subprocess
+    import sys
+
+    from support.net import free_port
+
+    ca, ca_path = make_ca(tmp_path, "bk")
+    files = issue(ca, ca_path, tmp_path, "bookie", "127.0.0.1", "localhost")
+    conf = tmp_path / "bookie.yaml"
+    conf.write_text(
+        f"tls_certificate_path: {files.cert}\ntls_key_path: {files.key}\n"
+        f"tls_trust_store_path: {ca_path}\n"
+    )
+    args = [sys.executable, "-m", "magnetar.bookie", "--config", str(conf)]
+    args += ["--data-dir", str(tmp_path / "data"), "--metadata", "none"]
+    args += ["--port", str(free_port()), "--fast-add-port", str(free_port())]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "fast_add_port is a plaintext transport" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+async def test_broker_with_bookie_tls_never_uses_a_fast_add_port(tmp_path: pathlib.Path) -> None:
+    """A broker with TLS to its bookies adds over gRPC/TLS even to a bookie announcing a fast
+    add port; without TLS it uses the port."""
+    from magnetar.broker.runtime import BrokerRuntime
+    from magnetar.zk import paths
+    from magnetar.zk.memory import MemoryMetadataServer
+
+    _, ca_path = make_ca(tmp_path, "bk")
+    announced = b'{"address": "127.0.0.1:3181", "host": "127.0.0.1", "fast_add_port": 4000}'
+    transports = []
+    for config in (BrokerConfig(bookkeeper_tls_trust_certs_file_path=ca_path), BrokerConfig()):
+        store = MemoryMetadataServer().connect()
+        await store.put(paths.bookie_registration("b1"), announced)
+        runtime = BrokerRuntime(config, store)
+        registry = runtime.factory.ledger_client.registry
+        await registry.resolve(["b1"])
+        assert registry.add_address("127.0.0.1:3181") == "127.0.0.1:4000"
+        client = registry.client("b1")
+        assert isinstance(client, BookieClient)
+        transports.append(client.add_transport)
+        await client.close()
+    assert transports == ["grpc", "tcp"]
