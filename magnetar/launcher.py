@@ -43,6 +43,8 @@ class ClusterSpec:
     zookeeper_port: int = 2181
     bookie_ports: tuple[int, ...] = (3181, 3182, 3183)
     bookie_http_ports: tuple[int, ...] = (8001, 8002, 8003)
+    # the bookies' fast add ports (docs/operations.md: plain TCP beside gRPC); () = gRPC only
+    bookie_fast_add_ports: tuple[int, ...] = (3281, 3282, 3283)
     broker_ports: tuple[int, ...] = (6650, 6651)
     broker_web_ports: tuple[int, ...] = (8080, 8081)
     # Replication: E=Qw=Qa=2 by default (a cluster survives losing one of three bookies).
@@ -59,6 +61,8 @@ class ClusterSpec:
     def __post_init__(self) -> None:
         if len(self.bookie_ports) != len(self.bookie_http_ports):
             raise LauncherError("one HTTP port per bookie is needed")
+        if self.bookie_fast_add_ports and len(self.bookie_fast_add_ports) != len(self.bookie_ports):
+            raise LauncherError("one fast add port per bookie is needed (or none)")
         if len(self.broker_ports) != len(self.broker_web_ports):
             raise LauncherError("one web port per broker is needed")
         if not self.bookie_ports or not self.broker_ports:
@@ -71,6 +75,7 @@ class ClusterSpec:
             self.zookeeper_port,
             *self.bookie_ports,
             *self.bookie_http_ports,
+            *self.bookie_fast_add_ports,
             *self.broker_ports,
             *self.broker_web_ports,
         ]
@@ -86,6 +91,7 @@ class ClusterSpec:
         zookeeper_port: int = 2181,
         bookie_port: int = 3181,
         bookie_http_port: int = 8001,
+        bookie_fast_add_port: int = 3281,
         broker_port: int = 6650,
         web_port: int = 8080,
         **kwargs: Any,
@@ -94,6 +100,9 @@ class ClusterSpec:
             zookeeper_port=zookeeper_port,
             bookie_ports=tuple(bookie_port + i for i in range(bookies)),
             bookie_http_ports=tuple(bookie_http_port + i for i in range(bookies)),
+            bookie_fast_add_ports=tuple(bookie_fast_add_port + i for i in range(bookies))
+            if bookie_fast_add_port
+            else (),
             broker_ports=tuple(broker_port + i for i in range(brokers)),
             broker_web_ports=tuple(web_port + i for i in range(brokers)),
             **kwargs,
@@ -186,6 +195,9 @@ class ClusterSpec:
                 "MAGNETAR_BOOKIE_HTTP_PORT": str(self.bookie_http_ports[index]),
                 "MAGNETAR_BOOKIE_BOOKIE_ID": f"{self.address}:{port}",
                 "MAGNETAR_BOOKIE_DATA_DIR": f"{DATA}/bookie",
+                "MAGNETAR_BOOKIE_FAST_ADD_PORT": str(
+                    self.bookie_fast_add_ports[index] if self.bookie_fast_add_ports else 0
+                ),
                 **dict(self.bookie_env),
             },
             volume=self.volume(self.bookie(index)),
@@ -494,6 +506,12 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     p.add_argument("--zookeeper-port", type=int, default=2181)
     p.add_argument("--bookie-port", type=int, default=3181, help="first bookie's (then +1)")
     p.add_argument("--bookie-http-port", type=int, default=8001, help="first bookie's (then +1)")
+    p.add_argument(
+        "--bookie-fast-add-port",
+        type=int,
+        default=3281,
+        help="first bookie's fast add port (then +1); 0: brokers add over gRPC only",
+    )
     p.add_argument("--broker-port", type=int, default=6650, help="first broker's (then +1)")
     p.add_argument("--web-port", type=int, default=8080, help="first broker's (then +1)")
     p.add_argument(
@@ -524,6 +542,7 @@ def spec_from_args(args: argparse.Namespace) -> ClusterSpec:
         zookeeper_port=args.zookeeper_port,
         bookie_port=args.bookie_port,
         bookie_http_port=args.bookie_http_port,
+        bookie_fast_add_port=args.bookie_fast_add_port,
         broker_port=args.broker_port,
         web_port=args.web_port,
         name=args.name,

@@ -76,7 +76,7 @@ def engine(images: dict[str, str], docker_client: Any) -> Any:
 
 
 def make_spec(images: dict[str, str], *, bookies: int = 3, brokers: int = 2) -> ClusterSpec:
-    ports = free_ports(1 + 2 * bookies + 2 * brokers)
+    ports = free_ports(1 + 3 * bookies + 2 * brokers)
     return ClusterSpec(
         name=f"mt-{uuid.uuid4().hex[:8]}",
         address="127.0.0.1",
@@ -85,8 +85,9 @@ def make_spec(images: dict[str, str], *, bookies: int = 3, brokers: int = 2) -> 
         zookeeper_port=ports[0],
         bookie_ports=ports[1 : 1 + bookies],
         bookie_http_ports=ports[1 + bookies : 1 + 2 * bookies],
-        broker_ports=ports[1 + 2 * bookies : 1 + 2 * bookies + brokers],
-        broker_web_ports=ports[1 + 2 * bookies + brokers :],
+        bookie_fast_add_ports=ports[1 + 2 * bookies : 1 + 3 * bookies],
+        broker_ports=ports[1 + 3 * bookies : 1 + 3 * bookies + brokers],
+        broker_web_ports=ports[1 + 3 * bookies + brokers :],
         # A killed broker's bundles move once its ZooKeeper session expires.
         broker_env=(("MAGNETAR_METADATA_STORE_SESSION_TIMEOUT_MILLIS", "6000"),),
         bookie_env=(("MAGNETAR_BOOKIE_GC_INTERVAL_S", "600"),),

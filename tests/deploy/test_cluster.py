@@ -75,14 +75,14 @@ def _http_json(url: str) -> Any:
         return json.loads(r.read())
 
 
-def _add_batches(cluster: Launcher, index: int) -> int:
+def _add_batches(cluster: Launcher, index: int, metric: str = "bookkeeper_server_ADD_BATCH") -> int:
     port = cluster.spec.bookie_http_ports[index]
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
             text = r.read().decode()
     except OSError:
         return -1
-    match = re.search(r"^bookkeeper_server_ADD_BATCH_count\S* (\d+(?:\.\d+)?)", text, re.M)
+    match = re.search(rf"^{metric}_count\S* (\d+(?:\.\d+)?)", text, re.M)
     return int(float(match.group(1))) if match else 0
 
 
@@ -141,6 +141,9 @@ def test_produce_and_consume_through_both_brokers(cluster: Launcher, client: pul
         for t in topics
     }
     assert owners <= set(cluster.spec.service_urls())
+    # the launcher gave the bookies fast add ports and the brokers add over them
+    bookies = range(len(cluster.spec.bookie_ports))
+    assert sum(_add_batches(cluster, i, "bookie_fast_add_BATCH") for i in bookies) > 0
 
 
 def test_docker_kill_of_a_bookie_under_load_loses_nothing_acknowledged(

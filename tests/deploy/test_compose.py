@@ -45,10 +45,11 @@ def _healthy(url: str) -> bool:
 
 @pytest.fixture
 def compose_env(images: dict[str, str]) -> Iterator[tuple[list[str], dict[str, str]]]:
-    ports = free_ports(11)
+    ports = free_ports(14)
     names = [
         "ZOOKEEPER_PORT", "BOOKIE_PORT_0", "BOOKIE_PORT_1", "BOOKIE_PORT_2",
         "BOOKIE_HTTP_PORT_0", "BOOKIE_HTTP_PORT_1", "BOOKIE_HTTP_PORT_2",
+        "BOOKIE_FAST_ADD_PORT_0", "BOOKIE_FAST_ADD_PORT_1", "BOOKIE_FAST_ADD_PORT_2",
         "BROKER_PORT_0", "BROKER_PORT_1", "WEB_PORT_0", "WEB_PORT_1",
     ]  # fmt: skip
     env = {

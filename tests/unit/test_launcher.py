@@ -17,6 +17,7 @@ def test_default_layout_matches_compose_and_uses_host_networking_settings() -> N
     bookie = spec.bookie_container(1)
     assert bookie.environment["MAGNETAR_BOOKIE_PORT"] == "3182"
     assert bookie.environment["MAGNETAR_BOOKIE_BOOKIE_ID"] == "127.0.0.1:3182"
+    assert bookie.environment["MAGNETAR_BOOKIE_FAST_ADD_PORT"] == "3282"
     assert bookie.volume == "magnetar-bookie-1-data"
     broker = spec.broker_container(0)
     assert broker.environment["MAGNETAR_METADATA_STORE_URL"] == "zk://127.0.0.1:2181"
@@ -30,6 +31,7 @@ def test_default_layout_matches_compose_and_uses_host_networking_settings() -> N
     ("kwargs", "message"),
     [
         ({"bookie_port": 6650}, "ports must be distinct"),
+        ({"bookie_fast_add_port": 8002}, "ports must be distinct"),
         ({"bookies": 0}, "at least one bookie"),
         ({"bookies": 1, "ensemble_size": 2}, "ensemble size 2 > 1 bookies"),
     ],
@@ -55,6 +57,15 @@ def test_set_routes_settings_to_brokers_or_bookies() -> None:
     assert spec.ensemble_size == 1
     assert spec.bookie_container(0).environment["MAGNETAR_BOOKIE_GC_INTERVAL_S"] == "5"
     assert spec.broker_container(0).environment["MAGNETAR_MAX_MESSAGE_SIZE"] == "1024"
+    off = launcher.build_parser().parse_args(["up", "--bookie-fast-add-port", "0"])
+    assert (
+        launcher.spec_from_args(off)
+        .bookie_container(0)
+        .environment["MAGNETAR_BOOKIE_FAST_ADD_PORT"]
+        == "0"
+    )
+    with pytest.raises(LauncherError, match="one fast add port per bookie"):
+        ClusterSpec(bookie_fast_add_ports=(3281,))
     bad = launcher.build_parser().parse_args(["up", "--set", "NOPE=1"])
     with pytest.raises(LauncherError, match="MAGNETAR_NAME=VALUE"):
         launcher.spec_from_args(bad)
