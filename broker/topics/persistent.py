@@ -827,6 +827,15 @@ class PersistentTopic:
         if self.closed:
             return
         self.state = next_topic_state(self.state, TopicEvent.CLOSE)
+        # consumers acknowledge what they hold before they hear CLOSE_CONSUMER (bounded;
+        # dispatch has stopped); producers keep publishing meanwhile (what they store is
+        # delivered by the next owner), so this wait is not part of their publish gap
+        await asyncio.gather(
+            *(
+                s.let_consumers_ack(ACK_QUIET_S, ACK_SETTLE_MAX_S)
+                for s in self.subscriptions.values()
+            )
+        )
         # SENDs keep arriving until the producers hear CLOSE_PRODUCER: drain until none is
         # left, then tell every producer with nothing awaited in between. A SEND read after
         # that finds its producer gone and is resent by the client to the next owner; one
@@ -837,13 +846,6 @@ class PersistentTopic:
             if producer.cnx is not None:
                 producer.cnx.send_close_producer(producer)
             self.producers.remove(producer)
-        # consumers acknowledge what they hold before they hear CLOSE_CONSUMER (bounded)
-        await asyncio.gather(
-            *(
-                s.let_consumers_ack(ACK_QUIET_S, ACK_SETTLE_MAX_S)
-                for s in self.subscriptions.values()
-            )
-        )
         # CLOSE_CONSUMER, then each connection takes its consumers' ACKs until the client
         # proves it read CLOSE_CONSUMER (a PING after it answered): ACKs the client wrote
         # before that were in flight, and are kept rather than redelivered by the next owner

@@ -41,8 +41,12 @@ class AckingConsumer:
         *,
         timeout: type[Exception] = pulsar.Timeout,
         error: type[Exception] = pulsar.PulsarException,
+        work_s: float = 0.0,
     ) -> None:
         self.consumer = consumer
+        self.work_s = work_s
+        """Simulated processing time per message, before its ack (a slow consumer whose
+        receive queue fills up)."""
         self._timeout = timeout
         self._error = error
         self.ids: dict[bytes, set[str]] = {}
@@ -72,6 +76,8 @@ class AckingConsumer:
                 if mid in self.acked_ids:
                     self.acked_redelivered += 1
                 self.ids.setdefault(msg.data(), set()).add(mid)
+            if self.work_s:
+                time.sleep(self.work_s)  # the simulated work on the message, not a wait
             try:
                 self.consumer.acknowledge(msg)
             except self._error:
