@@ -101,7 +101,8 @@ ACK_QUIET_S = 0.15
 """Closing: no ACK for this long means the consumers acknowledged what they will (longer
 than the official client's 100 ms acknowledgement grouping)."""
 ACK_SETTLE_MAX_S = 0.5
-"""Closing: the longest wait for consumers' acknowledgements (it adds to the unload gap)."""
+"""Closing: the longest wait for consumers' acknowledgements (before CLOSE_PRODUCER: producers
+still publish during it; it delays the bundle's release)."""
 ACK_BARRIER_MAX_S = 0.5
 """Closing: the longest wait for a client to answer the PING written after CLOSE_CONSUMER
 (one round trip normally; only a client that stopped reading waits this long)."""
