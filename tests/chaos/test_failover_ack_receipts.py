@@ -56,7 +56,8 @@ def test_sigkill_of_the_owner_redelivers_no_receipt_confirmed_ack(cluster: Clust
             ack_receipt_enabled=True,
         )
         receiver = magnetar_acking_consumer(consumer).start()
-        checker = PublishChecker(cluster.client(cluster.service_url, 60), TOPIC).start()
+        # at most ~200 messages a second: the consumer waits for one receipt per message
+        checker = PublishChecker(cluster.client(cluster.service_url, 60), TOPIC, burst=1).start()
         wait_until(lambda: receiver.received >= 200, 60, "200 messages before the first kill")
         for _ in range(2):
             victim = cluster.owner(TOPIC)
@@ -74,7 +75,7 @@ def test_sigkill_of_the_owner_redelivers_no_receipt_confirmed_ack(cluster: Clust
             assert cluster.owner(TOPIC) is not victim
             victim.restart()
         acked = checker.stop()
-        counts = receiver.stop(set(acked), timeout_s=120)
+        counts = receiver.stop(set(acked), timeout_s=300)
         print("delivery counts:", counts)
         assert counts.lost == 0, counts
         assert counts.acked_redelivered == 0, counts
