@@ -14,7 +14,14 @@ resent a message whose receipt died with the broker; ``--dedup`` turns on
 ``broker_deduplication_enabled``, which drops those) and ``acked_redelivered`` (a message id
 delivered again after the consumer acknowledged it).
 
+``--consumer official`` (default): the official client's consumer, whose acks are grouped for
+100 ms without receipts; those still grouped when the owner dies are redelivered (nobody can
+know them). ``--consumer magnetar``: our client's consumer with ``ack_receipt_enabled``, so
+``acked_redelivered`` counts only acks whose receipt arrived (target 0: a receipt means the
+cursor change is durable).
+
     .venv/bin/python bench/failover_perf.py --kills 10
+    .venv/bin/python bench/failover_perf.py --kills 10 --consumer magnetar
 """
 
 from __future__ import annotations
@@ -32,7 +39,10 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 import pulsar  # noqa: E402
 from support.cluster import PublishChecker, own_cluster, wait_until  # noqa: E402
-from support.delivery import AckingConsumer  # noqa: E402
+from support.delivery import AckingConsumer, magnetar_acking_consumer  # noqa: E402
+
+from magnetar.client import InitialPosition  # noqa: E402
+from magnetar.client.sync import Client as MagnetarClient  # noqa: E402
 
 PATH = "persistent/public/default/failover-perf"
 
@@ -45,6 +55,12 @@ def main() -> None:
     p.add_argument("--session-ms", type=int, default=30_000)
     p.add_argument("--signal", choices=("KILL", "STOP"), default="KILL")
     p.add_argument("--dedup", action="store_true", help="broker_deduplication_enabled=true")
+    p.add_argument(
+        "--consumer",
+        choices=("official", "magnetar"),
+        default="official",
+        help="the acknowledging consumer: the official client, or ours with ack receipts",
+    )
     args = p.parse_args()
     print("command:", " ".join([".venv/bin/python", "bench/failover_perf.py", *sys.argv[1:]]))
     gaps_s: list[float] = []
@@ -56,8 +72,22 @@ def main() -> None:
     ) as cluster:
         topic = "persistent://" + PATH.split("/", 1)[1]
         client = pulsar.Client(cluster.service_url, operation_timeout_seconds=60)
-        consumer = client.subscribe(topic, "perf", initial_position=pulsar.InitialPosition.Earliest)
-        receiver = AckingConsumer(consumer).start()
+        ours: MagnetarClient | None = None
+        if args.consumer == "magnetar":
+            ours = MagnetarClient(cluster.service_url, operation_timeout_seconds=60)
+            receiver = magnetar_acking_consumer(
+                ours.subscribe(
+                    topic,
+                    "perf",
+                    initial_position=InitialPosition.Earliest,
+                    ack_receipt_enabled=True,
+                )
+            ).start()
+        else:
+            consumer = client.subscribe(
+                topic, "perf", initial_position=pulsar.InitialPosition.Earliest
+            )
+            receiver = AckingConsumer(consumer).start()
         checker = PublishChecker(client, topic).start()
         wait_until(lambda: checker.acked_count() >= 100, 60, "receipts before the first kill")
         for _ in range(args.kills):
@@ -100,6 +130,8 @@ def main() -> None:
         acked = checker.stop()
         counts = receiver.stop(set(acked))
         client.close()
+        if ours is not None:
+            ours.close()
     gaps_s.sort()
     print(
         json.dumps(
@@ -113,6 +145,7 @@ def main() -> None:
                 "session_ms": args.session_ms,
                 "signal": args.signal,
                 "dedup": args.dedup,
+                "consumer": args.consumer,
             }
         )
     )

@@ -37,6 +37,14 @@ def main() -> None:
     p.add_argument("--unloads", type=int, default=20)
     p.add_argument("--brokers", type=int, default=2)
     p.add_argument("--bookies", type=int, default=2)
+    p.add_argument(
+        "--consumer-work-ms",
+        type=float,
+        default=0.0,
+        help="simulated work per message before its ack: a consumer slower than the producer "
+        "holds a full receive queue at each unload (the official client then drops the acks "
+        "it makes after it read CLOSE_CONSUMER: docs/cluster.md)",
+    )
     args = p.parse_args()
     print("command:", " ".join([".venv/bin/python", "bench/unload_perf.py", *sys.argv[1:]]))
     gaps_s: list[float] = []
@@ -44,7 +52,7 @@ def main() -> None:
         topic = "persistent://public/default/unload-perf"
         client = pulsar.Client(cluster.service_url, operation_timeout_seconds=60)
         consumer = client.subscribe(topic, "perf", initial_position=pulsar.InitialPosition.Earliest)
-        receiver = AckingConsumer(consumer).start()
+        receiver = AckingConsumer(consumer, work_s=args.consumer_work_ms / 1000).start()
         checker = PublishChecker(client, topic).start()
         wait_until(lambda: checker.acked_count() >= 100, 60, "receipts before the first unload")
         for _ in range(args.unloads):
@@ -66,6 +74,7 @@ def main() -> None:
         counts = receiver.stop(set(acked))
         client.close()
     gaps_s.sort()
+    consumer_work = {"consumer_work_ms": args.consumer_work_ms} if args.consumer_work_ms else {}
     print(
         json.dumps(
             {
@@ -74,6 +83,7 @@ def main() -> None:
                 "gap_p99_s": round(gaps_s[min(len(gaps_s) - 1, int(0.99 * len(gaps_s)))], 3),
                 "gap_max_s": round(gaps_s[-1], 3),
                 **counts.as_dict(),
+                **consumer_work,
             }
         )
     )

@@ -10,7 +10,9 @@ Persistence (better than Pulsar: the whole state is always durable, no range cap
   group flush. When the deltas outweigh the snapshot a new ledger is started with a fresh
   snapshot, the znode is switched by CAS, and the old ledger is deleted.
 - Acks are group-committed: ``await mark_delete/delete/increment_redelivery`` returns once
-  the change is in a durable cursor-ledger entry; concurrent callers share one write.
+  the change is in a durable cursor-ledger entry; concurrent callers share one write. An
+  ack that changes nothing (already acknowledged) returns once the write in flight is
+  durable, so the broker's ack receipt always means durable.
 - Recovery opens the cursor ledger with fencing recovery, loads the snapshot and replays
   every delta, so exactly the acknowledged entries and the redelivery counts come back.
 Non-durable cursors (readers) keep the same state in memory only.
@@ -167,6 +169,8 @@ class ManagedCursor:
         self._pending = _PendingDelta()
         self._next_flush: asyncio.Future[None] | None = None
         self._flusher: asyncio.Task[None] | None = None
+        self._writing: asyncio.Future[None] | None = None
+        """Completes when the cursor write in flight is durable (or failed)."""
         self._closed = False
         self._close_task: asyncio.Future[None] | None = None
         self._dirty = False
@@ -269,7 +273,7 @@ class ManagedCursor:
                 self._pending.mark_delete = self._state.mark_delete
                 if self._state.mark_delete.ledger_id != before.ledger_id:
                     self._after_move()
-            await self._persist()
+        await self._persist()  # also when nothing changed: returns once the state is durable
 
     async def delete_batch_indexes(
         self, pos: Position, batch_size: int, indexes: Iterable[int]
@@ -354,7 +358,15 @@ class ManagedCursor:
         if not self.durable:
             return
         if not self._pending and not force:
-            return
+            # Nothing new, but the state this caller saw (an ack repeated, a mark-delete
+            # already passed) may not be durable yet: an acknowledgement's receipt waits
+            # for the write in flight, or makes one when the last write failed.
+            if not self._dirty:
+                writing = self._writing
+                if writing is not None and not writing.done():
+                    await asyncio.shield(writing)
+                return
+            force = True
         if force:
             self._pending.force = True
         if self._next_flush is None:
@@ -369,6 +381,7 @@ class ManagedCursor:
             delta, self._pending = self._pending, _PendingDelta()
             fut, self._next_flush = self._next_flush, None
             captured = self._state.mark_delete
+            self._writing = fut
             try:
                 await self._write(delta)
             except BaseException as exc:

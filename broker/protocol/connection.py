@@ -8,6 +8,12 @@ previous PING got no command back, or that never completed the handshake), the p
 producer and consumer id maps, and turning commands into calls on ``BrokerService`` /
 topics / subscriptions and their results into responses.
 
+Ack barrier (topic unload): ``close_consumer_with_ack_barrier`` writes CLOSE_CONSUMER then
+a PING, and keeps taking the consumer's ACKs until the PONG to that PING: TCP keeps order
+and a client answers PINGs in order, so the PONG proves every ACK the client wrote before it
+read CLOSE_CONSUMER has arrived (and each was handed to the cursor before the topic closes
+it). Our PINGs (keep-alive and barriers) are answered in order: one FIFO matches PONGs.
+
 Output is coalesced: every frame produced while handling a loop iteration's input (receipts,
 dispatched MESSAGE frames, responses) is joined into one ``transport.write``. Input is
 back-pressured: reading pauses while more than ``max_pending_publish_requests_per_connection``
@@ -27,6 +33,7 @@ Must not know: storage, dispatch policy.
 from __future__ import annotations
 
 import asyncio
+import collections
 import functools
 import itertools
 import logging
@@ -177,6 +184,10 @@ class ServerConnection(asyncio.Protocol):
         self._read_pauses: set[str] = set()
         """Why reading is paused (pending sends, publish throttling): resumes when empty."""
         self._ping_outstanding = False
+        self._pings: collections.deque[asyncio.Future[None] | None] = collections.deque()
+        """One per PING we wrote, oldest first: a barrier's future, None for keep-alive."""
+        self._closing: dict[int, tuple[Consumer, Subscription, PersistentTopic]] = {}
+        """Consumers told CLOSE_CONSUMER whose ACKs are taken until their barrier."""
         self._keepalive: TimerHandle | None = None
         self._write_paused = False
 
@@ -224,6 +235,11 @@ class ServerConnection(asyncio.Protocol):
             self._drop_producer(pid)
         for cid in list(self.consumers):
             self._drop_consumer(cid)
+        self._closing.clear()
+        while self._pings:  # no ACK can come any more: barriers are passed
+            fut = self._pings.popleft()
+            if fut is not None and not fut.done():
+                fut.set_result(None)
         for task in list(self._tasks):
             task.cancel()
 
@@ -284,6 +300,7 @@ class ServerConnection(asyncio.Protocol):
             return
         if self.protocol_version >= 1:
             self._ping_outstanding = True
+            self._pings.append(None)
             self.write_command(T(type=T.PING, ping=pb.CommandPing()))
         self._arm_keepalive()
 
@@ -428,7 +445,10 @@ class ServerConnection(asyncio.Protocol):
         self.write_command(T(type=T.PONG, pong=pb.CommandPong()))
 
     def _on_pong(self, cmd: pb.BaseCommand) -> None:
-        pass
+        if self._pings:
+            fut = self._pings.popleft()
+            if fut is not None and not fut.done():
+                fut.set_result(None)
 
     def _on_connect_again(self, cmd: pb.BaseCommand) -> None:
         raise ProtocolViolation("second CONNECT")
@@ -1069,7 +1089,7 @@ class ServerConnection(asyncio.Protocol):
         cid = req.consumer_id
 
         async def ack() -> None:
-            got = self._consumer(cid)
+            got = self.consumers.get(cid) or self._closing.get(cid)
             if got is None:
                 if req.HasField("request_id"):
                     self._ack_response(
@@ -1301,6 +1321,39 @@ class ServerConnection(asyncio.Protocol):
                 ),
             )
         )
+
+    async def close_consumer_with_ack_barrier(self, consumer: Consumer, timeout_s: float) -> None:
+        """Unload: CLOSE_CONSUMER, then take the consumer's ACKs until the client proves it
+        read CLOSE_CONSUMER (the PONG to a PING written after it; at most ``timeout_s``), and
+        until those ACKs reached the cursor. The caller closes the cursor after this."""
+        cid = consumer.consumer_id
+        got = self.consumers.get(cid)
+        self.send_close_consumer(consumer)
+        if got is None or got[0] is not consumer or self.closed or self.protocol_version < 1:
+            return
+        self._closing[cid] = got
+        fut: asyncio.Future[None] = self._loop.create_future()
+        self._pings.append(fut)
+        self.write_command(T(type=T.PING, ping=pb.CommandPing()))
+
+        def give_up() -> None:  # a client that does not answer: its later ACKs are dropped
+            if not fut.done():
+                log.info(
+                    "%s: no PONG after CLOSE_CONSUMER %d within %.1f s", self.peer, cid, timeout_s
+                )
+                fut.set_result(None)
+
+        bound = self.clock.call_later(timeout_s, give_up)
+        try:
+            await fut
+            await self._acks_settled(cid)
+            chain = self._chains.get(("c", cid))
+            if chain is not None:
+                await asyncio.wait([chain])
+        finally:
+            bound.cancel()
+            if self._closing.get(cid) is got:
+                del self._closing[cid]
 
     def send_close_consumer(self, consumer: Consumer) -> None:
         got = self.consumers.get(consumer.consumer_id)

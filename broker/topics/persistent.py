@@ -28,9 +28,9 @@ import collections
 import enum
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from magnetar.broker.compaction import (
     COMPACTION_SUBSCRIPTION,
@@ -101,7 +101,23 @@ ACK_QUIET_S = 0.15
 """Closing: no ACK for this long means the consumers acknowledged what they will (longer
 than the official client's 100 ms acknowledgement grouping)."""
 ACK_SETTLE_MAX_S = 0.5
-"""Closing: the longest wait for consumers' acknowledgements (it adds to the unload gap)."""
+"""Closing: the longest wait for consumers' acknowledgements (before CLOSE_PRODUCER: producers
+still publish during it; it delays the bundle's release)."""
+ACK_BARRIER_MAX_S = 0.5
+"""Closing: the longest wait for a client to answer the PING written after CLOSE_CONSUMER
+(one round trip normally; only a client that stopped reading waits this long)."""
+
+
+@runtime_checkable
+class AckBarrierSink(Protocol):
+    """A consumer's connection that can close it with an ack barrier (the broker's own
+    connections; test sinks need not)."""
+
+    def send_close_consumer(self, consumer: Consumer) -> None: ...
+
+    async def close_consumer_with_ack_barrier(
+        self, consumer: Consumer, timeout_s: float
+    ) -> None: ...
 
 
 def _metadata_or_none(entry: Entry) -> Any:
@@ -812,6 +828,15 @@ class PersistentTopic:
         if self.closed:
             return
         self.state = next_topic_state(self.state, TopicEvent.CLOSE)
+        # consumers acknowledge what they hold before they hear CLOSE_CONSUMER (bounded;
+        # dispatch has stopped); producers keep publishing meanwhile (what they store is
+        # delivered by the next owner), so this wait is not part of their publish gap
+        await asyncio.gather(
+            *(
+                s.let_consumers_ack(ACK_QUIET_S, ACK_SETTLE_MAX_S)
+                for s in self.subscriptions.values()
+            )
+        )
         # SENDs keep arriving until the producers hear CLOSE_PRODUCER: drain until none is
         # left, then tell every producer with nothing awaited in between. A SEND read after
         # that finds its producer gone and is resent by the client to the next owner; one
@@ -822,19 +847,22 @@ class PersistentTopic:
             if producer.cnx is not None:
                 producer.cnx.send_close_producer(producer)
             self.producers.remove(producer)
-        # consumers acknowledge what they hold before they hear CLOSE_CONSUMER (bounded)
-        await asyncio.gather(
-            *(
-                s.let_consumers_ack(ACK_QUIET_S, ACK_SETTLE_MAX_S)
-                for s in self.subscriptions.values()
-            )
-        )
+        # CLOSE_CONSUMER, then each connection takes its consumers' ACKs until the client
+        # proves it read CLOSE_CONSUMER (a PING after it answered): ACKs the client wrote
+        # before that were in flight, and are kept rather than redelivered by the next owner
+        barriers: list[Awaitable[None]] = []
         for sub in list(self.subscriptions.values()):
             for consumer in sub.consumers:
-                if consumer.sink is not None:
-                    consumer.sink.send_close_consumer(consumer)
+                sink = consumer.sink
+                if isinstance(sink, AckBarrierSink):
+                    barriers.append(
+                        sink.close_consumer_with_ack_barrier(consumer, ACK_BARRIER_MAX_S)
+                    )
+                elif sink is not None:
+                    sink.send_close_consumer(consumer)
                 sub.remove_consumer(consumer)
             sub.close()
+        await asyncio.gather(*barriers, return_exceptions=True)
         for sub in list(self.subscriptions.values()):
             await sub.settle_acks()  # acks in flight reach the cursor ledger before it closes
             await sub.close_delayed_index()  # seal the tail, store a snapshot

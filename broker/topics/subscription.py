@@ -337,9 +337,12 @@ class Subscription:
 
     async def let_consumers_ack(self, quiet_s: float, max_s: float) -> None:
         """Closing: dispatch stops, then wait until the consumers hold nothing unacknowledged,
-        or no ACK came for ``quiet_s``, or ``max_s`` passed. Clients group acknowledgements
-        (the official client for 100 ms): one that arrives after CLOSE_CONSUMER is lost and
-        its message delivered again by the next owner."""
+        or no ACK came for ``quiet_s``, or ``max_s`` passed. Then the topic sends
+        CLOSE_CONSUMER with an ack barrier (``PersistentTopic.close``): ACKs the client wrote
+        before it read CLOSE_CONSUMER still count. What the client acknowledges after it read
+        CLOSE_CONSUMER never reaches this broker: the official client drops acks it still
+        groups (100 ms) or takes while reconnecting (its tracker has no connection to send
+        them on), and the next owner delivers those messages again."""
         if self.dispatcher is None or not self.consumers:
             return
         self.dispatcher.close()
@@ -351,6 +354,12 @@ class Subscription:
             if self.acks_received != seen:
                 seen, last_change = self.acks_received, now
             if now - last_change >= quiet_s * 1000 or now - start >= max_s * 1000:
+                log.info(
+                    "%s: closing with %d messages unacknowledged after %d ms",
+                    self,
+                    sum(c.unacked for c in self.consumers),
+                    now - start,
+                )
                 return
             await clock.sleep(0.02)  # polling interval of a bounded wait for acks
 

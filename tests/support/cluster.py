@@ -102,11 +102,15 @@ class PublishChecker:
     """Publishes ``<prefix>-<n>`` as fast as the producer allows (send_async, bounded by its
     pending queue) in a thread, recording each payload whose receipt came back Ok and when."""
 
-    def __init__(self, client: pulsar.Client, topic: str, prefix: str = "m") -> None:
+    def __init__(
+        self, client: pulsar.Client, topic: str, prefix: str = "m", burst: int = 20
+    ) -> None:
         self.producer = client.create_producer(
             topic, batching_enabled=False, send_timeout_millis=120_000, max_pending_messages=200
         )
         self.prefix = prefix
+        self.burst = burst
+        """Sends between two 5 ms pauses (1: at most ~200 a second)."""
         self.acked: dict[bytes, float] = {}
         self.failed: list[str] = []
         self._lock = threading.Lock()
@@ -136,7 +140,7 @@ class PublishChecker:
                 self.failed.append(f"send_async {payload!r}: {exc}")
                 self.sent -= 1
                 time.sleep(0.01)  # back-off before offering the same payload again
-            if self.sent % 20 == 0:
+            if self.sent % self.burst == 0:
                 time.sleep(0.005)  # a steady load, not a flood, on a 2-core machine
 
     def acked_count(self) -> int:

@@ -2,12 +2,14 @@
 while the cluster moves topics, and the counts that tell duplicates apart.
 
 Owns: ``AckingConsumer`` (a thread receiving and acknowledging each message at once with the
-official client, recording every (payload, message id) it got) and ``DeliveryCounts``:
+official client, or with ours through ``magnetar_acking_consumer`` (ack receipts on: an ack
+counts once its receipt came back), recording every (payload, message id) it got) and
+``DeliveryCounts``:
 - ``lost``: acknowledged to the producer, never received;
 - ``stored_twice``: payloads stored under two message ids (the producer resent a message
   whose receipt died with the broker: without deduplication Pulsar does the same);
 - ``acked_redelivered``: a message id received again after the consumer acknowledged it
-  (an acknowledgement lost in the move).
+  (an acknowledgement lost in the move; with ack receipts, after its receipt arrived).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import pulsar
 
@@ -32,8 +35,20 @@ class DeliveryCounts:
 
 
 class AckingConsumer:
-    def __init__(self, consumer: pulsar.Consumer) -> None:
+    def __init__(
+        self,
+        consumer: Any,
+        *,
+        timeout: type[Exception] = pulsar.Timeout,
+        error: type[Exception] = pulsar.PulsarException,
+        work_s: float = 0.0,
+    ) -> None:
         self.consumer = consumer
+        self.work_s = work_s
+        """Simulated processing time per message, before its ack (a slow consumer whose
+        receive queue fills up)."""
+        self._timeout = timeout
+        self._error = error
         self.ids: dict[bytes, set[str]] = {}
         self.acked_ids: set[str] = set()
         self.received = 0
@@ -50,9 +65,9 @@ class AckingConsumer:
         while not self._stop.is_set():
             try:
                 msg = self.consumer.receive(200)
-            except pulsar.Timeout:
+            except self._timeout:
                 continue
-            except pulsar.PulsarException:
+            except self._error:
                 time.sleep(0.05)  # the consumer is reconnecting: back-off, then receive again
                 continue
             mid = str(msg.message_id())
@@ -61,9 +76,11 @@ class AckingConsumer:
                 if mid in self.acked_ids:
                     self.acked_redelivered += 1
                 self.ids.setdefault(msg.data(), set()).add(mid)
+            if self.work_s:
+                time.sleep(self.work_s)  # the simulated work on the message, not a wait
             try:
                 self.consumer.acknowledge(msg)
-            except pulsar.PulsarException:
+            except self._error:
                 continue  # not acknowledged: a redelivery of it is no acked redelivery
             with self._lock:
                 self.acked_ids.add(mid)
@@ -87,3 +104,12 @@ class AckingConsumer:
                 stored_twice=sum(1 for ids in self.ids.values() if len(ids) > 1),
                 acked_redelivered=self.acked_redelivered,
             )
+
+
+def magnetar_acking_consumer(consumer: Any) -> AckingConsumer:
+    """An ``AckingConsumer`` over a ``magnetar.client.sync`` consumer subscribed with
+    ``ack_receipt_enabled=True``: ``acknowledge`` returns once the broker confirmed the ack
+    (and raises when it could not), so ``acked_redelivered`` counts receipt-confirmed acks."""
+    from magnetar.client import PulsarException, Timeout
+
+    return AckingConsumer(consumer, timeout=Timeout, error=PulsarException)

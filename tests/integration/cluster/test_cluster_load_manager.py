@@ -369,12 +369,18 @@ async def test_two_brokers_racing_to_acquire_one_bundle_give_it_one_owner(
 
 
 def test_admin_split_with_unload_keeps_every_message(cluster: Cluster) -> None:
+    """An admin split with unload while every topic's producer publishes and its consumer
+    receives and acknowledges each message at once: nothing acknowledged is lost, nothing
+    acknowledged is delivered again (the old owner takes the consumers' acks before
+    CLOSE_CONSUMER and, with the ack barrier, those still in flight after it)."""
     brokers = [cluster.start_broker(SESSION) for _ in range(2)]
     _namespace(brokers[0], "splitme", 1)
     topics = [f"persistent://public/splitme/s{i}" for i in range(6)]
     client = cluster.client(cluster.service_url, 60)
-    consumers = {
-        t: client.subscribe(t, "sub", initial_position=pulsar.InitialPosition.Earliest)
+    receivers = {
+        t: AckingConsumer(
+            client.subscribe(t, "sub", initial_position=pulsar.InitialPosition.Earliest)
+        ).start()
         for t in topics
     }
     checkers = {t: PublishChecker(client, t, prefix=t.rsplit("/", 1)[1]).start() for t in topics}
@@ -388,18 +394,49 @@ def test_admin_split_with_unload_keeps_every_message(cluster: Cluster) -> None:
     )
     bundles = json.loads(owner.admin("GET", "/admin/v2/namespaces/public/splitme/bundles"))
     assert bundles["numBundles"] == 2
+    got = {t: r.received for t, r in receivers.items()}
     wait_until(
-        lambda: all(c.acked_count() >= 150 for c in checkers.values()), 90, "receipts after split"
+        lambda: all(receivers[t].received >= got[t] + 100 for t in topics),
+        90,
+        "messages received after the split",
     )
     for t, checker in checkers.items():
         acked = checker.stop()
-        ids: dict[bytes, list[str]] = {}
-        # nothing acknowledged may be lost (drain fails on a missing one); a message can be
-        # delivered twice when the load manager moves a bundle again while the consumer's
-        # acknowledgements are in flight (at least once, as Pulsar; docs/cluster.md)
-        drain(consumers[t], set(acked), timeout_s=120, ids=ids)
-        twice = {p: i for p, i in ids.items() if len(i) > 1}
-        print(f"{t}: {len(ids)} delivered, {len(twice)} twice")
+        counts = receivers[t].stop(set(acked), timeout_s=120)
+        assert counts.lost == 0, (t, counts)
+        assert counts.acked_redelivered == 0, (t, counts)
+    client.close()
+
+
+def test_namespace_unloads_under_load_redeliver_nothing_acknowledged(cluster: Cluster) -> None:
+    """Every bundle of a namespace unloaded (on each broker) three times while three topics
+    are published to and their official-client consumers acknowledge each message at once."""
+    brokers = [cluster.start_broker(SESSION) for _ in range(2)]
+    _namespace(brokers[0], "nsunload", 4)
+    topics = [f"persistent://public/nsunload/u{i}" for i in range(3)]
+    client = cluster.client(cluster.service_url, 60)
+    receivers = {
+        t: AckingConsumer(
+            client.subscribe(t, "sub", initial_position=pulsar.InitialPosition.Earliest)
+        ).start()
+        for t in topics
+    }
+    checkers = {t: PublishChecker(client, t, prefix=t.rsplit("/", 1)[1]).start() for t in topics}
+    wait_until(lambda: all(r.received >= 100 for r in receivers.values()), 60, "messages")
+    for _ in range(3):
+        for b in brokers:
+            b.admin("PUT", "/admin/v2/namespaces/public/nsunload/unload")
+        got = {t: r.received for t, r in receivers.items()}
+        wait_until(
+            lambda g=got: all(receivers[t].received >= g[t] + 100 for t in topics),
+            90,
+            "messages after the unload",
+        )
+    for t, checker in checkers.items():
+        acked = checker.stop()
+        counts = receivers[t].stop(set(acked), timeout_s=120)
+        assert counts.lost == 0, (t, counts)
+        assert counts.acked_redelivered == 0, (t, counts)
     client.close()
 
 
@@ -471,11 +508,12 @@ def test_a_bundle_over_the_topic_threshold_splits_on_its_own(cluster: Cluster) -
     )
     for t, checker in checkers.items():
         acked = checker.stop()
-        # every acknowledged publish arrives (drain fails on a missing one). Splits may still
-        # be running while the consumer acknowledges: an ack in flight when its bundle moves
-        # can be lost and that message delivered again (at least once, as Pulsar's
-        # fire-and-forget acks; docs/cluster.md), so duplicates are not checked here: the
-        # admin split test, whose consumer acknowledges after the move, checks them
+        # every acknowledged publish arrives (drain fails on a missing one). Splits and sheds
+        # may still move a bundle while drain works through a full receive queue (1,000
+        # prefetched): the official client drops the acks it makes or still groups after it
+        # read CLOSE_CONSUMER, and those messages come again (docs/cluster.md,
+        # "Acknowledgements across moves and failures"), so duplicates are not checked here:
+        # the admin split and namespace unload tests, whose consumers keep up, check them
         drain(consumers[t], set(acked), timeout_s=120)
     client.close()
 

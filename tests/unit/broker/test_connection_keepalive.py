@@ -5,6 +5,7 @@ connection's injected clock, so nothing here waits in real time."""
 
 from __future__ import annotations
 
+import asyncio
 import struct
 from collections.abc import AsyncIterator
 
@@ -13,6 +14,7 @@ from support.fake_transport import CONNECT, PONG, FakeTransport
 from support.waiting import wait_for
 
 from magnetar.broker.config import BrokerConfig
+from magnetar.broker.dispatch.consumer import Consumer, SubType
 from magnetar.broker.protocol.connection import ServerConnection
 from magnetar.broker.service import BrokerService
 from magnetar.broker.storage.memory import MemoryStorageFactory
@@ -79,3 +81,49 @@ async def test_ping_every_interval_and_close_without_pong(service: BrokerService
     assert not transport.closed  # the first was answered: still alive
     clock.advance(INTERVAL_S)  # the second PING got no PONG
     await wait_for(lambda: transport.closed, what="the connection closed")
+
+
+async def _barrier(
+    cnx: ServerConnection, transport: FakeTransport, timeout_s: float
+) -> tuple[asyncio.Future[None], Consumer]:
+    consumer = Consumer(7, "c", SubType.EXCLUSIVE, sink=cnx)
+    cnx.consumers[7] = (consumer, None, None)  # type: ignore[assignment]  # not used here
+    before = pings(transport)
+    barrier = asyncio.ensure_future(cnx.close_consumer_with_ack_barrier(consumer, timeout_s))
+    await wait_for(lambda: pings(transport) == before + 1, what="the barrier's PING")
+    return barrier, consumer
+
+
+async def test_the_ack_barrier_passes_on_the_pong_to_its_own_ping(service: BrokerService) -> None:
+    """A keep-alive PING is outstanding when CLOSE_CONSUMER and the barrier's PING are
+    written: the first PONG answers the keep-alive one (PONGs come in order), so the
+    consumer's ACKs are still taken; the second passes the barrier."""
+    cnx, transport, clock = connect(service)
+    cnx.data_received(CONNECT)
+    clock.advance(INTERVAL_S)
+    await wait_for(lambda: pings(transport) == 1, what="the keep-alive PING")
+    barrier, _ = await _barrier(cnx, transport, 5)
+    assert 7 not in cnx.consumers and 7 in cnx._closing  # ACKs for it are still taken
+    cnx.data_received(PONG)  # the keep-alive PING's answer
+    for _ in range(10):
+        await asyncio.sleep(0)  # let anything the PONG woke run (ordering only)
+    assert not barrier.done() and 7 in cnx._closing
+    cnx.data_received(PONG)
+    await wait_for(barrier.done, what="the barrier passed")
+    assert 7 not in cnx._closing
+
+
+async def test_the_ack_barrier_is_bounded_for_a_client_that_does_not_answer(
+    service: BrokerService,
+) -> None:
+    cnx, transport, clock = connect(service)
+    cnx.data_received(CONNECT)
+    await wait_for(lambda: bool(transport.written), what="the CONNECTED answer")
+    barrier, _ = await _barrier(cnx, transport, 0.5)
+    clock.advance(0.499)
+    for _ in range(10):
+        await asyncio.sleep(0)
+    assert not barrier.done()
+    clock.advance(0.001)
+    await wait_for(barrier.done, what="the barrier given up")
+    assert 7 not in cnx._closing
