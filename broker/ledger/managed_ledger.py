@@ -54,6 +54,7 @@ from magnetar.broker.ledger.errors import (
 from magnetar.broker.ledger.handle import ReadHandle, WriteHandle
 from magnetar.broker.ledger.placement import BookieClientFactory
 from magnetar.broker.ledger.position import EARLIEST, LATEST, Position
+from magnetar.broker.ledger.read_ahead import ReadAhead, ReadAheadStats
 from magnetar.broker.ledger.states import (
     MANAGED_LEDGER_FSM,
     HandleState,
@@ -96,6 +97,11 @@ class ManagedLedgerConfig:
     """Entries older than this are evicted (0 = no age eviction; factory-wide)."""
     entry_cache_eviction_interval_ms: int = 10
     """The age eviction runs at most this often (factory-wide)."""
+    read_ahead_entries: int = 2000
+    """A cursor reading behind the entry cache keeps bookie reads in flight for up to this
+    many entries past its read position (``ReadAhead``); 0 = one read at a time."""
+    read_ahead_bytes: int = 4 << 20
+    """... and for up to this many bytes (estimated from the ledger's average entry)."""
     cursor_backlogged_threshold: int = 1000
     """A cursor this many entries or more behind the last confirmed entry is not an active
     reader for caching: the cache does not keep entries for it."""
@@ -297,6 +303,7 @@ class ManagedLedger:
         self._opening_cursors: dict[str, asyncio.Future[ManagedCursor]] = {}
         self._non_durable: list[ManagedCursor] = []
         self._readers: dict[int, ReadHandle] = {}
+        self._read_aheads: dict[ManagedCursor, ReadAhead] = {}
         self._cache = factory.entry_cache.new_cache(name, self._cache_needed_from)
         self._waiters: list[asyncio.Future[None]] = []
         self.last_confirmed = Position(-1, -1)
@@ -693,6 +700,9 @@ class ManagedLedger:
         self.state = MANAGED_LEDGER_FSM.next(self.state, _E.CLOSE)
         if self._timer is not None:
             self._timer.cancel()
+        for ra in self._read_aheads.values():
+            ra.close()
+        self._read_aheads.clear()
         for cursor in list(self._cursors.values()):
             await cursor.close()
         if self._current is not None:
@@ -877,6 +887,7 @@ class ManagedLedger:
         return cursor
 
     def remove_non_durable_cursor(self, cursor: ManagedCursor) -> None:
+        self._close_read_ahead(cursor)
         if cursor in self._non_durable:
             self._non_durable.remove(cursor)
 
@@ -891,6 +902,7 @@ class ManagedLedger:
     async def delete_cursor(self, name: str) -> None:
         cursor = self._cursors.pop(name, None)
         if cursor is not None:
+            self._close_read_ahead(cursor)
             await cursor.delete_durable_state()
             self.trim_soon()
 
@@ -899,9 +911,22 @@ class ManagedLedger:
 
     # -- reads --------------------------------------------------------------------------------
     async def read_entries(self, cursor: ManagedCursor, max_entries: int) -> list[ManagedEntry]:
-        """Up to ``max_entries`` unacknowledged entries from the cursor's read position."""
+        """Up to ``max_entries`` unacknowledged entries from the cursor's read position.
+        Behind the entry cache, through the cursor's read-ahead (bookie reads pipelined)."""
         out: list[ManagedEntry] = []
         pos = self.next_valid_position(cursor.read_position)
+        ra = self._read_aheads.get(cursor)
+        if (
+            self.config.read_ahead_entries > 0
+            and max_entries > 0
+            and pos <= self.last_confirmed
+            and not self._cache.holds(pos.ledger_id, pos.entry_id)
+        ):
+            if ra is None:
+                ra = self._read_aheads[cursor] = self._new_read_ahead()
+            return await self._read_ahead_entries(cursor, ra, pos, max_entries)
+        if ra is not None:
+            ra.clear()  # at the cache again: nothing to read ahead
         while len(out) < max_entries and pos <= self.last_confirmed:
             entries = self.entries_in(pos.ledger_id) or 0
             end = min(entries - 1, pos.entry_id + (max_entries - len(out)) - 1)
@@ -917,6 +942,66 @@ class ManagedLedger:
         cursor.read_position = pos
         self._evict_cache()
         return out
+
+    def _new_read_ahead(self) -> ReadAhead:
+        cfg = self.config
+        max_reads = 16
+        return ReadAhead(
+            self.read_range,
+            self._next_range,
+            self._entry_bytes,
+            max_entries=cfg.read_ahead_entries,
+            max_bytes=max(1, cfg.read_ahead_bytes),
+            max_reads=max_reads,
+            min_chunk_entries=cfg.read_ahead_entries // max_reads,
+        )
+
+    async def _read_ahead_entries(
+        self, cursor: ManagedCursor, ra: ReadAhead, pos: Position, max_entries: int
+    ) -> list[ManagedEntry]:
+        out: list[ManagedEntry] = []
+        while not out and pos <= self.last_confirmed:
+            got = await ra.read(pos, max_entries)
+            if not got:
+                break
+            is_acked = cursor.is_acknowledged
+            out.extend(e for e in got if not is_acked(e.position))
+            pos = self.next_valid_position(self.position_after(got[-1].position))
+            cursor.read_position = pos
+        self._evict_cache()
+        return out
+
+    def _next_range(self, pos: Position, n: int) -> tuple[int, int, int] | None:
+        """The next readable range of at most ``n`` entries at or after ``pos``."""
+        pos = self.next_valid_position(pos)
+        last = self.last_confirmed
+        while pos <= last:
+            entries = self.entries_in(pos.ledger_id) or 0
+            end = min(entries - 1, pos.entry_id + n - 1)
+            if pos.ledger_id == last.ledger_id:
+                end = min(end, last.entry_id)
+            if end >= pos.entry_id:
+                return pos.ledger_id, pos.entry_id, end
+            nxt = self.next_valid_position(Position(pos.ledger_id, max(entries, pos.entry_id + 1)))
+            if nxt == pos:
+                return None
+            pos = nxt
+        return None
+
+    def _entry_bytes(self, ledger_id: int) -> int:
+        for lid, entries, size in self.ledger_sizes():
+            if lid == ledger_id and entries > 0:
+                return max(1, size // entries)
+        return 1
+
+    def read_ahead_statistics(self, cursor: ManagedCursor) -> ReadAheadStats | None:
+        ra = self._read_aheads.get(cursor)
+        return ra.statistics() if ra is not None else None
+
+    def _close_read_ahead(self, cursor: ManagedCursor) -> None:
+        ra = self._read_aheads.pop(cursor, None)
+        if ra is not None:
+            ra.close()
 
     async def read_range(self, ledger_id: int, first: int, last: int) -> list[ManagedEntry]:
         """Entries first..last of one ledger (from the cache when possible)."""
