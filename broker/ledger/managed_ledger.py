@@ -34,6 +34,7 @@ import logging
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from magnetar.broker.ledger.ackstate import AckState
 from magnetar.broker.ledger.cache import CacheStatistics, EntryCacheManager
@@ -139,10 +140,14 @@ class LedgerInfo:
     Pulsar (a ledger written for hours is not expired by the age of its first entry)."""
 
 
-@dataclass(frozen=True, slots=True)
-class ManagedEntry:
+class ManagedEntry(NamedTuple):
+    """An entry of the managed ledger (a named tuple: one is made per entry read)."""
+
     position: Position
     payload: bytes
+
+
+_new_tuple = tuple.__new__
 
 
 @dataclass(frozen=True, slots=True)
@@ -1005,15 +1010,18 @@ class ManagedLedger:
 
     async def read_range(self, ledger_id: int, first: int, last: int) -> list[ManagedEntry]:
         """Entries first..last of one ledger (from the cache when possible)."""
+        new = _new_tuple
         cached = [
-            ManagedEntry(Position(ledger_id, e), payload)
+            new(ManagedEntry, (Position(ledger_id, e), payload))
             for e, payload in enumerate(self._cache.get_range(ledger_id, first, last), first)
         ]
         if len(cached) == last - first + 1:
             return cached
         handle = await self._reader(ledger_id)
         got = await handle.read(first + len(cached), last)
-        return cached + [ManagedEntry(Position(ledger_id, g.entry_id), g.payload) for g in got]
+        return cached + [
+            new(ManagedEntry, (Position(ledger_id, g.entry_id), g.payload)) for g in got
+        ]
 
     async def _reader(self, ledger_id: int) -> ReadHandle:
         if self._current is not None and ledger_id == self._current.ledger_id:

@@ -125,3 +125,15 @@ def test_random_acks_with_many_holes_encode_compactly() -> None:
     back = AckState.decode_snapshot(blob)
     assert back.ranges() == ranges and back.mark_delete == s.mark_delete
     assert not back.is_acked(P(7, min(holes))) and back.is_acked(P(7, 0))
+
+
+def test_count_above_matches_the_runs() -> None:
+    """The popcount that keeps the acked count at a mark-delete move agrees with the runs."""
+    from magnetar.broker.ledger.ackstate import _count_above, _runs
+
+    rng = random.Random(11)
+    for _ in range(300):
+        bm = bytearray(rng.getrandbits(8) for _ in range(rng.randrange(0, 40)))
+        for above in (-1, 0, 1, 7, 8, 9, rng.randrange(-1, 330), 400):
+            expected = sum(last - first + 1 for first, last in _runs(bm, above))
+            assert _count_above(bm, above) == expected, (bytes(bm), above)

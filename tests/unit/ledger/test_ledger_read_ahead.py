@@ -97,7 +97,11 @@ async def test_read_ahead_entries_bounds_the_reads_in_flight(
         await add(ml, 1000)
         hang(fake_bookies)
         task = asyncio.ensure_future(ml.read_entries(cursor, 100))
-        await wait_for(lambda: held_reads(fake_bookies) >= in_flight, 30, "reads held")
+        await wait_for(
+            lambda n=in_flight: held_reads(fake_bookies) >= n,  # type: ignore[misc]
+            30,
+            "reads held",
+        )
         stats = ml.read_ahead_statistics(cursor)
         if setting == 0:
             assert stats is None  # one read at a time, as before
@@ -115,9 +119,7 @@ async def test_read_ahead_bytes_bounds_the_reads_in_flight(
 ) -> None:
     # 100 entries of ~100 bytes per read: 25,000 bytes allow two reads, 250 only the first
     for limit, in_flight in ((250, 1), (25_000, 2)):
-        f = factory(
-            meta_server, fake_bookies, read_ahead_entries=1000, read_ahead_bytes=limit
-        )
+        f = factory(meta_server, fake_bookies, read_ahead_entries=1000, read_ahead_bytes=limit)
         ml = await f.open(f"t/ns/persistent/bytes-{limit}")
         cursor = await ml.open_cursor("sub", EARLIEST)
         await add(ml, 1000)
