@@ -1149,18 +1149,27 @@ class ManagedLedger:
         self._cache.evict_unneeded()
 
     def _cache_needed_from(self) -> Position | None:
-        """The slowest active reader's read position (None: no active reader). A cursor
-        ``cursor_backlogged_threshold`` entries or more behind is not active for caching
-        (Pulsar's ``managedLedgerCursorBackloggedThreshold``): it reads from the bookies."""
+        """The slowest active reader's read position. A cursor ``cursor_backlogged_threshold``
+        entries or more behind is not active for caching (Pulsar's
+        ``managedLedgerCursorBackloggedThreshold``): it does not hold entries for itself
+        against an active reader. With no active reader, the slowest cursor's position: as
+        Pulsar's cache eviction, which evicts by position only before an active reader, the
+        entries a backlogged reader has not read yet are left to the age and budget
+        evictions (they were evicted at every read, so a consumer that fell
+        ``cursor_backlogged_threshold`` entries behind read every entry from the bookies
+        from then on, and fell further behind). None: no cursor at all."""
         threshold = self.config.cursor_backlogged_threshold
         slowest: Position | None = None
+        slowest_any: Position | None = None
         for cursor in (*self._cursors.values(), *self._non_durable):
             pos = cursor.read_position
+            if slowest_any is None or pos < slowest_any:
+                slowest_any = pos
             if slowest is not None and pos >= slowest:
                 continue
             if self._entries_from(pos, threshold) < threshold:
                 slowest = pos
-        return slowest
+        return slowest if slowest is not None else slowest_any
 
     def _entries_from(self, pos: Position, limit: int) -> int:
         """Confirmed entries at ``pos`` and after, counted up to ``limit``."""
