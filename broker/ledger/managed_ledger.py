@@ -308,7 +308,7 @@ class ManagedLedger:
         self._opening_cursors: dict[str, asyncio.Future[ManagedCursor]] = {}
         self._non_durable: list[ManagedCursor] = []
         self._readers: dict[int, ReadHandle] = {}
-        self._read_aheads: dict[ManagedCursor, ReadAhead] = {}
+        self._read_aheads: dict[ManagedCursor, ReadAhead[ManagedEntry]] = {}
         self._cache = factory.entry_cache.new_cache(name, self._cache_needed_from)
         self._waiters: list[asyncio.Future[None]] = []
         self.last_confirmed = Position(-1, -1)
@@ -948,7 +948,7 @@ class ManagedLedger:
         self._evict_cache()
         return out
 
-    def _new_read_ahead(self) -> ReadAhead:
+    def _new_read_ahead(self) -> ReadAhead[ManagedEntry]:
         cfg = self.config
         max_reads = 16
         return ReadAhead(
@@ -962,7 +962,7 @@ class ManagedLedger:
         )
 
     async def _read_ahead_entries(
-        self, cursor: ManagedCursor, ra: ReadAhead, pos: Position, max_entries: int
+        self, cursor: ManagedCursor, ra: ReadAhead[ManagedEntry], pos: Position, max_entries: int
     ) -> list[ManagedEntry]:
         out: list[ManagedEntry] = []
         while not out and pos <= self.last_confirmed:

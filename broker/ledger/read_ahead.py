@@ -35,14 +35,24 @@ import asyncio
 import collections
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Generic, Protocol, TypeVar
 
 from magnetar.broker.ledger.position import Position
 
-if TYPE_CHECKING:
-    from magnetar.broker.ledger.managed_ledger import ManagedEntry
 
-ReadRange = Callable[[int, int, int], Awaitable[list["ManagedEntry"]]]
+class ReadEntry(Protocol):
+    """What a read brings per entry (the managed ledger's ``ManagedEntry``)."""
+
+    @property
+    def position(self) -> Position: ...
+
+    @property
+    def payload(self) -> bytes: ...
+
+
+E = TypeVar("E", bound=ReadEntry)
+
+ReadRange = Callable[[int, int, int], Awaitable[list[E]]]
 """(ledger id, first entry id, last entry id) -> the entries, in order."""
 NextRange = Callable[[Position, int], tuple[int, int, int] | None]
 """(position, at most n entries) -> the next readable range (ledger id, first, last) at or
@@ -65,7 +75,7 @@ class ReadAheadStats:
     in_flight: int
 
 
-class _Chunk:
+class _Chunk(Generic[E]):
     __slots__ = ("est_bytes", "first", "future", "last", "ledger_id", "used")
 
     def __init__(
@@ -73,7 +83,7 @@ class _Chunk:
         ledger_id: int,
         first: int,
         last: int,
-        future: asyncio.Future[list[ManagedEntry]],
+        future: asyncio.Future[list[E]],
         est_bytes: int,
     ) -> None:
         self.ledger_id = ledger_id
@@ -103,18 +113,18 @@ class _Chunk:
         return self.est_bytes
 
 
-def _retrieve(fut: asyncio.Future[list[ManagedEntry]]) -> None:
+def _retrieve(fut: asyncio.Future[list[E]]) -> None:
     """A dropped chunk's outcome is retrieved (nobody awaits it any more)."""
     if not fut.cancelled():
         fut.exception()
 
 
-class ReadAhead:
+class ReadAhead(Generic[E]):
     """Pipelined range reads ahead of one cursor (see the module docstring)."""
 
     def __init__(
         self,
-        read_range: ReadRange,
+        read_range: ReadRange[E],
         next_range: NextRange,
         entry_bytes: EntryBytes,
         *,
@@ -132,7 +142,7 @@ class ReadAhead:
         self.max_bytes = max_bytes
         self.max_reads = max_reads
         self.min_chunk_entries = max(1, min_chunk_entries)
-        self._chunks: collections.deque[_Chunk] = collections.deque()
+        self._chunks: collections.deque[_Chunk[E]] = collections.deque()
         self._next: Position | None = None  # where the next chunk starts
         self.reads_issued = 0
         self.entries_read = 0
@@ -169,12 +179,12 @@ class ReadAhead:
             ahead_bytes += est
             self._next = Position(ledger_id, last + 1)
 
-    async def _read(self, ledger_id: int, first: int, last: int) -> list[ManagedEntry]:
+    async def _read(self, ledger_id: int, first: int, last: int) -> list[E]:
         got = await self._read_range(ledger_id, first, last)
         self.entries_read += len(got)
         return got
 
-    def _drop(self, chunk: _Chunk) -> None:
+    def _drop(self, chunk: _Chunk[E]) -> None:
         if chunk.future.done():
             _retrieve(chunk.future)
         else:
@@ -189,7 +199,7 @@ class ReadAhead:
         self._next = None
 
     # -- reading -------------------------------------------------------------------------------
-    async def read(self, pos: Position, want: int) -> list[ManagedEntry]:
+    async def read(self, pos: Position, want: int) -> list[E]:
         """Entries from ``pos`` on (consecutive, at most ``want``; at least one unless
         nothing is confirmed at ``pos``). Raises what the chunk's read raised."""
         if self.closed:
@@ -213,7 +223,7 @@ class ReadAhead:
             raise
         if not chunks or chunks[0] is not first:
             return []  # cleared while waiting (closed): the caller reads again
-        out: list[ManagedEntry] = []
+        out: list[E] = []
         self._take(first, got, pos, want, out)
         while len(out) < want and len(chunks) > 1:
             nxt = chunks[1]
@@ -229,11 +239,11 @@ class ReadAhead:
 
     def _take(
         self,
-        chunk: _Chunk,
-        got: list[ManagedEntry],
+        chunk: _Chunk[E],
+        got: list[E],
         pos: Position,
         want: int,
-        out: list[ManagedEntry],
+        out: list[E],
     ) -> None:
         chunk.used = True
         start = pos.entry_id - chunk.first if chunk.ledger_id == pos.ledger_id else 0
@@ -263,7 +273,7 @@ class ReadAhead:
         )
 
     def check_invariants(self) -> None:
-        prev: _Chunk | None = None
+        prev: _Chunk[E] | None = None
         for c in self._chunks:
             assert c.first <= c.last, (c.first, c.last)
             if prev is not None:
@@ -274,4 +284,4 @@ class ReadAhead:
         assert self._in_flight() <= self.max_reads
 
 
-__all__ = ["EntryBytes", "NextRange", "ReadAhead", "ReadAheadStats", "ReadRange"]
+__all__ = ["EntryBytes", "NextRange", "ReadAhead", "ReadAheadStats", "ReadEntry", "ReadRange"]
