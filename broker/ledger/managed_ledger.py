@@ -965,8 +965,8 @@ class ManagedLedger:
         self, cursor: ManagedCursor, ra: ReadAhead[ManagedEntry], pos: Position, max_entries: int
     ) -> list[ManagedEntry]:
         out: list[ManagedEntry] = []
-        while not out and pos <= self.last_confirmed:
-            got = await ra.read(pos, max_entries)
+        while len(out) < max_entries and pos <= self.last_confirmed:
+            got = await ra.read(pos, max_entries - len(out))
             if not got:
                 break
             is_acked = cursor.is_acknowledged
