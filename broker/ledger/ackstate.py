@@ -167,6 +167,11 @@ class AckState:
         byte = pos.entry_id >> 3
         return byte < len(bm) and bool(bm[byte] >> (pos.entry_id & 7) & 1)
 
+    def none_acked_from(self, pos: Position) -> bool:
+        """True when no entry at or after ``pos`` in its ledger is acknowledged (one dict
+        lookup: the acked count kept per ledger), so a read of that ledger needs no filter."""
+        return pos > self.mark_delete and not self._counts.get(pos.ledger_id)
+
     def acked_count_after(self, ledger_id: int, above: int) -> int:
         """Individually acked entries of a ledger above entry ``above``."""
         md = self.mark_delete

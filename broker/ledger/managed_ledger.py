@@ -940,9 +940,12 @@ class ManagedLedger:
                 if pos.ledger_id == self.last_confirmed.ledger_id and entries == 0:
                     break
                 continue
-            for entry in await self.read_range(pos.ledger_id, pos.entry_id, end):
-                if not cursor.is_acknowledged(entry.position):
-                    out.append(entry)
+            got = await self.read_range(pos.ledger_id, pos.entry_id, end)
+            if cursor.none_acknowledged_from(pos):
+                out += got
+            else:
+                is_acked = cursor.is_acknowledged
+                out += [e for e in got if not is_acked(e.position)]
             pos = self.next_valid_position(Position(pos.ledger_id, end + 1))
         cursor.read_position = pos
         self._evict_cache()
@@ -969,8 +972,11 @@ class ManagedLedger:
             got = await ra.read(pos, max_entries - len(out))
             if not got:
                 break
-            is_acked = cursor.is_acknowledged
-            out.extend(e for e in got if not is_acked(e.position))
+            if got[-1].position.ledger_id == pos.ledger_id and cursor.none_acknowledged_from(pos):
+                out += got
+            else:
+                is_acked = cursor.is_acknowledged
+                out += [e for e in got if not is_acked(e.position)]
             pos = self.next_valid_position(self.position_after(got[-1].position))
             cursor.read_position = pos
         self._evict_cache()
