@@ -11,15 +11,17 @@ How a read at position ``p`` for ``want`` entries goes (``read``):
 - chunks wholly before ``p`` are dropped (they were dispatched);
 - if the first chunk does not hold ``p`` (the cursor was rewound, seeked or reset, or this
   is the first read), every chunk is dropped and the window starts again at ``p``;
-- the window is topped up: chunks of ``want`` entries (at least ``min_chunk_entries``) are
-  issued from where the last one ended, while the entries from ``p`` on stay within
-  ``max_entries`` and their bytes within ``max_bytes`` (a chunk in flight counts its entries
-  times the ledger's average entry size; a landed one its real bytes; one chunk is always
-  allowed), and at most ``max_reads`` chunks are in flight;
+- the window is topped up: the entries asked for first (``want``, as one read without
+  read-ahead would), then chunks of ``want`` entries (at least ``min_chunk_entries``) from
+  where the last one ended, while the entries from ``p`` on stay within ``max_entries`` and
+  their bytes within ``max_bytes`` (a chunk in flight counts its entries times the ledger's
+  average entry size, a landed one its real bytes; a chunk is cut to fit), and at most
+  ``max_reads`` chunks are in flight;
 - the first chunk is awaited, then the entries from ``p`` on are taken from it and from the
   chunks after it that have already landed, up to ``want``.
-Bounds: entries held or in flight <= ``max_entries`` + one chunk; bytes <= ``max_bytes`` + one
-chunk (estimated before it lands); reads in flight <= ``max_reads``.
+Bounds: entries held or in flight <= ``max_entries`` (past the ``want`` asked for); bytes
+<= ``max_bytes`` or the ``want`` asked for, whichever is more (estimated before a chunk
+lands); reads in flight <= ``max_reads``.
 A chunk whose read failed fails the read that takes it; every chunk is dropped then.
 Dropped chunks still in flight are left to finish (their result is discarded); ``close``
 cancels them.
@@ -76,21 +78,15 @@ class ReadAheadStats:
 
 
 class _Chunk(Generic[E]):
-    __slots__ = ("est_bytes", "first", "future", "last", "ledger_id", "used")
+    __slots__ = ("first", "future", "last", "ledger_id", "nbytes", "used")
 
-    def __init__(
-        self,
-        ledger_id: int,
-        first: int,
-        last: int,
-        future: asyncio.Future[list[E]],
-        est_bytes: int,
-    ) -> None:
+    future: asyncio.Future[list[E]]
+
+    def __init__(self, ledger_id: int, first: int, last: int, est_bytes: int) -> None:
         self.ledger_id = ledger_id
         self.first = first
         self.last = last
-        self.future = future
-        self.est_bytes = est_bytes
+        self.nbytes = est_bytes  # an estimate while in flight, the real size once landed
         self.used = False
 
     def holds(self, pos: Position) -> bool:
@@ -105,12 +101,6 @@ class _Chunk(Generic[E]):
         if self.ledger_id == pos.ledger_id and self.first <= pos.entry_id:
             return self.last - pos.entry_id + 1
         return self.last - self.first + 1
-
-    def bytes(self) -> int:
-        fut = self.future
-        if fut.done() and not fut.cancelled() and fut.exception() is None:
-            return sum(len(e.payload) for e in fut.result())
-        return self.est_bytes
 
 
 def _retrieve(fut: asyncio.Future[list[E]]) -> None:
@@ -159,19 +149,31 @@ class ReadAhead(Generic[E]):
 
     def _fill(self, pos: Position, want: int) -> None:
         chunk_entries = max(want, self.min_chunk_entries)
-        ahead = sum(c.entries_from(pos) for c in self._chunks)
-        ahead_bytes = sum(c.bytes() for c in self._chunks)
+        ahead = ahead_bytes = 0
+        for c in self._chunks:
+            n = c.entries_from(pos)
+            if n > 0:
+                ahead += n
+                ahead_bytes += c.nbytes
         in_flight = self._in_flight()
         while self._next is not None and ahead < self.max_entries and in_flight < self.max_reads:
-            got = self._next_range(self._next, min(chunk_entries, self.max_entries - ahead))
+            n = min(chunk_entries, self.max_entries - ahead)
+            if ahead:  # reading ahead (the entries asked for are under way): bytes bound it
+                n = min(
+                    n, (self.max_bytes - ahead_bytes) // self._entry_bytes(self._next.ledger_id)
+                )
+                if n <= 0:
+                    return
+            else:
+                n = min(n, want)  # the read asked for: what it asked, as without read-ahead
+            got = self._next_range(self._next, n)
             if got is None:
                 return  # nothing confirmed there yet: the next read tops up again
             ledger_id, first, last = got
             est = (last - first + 1) * self._entry_bytes(ledger_id)
-            if self._chunks and ahead_bytes + est > self.max_bytes:
-                return
-            fut = asyncio.ensure_future(self._read(ledger_id, first, last))
-            self._chunks.append(_Chunk(ledger_id, first, last, fut, est))
+            chunk: _Chunk[E] = _Chunk(ledger_id, first, last, est)
+            chunk.future = asyncio.ensure_future(self._read(chunk))
+            self._chunks.append(chunk)
             self.reads_issued += 1
             in_flight += 1
             self.max_reads_in_flight = max(self.max_reads_in_flight, in_flight)
@@ -179,9 +181,10 @@ class ReadAhead(Generic[E]):
             ahead_bytes += est
             self._next = Position(ledger_id, last + 1)
 
-    async def _read(self, ledger_id: int, first: int, last: int) -> list[E]:
-        got = await self._read_range(ledger_id, first, last)
+    async def _read(self, chunk: _Chunk[E]) -> list[E]:
+        got = await self._read_range(chunk.ledger_id, chunk.first, chunk.last)
         self.entries_read += len(got)
+        chunk.nbytes = sum(len(e.payload) for e in got)  # landed: the real size
         return got
 
     def _drop(self, chunk: _Chunk[E]) -> None:

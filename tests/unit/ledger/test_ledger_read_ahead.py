@@ -117,12 +117,16 @@ async def test_read_ahead_entries_bounds_the_reads_in_flight(
 async def test_read_ahead_bytes_bounds_the_reads_in_flight(
     meta_server: MemoryMetadataServer, fake_bookies: FakeBookieCluster
 ) -> None:
-    # 100 entries of ~100 bytes per read: 25,000 bytes allow two reads, 250 only the first
-    for limit, in_flight in ((250, 1), (25_000, 2)):
-        f = factory(meta_server, fake_bookies, read_ahead_entries=1000, read_ahead_bytes=limit)
-        ml = await f.open(f"t/ns/persistent/bytes-{limit}")
+    # the 100 entries asked for are always read; ahead of them, the byte bound: room for
+    # another 100 (two reads), or for nothing (one read)
+    for room_entries, in_flight in ((0, 1), (100, 2)):
+        f = factory(meta_server, fake_bookies, read_ahead_entries=1000, read_ahead_bytes=1 << 30)
+        ml = await f.open(f"t/ns/persistent/bytes-{room_entries}")
         cursor = await ml.open_cursor("sub", EARLIEST)
         await add(ml, 1000)
+        (_, entries, size), *_ = ml.ledger_sizes()
+        avg = size // entries
+        ml.config = dataclasses.replace(ml.config, read_ahead_bytes=(100 + room_entries) * avg)
         hang(fake_bookies)
         task = asyncio.ensure_future(ml.read_entries(cursor, 100))
         await wait_for(lambda: held_reads(fake_bookies) >= 1, 30, "a read held")
