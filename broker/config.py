@@ -69,7 +69,7 @@ class BrokerConfig:
     managed_ledger_cursor_backlogged_threshold: int = 1000
     # a cursor behind the entry cache keeps bookie reads in flight ahead of its read
     # position, up to this many entries and bytes (0 entries: one read at a time)
-    managed_ledger_read_ahead_entries: int = 2000
+    managed_ledger_read_ahead_entries: int = 10_000
     managed_ledger_read_ahead_max_size_bytes: int = 4 << 20
     # placement of ledger ensembles on bookies that announce a rack (bookie_rack)
     bookkeeper_client_min_num_racks_per_write_quorum: int = 2

@@ -98,7 +98,7 @@ class ManagedLedgerConfig:
     """Entries older than this are evicted (0 = no age eviction; factory-wide)."""
     entry_cache_eviction_interval_ms: int = 10
     """The age eviction runs at most this often (factory-wide)."""
-    read_ahead_entries: int = 2000
+    read_ahead_entries: int = 10_000
     """A cursor reading behind the entry cache keeps bookie reads in flight for up to this
     many entries past its read position (``ReadAhead``); 0 = one read at a time."""
     read_ahead_bytes: int = 4 << 20
