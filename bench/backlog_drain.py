@@ -39,6 +39,7 @@ producer = client.create_producer(
     topic, batching_enabled=False, max_pending_messages=5000, block_if_queue_full=True
 )
 payload = b"x" * (size - 8)
+print("READY", flush=True)
 i = 1 << 40  # the drain loop tells these from the backlog by their number
 while not stop:
     producer.send_async(i.to_bytes(8, "big") + payload, lambda r, m: None)
@@ -96,14 +97,20 @@ def main() -> int:
         broker_pid = server.pid
         assert broker_pid is not None
         bookies = server.bookie_pids()
-        cpu0 = _cpu_s(broker_pid), sum(_cpu_s(b) for b in bookies)
-        consumer = client.subscribe(topic, "drain", receiver_queue_size=args.receiver_queue_size)
         publisher = None
         if args.publish_during:  # another process: the consumer keeps its own GIL
             publisher = subprocess.Popen(
                 [sys.executable, "-c", _PUBLISHER, server.service_url, topic, str(args.size)],
                 stdout=subprocess.PIPE,
             )
+            assert publisher.stdout is not None
+            for line in publisher.stdout:  # publishing has begun (the client logs here too)
+                if line.startswith(b"READY"):
+                    break
+            else:
+                raise RuntimeError("the publisher process exited before it was ready")
+        cpu0 = _cpu_s(broker_pid), sum(_cpu_s(b) for b in bookies)
+        consumer = client.subscribe(topic, "drain", receiver_queue_size=args.receiver_queue_size)
         expected = 0
         out_of_order = 0
         t1 = time.monotonic()
