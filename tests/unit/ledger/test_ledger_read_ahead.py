@@ -10,10 +10,11 @@ import dataclasses
 import pathlib
 import random
 
+import pytest
 from support.waiting import wait_for
 
 from magnetar.broker.config import BrokerConfig
-from magnetar.broker.ledger import EARLIEST, ManagedLedgerConfig, ManagedLedgerFactory
+from magnetar.broker.ledger import EARLIEST, ManagedLedgerConfig, ManagedLedgerFactory, Position
 from magnetar.broker.ledger.managed_ledger import ManagedLedger
 from magnetar.broker.ledger.testing import FakeBookieCluster
 from magnetar.broker.runtime import managed_ledger_config
@@ -198,3 +199,62 @@ def test_broker_settings_reach_the_read_ahead(tmp_path: pathlib.Path) -> None:
     via_alias = BrokerConfig.load(conf)
     assert via_alias.managed_ledger_read_ahead_entries == 7
     assert via_alias.managed_ledger_read_ahead_max_size_bytes == 8
+
+
+@pytest.mark.parametrize("seed", range(12))
+async def test_random_reads_seeks_and_acks_behind_the_cache_match_a_model(
+    meta_server: MemoryMetadataServer, fake_bookies: FakeBookieCluster, seed: int
+) -> None:
+    """Random reads, seeks (back inside the last read and anywhere), rewinds, individual and
+    cumulative acks and appends, all behind the cache: every read returns the first
+    unacknowledged entries from the read position, and the position never skips one."""
+    rng = random.Random(seed)
+    f = factory(
+        meta_server,
+        fake_bookies,
+        max_entries_per_ledger=37,
+        read_ahead_entries=rng.choice((20, 64, 300)),
+        read_ahead_bytes=rng.choice((500, 1 << 20)),
+    )
+    ml = await f.open(f"t/ns/persistent/random-{seed}")
+    cursor = await ml.open_cursor("sub", EARLIEST)
+    log: list[Position] = []  # every entry's position, in log order
+
+    async def append(n: int) -> None:
+        for _ in range(n):
+            log.append(await ml.add(b"%d" % len(log)))
+
+    await append(150)
+    last_read: list[Position] = []
+    for _ in range(200):
+        op = rng.random()
+        if op < 0.45:
+            n = rng.randrange(1, 60)
+            start = cursor.read_position
+            got = await ml.read_entries(cursor, n)
+            unacked = [p for p in log if p >= start and not cursor.is_acknowledged(p)]
+            assert [e.position for e in got] == unacked[:n]
+            assert [e.payload for e in got] == [b"%d" % log.index(e.position) for e in got]
+            if got:  # nothing unacknowledged skipped past the last entry returned
+                assert all(
+                    cursor.is_acknowledged(p)
+                    for p in log
+                    if got[-1].position < p < cursor.read_position
+                )
+            last_read = [e.position for e in got]
+        elif op < 0.55 and last_read:
+            cursor.seek(rng.choice(last_read))  # an unsent tail put back
+        elif op < 0.62:
+            cursor.seek(rng.choice(log))
+        elif op < 0.68:
+            cursor.rewind()
+        elif op < 0.83 and last_read:
+            await cursor.delete(rng.sample(last_read, k=rng.randrange(1, len(last_read) + 1)))
+        elif op < 0.88:
+            await cursor.mark_delete(rng.choice(log))
+        else:
+            await append(rng.randrange(1, 40))
+        ra = ml._read_aheads.get(cursor)
+        if ra is not None:
+            ra.check_invariants()
+    await f.close()
