@@ -204,28 +204,40 @@ class ReadAhead(Generic[E]):
     # -- reading -------------------------------------------------------------------------------
     async def read(self, pos: Position, want: int) -> list[E]:
         """Entries from ``pos`` on (consecutive, at most ``want``; at least one unless
-        nothing is confirmed at ``pos``). Raises what the chunk's read raised."""
-        if self.closed:
-            raise RuntimeError("read-ahead closed")
-        chunks = self._chunks
-        while chunks and chunks[0].before(pos):
-            self._drop(chunks.popleft())  # dispatched already: not counted as dropped
-        if not chunks or not chunks[0].holds(pos):
-            self.clear()
-            self._next = pos
-        self._fill(pos, want)
-        if not chunks:
-            return []
-        first = chunks[0]
-        try:
-            got = await first.future
-        except BaseException:
-            if chunks and chunks[0] is first:
-                chunks.popleft()
+        nothing is confirmed at ``pos`` or the read-ahead was closed meanwhile). Raises
+        what the chunk's read raised."""
+        while True:  # one pass (break) or a return
+            if self.closed:
+                raise RuntimeError("read-ahead closed")
+            chunks = self._chunks
+            while chunks and chunks[0].before(pos):
+                passed = chunks.popleft()  # dispatched, or skipped by a seek forward
+                self.chunks_dropped += not passed.used
+                self._drop(passed)
+            if not chunks or not chunks[0].holds(pos):
                 self.clear()
-            raise
-        if not chunks or chunks[0] is not first:
-            return []  # cleared while waiting (closed): the caller reads again
+                self._next = pos
+            self._fill(pos, want)
+            if not chunks:
+                return []
+            first = chunks[0]
+            try:
+                got = await first.future
+            except BaseException:
+                if chunks and chunks[0] is first:
+                    chunks.popleft()
+                    self.clear()
+                raise
+            if chunks and chunks[0] is first:
+                break
+            if self.closed:
+                return []
+            # another read moved the window meanwhile: a plain range read, not a fight over
+            # the window (each taking it back would drop the other's, without end)
+            got_range = self._next_range(pos, want)
+            if got_range is None:
+                return []
+            return list(await self._read_range(*got_range))
         out: list[E] = []
         self._take(first, got, pos, want, out)
         while len(out) < want and len(chunks) > 1:

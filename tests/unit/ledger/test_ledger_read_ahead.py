@@ -258,3 +258,34 @@ async def test_random_reads_seeks_and_acks_behind_the_cache_match_a_model(
         if ra is not None:
             ra.check_invariants()
     await f.close()
+
+
+async def test_a_read_whose_window_was_dropped_meanwhile_reads_again() -> None:
+    """Two reads of one read-ahead at once (not what a dispatcher does, but possible): the
+    second moves the window; the first, woken, starts again at its own position."""
+    from magnetar.broker.ledger.managed_ledger import ManagedEntry
+    from magnetar.broker.ledger.read_ahead import ReadAhead
+
+    gate = asyncio.Event()
+
+    async def read_range(ledger_id: int, first: int, last: int) -> list[ManagedEntry]:
+        await gate.wait()
+        return [ManagedEntry(Position(ledger_id, e), b"%d" % e) for e in range(first, last + 1)]
+
+    def next_range(pos: Position, n: int) -> tuple[int, int, int] | None:
+        return None if pos.entry_id >= 1000 else (0, pos.entry_id, min(999, pos.entry_id + n - 1))
+
+    ra: ReadAhead[ManagedEntry] = ReadAhead(
+        read_range, next_range, lambda _: 10, max_entries=200, max_bytes=1 << 20
+    )
+    first = asyncio.ensure_future(ra.read(Position(0, 0), 10))
+    await wait_for(lambda: ra.statistics().in_flight > 0, 30, "first read issued")
+    second = asyncio.ensure_future(ra.read(Position(0, 500), 10))
+    await wait_for(lambda: ra.statistics().chunks_dropped > 0, 30, "window moved")
+    gate.set()
+    got_second = await second
+    got_first = await first
+    assert [e.position.entry_id for e in got_second] == list(range(500, 510))
+    assert [e.position.entry_id for e in got_first] == list(range(10))
+    ra.check_invariants()
+    ra.close()
