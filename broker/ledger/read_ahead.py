@@ -22,6 +22,9 @@ How a read at position ``p`` for ``want`` entries goes (``read``):
 Bounds: entries held or in flight <= ``max_entries`` (past the ``want`` asked for); bytes
 <= ``max_bytes`` or the ``want`` asked for, whichever is more (estimated before a chunk
 lands); reads in flight <= ``max_reads``.
+A read whose window another read of the same cursor moved while it waited is served by a
+plain range read (cursors are read by one dispatch round at a time; this only keeps two
+readers from dropping each other's window without end).
 A chunk whose read failed fails the read that takes it; every chunk is dropped then.
 Dropped chunks still in flight are left to finish (their result is discarded); ``close``
 cancels them.
