@@ -70,6 +70,10 @@ class BrokerConfig:
     # adds over the bookies' fast add transport (plain TCP, bookie/fast_add.py) where they
     # announce one (fast_add_port), else over the gRPC Add stream; never with bookie TLS
     bookkeeper_fast_add_enabled: bool = True
+    # a cursor behind the entry cache keeps bookie reads in flight ahead of its read
+    # position, up to this many entries and bytes (0 entries: one read at a time)
+    managed_ledger_read_ahead_entries: int = 10_000
+    managed_ledger_read_ahead_max_size_bytes: int = 4 << 20
     # placement of ledger ensembles on bookies that announce a rack (bookie_rack)
     bookkeeper_client_min_num_racks_per_write_quorum: int = 2
     bookkeeper_client_enforce_min_num_racks_per_write_quorum: bool = False

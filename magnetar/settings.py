@@ -159,6 +159,16 @@ BROKER_ALIASES: tuple[Alias, ...] = (
     Alias("managedLedgerCacheEvictionIntervalMs", "managed_ledger_cache_eviction_interval_ms"),
     Alias("managedLedgerCursorBackloggedThreshold", "managed_ledger_cursor_backlogged_threshold"),
     Alias(
+        "managedLedgerReadAheadEntries",
+        "managed_ledger_read_ahead_entries",
+        note="Magnetar only: bookie reads kept in flight ahead of a cursor behind the cache",
+    ),
+    Alias(
+        "managedLedgerReadAheadMaxSizeBytes",
+        "managed_ledger_read_ahead_max_size_bytes",
+        note="Magnetar only: the read-ahead's bound in bytes",
+    ),
+    Alias(
         "bookkeeperClientMinNumRacksPerWriteQuorum",
         "bookkeeper_client_min_num_racks_per_write_quorum",
     ),

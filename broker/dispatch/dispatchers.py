@@ -80,6 +80,10 @@ ACTIVE_CONSUMER_FAILOVER_DELAY_MS = 1000
 AVG_MSGS_PER_ENTRY_WEIGHT = 0.9
 
 
+_COUNTS_REDELIVERIES = frozenset((SubType.SHARED, SubType.KEY_SHARED))
+_new_tuple = tuple.__new__  # OutMessage(...) without the NamedTuple's Python-level __new__
+
+
 # ---------------------------------------------------------------------- pure selection
 
 
@@ -250,9 +254,9 @@ class Dispatcher:
         consumer.on_dispatched(pos, n)
         self.owner[pos] = consumer
         count = 0
-        if self.redelivery_tracker and self.sub_type in (SubType.SHARED, SubType.KEY_SHARED):
+        if self.redelivery_tracker and self.sub_type in _COUNTS_REDELIVERIES:
             count = self.redelivery.get(pos) or self.cursor.redelivery_count(pos)
-        out.append(OutMessage(pos, entry.data, count, self.cursor.batch_ack_set(pos)))
+        out.append(_new_tuple(OutMessage, (pos, entry.data, count, self.cursor.batch_ack_set(pos))))
 
     def _flush(self, consumer: Consumer, out: list[OutMessage]) -> None:
         self.dispatched_entries += len(out)

@@ -115,6 +115,17 @@ def _first_zero_bit(bm: bytearray, start: int) -> int:
     return b * 8 + ((~v & (v + 1)).bit_length() - 1)
 
 
+def _count_above(bm: bytearray, above: int) -> int:
+    """Set bits strictly above entry ``above`` (one popcount in C, not a walk of runs)."""
+    start = above + 1
+    if start <= 0:
+        return int.from_bytes(bm, "little").bit_count()
+    byte = start >> 3
+    if byte >= len(bm):
+        return 0
+    return (int.from_bytes(bm[byte:], "little") >> (start & 7)).bit_count()
+
+
 def _runs(bm: bytearray, above: int) -> Iterator[tuple[int, int]]:
     """Runs of set bits (first, last inclusive) strictly above entry ``above``."""
     if not bm:
@@ -156,6 +167,11 @@ class AckState:
         byte = pos.entry_id >> 3
         return byte < len(bm) and bool(bm[byte] >> (pos.entry_id & 7) & 1)
 
+    def none_acked_from(self, pos: Position) -> bool:
+        """True when no entry at or after ``pos`` in its ledger is acknowledged (one dict
+        lookup: the acked count kept per ledger), so a read of that ledger needs no filter."""
+        return pos > self.mark_delete and not self._counts.get(pos.ledger_id)
+
     def acked_count_after(self, ledger_id: int, above: int) -> int:
         """Individually acked entries of a ledger above entry ``above``."""
         md = self.mark_delete
@@ -166,7 +182,7 @@ class AckState:
         bm = self._bitmaps.get(ledger_id)
         if bm is None:
             return 0
-        return sum(last - first + 1 for first, last in _runs(bm, above))
+        return _count_above(bm, above)
 
     def ranges(self) -> list[tuple[Position, Position]]:
         """Individually acknowledged ranges above mark-delete, inclusive, in order."""
@@ -234,9 +250,7 @@ class AckState:
             self._counts.pop(ledger_id, None)
         bm = self._bitmaps.get(pos.ledger_id)
         if bm is not None:
-            self._counts[pos.ledger_id] = sum(
-                last - first + 1 for first, last in _runs(bm, pos.entry_id)
-            )
+            self._counts[pos.ledger_id] = _count_above(bm, pos.entry_id)
         for d in (self.batch_sets, self.redeliveries):
             if d:
                 for p in [p for p in d if p <= pos]:

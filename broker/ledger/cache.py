@@ -329,6 +329,14 @@ class EntryCache:
         if mgr.size_bytes > max_bytes:
             mgr.evict_to_watermark()
 
+    def holds(self, ledger_id: int, entry_id: int) -> bool:
+        """Whether the entry is held (not counted as a hit or a miss)."""
+        run = self._runs.get(ledger_id)
+        if run is None:
+            return False
+        i = entry_id - run.first_entry_id
+        return run.head <= i < len(run.payloads) and run.payloads[i] is not None
+
     def get(self, pos: Position) -> bytes | None:
         run = self._runs.get(pos.ledger_id)
         payload = None

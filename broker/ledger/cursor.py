@@ -204,6 +204,11 @@ class ManagedCursor:
     def is_acknowledged(self, pos: Position) -> bool:
         return self._state.is_acked(pos)
 
+    def none_acknowledged_from(self, pos: Position) -> bool:
+        """No entry at or after ``pos`` in its ledger is acknowledged (reads skip the
+        per-entry check then)."""
+        return self._state.none_acked_from(pos)
+
     def batch_ack_set(self, pos: Position) -> tuple[int, int] | None:
         """(batch size, mask of acknowledged indexes) of a partly acknowledged batch entry."""
         return self._state.batch_sets.get(pos)

@@ -33,7 +33,7 @@ import logging
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import crc32c
 
@@ -92,9 +92,9 @@ def frame(cumulative_length: int, payload: bytes) -> bytes:
     return _pack_header(cumulative_length) + payload
 
 
-@dataclass(frozen=True, slots=True)
-class LedgerEntry:
-    """An entry as read back: its id, the application payload and the cumulative length."""
+class LedgerEntry(NamedTuple):
+    """An entry as read back: its id, the application payload and the cumulative length.
+    A named tuple: one is made per entry read, and ``tuple.__new__`` is the cheapest record."""
 
     ledger_id: int
     entry_id: int
@@ -102,13 +102,19 @@ class LedgerEntry:
     cumulative_length: int
 
 
+_new_tuple = tuple.__new__
+_crc32c = crc32c.crc32c
+
+
 def unframe(entry: Entry) -> LedgerEntry:
     """Verify the checksum and strip the header; raises ``EntryCorrupt``."""
     data = entry.payload
-    if crc32c.crc32c(data) != entry.crc32c or len(data) < HEADER_BYTES:
+    if _crc32c(data) != entry.crc32c or len(data) < HEADER_BYTES:
         raise EntryCorrupt(f"checksum mismatch for {entry.ledger_id}:{entry.entry_id}")
-    (cumulative,) = HEADER.unpack_from(data)
-    return LedgerEntry(entry.ledger_id, entry.entry_id, data[HEADER_BYTES:], cumulative)
+    return _new_tuple(
+        LedgerEntry,
+        (entry.ledger_id, entry.entry_id, data[HEADER_BYTES:], _unpack_header(data)[0]),
+    )
 
 
 @dataclass(frozen=True, slots=True)

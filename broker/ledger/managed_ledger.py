@@ -34,6 +34,7 @@ import logging
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from magnetar.broker.ledger.ackstate import AckState
 from magnetar.broker.ledger.cache import CacheStatistics, EntryCacheManager
@@ -54,6 +55,7 @@ from magnetar.broker.ledger.errors import (
 from magnetar.broker.ledger.handle import ReadHandle, WriteHandle
 from magnetar.broker.ledger.placement import BookieClientFactory
 from magnetar.broker.ledger.position import EARLIEST, LATEST, Position
+from magnetar.broker.ledger.read_ahead import ReadAhead, ReadAheadStats
 from magnetar.broker.ledger.states import (
     MANAGED_LEDGER_FSM,
     HandleState,
@@ -96,6 +98,11 @@ class ManagedLedgerConfig:
     """Entries older than this are evicted (0 = no age eviction; factory-wide)."""
     entry_cache_eviction_interval_ms: int = 10
     """The age eviction runs at most this often (factory-wide)."""
+    read_ahead_entries: int = 10_000
+    """A cursor reading behind the entry cache keeps bookie reads in flight for up to this
+    many entries past its read position (``ReadAhead``); 0 = one read at a time."""
+    read_ahead_bytes: int = 4 << 20
+    """... and for up to this many bytes (estimated from the ledger's average entry)."""
     cursor_backlogged_threshold: int = 1000
     """A cursor this many entries or more behind the last confirmed entry is not an active
     reader for caching: the cache does not keep entries for it."""
@@ -133,10 +140,14 @@ class LedgerInfo:
     Pulsar (a ledger written for hours is not expired by the age of its first entry)."""
 
 
-@dataclass(frozen=True, slots=True)
-class ManagedEntry:
+class ManagedEntry(NamedTuple):
+    """An entry of the managed ledger (a named tuple: one is made per entry read)."""
+
     position: Position
     payload: bytes
+
+
+_new_tuple = tuple.__new__
 
 
 @dataclass(frozen=True, slots=True)
@@ -297,6 +308,7 @@ class ManagedLedger:
         self._opening_cursors: dict[str, asyncio.Future[ManagedCursor]] = {}
         self._non_durable: list[ManagedCursor] = []
         self._readers: dict[int, ReadHandle] = {}
+        self._read_aheads: dict[ManagedCursor, ReadAhead[ManagedEntry]] = {}
         self._cache = factory.entry_cache.new_cache(name, self._cache_needed_from)
         self._waiters: list[asyncio.Future[None]] = []
         self.last_confirmed = Position(-1, -1)
@@ -693,6 +705,9 @@ class ManagedLedger:
         self.state = MANAGED_LEDGER_FSM.next(self.state, _E.CLOSE)
         if self._timer is not None:
             self._timer.cancel()
+        for ra in self._read_aheads.values():
+            ra.close()
+        self._read_aheads.clear()
         for cursor in list(self._cursors.values()):
             await cursor.close()
         if self._current is not None:
@@ -877,6 +892,7 @@ class ManagedLedger:
         return cursor
 
     def remove_non_durable_cursor(self, cursor: ManagedCursor) -> None:
+        self._close_read_ahead(cursor)
         if cursor in self._non_durable:
             self._non_durable.remove(cursor)
 
@@ -891,6 +907,7 @@ class ManagedLedger:
     async def delete_cursor(self, name: str) -> None:
         cursor = self._cursors.pop(name, None)
         if cursor is not None:
+            self._close_read_ahead(cursor)
             await cursor.delete_durable_state()
             self.trim_soon()
 
@@ -899,9 +916,22 @@ class ManagedLedger:
 
     # -- reads --------------------------------------------------------------------------------
     async def read_entries(self, cursor: ManagedCursor, max_entries: int) -> list[ManagedEntry]:
-        """Up to ``max_entries`` unacknowledged entries from the cursor's read position."""
+        """Up to ``max_entries`` unacknowledged entries from the cursor's read position.
+        Behind the entry cache, through the cursor's read-ahead (bookie reads pipelined)."""
         out: list[ManagedEntry] = []
         pos = self.next_valid_position(cursor.read_position)
+        ra = self._read_aheads.get(cursor)
+        if (
+            self.config.read_ahead_entries > 0
+            and max_entries > 0
+            and pos <= self.last_confirmed
+            and not self._cache.holds(pos.ledger_id, pos.entry_id)
+        ):
+            if ra is None:
+                ra = self._read_aheads[cursor] = self._new_read_ahead()
+            return await self._read_ahead_entries(cursor, ra, pos, max_entries)
+        if ra is not None:
+            ra.clear()  # at the cache again: nothing to read ahead
         while len(out) < max_entries and pos <= self.last_confirmed:
             entries = self.entries_in(pos.ledger_id) or 0
             end = min(entries - 1, pos.entry_id + (max_entries - len(out)) - 1)
@@ -910,25 +940,94 @@ class ManagedLedger:
                 if pos.ledger_id == self.last_confirmed.ledger_id and entries == 0:
                     break
                 continue
-            for entry in await self.read_range(pos.ledger_id, pos.entry_id, end):
-                if not cursor.is_acknowledged(entry.position):
-                    out.append(entry)
+            got = await self.read_range(pos.ledger_id, pos.entry_id, end)
+            if cursor.none_acknowledged_from(pos):
+                out += got
+            else:
+                is_acked = cursor.is_acknowledged
+                out += [e for e in got if not is_acked(e.position)]
             pos = self.next_valid_position(Position(pos.ledger_id, end + 1))
         cursor.read_position = pos
         self._evict_cache()
         return out
 
+    def _new_read_ahead(self) -> ReadAhead[ManagedEntry]:
+        cfg = self.config
+        max_reads = 16
+        return ReadAhead(
+            self.read_range,
+            self._next_range,
+            self._entry_bytes,
+            max_entries=cfg.read_ahead_entries,
+            max_bytes=max(1, cfg.read_ahead_bytes),
+            max_reads=max_reads,
+            min_chunk_entries=cfg.read_ahead_entries // max_reads,
+        )
+
+    async def _read_ahead_entries(
+        self, cursor: ManagedCursor, ra: ReadAhead[ManagedEntry], pos: Position, max_entries: int
+    ) -> list[ManagedEntry]:
+        out: list[ManagedEntry] = []
+        while len(out) < max_entries and pos <= self.last_confirmed:
+            got = await ra.read(pos, max_entries - len(out))
+            if not got:
+                break
+            if got[-1].position.ledger_id == pos.ledger_id and cursor.none_acknowledged_from(pos):
+                out += got
+            else:
+                is_acked = cursor.is_acknowledged
+                out += [e for e in got if not is_acked(e.position)]
+            pos = self.next_valid_position(self.position_after(got[-1].position))
+            cursor.read_position = pos
+        self._evict_cache()
+        return out
+
+    def _next_range(self, pos: Position, n: int) -> tuple[int, int, int] | None:
+        """The next readable range of at most ``n`` entries at or after ``pos``."""
+        pos = self.next_valid_position(pos)
+        last = self.last_confirmed
+        while pos <= last:
+            entries = self.entries_in(pos.ledger_id) or 0
+            end = min(entries - 1, pos.entry_id + n - 1)
+            if pos.ledger_id == last.ledger_id:
+                end = min(end, last.entry_id)
+            if end >= pos.entry_id:
+                return pos.ledger_id, pos.entry_id, end
+            nxt = self.next_valid_position(Position(pos.ledger_id, max(entries, pos.entry_id + 1)))
+            if nxt == pos:
+                return None
+            pos = nxt
+        return None
+
+    def _entry_bytes(self, ledger_id: int) -> int:
+        for lid, entries, size in self.ledger_sizes():
+            if lid == ledger_id and entries > 0:
+                return max(1, size // entries)
+        return 1
+
+    def read_ahead_statistics(self, cursor: ManagedCursor) -> ReadAheadStats | None:
+        ra = self._read_aheads.get(cursor)
+        return ra.statistics() if ra is not None else None
+
+    def _close_read_ahead(self, cursor: ManagedCursor) -> None:
+        ra = self._read_aheads.pop(cursor, None)
+        if ra is not None:
+            ra.close()
+
     async def read_range(self, ledger_id: int, first: int, last: int) -> list[ManagedEntry]:
         """Entries first..last of one ledger (from the cache when possible)."""
+        new = _new_tuple
         cached = [
-            ManagedEntry(Position(ledger_id, e), payload)
+            new(ManagedEntry, (Position(ledger_id, e), payload))
             for e, payload in enumerate(self._cache.get_range(ledger_id, first, last), first)
         ]
         if len(cached) == last - first + 1:
             return cached
         handle = await self._reader(ledger_id)
         got = await handle.read(first + len(cached), last)
-        return cached + [ManagedEntry(Position(ledger_id, g.entry_id), g.payload) for g in got]
+        return cached + [
+            new(ManagedEntry, (Position(ledger_id, g.entry_id), g.payload)) for g in got
+        ]
 
     async def _reader(self, ledger_id: int) -> ReadHandle:
         if self._current is not None and ledger_id == self._current.ledger_id:
@@ -1056,18 +1155,27 @@ class ManagedLedger:
         self._cache.evict_unneeded()
 
     def _cache_needed_from(self) -> Position | None:
-        """The slowest active reader's read position (None: no active reader). A cursor
-        ``cursor_backlogged_threshold`` entries or more behind is not active for caching
-        (Pulsar's ``managedLedgerCursorBackloggedThreshold``): it reads from the bookies."""
+        """The slowest active reader's read position. A cursor ``cursor_backlogged_threshold``
+        entries or more behind is not active for caching (Pulsar's
+        ``managedLedgerCursorBackloggedThreshold``): it does not hold entries for itself
+        against an active reader. With no active reader, the slowest cursor's position: as
+        Pulsar's cache eviction, which evicts by position only before an active reader, the
+        entries a backlogged reader has not read yet are left to the age and budget
+        evictions (they were evicted at every read, so a consumer that fell
+        ``cursor_backlogged_threshold`` entries behind read every entry from the bookies
+        from then on, and fell further behind). None: no cursor at all."""
         threshold = self.config.cursor_backlogged_threshold
         slowest: Position | None = None
+        slowest_any: Position | None = None
         for cursor in (*self._cursors.values(), *self._non_durable):
             pos = cursor.read_position
+            if slowest_any is None or pos < slowest_any:
+                slowest_any = pos
             if slowest is not None and pos >= slowest:
                 continue
             if self._entries_from(pos, threshold) < threshold:
                 slowest = pos
-        return slowest
+        return slowest if slowest is not None else slowest_any
 
     def _entries_from(self, pos: Position, limit: int) -> int:
         """Confirmed entries at ``pos`` and after, counted up to ``limit``."""

@@ -62,7 +62,7 @@ class ManagedTopicCursor:
 
     async def read_entries(self, max_entries: int) -> list[Entry]:
         got = await self._ml.read_entries(self.cursor, max_entries)
-        return [_new_entry(Entry, (e.position, e.payload)) for e in got]
+        return [_new_entry(Entry, e) for e in got]  # (position, payload) -> (position, data)
 
     async def read_positions(self, positions: list[Position]) -> list[Entry]:
         """The unacknowledged entries at ``positions``, in the order given; consecutive

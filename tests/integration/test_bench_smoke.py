@@ -10,6 +10,8 @@ belongs in ``make bench``).
   budget on its own standalone; the report's figures and that the broker stayed within it.
 - ``bench/reclaim_perf.py``: 2 MB through TTL and through retention on ZooKeeper + a bookie
   process; each run brings the bookie's entry-log bytes down to 10% of the peak.
+- ``bench/backlog_drain.py``: a small backlog past the cache's age drained in order while
+  another process publishes to the topic.
 """
 
 from __future__ import annotations
@@ -180,3 +182,16 @@ def test_cache_memory_smoke_reports_rss_against_the_budget(tmp_path: pathlib.Pat
     assert report["unread_backlog_mb"] > report["budget_mb"]
     assert report["within_budget"] is True, report
     assert report["rss_peak_mb"] >= report["rss_before_mb"] > 0
+
+
+def test_backlog_drain_smoke_drains_in_order_while_publishing() -> None:
+    report = _run_bench(
+        "backlog_drain.py",
+        ["--messages", "3000", "--idle-s", "1.5", "--publish-during"],
+        timeout_s=150,
+    )
+    assert report["messages"] == 3000 and report["publish_errors"] == 0
+    assert report["out_of_order"] == 0
+    assert isinstance(report["published_during_drain"], int)
+    assert report["published_during_drain"] >= 0, report
+    assert report["drain_msgs_per_s"] > 0

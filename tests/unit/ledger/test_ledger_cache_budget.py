@@ -199,6 +199,36 @@ async def test_a_backlogged_cursor_does_not_pin_the_cache(
     await f.close()
 
 
+async def test_a_lone_backlogged_reader_reads_from_the_cache(
+    meta_server: MemoryMetadataServer, fake_bookies: FakeBookieCluster
+) -> None:
+    """With no active reader, what the backlogged cursor has not read yet stays cached (age
+    and budget still evict it): a consumer that fell behind must not go to the bookies for
+    entries that are still in memory."""
+    cfg = ManagedLedgerConfig(
+        ensemble_size=2,
+        write_quorum=2,
+        ack_quorum=2,
+        min_ledger_rollover_time_ms=0,
+        cursor_backlogged_threshold=10,
+        entry_cache_eviction_time_threshold_ms=0,
+    )
+    f = ManagedLedgerFactory(meta_server.connect(), fake_bookies.factory, cfg)
+    ml = await f.open("t/ns/persistent/lone-backlogged")
+    slow = await ml.open_cursor("slow", LATEST)
+    await asyncio.gather(*(ml.add(b"e%d" % i) for i in range(30)))
+    got = await ml.read_entries(slow, 5)  # 30 behind: backlogged
+    assert [e.payload for e in got] == [b"e%d" % i for i in range(5)]
+    assert ml.statistics().cache.entries == 25  # what it read went; the rest stayed
+    misses = ml.statistics().cache.misses
+    got = await ml.read_entries(slow, 25)
+    assert [e.payload for e in got] == [b"e%d" % i for i in range(5, 30)]
+    assert ml.statistics().cache.misses == misses  # all from the cache
+    assert ml.statistics().cache.entries == 0
+    ml.check_invariants()
+    await f.close()
+
+
 def test_broker_settings_reach_the_entry_cache() -> None:
     cfg = managed_ledger_config(
         BrokerConfig.load(

@@ -1,0 +1,291 @@
+"""A cursor behind the entry cache: its bookie reads are pipelined (``ReadAhead``), bounded
+in entries and bytes, and it still reads its backlog in order, acknowledged entries left
+out, across ledgers, after seeks and rewinds. Reads in flight are counted by holding the
+fake bookies' requests (``hang``), never by timing."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import pathlib
+import random
+
+import pytest
+from support.waiting import wait_for
+
+from magnetar.broker.config import BrokerConfig
+from magnetar.broker.ledger import EARLIEST, ManagedLedgerConfig, ManagedLedgerFactory, Position
+from magnetar.broker.ledger.managed_ledger import ManagedLedger
+from magnetar.broker.ledger.testing import FakeBookieCluster
+from magnetar.broker.runtime import managed_ledger_config
+from magnetar.zk.memory import MemoryMetadataServer
+
+# no entry cache: every read goes to the bookies, as for a consumer far behind the cache
+NO_CACHE = ManagedLedgerConfig(
+    min_ledger_rollover_time_ms=0,
+    ensemble_size=2,
+    write_quorum=2,
+    ack_quorum=2,
+    entry_cache_bytes=0,
+)
+
+
+def factory(
+    server: MemoryMetadataServer, bookies: FakeBookieCluster, **cfg: object
+) -> ManagedLedgerFactory:
+    config = dataclasses.replace(NO_CACHE, **cfg)  # type: ignore[arg-type]
+    return ManagedLedgerFactory(server.connect(), bookies.factory, config, rng=random.Random(5))
+
+
+def held_reads(bookies: FakeBookieCluster) -> int:
+    return sum(len(b._held) for b in bookies.bookies.values())
+
+
+def hang(bookies: FakeBookieCluster) -> None:
+    for b in bookies.bookies.values():
+        b.hang()
+
+
+def resume(bookies: FakeBookieCluster) -> None:
+    for b in bookies.bookies.values():
+        b.resume()
+
+
+async def add(ml: ManagedLedger, n: int, size: int = 100) -> list[bytes]:
+    payloads = [b"%06d" % i + b"x" * (size - 6) for i in range(n)]
+    for i in range(0, n, 100):
+        await asyncio.gather(*(ml.add(p) for p in payloads[i : i + 100]))
+    return payloads
+
+
+async def test_backlog_behind_the_cache_is_read_in_order_with_reads_pipelined(
+    meta_server: MemoryMetadataServer, fake_bookies: FakeBookieCluster
+) -> None:
+    f = factory(meta_server, fake_bookies, max_entries_per_ledger=300, read_ahead_entries=1000)
+    ml = await f.open("t/ns/persistent/behind")
+    cursor = await ml.open_cursor("sub", EARLIEST)
+    payloads = await add(ml, 1000)
+    assert len(ml.ledger_ids) >= 4  # the backlog spans ledgers
+    acked = await ml.read_entries(ml.new_non_durable_cursor(EARLIEST), 1000)
+    await cursor.delete([acked[5].position, acked[299].position, acked[300].position])
+    got: list[bytes] = []
+    reads = 0
+    while True:
+        batch = await ml.read_entries(cursor, 100)
+        if not batch:
+            break
+        reads += 1
+        assert len(batch) <= 100
+        got.extend(e.payload for e in batch)
+    expected = [p for i, p in enumerate(payloads) if i not in (5, 299, 300)]
+    assert got == expected
+    stats = ml.read_ahead_statistics(cursor)
+    assert stats is not None
+    assert stats.max_reads_in_flight > 1  # the next reads were under way while one was used
+    assert stats.chunks_dropped == 0
+    assert stats.entries_read == 1000  # each entry read from the bookies once
+    ml._read_aheads[cursor].check_invariants()
+    await f.close()
+
+
+async def test_read_ahead_entries_bounds_the_reads_in_flight(
+    meta_server: MemoryMetadataServer, fake_bookies: FakeBookieCluster
+) -> None:
+    for setting, in_flight in ((0, 1), (400, 4)):
+        f = factory(meta_server, fake_bookies, read_ahead_entries=setting)
+        ml = await f.open(f"t/ns/persistent/window-{setting}")
+        cursor = await ml.open_cursor("sub", EARLIEST)
+        await add(ml, 1000)
+        hang(fake_bookies)
+        task = asyncio.ensure_future(ml.read_entries(cursor, 100))
+        await wait_for(
+            lambda n=in_flight: held_reads(fake_bookies) >= n,  # type: ignore[misc]
+            30,
+            "reads held",
+        )
+        stats = ml.read_ahead_statistics(cursor)
+        if setting == 0:
+            assert stats is None  # one read at a time, as before
+        else:
+            assert stats is not None and stats.in_flight == in_flight == stats.reads_issued
+        resume(fake_bookies)
+        got = await task
+        assert [e.position.entry_id for e in got] == list(range(100))
+        assert held_reads(fake_bookies) == 0
+        await f.close()
+
+
+async def test_read_ahead_bytes_bounds_the_reads_in_flight(
+    meta_server: MemoryMetadataServer, fake_bookies: FakeBookieCluster
+) -> None:
+    # the 100 entries asked for are always read; ahead of them, the byte bound: room for
+    # another 100 (two reads), or for nothing (one read)
+    for room_entries, in_flight in ((0, 1), (100, 2)):
+        f = factory(meta_server, fake_bookies, read_ahead_entries=1000, read_ahead_bytes=1 << 30)
+        ml = await f.open(f"t/ns/persistent/bytes-{room_entries}")
+        cursor = await ml.open_cursor("sub", EARLIEST)
+        await add(ml, 1000)
+        (_, entries, size), *_ = ml.ledger_sizes()
+        avg = size // entries
+        ml.config = dataclasses.replace(ml.config, read_ahead_bytes=(100 + room_entries) * avg)
+        hang(fake_bookies)
+        task = asyncio.ensure_future(ml.read_entries(cursor, 100))
+        await wait_for(lambda: held_reads(fake_bookies) >= 1, 30, "a read held")
+        stats = ml.read_ahead_statistics(cursor)
+        assert stats is not None and stats.in_flight == in_flight, stats
+        resume(fake_bookies)
+        assert len(await task) == 100
+        await f.close()
+
+
+async def test_seek_and_rewind_behind_the_cache_read_the_right_entries(
+    meta_server: MemoryMetadataServer, fake_bookies: FakeBookieCluster
+) -> None:
+    f = factory(meta_server, fake_bookies, read_ahead_entries=500)
+    ml = await f.open("t/ns/persistent/seek")
+    cursor = await ml.open_cursor("sub", EARLIEST)
+    await add(ml, 600)
+    first = await ml.read_entries(cursor, 100)
+    assert [e.position.entry_id for e in first] == list(range(100))
+    lid = first[0].position.ledger_id
+    # an unsent tail is put back (the dispatcher's seek): read again from the chunk held
+    cursor.seek(first[60].position)
+    again = await ml.read_entries(cursor, 100)
+    assert [e.position.entry_id for e in again][:40] == list(range(60, 100))
+    assert ml.read_ahead_statistics(cursor).chunks_dropped == 0  # type: ignore[union-attr]
+    # a seek far ahead and a rewind drop the window and start again where asked
+    cursor.seek(type(first[0].position)(lid, 450))
+    ahead = await ml.read_entries(cursor, 10)
+    assert [e.position.entry_id for e in ahead] == list(range(450, 460))
+    cursor.rewind()
+    back = await ml.read_entries(cursor, 10)
+    assert [e.position.entry_id for e in back] == list(range(10))
+    assert ml.read_ahead_statistics(cursor).chunks_dropped > 0  # type: ignore[union-attr]
+    await f.close()
+
+
+async def test_a_failed_read_ahead_fails_the_read_and_the_next_read_starts_again(
+    meta_server: MemoryMetadataServer, fake_bookies: FakeBookieCluster
+) -> None:
+    f = factory(meta_server, fake_bookies, read_ahead_entries=400)
+    ml = await f.open("t/ns/persistent/fail")
+    cursor = await ml.open_cursor("sub", EARLIEST)
+    await add(ml, 400)
+    for b in fake_bookies.bookies.values():
+        b.crash()
+    try:
+        await ml.read_entries(cursor, 100)
+    except Exception:
+        pass
+    else:  # pragma: no cover - the read must fail
+        raise AssertionError("read from crashed bookies succeeded")
+    for b in fake_bookies.bookies.values():
+        b.restart()
+    got = await ml.read_entries(cursor, 100)
+    assert [e.position.entry_id for e in got] == list(range(100))
+    await f.close()
+
+
+def test_broker_settings_reach_the_read_ahead(tmp_path: pathlib.Path) -> None:
+    cfg = managed_ledger_config(
+        BrokerConfig.load(
+            managed_ledger_read_ahead_entries=123,
+            managed_ledger_read_ahead_max_size_bytes=4567,
+        )
+    )
+    assert (cfg.read_ahead_entries, cfg.read_ahead_bytes) == (123, 4567)
+    conf = tmp_path / "broker.conf"
+    conf.write_text("managedLedgerReadAheadEntries=7\nmanagedLedgerReadAheadMaxSizeBytes=8\n")
+    via_alias = BrokerConfig.load(conf)
+    assert via_alias.managed_ledger_read_ahead_entries == 7
+    assert via_alias.managed_ledger_read_ahead_max_size_bytes == 8
+
+
+@pytest.mark.parametrize("seed", range(12))
+async def test_random_reads_seeks_and_acks_behind_the_cache_match_a_model(
+    meta_server: MemoryMetadataServer, fake_bookies: FakeBookieCluster, seed: int
+) -> None:
+    """Random reads, seeks (back inside the last read and anywhere), rewinds, individual and
+    cumulative acks and appends, all behind the cache: every read returns the first
+    unacknowledged entries from the read position, and the position never skips one."""
+    rng = random.Random(seed)
+    f = factory(
+        meta_server,
+        fake_bookies,
+        max_entries_per_ledger=37,
+        read_ahead_entries=rng.choice((20, 64, 300)),
+        read_ahead_bytes=rng.choice((500, 1 << 20)),
+    )
+    ml = await f.open(f"t/ns/persistent/random-{seed}")
+    cursor = await ml.open_cursor("sub", EARLIEST)
+    log: list[Position] = []  # every entry's position, in log order
+
+    async def append(n: int) -> None:
+        for _ in range(n):
+            log.append(await ml.add(b"%d" % len(log)))
+
+    await append(150)
+    last_read: list[Position] = []
+    for _ in range(200):
+        op = rng.random()
+        if op < 0.45:
+            n = rng.randrange(1, 60)
+            start = cursor.read_position
+            got = await ml.read_entries(cursor, n)
+            unacked = [p for p in log if p >= start and not cursor.is_acknowledged(p)]
+            assert [e.position for e in got] == unacked[:n]
+            assert [e.payload for e in got] == [b"%d" % log.index(e.position) for e in got]
+            if got:  # nothing unacknowledged skipped past the last entry returned
+                assert all(
+                    cursor.is_acknowledged(p)
+                    for p in log
+                    if got[-1].position < p < cursor.read_position
+                )
+            last_read = [e.position for e in got]
+        elif op < 0.55 and last_read:
+            cursor.seek(rng.choice(last_read))  # an unsent tail put back
+        elif op < 0.62:
+            cursor.seek(rng.choice(log))
+        elif op < 0.68:
+            cursor.rewind()
+        elif op < 0.83 and last_read:
+            await cursor.delete(rng.sample(last_read, k=rng.randrange(1, len(last_read) + 1)))
+        elif op < 0.88:
+            await cursor.mark_delete(rng.choice(log))
+        else:
+            await append(rng.randrange(1, 40))
+        ra = ml._read_aheads.get(cursor)
+        if ra is not None:
+            ra.check_invariants()
+    await f.close()
+
+
+async def test_a_read_whose_window_was_dropped_meanwhile_reads_again() -> None:
+    """Two reads of one read-ahead at once (not what a dispatcher does, but possible): the
+    second moves the window; the first, woken, starts again at its own position."""
+    from magnetar.broker.ledger.managed_ledger import ManagedEntry
+    from magnetar.broker.ledger.read_ahead import ReadAhead
+
+    gate = asyncio.Event()
+
+    async def read_range(ledger_id: int, first: int, last: int) -> list[ManagedEntry]:
+        await gate.wait()
+        return [ManagedEntry(Position(ledger_id, e), b"%d" % e) for e in range(first, last + 1)]
+
+    def next_range(pos: Position, n: int) -> tuple[int, int, int] | None:
+        return None if pos.entry_id >= 1000 else (0, pos.entry_id, min(999, pos.entry_id + n - 1))
+
+    ra: ReadAhead[ManagedEntry] = ReadAhead(
+        read_range, next_range, lambda _: 10, max_entries=200, max_bytes=1 << 20
+    )
+    first = asyncio.ensure_future(ra.read(Position(0, 0), 10))
+    await wait_for(lambda: ra.statistics().in_flight > 0, 30, "first read issued")
+    second = asyncio.ensure_future(ra.read(Position(0, 500), 10))
+    await wait_for(lambda: ra.statistics().chunks_dropped > 0, 30, "window moved")
+    gate.set()
+    got_second = await second
+    got_first = await first
+    assert [e.position.entry_id for e in got_second] == list(range(500, 510))
+    assert [e.position.entry_id for e in got_first] == list(range(10))
+    ra.check_invariants()
+    ra.close()
