@@ -183,6 +183,9 @@ class PartitionConsumer(Handler):
         self.start_message_id = config.start_message_id
         self.last_dequeued: MessageId | None = None
         self.is_active: bool | None = None
+        # the broker said REACHED_END_OF_TOPIC: the topic is terminated and everything in
+        # it is acknowledged on this subscription
+        self.reached_end_of_topic = False
         self._dlq_candidates: dict[Entry, list[Message]] = {}
         self._seek_waiter: asyncio.Future[None] | None = None
 
@@ -272,6 +275,9 @@ class PartitionConsumer(Handler):
 
     def on_active_consumer_change(self, is_active: bool) -> None:
         self.is_active = is_active
+
+    def on_reached_end_of_topic(self) -> None:
+        self.reached_end_of_topic = True
 
     def _on_fatal(self, exc: PulsarException) -> None:
         self.parent._partition_failed(self, exc)
@@ -1463,6 +1469,11 @@ class Consumer:
 
     def is_connected(self) -> bool:
         return bool(self._parts) and all(p.is_connected for p in self._parts.values())
+
+    def has_reached_end_of_topic(self) -> bool:
+        """Java's ``hasReachedEndOfTopic``: every partition is terminated and everything in
+        it acknowledged on this subscription (the broker's REACHED_END_OF_TOPIC)."""
+        return bool(self._parts) and all(p.reached_end_of_topic for p in self._parts.values())
 
     @property
     def partitions(self) -> list[PartitionConsumer]:

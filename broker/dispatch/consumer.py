@@ -42,6 +42,8 @@ class ConsumerSink(Protocol):
 
     def send_close_consumer(self, consumer: Consumer) -> None: ...
 
+    def send_reached_end_of_topic(self, consumer: Consumer) -> None: ...
+
 
 @dataclass(frozen=True, slots=True)
 class ConsumerStats:
@@ -88,6 +90,7 @@ class Consumer:
         self.msg_out = 0
         self.closed = False
         self.paused = False  # the connection's write buffer is full: dispatch elsewhere/later
+        self.told_end_of_topic = False  # REACHED_END_OF_TOPIC sent (once per consumer)
 
     def __repr__(self) -> str:
         return (

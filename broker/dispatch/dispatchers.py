@@ -167,6 +167,9 @@ class Dispatcher:
         # (subscriptionRedeliveryTrackerEnabled; off: every message says 0, as Pulsar)
         self.max_read_entries = MAX_READ_ENTRIES
         self.redelivery_tracker = True
+        # set by the subscription: called when a read found nothing (the end of a terminated
+        # topic is announced from there)
+        self.on_read_nothing: Callable[[], None] | None = None
 
     # -- scheduling
     def schedule(self) -> None:
@@ -225,6 +228,10 @@ class Dispatcher:
             return 0
         avg = self.avg_msgs_per_entry or 1.0
         return max(1, min(self.max_read_entries, math.ceil(permits / max(avg, 1.0))))
+
+    def _read_nothing(self) -> None:
+        if self.on_read_nothing is not None:
+            self.on_read_nothing()
 
     def _note_dispatched(self, messages: int, entries: int) -> None:
         if entries <= 0:
@@ -445,6 +452,7 @@ class SingleActiveConsumerDispatcher(Dispatcher):
             self.cursor.rewind()
             return True
         if not entries:
+            self._read_nothing()
             return False
         out: list[OutMessage] = []
         for entry in entries:
@@ -657,6 +665,8 @@ class MultipleConsumersDispatcher(Dispatcher):
             if epoch != self.epoch:
                 return True
             progressed = bool(entries)
+            if not entries:
+                self._read_nothing()
         entries = self._hold_delayed(entries)
         per_consumer: dict[int, list[OutMessage]] = {}
         leftovers: list[Position] = []
@@ -992,6 +1002,8 @@ class KeySharedDispatcher(MultipleConsumersDispatcher):
             new = await self.cursor.read_entries(want - len(positions))
             if epoch != self.epoch or ks is not self.ks:
                 return True
+            if not new:
+                self._read_nothing()
             new = self._hold_delayed(new)
         # from here to the sends: no await
         count_of = self.count_of

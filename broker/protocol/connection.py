@@ -1355,6 +1355,14 @@ class ServerConnection(asyncio.Protocol):
             if self._closing.get(cid) is got:
                 del self._closing[cid]
 
+    def send_reached_end_of_topic(self, consumer: Consumer) -> None:
+        self.write_command(
+            T(
+                type=T.REACHED_END_OF_TOPIC,
+                reachedEndOfTopic=pb.CommandReachedEndOfTopic(consumer_id=consumer.consumer_id),
+            )
+        )
+
     def send_close_consumer(self, consumer: Consumer) -> None:
         got = self.consumers.get(consumer.consumer_id)
         if got is not None and got[0] is consumer:

@@ -93,6 +93,9 @@ class ManagedTopicCursor:
 
     async def ack_batch_index(self, position: Position, ack_set: list[int], size: int) -> bool:
         if self.cursor.is_acknowledged(position):
+            # nothing new, but the write holding it may still be in flight: the ack's
+            # receipt (ACK_RESPONSE) must mean durable
+            await self.cursor.flush()
             return True
         if size <= 0:
             return False

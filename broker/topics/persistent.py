@@ -462,6 +462,8 @@ class PersistentTopic:
             if producer.cnx is not None:
                 producer.cnx.send_close_producer(producer)
             self.producers.remove(producer)
+        for sub in self.subscriptions.values():
+            sub.check_end_of_topic()  # consumers that already have everything hear it now
         return last
 
     # -- publish
@@ -629,6 +631,7 @@ class PersistentTopic:
             delayed_ledger=self.ledger.index_home,
             max_read_entries=self.dispatcher_max_read_batch_size,
             redelivery_tracker=self.redelivery_tracker_enabled,
+            terminated=lambda: self.ledger.terminated,
         )
 
     async def subscribe(

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -82,8 +82,12 @@ class Subscription:
         clock: Clock | None = None,
         max_read_entries: int = MAX_READ_ENTRIES,
         redelivery_tracker: bool = True,
+        terminated: Callable[[], bool] | None = None,
     ) -> None:
         self.max_read_entries = max_read_entries
+        # whether the topic is terminated (no entry will ever be added): its end is
+        # announced to consumers once everything is acknowledged
+        self.terminated = terminated
         self.redelivery_tracker = redelivery_tracker
         self.topic_name = topic_name
         self.batch_size_hint = batch_size_hint
@@ -152,6 +156,7 @@ class Subscription:
             )
             self.dispatcher.max_read_entries = self.max_read_entries
             self.dispatcher.redelivery_tracker = self.redelivery_tracker
+            self.dispatcher.on_read_nothing = self.check_end_of_topic
             if self.delayed_index is not None and stype in (SubType.SHARED, SubType.KEY_SHARED):
                 d = self.dispatcher
                 assert isinstance(d, MultipleConsumersDispatcher)
@@ -363,7 +368,21 @@ class Subscription:
                 return
             await clock.sleep(0.02)  # polling interval of a bounded wait for acks
 
+    def check_end_of_topic(self) -> None:
+        """Pulsar's REACHED_END_OF_TOPIC: on a terminated topic, once nothing is left to
+        acknowledge (after a read found nothing, or an ack), each consumer is told, once."""
+        if self.terminated is None or not self.terminated() or self.dispatcher is None:
+            return
+        if self.cursor.backlog() > 0:
+            return
+        for c in self.dispatcher.consumers:
+            if not c.told_end_of_topic and c.sink is not None and not c.closed:
+                c.told_end_of_topic = True
+                c.sink.send_reached_end_of_topic(c)
+
     def _after_ack(self, unblocked: bool) -> None:
+        if self.terminated is not None:
+            self.check_end_of_topic()
         d = self.dispatcher
         if isinstance(d, MultipleConsumersDispatcher):
             d.on_acked(unblocked)

@@ -1,7 +1,7 @@
 """An acknowledgement's return means durable, even when it changes nothing new.
 
 The broker answers ACK_RESPONSE (a client's ack receipt) when ``ManagedCursor.delete`` /
-``mark_delete`` return. An ack repeated while the first one's cursor write is in flight
+``mark_delete`` (or the topic cursor's ``ack_batch_index``) return. An ack repeated while the first one's cursor write is in flight
 changes no state: it must still wait for that write, or a receipt would precede durability
 (and a broker killed then would redeliver a message whose ack was confirmed).
 """
@@ -16,6 +16,7 @@ from support.waiting import wait_for
 
 from magnetar.broker.ledger import EARLIEST, ManagedLedgerConfig, ManagedLedgerFactory
 from magnetar.broker.ledger.testing import FakeBookieCluster
+from magnetar.broker.storage.managed_ledger import ManagedTopicCursor, ManagedTopicLedger
 from magnetar.zk.memory import MemoryMetadataServer
 
 CONFIG = ManagedLedgerConfig(
@@ -27,7 +28,7 @@ def new_factory(server: MemoryMetadataServer, bookies: FakeBookieCluster) -> Man
     return ManagedLedgerFactory(server.connect(), bookies.factory, CONFIG, rng=random.Random(5))
 
 
-@pytest.mark.parametrize("how", ["individual", "cumulative"])
+@pytest.mark.parametrize("how", ["individual", "cumulative", "batch-index"])
 async def test_a_repeated_ack_returns_only_when_the_first_is_durable(
     meta_server: MemoryMetadataServer, fake_bookies: FakeBookieCluster, how: str
 ) -> None:
@@ -41,9 +42,13 @@ async def test_a_repeated_ack_returns_only_when_the_first_is_durable(
     for b in bookies:
         b.hang()
 
-    def ack() -> asyncio.Future[None]:
+    topic_cursor = ManagedTopicCursor(ManagedTopicLedger(ml), cursor)
+
+    def ack() -> asyncio.Future[object]:
         if how == "individual":
             return asyncio.ensure_future(cursor.delete([positions[1]]))
+        if how == "batch-index":  # every message of a 2-message batch: the whole entry
+            return asyncio.ensure_future(topic_cursor.ack_batch_index(positions[1], [0], 2))
         return asyncio.ensure_future(cursor.mark_delete(positions[1]))
 
     first = ack()
