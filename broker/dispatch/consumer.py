@@ -91,6 +91,7 @@ class Consumer:
         self.closed = False
         self.paused = False  # the connection's write buffer is full: dispatch elsewhere/later
         self.told_end_of_topic = False  # REACHED_END_OF_TOPIC sent (once per consumer)
+        self.connected_since = ""  # Pulsar's ConsumerStats.connectedSince (ISO 8601, UTC)
 
     def __repr__(self) -> str:
         return (

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import datetime
 import functools
 import itertools
 import logging
@@ -1030,6 +1031,12 @@ class ServerConnection(asyncio.Protocol):
             partition_index=topic.name.partition_index,
         )
         consumer.paused = self._write_paused
+        now_ms = self.clock.now_ms()
+        consumer.connected_since = (
+            datetime.datetime.fromtimestamp(now_ms / 1000, datetime.UTC)
+            .isoformat(timespec="milliseconds")
+            .replace("+00:00", "Z")
+        )
         if req.HasField("keySharedMeta"):
             meta = req.keySharedMeta
             consumer.key_shared_mode = int(meta.keySharedMode)
@@ -1356,6 +1363,11 @@ class ServerConnection(asyncio.Protocol):
                 del self._closing[cid]
 
     def send_reached_end_of_topic(self, consumer: Consumer) -> None:
+        if self.client_version.startswith(_CPP_CORE_CLIENTS):
+            # The C++ client core (3.x) takes REACHED_END_OF_TOPIC for an invalid message
+            # and closes the connection: every resubscription would hear it again, a
+            # reconnect loop. Those consumers simply receive nothing more.
+            return
         self.write_command(
             T(
                 type=T.REACHED_END_OF_TOPIC,

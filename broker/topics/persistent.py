@@ -906,6 +906,7 @@ class PersistentTopic:
                         "blockedConsumerOnUnackedMsgs": c.blocked,
                         "msgOutCounter": c.msg_out,
                         "address": c.address,
+                        "connectedSince": c.connected_since,
                     }
                     for c in sub.consumers
                 ],

@@ -1,9 +1,10 @@
 """An acknowledgement's return means durable, even when it changes nothing new.
 
 The broker answers ACK_RESPONSE (a client's ack receipt) when ``ManagedCursor.delete`` /
-``mark_delete`` (or the topic cursor's ``ack_batch_index``) return. An ack repeated while the first one's cursor write is in flight
-changes no state: it must still wait for that write, or a receipt would precede durability
-(and a broker killed then would redeliver a message whose ack was confirmed).
+``mark_delete`` (or the topic cursor's ``ack_batch_index``) return. An ack repeated while
+the first one's cursor write is in flight changes no state: it must still wait for that
+write, or a receipt would precede durability (and a broker killed then would redeliver a
+message whose ack was confirmed).
 """
 
 from __future__ import annotations
