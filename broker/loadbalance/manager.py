@@ -398,7 +398,12 @@ class LoadManager:
                 )
             except Exception as exc:
                 if self._split_refused.get(bundle) != str(exc):
-                    log.warning("split of %s failed (retried each round): %s", bundle, exc)
+                    log.warning(
+                        "split of %s failed: %s (retried each round, logged again only when "
+                        "the reason changes)",
+                        bundle,
+                        exc,
+                    )
                 self._split_refused[bundle] = str(exc)
                 continue
             self._split_refused.pop(bundle, None)
