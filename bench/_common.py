@@ -35,6 +35,15 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def install_uvloop() -> None:
+    """uvloop as the event loop policy where it is installed (as the servers run)."""
+    try:
+        import uvloop
+    except ImportError:
+        return
+    uvloop.install()
+
+
 def loadavg() -> tuple[float, float, float]:
     one, five, fifteen = os.getloadavg()
     return round(one, 2), round(five, 2), round(fifteen, 2)

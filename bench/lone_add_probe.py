@@ -32,7 +32,6 @@ import json
 import os
 import shlex
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -40,6 +39,7 @@ import time
 from typing import Any
 
 import crc32c
+from _common import free_port, install_uvloop
 
 STAGES = [
     ("add->built", "add", "built"),
@@ -52,20 +52,6 @@ STAGES = [
     ("answer->client_response", "answer", "response"),
     ("client_response->add_done", "response", "done"),
 ]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _install_uvloop() -> None:
-    try:
-        import uvloop
-    except ImportError:
-        return
-    uvloop.install()
 
 
 # -- the bookie child -----------------------------------------------------------------------
@@ -104,7 +90,7 @@ def _serve(argv: list[str]) -> None:
         data_dir=data_dir, metadata="none", port=int(port), fast_add_port=int(fast_port)
     )
     config.log_level = "WARNING"
-    _install_uvloop()
+    install_uvloop()
     sys.setswitchinterval(bookie_main.SWITCH_INTERVAL_S)
     try:
         asyncio.run(bookie_main.run(config, ready=lambda _: print("ready", flush=True)))
@@ -164,10 +150,12 @@ def main() -> None:
     p.add_argument("--warmup", type=int, default=200, help="first adds not recorded")
     p.add_argument("--entry-bytes", type=int, default=100)
     args = p.parse_args()
+    if not 0 <= args.warmup < args.count:
+        p.error(f"--warmup ({args.warmup}) must be below --count ({args.count})")
     print(f"# command: {shlex.join([sys.executable, *sys.argv])}", flush=True)
-    _install_uvloop()
+    install_uvloop()
     tmp = tempfile.mkdtemp(prefix="lone-add-")
-    port, fast_port = _free_port(), _free_port()
+    port, fast_port = free_port(), free_port()
     out = os.path.join(tmp, "bookie-marks.json")
     child = subprocess.Popen(
         [

@@ -32,12 +32,13 @@ import json
 import os
 import shlex
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 from typing import Any
+
+from _common import free_port, install_uvloop
 
 MARKS = [
     ("send", None),
@@ -52,20 +53,6 @@ MARKS = [
     ("receipt_flushed", "magnetar.broker.protocol.connection:ServerConnection._flush_out"),
     ("done", None),
 ]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _install_uvloop() -> None:
-    try:
-        import uvloop
-    except ImportError:
-        return
-    uvloop.install()
 
 
 def _serve(argv: list[str]) -> None:
@@ -96,7 +83,7 @@ def _serve(argv: list[str]) -> None:
         advertised_address="127.0.0.1",
         bookkeeper_fast_add_enabled=fast == "1",
     )
-    _install_uvloop()
+    install_uvloop()
     try:
         asyncio.run(run_standalone(data_dir, config, bookie_port=int(bookie_port)))
     finally:
@@ -147,9 +134,9 @@ def main() -> None:
     p.add_argument("--size", type=int, default=100)
     args = p.parse_args()
     print(f"# command: {shlex.join([sys.executable, *sys.argv])}", flush=True)
-    _install_uvloop()
+    install_uvloop()
     tmp = tempfile.mkdtemp(prefix="lone-publish-")
-    port, web, bookie = _free_port(), _free_port(), _free_port()
+    port, web, bookie = free_port(), free_port(), free_port()
     out = os.path.join(tmp, "broker-marks.json")
     fast = "1" if args.transport == "tcp" else "0"
     child = subprocess.Popen(

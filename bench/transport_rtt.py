@@ -34,17 +34,10 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import grpc
+from _common import free_port, install_uvloop
 
 METHOD = "/bench.Echo/Stream"
 LEN = struct.Struct(">I")
-
-
-def _install_uvloop() -> None:
-    try:
-        import uvloop
-    except ImportError:
-        return
-    uvloop.install()
 
 
 class _Worker:
@@ -174,12 +167,6 @@ def _pct(xs: list[float], p: float) -> float:
     return round(s[min(len(s) - 1, int(len(s) * p))], 1)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--count", type=int, default=5000)
@@ -187,7 +174,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2, help="each mode this many times, alternating")
     ap.add_argument("--serve", nargs=3, metavar=("GRPC", "TCP", "THREAD"), help=argparse.SUPPRESS)
     args = ap.parse_args()
-    _install_uvloop()
+    install_uvloop()
     if args.serve:
         asyncio.run(_serve(int(args.serve[0]), int(args.serve[1]), args.serve[2] == "1"))
         return
@@ -199,7 +186,7 @@ def main() -> None:
         order = modes if r % 2 == 0 else list(reversed(modes))
         for mode in order:
             thread = mode.endswith("+thread")
-            pg, pt = _free_port(), _free_port()
+            pg, pt = free_port(), free_port()
             proc = subprocess.Popen(
                 [sys.executable, __file__, "--serve", str(pg), str(pt), "1" if thread else "0"],
                 stdout=subprocess.PIPE,

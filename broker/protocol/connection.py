@@ -1075,6 +1075,15 @@ class ServerConnection(asyncio.Protocol):
     def _consumer(self, cid: int) -> tuple[Consumer, Subscription, PersistentTopic] | None:
         return self.consumers.get(cid)
 
+    def _consumer_or_error(
+        self, cid: int, rid: int
+    ) -> tuple[Consumer, Subscription, PersistentTopic] | None:
+        """The consumer a request names, or None after answering ConsumerNotFound."""
+        got = self.consumers.get(cid)
+        if got is None:
+            self.error_response(rid, ServerError.ConsumerNotFound, "Consumer not found")
+        return got
+
     def _on_flow(self, cmd: pb.BaseCommand) -> None:
         req = cmd.flow
         key = ("c", req.consumer_id)
@@ -1204,11 +1213,8 @@ class ServerConnection(asyncio.Protocol):
         req = cmd.unsubscribe
 
         async def unsubscribe() -> None:
-            got = self._consumer(req.consumer_id)
+            got = self._consumer_or_error(req.consumer_id, req.request_id)
             if got is None:
-                self.error_response(
-                    req.request_id, ServerError.ConsumerNotFound, "Consumer not found"
-                )
                 return
             consumer, sub, topic = got
             await self._acks_settled(req.consumer_id)
@@ -1232,11 +1238,8 @@ class ServerConnection(asyncio.Protocol):
         req = cmd.seek
 
         async def seek() -> None:
-            got = self._consumer(req.consumer_id)
+            got = self._consumer_or_error(req.consumer_id, req.request_id)
             if got is None:
-                self.error_response(
-                    req.request_id, ServerError.ConsumerNotFound, "Consumer not found"
-                )
                 return
             _, sub, topic = got
             if req.HasField("message_publish_time"):
@@ -1264,11 +1267,8 @@ class ServerConnection(asyncio.Protocol):
         req = cmd.getLastMessageId
 
         async def last() -> None:
-            got = self._consumer(req.consumer_id)
+            got = self._consumer_or_error(req.consumer_id, req.request_id)
             if got is None:
-                self.error_response(
-                    req.request_id, ServerError.ConsumerNotFound, "Consumer not found"
-                )
                 return
             _, sub, topic = got
             lm = await topic.resolve_last_message_id(sub)

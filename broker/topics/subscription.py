@@ -381,8 +381,7 @@ class Subscription:
                 c.sink.send_reached_end_of_topic(c)
 
     def _after_ack(self, unblocked: bool) -> None:
-        if self.terminated is not None:
-            self.check_end_of_topic()
+        self.check_end_of_topic()
         d = self.dispatcher
         if isinstance(d, MultipleConsumersDispatcher):
             d.on_acked(unblocked)

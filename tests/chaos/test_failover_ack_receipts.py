@@ -19,8 +19,7 @@ from collections.abc import Iterator
 
 import pytest
 from support.bookies import BookieFactory
-from support.broker_process import BrokerProcess
-from support.cluster import Cluster, PublishChecker
+from support.cluster import Cluster, PublishChecker, running_cluster
 from support.delivery import magnetar_acking_consumer
 from support.waiting import wait_until
 from support.zookeeper import ZooKeeperServer
@@ -36,13 +35,8 @@ TOPIC = "persistent://public/default/receipts-failover"
 def cluster(
     zookeeper_server: ZooKeeperServer, bookie_factory: BookieFactory, tmp_path: pathlib.Path
 ) -> Iterator[Cluster]:
-    made: list[BrokerProcess] = []
-    c = Cluster(zookeeper_server, bookie_factory, tmp_path, made)
-    c.start_bookies(2)
-    yield c
-    c.close_clients()
-    for b in made:
-        b.kill()
+    with running_cluster(zookeeper_server, bookie_factory, tmp_path) as c:
+        yield c
 
 
 def test_sigkill_of_the_owner_redelivers_no_receipt_confirmed_ack(cluster: Cluster) -> None:

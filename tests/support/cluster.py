@@ -194,6 +194,32 @@ def drain(
 
 
 @contextlib.contextmanager
+def running_cluster(
+    zookeeper: ZooKeeperServer,
+    factory: BookieFactory,
+    base: pathlib.Path,
+    *,
+    bookies: int = 2,
+    brokers: int = 0,
+    extra_config: str = "",
+) -> Iterator[Cluster]:
+    """A ``Cluster`` with ``bookies`` bookies and ``brokers`` brokers started; on exit its
+    clients are closed and every broker it started is killed (the bookies belong to the
+    factory)."""
+    made: list[BrokerProcess] = []
+    cluster = Cluster(zookeeper, factory, base, made)
+    try:
+        cluster.start_bookies(bookies)
+        for _ in range(brokers):
+            cluster.start_broker(extra_config)
+        yield cluster
+    finally:
+        cluster.close_clients()
+        for b in made:
+            b.kill()
+
+
+@contextlib.contextmanager
 def own_cluster(
     prefix: str, *, bookies: int = 2, brokers: int = 2, extra_config: str = ""
 ) -> Iterator[Cluster]:
@@ -203,17 +229,12 @@ def own_cluster(
     zk = ZooKeeperServer()
     zk.start()
     factory = BookieFactory(base / "bookies")
-    made: list[BrokerProcess] = []
     try:
-        cluster = Cluster(zk, factory, base, made)
-        cluster.start_bookies(bookies)
-        for _ in range(brokers):
-            cluster.start_broker(extra_config)
-        yield cluster
+        with running_cluster(
+            zk, factory, base, bookies=bookies, brokers=brokers, extra_config=extra_config
+        ) as cluster:
+            yield cluster
     finally:
-        cluster.close_clients()
-        for b in made:
-            b.kill()
         factory.close()
         zk.stop()
 

@@ -19,7 +19,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from support.bookies import BookieFactory
 from support.broker_process import BrokerProcess
-from support.cluster import Cluster, PublishChecker, drain
+from support.cluster import Cluster, PublishChecker, drain, running_cluster
 from support.delivery import AckingConsumer
 from support.net import free_port
 from support.waiting import wait_until
@@ -37,13 +37,8 @@ SESSION = "metadata_store_session_timeout_millis=30000\n"
 def cluster(
     zookeeper_server: ZooKeeperServer, bookie_factory: BookieFactory, tmp_path: pathlib.Path
 ) -> Iterator[Cluster]:
-    made: list[BrokerProcess] = []
-    c = Cluster(zookeeper_server, bookie_factory, tmp_path, made)
-    c.start_bookies(2)
-    yield c
-    c.close_clients()
-    for b in made:
-        b.kill()
+    with running_cluster(zookeeper_server, bookie_factory, tmp_path) as c:
+        yield c
 
 
 def _namespace(b: BrokerProcess, name: str, bundles: int) -> None:
@@ -368,6 +363,31 @@ async def test_two_brokers_racing_to_acquire_one_bundle_give_it_one_owner(
             await s.close()
 
 
+def _acking_load(
+    client: pulsar.Client, topics: list[str]
+) -> tuple[dict[str, AckingConsumer], dict[str, PublishChecker]]:
+    """For each topic, a consumer acknowledging each message at once and a producer
+    recording every receipt."""
+    receivers = {
+        t: AckingConsumer(
+            client.subscribe(t, "sub", initial_position=pulsar.InitialPosition.Earliest)
+        ).start()
+        for t in topics
+    }
+    checkers = {t: PublishChecker(client, t, prefix=t.rsplit("/", 1)[1]).start() for t in topics}
+    return receivers, checkers
+
+
+def _assert_nothing_lost_or_redelivered(
+    receivers: dict[str, AckingConsumer], checkers: dict[str, PublishChecker]
+) -> None:
+    for t, checker in checkers.items():
+        acked = checker.stop()
+        counts = receivers[t].stop(set(acked), timeout_s=120)
+        assert counts.lost == 0, (t, counts)
+        assert counts.acked_redelivered == 0, (t, counts)
+
+
 def test_admin_split_with_unload_keeps_every_message(cluster: Cluster) -> None:
     """An admin split with unload while every topic's producer publishes and its consumer
     receives and acknowledges each message at once: nothing acknowledged is lost, nothing
@@ -377,13 +397,7 @@ def test_admin_split_with_unload_keeps_every_message(cluster: Cluster) -> None:
     _namespace(brokers[0], "splitme", 1)
     topics = [f"persistent://public/splitme/s{i}" for i in range(6)]
     client = cluster.client(cluster.service_url, 60)
-    receivers = {
-        t: AckingConsumer(
-            client.subscribe(t, "sub", initial_position=pulsar.InitialPosition.Earliest)
-        ).start()
-        for t in topics
-    }
-    checkers = {t: PublishChecker(client, t, prefix=t.rsplit("/", 1)[1]).start() for t in topics}
+    receivers, checkers = _acking_load(client, topics)
     wait_until(lambda: all(c.acked_count() >= 50 for c in checkers.values()), 60, "receipts")
     owner = cluster.owner(topics[0])
     bundle = "0x00000000_0xffffffff"
@@ -400,11 +414,7 @@ def test_admin_split_with_unload_keeps_every_message(cluster: Cluster) -> None:
         90,
         "messages received after the split",
     )
-    for t, checker in checkers.items():
-        acked = checker.stop()
-        counts = receivers[t].stop(set(acked), timeout_s=120)
-        assert counts.lost == 0, (t, counts)
-        assert counts.acked_redelivered == 0, (t, counts)
+    _assert_nothing_lost_or_redelivered(receivers, checkers)
     client.close()
 
 
@@ -415,13 +425,7 @@ def test_namespace_unloads_under_load_redeliver_nothing_acknowledged(cluster: Cl
     _namespace(brokers[0], "nsunload", 4)
     topics = [f"persistent://public/nsunload/u{i}" for i in range(3)]
     client = cluster.client(cluster.service_url, 60)
-    receivers = {
-        t: AckingConsumer(
-            client.subscribe(t, "sub", initial_position=pulsar.InitialPosition.Earliest)
-        ).start()
-        for t in topics
-    }
-    checkers = {t: PublishChecker(client, t, prefix=t.rsplit("/", 1)[1]).start() for t in topics}
+    receivers, checkers = _acking_load(client, topics)
     wait_until(lambda: all(r.received >= 100 for r in receivers.values()), 60, "messages")
     for _ in range(3):
         for b in brokers:
@@ -432,11 +436,7 @@ def test_namespace_unloads_under_load_redeliver_nothing_acknowledged(cluster: Cl
             90,
             "messages after the unload",
         )
-    for t, checker in checkers.items():
-        acked = checker.stop()
-        counts = receivers[t].stop(set(acked), timeout_s=120)
-        assert counts.lost == 0, (t, counts)
-        assert counts.acked_redelivered == 0, (t, counts)
+    _assert_nothing_lost_or_redelivered(receivers, checkers)
     client.close()
 
 

@@ -14,8 +14,7 @@ from collections.abc import Iterator
 import pulsar
 import pytest
 from support.bookies import BookieFactory
-from support.broker_process import BrokerProcess
-from support.cluster import Cluster
+from support.cluster import Cluster, running_cluster
 from support.waiting import wait_until
 from support.zookeeper import ZooKeeperServer
 
@@ -24,17 +23,14 @@ from support.zookeeper import ZooKeeperServer
 def cluster(
     zookeeper_server: ZooKeeperServer, bookie_factory: BookieFactory, tmp_path: pathlib.Path
 ) -> Iterator[Cluster]:
-    made: list[BrokerProcess] = []
-    c = Cluster(zookeeper_server, bookie_factory, tmp_path, made)
-    try:
-        c.start_bookies(2)
-        for _ in range(2):
-            c.start_broker("metadata_store_session_timeout_millis=30000\n")
+    with running_cluster(
+        zookeeper_server,
+        bookie_factory,
+        tmp_path,
+        brokers=2,
+        extra_config="metadata_store_session_timeout_millis=30000\n",
+    ) as c:
         yield c
-    finally:
-        c.close_clients()
-        for b in made:
-            b.kill()
 
 
 def test_each_broker_lists_the_non_persistent_topics_of_both(cluster: Cluster) -> None:

@@ -14,8 +14,7 @@ import pulsar
 import pytest
 from pulsar.schema import AvroSchema
 from support.bookies import BookieFactory
-from support.broker_process import BrokerProcess
-from support.cluster import Cluster
+from support.cluster import Cluster, running_cluster
 from support.zookeeper import ZooKeeperServer
 
 V1 = {"type": "record", "name": "P", "fields": [{"name": "name", "type": "string"}]}
@@ -39,13 +38,8 @@ BREAKS_FULL = {"type": "record", "name": "P", "fields": [{"name": "n", "type": "
 def cluster(
     zookeeper_server: ZooKeeperServer, bookie_factory: BookieFactory, tmp_path: pathlib.Path
 ) -> Iterator[Cluster]:
-    made: list[BrokerProcess] = []
-    c = Cluster(zookeeper_server, bookie_factory, tmp_path, made)
-    c.start_bookies(2)
-    yield c
-    c.close_clients()
-    for b in made:
-        b.kill()
+    with running_cluster(zookeeper_server, bookie_factory, tmp_path) as c:
+        yield c
 
 
 def test_schemas_move_with_their_topic(cluster: Cluster) -> None:
