@@ -41,6 +41,7 @@ from magnetar.broker.policies.model import (
     remove_backlog_quota,
     set_backlog_quota,
 )
+from magnetar.zk.errors import MetadataError
 
 if TYPE_CHECKING:
     from magnetar.broker.service import BrokerService
@@ -163,6 +164,11 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     except web.HTTPException:
         raise
     except Exception as exc:  # a bug must not take the HTTP server down; it is logged
+        if isinstance(exc, MetadataError) and exc.retriable:
+            # the metadata store is unreachable for now (ZooKeeper connection lost): the
+            # caller may retry; not a bug, so no traceback
+            log.warning("admin request %s %s: %s", request.method, request.path, exc)
+            return _error(503, f"Metadata store unavailable, retry: {exc}")
         log.exception("admin request %s %s failed", request.method, request.path)
         return _error(500, f"{type(exc).__name__}: {exc}")
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -233,7 +234,20 @@ def test_a_bookie_volume_survives_recreating_its_container(
     # Read from the bookies: a new subscription from the earliest message, after the owner
     # dropped its cache by unloading the topic.
     path = topic.replace("://", "/")
-    owner = _http_json(f"{spec.web_urls()[0]}/lookup/v2/topic/{path}")["httpUrl"]
+    lookup: dict[str, Any] = {}
+
+    def looked_up() -> bool:
+        # the brokers may still be reconnecting to ZooKeeper (restarted by an earlier test):
+        # the lookup answers 503 until then
+        try:
+            lookup.update(_http_json(f"{spec.web_urls()[0]}/lookup/v2/topic/{path}"))
+        except urllib.error.HTTPError as exc:
+            if exc.code != 503:
+                raise
+        return "httpUrl" in lookup
+
+    wait_until(looked_up, 120, "a lookup of the topic")
+    owner = lookup["httpUrl"]
     req = urllib.request.Request(f"{owner}/admin/v2/{path}/unload", method="PUT")
     with urllib.request.urlopen(req, timeout=60):
         pass
