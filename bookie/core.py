@@ -97,6 +97,7 @@ class BookieConfig:
     journal_flush_when_idle: bool = True  # don't wait for company when no sync is running
     journal_group_bytes_max: int = 512 * 1024
     journal_file_size_max: int = 256 * 1024 * 1024
+    journal_preallocate_bytes: int = 16 * 1024 * 1024  # 0: every append extends the file
     write_cache_bytes_max: int = 128 * 1024 * 1024  # two halves
     read_cache_bytes_max: int = 64 * 1024 * 1024
     entry_log_size_max: int = 512 * 1024 * 1024
@@ -230,6 +231,7 @@ class Bookie:
             file_size_max=config.journal_file_size_max,
             on_failure=self._on_journal_failure,
             flush_when_idle=config.journal_flush_when_idle,
+            preallocate_bytes=config.journal_preallocate_bytes,
         )
         self._cache = self.storage.write_cache
         self._ledgers: dict[int, _LedgerState] = {}

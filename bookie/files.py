@@ -1,6 +1,7 @@
 """The bookie's file layer: every byte the storage engine writes goes through here.
 
-Owns: the ``FileSystem`` interface (append files with ``fdatasync``, positional reads,
+Owns: the ``FileSystem`` interface (append files with ``fdatasync``, optionally preallocated
+in chunks so that a sync does not also commit a new file size; positional reads,
 directory listing, atomic small-file replacement, free-space query), the real
 ``OsFileSystem`` and the ``FaultyFileSystem`` wrapper that tests use to inject ENOSPC, EIO on
 ``fdatasync``, or to hold an ``fdatasync`` until released.
@@ -62,8 +63,15 @@ class DiskUsage:
 
 
 class FileSystem(Protocol):
-    def open_append(self, path: str) -> AppendFile:
-        """Open (create if missing) for appending; ``size`` starts at the current length."""
+    def open_append(self, path: str, preallocate_bytes: int = 0) -> AppendFile:
+        """Open (create if missing) for appending; ``size`` starts at the current length.
+
+        ``preallocate_bytes`` > 0 (a new, empty file only): the file is extended ahead of
+        the appends, that many bytes at a time (``posix_fallocate``), and appends overwrite
+        the reserved space at ``size``. An ``fdatasync`` then has no file-size change to
+        commit (BookKeeper's ``journalPreAllocSizeMB``); the bytes past ``size`` read as
+        zeros. Best effort: if the reservation fails (full disk, unsupported), appends
+        extend the file as without it and the write decides."""
         ...
 
     def open_read(self, path: str) -> ReadFile: ...
@@ -108,13 +116,32 @@ _SYNC_FILE_RANGE_WRITE = 2
 
 
 class _OsAppendFile:
-    __slots__ = ("_fd", "_path", "_size", "_writeback_offset")
+    __slots__ = ("_chunk", "_fd", "_path", "_positional", "_reserved", "_size", "_writeback_offset")
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, preallocate_bytes: int = 0) -> None:
         self._path = path
-        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        self._size = os.fstat(self._fd).st_size
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+        self._size = os.fstat(fd).st_size
+        self._chunk = preallocate_bytes if preallocate_bytes > 0 and self._size == 0 else 0
+        if not self._chunk:  # plain appends: the kernel places every write at the end
+            os.close(fd)
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+        self._fd = fd
+        self._positional = bool(self._chunk)  # writes at ``size`` (pwrite), not O_APPEND
+        self._reserved = 0
         self._writeback_offset = self._size
+
+    def _reserve(self, end: int) -> None:
+        """Preallocated files: extend the file past ``end`` before writing up to it."""
+        if end <= self._reserved:
+            return
+        want = max(self._chunk, end - self._reserved)
+        try:
+            os.posix_fallocate(self._fd, self._reserved, want)
+        except OSError:  # full disk or no support: write without (the write decides)
+            self._chunk = 0
+            return
+        self._reserved += want
 
     @property
     def path(self) -> str:
@@ -127,9 +154,14 @@ class _OsAppendFile:
     def write(self, data: bytes | bytearray | memoryview) -> None:
         view = memoryview(data)
         total = len(view)
+        if self._chunk:
+            self._reserve(self._size + total)
         done = 0
         while done < total:
-            done += os.write(self._fd, view[done:])
+            if self._positional:
+                done += os.pwrite(self._fd, view[done:], self._size + done)
+            else:
+                done += os.write(self._fd, view[done:])
         self._size += total
 
     def writev(self, chunks: Sequence[bytes | memoryview]) -> None:
@@ -137,7 +169,12 @@ class _OsAppendFile:
         for start in range(0, len(chunks), _IOV_MAX):
             part = chunks[start : start + _IOV_MAX]
             want = sum(map(len, part))
-            got = os.writev(self._fd, part)
+            if self._chunk:
+                self._reserve(self._size + want)
+            if self._positional:
+                got = os.pwritev(self._fd, part, self._size)
+            else:
+                got = os.writev(self._fd, part)
             self._size += got
             if got < want:
                 rest = b"".join(part)[got:]
@@ -182,8 +219,8 @@ class _OsReadFile:
 class OsFileSystem:
     """The real disk."""
 
-    def open_append(self, path: str) -> AppendFile:
-        return _OsAppendFile(path)
+    def open_append(self, path: str, preallocate_bytes: int = 0) -> AppendFile:
+        return _OsAppendFile(path, preallocate_bytes)
 
     def open_read(self, path: str) -> ReadFile:
         return _OsReadFile(path)
@@ -281,9 +318,9 @@ class FaultyFileSystem:
         if self.fsync_errno is not None:
             raise OSError(self.fsync_errno, os.strerror(self.fsync_errno))
 
-    def open_append(self, path: str) -> AppendFile:
+    def open_append(self, path: str, preallocate_bytes: int = 0) -> AppendFile:
         self.check_write()
-        return _FaultyAppendFile(self, self.inner.open_append(path))
+        return _FaultyAppendFile(self, self.inner.open_append(path, preallocate_bytes))
 
     def open_read(self, path: str) -> ReadFile:
         return self.inner.open_read(path)

@@ -286,6 +286,7 @@ BOOKIE_ALIASES: tuple[Alias, ...] = (
     Alias("bookieId", "bookie_id"),
     Alias("httpServerPort", "http_port"),
     Alias("journalSyncData", "journal_sync"),
+    Alias("journalPreAllocSizeMB", "journal_pre_alloc_size_mb"),
     Alias("gcWaitTime", "gc_interval_s", _millis_to_seconds, "milliseconds -> seconds"),
     Alias(
         "metadataServiceUri",

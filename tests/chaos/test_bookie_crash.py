@@ -144,7 +144,7 @@ def _journal_records(path: pathlib.Path) -> list[tuple[int, int]]:
     pos = 16
     while pos + 8 <= len(data):
         length, _crc = struct.unpack_from(">II", data, pos)
-        if pos + 8 + length > len(data):
+        if length == 0 or pos + 8 + length > len(data):  # 0: the preallocated rest
             break
         out.append((pos, 8 + length))
         pos += 8 + length

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import pathlib
 import shutil
 import socket
 from collections.abc import AsyncIterator
@@ -276,3 +277,30 @@ async def test_long_poll_tailing_and_explicit_lac_on_disk_engine(
     finally:
         await writer.close()
         await reader.close()
+
+
+@pytest.mark.skipif(STORAGE != "disk", reason="the journal belongs to the disk engine")
+@pytest.mark.parametrize(
+    ("setting", "expect_mb"),
+    [(None, 16), ("journalPreAllocSizeMB=2", 2), ("journalPreAllocSizeMB=0", 0)],
+)
+async def test_journal_files_are_preallocated_by_journal_pre_alloc_size_mb(
+    bookie_factory: BookieFactory, tmp_path: pathlib.Path, setting: str | None, expect_mb: int
+) -> None:
+    extra: list[str] = []
+    if setting is not None:
+        config = tmp_path / "bookie.conf"
+        config.write_text(setting + "\n")  # BookKeeper's key=value form and name
+        extra = ["--config", str(config)]
+    bookie = bookie_factory.start(storage=STORAGE, extra_args=extra)
+    client = BookieClient(bookie.address)
+    try:
+        await client.add(req(1, 0, b"p" * 300))
+    finally:
+        await client.close()
+    (journal,) = sorted((bookie.data_dir / "journal").glob("*.txn"))
+    size = journal.stat().st_size
+    if expect_mb:
+        assert size == expect_mb << 20, "the journal file is reserved a chunk ahead"
+    else:
+        assert 300 < size < 4096, "without preallocation the file ends at its last record"

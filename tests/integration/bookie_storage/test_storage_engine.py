@@ -202,8 +202,9 @@ async def test_checkpoint_trims_journals_and_restart_replays_both_sources(
 
 
 def damage_file(path: pathlib.Path, damage: str) -> None:
-    """Simulate a crash mid-write (truncate) or bit rot (flip) in the file's last record."""
-    size = path.stat().st_size
+    """Simulate a crash mid-write (truncate) or bit rot (flip) in the file's last record
+    (which ends where the journal's preallocated zeros start)."""
+    size = len(path.read_bytes().rstrip(b"\0"))
     with path.open("r+b") as f:
         if damage == "truncate":
             f.truncate(size - 100)

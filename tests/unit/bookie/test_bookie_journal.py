@@ -321,3 +321,69 @@ def test_replay_memory_does_not_grow_with_the_journal(tmp_path: pathlib.Path) ->
         tracemalloc.stop()
     assert count == 320
     assert peak < 4 << 20, f"replaying a 16 MB journal peaked at {peak} bytes"
+
+
+# -- preallocation (journal_preallocate_bytes / journalPreAllocSizeMB) -------------------------
+
+
+def _journal_with(tmp_path: pathlib.Path, preallocate: int, batches: int, size: int = 100) -> str:
+    async def go() -> None:
+        j = Journal(FaultyFileSystem(), str(tmp_path), preallocate_bytes=preallocate)
+        j.start()
+        for b in range(batches):
+            await j.append(*frame(entries_body(7, b * 10, 10, size=size)))
+        await j.close()
+
+    asyncio.run(go())
+    (jid,) = list_journal_ids(FaultyFileSystem(), str(tmp_path))
+    return str(tmp_path / f"{jid:016x}.txn")
+
+
+def test_a_preallocated_journal_is_extended_in_chunks_and_replays_without_a_corrupt_tail(
+    tmp_path: pathlib.Path,
+) -> None:
+    chunk = 64 * 1024
+    # 30 records of ~1.3 KB: ~40 KB, then ~10 x 1.3 KB more per round, crossing chunk ends
+    path = _journal_with(tmp_path, chunk, 60, size=120)
+    size = os.path.getsize(path)
+    data = pathlib.Path(path).read_bytes()
+    written = len(data.rstrip(b"\0"))
+    assert size % chunk == 0 and size >= written > chunk, (size, written)
+    assert data[written:] == b"\0" * (size - written), "the reserved rest reads as zeros"
+    stats = ReplayStats()
+    assert _replayed_ids(tmp_path, stats) == list(range(600))
+    assert stats.corrupt_tails == [], "the preallocated zeros are the end, not damage"
+
+
+def test_without_preallocation_the_file_ends_at_its_last_record(tmp_path: pathlib.Path) -> None:
+    path = _journal_with(tmp_path, 0, 3)
+    data = pathlib.Path(path).read_bytes()
+    assert len(data) == FILE_HEADER_LEN + 3 * (RECORD_HEADER_LEN + len(entries_body(7, 0, 10)))
+
+
+def test_a_torn_record_before_the_preallocated_zeros_is_reported(tmp_path: pathlib.Path) -> None:
+    path = _journal_with(tmp_path, 1 << 20, 3)
+    data = bytearray(pathlib.Path(path).read_bytes())
+    end = len(data.rstrip(b"\0"))
+    data[end - 60 : end] = b"\0" * 60  # the last record's tail never reached the disk
+    pathlib.Path(path).write_bytes(bytes(data))
+    stats = ReplayStats()
+    assert _replayed_ids(tmp_path, stats) == list(range(20))
+    assert [reason for _, _, reason in stats.corrupt_tails] == ["checksum mismatch"]
+
+
+def test_a_full_disk_at_preallocation_falls_back_to_plain_appends(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import errno
+
+    def no_space(fd: int, offset: int, length: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "posix_fallocate", no_space)
+    path = _journal_with(tmp_path, 1 << 20, 3)
+    assert os.path.getsize(path) == FILE_HEADER_LEN + 3 * (
+        RECORD_HEADER_LEN + len(entries_body(7, 0, 10))
+    )
+    stats = ReplayStats()
+    assert _replayed_ids(tmp_path, stats) == list(range(30)) and stats.corrupt_tails == []
