@@ -39,7 +39,8 @@ object with every run close the output.
 
 ``--sync-publishes N``: latency mode: N sequential synchronous publishes (one in flight, each
 awaited), batching off; the disk's own ``fdatasync`` latency on the standalone's data dir is
-measured right after (``fdatasync_floor_ms``).
+measured right after (``fdatasync_floor_ms``), and so is the floor of a lone publish through
+our process layout with no work in it (``path_floor_ms``: ``bench/path_floor.py``).
 
 ``--profile DIR`` records the broker and bookie processes with py-spy during the measured
 window (raw collapsed stacks, a flame-graph SVG each, and a top-frames summary printed);
@@ -92,6 +93,7 @@ from _common import (
     start_py_spy,
     summarize_collapsed,
 )
+from path_floor import measure as measure_path_floor
 
 SUBSCRIPTION_TYPES = ("Exclusive", "Shared", "Failover", "Key_Shared")
 STAMP = struct.Struct("<q")
@@ -156,16 +158,18 @@ SYNC_WARMUP = 200
 
 
 def fdatasync_floor(directory: str, n: int, record_bytes: int = 256) -> dict[str, float]:
-    """The disk's own latency: ``n`` appends of ``record_bytes`` each followed by fdatasync
-    (what one lone journal record costs at least), in ``directory``; p50/p99 in ms."""
+    """The disk's own latency: ``n`` writes of ``record_bytes`` each followed by fdatasync
+    (what one lone journal record costs at least), in ``directory``, into a preallocated file
+    as the journal writes them; p50/p99 in ms."""
     path = os.path.join(directory, f"fdatasync-floor-{os.getpid()}.bin")
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
     lat = []
     try:
-        record = b"\0" * record_bytes
-        for _ in range(n):
+        os.posix_fallocate(fd, 0, max(16 << 20, n * record_bytes))
+        record = b"\1" * record_bytes
+        for i in range(n):
             t = time.monotonic_ns()
-            os.write(fd, record)
+            os.pwrite(fd, record, i * record_bytes)
             os.fdatasync(fd)
             lat.append(time.monotonic_ns() - t)
     finally:
@@ -815,6 +819,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     workers: list[Worker] = []
     spies: list[tuple[str, str, Any]] = []
     floor: dict[str, float] | None = None
+    path_floor: dict[str, float] | None = None
     try:
         consumer = Worker(ctx, "consumer", cfg) if args.consumers > 0 else None
         if consumer is not None:
@@ -870,7 +875,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 str(server.data_dir) if server is not None else tempfile.gettempdir(),
                 args.sync_publishes,
             )
-            print(f"# fdatasync floor (256 B appends): p50 {floor['p50']}, p99 {floor['p99']} ms")
+            print(f"# fdatasync floor (256 B writes): p50 {floor['p50']}, p99 {floor['p99']} ms")
+            path_floor = measure_path_floor(
+                str(server.data_dir) if server is not None else tempfile.gettempdir(),
+                args.sync_publishes,
+            )
+            print(f"# path floor (bench/path_floor.py): {path_floor} ms")
     finally:
         for w in workers:
             w.close()
@@ -935,6 +945,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "loadavg_before": load_before,
         "loadavg_after": load_after,
         "fdatasync_floor_ms": floor,
+        "path_floor_ms": path_floor,
         # parameters
         "client": args.client,
         "official_api": args.official_api if args.client == "official" else None,
@@ -1159,13 +1170,15 @@ def main(argv: list[str] | None = None) -> int:
             "median_msgs_per_s": rates[len(rates) // 2],
             "publish_p50_ms": [r["publish_p50_ms"] for r in mine],
             "publish_p99_ms": [r["publish_p99_ms"] for r in mine],
+            "path_floor_ms": [r.get("path_floor_ms") for r in mine],
             "median_cpu_us_per_msg": cpu,
             "magnetar_api": mine[0].get("magnetar_api"),
         }
         print(
             f"{c:>9}: {summary[c]['msgs_per_s']} msg/s (median {rates[len(rates) // 2]:.0f}); "
             f"p50 {summary[c]['publish_p50_ms']} p99 {summary[c]['publish_p99_ms']} ms; "
-            f"cpu us/msg {cpu}",
+            f"cpu us/msg {cpu}"
+            + (f"; path floor {summary[c]['path_floor_ms']}" if args.sync_publishes else ""),
             flush=True,
         )
     if args.tls_ab:
