@@ -132,6 +132,9 @@ def main() -> None:
     p.add_argument("--count", type=int, default=3000)
     p.add_argument("--warmup", type=int, default=200)
     p.add_argument("--size", type=int, default=100)
+    p.add_argument(
+        "--slowest", type=int, default=0, help="print the stages of the N slowest sends"
+    )
     args = p.parse_args()
     print(f"# command: {shlex.join([sys.executable, *sys.argv])}", flush=True)
     install_uvloop()
@@ -168,6 +171,7 @@ def main() -> None:
     names = [name for name, _ in MARKS]
     windows = list(zip(marks["send"], marks["done"], strict=True))[args.warmup :]
     per: dict[str, list[float]] = {}
+    breakdowns: list[tuple[float, float, str]] = []  # (total µs, s since start, stages)
     for t0, t1 in windows:
         ts = []
         for name in names:
@@ -178,9 +182,16 @@ def main() -> None:
         for (a, ta), (b, tb) in itertools.pairwise(present):
             per.setdefault(f"{a}->{b}", []).append((tb - ta) / 1000)
         per.setdefault("total", []).append((t1 - t0) / 1000)
+        if args.slowest:
+            steps = " ".join(
+                f"{b}+{(tb - ta) / 1000:.0f}" for (_, ta), (b, tb) in itertools.pairwise(present)
+            )
+            breakdowns.append(((t1 - t0) / 1000, (t0 - windows[0][0]) / 1e9, steps))
     rows = {
         k: {"p50_us": _pct(v, 0.5), "p99_us": _pct(v, 0.99), "n": len(v)} for k, v in per.items()
     }
+    for total, at, steps in sorted(breakdowns, reverse=True)[: args.slowest]:
+        print(f"# slow send at {at:7.3f} s: {total:7.0f} µs = {steps}")
     print(f"{'stage':34s} {'p50 µs':>8s} {'p99 µs':>8s} {'n':>6s}")
     for k, r in rows.items():
         print(f"{k:34s} {r['p50_us']:8.1f} {r['p99_us']:8.1f} {r['n']:6d}")

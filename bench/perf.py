@@ -182,6 +182,22 @@ def fdatasync_floor(directory: str, n: int, record_bytes: int = 256) -> dict[str
     }
 
 
+def _msgs_per_entry(web_url: str, topic: str) -> float | None:
+    """Messages per stored entry on ``topic`` (the broker's counters over the whole run): what
+    the producer's batching made of the messages, which the per-entry costs scale with."""
+    import urllib.request
+
+    path = topic.replace("persistent://", "persistent/")
+    try:
+        with urllib.request.urlopen(f"{web_url}/admin/v2/{path}/stats", timeout=10) as r:
+            msgs = json.load(r).get("msgInCounter", 0)
+        with urllib.request.urlopen(f"{web_url}/admin/v2/{path}/internalStats", timeout=10) as r:
+            entries = json.load(r).get("entriesAddedCounter", 0)
+    except (OSError, ValueError):
+        return None
+    return round(msgs / entries, 1) if entries else None
+
+
 def _sync_result(latencies: array.array[int], n: int) -> dict[str, Any]:
     return {
         "pid": os.getpid(),
@@ -820,6 +836,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     spies: list[tuple[str, str, Any]] = []
     floor: dict[str, float] | None = None
     path_floor: dict[str, float] | None = None
+    msgs_per_entry: float | None = None
     try:
         consumer = Worker(ctx, "consumer", cfg) if args.consumers > 0 else None
         if consumer is not None:
@@ -870,6 +887,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if consumer is not None:
             consumer.send(("expect", prod["sent_total"]))
             cons = consumer.recv("done", args.drain_seconds + 60)
+        if server is not None:
+            msgs_per_entry = _msgs_per_entry(server.web_url, topic)
         if args.sync_publishes:  # the disk's part of a lone publish, on the same disk
             floor = fdatasync_floor(
                 str(server.data_dir) if server is not None else tempfile.gettempdir(),
@@ -946,6 +965,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "loadavg_after": load_after,
         "fdatasync_floor_ms": floor,
         "path_floor_ms": path_floor,
+        "msgs_per_entry": msgs_per_entry,
         # parameters
         "client": args.client,
         "official_api": args.official_api if args.client == "official" else None,
@@ -1171,13 +1191,14 @@ def main(argv: list[str] | None = None) -> int:
             "publish_p50_ms": [r["publish_p50_ms"] for r in mine],
             "publish_p99_ms": [r["publish_p99_ms"] for r in mine],
             "path_floor_ms": [r.get("path_floor_ms") for r in mine],
+            "msgs_per_entry": [r.get("msgs_per_entry") for r in mine],
             "median_cpu_us_per_msg": cpu,
             "magnetar_api": mine[0].get("magnetar_api"),
         }
         print(
             f"{c:>9}: {summary[c]['msgs_per_s']} msg/s (median {rates[len(rates) // 2]:.0f}); "
             f"p50 {summary[c]['publish_p50_ms']} p99 {summary[c]['publish_p99_ms']} ms; "
-            f"cpu us/msg {cpu}"
+            f"cpu us/msg {cpu}; msgs/entry {summary[c]['msgs_per_entry']}"
             + (f"; path floor {summary[c]['path_floor_ms']}" if args.sync_publishes else ""),
             flush=True,
         )
