@@ -149,6 +149,7 @@ def main() -> None:
     p.add_argument("--count", type=int, default=3000)
     p.add_argument("--warmup", type=int, default=200, help="first adds not recorded")
     p.add_argument("--entry-bytes", type=int, default=100)
+    p.add_argument("--slowest", type=int, default=0, help="print the stages of the N slowest adds")
     args = p.parse_args()
     if not 0 <= args.warmup < args.count:
         p.error(f"--warmup ({args.warmup}) must be below --count ({args.count})")
@@ -186,6 +187,13 @@ def main() -> None:
     if any(v != n for v in lengths.values()):
         raise SystemExit(f"stage counts differ (not one record per add): {lengths}")
     rows: dict[str, dict[str, float]] = {}
+    slowest = sorted(range(args.warmup, n), key=lambda i: marks["add"][i] - marks["done"][i])
+    for i in slowest[: args.slowest]:
+        steps = " ".join(
+            f"{name}+{(marks[b][i] - marks[a][i]) / 1000:.0f}" for name, a, b in STAGES
+        )
+        total = (marks["done"][i] - marks["add"][i]) / 1000
+        print(f"# slow add {i}: {total:7.0f} µs = {steps}")
     print(f"{'stage':28s} {'p50 µs':>8s} {'p99 µs':>8s}")
     for name, a, b in [*STAGES, ("total add->done", "add", "done")]:
         xs = [(marks[b][i] - marks[a][i]) / 1000 for i in range(args.warmup, n)]

@@ -132,9 +132,7 @@ def main() -> None:
     p.add_argument("--count", type=int, default=3000)
     p.add_argument("--warmup", type=int, default=200)
     p.add_argument("--size", type=int, default=100)
-    p.add_argument(
-        "--slowest", type=int, default=0, help="print the stages of the N slowest sends"
-    )
+    p.add_argument("--slowest", type=int, default=0, help="print the stages of the N slowest sends")
     args = p.parse_args()
     print(f"# command: {shlex.join([sys.executable, *sys.argv])}", flush=True)
     install_uvloop()
