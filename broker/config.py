@@ -74,6 +74,8 @@ class BrokerConfig:
     # position, up to this many entries and bytes (0 entries: one read at a time)
     managed_ledger_read_ahead_entries: int = 10_000
     managed_ledger_read_ahead_max_size_bytes: int = 4 << 20
+    # ... and every cursor's read-ahead of the broker together holds at most this many bytes
+    managed_ledger_read_ahead_total_max_size_bytes: int = 64 << 20
     # placement of ledger ensembles on bookies that announce a rack (bookie_rack)
     bookkeeper_client_min_num_racks_per_write_quorum: int = 2
     bookkeeper_client_enforce_min_num_racks_per_write_quorum: bool = False

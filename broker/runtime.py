@@ -54,6 +54,7 @@ def managed_ledger_config(config: BrokerConfig) -> ManagedLedgerConfig:
         cursor_backlogged_threshold=config.managed_ledger_cursor_backlogged_threshold,
         read_ahead_entries=config.managed_ledger_read_ahead_entries,
         read_ahead_bytes=config.managed_ledger_read_ahead_max_size_bytes,
+        read_ahead_total_bytes=config.managed_ledger_read_ahead_total_max_size_bytes,
     )
 
 

@@ -169,6 +169,11 @@ BROKER_ALIASES: tuple[Alias, ...] = (
         note="Magnetar only: the read-ahead's bound in bytes",
     ),
     Alias(
+        "managedLedgerReadAheadTotalMaxSizeBytes",
+        "managed_ledger_read_ahead_total_max_size_bytes",
+        note="Magnetar only: what all cursors' read-ahead of a broker hold together",
+    ),
+    Alias(
         "bookkeeperClientMinNumRacksPerWriteQuorum",
         "bookkeeper_client_min_num_racks_per_write_quorum",
     ),

@@ -55,7 +55,7 @@ from magnetar.broker.ledger.errors import (
 from magnetar.broker.ledger.handle import ReadHandle, WriteHandle
 from magnetar.broker.ledger.placement import BookieClientFactory
 from magnetar.broker.ledger.position import EARLIEST, LATEST, Position
-from magnetar.broker.ledger.read_ahead import ReadAhead, ReadAheadStats
+from magnetar.broker.ledger.read_ahead import ReadAhead, ReadAheadBudget, ReadAheadStats
 from magnetar.broker.ledger.states import (
     MANAGED_LEDGER_FSM,
     HandleState,
@@ -103,6 +103,9 @@ class ManagedLedgerConfig:
     many entries past its read position (``ReadAhead``); 0 = one read at a time."""
     read_ahead_bytes: int = 4 << 20
     """... and for up to this many bytes (estimated from the ledger's average entry)."""
+    read_ahead_total_bytes: int = 64 << 20
+    """Every cursor's read-ahead of a factory together holds at most this many bytes
+    (``ReadAheadBudget``; the factory's config sets it, as ``entry_cache_bytes``)."""
     cursor_backlogged_threshold: int = 1000
     """A cursor this many entries or more behind the last confirmed entry is not an active
     reader for caching: the cache does not keep entries for it."""
@@ -225,6 +228,7 @@ class ManagedLedgerFactory:
             eviction_interval_ms=self.config.entry_cache_eviction_interval_ms,
             clock=self.clock,
         )
+        self.read_ahead_budget = ReadAheadBudget(max(1, self.config.read_ahead_total_bytes))
         self._open: dict[str, ManagedLedger] = {}
         self._opening: dict[str, asyncio.Future[ManagedLedger]] = {}
         store.add_session_listener(self._on_session_event)
@@ -962,6 +966,7 @@ class ManagedLedger:
             max_bytes=max(1, cfg.read_ahead_bytes),
             max_reads=max_reads,
             min_chunk_entries=cfg.read_ahead_entries // max_reads,
+            budget=self.factory.read_ahead_budget,
         )
 
     async def _read_ahead_entries(

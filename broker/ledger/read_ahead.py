@@ -21,7 +21,13 @@ How a read at position ``p`` for ``want`` entries goes (``read``):
   chunks after it that have already landed, up to ``want``.
 Bounds: entries held or in flight <= ``max_entries`` (past the ``want`` asked for); bytes
 <= ``max_bytes`` or the ``want`` asked for, whichever is more (estimated before a chunk
-lands); reads in flight <= ``max_reads``.
+lands); reads in flight <= ``max_reads``. Broker-wide, every read-ahead draws the bytes of
+its chunks from one ``ReadAheadBudget``: the chunks read *ahead* (past the ``want`` asked
+for, or about to be asked for: the top-up after a read) are issued only while the budget
+has room, so N backlogged cursors hold at most the
+budget between them, not N x ``max_bytes``; a cursor whose read-ahead finds the budget spent
+reads what it asks for, one read at a time. A chunk's bytes go back to the budget when the
+chunk leaves the window (taken, passed, dropped, or the read-ahead closed).
 A read whose window another read of the same cursor moved while it waited is served by a
 plain range read (cursors are read by one dispatch round at a time; this only keeps two
 readers from dropping each other's window without end).
@@ -80,8 +86,31 @@ class ReadAheadStats:
     in_flight: int
 
 
+class ReadAheadBudget:
+    """The bytes every read-ahead of a broker may hold or have in flight, together."""
+
+    def __init__(self, capacity_bytes: int) -> None:
+        if capacity_bytes <= 0:
+            raise ValueError("the read-ahead budget must be > 0 bytes")
+        self.capacity = capacity_bytes
+        self.held = 0
+        self.peak = 0
+        self.refused = 0
+        """Times a read-ahead wanted a chunk and found the budget spent."""
+
+    def available(self) -> int:
+        return max(0, self.capacity - self.held)
+
+    def take(self, nbytes: int) -> None:
+        self.held += nbytes
+        self.peak = max(self.peak, self.held)
+
+    def give_back(self, nbytes: int) -> None:
+        self.held -= nbytes
+
+
 class _Chunk(Generic[E]):
-    __slots__ = ("first", "future", "last", "ledger_id", "nbytes", "used")
+    __slots__ = ("first", "future", "last", "ledger_id", "nbytes", "reserved", "used")
 
     future: asyncio.Future[list[E]]
 
@@ -90,6 +119,7 @@ class _Chunk(Generic[E]):
         self.first = first
         self.last = last
         self.nbytes = est_bytes  # an estimate while in flight, the real size once landed
+        self.reserved = 0  # bytes of the budget this chunk holds (0 once it left the window)
         self.used = False
 
     def holds(self, pos: Position) -> bool:
@@ -125,6 +155,7 @@ class ReadAhead(Generic[E]):
         max_bytes: int,
         max_reads: int = 16,
         min_chunk_entries: int = 1,
+        budget: ReadAheadBudget | None = None,
     ) -> None:
         if max_entries <= 0 or max_bytes <= 0 or max_reads <= 0:
             raise ValueError("read-ahead bounds must be > 0")
@@ -135,6 +166,7 @@ class ReadAhead(Generic[E]):
         self.max_bytes = max_bytes
         self.max_reads = max_reads
         self.min_chunk_entries = max(1, min_chunk_entries)
+        self.budget = budget
         self._chunks: collections.deque[_Chunk[E]] = collections.deque()
         self._next: Position | None = None  # where the next chunk starts
         self.reads_issued = 0
@@ -162,10 +194,13 @@ class ReadAhead(Generic[E]):
         while self._next is not None and ahead < self.max_entries and in_flight < self.max_reads:
             n = min(chunk_entries, self.max_entries - ahead)
             if ahead:  # reading ahead (the entries asked for are under way): bytes bound it
-                n = min(
-                    n, (self.max_bytes - ahead_bytes) // self._entry_bytes(self._next.ledger_id)
-                )
+                room = self.max_bytes - ahead_bytes
+                if self.budget is not None:
+                    room = min(room, self.budget.available())
+                n = min(n, room // self._entry_bytes(self._next.ledger_id))
                 if n <= 0:
+                    if self.budget is not None and room < self.max_bytes - ahead_bytes:
+                        self.budget.refused += 1
                     return
             else:
                 n = min(n, want)  # the read asked for: what it asked, as without read-ahead
@@ -175,6 +210,9 @@ class ReadAhead(Generic[E]):
             ledger_id, first, last = got
             est = (last - first + 1) * self._entry_bytes(ledger_id)
             chunk: _Chunk[E] = _Chunk(ledger_id, first, last, est)
+            if self.budget is not None:
+                chunk.reserved = est
+                self.budget.take(est)
             chunk.future = asyncio.ensure_future(self._read(chunk))
             self._chunks.append(chunk)
             self.reads_issued += 1
@@ -188,9 +226,20 @@ class ReadAhead(Generic[E]):
         got = await self._read_range(chunk.ledger_id, chunk.first, chunk.last)
         self.entries_read += len(got)
         chunk.nbytes = sum(len(e.payload) for e in got)  # landed: the real size
+        if chunk.reserved and self.budget is not None:  # still in the window
+            self.budget.give_back(chunk.reserved)
+            chunk.reserved = chunk.nbytes
+            self.budget.take(chunk.nbytes)
         return got
 
+    def _release(self, chunk: _Chunk[E]) -> None:
+        """The chunk left the window: its bytes go back to the budget."""
+        if chunk.reserved and self.budget is not None:
+            self.budget.give_back(chunk.reserved)
+        chunk.reserved = 0
+
     def _drop(self, chunk: _Chunk[E]) -> None:
+        self._release(chunk)
         if chunk.future.done():
             _retrieve(chunk.future)
         else:
@@ -228,7 +277,7 @@ class ReadAhead(Generic[E]):
                 got = await first.future
             except BaseException:
                 if chunks and chunks[0] is first:
-                    chunks.popleft()
+                    self._release(chunks.popleft())
                     self.clear()
                 raise
             if chunks and chunks[0] is first:
@@ -248,7 +297,7 @@ class ReadAhead(Generic[E]):
             fut = nxt.future
             if not fut.done() or fut.cancelled() or fut.exception() is not None:
                 break
-            chunks.popleft()
+            self._release(chunks.popleft())
             self._take(nxt, fut.result(), pos, want, out)
         if out:
             last = out[-1].position
@@ -302,4 +351,12 @@ class ReadAhead(Generic[E]):
         assert self._in_flight() <= self.max_reads
 
 
-__all__ = ["EntryBytes", "NextRange", "ReadAhead", "ReadAheadStats", "ReadEntry", "ReadRange"]
+__all__ = [
+    "EntryBytes",
+    "NextRange",
+    "ReadAhead",
+    "ReadAheadBudget",
+    "ReadAheadStats",
+    "ReadEntry",
+    "ReadRange",
+]

@@ -9,6 +9,7 @@ import asyncio
 import dataclasses
 import pathlib
 import random
+from typing import Any
 
 import pytest
 from support.waiting import wait_for
@@ -191,14 +192,65 @@ def test_broker_settings_reach_the_read_ahead(tmp_path: pathlib.Path) -> None:
         BrokerConfig.load(
             managed_ledger_read_ahead_entries=123,
             managed_ledger_read_ahead_max_size_bytes=4567,
+            managed_ledger_read_ahead_total_max_size_bytes=89_000,
         )
     )
     assert (cfg.read_ahead_entries, cfg.read_ahead_bytes) == (123, 4567)
+    assert cfg.read_ahead_total_bytes == 89_000
     conf = tmp_path / "broker.conf"
-    conf.write_text("managedLedgerReadAheadEntries=7\nmanagedLedgerReadAheadMaxSizeBytes=8\n")
+    conf.write_text(
+        "managedLedgerReadAheadEntries=7\nmanagedLedgerReadAheadMaxSizeBytes=8\n"
+        "managedLedgerReadAheadTotalMaxSizeBytes=9\n"
+    )
     via_alias = BrokerConfig.load(conf)
     assert via_alias.managed_ledger_read_ahead_entries == 7
     assert via_alias.managed_ledger_read_ahead_max_size_bytes == 8
+    assert via_alias.managed_ledger_read_ahead_total_max_size_bytes == 9
+
+
+async def test_the_broker_wide_budget_bounds_what_all_cursors_read_ahead(
+    meta_server: MemoryMetadataServer, fake_bookies: FakeBookieCluster
+) -> None:
+    """Backlogged cursors of different topics share one budget, with room here for one chunk
+    ahead: the first cursor's read-ahead takes it, the second reads only what it asks for;
+    once their windows are gone, a third cursor reads ahead again."""
+    f = factory(meta_server, fake_bookies, read_ahead_entries=1000, read_ahead_bytes=1 << 30)
+    mls = [await f.open(f"t/ns/persistent/budget-{i}") for i in range(3)]
+    cursors = [await ml.open_cursor("sub", EARLIEST) for ml in mls]
+    for ml in mls:
+        await add(ml, 1000)
+    (_, entries, size), *_ = mls[0].ledger_sizes()
+    avg = size // entries
+    # room for the first read (100 entries, always issued) and one more chunk of 100
+    f.read_ahead_budget.capacity = 200 * avg
+
+    async def in_flight_of_a_read(i: int, held_before: int) -> tuple[int, asyncio.Future[Any]]:
+        task = asyncio.ensure_future(mls[i].read_entries(cursors[i], 100))
+        await wait_for(
+            lambda: held_reads(fake_bookies) > held_before, 30, f"cursor {i}'s reads held"
+        )
+        stats = mls[i].read_ahead_statistics(cursors[i])
+        assert stats is not None
+        return stats.in_flight, task
+
+    hang(fake_bookies)
+    first, task0 = await in_flight_of_a_read(0, 0)
+    assert first == 2, "the asked-for read and one chunk ahead"
+    second, task1 = await in_flight_of_a_read(1, held_reads(fake_bookies))
+    assert second == 1, "the budget is spent: only what it asks for"
+    assert f.read_ahead_budget.refused >= 1
+    resume(fake_bookies)
+    assert [len(await task0), len(await task1)] == [100, 100]
+    await mls[0].close()
+    await mls[1].close()
+    assert f.read_ahead_budget.held == 0, "closed windows gave their bytes back"
+    hang(fake_bookies)
+    third, task2 = await in_flight_of_a_read(2, 0)
+    assert third == 2, "room again: a chunk read ahead"
+    resume(fake_bookies)
+    assert len(await task2) == 100
+    await f.close()
+    assert f.read_ahead_budget.held == 0
 
 
 @pytest.mark.parametrize("seed", range(12))
@@ -215,6 +267,7 @@ async def test_random_reads_seeks_and_acks_behind_the_cache_match_a_model(
         max_entries_per_ledger=37,
         read_ahead_entries=rng.choice((20, 64, 300)),
         read_ahead_bytes=rng.choice((500, 1 << 20)),
+        read_ahead_total_bytes=rng.choice((300, 1 << 20)),
     )
     ml = await f.open(f"t/ns/persistent/random-{seed}")
     cursor = await ml.open_cursor("sub", EARLIEST)
@@ -257,7 +310,10 @@ async def test_random_reads_seeks_and_acks_behind_the_cache_match_a_model(
         ra = ml._read_aheads.get(cursor)
         if ra is not None:
             ra.check_invariants()
+            # one cursor: the broker-wide budget holds exactly what its window reserved
+            assert f.read_ahead_budget.held == sum(c.reserved for c in ra._chunks)
     await f.close()
+    assert f.read_ahead_budget.held == 0, "every chunk's bytes went back to the budget"
 
 
 async def test_a_read_whose_window_was_dropped_meanwhile_reads_again() -> None:
