@@ -326,16 +326,24 @@ def build() -> Parser:
 
 
 def verb_flags(parser: argparse.ArgumentParser) -> dict[str, list[str]]:
-    """Every flag each verb takes (``""``: the flags before any verb), for completion."""
+    """Every flag each verb takes (``""``: the flags before any verb; ``"config
+    set-context"``: a verb's subcommand), for completion."""
 
     def flags_of(p: argparse.ArgumentParser) -> list[str]:
         return sorted({o for a in p._actions for o in a.option_strings})
 
+    def subcommands(p: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+        out: dict[str, argparse.ArgumentParser] = {}
+        for action in p._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                out.update(action.choices)
+        return out
+
     table = {"": flags_of(parser)}
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for name, sub in action.choices.items():
-                table[name] = flags_of(sub)
+    for name, sub in subcommands(parser).items():
+        table[name] = flags_of(sub)
+        for sub_name, subsub in subcommands(sub).items():
+            table[f"{name} {sub_name}"] = flags_of(subsub)
     return table
 
 

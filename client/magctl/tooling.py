@@ -160,18 +160,20 @@ def _words() -> tuple[list[str], list[str]]:
 
 _BASH = r"""# magctl completion for bash: source <(magctl completion bash)
 _magctl() {
-    local cur prev verb i
+    local cur prev verb sub i
     cur="${COMP_WORDS[COMP_CWORD]}"
     prev="${COMP_WORDS[COMP_CWORD-1]}"
     verb=""
+    sub=""
     for ((i=1; i<COMP_CWORD; i++)); do
         case "${COMP_WORDS[i]}" in
             -*) ;;
-            *) verb="${COMP_WORDS[i]}"; break ;;
+            *) if [[ -z "$verb" ]]; then verb="${COMP_WORDS[i]}"
+               elif [[ -z "$sub" ]]; then sub="${COMP_WORDS[i]}"; fi ;;
         esac
     done
     if [[ "$cur" == -* ]]; then
-        case "$verb" in
+        case "$verb $sub" in
 __VERB_FLAGS__
             *) COMPREPLY=( $(compgen -W "__FLAGS__" -- "$cur") ) ;;
         esac
@@ -188,7 +190,7 @@ __VERB_FLAGS__
     fi
     case "$verb" in
         completion) COMPREPLY=( $(compgen -W "bash zsh fish" -- "$cur") ); return 0 ;;
-        config) COMPREPLY=( $(compgen -W "get-contexts current-context use-context set-context view import" -- "$cur") ); return 0 ;;
+__VERB_SUBCOMMANDS__
         apply|diff|version|api-resources) return 0 ;;
     esac
     case " __RESOURCES__ " in
@@ -226,13 +228,28 @@ def completion_script(shell: str, flags: dict[str, list[str]]) -> str:
     """The script for ``shell``; ``flags``: each verb's flags (``""``: before a verb), as
     ``cli.verb_flags`` reads them from the parser, so completion offers what parses."""
     verbs, resources = _words()
+    nested: dict[str, list[str]] = {}  # verb -> its subcommands ("config" -> "set-context"...)
+    for key in flags:
+        if " " in key:
+            verb, sub = key.split(" ", 1)
+            nested.setdefault(verb, []).append(sub)
+    # "config set-context" before "config *": the most specific pattern first
+    keys = sorted((k for k in flags if k), key=lambda k: " " not in k)
     per_verb = "\n".join(
-        f'            {verb}) COMPREPLY=( $(compgen -W "{" ".join(fl)}" -- "$cur") ) ;;'
-        for verb, fl in flags.items()
-        if verb
+        f'            "{key}"{"" if " " in key else "*"}) '
+        f'COMPREPLY=( $(compgen -W "{" ".join(flags[key])}" -- "$cur") ) ;;'
+        if " " in key
+        else f'            "{key} "*) COMPREPLY=( $(compgen -W "{" ".join(flags[key])}" -- "$cur") ) ;;'
+        for key in keys
+    )
+    per_verb_subs = "\n".join(
+        f'        {verb}) [[ -z "$sub" ]] && COMPREPLY=( $(compgen -W "{" ".join(subs)}" -- "$cur") );'
+        " return 0 ;;"
+        for verb, subs in nested.items()
     )
     bash = (
         _BASH.replace("__VERB_FLAGS__", per_verb)
+        .replace("__VERB_SUBCOMMANDS__", per_verb_subs)
         .replace("__FLAGS__", " ".join(flags.get("", [])))
         .replace("__VERBS__", " ".join(verbs))
         .replace("__RESOURCES__", " ".join(resources))
@@ -243,11 +260,14 @@ def completion_script(shell: str, flags: dict[str, list[str]]) -> str:
         return _ZSH + bash.split("\n", 1)[1]
     fish = _FISH.replace("__VERBS__", " ".join(verbs)).replace("__RESOURCES__", " ".join(resources))
     common = set(flags.get("", []))
-    for verb, fl in flags.items():
+    for verb, subs in nested.items():
+        fish += f"complete -c magctl -n '__fish_seen_subcommand_from {verb}' -a '{' '.join(subs)}'\n"
+    for key, fl in flags.items():
+        word = key.split(" ")[-1]  # a subcommand's flags once its own word is seen
         for flag in fl:
-            if verb and flag.startswith("--") and flag not in common:
+            if key and flag.startswith("--") and flag not in common:
                 fish += (
-                    f"complete -c magctl -n '__fish_seen_subcommand_from {verb}' -l {flag[2:]}\n"
+                    f"complete -c magctl -n '__fish_seen_subcommand_from {word}' -l {flag[2:]}\n"
                 )
     return fish
 

@@ -216,7 +216,11 @@ def test_bash_completion_script_loads(tmp_path: pathlib.Path, magctl: Magctl) ->
             "COMP_WORDS=(magctl compact topic x --w); COMP_CWORD=4; _magctl; echo ${COMPREPLY[@]}; "
             "COMP_WORDS=(magctl get --so); COMP_CWORD=2; _magctl; echo ${COMPREPLY[@]}; "
             "COMP_WORDS=(magctl expire --ol); COMP_CWORD=2; _magctl; echo ${COMPREPLY[@]}; "
-            "COMP_WORDS=(magctl --na); COMP_CWORD=1; _magctl; echo ${COMPREPLY[@]}",
+            "COMP_WORDS=(magctl --na); COMP_CWORD=1; _magctl; echo ${COMPREPLY[@]}; "
+            "COMP_WORDS=(magctl config set-context dev --se); COMP_CWORD=4; _magctl; "
+            "echo ${COMPREPLY[@]}; "
+            "COMP_WORDS=(magctl config view --mi); COMP_CWORD=3; _magctl; echo ${COMPREPLY[@]}; "
+            "COMP_WORDS=(magctl config se); COMP_CWORD=2; _magctl; echo ${COMPREPLY[@]}",
         ],
         capture_output=True,
         text=True,
@@ -234,6 +238,10 @@ def test_bash_completion_script_loads(tmp_path: pathlib.Path, magctl: Magctl) ->
     assert lines[4] == "--sort-by"
     assert lines[5] == "--older-than"
     assert lines[6] == "--namespace"
+    # a verb's subcommands, and each subcommand's own flags
+    assert lines[7].split() == ["--server", "--service-url"]
+    assert lines[8] == "--minify"
+    assert lines[9] == "set-context"
     assert "complete -o default -F _magctl magctl" in script
 
 
@@ -242,6 +250,8 @@ def test_zsh_and_fish_completion_scripts(magctl: Magctl) -> None:
     assert zsh.startswith("#compdef magctl")
     fish = magctl("completion", "fish").out
     assert "complete -c magctl" in fish
+    assert "-n '__fish_seen_subcommand_from set-context' -l service-url" in fish
+    assert "-n '__fish_seen_subcommand_from config' -a 'get-contexts" in fish
     if shutil.which("zsh"):
         done = subprocess.run(["zsh", "-c", zsh], capture_output=True, text=True, check=False)
         assert done.returncode == 0, done.stderr
