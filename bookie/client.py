@@ -498,13 +498,16 @@ class BookieClient:
         tls: GrpcTls | None = None,
         add_address: str | None = None,
         fast_add_retry_ms: int = 30_000,
+        fast_add: bool = True,
     ) -> None:
         """``add_address``: the bookie's fast add port (``host:port``, announced in its
         registration): Add streams use it; when a connection to it cannot be made, the adds
         queued on it (none of which was sent) move to a gRPC stream, and streams use gRPC
-        for ``fast_add_retry_ms``. None: adds over the gRPC ``Add`` stream."""
+        for ``fast_add_retry_ms``. None: adds over the gRPC ``Add`` stream. ``fast_add``
+        False (or TLS: the fast add transport is plaintext): never, whatever the address."""
+        self._fast_add = fast_add and tls is None
         self._address = address
-        self._add_address = add_address
+        self._add_address = add_address if self._fast_add else None
         self.fast_add_retry_ms = fast_add_retry_ms
         self._fast_add_retry_at = 0.0
         self._fast_streams_opened = 0
@@ -632,6 +635,13 @@ class BookieClient:
         if not wake.is_set():
             wake.set()
         return fut
+
+    def set_add_address(self, add_address: str | None) -> None:
+        """The bookie announced another fast add address (it restarted on another port, or
+        with or without one): the next Add stream uses it (None: gRPC), at once."""
+        if self._fast_add and add_address != self._add_address:
+            self._add_address = add_address
+            self._fast_add_retry_at = 0.0
 
     @property
     def add_transport(self) -> str:

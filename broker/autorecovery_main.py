@@ -43,7 +43,7 @@ EXIT_USAGE = 2
 
 
 def bookie_client_factory(address: str) -> BookieClient:
-    return BookieClient(address, timeout_ms=5_000, add_timeout_ms=10_000)
+    return BookieClient(address, timeout_ms=5_000, add_timeout_ms=10_000, fast_add=False)
 
 
 async def open_store(url: str, zk_timeout_ms: int) -> MetadataStore:

@@ -99,13 +99,15 @@ class BrokerRuntime:
         self.web_port_tls = config.web_service_port_tls
 
     def _bookie_client(self, address: str) -> BookieClient:
-        tls = bookie_tls(self.config)
-        add_address = None
-        if self.config.bookkeeper_fast_add_enabled and tls is None:
-            # the fast add transport is plaintext: with TLS to the bookies, adds stay on gRPC
-            add_address = self.factory.ledger_client.registry.add_address(address)
+        # the fast add transport is plaintext: with TLS to the bookies, adds stay on gRPC
+        # (the client refuses it then, and follows later announcements only when enabled)
         return BookieClient(
-            address, timeout_ms=5_000, add_timeout_ms=10_000, tls=tls, add_address=add_address
+            address,
+            timeout_ms=5_000,
+            add_timeout_ms=10_000,
+            tls=bookie_tls(self.config),
+            add_address=self.factory.ledger_client.registry.add_address(address),
+            fast_add=self.config.bookkeeper_fast_add_enabled,
         )
 
     async def start(self) -> None:

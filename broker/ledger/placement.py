@@ -259,6 +259,9 @@ class BookieRegistry:
         self._addresses: dict[str, str] = {}
         self._add_addresses: dict[str, str] = {}
         """gRPC address -> fast add address, for bookies that announce one."""
+        self._stale: set[str] = set()
+        """Bookies whose registration changed or went since it was read (a restart): read
+        again by the next ``available``, which may bring a new fast add port."""
         self._clients: dict[str, LedgerBookieClient] = {}
         self._quarantined_until: dict[str, float] = {}
 
@@ -270,7 +273,8 @@ class BookieRegistry:
         names = [n for n in await self._store.children(paths.AVAILABLE_BOOKIES) if n != "readonly"]
         draining = await self._read_draining()
         for name in names:
-            if name not in self._addresses or name not in self._racks:
+            if name not in self._addresses or name not in self._racks or name in self._stale:
+                self._stale.discard(name)
                 got = await self._store.get(paths.bookie_registration(name))
                 if got is not None:
                     self._learn(name, got.value)
@@ -282,6 +286,10 @@ class BookieRegistry:
         return self.draining
 
     def _on_notification(self, notification: Notification) -> None:
+        if notification.path.startswith(paths.AVAILABLE_BOOKIES + "/"):
+            # a registration read before changed or went (the bookie restarted or died)
+            self._stale.add(notification.path[len(paths.AVAILABLE_BOOKIES) + 1 :])
+            return
         if notification.path != paths.DRAINING_BOOKIES:
             return
         if self._draining_refresh is None or self._draining_refresh.done():
@@ -310,8 +318,17 @@ class BookieRegistry:
     def _learn(self, bookie_id: str, value: bytes) -> None:
         address = self._addresses[bookie_id] = parse_registration(bookie_id, value)
         fast = fast_add_address_of_registration(value)
-        if fast is not None:
+        if fast == self._add_addresses.get(address):
+            return
+        if fast is None:
+            self._add_addresses.pop(address, None)
+        else:
             self._add_addresses[address] = fast
+        client = self._clients.get(bookie_id)
+        set_add_address = getattr(client, "set_add_address", None)
+        if set_add_address is not None:  # a client made before: it adds there from now on
+            log.info("bookie %s announces fast add address %s", bookie_id, fast)
+            set_add_address(fast)
 
     def add_address(self, address: str) -> str | None:
         """The fast add address announced by the bookie at ``address`` (its gRPC address),

@@ -153,3 +153,51 @@ async def test_two_owners_racing_exactly_one_survives(
     for f in (f1, f2):
         await f.close()
         await f.store.close()
+
+
+async def test_a_bookie_restarted_on_another_fast_add_port_gets_fast_adds_again(  # type: ignore[no-untyped-def]
+    zookeeper_server, bookie_factory
+) -> None:
+    """The broker follows a bookie's new fast add port after a restart (registrations are
+    read again once they changed), instead of adding over gRPC until the broker restarts."""
+    url = chroot_url(zookeeper_server.url)
+    bookies = [
+        bookie_factory.start(metadata=url, extra_args=fast_add_args("tcp")) for _ in range(2)
+    ]
+    factory = await open_factory(url, transport="tcp", **FAST)
+    await wait_registered(factory.store, 2)
+    ml = await factory.open("t/ns/persistent/new-port")
+    cursor = await ml.open_cursor("sub", EARLIEST)  # keeps every entry to read back
+    first = [await ml.add_nowait(b"a%d" % i) for i in range(50)]
+    registry = factory.ledger_client.registry
+    moved = bookies[0]
+    old_fast = registry.add_address(moved.address)
+    client = registry.client(moved.address)
+    assert client.statistics().fast_add_streams_opened >= 1  # type: ignore[attr-defined]
+
+    moved.stop()
+    new_port = fast_add_args("tcp")
+    moved.extra_args = [a for a in moved.extra_args if a not in fast_add_args_of(moved)] + new_port
+    moved.start()
+    await wait_registered(factory.store, 2)
+    # adds go on (they wait for the bookie, then new ledgers are made on both bookies)
+    rest = list(await asyncio.gather(*(ml.add_nowait(b"b%d" % i) for i in range(250))))
+    new_fast = f"127.0.0.1:{new_port[1]}"
+    assert registry.add_address(moved.address) == new_fast != old_fast
+    assert client._add_address == new_fast  # type: ignore[attr-defined]
+
+    async def fast_again() -> bool:
+        await ml.add_nowait(b"c")
+        return client.add_transport == "tcp" and client.statistics().fast_add_streams_opened >= 2  # type: ignore[attr-defined]
+
+    await wait_for(fast_again, 30, "adds over the new fast add port")
+    got = await ml.read_entries(cursor, 400)
+    assert [e.position for e in got][: len(first) + len(rest)] == first + rest
+    await factory.close()
+    await factory.store.close()
+
+
+def fast_add_args_of(bookie) -> list[str]:  # type: ignore[no-untyped-def]
+    args = bookie.extra_args
+    i = args.index("--fast-add-port")
+    return args[i : i + 2]
