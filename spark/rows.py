@@ -148,7 +148,11 @@ class BatchBuilder:
 @dataclass(frozen=True, slots=True)
 class OutgoingRow:
     topic: str | None
-    payload: bytes
+    payload: bytes | None
+    """The lone ``value`` column's bytes; None: the data columns (``record``) are packed,
+    as JSON (``json_payload``) or by the target topic's record schema."""
+    record: dict[str, Any]
+    """The data columns by name (every column but the metadata ones)."""
     key: str | None
     event_time_ms: int | None
     properties: dict[str, str] | None
@@ -158,8 +162,8 @@ class OutgoingRow:
 class SinkLayout:
     """Which columns of the written DataFrame mean what (checked once, on the driver)."""
 
-    value_column: str | None  # the lone value column, or None: pack ``json_columns``
-    json_columns: tuple[str, ...]
+    value_column: str | None  # the lone value column, or None: pack ``data_columns``
+    data_columns: tuple[str, ...]  # every column but the metadata ones
     has_topic: bool
     has_key: bool
     has_event_time: bool
@@ -208,7 +212,7 @@ def sink_layout(schema: Any, topic_option: str | None) -> SinkLayout:
         value_column = "value"
     return SinkLayout(
         value_column=value_column,
-        json_columns=() if value_column else tuple(payload),
+        data_columns=tuple(payload),
         has_topic="__topic" in fields,
         has_key="__key" in fields,
         has_event_time="__eventTime" in fields,
@@ -236,6 +240,11 @@ def _ms(v: Any) -> int | None:
     return int(v)
 
 
+def json_payload(record: dict[str, Any]) -> bytes:
+    """The data columns packed as one JSON object (binary as base64, times as ISO 8601)."""
+    return json.dumps(record, default=_json_default, separators=(",", ":")).encode()
+
+
 def rows_of(batch: Any, layout: SinkLayout) -> Iterator[OutgoingRow]:
     """The messages of one Arrow record batch, in row order."""
     cols: dict[str, Sequence[Any]] = {}
@@ -252,25 +261,21 @@ def rows_of(batch: Any, layout: SinkLayout) -> Iterator[OutgoingRow]:
     keys = col("__key") if layout.has_key else none
     events = col("__eventTime") if layout.has_event_time else none
     props = col("__messageProperties") if layout.has_properties else none
+    data_cols = [(c, col(c)) for c in layout.data_columns]
     if layout.value_column is not None:
         values = col(layout.value_column)
         payloads: Sequence[Any] = [
             v.encode() if isinstance(v, str) else (b"" if v is None else v) for v in values
         ]
     else:
-        json_cols = [(c, col(c)) for c in layout.json_columns]
-        payloads = [
-            json.dumps(
-                {c: vals[i] for c, vals in json_cols}, default=_json_default, separators=(",", ":")
-            ).encode()
-            for i in range(n)
-        ]
+        payloads = none
     for i in range(n):
         key = keys[i]
         p = props[i]
         yield OutgoingRow(
             topic=topics[i],
             payload=payloads[i],
+            record={c: vals[i] for c, vals in data_cols},
             key=key.decode("utf-8", "surrogateescape") if isinstance(key, bytes) else key,
             event_time_ms=_ms(events[i]),
             properties=dict(p) if p else None,
@@ -286,6 +291,7 @@ __all__ = [
     "SchemaError",
     "SinkLayout",
     "arrow_schema",
+    "json_payload",
     "rows_of",
     "sink_layout",
 ]

@@ -11,7 +11,11 @@ land in the same columns).
 Topics without a schema (or BYTES), topic patterns, and schemas we cannot map (PROTOBUF,
 PROTOBUF_NATIVE, KEY_VALUE) keep the raw layout (``value BINARY``). Avro types with no Spark
 column type of their own (enums, fixed) arrive as strings / binary.
-Must not know: offsets, how messages are fetched.
+The sink's side: ``TopicSchema.encode`` makes one row's data columns (a dict) a payload of
+the topic's AVRO or JSON record schema (Avro binary / JSON text), after ``check_columns``
+refused columns the schema has no field for (they would be dropped), and
+``RegisteredSchema`` is the topic's registered schema, byte for byte, for the producer.
+Must not know: offsets, how messages are fetched or sent.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ import io
 import json
 from dataclasses import dataclass
 from typing import Any
+
+from magnetar.client.schema import Schema
 
 META_DDL = (
     "__key BINARY, __topic STRING, __messageId BINARY, __messageIdString STRING, "
@@ -162,6 +168,34 @@ class TopicSchema:
         }
         return [("value", arrow[self.type_name])]
 
+    def check_columns(self, columns: list[str]) -> None:
+        """Writing: every data column must be a field of the record (ValueError names the
+        others: written, they would be lost)."""
+        record = self.record
+        if record is None:
+            raise ValueError(f"a {self.type_name} schema takes no record columns")
+        fields = [f["name"] for f in record["fields"]]
+        extra = [c for c in columns if c not in fields]
+        if extra:
+            raise ValueError(
+                f"column(s) {', '.join(map(repr, extra))} are not fields of the topic's "
+                f"{self.type_name.upper()} schema (fields: {', '.join(fields)})"
+            )
+
+    def encode(self, row: dict[str, Any]) -> bytes:
+        """Writing: one row's data columns as a payload of this record schema (fields the row
+        lacks take their default; ValueError / TypeError when a value does not fit)."""
+        record = self.record
+        assert record is not None
+        plain = _plain(record, row)
+        if self.type_name == "Json":
+            return json.dumps(plain, default=_json_value, separators=(",", ":")).encode()
+        import fastavro
+
+        out = io.BytesIO()
+        fastavro.schemaless_writer(out, fastavro.parse_schema(record), plain)
+        return out.getvalue()
+
     def decode(self, data: bytes, writer: Any = None) -> dict[str, Any]:
         """The value columns of one payload; ``writer``: the ``pb.Schema`` that wrote it."""
         record = self.record
@@ -210,6 +244,62 @@ def topic_schema(opts: Any) -> TopicSchema | None:
     return asyncio.run(go())
 
 
+def _plain(t: Any, v: Any) -> Any:
+    """A value as Arrow's ``to_pylist`` gives it, shaped for Avro type ``t``: Arrow maps come
+    as lists of (key, value) pairs; Avro maps (and JSON objects) are dicts."""
+    if v is None:
+        return None
+    if isinstance(t, list):  # a union: the first branch the value can be shaped for
+        branches = [b for b in t if b != "null"]
+        return _plain(branches[0], v) if len(branches) == 1 else v
+    if isinstance(t, dict):
+        kind = t.get("type")
+        if kind == "record" and isinstance(v, dict):
+            return {
+                f["name"]: _plain(f["type"], v.get(f["name"]))
+                for f in t["fields"]
+                if f["name"] in v
+            }
+        if kind == "array" and isinstance(v, list):
+            return [_plain(t["items"], x) for x in v]
+        if kind == "map":
+            pairs = v.items() if isinstance(v, dict) else v
+            return {k: _plain(t["values"], x) for k, x in pairs}
+    return v
+
+
+def _json_value(v: Any) -> Any:
+    import base64
+    import datetime
+    import decimal
+
+    if isinstance(v, bytes | bytearray):
+        return base64.b64encode(v).decode()
+    if isinstance(v, datetime.datetime | datetime.date):
+        return v.isoformat()
+    if isinstance(v, decimal.Decimal):
+        return str(v)
+    raise TypeError(f"cannot encode {type(v).__name__} as JSON")
+
+
+class RegisteredSchema(Schema):
+    """The topic's registered schema (a ``pb.Schema``), sent byte for byte on PRODUCER so
+    the broker finds its version; values arrive encoded (``TopicSchema.encode``) and pass
+    through."""
+
+    def __init__(self, info: Any) -> None:
+        self.info = info
+
+    def schema_info(self) -> Any:
+        return self.info
+
+    def encode(self, value: Any) -> bytes:
+        return bytes(value)
+
+    def decode(self, data: bytes) -> Any:
+        return data
+
+
 def _primitive(type_name: str, data: bytes) -> Any:
     import struct
 
@@ -221,4 +311,12 @@ def _primitive(type_name: str, data: bytes) -> Any:
     return struct.unpack(fmt[type_name], data)[0]
 
 
-__all__ = ["META_DDL", "TopicSchema", "arrow_type", "fetch", "spark_ddl", "topic_schema"]
+__all__ = [
+    "META_DDL",
+    "RegisteredSchema",
+    "TopicSchema",
+    "arrow_type",
+    "fetch",
+    "spark_ddl",
+    "topic_schema",
+]

@@ -9,6 +9,12 @@ row to ``row index % partitions``, so a retried task routes every row as before)
                     magnetar-spark-<write id>-<task partition>            (batch)
     sequence id   = the row's index in the task's input
 
+A target topic with an AVRO or JSON record schema gets each row's data columns encoded with
+that schema (Avro binary / JSON text), and its producers announce the registered schema, so
+the messages carry its version; a data column the schema has no field for fails the task
+(written, it would be lost). Other topics get the lone ``value`` column as it is, or the data
+columns packed as one JSON object.
+
 A retried task or a replayed micro-batch re-sends the same rows under the same name and ids,
 and the broker's deduplication drops those it already stored (a reconnecting producer also
 learns the last id stored and skips up to it). This needs the task's input to be the same
@@ -37,7 +43,8 @@ from pyspark.sql.datasource import (
 from magnetar.client import PulsarException, hash_key
 from magnetar.spark import cluster
 from magnetar.spark.options import WriteOptions, full_topic_name
-from magnetar.spark.rows import SinkLayout, rows_of
+from magnetar.spark.rows import OutgoingRow, SinkLayout, json_payload, rows_of
+from magnetar.spark.typed import RegisteredSchema, TopicSchema
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +67,8 @@ async def write_task(
     client = cluster.open_client(opts.client)
     exactly_once = opts.exactly_once
     partitions_of: dict[str, list[str]] = {}
+    encoders: dict[str, TopicSchema | None] = {}  # topic -> its record schema, if any
+    registered: dict[str, Any] = {}  # topic -> its registered pb.Schema
     producers: dict[str, Any] = {}
     last_stored: dict[str, int] = {}
     report = WriteReport(producer_name, 0, 0, 0)
@@ -76,6 +85,32 @@ async def write_task(
             report.deduplicated += 1
         else:
             report.sent += 1
+
+    async def encoder_of(topic: str, row: OutgoingRow) -> TopicSchema | None:
+        if topic not in encoders:
+            answer = await client.get_schema_info(topic)
+            typed = None if answer is None else TopicSchema.of(answer.schema)
+            if typed is not None and typed.record is None:
+                typed = None  # a primitive schema: payloads as they are (below)
+            if typed is not None:
+                try:
+                    typed.check_columns(list(row.record))
+                except ValueError as exc:
+                    raise WriteError(f"writing to {topic}: {exc}") from None
+                registered[topic] = answer.schema  # type: ignore[union-attr]
+            encoders[topic] = typed
+        return encoders[topic]
+
+    def payload_of(topic: str, typed: TopicSchema | None, row: OutgoingRow, seq: int) -> bytes:
+        if typed is None:
+            return row.payload if row.payload is not None else json_payload(row.record)
+        try:
+            return typed.encode(row.record)
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            raise WriteError(
+                f"row {seq} does not fit the {typed.type_name.upper()} schema of {topic}: "
+                f"{type(exc).__name__}: {exc}"
+            ) from None
 
     async def target(topic: str, key: str | None, seq: int) -> tuple[str, Any]:
         parts = partitions_of.get(topic)
@@ -95,10 +130,12 @@ async def write_task(
         name = parts[0] if n == 1 else parts[(hash_key(key) if key else seq) % n]
         producer = producers.get(name)
         if producer is None:
+            schema = registered.get(topic)
             producer = await client.create_producer(
                 name,
                 producer_name=producer_name,
                 block_if_queue_full=True,
+                schema=RegisteredSchema(schema) if schema is not None else None,
                 **opts.producer_kwargs,
             )
             producers[name] = producer
@@ -112,12 +149,14 @@ async def write_task(
                 topic = opts.topic or row.topic
                 if not topic:
                     raise WriteError(f"row {seq} has no '__topic' and no 'topic' option is set")
-                name, producer = await target(full_topic_name(topic), row.key, seq)
+                full = full_topic_name(topic)
+                typed = await encoder_of(full, row)
+                name, producer = await target(full, row.key, seq)
                 if exactly_once and seq <= last_stored[name]:
                     report.skipped += 1
                 else:
                     fut = await producer.send_async(
-                        row.payload,
+                        payload_of(full, typed, row, seq),
                         properties=row.properties,
                         partition_key=row.key,
                         event_timestamp=row.event_time_ms,

@@ -98,3 +98,58 @@ def test_a_stream_of_a_schemad_topic_has_the_same_columns(
     assert sorted((r["name"], r["n"]) for r in rows) == sorted(
         [(f"old-{i}", None) for i in range(3)] + [(f"new-{i}", i) for i in range(3)]
     )
+
+
+def test_writing_to_avro_and_json_topics_encodes_rows_with_their_schema(
+    spark: Any, standalone: StandaloneProcess
+) -> None:
+    """The sink encodes each row's data columns with the target topic's AVRO / JSON record
+    schema and announces that schema, so the official client's typed consumers read the
+    values (not JSON text); a column the schema lacks fails the write, naming it."""
+    avro_topic = "persistent://public/default/typed-write-avro"
+    json_topic = "persistent://public/default/typed-write-json"
+    client = pulsar.Client(standalone.service_url, log_conf_file_path=None)
+    try:
+        avro_sub = client.subscribe(
+            avro_topic, "check", schema=AvroSchema(None, schema_definition=V2)
+        )
+        json_sub = client.subscribe(json_topic, "check", schema=JsonSchema(Event))
+        df = spark.createDataFrame(
+            [("a", 1, ["x"], "k1"), ("b", None, [], "k2")],
+            "name STRING, n BIGINT, tags ARRAY<STRING>, __key STRING",
+        )
+        for topic in (avro_topic, json_topic):
+            df.write.format("magnetar").options(**_opts(standalone, topic)).mode("append").save()
+        got = [avro_sub.receive(10_000) for _ in range(2)]
+        assert sorted((m.value()["name"], m.value()["n"], m.value()["tags"]) for m in got) == [
+            ("a", 1, ["x"]),
+            ("b", None, []),
+        ]
+        assert sorted(m.partition_key() for m in got) == ["k1", "k2"]
+        events = [json_sub.receive(10_000).value() for _ in range(2)]
+        assert sorted((e.name, e.n, e.tags) for e in events) == [("a", 1, ["x"]), ("b", None, [])]
+
+        # read back through Spark: the same columns
+        back = spark.read.format("magnetar").options(**_opts(standalone, avro_topic)).load()
+        assert sorted((r["name"], r["n"]) for r in back.select("name", "n").collect()) == [
+            ("a", 1),
+            ("b", None),
+        ]
+
+        bad = spark.createDataFrame([("c", "oops")], "name STRING, bogus STRING")
+        try:
+            bad.write.format("magnetar").options(**_opts(standalone, avro_topic)).mode(
+                "append"
+            ).save()
+        except Exception as exc:  # Spark wraps the task's error
+            assert "'bogus' are not fields of the topic's AVRO schema" in str(exc)
+        else:
+            raise AssertionError("a column the schema lacks was written")
+        try:
+            avro_sub.receive(500)
+        except pulsar.Timeout:
+            pass
+        else:
+            raise AssertionError("the refused write sent something")
+    finally:
+        client.close()
