@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import re
+import urllib.parse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -67,10 +68,55 @@ def _bool(v: str) -> bool:
 
 
 def _token(v: str) -> Any:
+    """``token:<jwt>`` (or the bare JWT), or ``file:<path>`` / ``file:///path``: the token
+    file is read at every connection, so a rotated token is picked up (the official
+    clients' ``AuthenticationToken`` forms). The file must exist where the tasks run."""
     from magnetar.client import AuthenticationToken
 
-    return AuthenticationToken(v.removeprefix("token:"))
+    if not v.startswith("file:"):
+        return AuthenticationToken(v.removeprefix("token:"))
+    path = v[len("file:") :]
+    if path.startswith("//"):
+        path = urllib.parse.urlparse(v).path
+    _read_token(path)  # unreadable or empty: refused now, with the path named
 
+    return AuthenticationToken(lambda: _read_token(path))
+
+
+def _read_token(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as f:
+            token = f.read().strip()
+    except OSError as exc:
+        raise ValueError(f"cannot read the token file {path!r}: {exc.strerror}") from None
+    if not token:
+        raise ValueError(f"the token file {path!r} is empty")
+    return token
+
+
+_TOKEN_PLUGINS = frozenset(
+    {
+        "org.apache.pulsar.client.impl.auth.AuthenticationToken",
+        "pulsar.AuthenticationToken",
+        "AuthenticationToken",
+        "token",
+    }
+)
+
+
+def _auth_plugin(v: str) -> str:
+    """``authPluginClassName`` as pulsar-spark jobs set it: token authentication only."""
+    if v.strip() not in _TOKEN_PLUGINS:
+        raise ValueError(
+            f"{v!r}: only token authentication is supported "
+            "(org.apache.pulsar.client.impl.auth.AuthenticationToken, with authParams "
+            "token:<jwt> or file:<path>); client certificates: tlsCertificateFilePath"
+        )
+    return v.strip()
+
+
+AUTH_PLUGIN_KEY = "_auth_plugin"
+"""Not a client keyword: ``authPluginClassName``, checked (token only), then dropped."""
 
 # pass-through name (lower case) -> (client keyword, converter)
 _CLIENT_PASS: dict[str, tuple[str, Callable[[str], Any]]] = {
@@ -85,6 +131,7 @@ _CLIENT_PASS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "tlskeyfilepath": ("tls_private_key_file_path", str),
     "listenername": ("listener_name", str),
     "authparams": ("authentication", _token),
+    "authpluginclassname": (AUTH_PLUGIN_KEY, _auth_plugin),
 }
 _READER_PASS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "receiverqueuesize": ("receiver_queue_size", int),
@@ -219,6 +266,12 @@ def _client_settings(opts: dict[str, str], client_kwargs: dict[str, Any]) -> Cli
     admin = opts.get("admin.url", "").strip() or None
     if admin is not None and not re.match(r"^https?://", admin):
         raise OptionError(f"option 'admin.url': {admin!r} is not an http(s):// URL")
+    plugin = client_kwargs.pop(AUTH_PLUGIN_KEY, None)
+    if plugin is not None and "authentication" not in client_kwargs:
+        raise OptionError(
+            f"option 'pulsar.client.authPluginClassName' is {plugin!r} but "
+            "'pulsar.client.authParams' is missing (token:<jwt> or file:<path>)"
+        )
     return ClientSettings(url, admin.rstrip("/") if admin else None, client_kwargs)
 
 

@@ -98,6 +98,21 @@ def test_a_batch_read_over_tls_with_a_token(spark: Any, secured: Secured) -> Non
     rows = df.load().select(F.col("value").cast("string").alias("v")).collect()
     assert sorted(r.v for r in rows) == sorted(f"s{i}" for i in range(20))
 
+    # the same token from a file, with the plugin named as pulsar-spark jobs do
+    token_file = secured.tls.ca.rsplit("/", 1)[0] + "/reader.token"
+    with open(token_file, "w") as f:
+        f.write(secured.kit.token("reader") + "\n")
+    from_file = spark.read.format("magnetar").options(
+        **opts,
+        **{
+            "pulsar.client.authPluginClassName": (
+                "org.apache.pulsar.client.impl.auth.AuthenticationToken"
+            ),
+            "pulsar.client.authParams": f"file://{token_file}",
+        },
+    )
+    assert from_file.load().count() == 20
+
     # without the token the read fails: nothing is read anonymously
     with pytest.raises(Exception, match=r"(?i)authentic|unable to authenticate"):
         spark.read.format("magnetar").options(**opts).load().collect()

@@ -201,3 +201,52 @@ def test_spark_discovers_the_source_through_a_pyspark_module() -> None:
     }
     source = importlib.import_module("pyspark_magnetar").DefaultSource
     assert issubclass(source, DataSource) and source.name() == "magnetar"
+
+
+def test_token_files_and_the_token_plugin_name(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """``authParams`` takes ``file:`` paths as the official clients do (read at every
+    connection: a rotated token is picked up); ``authPluginClassName`` may name the token
+    plugin, as pulsar-spark jobs set it, and nothing else."""
+    token_file = tmp_path / "token"
+    token_file.write_text("first.jwt\n")
+    for form in (f"file:{token_file}", f"file://{token_file}"):
+        opts = read_options(
+            {
+                **URL,
+                "topic": "t",
+                "pulsar.client.authPluginClassName": (
+                    "org.apache.pulsar.client.impl.auth.AuthenticationToken"
+                ),
+                "pulsar.client.authParams": form,
+            },
+            streaming=False,
+        )
+        auth = opts.client.client_kwargs["authentication"]
+        assert "_auth_plugin" not in opts.client.client_kwargs
+        token_file.write_text("first.jwt\n")
+        assert auth.auth_data() == b"first.jwt"
+        token_file.write_text("rotated.jwt")
+        assert auth.auth_data() == b"rotated.jwt"
+    plugin = "pulsar.client.authPluginClassName"
+    token_plugin = "org.apache.pulsar.client.impl.auth.AuthenticationToken"
+    oauth2 = "org.apache.pulsar.client.impl.auth.oauth2.AuthenticationOAuth2"
+    bad = [
+        (
+            {"pulsar.client.authParams": f"file:{tmp_path / 'missing'}"},
+            "cannot read the token file",
+        ),
+        ({"pulsar.client.authParams": f"file:{tmp_path}/empty"}, "cannot read"),
+        (
+            {plugin: oauth2},
+            "only token authentication is supported",
+        ),
+        (
+            {plugin: token_plugin},
+            "'pulsar.client.authParams' is missing",
+        ),
+    ]
+    (tmp_path / "blank").write_text("  \n")
+    bad.append(({"pulsar.client.authParams": f"file:{tmp_path / 'blank'}"}, "is empty"))
+    for extra, message in bad:
+        with pytest.raises(OptionError, match=message):
+            read_options({**URL, "topic": "t", **extra}, streaming=False)
