@@ -259,6 +259,7 @@ class AdminApi:
         r.add_get("/admin/v2/clusters", self.list_clusters)
         r.add_put("/admin/v2/clusters/{cluster}", self.create_cluster)
         r.add_post("/admin/v2/clusters/{cluster}", self.update_cluster)
+        r.add_delete("/admin/v2/clusters/{cluster}", self.delete_cluster)
         # tenants
         r.add_get("/admin/v2/tenants", self.list_tenants)
         r.add_get("/admin/v2/tenants/{tenant}", self.get_tenant)
@@ -360,6 +361,10 @@ class AdminApi:
     async def update_cluster(self, request: web.Request) -> web.Response:
         body = await _body_json(request, {})
         await self.resources.update_cluster(request.match_info["cluster"], body)
+        return _no_content()
+
+    async def delete_cluster(self, request: web.Request) -> web.Response:
+        await self.resources.delete_cluster(request.match_info["cluster"])
         return _no_content()
 
     # -- tenants ----------------------------------------------------------------------------

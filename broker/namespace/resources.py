@@ -186,6 +186,27 @@ class Resources:
             raise ResourceNotFound("Cluster does not exist")
         await self.store.put(paths.cluster(cluster), _dump(doc), expected_version=got.version)
 
+    async def delete_cluster(self, cluster: str) -> None:
+        """Pulsar's ``DELETE /admin/v2/clusters/{cluster}``: 404 when it does not exist; 412
+        while it is in use. Stricter than Pulsar, which only looks for v1 namespaces: the
+        cluster this broker serves and a cluster a tenant is allowed on are in use too
+        (deleting them would leave the broker or the tenant pointing at nothing)."""
+        if await self.store.exists(paths.cluster(cluster)) is None:
+            raise ResourceNotFound("Cluster does not exist")
+        if cluster == self.cluster:
+            raise PreconditionFailed(f"Cluster {cluster} is the one this broker serves")
+        for tenant in await self.list_tenants():
+            try:
+                info = await self.get_tenant(tenant)
+            except ResourceNotFound:  # deleted meanwhile
+                continue
+            if cluster in info.allowed_clusters:
+                raise PreconditionFailed(f"Cluster not empty: tenant {tenant} is allowed on it")
+        try:
+            await self.store.delete(paths.cluster(cluster))
+        except NotFound:
+            raise ResourceNotFound("Cluster does not exist") from None
+
     # -- tenants ----------------------------------------------------------------------------
     async def list_tenants(self) -> list[str]:
         return await self.store.children(paths.POLICIES)

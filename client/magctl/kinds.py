@@ -121,6 +121,9 @@ class Clusters(Kind):
             ("SERVICE-URL", lambda o: dig(o, "spec", "brokerServiceUrl") or "<none>"),
         ]
 
+    def delete(self, api: Api, name: str, scope: Scope, *, force: bool) -> None:
+        api.delete(f"/admin/v2/clusters/{quote(name, safe='')}", what=("clusters", name))
+
 
 # ----------------------------------------------------------------------------------- tenants
 class Tenants(Kind):

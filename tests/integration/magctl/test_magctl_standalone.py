@@ -16,6 +16,7 @@ from collections.abc import Iterator
 import pulsar
 import pytest
 import yaml
+from support.admin import http
 from support.magctl import Magctl
 from support.standalone import StandaloneProcess
 
@@ -795,3 +796,12 @@ def test_bash_completion_asks_the_server_for_names(
     assert lines[0].split() == ["compl-a", "compl-b"]
     assert lines[1].split() == ["other"]
     assert lines[2] == "local"
+
+
+def test_delete_a_cluster(magctl: Magctl, url: str) -> None:
+    data = {"serviceUrl": "http://b3.example.com:8080", "brokerServiceUrl": "pulsar://b3:6650"}
+    assert http(url, "PUT", "/admin/v2/clusters/spare", data)[0] == 204
+    assert ok(magctl("delete", "cluster", "spare", admin_url=url)) == 'cluster "spare" deleted\n'
+    assert "spare" not in ok(magctl("get", "clusters", "-o", "name", admin_url=url))
+    refused = magctl("delete", "cluster", "standalone", admin_url=url)
+    assert refused.code == 1 and "this broker serves" in refused.err
