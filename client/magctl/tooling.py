@@ -261,7 +261,9 @@ def completion_script(shell: str, flags: dict[str, list[str]]) -> str:
     fish = _FISH.replace("__VERBS__", " ".join(verbs)).replace("__RESOURCES__", " ".join(resources))
     common = set(flags.get("", []))
     for verb, subs in nested.items():
-        fish += f"complete -c magctl -n '__fish_seen_subcommand_from {verb}' -a '{' '.join(subs)}'\n"
+        fish += (
+            f"complete -c magctl -n '__fish_seen_subcommand_from {verb}' -a '{' '.join(subs)}'\n"
+        )
     for key, fl in flags.items():
         word = key.split(" ")[-1]  # a subcommand's flags once its own word is seen
         for flag in fl:
