@@ -329,6 +329,35 @@ class BrokerMetrics:
             fam = GaugeMetricFamily(name, help_text, labels=["cluster"])
             fam.add_metric([cluster], value)
             yield fam
+        yield from self._memory_series(cluster)
+
+    def _memory_series(self, cluster: str) -> Iterator[Metric]:
+        """The entry cache (Pulsar's ``pulsar_ml_cache_used_size``) and the broker-wide
+        read-ahead budget (``managed_ledger_read_ahead_total_max_size_bytes``: Magnetar's)."""
+        mem = self.service.storage.memory_statistics()
+        for name, help_text, value in (
+            ("pulsar_ml_cache_used_size", "Bytes held by the entry cache", mem.cache_used_bytes),
+            (
+                "magnetar_ml_read_ahead_held_bytes",
+                "Bytes all cursors' read-ahead holds or has in flight",
+                mem.read_ahead_held_bytes,
+            ),
+            (
+                "magnetar_ml_read_ahead_max_bytes",
+                "The broker-wide read-ahead budget",
+                mem.read_ahead_max_bytes,
+            ),
+        ):
+            fam = GaugeMetricFamily(name, help_text, labels=["cluster"])
+            fam.add_metric([cluster], value)
+            yield fam
+        refused = CounterMetricFamily(
+            "magnetar_ml_read_ahead_refused",
+            "Times a cursor's read-ahead found the broker-wide budget spent",
+            labels=["cluster"],
+        )
+        refused.add_metric([cluster], mem.read_ahead_refused)
+        yield refused
 
 
 LB_GAUGES: dict[str, str] = {

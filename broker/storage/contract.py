@@ -209,6 +209,17 @@ class TopicLedger(Protocol):
     async def close(self) -> None: ...
 
 
+class StorageMemory(NamedTuple):
+    """What a storage holds in memory for reads, broker-wide (``/metrics``)."""
+
+    cache_used_bytes: int
+    cache_max_bytes: int
+    read_ahead_held_bytes: int
+    read_ahead_max_bytes: int
+    read_ahead_refused: int
+    """Times a cursor's read-ahead found the broker-wide read-ahead budget spent."""
+
+
 class TopicStorageFactory(Protocol):
     async def open(self, name: str, *, keep_all: bool = False) -> TopicLedger:
         """Open (creating) ``name``. ``keep_all``: never trim it, whatever the retention
@@ -227,11 +238,16 @@ class TopicStorageFactory(Protocol):
         """Release what the storage holds (bookie connections); the broker is stopping."""
         ...
 
+    def memory_statistics(self) -> StorageMemory:
+        """The entry cache and the read-ahead budget, broker-wide."""
+        ...
+
 
 __all__ = [
     "AddedCallback",
     "Entry",
     "IndexHome",
+    "StorageMemory",
     "TopicCursor",
     "TopicLedger",
     "TopicStorageFactory",

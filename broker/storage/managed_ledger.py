@@ -19,7 +19,12 @@ from collections.abc import Callable, Iterable
 from magnetar.broker.ledger.cursor import ManagedCursor
 from magnetar.broker.ledger.managed_ledger import ManagedLedger, ManagedLedgerFactory
 from magnetar.broker.ledger.position import EARLIEST, LATEST, Position
-from magnetar.broker.storage.contract import Entry, int_to_words, words_to_int
+from magnetar.broker.storage.contract import (
+    Entry,
+    StorageMemory,
+    int_to_words,
+    words_to_int,
+)
 from magnetar.zk import paths
 
 _new_entry = tuple.__new__  # Entry(p, d) without the NamedTuple's Python-level __new__
@@ -326,6 +331,13 @@ class ManagedLedgerStorage:
 
     async def close(self) -> None:
         await self.factory.close()
+
+    def memory_statistics(self) -> StorageMemory:
+        cache = self.factory.entry_cache.statistics()
+        budget = self.factory.read_ahead_budget
+        return StorageMemory(
+            cache.size_bytes, cache.max_bytes, budget.held, budget.capacity, budget.refused
+        )
 
 
 __all__ = ["ManagedLedgerStorage", "ManagedTopicCursor", "ManagedTopicLedger"]

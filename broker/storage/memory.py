@@ -19,6 +19,7 @@ from magnetar.broker.storage.contract import (
     AddedCallback,
     Entry,
     IndexHome,
+    StorageMemory,
 )
 
 _ledger_ids = itertools.count(1)
@@ -378,6 +379,10 @@ class MemoryStorageFactory:
 
     async def close(self) -> None:
         """Nothing held outside this process."""
+
+    def memory_statistics(self) -> StorageMemory:
+        """No cache and no read-ahead: everything is in the ledgers' lists."""
+        return StorageMemory(0, 0, 0, 0, 0)
 
 
 __all__ = ["MemoryCursor", "MemoryLedger", "MemoryStorageFactory", "next_ledger_id"]

@@ -500,6 +500,9 @@ class _FencingOnce:
     async def list(self, prefix: str) -> list[str]:
         return await self.inner.list(prefix)
 
+    def memory_statistics(self):  # type: ignore[no-untyped-def]
+        return self.inner.memory_statistics()
+
 
 def test_fenced_topic_is_unloaded_and_the_client_recovers() -> None:
     b = InProcessBroker(storage=_FencingOnce()).start()

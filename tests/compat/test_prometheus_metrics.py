@@ -124,6 +124,15 @@ def test_pulsar_names_types_labels_and_rates(
     )
     assert sample(text, "pulsar_broker_topics_count", cluster="standalone") == 1
     assert "process_cpu_seconds" in fams
+    # the entry cache and the read-ahead budget, broker-wide (this broker's memory storage
+    # has neither: zeros; their values: tests/unit/ledger/test_ledger_read_ahead.py)
+    for name in (
+        "pulsar_ml_cache_used_size",
+        "magnetar_ml_read_ahead_held_bytes",
+        "magnetar_ml_read_ahead_max_bytes",
+        "magnetar_ml_read_ahead_refused_total",
+    ):
+        assert sample(text, name, cluster="standalone") is not None, name
 
     def redelivery_seen() -> bool:
         nonlocal text

@@ -45,6 +45,9 @@ class _FailingProperties:
     async def list(self, prefix: str) -> list[str]:
         return await self.inner.list(prefix)
 
+    def memory_statistics(self):  # type: ignore[no-untyped-def]
+        return self.inner.memory_statistics()
+
 
 def test_a_failed_epoch_store_fails_the_create_not_the_broker() -> None:
     storage = _FailingProperties()

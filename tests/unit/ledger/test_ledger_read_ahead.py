@@ -19,6 +19,7 @@ from magnetar.broker.ledger import EARLIEST, ManagedLedgerConfig, ManagedLedgerF
 from magnetar.broker.ledger.managed_ledger import ManagedLedger
 from magnetar.broker.ledger.testing import FakeBookieCluster
 from magnetar.broker.runtime import managed_ledger_config
+from magnetar.broker.storage.managed_ledger import ManagedLedgerStorage
 from magnetar.zk.memory import MemoryMetadataServer
 
 # no entry cache: every read goes to the bookies, as for a consumer far behind the cache
@@ -239,6 +240,10 @@ async def test_the_broker_wide_budget_bounds_what_all_cursors_read_ahead(
     second, task1 = await in_flight_of_a_read(1, held_reads(fake_bookies))
     assert second == 1, "the budget is spent: only what it asks for"
     assert f.read_ahead_budget.refused >= 1
+    # what /metrics shows (magnetar_ml_read_ahead_*)
+    mem = ManagedLedgerStorage(f).memory_statistics()
+    assert mem.read_ahead_max_bytes == 200 * avg and mem.read_ahead_held_bytes >= 200 * avg
+    assert mem.read_ahead_refused == f.read_ahead_budget.refused
     resume(fake_bookies)
     assert [len(await task0), len(await task1)] == [100, 100]
     await mls[0].close()
