@@ -395,7 +395,12 @@ def test_admin_split_with_unload_keeps_every_message(cluster: Cluster) -> None:
     CLOSE_CONSUMER and, with the ack barrier, those still in flight after it)."""
     brokers = [cluster.start_broker(SESSION) for _ in range(2)]
     _namespace(brokers[0], "splitme", 1)
-    topics = [f"persistent://public/splitme/s{i}" for i in range(6)]
+    # three topics (as the namespace-unload test): the official client's consumers keep up
+    # on a slow machine too; a consumer that falls behind its receive queue at the move
+    # may have acks redelivered (docs/cluster.md, "Acknowledgements across moves and
+    # failures"), which is not what this test is about. Six topics failed once on a CI
+    # run at half this machine's usual speed (14 of 3,031 acknowledged redelivered).
+    topics = [f"persistent://public/splitme/s{i}" for i in range(3)]
     client = cluster.client(cluster.service_url, 60)
     receivers, checkers = _acking_load(client, topics)
     wait_until(lambda: all(c.acked_count() >= 50 for c in checkers.values()), 60, "receipts")
