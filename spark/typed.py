@@ -20,12 +20,14 @@ Must not know: offsets, how messages are fetched or sent.
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 from dataclasses import dataclass
 from typing import Any
 
 from magnetar.client.schema import Schema
+from magnetar.spark.rows import json_payload
 
 META_DDL = (
     "__key BINARY, __topic STRING, __messageId BINARY, __messageIdString STRING, "
@@ -185,15 +187,14 @@ class TopicSchema:
     def encode(self, row: dict[str, Any]) -> bytes:
         """Writing: one row's data columns as a payload of this record schema (fields the row
         lacks take their default; ValueError / TypeError when a value does not fit)."""
-        record = self.record
-        assert record is not None
+        record, parsed = _writer_of(self.type_name, self.definition)
         plain = _plain(record, row)
-        if self.type_name == "Json":
-            return json.dumps(plain, default=_json_value, separators=(",", ":")).encode()
+        if parsed is None:  # JSON
+            return json_payload(plain)
         import fastavro
 
         out = io.BytesIO()
-        fastavro.schemaless_writer(out, fastavro.parse_schema(record), plain)
+        fastavro.schemaless_writer(out, parsed, plain)
         return out.getvalue()
 
     def decode(self, data: bytes, writer: Any = None) -> dict[str, Any]:
@@ -244,6 +245,18 @@ def topic_schema(opts: Any) -> TopicSchema | None:
     return asyncio.run(go())
 
 
+@functools.lru_cache(maxsize=32)
+def _writer_of(type_name: str, definition: str) -> tuple[dict[str, Any], Any]:
+    """The record schema and, for Avro, fastavro's parsed form: once per schema, not per row
+    (the sink encodes every row with the same one)."""
+    record: dict[str, Any] = json.loads(definition)
+    if type_name == "Json":
+        return record, None
+    import fastavro
+
+    return record, fastavro.parse_schema(json.loads(definition))
+
+
 def _plain(t: Any, v: Any) -> Any:
     """A value as Arrow's ``to_pylist`` gives it, shaped for Avro type ``t``: Arrow maps come
     as lists of (key, value) pairs; Avro maps (and JSON objects) are dicts."""
@@ -266,20 +279,6 @@ def _plain(t: Any, v: Any) -> Any:
             pairs = v.items() if isinstance(v, dict) else v
             return {k: _plain(t["values"], x) for k, x in pairs}
     return v
-
-
-def _json_value(v: Any) -> Any:
-    import base64
-    import datetime
-    import decimal
-
-    if isinstance(v, bytes | bytearray):
-        return base64.b64encode(v).decode()
-    if isinstance(v, datetime.datetime | datetime.date):
-        return v.isoformat()
-    if isinstance(v, decimal.Decimal):
-        return str(v)
-    raise TypeError(f"cannot encode {type(v).__name__} as JSON")
 
 
 class RegisteredSchema(Schema):
