@@ -13,7 +13,9 @@ Owns the client side of BookKeeper replication for one ledger:
 - Bookie failure (error or no ack within ``add_timeout_ms``): the bookie is replaced by an
   ensemble change (new fragment from LAC+1, metadata CAS), unacknowledged entries are
   re-sent; no completion is delivered while a change is in progress. When no spare bookie
-  exists the ensemble may shrink to the healthy members if at least Qw remain.
+  exists the ensemble may shrink to the healthy members if at least Qw remain. When neither
+  works within ``ensemble_change_timeout_ms`` the handle fails (ERRORED): its owner may take
+  the unconfirmed adds (``take_unconfirmed``), and ``close`` closes the ledger at the LAC.
 - A bookie of the open fragment that is draining (being decommissioned) is replaced the same
   way, when a spare bookie exists (checked on the add-timeout timer).
 - ``Fenced`` from any bookie, or a CAS that finds the ledger IN_RECOVERY/CLOSED by someone
@@ -950,19 +952,47 @@ class WriteHandle(ReadHandle):
         for listener in list(self._lac_listeners):
             listener(self._lac)
 
+    def take_unconfirmed(self) -> list[tuple[bytes, asyncio.Future[Any]]]:
+        """Remove the adds this failed handle never confirmed and return them in entry order
+        as (payload, future), the futures still pending: the owner completes them, by adding
+        the payloads to its next ledger (Pulsar's managed ledger re-sends its pending adds
+        when a ledger fails). Called from ``on_failed``; only for a writer (not a recovery)
+        that failed for want of bookies, which ``close`` then closes at its LAC, so the
+        entries are never part of this ledger."""
+        if not self._closes_after_failure():
+            raise LedgerClosed(f"ledger {self.ledger_id}: its adds stay with it")
+        pending, self._pending = self._pending, collections.deque()
+        self._outbox = []
+        self._outbox_bytes = 0
+        self._drained.set()
+        return [(p.data, p.future) for p in pending if not p.future.done()]
+
+    def _closes_after_failure(self) -> bool:
+        # a writer that failed for want of bookies closes at its LAC (BookKeeper closes a
+        # ledger so after an unrecoverable add error); an aborted handle is left for the next
+        # owner to recover, and a failed recovery for the next recovery to finish
+        return (
+            self.state is HandleState.ERRORED
+            and not self._recovery
+            and isinstance(self._error, NotEnoughBookies)
+        )
+
     # -- close --------------------------------------------------------------------------------
     async def close(self) -> None:
-        """Wait for pending adds, then CAS the metadata to CLOSED at the LAC."""
+        """Wait for pending adds, then CAS the metadata to CLOSED at the LAC. A writer that
+        failed for want of bookies closes at its LAC too: what it did not confirm is not
+        part of the ledger (and needs no recovery)."""
         if self.state is HandleState.CLOSING:
             await self._drained.wait()
             return
-        if self.state is not HandleState.OPEN:
+        if self.state is HandleState.OPEN:
+            self.state = HANDLE_FSM.next(self.state, HandleEvent.CLOSE)
+            await self._drained.wait()
+            if self.state is not HandleState.CLOSING and not self._closes_after_failure():
+                raise self._state_error()
+        elif not self._closes_after_failure():
             HANDLE_FSM.next(self.state, HandleEvent.CLOSE)
             return
-        self.state = HANDLE_FSM.next(self.state, HandleEvent.CLOSE)
-        await self._drained.wait()
-        if self.state is not HandleState.CLOSING:
-            raise self._state_error()
         last, length = self._lac, self._confirmed_length
         path = paths.ledger_metadata(self.ledger_id)
         while True:

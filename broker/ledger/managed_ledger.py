@@ -10,7 +10,9 @@ new ledger, CAS the list, recover the cursors. Only then adds are accepted.
 Rollover: when the current ledger reaches ``max_entries_per_ledger`` /
 ``max_size_per_ledger_bytes`` / ``max_ledger_rollover_time_ms`` (never before
 ``min_ledger_rollover_time_ms``), or its handle failed: close it, create the next one, CAS;
-adds arriving meanwhile queue (bounded) and go to the new ledger in order.
+adds arriving meanwhile queue (bounded) and go to the new ledger in order. A handle that
+failed for want of bookies hands its unconfirmed adds back first (they go to the new ledger
+ahead of the queue, their futures resolve to their new positions) and closes at its LAC.
 Trimming: ledgers wholly before the slowest durable cursor's mark-delete and outside the
 retention policy are removed from the list (CAS), then their ledger metadata is deleted;
 bookies reclaim the space in GC. The current ledger is never trimmed.
@@ -558,8 +560,25 @@ class ManagedLedger:
             return
         if isinstance(error, LedgerFenced):
             self.fence("ledger fenced by another writer")
-        elif self.state is _S.LEDGER_OPENED:
-            # a failed ledger (no bookies for too long): close it and move to a new one
+            return
+        if self.state not in (_S.LEDGER_OPENED, _S.CLOSING_LEDGER) or not isinstance(
+            error, NotEnoughBookies
+        ):
+            return
+        # a failed ledger (no bookies for too long): its unconfirmed adds go to the next
+        # ledger, ahead of those queued since, in their order; the rollover closes it at its
+        # last confirmed entry, so none of them is in it (Pulsar re-sends them so too)
+        unconfirmed = handle.take_unconfirmed()
+        if unconfirmed:
+            log.warning(
+                "%s: ledger %d failed (%s); %d unconfirmed adds go to the next ledger",
+                self.name,
+                handle.ledger_id,
+                error,
+                len(unconfirmed),
+            )
+            self._queued.extendleft(reversed(unconfirmed))
+        if self.state is _S.LEDGER_OPENED:
             asyncio.get_running_loop().call_soon(self._start_rollover)
 
     def _should_roll(self) -> bool:

@@ -72,7 +72,7 @@ class HandleState(enum.Enum):
     CLOSING = "CLOSING"
     CLOSED = "CLOSED"
     FENCED = "FENCED"  # a recoverer took the ledger: every add fails with LedgerFenced
-    ERRORED = "ERRORED"  # not enough bookies for too long: adds fail, the owner rolls over
+    ERRORED = "ERRORED"  # not enough bookies for too long: the owner takes its adds, rolls over
 
 
 class HandleEvent(enum.Enum):
@@ -99,6 +99,8 @@ HANDLE_FSM: StateMachine[HandleState, HandleEvent] = StateMachine(
         (HandleState.FENCED, HandleEvent.FENCED): HandleState.FENCED,
         (HandleState.ERRORED, HandleEvent.CLOSE): HandleState.ERRORED,
         (HandleState.ERRORED, HandleEvent.FENCED): HandleState.FENCED,
+        # a writer that failed for want of bookies closes the ledger at its LAC
+        (HandleState.ERRORED, HandleEvent.CLOSED): HandleState.CLOSED,
     },
 )
 

@@ -18,6 +18,8 @@ from support.waiting import wait_for
 
 from magnetar.bookie.errors import NoEntry, NoLedger
 from magnetar.broker.ledger import EARLIEST, ManagedLedgerFenced, Position
+from magnetar.broker.ledger.metadata import LedgerMetadata
+from magnetar.broker.ledger.states import LedgerState
 from magnetar.zk import paths
 
 FAST = {"min_ledger_rollover_time_ms": 0, "max_entries_per_ledger": 100}
@@ -195,6 +197,54 @@ async def test_a_bookie_restarted_on_another_fast_add_port_gets_fast_adds_again(
     assert [e.position for e in got][: len(first) + len(rest)] == first + rest
     await factory.close()
     await factory.store.close()
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_adds_a_failed_ledger_never_confirmed_land_once_in_the_next_ledger(  # type: ignore[no-untyped-def]
+    zookeeper_server, bookie_factory, transport
+) -> None:
+    """A bookie that stops answering with adds in flight and no spare to replace it: the
+    ledger fails after the ensemble change timeout, is closed at its last confirmed entry,
+    and the adds it never confirmed wait for the next ledger instead of failing (Pulsar's
+    managed ledger re-sends them so). The bookie that did store them in the old ledger does
+    not make them appear twice: a new owner reads each exactly once."""
+    url = chroot_url(zookeeper_server.url)
+    bookies = [
+        bookie_factory.start(metadata=url, extra_args=fast_add_args(transport)) for _ in range(2)
+    ]
+    config = {"add_timeout_ms": 500, "ensemble_change_timeout_ms": 1_500, "quarantine_ms": 0}
+    factory = await open_factory(url, transport=transport, **config)
+    await wait_registered(factory.store, 2)
+    ml = await factory.open("t/ns/persistent/failed-ledger")
+    await ml.open_cursor("sub", EARLIEST)  # keeps every ledger
+    first = await ml.add(b"a")
+    old = ml._current
+    assert old is not None
+    bookies[0].pause()  # stops answering: its adds time out, no spare bookie exists
+    try:
+        moved = [ml.add_nowait(b"p%d" % i) for i in range(20)]
+        await wait_for(lambda: old.is_closed, 60, "the failed ledger closed at its LAC")
+        assert not any(f.done() for f in moved)
+    finally:
+        bookies[0].resume()
+    got = await asyncio.wait_for(asyncio.gather(*moved), 120)
+    assert [p.entry_id for p in got] == list(range(got[0].entry_id, got[0].entry_id + 20))
+    assert got[0].ledger_id > first.ledger_id
+    meta = await factory.store.get(paths.ledger_metadata(first.ledger_id))
+    assert meta is not None
+    closed = LedgerMetadata.from_bytes(meta.value)
+    assert closed.state is LedgerState.CLOSED and closed.last_entry_id == first.entry_id
+    await factory.close()
+    await factory.store.close()
+
+    second = await open_factory(url, transport=transport)
+    ml2 = await second.open("t/ns/persistent/failed-ledger")
+    cursor = ml2.new_non_durable_cursor(EARLIEST)
+    entries = await ml2.read_entries(cursor, 100)
+    assert [e.payload for e in entries] == [b"a"] + [b"p%d" % i for i in range(20)]
+    await cursor.close()
+    await second.close()
+    await second.store.close()
 
 
 def fast_add_args_of(bookie) -> list[str]:  # type: ignore[no-untyped-def]

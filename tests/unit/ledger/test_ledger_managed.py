@@ -21,8 +21,8 @@ from magnetar.broker.ledger import (
     ManagedLedgerTerminated,
     Position,
 )
-from magnetar.broker.ledger.errors import NotEnoughBookies
-from magnetar.broker.ledger.states import ManagedLedgerState
+from magnetar.broker.ledger.metadata import LedgerMetadata
+from magnetar.broker.ledger.states import LedgerState, ManagedLedgerState
 from magnetar.broker.ledger.testing import FakeBookieCluster
 from magnetar.zk import paths
 from magnetar.zk.clock import VirtualClock
@@ -229,13 +229,14 @@ async def test_find_by_publish_time_and_reset(
     assert cursor.backlog().entries == 0
 
 
-async def test_failed_ledger_rolls_over_once_bookies_return(
+async def test_failed_ledger_rolls_over_once_bookies_return_and_keeps_its_unconfirmed_adds(
     meta_server: MemoryMetadataServer,
     fake_bookies: FakeBookieCluster,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """Ensemble-change retries, then the rollover's ledger-creation retries, on the factory's
-    clock: an AutojumpClock, so minutes of back-off take no real time."""
+    clock: an AutojumpClock, so minutes of back-off take no real time. The add the failed
+    ledger never confirmed waits, and lands in the next ledger ahead of later adds."""
     with caplog.at_level(logging.WARNING, logger="magnetar.broker.ledger.managed_ledger"):
         async with AutojumpClock() as clock:
             await _failed_ledger_rolls_over(meta_server, fake_bookies, clock)
@@ -263,18 +264,28 @@ async def _failed_ledger_rolls_over(
         fake_bookies.crash(b)  # no spare bookie left
     fake_bookies.crash(ml._current.metadata.last_ensemble[0])  # type: ignore[union-attr]
     t0 = clock.monotonic_ms()
-    with pytest.raises(NotEnoughBookies, match="ensemble change impossible"):
-        await asyncio.wait_for(ml.add(b"lost"), 30)
-    assert clock.monotonic_ms() - t0 >= 100_000  # the ensemble change retried until its timeout
+    old = ml._current
+    assert old is not None
+    unconfirmed = ml.add_nowait(b"unconfirmed")
+    # the ensemble change retries until its timeout, then the ledger fails: the add is not
+    # failed but handed back to the managed ledger, and the ledger is closed at its LAC
+    await wait_for(lambda: old.is_closed, 30, "the failed ledger closed")
+    assert clock.monotonic_ms() - t0 >= 100_000
+    got = await ml.store.get(paths.ledger_metadata(old.ledger_id))
+    assert got is not None
+    closed = LedgerMetadata.from_bytes(got.value)
+    assert closed.state is LedgerState.CLOSED and closed.last_entry_id == first.entry_id
     queued = ml.add_nowait(b"b")  # queued while the managed ledger rolls over
     await clock.sleep(60)  # the rollover's ledger creation retries while no bookie is up
-    assert not queued.done()
+    assert not unconfirmed.done() and not queued.done()
     for b in list(fake_bookies.bookies):
         fake_bookies.restart(b)
     second = await asyncio.wait_for(queued, 30)
-    assert second.ledger_id > first.ledger_id
+    moved = await asyncio.wait_for(unconfirmed, 30)
+    assert first.ledger_id < moved.ledger_id == second.ledger_id
+    assert moved.entry_id + 1 == second.entry_id
     reader = ml.new_non_durable_cursor(EARLIEST)
-    assert [e.payload for e in await ml.read_entries(reader, 10)] == [b"a", b"b"]
+    assert [e.payload for e in await ml.read_entries(reader, 10)] == [b"a", b"unconfirmed", b"b"]
     await reader.close()
     assert ml._non_durable == []
 
@@ -387,7 +398,7 @@ async def test_an_add_completes_only_after_every_earlier_add_across_rollovers(
     await f.close()
 
 
-async def test_an_add_completes_only_after_every_earlier_add_when_a_ledger_fails(
+async def test_an_add_completes_only_after_every_earlier_add_when_a_ledger_fails_and_its_adds_move(
     meta_server: MemoryMetadataServer, fake_bookies: FakeBookieCluster
 ) -> None:
     f = factory(
@@ -403,17 +414,23 @@ async def test_an_add_completes_only_after_every_earlier_add_when_a_ledger_fails
     ensemble = ml._current.metadata.last_ensemble  # type: ignore[union-attr]
     for b in [b for b in fake_bookies.bookies if b not in ensemble]:
         fake_bookies.crash(b)  # no spare bookie left
-    fake_bookies.crash(ensemble[0])  # the current ledger fails: its pending adds fail
-    doomed = [ml.add_nowait(b"x%d" % i) for i in range(5)]
-    await asyncio.wait(doomed, timeout=10)  # the ledger failed them
+    old = ml._current
+    assert old is not None
+    fake_bookies.crash(ensemble[0])  # the current ledger fails: its pending adds move on
+    unconfirmed = [ml.add_nowait(b"x%d" % i) for i in range(5)]
+    await wait_for(lambda: old.is_closed, 10, "the failed ledger closed at its LAC")
     later = [ml.add_nowait(b"y%d" % i) for i in range(5)]  # queued for the next ledger
     violations: list[int] = []
-    watch_order([*doomed, *later], violations)
+    watch_order([*unconfirmed, *later], violations)
     for b in list(fake_bookies.bookies):
         fake_bookies.restart(b)
-    done = await asyncio.wait_for(asyncio.gather(*later), 10)
-    assert all(fut.exception() is not None for fut in doomed)
-    assert len(done) == 5 and violations == []
+    done = await asyncio.wait_for(asyncio.gather(*unconfirmed, *later), 10)
+    assert len(done) == 10 and violations == []
+    assert len({p.ledger_id for p in done}) == 1 and done[0].ledger_id > old.ledger_id
+    reader = ml.new_non_durable_cursor(EARLIEST)
+    got = [e.payload for e in await ml.read_entries(reader, 20)]
+    assert got == [b"a"] + [b"x%d" % i for i in range(5)] + [b"y%d" % i for i in range(5)]
+    await reader.close()
     await f.close()
 
 

@@ -42,6 +42,7 @@ HANDLE_EXPECTED = {
     (H.FENCED, HE.FENCED): H.FENCED,
     (H.ERRORED, HE.CLOSE): H.ERRORED,
     (H.ERRORED, HE.FENCED): H.FENCED,
+    (H.ERRORED, HE.CLOSED): H.CLOSED,  # a writer failed for want of bookies closes at its LAC
 }
 M, ME = ManagedLedgerState, ManagedLedgerEvent
 ML_EXPECTED = {
