@@ -258,6 +258,32 @@ async def test_the_broker_wide_budget_bounds_what_all_cursors_read_ahead(
     assert f.read_ahead_budget.held == 0
 
 
+async def test_a_zero_total_budget_turns_read_ahead_off(
+    meta_server: MemoryMetadataServer, fake_bookies: FakeBookieCluster
+) -> None:
+    """``managed_ledger_read_ahead_total_max_size_bytes`` = 0: a backlogged cursor reads only
+    what it asks for (one read in flight), as documented."""
+    f = factory(
+        meta_server,
+        fake_bookies,
+        read_ahead_entries=1000,
+        read_ahead_bytes=1 << 30,
+        read_ahead_total_bytes=0,
+    )
+    ml = await f.open("t/ns/persistent/no-read-ahead")
+    cursor = await ml.open_cursor("sub", EARLIEST)
+    await add(ml, 1000)
+    hang(fake_bookies)
+    task = asyncio.ensure_future(ml.read_entries(cursor, 100))
+    await wait_for(lambda: held_reads(fake_bookies) > 0, 30, "the read held")
+    stats = ml.read_ahead_statistics(cursor)
+    assert stats is not None and stats.in_flight == 1
+    assert f.read_ahead_budget.refused >= 1
+    resume(fake_bookies)
+    assert len(await task) == 100
+    await f.close()
+
+
 @pytest.mark.parametrize("seed", range(12))
 async def test_random_reads_seeks_and_acks_behind_the_cache_match_a_model(
     meta_server: MemoryMetadataServer, fake_bookies: FakeBookieCluster, seed: int
