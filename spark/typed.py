@@ -199,23 +199,18 @@ class TopicSchema:
 
     def decode(self, data: bytes, writer: Any = None) -> dict[str, Any]:
         """The value columns of one payload; ``writer``: the ``pb.Schema`` that wrote it."""
-        record = self.record
-        if record is None:
+        if self.type_name not in _RECORD_TYPES:
             return {"value": _primitive(self.type_name, data)}
-        if self.type_name == "Json":
+        written = writer.schema_data if writer is not None and writer.schema_data else None
+        names, parsed_writer, parsed_reader = _reader_of(self.type_name, self.definition, written)
+        if parsed_reader is None:  # JSON
             doc = json.loads(data)
-            return {f["name"]: doc.get(f["name"]) for f in record["fields"]}
-        import fastavro
+        else:
+            import fastavro
 
-        written = record
-        if writer is not None and writer.schema_data:
-            written = json.loads(writer.schema_data)
-            written["name"] = record.get("name")  # resolution matches records by name
-        plain = fastavro.schemaless_reader(
-            io.BytesIO(data), fastavro.parse_schema(written), fastavro.parse_schema(record)
-        )
-        assert isinstance(plain, dict)
-        return {f["name"]: plain.get(f["name"]) for f in record["fields"]}
+            doc = fastavro.schemaless_reader(io.BytesIO(data), parsed_writer, parsed_reader)
+            assert isinstance(doc, dict)
+        return {name: doc.get(name) for name in names}
 
 
 async def fetch(client: Any, topics: tuple[str, ...]) -> TopicSchema | None:
@@ -255,6 +250,25 @@ def _writer_of(type_name: str, definition: str) -> tuple[dict[str, Any], Any]:
     import fastavro
 
     return record, fastavro.parse_schema(json.loads(definition))
+
+
+@functools.lru_cache(maxsize=64)
+def _reader_of(
+    type_name: str, definition: str, writer_data: bytes | None
+) -> tuple[tuple[str, ...], Any, Any]:
+    """Reading: the record's field names and, for Avro, fastavro's parsed writer and reader
+    schemas; once per (reader, writer) pair, not per message."""
+    record: dict[str, Any] = json.loads(definition)
+    names = tuple(f["name"] for f in record["fields"])
+    if type_name == "Json":
+        return names, None, None
+    import fastavro
+
+    written = record
+    if writer_data:
+        written = json.loads(writer_data)
+        written["name"] = record.get("name")  # resolution matches records by name
+    return names, fastavro.parse_schema(written), fastavro.parse_schema(json.loads(definition))
 
 
 def _plain(t: Any, v: Any) -> Any:
