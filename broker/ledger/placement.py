@@ -54,6 +54,11 @@ class LedgerBookieClient(BookieClientAPI, Protocol):
         recovery: bool = False,
     ) -> asyncio.Future[None]: ...
 
+    def set_add_address(self, add_address: str | None) -> None:
+        """The bookie announced another fast add address (None: none): adds go there from
+        the next Add stream on (a client without a fast add transport ignores it)."""
+        ...
+
 
 BookieClientFactory = Callable[[str], LedgerBookieClient]
 """Makes a client for one bookie, given its address (``host:port``)."""
@@ -325,10 +330,9 @@ class BookieRegistry:
         else:
             self._add_addresses[address] = fast
         client = self._clients.get(bookie_id)
-        set_add_address = getattr(client, "set_add_address", None)
-        if set_add_address is not None:  # a client made before: it adds there from now on
+        if client is not None:  # a client made before: it adds there from now on
             log.info("bookie %s announces fast add address %s", bookie_id, fast)
-            set_add_address(fast)
+            client.set_add_address(fast)
 
     def add_address(self, address: str) -> str | None:
         """The fast add address announced by the bookie at ``address`` (its gRPC address),

@@ -182,10 +182,15 @@ class FakeBookieClient:
         self._address = address
         self.closed = False
         self._inflight: set[asyncio.Future[None]] = set()
+        self.add_address: str | None = None
+        """The fast add address the registry last told this client (a fake has no transport)."""
 
     @property
     def address(self) -> str:
         return self._address
+
+    def set_add_address(self, add_address: str | None) -> None:
+        self.add_address = add_address
 
     def add(self, request: AddRequest) -> asyncio.Future[None]:
         if self.closed:
