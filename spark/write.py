@@ -67,8 +67,9 @@ async def write_task(
     client = cluster.open_client(opts.client)
     exactly_once = opts.exactly_once
     partitions_of: dict[str, list[str]] = {}
-    encoders: dict[str, TopicSchema | None] = {}  # topic -> its record schema, if any
-    registered: dict[str, Any] = {}  # topic -> its registered pb.Schema
+    # topic -> (its record schema, if any: rows are encoded with it; its registered
+    # pb.Schema, announced byte for byte by its producers)
+    schemas: dict[str, tuple[TopicSchema | None, Any]] = {}
     producers: dict[str, Any] = {}
     last_stored: dict[str, int] = {}
     report = WriteReport(producer_name, 0, 0, 0)
@@ -87,19 +88,20 @@ async def write_task(
             report.sent += 1
 
     async def encoder_of(topic: str, row: OutgoingRow) -> TopicSchema | None:
-        if topic not in encoders:
+        if topic not in schemas:
             answer = await client.get_schema_info(topic)
             typed = None if answer is None else TopicSchema.of(answer.schema)
             if typed is not None and typed.record is None:
                 typed = None  # a primitive schema: payloads as they are (below)
-            if typed is not None:
+            if typed is None:
+                schemas[topic] = (None, None)
+            else:
                 try:
                     typed.check_columns(list(row.record))
                 except ValueError as exc:
                     raise WriteError(f"writing to {topic}: {exc}") from None
-                registered[topic] = answer.schema  # type: ignore[union-attr]
-            encoders[topic] = typed
-        return encoders[topic]
+                schemas[topic] = (typed, answer.schema)  # type: ignore[union-attr]
+        return schemas[topic][0]
 
     def payload_of(topic: str, typed: TopicSchema | None, row: OutgoingRow, seq: int) -> bytes:
         if typed is None:
@@ -130,7 +132,7 @@ async def write_task(
         name = parts[0] if n == 1 else parts[(hash_key(key) if key else seq) % n]
         producer = producers.get(name)
         if producer is None:
-            schema = registered.get(topic)
+            schema = schemas.get(topic, (None, None))[1]
             producer = await client.create_producer(
                 name,
                 producer_name=producer_name,
