@@ -52,6 +52,8 @@ class BrokerConfig:
     max_unacked_messages_per_consumer: int = 50_000
     max_unacked_messages_per_subscription: int = 200_000
     dispatcher_max_read_batch_size: int = 100
+    # bytes at most per dispatcher read, estimated from the average entry (0: no limit)
+    dispatcher_max_read_size_bytes: int = 5 << 20
     subscription_redelivery_tracker_enabled: bool = True
     # managed ledger
     managed_ledger_default_ensemble_size: int = 1

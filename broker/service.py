@@ -482,6 +482,7 @@ class BrokerService:
             dedup_enabled=policies.deduplication,
             max_unacked_per_consumer=policies.max_unacked_per_consumer,
             dispatcher_max_read_batch_size=self.config.dispatcher_max_read_batch_size,
+            dispatcher_max_read_size_bytes=self.config.dispatcher_max_read_size_bytes,
             redelivery_tracker_enabled=self.config.subscription_redelivery_tracker_enabled,
             max_unacked_per_subscription=policies.max_unacked_per_subscription,
         )

@@ -23,7 +23,9 @@ and the two dispatchers that drive a cursor with them:
 
 Reads are sized in entries, permits in messages: ``entries_to_read`` divides the permits by
 a moving average of messages per dispatched entry (Pulsar's ``avgMessagesPerEntry``), so
-batches are not read ~100 at a time and then put back. A dispatcher runs up to
+batches are not read ~100 at a time and then put back; and at most ``max_read_bytes``
+(``dispatcherMaxReadSizeBytes``) by a moving average of dispatched entry sizes, as Pulsar's
+managed ledger estimates a read's entry count from the average entry size. A dispatcher runs up to
 ``DISPATCH_ROUNDS_PER_TURN`` rounds per event-loop turn, so it keeps up with publishing.
 
 Delayed delivery (Shared and Key_Shared, as Pulsar): an entry whose ``deliver_at_time`` is
@@ -68,6 +70,7 @@ from magnetar.zk.clock import Clock, SystemClock, TimerHandle
 log = logging.getLogger(__name__)
 
 MAX_READ_ENTRIES = 100
+MAX_READ_BYTES = 5 << 20
 #: Rounds a dispatcher may run back to back before it yields to the event loop. One socket
 #: read can bring ~1,500 SENDs; with one round (<= 100 entries) per loop turn, dispatch fell
 #: behind a publish flood without bound. 16 rounds (<= 1,600 entries) keep up, and the turn
@@ -166,6 +169,10 @@ class Dispatcher:
         # (dispatcherMaxReadBatchSize) and whether redelivery counts are tracked and sent
         # (subscriptionRedeliveryTrackerEnabled; off: every message says 0, as Pulsar)
         self.max_read_entries = MAX_READ_ENTRIES
+        # ... and bytes at most per read, estimated from the average dispatched entry
+        # (dispatcherMaxReadSizeBytes; 0 or less: no byte limit)
+        self.max_read_bytes = MAX_READ_BYTES
+        self.avg_entry_bytes: float | None = None
         self.redelivery_tracker = True
         # set by the subscription: called when a read found nothing (the end of a terminated
         # topic is announced from there)
@@ -227,7 +234,11 @@ class Dispatcher:
         if permits <= 0:
             return 0
         avg = self.avg_msgs_per_entry or 1.0
-        return max(1, min(self.max_read_entries, math.ceil(permits / max(avg, 1.0))))
+        n = max(1, min(self.max_read_entries, math.ceil(permits / max(avg, 1.0))))
+        size = self.avg_entry_bytes
+        if size and self.max_read_bytes > 0:
+            n = min(n, max(1, int(self.max_read_bytes // size)))
+        return n
 
     def _read_nothing(self) -> None:
         if self.on_read_nothing is not None:
@@ -269,6 +280,11 @@ class Dispatcher:
         self.dispatched_entries += len(out)
         size = sum(len(m.data) for m in out)
         self.dispatched_bytes += size
+        if out:
+            current = size / len(out)
+            avg = self.avg_entry_bytes
+            w = AVG_MSGS_PER_ENTRY_WEIGHT
+            self.avg_entry_bytes = current if avg is None else w * avg + (1.0 - w) * current
         if self.throttle is not None:
             self.throttle.charge(0, size)
         if consumer.sink is not None and out:

@@ -287,10 +287,12 @@ class PersistentTopic:
         max_unacked_per_consumer: int = 50_000,
         max_unacked_per_subscription: int = 200_000,
         dispatcher_max_read_batch_size: int = 100,
+        dispatcher_max_read_size_bytes: int = 5 << 20,
         redelivery_tracker_enabled: bool = True,
     ) -> None:
         self.name = name
         self.dispatcher_max_read_batch_size = dispatcher_max_read_batch_size
+        self.dispatcher_max_read_size_bytes = dispatcher_max_read_size_bytes
         self.redelivery_tracker_enabled = redelivery_tracker_enabled
         self.full_name = name.full  # read per SEND (policies): not a property
         self.ledger = ledger
@@ -630,6 +632,7 @@ class PersistentTopic:
             batch_size_hint=self.known_count,
             delayed_ledger=self.ledger.index_home,
             max_read_entries=self.dispatcher_max_read_batch_size,
+            max_read_bytes=self.dispatcher_max_read_size_bytes,
             redelivery_tracker=self.redelivery_tracker_enabled,
             terminated=lambda: self.ledger.terminated,
         )

@@ -29,6 +29,7 @@ from magnetar.broker.delayed import (
 )
 from magnetar.broker.dispatch.consumer import Consumer, SubType
 from magnetar.broker.dispatch.dispatchers import (
+    MAX_READ_BYTES,
     MAX_READ_ENTRIES,
     Dispatcher,
     KeySharedDispatcher,
@@ -81,10 +82,12 @@ class Subscription:
         delayed_ledger: Any = None,
         clock: Clock | None = None,
         max_read_entries: int = MAX_READ_ENTRIES,
+        max_read_bytes: int = MAX_READ_BYTES,
         redelivery_tracker: bool = True,
         terminated: Callable[[], bool] | None = None,
     ) -> None:
         self.max_read_entries = max_read_entries
+        self.max_read_bytes = max_read_bytes
         # whether the topic is terminated (no entry will ever be added): its end is
         # announced to consumers once everything is acknowledged
         self.terminated = terminated
@@ -155,6 +158,7 @@ class Subscription:
                 clock=self.clock,
             )
             self.dispatcher.max_read_entries = self.max_read_entries
+            self.dispatcher.max_read_bytes = self.max_read_bytes
             self.dispatcher.redelivery_tracker = self.redelivery_tracker
             self.dispatcher.on_read_nothing = self.check_end_of_topic
             if self.delayed_index is not None and stype in (SubType.SHARED, SubType.KEY_SHARED):

@@ -250,6 +250,36 @@ async def test_dispatcher_max_read_batch_size_bounds_every_read() -> None:
     assert asked and max(asked) <= 7
 
 
+async def test_dispatcher_max_read_size_bytes_bounds_reads_by_the_average_entry() -> None:
+    """``dispatcher_max_read_size_bytes``: once the average entry size is known, a read asks
+    for at most max bytes / average entry entries (at least one); 0 lifts the limit."""
+    ledger = MemoryLedger("t", 26)
+    big = batch(1) + b"y" * 1000  # ~1 KB entries, one message each
+    await ledger.add_entries([big for _ in range(200)])
+    sub, cursor = await make_sub(ledger, max_read_bytes=4 * len(big))
+    asked: list[int] = []
+    inner_read = cursor.read_entries
+
+    async def read_entries(max_entries: int) -> list[Entry]:
+        asked.append(max_entries)
+        return await inner_read(max_entries)
+
+    cursor.read_entries = read_entries  # type: ignore[method-assign]
+    sink = Sink()
+    c = Consumer(1, "c", SubType.SHARED, sink=sink, max_unacked=0)
+    sub.add_consumer(c)
+    sub.flow(c, 1000)
+    await wait_for(lambda: sink.count() >= 200, timeout_s=10)
+    assert asked[0] == MAX_READ_ENTRIES  # the first read: no average yet
+    assert asked[1:] and max(asked[1:]) == 4
+    d = sub.dispatcher
+    assert d is not None and d.avg_entry_bytes == pytest.approx(len(big))
+    d.max_read_bytes = len(big) // 2
+    assert d.entries_to_read(50) == 1  # never less than one entry
+    d.max_read_bytes = 0
+    assert d.entries_to_read(50) == 50
+
+
 @pytest.mark.parametrize("tracker", [True, False])
 async def test_redelivery_tracker_setting_decides_the_count_sent(tracker: bool) -> None:
     """``subscription_redelivery_tracker_enabled=false``: a redelivered message says 0, as
