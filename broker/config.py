@@ -54,6 +54,8 @@ class BrokerConfig:
     dispatcher_max_read_batch_size: int = 100
     # bytes at most per dispatcher read, estimated from the average entry (0: no limit)
     dispatcher_max_read_size_bytes: int = 5 << 20
+    # entries a read asks for right after a failed read (doubling back on success)
+    dispatcher_min_read_batch_size: int = 1
     subscription_redelivery_tracker_enabled: bool = True
     # managed ledger
     managed_ledger_default_ensemble_size: int = 1

@@ -483,6 +483,7 @@ class BrokerService:
             max_unacked_per_consumer=policies.max_unacked_per_consumer,
             dispatcher_max_read_batch_size=self.config.dispatcher_max_read_batch_size,
             dispatcher_max_read_size_bytes=self.config.dispatcher_max_read_size_bytes,
+            dispatcher_min_read_batch_size=self.config.dispatcher_min_read_batch_size,
             redelivery_tracker_enabled=self.config.subscription_redelivery_tracker_enabled,
             max_unacked_per_subscription=policies.max_unacked_per_subscription,
         )

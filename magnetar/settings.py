@@ -104,6 +104,7 @@ BROKER_ALIASES: tuple[Alias, ...] = (
     Alias("maxUnackedMessagesPerSubscription", "max_unacked_messages_per_subscription"),
     Alias("dispatcherMaxReadBatchSize", "dispatcher_max_read_batch_size"),
     Alias("dispatcherMaxReadSizeBytes", "dispatcher_max_read_size_bytes"),
+    Alias("dispatcherMinReadBatchSize", "dispatcher_min_read_batch_size"),
     Alias("subscriptionRedeliveryTrackerEnabled", "subscription_redelivery_tracker_enabled"),
     Alias("managedLedgerDefaultEnsembleSize", "managed_ledger_default_ensemble_size"),
     Alias("managedLedgerDefaultWriteQuorum", "managed_ledger_default_write_quorum"),

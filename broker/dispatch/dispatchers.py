@@ -71,6 +71,15 @@ log = logging.getLogger(__name__)
 
 MAX_READ_ENTRIES = 100
 MAX_READ_BYTES = 5 << 20
+#: Entries a read asks for right after a failed one (Pulsar's dispatcherMinReadBatchSize);
+#: each successful round doubles it back towards ``max_read_entries``.
+MIN_READ_ENTRIES = 1
+#: A failed round (a read the storage could not serve: no bookie answered) is retried after
+#: this back-off, doubling per failure in a row up to the maximum. Pulsar waits 15 s, then up
+#: to 60 s; we start sooner, so a subscription is back within a fraction of a second of its
+#: bookies, and never stalls waiting for a flow, an ack or a publish to wake it.
+READ_RETRY_FIRST_S = 0.1
+READ_RETRY_MAX_S = 60.0
 #: Rounds a dispatcher may run back to back before it yields to the event loop. One socket
 #: read can bring ~1,500 SENDs; with one round (<= 100 entries) per loop turn, dispatch fell
 #: behind a publish flood without bound. 16 rounds (<= 1,600 entries) keep up, and the turn
@@ -173,6 +182,14 @@ class Dispatcher:
         # (dispatcherMaxReadSizeBytes; 0 or less: no byte limit)
         self.max_read_bytes = MAX_READ_BYTES
         self.avg_entry_bytes: float | None = None
+        # after a failed round: reads start again at min_read_entries (None: not reduced),
+        # the round is retried on ``clock`` after a doubling back-off
+        self.min_read_entries = MIN_READ_ENTRIES
+        self.read_failures = 0
+        self._read_cap: int | None = None
+        self._retry_s = 0.0
+        self._retry_timer: TimerHandle | None = None
+        self.clock: Clock = SystemClock()
         self.redelivery_tracker = True
         # set by the subscription: called when a read found nothing (the end of a terminated
         # topic is announced from there)
@@ -199,9 +216,12 @@ class Dispatcher:
                 self._again = False
                 try:
                     progressed = await self._round()
-                except Exception:
-                    log.exception("dispatch round failed on %r", self)
+                except Exception as exc:
+                    self._round_failed(exc)
                     progressed = False
+                else:
+                    if self._retry_s or self._read_cap is not None:
+                        self._round_succeeded()
                 self.rounds += 1
                 self._note_dispatched(self._round_messages, self._round_entries)
                 self._round_messages = self._round_entries = 0
@@ -214,6 +234,34 @@ class Dispatcher:
                     self.turns += 1
         finally:
             self._running = False
+
+    def _round_failed(self, exc: Exception) -> None:
+        """Retry on the clock (nothing else may wake this dispatcher: its consumers wait
+        with their permits), reading ``min_read_entries`` at first, as Pulsar does."""
+        self.read_failures += 1
+        first = not self._retry_s
+        self._retry_s = min(READ_RETRY_MAX_S, max(READ_RETRY_FIRST_S, self._retry_s * 2))
+        self._read_cap = max(1, self.min_read_entries)
+        log.warning(
+            "%r: dispatch read failed (%s: %s); retrying in %.1f s",
+            self,
+            type(exc).__name__,
+            exc,
+            self._retry_s,
+            exc_info=first,  # the traceback once per streak of failures
+        )
+        if self._retry_timer is None and not self.closed:
+            self._retry_timer = self.clock.call_later(self._retry_s, self._retry)
+
+    def _retry(self) -> None:
+        self._retry_timer = None
+        self.schedule()
+
+    def _round_succeeded(self) -> None:
+        self._retry_s = 0.0
+        if self._read_cap is not None:
+            doubled = self._read_cap * 2
+            self._read_cap = None if doubled >= self.max_read_entries else doubled
 
     @property
     def running(self) -> bool:
@@ -235,6 +283,8 @@ class Dispatcher:
             return 0
         avg = self.avg_msgs_per_entry or 1.0
         n = max(1, min(self.max_read_entries, math.ceil(permits / max(avg, 1.0))))
+        if self._read_cap is not None:
+            n = min(n, self._read_cap)
         size = self.avg_entry_bytes
         if size and self.max_read_bytes > 0:
             n = min(n, max(1, int(self.max_read_bytes // size)))
@@ -316,6 +366,9 @@ class Dispatcher:
         self.closed = True
         if self._task is not None and not self._task.done():
             self._task.cancel()
+        if self._retry_timer is not None:
+            self._retry_timer.cancel()
+            self._retry_timer = None
 
     # overridden
     def add_consumer(self, consumer: Consumer) -> None:
@@ -1081,8 +1134,9 @@ def new_dispatcher(
         return SingleActiveConsumerDispatcher(
             cursor, count_of, redelivery, sub_type, partition_index, clock=clock
         )
+    dispatcher: Dispatcher
     if sub_type is SubType.KEY_SHARED:
-        return KeySharedDispatcher(
+        dispatcher = KeySharedDispatcher(
             cursor,
             count_of,
             redelivery,
@@ -1091,15 +1145,19 @@ def new_dispatcher(
             deliver_at_of=deliver_at_of,
             delayed_index=delayed_index,
         )
-    return MultipleConsumersDispatcher(
-        cursor,
-        count_of,
-        redelivery,
-        max_unacked_per_subscription=max_unacked_per_subscription,
-        deliver_at_of=deliver_at_of,
-        delayed_index=delayed_index,
-        chunk_of=chunk_of,
-    )
+    else:
+        dispatcher = MultipleConsumersDispatcher(
+            cursor,
+            count_of,
+            redelivery,
+            max_unacked_per_subscription=max_unacked_per_subscription,
+            deliver_at_of=deliver_at_of,
+            delayed_index=delayed_index,
+            chunk_of=chunk_of,
+        )
+    if clock is not None:
+        dispatcher.clock = clock  # read retries
+    return dispatcher
 
 
 __all__ = [

@@ -288,11 +288,13 @@ class PersistentTopic:
         max_unacked_per_subscription: int = 200_000,
         dispatcher_max_read_batch_size: int = 100,
         dispatcher_max_read_size_bytes: int = 5 << 20,
+        dispatcher_min_read_batch_size: int = 1,
         redelivery_tracker_enabled: bool = True,
     ) -> None:
         self.name = name
         self.dispatcher_max_read_batch_size = dispatcher_max_read_batch_size
         self.dispatcher_max_read_size_bytes = dispatcher_max_read_size_bytes
+        self.dispatcher_min_read_batch_size = dispatcher_min_read_batch_size
         self.redelivery_tracker_enabled = redelivery_tracker_enabled
         self.full_name = name.full  # read per SEND (policies): not a property
         self.ledger = ledger
@@ -633,6 +635,7 @@ class PersistentTopic:
             delayed_ledger=self.ledger.index_home,
             max_read_entries=self.dispatcher_max_read_batch_size,
             max_read_bytes=self.dispatcher_max_read_size_bytes,
+            min_read_entries=self.dispatcher_min_read_batch_size,
             redelivery_tracker=self.redelivery_tracker_enabled,
             terminated=lambda: self.ledger.terminated,
         )

@@ -31,6 +31,7 @@ from magnetar.broker.dispatch.consumer import Consumer, SubType
 from magnetar.broker.dispatch.dispatchers import (
     MAX_READ_BYTES,
     MAX_READ_ENTRIES,
+    MIN_READ_ENTRIES,
     Dispatcher,
     KeySharedDispatcher,
     MultipleConsumersDispatcher,
@@ -83,11 +84,13 @@ class Subscription:
         clock: Clock | None = None,
         max_read_entries: int = MAX_READ_ENTRIES,
         max_read_bytes: int = MAX_READ_BYTES,
+        min_read_entries: int = MIN_READ_ENTRIES,
         redelivery_tracker: bool = True,
         terminated: Callable[[], bool] | None = None,
     ) -> None:
         self.max_read_entries = max_read_entries
         self.max_read_bytes = max_read_bytes
+        self.min_read_entries = min_read_entries
         # whether the topic is terminated (no entry will ever be added): its end is
         # announced to consumers once everything is acknowledged
         self.terminated = terminated
@@ -159,6 +162,7 @@ class Subscription:
             )
             self.dispatcher.max_read_entries = self.max_read_entries
             self.dispatcher.max_read_bytes = self.max_read_bytes
+            self.dispatcher.min_read_entries = self.min_read_entries
             self.dispatcher.redelivery_tracker = self.redelivery_tracker
             self.dispatcher.on_read_nothing = self.check_end_of_topic
             if self.delayed_index is not None and stype in (SubType.SHARED, SubType.KEY_SHARED):

@@ -7,6 +7,7 @@ import asyncio
 from typing import Any
 
 import pytest
+from support.autojump import AutojumpClock
 from support.dispatch import dispatched
 from support.waiting import wait_for
 
@@ -278,6 +279,41 @@ async def test_dispatcher_max_read_size_bytes_bounds_reads_by_the_average_entry(
     assert d.entries_to_read(50) == 1  # never less than one entry
     d.max_read_bytes = 0
     assert d.entries_to_read(50) == 50
+
+
+@pytest.mark.parametrize("sub_type", [SubType.EXCLUSIVE, SubType.SHARED, SubType.KEY_SHARED])
+async def test_a_failed_read_is_retried_on_the_clock_from_the_min_read_batch_size(
+    sub_type: SubType,
+) -> None:
+    """Reads that fail (no bookie answers) do not stall the subscription: with nothing else
+    to wake it (the consumer waits with its permits), the round is retried after a doubling
+    back-off (0.1, 0.2, 0.4 s), asking for ``dispatcher_min_read_batch_size`` entries first
+    and doubling back on each success, as Pulsar's dispatcher does."""
+    ledger = MemoryLedger("t", 27)
+    await ledger.add_entries([batch(1) for _ in range(200)])
+    async with AutojumpClock() as clock:
+        sub, cursor = await make_sub(ledger, clock=clock, min_read_entries=3)
+        asked: list[int] = []
+        inner_read = cursor.read_entries
+
+        async def read_entries(max_entries: int) -> list[Entry]:
+            asked.append(max_entries)
+            if len(asked) <= 3:
+                raise ConnectionError("no bookie answered")
+            return await inner_read(max_entries)
+
+        cursor.read_entries = read_entries  # type: ignore[method-assign]
+        sink = Sink()
+        c = Consumer(1, "c", sub_type, sink=sink, max_unacked=0)
+        t0 = clock.monotonic_ms()
+        sub.add_consumer(c)
+        sub.flow(c, 1000)
+        await wait_for(lambda: sink.count() >= 200, 30, "every entry dispatched")
+        assert clock.monotonic_ms() - t0 >= 700  # 0.1 + 0.2 + 0.4 s of back-off
+    got = [m.position.entry_id for m in sink.messages[1]]
+    assert got == list(range(200))
+    assert asked[:6] == [MAX_READ_ENTRIES, 3, 3, 3, 6, 12]
+    assert sub.dispatcher is not None and sub.dispatcher.read_failures == 3
 
 
 @pytest.mark.parametrize("tracker", [True, False])
