@@ -9,6 +9,7 @@ import uuid
 import pulsar
 from support.bookies import BookieFactory
 from support.broker import InProcessBroker
+from support.waiting import wait_until
 from support.zookeeper import ZooKeeperServer
 
 ML = {"ensemble_size": 1, "write_quorum": 1, "ack_quorum": 1}
@@ -102,6 +103,41 @@ def test_batch_index_acks_and_redelivery_counts_survive_restart(
         assert again == sorted(f"m{i}".encode() for i in range(1, 10, 2))
         retry = client.subscribe(nacked, "s", consumer_type=shared)
         assert retry.receive(10_000).redelivery_count() == 2  # durable, unlike Pulsar
+    finally:
+        client.close()
+        broker.stop()
+
+
+def test_a_subscription_whose_reads_fail_resumes_when_its_bookie_returns(
+    zookeeper_server: ZooKeeperServer, bookie_factory: BookieFactory
+) -> None:
+    """The bookie holding a backlog is SIGKILLed; a consumer subscribes meanwhile and its
+    reads fail. Once the bookie is back the consumer gets the whole backlog in order, with
+    nothing else happening (no publish, no flow, no ack): the dispatcher retries its read on
+    its own back-off instead of stalling until something wakes it."""
+    url = f"{zookeeper_server.url}/broker-{uuid.uuid4().hex[:10]}"
+    (bookie,) = bookie_factory.start_many(1, metadata=url)
+    topic = "persistent://public/default/read-retry"
+    no_cache = {**ML, "entry_cache_bytes": 0}
+    broker = InProcessBroker(metadata_url=url, managed_ledger=no_cache).start()
+    client = pulsar.Client(broker.service_url, operation_timeout_seconds=10)
+    try:
+        client.subscribe(topic, "sub").close()  # the subscription holds the backlog
+        producer = client.create_producer(topic, batching_enabled=False)
+        for i in range(50):
+            producer.send(f"m{i}".encode())
+        bookie.kill()
+        consumer = client.subscribe(topic, "sub", receiver_queue_size=10)
+
+        def failures() -> int:
+            sub = broker.service.topics[topic].subscriptions["sub"]  # type: ignore[union-attr]
+            d = sub.dispatcher
+            return 0 if d is None else d.read_failures
+
+        wait_until(failures, 60, "a dispatch read failed")
+        bookie.start()
+        got = [consumer.receive(30_000).data() for _ in range(50)]
+        assert got == [f"m{i}".encode() for i in range(50)]
     finally:
         client.close()
         broker.stop()
