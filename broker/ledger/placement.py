@@ -64,6 +64,9 @@ BookieClientFactory = Callable[[str], LedgerBookieClient]
 """Makes a client for one bookie, given its address (``host:port``)."""
 
 
+READ_SUSPECT_MS = 30_000
+"""How long reads ask a bookie last after a read of its failed or timed out."""
+
 DEFAULT_RACK = "/default-rack"
 """BookKeeper's rack of a bookie that announces none."""
 
@@ -269,6 +272,7 @@ class BookieRegistry:
         again by the next ``available``, which may bring a new fast add port."""
         self._clients: dict[str, LedgerBookieClient] = {}
         self._quarantined_until: dict[str, float] = {}
+        self._read_failed_until: dict[str, float] = {}
 
     def __repr__(self) -> str:
         return f"<BookieRegistry known={sorted(self._addresses)} clients={len(self._clients)}>"
@@ -349,6 +353,21 @@ class BookieRegistry:
 
     def quarantine(self, bookie_id: str) -> None:
         self._quarantined_until[bookie_id] = self._clock.monotonic_ms() + self._quarantine_ms
+
+    def read_failed(self, bookie_id: str) -> None:
+        """A read of this bookie's failed or timed out: reads ask it last for a while
+        (placement is not affected: a bookie restarting must not block new ledgers)."""
+        self._read_failed_until[bookie_id] = self._clock.monotonic_ms() + READ_SUSPECT_MS
+
+    def read_last(self, bookie_id: str) -> bool:
+        """Whether reads should ask this bookie after the others: quarantined, or a read
+        of its failed within ``READ_SUSPECT_MS``."""
+        until = self._read_failed_until.get(bookie_id)
+        if until is not None:
+            if self._clock.monotonic_ms() < until:
+                return True
+            del self._read_failed_until[bookie_id]
+        return self.is_quarantined(bookie_id)
 
     def is_quarantined(self, bookie_id: str) -> bool:
         until = self._quarantined_until.get(bookie_id)

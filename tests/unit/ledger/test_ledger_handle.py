@@ -364,3 +364,32 @@ async def test_abort_is_not_logged_as_a_warning(
         await w.abort()
     assert [r for r in caplog.records if r.levelno >= 30] == []
     assert any("aborted" in r.getMessage() for r in caplog.records)
+
+
+async def test_reads_ask_a_replica_whose_read_failed_last(
+    meta_server: MemoryMetadataServer, fake_bookies: FakeBookieCluster
+) -> None:
+    """A replica that failed a read (down, or timed out) is asked after the others for a
+    while, as BookKeeper reorders reads by bookie health: a frozen replica costs one read
+    timeout, not one per read. Placement is not affected by it."""
+    client = make_client(meta_server, fake_bookies, ensemble_size=2, write_quorum=2, ack_quorum=2)
+    w = await client.create_ledger()
+    await asyncio.gather(*(w.add(b"e%d" % i) for i in range(10)))
+    await w.close()
+    first, second = w.metadata.last_ensemble
+    asked: list[str] = []
+    for bookie in (first, second):
+        replica = client.registry.client(bookie)
+        inner = replica.read_range
+
+        async def counted(*args: object, _b: str = bookie, _inner: object = inner) -> object:
+            asked.append(_b)
+            return await _inner(*args)  # type: ignore[operator]
+
+        replica.read_range = counted  # type: ignore[method-assign]
+    fake_bookies.crash(first)
+    assert [e.payload for e in await w.read(0, 4)] == [b"e%d" % i for i in range(5)]
+    assert asked == [first, second]  # the first replica failed: the second answered
+    assert [e.payload for e in await w.read(5, 9)] == [b"e%d" % i for i in range(5, 10)]
+    assert asked == [first, second, second]  # not the failed replica first again
+    assert not client.registry.is_quarantined(first)  # placement still sees it
