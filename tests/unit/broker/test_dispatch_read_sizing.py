@@ -75,6 +75,22 @@ class Sink:
         return sum(len(v) for v in self.messages.values())
 
 
+def record_asked(cursor: CountingCursor, failures: int = 0) -> list[int]:
+    """The ``max_entries`` of every read the dispatcher asks for, in order; the first
+    ``failures`` reads fail (no bookie answered)."""
+    asked: list[int] = []
+    inner_read = cursor.read_entries
+
+    async def read_entries(max_entries: int) -> list[Entry]:
+        asked.append(max_entries)
+        if len(asked) <= failures:
+            raise ConnectionError("no bookie answered")
+        return await inner_read(max_entries)
+
+    cursor.read_entries = read_entries  # type: ignore[method-assign]
+    return asked
+
+
 async def make_sub(ledger: MemoryLedger, **kw: Any) -> tuple[Subscription, CountingCursor]:
     cursor = CountingCursor(await ledger.open_cursor("s", initial_earliest=True))
     sub = Subscription("t", "s", cursor, lambda e: entry_num_messages(e.data), **kw)
@@ -234,14 +250,7 @@ async def test_dispatcher_max_read_batch_size_bounds_every_read() -> None:
     ledger = MemoryLedger("t", 24)
     await ledger.add_entries([batch(1) for _ in range(50)])
     sub, cursor = await make_sub(ledger, max_read_entries=7)
-    asked: list[int] = []
-    inner_read = cursor.read_entries
-
-    async def read_entries(max_entries: int) -> list[Entry]:
-        asked.append(max_entries)
-        return await inner_read(max_entries)
-
-    cursor.read_entries = read_entries  # type: ignore[method-assign]
+    asked = record_asked(cursor)
     sink = Sink()
     c = Consumer(1, "c", SubType.SHARED, sink=sink, max_unacked=0)
     sub.add_consumer(c)
@@ -258,14 +267,7 @@ async def test_dispatcher_max_read_size_bytes_bounds_reads_by_the_average_entry(
     big = batch(1) + b"y" * 1000  # ~1 KB entries, one message each
     await ledger.add_entries([big for _ in range(200)])
     sub, cursor = await make_sub(ledger, max_read_bytes=4 * len(big))
-    asked: list[int] = []
-    inner_read = cursor.read_entries
-
-    async def read_entries(max_entries: int) -> list[Entry]:
-        asked.append(max_entries)
-        return await inner_read(max_entries)
-
-    cursor.read_entries = read_entries  # type: ignore[method-assign]
+    asked = record_asked(cursor)
     sink = Sink()
     c = Consumer(1, "c", SubType.SHARED, sink=sink, max_unacked=0)
     sub.add_consumer(c)
@@ -293,16 +295,7 @@ async def test_a_failed_read_is_retried_on_the_clock_from_the_min_read_batch_siz
     await ledger.add_entries([batch(1) for _ in range(200)])
     async with AutojumpClock() as clock:
         sub, cursor = await make_sub(ledger, clock=clock, min_read_entries=3)
-        asked: list[int] = []
-        inner_read = cursor.read_entries
-
-        async def read_entries(max_entries: int) -> list[Entry]:
-            asked.append(max_entries)
-            if len(asked) <= 3:
-                raise ConnectionError("no bookie answered")
-            return await inner_read(max_entries)
-
-        cursor.read_entries = read_entries  # type: ignore[method-assign]
+        asked = record_asked(cursor, failures=3)
         sink = Sink()
         c = Consumer(1, "c", sub_type, sink=sink, max_unacked=0)
         t0 = clock.monotonic_ms()
