@@ -1134,26 +1134,17 @@ def new_dispatcher(
         return SingleActiveConsumerDispatcher(
             cursor, count_of, redelivery, sub_type, partition_index, clock=clock
         )
+    shared: dict[str, Any] = {
+        "max_unacked_per_subscription": max_unacked_per_subscription,
+        "deliver_at_of": deliver_at_of,
+        "delayed_index": delayed_index,
+    }
     dispatcher: Dispatcher
     if sub_type is SubType.KEY_SHARED:
-        dispatcher = KeySharedDispatcher(
-            cursor,
-            count_of,
-            redelivery,
-            max_unacked_per_subscription=max_unacked_per_subscription,
-            slot_of=slot_of,
-            deliver_at_of=deliver_at_of,
-            delayed_index=delayed_index,
-        )
+        dispatcher = KeySharedDispatcher(cursor, count_of, redelivery, slot_of=slot_of, **shared)
     else:
         dispatcher = MultipleConsumersDispatcher(
-            cursor,
-            count_of,
-            redelivery,
-            max_unacked_per_subscription=max_unacked_per_subscription,
-            deliver_at_of=deliver_at_of,
-            delayed_index=delayed_index,
-            chunk_of=chunk_of,
+            cursor, count_of, redelivery, chunk_of=chunk_of, **shared
         )
     if clock is not None:
         dispatcher.clock = clock  # read retries
