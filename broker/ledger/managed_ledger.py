@@ -303,6 +303,7 @@ class ManagedLedger:
         self._roll_check_at = 1
         self._issued_entries = 0
         self._issued_bytes = 0
+        self._closing = False
         self._queued: collections.deque[tuple[bytes, asyncio.Future[Position]]] = (
             collections.deque()
         )
@@ -649,7 +650,10 @@ class ManagedLedger:
         except ManagedLedgerFenced:
             pass
         except Exception as exc:
-            log.exception("%s: rollover failed", self.name)
+            if self._closing:
+                log.warning("%s: closed while rolling over: %r", self.name, exc)
+            else:
+                log.exception("%s: rollover failed", self.name)
             self._fail_queued(exc)
             return
         finally:
@@ -673,7 +677,11 @@ class ManagedLedger:
             try:
                 return await op()  # type: ignore[misc, no-any-return]
             except (NotEnoughBookies, LedgerError, MetadataError) as exc:
-                if self.state in (_S.CLOSED, _S.FENCED) or isinstance(exc, LedgerFenced):
+                if (
+                    self.state in (_S.CLOSED, _S.FENCED)
+                    or self._closing
+                    or isinstance(exc, LedgerFenced)
+                ):
                     raise
                 log.warning("%s: retrying after %r", self.name, exc)
                 await self.clock.sleep(delay)
@@ -723,6 +731,9 @@ class ManagedLedger:
     async def close(self) -> None:
         if self.state in (_S.CLOSED, _S.FENCED):
             return
+        # a rollover waiting for bookies gives up at its next retry (what it holds fails):
+        # a close (an unload, a shutdown) must not wait for bookies that may never return
+        self._closing = True
         if self._rollover_task is not None and not self._rollover_task.done():
             await asyncio.wait([self._rollover_task])
         self.state = MANAGED_LEDGER_FSM.next(self.state, _E.CLOSE)

@@ -290,6 +290,35 @@ async def _failed_ledger_rolls_over(
     assert ml._non_durable == []
 
 
+async def test_close_does_not_wait_for_bookies_that_never_return(
+    meta_server: MemoryMetadataServer, fake_bookies: FakeBookieCluster
+) -> None:
+    """Every bookie is gone: the current ledger fails and the rollover retries its ledger
+    creation. A close (an unload, a shutdown) makes it give up at its next retry: close
+    returns, and the add it held fails instead of waiting forever."""
+    async with AutojumpClock() as clock:
+        config = dataclasses.replace(
+            FAST, ensemble_change_timeout_ms=1_000, add_timeout_ms=500, quarantine_ms=0
+        )
+        f = ManagedLedgerFactory(
+            meta_server.connect(), fake_bookies.factory, config, rng=random.Random(4), clock=clock
+        )
+        ml = await f.open("t/ns/persistent/close-without-bookies")
+        await ml.add(b"a")
+        old = ml._current
+        assert old is not None
+        for b in list(fake_bookies.bookies):
+            fake_bookies.crash(b)
+        held = ml.add_nowait(b"held")
+        await wait_for(lambda: old.is_closed, 30, "the failed ledger closed")
+        await clock.sleep(10)  # the rollover retries its ledger creation meanwhile
+        assert not held.done()
+        await asyncio.wait_for(ml.close(), 30)
+        with pytest.raises(Exception, match="bookies"):
+            await held
+        assert ml.state is ManagedLedgerState.CLOSED
+
+
 async def test_concurrent_opens_in_one_factory_share_one_managed_ledger(
     meta_server: MemoryMetadataServer, fake_bookies: FakeBookieCluster
 ) -> None:
