@@ -25,7 +25,7 @@ import urllib.request
 from collections.abc import AsyncGenerator
 from typing import Any
 
-from magnetar.client import Client, InitialPosition, Message, MessageId, Timeout
+from magnetar.client import Client, InitialPosition, Message, MessageId, Timeout, TopicNotFound
 from magnetar.spark.options import ClientSettings, TopicSelection
 from magnetar.spark.positions import Position, Start
 
@@ -34,6 +34,11 @@ log = logging.getLogger(__name__)
 
 class DataLossError(RuntimeError):
     """Messages a query still needed are gone (retention, a deleted topic)."""
+
+
+class TopicMissing(RuntimeError):
+    """A topic the query names does not exist (its namespace does not create topics on
+    first use) and the query was not told to wait for it."""
 
 
 class DeduplicationError(RuntimeError):
@@ -67,7 +72,10 @@ async def last_positions(client: Client, partitions: list[str]) -> dict[str, Pos
     """The id of each partition's last message now (``None``: the partition is empty)."""
 
     async def one(name: str) -> tuple[str, Position | None]:
-        reader = await client.create_reader(name, MessageId.latest)
+        try:
+            reader = await client.create_reader(name, MessageId.latest)
+        except TopicNotFound:
+            raise TopicMissing(f"topic {name} does not exist") from None
         try:
             last = await reader.get_last_message_id()
         finally:
@@ -75,6 +83,39 @@ async def last_positions(client: Client, partitions: list[str]) -> dict[str, Pos
         return name, (position_of(last) if last.entry_id() >= 0 else None)
 
     return dict(await asyncio.gather(*(one(p) for p in partitions)))
+
+
+WAIT_FOR_TOPIC_POLL_S = 1.0
+"""How often planning looks again for a topic it waits for (``waitingForNonExistedTopic``)."""
+
+
+async def partitions_and_lasts(
+    client: Client, selection: TopicSelection, *, wait: bool
+) -> tuple[list[str], dict[str, Position | None]]:
+    """``resolve_partitions`` and each one's ``last_positions``: where planning starts. A
+    topic that does not exist: with ``wait`` (``waitingForNonExistedTopic``) look again every
+    ``WAIT_FOR_TOPIC_POLL_S`` until it does (a pattern: until it matches a topic), else
+    ``TopicMissing`` naming it and the option."""
+    told = False
+    while True:
+        parts = await resolve_partitions(client, selection)
+        what = f"a topic matching {selection.pattern!r}"
+        if parts:
+            try:
+                return parts, await last_positions(client, parts)
+            except TopicMissing as exc:
+                if not wait:
+                    raise TopicMissing(
+                        f"{exc}; with option waitingForNonExistedTopic=true the query waits "
+                        "until it is created"
+                    ) from None
+                what = str(exc).removeprefix("topic ").removesuffix(" does not exist")
+        elif not wait:
+            return parts, {}
+        if not told:
+            log.warning("waiting for %s to be created (waitingForNonExistedTopic)", what)
+            told = True
+        await asyncio.sleep(WAIT_FOR_TOPIC_POLL_S)
 
 
 async def start_at_time(

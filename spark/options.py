@@ -49,6 +49,7 @@ _READ_KEYS = frozenset(
         "maxrecordspertrigger",
         "subscriptionname",
         "polltimeoutms",
+        "waitingfornonexistedtopic",
     }
 )
 _WRITE_KEYS = frozenset({"service.url", "admin.url", "topic", "exactlyonce"})
@@ -208,6 +209,8 @@ class ReadOptions:
     subscription_name: str | None
     poll_timeout_ms: int
     reader_kwargs: dict[str, Any] = field(default_factory=dict)
+    wait_for_topics: bool = False
+    """``waitingForNonExistedTopic``: planning waits for missing topics to be created."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -405,6 +408,10 @@ def read_options(options: Mapping[str, str], *, streaming: bool | None) -> ReadO
     except ValueError as exc:
         raise OptionError(f"option 'failOnDataLoss': {exc}") from None
     poll = _positive_int(opts, "polltimeoutms", "pollTimeoutMs") or 120_000
+    try:
+        wait = _bool(opts.get("waitingfornonexistedtopic", "false"))
+    except ValueError as exc:
+        raise OptionError(f"option 'waitingForNonExistedTopic': {exc}") from None
     sub = opts.get("subscriptionname")
     if sub is not None and not sub.strip():
         raise OptionError("option 'subscriptionName' must not be empty")
@@ -421,6 +428,7 @@ def read_options(options: Mapping[str, str], *, streaming: bool | None) -> ReadO
         subscription_name=sub.strip() if sub else None,
         poll_timeout_ms=poll,
         reader_kwargs=passed["pulsar.reader."],
+        wait_for_topics=wait,
     )
 
 

@@ -157,8 +157,9 @@ class BatchReader(DataSourceReader):  # type: ignore[misc]
         async def plan() -> list[RangePartition]:
             client = cluster.open_client(opts.client)
             try:
-                parts = await cluster.resolve_partitions(client, opts.selection)
-                lasts = await cluster.last_positions(client, parts)
+                parts, lasts = await cluster.partitions_and_lasts(
+                    client, opts.selection, wait=opts.wait_for_topics
+                )
                 starts = await _initial_starts(client, opts, parts, lasts)
             finally:
                 await client.close()
@@ -196,8 +197,9 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # type
         async def go() -> dict[str, Start]:
             client = cluster.open_client(opts.client)
             try:
-                parts = await cluster.resolve_partitions(client, opts.selection)
-                lasts = await cluster.last_positions(client, parts)
+                parts, lasts = await cluster.partitions_and_lasts(
+                    client, opts.selection, wait=opts.wait_for_topics
+                )
                 return await _initial_starts(client, opts, parts, lasts)
             finally:
                 await client.close()
@@ -210,8 +212,10 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # type
         async def go() -> dict[str, Position | None]:
             client = cluster.open_client(opts.client)
             try:
-                parts = await cluster.resolve_partitions(client, opts.selection)
-                return await cluster.last_positions(client, parts)
+                _, lasts = await cluster.partitions_and_lasts(
+                    client, opts.selection, wait=opts.wait_for_topics
+                )
+                return lasts
             finally:
                 await client.close()
 

@@ -261,3 +261,51 @@ def test_the_user_guide_pipeline_runs_exactly_once_end_to_end(
     # complete mode: the whole table (7 pages) once per micro-batch, nothing duplicated
     batches = [p for p in scope["query"].recentProgress if p["numInputRows"] > 0]
     assert len(batches) == 2 and len(rows) == 7 * len(batches)
+
+
+def test_waiting_for_a_topic_that_does_not_exist_yet(
+    spark: Any, standalone: StandaloneProcess
+) -> None:
+    """``waitingForNonExistedTopic``: in a namespace that does not create topics on first
+    use, a read of a topic that does not exist fails at once, naming the topic and the
+    option; with the option a stream started before the topic exists reads it from its
+    start once it is created."""
+    admin(standalone, "PUT", "/admin/v2/namespaces/public/no-auto")
+    admin(
+        standalone,
+        "POST",
+        "/admin/v2/namespaces/public/no-auto/autoTopicCreation",
+        {"allowAutoTopicCreation": False},
+    )
+    topic = "persistent://public/no-auto/later"
+    with pytest.raises(Exception) as refused:
+        spark.read.format("magnetar").options(**_opts(standalone, topic=topic)).load().count()
+    assert f"topic {topic} does not exist" in str(refused.value)
+    assert "waitingForNonExistedTopic=true" in str(refused.value)
+    query = (
+        spark.readStream.format("magnetar")
+        .options(
+            **_opts(
+                standalone,
+                topic=topic,
+                startingOffsets="earliest",
+                waitingForNonExistedTopic="true",
+            )
+        )
+        .load()
+        .select(F.col("value").cast("string").alias("v"))
+        .writeStream.format("memory")
+        .queryName("waiting_sink")
+        .trigger(processingTime="200 milliseconds")
+        .start()
+    )
+    try:
+        # (whether planning reached the wait before the topic exists is up to Spark's start-up
+        # pace; tests/unit/spark/test_spark_cluster.py proves the waiting on its own)
+        admin(standalone, "PUT", "/admin/v2/persistent/public/no-auto/later")
+        publish(standalone.service_url, topic, [f"l{i}".encode() for i in range(10)])
+        rows = lambda: spark.sql("select v from waiting_sink").collect()  # noqa: E731
+        wait_until(lambda: len(rows()) >= 10, 120, "the topic's messages once it exists")
+        assert sorted(r.v for r in rows()) == sorted(f"l{i}" for i in range(10))
+    finally:
+        query.stop()

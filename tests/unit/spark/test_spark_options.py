@@ -21,6 +21,7 @@ def test_read_defaults_follow_pulsar_spark() -> None:
     assert batch.selection.topics == ("persistent://public/default/t",)
     assert batch.starting.keyword == "earliest" and batch.ending.keyword == "latest"
     assert batch.fail_on_data_loss and batch.poll_timeout_ms == 120_000
+    assert not batch.wait_for_topics
     stream = read_options({**URL, "TOPICS": "a, my/ns/b"}, streaming=True)  # case-insensitive
     assert stream.starting.keyword == "latest"
     assert stream.selection.topics == ("persistent://public/default/a", "persistent://my/ns/b")
@@ -38,6 +39,7 @@ def test_every_read_option_is_parsed() -> None:
             "maxBytesPerTrigger": "4096",
             "subscriptionName": "progress",
             "pollTimeoutMs": "5000",
+            "waitingForNonExistedTopic": "true",
             "pulsar.client.operationTimeoutMs": "7000",
             "pulsar.client.authParams": "token:abc",
             "pulsar.reader.receiverQueueSize": "500",
@@ -54,6 +56,7 @@ def test_every_read_option_is_parsed() -> None:
     assert not opts.fail_on_data_loss
     assert (opts.max_records_per_trigger, opts.max_bytes_per_trigger) == (100, 4096)
     assert opts.subscription_name == "progress" and opts.poll_timeout_ms == 5000
+    assert opts.wait_for_topics
     assert opts.client.client_kwargs["operation_timeout_seconds"] == 7
     assert isinstance(opts.client.client_kwargs["authentication"], AuthenticationToken)
     assert opts.reader_kwargs == {"receiver_queue_size": 500, "is_read_compacted": True}
@@ -88,6 +91,7 @@ def test_every_read_option_is_parsed() -> None:
         ({"topic": "t", "maxRecordsPerTrigger": "0"}, True, "must be positive"),
         ({"topic": "t", "maxBytesPerTrigger": "x"}, True, "option 'maxBytesPerTrigger'"),
         ({"topic": "t", "failOnDataLoss": "maybe"}, True, "option 'failOnDataLoss'"),
+        ({"topic": "t", "waitingForNonExistedTopic": "y"}, True, "'waitingForNonExistedTopic'"),
         ({"topic": "t", "pulsar.reader.bogus": "1"}, True, "option 'pulsar.reader.bogus'"),
         ({"topic": "t", "pulsar.producer.sendTimeoutMs": "1"}, True, "do not apply here"),
         ({"topic": "t", "pulsar.reader.receiverQueueSize": "x"}, True, "receiverqueuesize"),
