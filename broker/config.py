@@ -163,6 +163,8 @@ class BrokerConfig:
     authentication_refresh_check_seconds: int = 60
     anonymous_user_role: str = ""
     token_secret_key: str = ""  # file:///path or data:;base64,... (HS256)
+    # basic authentication's htpasswd file: a path, file:/data: URL or base64 content
+    basic_auth_conf: str = ""
     token_public_key: str = ""  # file:///path or data:;base64,... (RS256/ES256)
     token_public_alg: str = "RS256"
     token_auth_claim: str = "sub"

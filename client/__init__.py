@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from magnetar.client._clock import Clock, SystemClock
     from magnetar.client._config import (
         Authentication,
+        AuthenticationBasic,
         AuthenticationToken,
         BatchingType,
         CompressionType,
@@ -90,6 +91,7 @@ _LAZY: dict[str, str] = {
     "Clock": "magnetar.client._clock",
     "SystemClock": "magnetar.client._clock",
     "Authentication": "magnetar.client._config",
+    "AuthenticationBasic": "magnetar.client._config",
     "AuthenticationToken": "magnetar.client._config",
     "BatchingType": "magnetar.client._config",
     "CompressionType": "magnetar.client._config",
@@ -166,6 +168,7 @@ def __dir__() -> list[str]:
 __all__ = [
     "AlreadyClosed",
     "Authentication",
+    "AuthenticationBasic",
     "AuthenticationError",
     "AuthenticationToken",
     "AuthorizationError",

@@ -141,8 +141,26 @@ class AuthenticationToken(Authentication):
         return token.encode("utf-8")
 
 
+class AuthenticationBasic(Authentication):
+    """Basic authentication: a user and password, checked by a broker with the ``basic``
+    provider (the official client's ``AuthenticationBasic(username, password)``)."""
+
+    auth_method_name = "basic"
+
+    def __init__(self, username: str, password: str) -> None:
+        if not isinstance(username, str) or not isinstance(password, str):
+            raise TypeError("username and password must be strings")
+        if not username or ":" in username:
+            raise ValueError("username must be non-empty and must not contain ':'")
+        self._data = f"{username}:{password}".encode()
+
+    def auth_data(self) -> bytes:
+        return self._data
+
+
 __all__ = [
     "Authentication",
+    "AuthenticationBasic",
     "AuthenticationToken",
     "BatchingType",
     "CompressionType",

@@ -105,6 +105,7 @@ BROKER_ALIASES: tuple[Alias, ...] = (
     Alias("dispatcherMaxReadBatchSize", "dispatcher_max_read_batch_size"),
     Alias("dispatcherMaxReadSizeBytes", "dispatcher_max_read_size_bytes"),
     Alias("dispatcherMinReadBatchSize", "dispatcher_min_read_batch_size"),
+    Alias("basicAuthConf", "basic_auth_conf"),
     Alias("subscriptionRedeliveryTrackerEnabled", "subscription_redelivery_tracker_enabled"),
     Alias("managedLedgerDefaultEnsembleSize", "managed_ledger_default_ensemble_size"),
     Alias("managedLedgerDefaultWriteQuorum", "managed_ledger_default_write_quorum"),
@@ -342,6 +343,7 @@ BROKER = Component(
     env_prefix="MAGNETAR_",
     aliases=BROKER_ALIASES,
     extra_env=frozenset({"MAGNETAR_LOG_LEVEL"}),
+    secrets=frozenset({"basic_auth_conf"}),  # may hold the password file itself (base64)
     foreign_env_prefixes=("MAGNETAR_BOOKIE_", *TOOL_ENV_PREFIXES),
 )
 BOOKIE = Component(name="bookie", env_prefix="MAGNETAR_BOOKIE_", aliases=BOOKIE_ALIASES)

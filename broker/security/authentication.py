@@ -1,13 +1,15 @@
 """Authentication: who is this client? (Pulsar's ``AuthenticationService`` and providers).
 
 Owns: the configured providers (``token``: JWTs validated by ``tokens.TokenValidator``;
-``tls``: the role is the CN of a verified client certificate), authenticating a CONNECT
-(``auth_method_name`` + ``auth_data``) or an HTTP request (``Authorization: Bearer``, or the
-client certificate), the anonymous role, and the per-connection refresh state machine
-(``ConnectionAuth``): when the role's credentials have expired at a refresh check, the broker
-sends AUTH_CHALLENGE, the client answers AUTH_RESPONSE with fresh credentials; a client that
-cannot refresh, does not answer before the next check, or answers with bad or other-role
-credentials is disconnected. Pulsar checks every ``authenticationRefreshCheckSeconds``.
+``tls``: the role is the CN of a verified client certificate; ``basic``: user and password
+checked against ``basic.PasswordFile``, the role is the user), authenticating a CONNECT
+(``auth_method_name`` + ``auth_data``) or an HTTP request (``Authorization: Bearer`` or
+``Basic``, or the client certificate), the anonymous role, and the per-connection refresh
+state machine (``ConnectionAuth``): when the role's credentials have expired at a refresh
+check, the broker sends AUTH_CHALLENGE, the client answers AUTH_RESPONSE with fresh
+credentials; a client that cannot refresh, does not answer before the next check, or answers
+with bad or other-role credentials is disconnected. Pulsar checks every
+``authenticationRefreshCheckSeconds``.
 
 Errors: every failure is an ``AuthenticationError`` whose ``message`` is what the client sees
 (Pulsar's generic "Unable to authenticate"; the reason goes to the log only).
@@ -24,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from magnetar.broker.errors import BrokerError, ServerError
+from magnetar.broker.security.basic import PasswordFile, decode_http, split_credentials
 from magnetar.broker.security.tokens import TokenError, TokenValidator, read_key_bytes
 
 log = logging.getLogger(__name__)
@@ -35,6 +38,8 @@ _PROVIDER_NAMES = {
     "org.apache.pulsar.broker.authentication.AuthenticationProviderToken": "token",
     "tls": "tls",
     "org.apache.pulsar.broker.authentication.AuthenticationProviderTls": "tls",
+    "basic": "basic",
+    "org.apache.pulsar.broker.authentication.AuthenticationProviderBasic": "basic",
 }
 
 
@@ -74,6 +79,7 @@ class AuthenticationService:
         enabled: bool = False,
         token: TokenValidator | None = None,
         tls: bool = False,
+        basic: PasswordFile | None = None,
         anonymous_role: str = "",
         refresh_check_s: float = 60.0,
         now_ms: Callable[[], int] | None = None,
@@ -81,13 +87,16 @@ class AuthenticationService:
         self.enabled = enabled
         self.token = token
         self.tls = tls
+        self.basic = basic
         self.anonymous_role = anonymous_role
         self.refresh_check_s = refresh_check_s
         self.now_ms = now_ms or (lambda: int(time.time() * 1000))
         self.failures = 0  # pulsar_authentication_failures_total
 
     def __repr__(self) -> str:
-        methods = [m for m, on in (("token", self.token), ("tls", self.tls)) if on]
+        methods = [
+            m for m, on in (("token", self.token), ("tls", self.tls), ("basic", self.basic)) if on
+        ]
         return f"<AuthenticationService enabled={self.enabled} methods={methods}>"
 
     @classmethod
@@ -100,7 +109,9 @@ class AuthenticationService:
             raise ValueError(f"authentication_providers: unknown provider(s) {', '.join(unknown)}")
         kinds = {_PROVIDER_NAMES[n] for n in names}
         if not kinds:
-            raise ValueError("authentication_enabled needs authentication_providers (token, tls)")
+            raise ValueError(
+                "authentication_enabled needs authentication_providers (token, tls, basic)"
+            )
         token = None
         if "token" in kinds:
             try:
@@ -118,10 +129,16 @@ class AuthenticationService:
                 )
             except TokenError as exc:
                 raise ValueError(f"token authentication: {exc}") from None
+        basic = None
+        if "basic" in kinds:
+            if not config.basic_auth_conf:
+                raise ValueError("basic authentication needs basic_auth_conf (basicAuthConf)")
+            basic = PasswordFile.from_conf(config.basic_auth_conf)
         return cls(
             enabled=True,
             token=token,
             tls="tls" in kinds,
+            basic=basic,
             anonymous_role=config.anonymous_user_role,
             refresh_check_s=float(config.authentication_refresh_check_seconds),
         )
@@ -157,6 +174,14 @@ class AuthenticationService:
             except TokenError as exc:
                 raise AuthenticationError(str(exc)) from None
             return Authenticated(claims.role, "token", claims.expires_at_ms)
+        if method == "basic" and self.basic is not None:
+            try:
+                user, password = split_credentials(data)
+            except ValueError as exc:
+                raise AuthenticationError(str(exc)) from None
+            if not self.basic.check(user, password):
+                raise AuthenticationError(f"unknown user or invalid password for {user!r}")
+            return Authenticated(user, "basic")
         if method == "tls" and self.tls:
             role = role_of_certificate(peer_cert)
             if role is None:
@@ -176,6 +201,13 @@ class AuthenticationService:
             scheme, _, value = authorization.partition(" ")
             if scheme.lower() == "bearer":
                 return self.authenticate("token", value.strip().encode(), peer_cert)
+            if scheme.lower() == "basic" and self.basic is not None:
+                try:
+                    credentials = decode_http(value)
+                except ValueError as exc:
+                    self.failures += 1
+                    raise AuthenticationError(str(exc)) from None
+                return self.authenticate("basic", credentials, peer_cert)
             self.failures += 1
             raise AuthenticationError(f"unsupported Authorization scheme {scheme!r}")
         return self.authenticate("none", b"", peer_cert)

@@ -33,9 +33,11 @@ class StandaloneProcess:
         extra_args: Sequence[str] = (),
         config: dict[str, object] | None = None,
         token: str | None = None,
+        authorization: str | None = None,
     ) -> None:
         self.data_dir = data_dir
         self.token = token  # for the health check when authentication is on
+        self.authorization = authorization  # ... or this Authorization header (Basic)
         self.extra_args = list(extra_args)
         self.config = config or {}
         """Broker settings (broker.conf names), written to a ``--config`` file."""
@@ -95,7 +97,8 @@ class StandaloneProcess:
 
     def healthy(self) -> bool:
         try:
-            auth = {"Authorization": f"Bearer {self.token}"} if self.token else {}
+            header = f"Bearer {self.token}" if self.token else self.authorization
+            auth = {"Authorization": header} if header else {}
             req = urllib.request.Request(f"{self.web_url}/admin/v2/brokers/health", headers=auth)
             with urllib.request.urlopen(req, timeout=1) as r:
                 return bool(r.status == 200)
