@@ -3,9 +3,10 @@
 Owns: reading ``basic_auth_conf`` (Pulsar's ``basicAuthConf``: a file path, a ``file:`` or
 ``data:`` URL, or the file's content in base64), checking its ``user:hash`` lines (htpasswd:
 Apache MD5 ``$apr1$`` and ``crypt`` hashes as Pulsar takes, and ``{SHA}`` / bcrypt as
-``htpasswd`` writes them), and checking a user's password against it, through passlib's
-``HtpasswdFile``. The credentials a client sends are ``user:password`` (CONNECT) or
-``Authorization: Basic base64(user:password)`` (HTTP); a password may contain ``:``.
+``htpasswd`` writes them; any other line stops the broker at start), and checking a user's
+password against it, through passlib's ``HtpasswdFile``. The credentials a client sends
+are ``user:password`` (CONNECT) or ``Authorization: Basic base64(user:password)`` (HTTP); a
+password may contain ``:``.
 
 Errors: a file that cannot be read or parsed is a ``ValueError`` naming the problem (the
 broker refuses to start); a wrong password or an unknown user is ``False``, never an error.
@@ -20,6 +21,11 @@ import pathlib
 import urllib.parse
 
 from passlib.apache import HtpasswdFile
+from passlib.context import CryptContext
+
+#: the hashes ``htpasswd`` writes: ``-m`` (Apache MD5, Pulsar's), ``-d`` (crypt, Pulsar's),
+#: ``-s`` (SHA-1), ``-B`` (bcrypt); not plaintext, which Apache takes on no Unix either
+HASHES = CryptContext(schemes=["apr_md5_crypt", "bcrypt", "ldap_sha1", "des_crypt"])
 
 
 def read_conf(value: str) -> bytes:
@@ -73,10 +79,15 @@ class PasswordFile:
                 raise ValueError(
                     f"basic_auth_conf line {lineno}: expected user:hash (as htpasswd writes)"
                 )
+            if HASHES.identify(hashed, required=False) is None:
+                raise ValueError(
+                    f"basic_auth_conf line {lineno}: {user}'s hash is none htpasswd writes "
+                    "(Apache MD5 $apr1$, crypt, {SHA}, bcrypt $2y$)"
+                )
             users.append(user)
         if not users:
             raise ValueError("basic_auth_conf: the password file names no user")
-        self._file = HtpasswdFile.from_string(text)
+        self._file = HtpasswdFile.from_string(text, context=HASHES)
         self.users = frozenset(users)
 
     @classmethod

@@ -9,7 +9,7 @@ import pathlib
 from types import SimpleNamespace
 
 import pytest
-from passlib.hash import apr_md5_crypt, des_crypt, ldap_sha1
+from passlib.hash import apr_md5_crypt, bcrypt, des_crypt, ldap_sha1
 
 from magnetar.broker.security.authentication import AuthenticationError, AuthenticationService
 from magnetar.broker.security.basic import PasswordFile, read_conf
@@ -18,6 +18,7 @@ HTPASSWD = (
     f"alice:{apr_md5_crypt.hash('wonder:land')}\n"  # a password may hold ':'
     f"bob:{des_crypt.hash('builder')}\n"
     f"carol:{ldap_sha1.hash('s3cret')}\n"
+    f"dave:{bcrypt.using(rounds=4, ident='2y').hash('hunter2')}\n"
 ).encode()
 
 
@@ -44,7 +45,7 @@ def test_every_form_of_basic_auth_conf_reads_the_file(tmp_path: pathlib.Path, fo
         "base64": encoded,
     }[form]
     assert read_conf(value) == HTPASSWD
-    assert PasswordFile.from_conf(value).users == {"alice", "bob", "carol"}
+    assert PasswordFile.from_conf(value).users == {"alice", "bob", "carol", "dave"}
 
 
 def test_passwords_are_checked_against_each_kind_of_hash() -> None:
@@ -52,8 +53,9 @@ def test_passwords_are_checked_against_each_kind_of_hash() -> None:
     assert passwords.check("alice", "wonder:land")
     assert passwords.check("bob", "builder")
     assert passwords.check("carol", "s3cret")
+    assert passwords.check("dave", "hunter2")
     assert not passwords.check("alice", "wonder")
-    assert not passwords.check("dave", "builder")  # unknown user
+    assert not passwords.check("zoe", "builder")  # unknown user
 
 
 @pytest.mark.parametrize(
@@ -64,6 +66,7 @@ def test_passwords_are_checked_against_each_kind_of_hash() -> None:
         ("data:;base64,@@", "bad base64"),
         (base64.b64encode(b"alice\n").decode(), "line 1: expected user:hash"),
         (base64.b64encode(b"# nobody\n").decode(), "names no user"),
+        (base64.b64encode(b"eve:plaintext\n").decode(), "line 1: eve's hash is none"),
     ],
 )
 def test_a_bad_password_file_is_refused_with_the_reason(conf: str, message: str) -> None:
