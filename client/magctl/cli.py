@@ -112,6 +112,8 @@ def _globals(with_namespace: bool = True) -> Parser:
         help="admin REST URL (overrides the context)",
     )
     g.add_argument("--token", help="bearer token (overrides the context)")
+    g.add_argument("--username", help="basic authentication user (overrides the context)")
+    g.add_argument("--password", help="basic authentication password (with --username)")
     g.add_argument("--request-timeout", type=float, help="seconds per request (default 30)")
     return p
 

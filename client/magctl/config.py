@@ -25,6 +25,7 @@ Pulsar ``client.conf``. Must not know: HTTP, verbs.
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 from dataclasses import dataclass
@@ -64,6 +65,8 @@ class Connection:
     context: str | None
     tls_insecure: bool = False
     tls_ca_file: str | None = None
+    basic: tuple[str, str] | None = None
+    """User and password for basic authentication (when no token is given)."""
 
 
 class ConfigFile:
@@ -135,6 +138,8 @@ class ConfigFile:
         admin_url: str | None,
         token: str | None,
         namespace: str | None,
+        username: str | None = None,
+        password: str | None = None,
     ) -> Connection:
         name = context or self.current or None
         ctx: dict[str, Any] = {}
@@ -153,6 +158,14 @@ class ConfigFile:
                 tok = pathlib.Path(str(user["token-file"])).expanduser().read_text().strip()
             except OSError as exc:
                 raise MagctlError(f"cannot read token file {user['token-file']}: {exc}") from None
+        basic = None
+        if username or password:
+            if not (username and password is not None):
+                raise UsageError("--username and --password go together")
+            basic = (username, password)
+            tok = token
+        elif not tok and user.get("username"):
+            basic = (str(user["username"]), str(user.get("password", "")))
         return Connection(
             admin_url=admin_url or str(cluster.get("admin-url") or DEFAULT_ADMIN_URL),
             service_url=cluster.get("service-url"),
@@ -162,6 +175,7 @@ class ConfigFile:
             context=name,
             tls_insecure=bool(cluster.get("insecure-skip-tls-verify", False)),
             tls_ca_file=cluster.get("certificate-authority"),
+            basic=basic,
         )
 
 
@@ -195,6 +209,16 @@ def import_client_conf(cfg: ConfigFile, text: str, name: str) -> None:
     cfg.set_entry("clusters", name, cluster)
     user: dict[str, Any] = {}
     params = props.get("authParams", "")
+    if "AuthenticationBasic" in props.get("authPlugin", "") and params:
+        bad = 'client.conf authParams: expected {"userId": ..., "password": ...}'
+        try:
+            doc = json.loads(params)
+        except ValueError:
+            raise UsageError(bad) from None
+        if not isinstance(doc, dict) or not doc.get("userId"):
+            raise UsageError(bad)
+        user["username"] = str(doc["userId"])
+        user["password"] = str(doc.get("password", ""))
     if "AuthenticationToken" in props.get("authPlugin", "") and params:
         if params.startswith("token:"):
             user["token"] = params[len("token:") :]

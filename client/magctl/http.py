@@ -8,6 +8,7 @@ with kubectl's wording. Must not know: resources, verbs or output.
 
 from __future__ import annotations
 
+import base64
 import json
 import socket
 import ssl
@@ -60,6 +61,7 @@ class AdminHttp:
         base_url: str,
         *,
         token: str | None = None,
+        basic: tuple[str, str] | None = None,
         timeout_s: float = 30.0,
         tls_insecure: bool = False,
         tls_ca_file: str | None = None,
@@ -67,6 +69,14 @@ class AdminHttp:
         self.base_url = base_url.rstrip("/")
         _check_url(self.base_url)
         self.token = token
+        self.basic = basic
+        self.authorization: str | None = None
+        """The ``Authorization`` header: the bearer token, else basic user and password."""
+        if token:
+            self.authorization = f"Bearer {token}"
+        elif basic is not None:
+            pair = base64.b64encode(f"{basic[0]}:{basic[1]}".encode()).decode()
+            self.authorization = f"Basic {pair}"
         self.timeout_s = timeout_s
         self._context: ssl.SSLContext | None = None
         if self.base_url.startswith("https://"):
@@ -107,8 +117,8 @@ class AdminHttp:
         req.add_header("Accept", "application/json")
         if data is not None:
             req.add_header("Content-Type", "application/json")
-        if self.token:
-            req.add_header("Authorization", f"Bearer {self.token}")
+        if self.authorization:
+            req.add_header("Authorization", self.authorization)
         try:
             with urllib.request.urlopen(req, timeout=self.timeout_s, context=self._context) as r:
                 payload: bytes = r.read()

@@ -211,8 +211,8 @@ def _raw_get(api: Api, path: str, what: tuple[str, str]) -> tuple[dict[str, str]
 
     http = api.http
     req = urllib.request.Request(http.base_url + path, method="GET")
-    if http.token:
-        req.add_header("Authorization", f"Bearer {http.token}")
+    if http.authorization:
+        req.add_header("Authorization", http.authorization)
     try:
         with urllib.request.urlopen(req, timeout=http.timeout_s) as r:
             return dict(r.headers.items()), r.read()

@@ -28,10 +28,13 @@ def open_session(args: argparse.Namespace) -> Session:
         admin_url=getattr(args, "admin_url", None),
         token=getattr(args, "token", None),
         namespace=getattr(args, "namespace", None),
+        username=getattr(args, "username", None),
+        password=getattr(args, "password", None),
     )
     http = AdminHttp(
         conn.admin_url,
         token=conn.token,
+        basic=conn.basic,
         timeout_s=getattr(args, "request_timeout", 30.0),
         tls_insecure=conn.tls_insecure,
         tls_ca_file=conn.tls_ca_file,

@@ -94,8 +94,9 @@ def cmd_config(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
             data["users"] = [u for u in data["users"] if u["name"] == ctx.get("user")]
         if not args.raw:
             for u in data["users"]:
-                if (u.get("user") or {}).get("token"):
-                    u["user"]["token"] = "REDACTED"
+                for secret in ("token", "password"):
+                    if (u.get("user") or {}).get(secret):
+                        u["user"][secret] = "REDACTED"
         out.write(dump_yaml(data))
     elif verb == "import":
         try:
@@ -136,8 +137,14 @@ def _set_context(cfg: Any, args: argparse.Namespace, out: IO[str]) -> None:
     elif args.cluster:
         ctx["cluster"] = cluster
     token = getattr(args, "token", None)
+    username = getattr(args, "username", None)
     if token or args.token_file:
         cfg.set_entry("users", user, {"token": token} if token else {"token-file": args.token_file})
+        ctx["user"] = user
+    elif username:
+        if getattr(args, "password", None) is None:
+            raise UsageError("--username and --password go together")
+        cfg.set_entry("users", user, {"username": username, "password": args.password})
         ctx["user"] = user
     elif args.user:
         ctx["user"] = user

@@ -94,7 +94,10 @@ def _sampler(plural: str, api: Api, scope: Scope) -> Callable[[], Sample]:
         for broker in api.get(f"/admin/v2/brokers/{cluster}") or []:
             scheme = "https" if api.http.base_url.startswith("https") else "http"
             http = AdminHttp(
-                f"{scheme}://{broker}", token=api.http.token, timeout_s=api.http.timeout_s
+                f"{scheme}://{broker}",
+                token=api.http.token,
+                basic=api.http.basic,
+                timeout_s=api.http.timeout_s,
             )
             by_ns = Api(http).get("/admin/v2/broker-stats/topics") or {}
             into = out.setdefault((str(broker), ""), {})

@@ -7,6 +7,8 @@ Basic``."""
 from __future__ import annotations
 
 import base64
+import io
+import pathlib
 from collections.abc import Iterator
 
 import pulsar
@@ -16,6 +18,7 @@ from support.admin import http
 from support.standalone import StandaloneProcess
 
 from magnetar.client import AuthenticationBasic
+from magnetar.client.magctl.cli import run
 from magnetar.client.sync import Client as MagnetarClient
 
 pytestmark = pytest.mark.compat
@@ -103,3 +106,55 @@ def test_the_admin_api_takes_basic_credentials(server: StandaloneProcess) -> Non
     assert status == 401
     status, _ = http(server.web_url, "GET", path)
     assert status == 401
+
+
+def test_magctl_with_a_user_and_password(
+    server: StandaloneProcess, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``magctl --username/--password``, a context made with ``config set-context
+    --username/--password`` (its password hidden by ``config view``), and a Pulsar
+    ``client.conf`` with ``AuthenticationBasic`` imported as a context."""
+    monkeypatch.setenv("MAGCTL_CONFIG", str(tmp_path / "magctl-config"))
+
+    def magctl(*argv: str) -> tuple[int, str, str]:
+        out, err = io.StringIO(), io.StringIO()
+        code = run(list(argv), out=out, err=err)
+        return code, out.getvalue(), err.getvalue()
+
+    url = server.web_url
+    code, out, _ = magctl(
+        "get", "clusters", "-s", url, "--username", "bob", "--password", "builder"
+    )
+    assert code == 0 and "standalone" in out
+    code, _, err = magctl("get", "clusters", "-s", url, "--username", "bob", "--password", "no")
+    assert code != 0 and "Traceback" not in err and err.strip()
+    code, _, err = magctl("get", "clusters", "-s", url, "--username", "bob")
+    assert code != 0 and "--username and --password go together" in err
+    assert (
+        magctl(
+            "config",
+            "set-context",
+            "lab",
+            "--admin-url",
+            url,
+            "--username",
+            "alice",
+            "--password",
+            "wonderland",
+        )[0]
+        == 0
+    )
+    assert magctl("config", "use-context", "lab")[0] == 0
+    code, out, err = magctl("get", "clusters")
+    assert code == 0 and "standalone" in out, err
+    code, out, _ = magctl("config", "view")
+    assert "wonderland" not in out and "REDACTED" in out
+    conf = tmp_path / "client.conf"
+    conf.write_text(
+        f"webServiceUrl={url}\n"
+        "authPlugin=org.apache.pulsar.client.impl.auth.AuthenticationBasic\n"
+        'authParams={"userId":"bob","password":"builder"}\n'
+    )
+    assert magctl("config", "import", str(conf), "--name", "imported")[0] == 0
+    code, out, err = magctl("get", "clusters", "--context", "imported")
+    assert code == 0 and "standalone" in out, err
