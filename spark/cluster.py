@@ -15,6 +15,7 @@ Must not know: Spark.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import logging
 import ssl
@@ -228,15 +229,20 @@ async def advance_cursor(client: Client, subscription: str, positions: dict[str,
 
 
 def _admin_auth(settings: ClientSettings | None) -> tuple[dict[str, str], ssl.SSLContext | None]:
-    """The client options' token as ``Authorization: Bearer`` and their CA (and client
-    certificate) as the HTTPS context, so admin calls carry the reads' credentials."""
+    """The client options' token as ``Authorization: Bearer`` (basic credentials as
+    ``Authorization: Basic``) and their CA (and client certificate) as the HTTPS context, so
+    admin calls carry the reads' credentials."""
     if settings is None:
         return {}, None
     kw = settings.client_kwargs
     headers = {}
     auth = kw.get("authentication")
-    if auth is not None and getattr(auth, "auth_method_name", "") == "token":
-        headers["Authorization"] = f"Bearer {auth.auth_data().decode()}"
+    if auth is not None:
+        method = getattr(auth, "auth_method_name", "")
+        if method == "token":
+            headers["Authorization"] = f"Bearer {auth.auth_data().decode()}"
+        elif method == "basic":
+            headers["Authorization"] = f"Basic {base64.b64encode(auth.auth_data()).decode()}"
     ctx = None
     if kw.get("tls_trust_certs_file_path") or kw.get("tls_certificate_file_path"):
         ctx = ssl.create_default_context(cafile=kw.get("tls_trust_certs_file_path") or None)

@@ -95,29 +95,49 @@ def _read_token(path: str) -> str:
     return token
 
 
-_TOKEN_PLUGINS = frozenset(
-    {
-        "org.apache.pulsar.client.impl.auth.AuthenticationToken",
-        "pulsar.AuthenticationToken",
-        "AuthenticationToken",
-        "token",
-    }
-)
+def _basic(v: str) -> Any:
+    """``authParams`` of the basic plugin, as the official clients take them:
+    ``{"userId": "...", "password": "..."}``."""
+    from magnetar.client import AuthenticationBasic
+
+    try:
+        doc = json.loads(v)
+    except ValueError:
+        doc = None
+    if not isinstance(doc, dict) or not isinstance(doc.get("userId"), str) or not doc["userId"]:
+        raise ValueError('expected {"userId": "...", "password": "..."} for basic authentication')
+    return AuthenticationBasic(doc["userId"], str(doc.get("password", "")))
+
+
+_AUTH_PLUGINS = {
+    "org.apache.pulsar.client.impl.auth.AuthenticationToken": "token",
+    "pulsar.AuthenticationToken": "token",
+    "AuthenticationToken": "token",
+    "token": "token",
+    "org.apache.pulsar.client.impl.auth.AuthenticationBasic": "basic",
+    "pulsar.AuthenticationBasic": "basic",
+    "AuthenticationBasic": "basic",
+    "basic": "basic",
+}
 
 
 def _auth_plugin(v: str) -> str:
-    """``authPluginClassName`` as pulsar-spark jobs set it: token authentication only."""
-    if v.strip() not in _TOKEN_PLUGINS:
+    """``authPluginClassName`` as pulsar-spark jobs set it: token or basic authentication."""
+    kind = _AUTH_PLUGINS.get(v.strip())
+    if kind is None:
         raise ValueError(
-            f"{v!r}: only token authentication is supported "
-            "(org.apache.pulsar.client.impl.auth.AuthenticationToken, with authParams "
-            "token:<jwt> or file:<path>); client certificates: tlsCertificateFilePath"
+            f"{v!r}: token and basic authentication are supported "
+            "(org.apache.pulsar.client.impl.auth.AuthenticationToken with authParams "
+            "token:<jwt> or file:<path>; ...AuthenticationBasic with authParams "
+            '{"userId": ..., "password": ...}); client certificates: tlsCertificateFilePath'
         )
-    return v.strip()
+    return kind
 
 
 AUTH_PLUGIN_KEY = "_auth_plugin"
-"""Not a client keyword: ``authPluginClassName``, checked (token only), then dropped."""
+"""Not a client keyword: ``authPluginClassName``, as "token" or "basic", then dropped."""
+AUTH_PARAMS_KEY = "_auth_params"
+"""Not a client keyword: ``authParams``, read by the plugin's rule (token by default)."""
 
 # pass-through name (lower case) -> (client keyword, converter)
 _CLIENT_PASS: dict[str, tuple[str, Callable[[str], Any]]] = {
@@ -131,7 +151,7 @@ _CLIENT_PASS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "tlscertificatefilepath": ("tls_certificate_file_path", str),
     "tlskeyfilepath": ("tls_private_key_file_path", str),
     "listenername": ("listener_name", str),
-    "authparams": ("authentication", _token),
+    "authparams": (AUTH_PARAMS_KEY, str),
     "authpluginclassname": (AUTH_PLUGIN_KEY, _auth_plugin),
 }
 _READER_PASS: dict[str, tuple[str, Callable[[str], Any]]] = {
@@ -270,11 +290,17 @@ def _client_settings(opts: dict[str, str], client_kwargs: dict[str, Any]) -> Cli
     if admin is not None and not re.match(r"^https?://", admin):
         raise OptionError(f"option 'admin.url': {admin!r} is not an http(s):// URL")
     plugin = client_kwargs.pop(AUTH_PLUGIN_KEY, None)
-    if plugin is not None and "authentication" not in client_kwargs:
+    params = client_kwargs.pop(AUTH_PARAMS_KEY, None)
+    if plugin is not None and params is None:
         raise OptionError(
-            f"option 'pulsar.client.authPluginClassName' is {plugin!r} but "
-            "'pulsar.client.authParams' is missing (token:<jwt> or file:<path>)"
+            f"option 'pulsar.client.authPluginClassName' names {plugin} authentication but "
+            "'pulsar.client.authParams' is missing"
         )
+    if params is not None:
+        try:
+            client_kwargs["authentication"] = (_basic if plugin == "basic" else _token)(params)
+        except ValueError as exc:
+            raise OptionError(f"option 'pulsar.client.authparams': {exc}") from None
     return ClientSettings(url, admin.rstrip("/") if admin else None, client_kwargs)
 
 

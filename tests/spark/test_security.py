@@ -2,7 +2,8 @@
 local Spark session reads a topic over ``pulsar+ssl://`` with a token for a role that may only
 consume (``pulsar.client.useTls``/``tlsTrustCertsFilePath``/``authParams``), and the same read
 without the token fails instead of reading anything; an exactly-once write whose admin calls
-(deduplication on, stats) go to the HTTPS admin URL with the same token and CA."""
+(deduplication on, stats) go to the HTTPS admin URL with the same token and CA; and the same
+write and read with basic authentication (user and password, ``AuthenticationBasic``)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from passlib.hash import apr_md5_crypt
 from pyspark.sql import functions as F
 from support.admin import http
 from support.net import free_port
@@ -39,6 +41,8 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
     tls = issue(ca, ca_path, base, "broker", "localhost", "127.0.0.1")
     kit = make_token_kit(base)
     tls_port, web_tls = free_port(), free_port()
+    htpasswd = base / ".htpasswd"
+    htpasswd.write_text(f"admin:{apr_md5_crypt.hash('admin-password')}\n")
     sa = StandaloneProcess(
         base / "data",
         base / "standalone.log",
@@ -48,8 +52,9 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
             "tlsCertificateFilePath": tls.cert,
             "tlsKeyFilePath": tls.key,
             "authenticationEnabled": "true",
-            "authenticationProviders": "token",
+            "authenticationProviders": "token,basic",
             "tokenSecretKey": kit.url,
+            "basicAuthConf": str(htpasswd),
             "authorizationEnabled": "true",
             "superUserRoles": "admin",
         },
@@ -133,3 +138,32 @@ def test_an_exactly_once_write_over_tls_with_a_token(spark: Any, secured: Secure
     back = spark.read.format("magnetar").options(**opts).load()
     rows = back.select(F.col("value").cast("string").alias("v")).collect()
     assert sorted(r.v for r in rows) == sorted(f"w-{i}" for i in range(50))
+
+
+BASIC_PLUGIN = "org.apache.pulsar.client.impl.auth.AuthenticationBasic"
+
+
+def test_an_exactly_once_write_and_a_read_with_basic_authentication(
+    spark: Any, secured: Secured
+) -> None:
+    """``authPluginClassName`` = the basic plugin, ``authParams`` = ``{"userId", "password"}``
+    as pulsar-spark jobs set them: the binary client and the admin calls (``Authorization:
+    Basic``) authenticate as the user; a wrong password writes nothing."""
+    topic = "persistent://public/default/secured-basic"
+    opts = {
+        "service.url": secured.tls_url,
+        "admin.url": secured.https_url,
+        "topic": topic,
+        "pulsar.client.tlsTrustCertsFilePath": secured.tls.ca,
+        "pulsar.client.authPluginClassName": BASIC_PLUGIN,
+        "pulsar.client.authParams": '{"userId": "admin", "password": "admin-password"}',
+        "pulsar.client.operationTimeoutMs": "20000",
+    }
+    df = spark.range(30).select(F.concat(F.lit("b-"), F.col("id").cast("string")).alias("value"))
+    df.write.format("magnetar").options(**opts).mode("append").save()  # exactlyOnce: admin calls
+    back = spark.read.format("magnetar").options(**opts).load()
+    rows = back.select(F.col("value").cast("string").alias("v")).collect()
+    assert sorted(r.v for r in rows) == sorted(f"b-{i}" for i in range(30))
+    wrong = {**opts, "pulsar.client.authParams": '{"userId": "admin", "password": "nope"}'}
+    with pytest.raises(Exception, match=r"(?i)authentic|unable to authenticate|401"):
+        df.write.format("magnetar").options(**wrong).mode("append").save()

@@ -242,15 +242,34 @@ def test_token_files_and_the_token_plugin_name(tmp_path) -> None:  # type: ignor
         ({"pulsar.client.authParams": f"file:{tmp_path}/empty"}, "cannot read"),
         (
             {plugin: oauth2},
-            "only token authentication is supported",
+            "token and basic authentication are supported",
         ),
         (
             {plugin: token_plugin},
             "'pulsar.client.authParams' is missing",
         ),
+        (
+            {
+                plugin: "org.apache.pulsar.client.impl.auth.AuthenticationBasic",
+                "pulsar.client.authParams": "alice:secret",
+            },
+            'expected {"userId"',
+        ),
     ]
     (tmp_path / "blank").write_text("  \n")
     bad.append(({"pulsar.client.authParams": f"file:{tmp_path / 'blank'}"}, "is empty"))
     for extra, message in bad:
-        with pytest.raises(OptionError, match=message):
+        with pytest.raises(OptionError, match=None) as refused:
             read_options({**URL, "topic": "t", **extra}, streaming=False)
+        assert message in str(refused.value)
+    basic = read_options(
+        {
+            **URL,
+            "topic": "t",
+            plugin: "org.apache.pulsar.client.impl.auth.AuthenticationBasic",
+            "pulsar.client.authParams": '{"userId": "alice", "password": "s:ecret"}',
+        },
+        streaming=False,
+    )
+    auth = basic.client.client_kwargs["authentication"]
+    assert auth.auth_method_name == "basic" and auth.auth_data() == b"alice:s:ecret"
