@@ -5,8 +5,9 @@ inclusive end, fixed when planned: a batch read is a snapshot), the streaming of
 ``positions``), admission control (``maxRecordsPerTrigger`` / ``maxBytesPerTrigger``: the
 driver reads the ids ahead to cut each micro-batch exactly at the cap, across all partitions),
 ``Trigger.AvailableNow`` (the end is fixed when the query starts), the optional progress
-cursor advanced on ``commit``, and the executor side (``read_partition``: a non-durable reader
-per range, yielding Arrow record batches).
+cursor advanced on ``commit``, filter pushdown of batch reads (``__topic`` equal to, in, or
+starting with: topic-partitions pruned at planning), and the executor side
+(``read_partition``: a non-durable reader per range, yielding Arrow record batches).
 
 Invariants: a partition's range is ``start`` (exclusive after / inclusive at / earliest) to
 ``end`` (inclusive); a micro-batch's end offset is never before its start offset; partitions
@@ -23,7 +24,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.datasource import (
+    DataSourceReader,
+    DataSourceStreamReader,
+    EqualTo,
+    In,
+    InputPartition,
+    StringStartsWith,
+)
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadLimit,
@@ -146,10 +154,48 @@ async def _initial_starts(
     }
 
 
+TopicTest = tuple[str, tuple[str, ...]]
+"""A pushed ``__topic`` filter as data (the reader is pickled): ("in", names) or ("prefix",
+(prefix,))."""
+
+
+def topic_test(f: Any) -> TopicTest | None:
+    """The ``__topic`` filter ``f`` as a ``TopicTest``; None when it is another filter."""
+    if tuple(getattr(f, "attribute", ())) != ("__topic",):
+        return None
+    if isinstance(f, EqualTo) and isinstance(f.value, str):
+        return ("in", (f.value,))
+    if isinstance(f, In) and all(isinstance(v, str) for v in f.value):
+        return ("in", tuple(f.value))
+    if isinstance(f, StringStartsWith) and isinstance(f.value, str):
+        return ("prefix", (f.value,))
+    return None
+
+
+def passes(tests: list[TopicTest], partition: str) -> bool:
+    return all(
+        partition in values if kind == "in" else partition.startswith(values[0])
+        for kind, values in tests
+    )
+
+
 class BatchReader(DataSourceReader):  # type: ignore[misc]
     def __init__(self, opts: ReadOptions, typed: TopicSchema | None = None) -> None:
         self.opts = opts
         self.typed = typed
+        self.topic_tests: list[TopicTest] = []
+
+    def pushFilters(self, filters: list[Any]) -> Iterator[Any]:
+        """Filters on ``__topic`` (=, IN, starts with) prune topic-partitions at planning:
+        every row of a partition carries its name, so they are applied here exactly and not
+        again by Spark. Every other filter is left to Spark. (Spark passes filters here when
+        ``spark.sql.python.filterPushdown.enabled`` is true.)"""
+        for f in filters:
+            test = topic_test(f)
+            if test is None:
+                yield f
+            else:
+                self.topic_tests.append(test)
 
     def partitions(self) -> list[RangePartition]:
         opts = self.opts
@@ -170,7 +216,11 @@ class BatchReader(DataSourceReader):  # type: ignore[misc]
             out = []
             for p in parts:
                 end = ends[p]
-                if end is not None and starts[p].is_before_or_at(end):
+                if (
+                    end is not None
+                    and starts[p].is_before_or_at(end)
+                    and passes(self.topic_tests, p)
+                ):
                     out.append(RangePartition(p, str(starts[p]), str(end), opts.ending_time_ms))
             return out
 

@@ -19,6 +19,8 @@ from pyspark.sql import functions as F
 from support.standalone import StandaloneProcess
 from support.waiting import wait_until
 
+NS = "persistent://public/default"
+
 
 def _opts(sa: StandaloneProcess, **extra: str) -> dict[str, str]:
     return {"service.url": sa.service_url, "admin.url": sa.web_url, **extra}
@@ -168,6 +170,38 @@ def test_offsets_and_times_bound_a_batch_read(spark: Any, standalone: Standalone
     planned = spark.read.format("magnetar").options(**opts).load()
     publish(standalone.service_url, topic, [b"late"])
     assert planned.count() in (10, 11)  # (Spark may plan again at the action)
+
+
+def test_topic_filters_prune_partitions_at_planning(
+    spark: Any, standalone: StandaloneProcess
+) -> None:
+    """With ``spark.sql.python.filterPushdown.enabled``, filters on ``__topic`` (=, IN, starts
+    with) reach the source, which plans only the matching topic-partitions (one task each);
+    the rows are those Spark's own filter would keep."""
+    admin(standalone, "PUT", "/admin/v2/persistent/public/default/pd-a/partitions", 3)
+    for i in range(3):
+        publish(standalone.service_url, f"{NS}/pd-a-partition-{i}", [f"a{i}".encode()])
+    publish(standalone.service_url, f"{NS}/pd-b", [b"b"])
+    df = spark.read.format("magnetar").options(**_opts(standalone, topicsPattern=f"{NS}/pd-.*"))
+    loaded = df.load()
+    conf = "spark.sql.python.filterPushdown.enabled"
+    spark.conf.set(conf, "true")
+    try:
+        cases = [
+            (F.col("__topic") == f"{NS}/pd-b", 1, {"b"}),
+            (F.col("__topic").isin(f"{NS}/pd-a-partition-0", f"{NS}/pd-b"), 2, {"a0", "b"}),
+            (F.col("__topic").startswith(f"{NS}/pd-a"), 3, {"a0", "a1", "a2"}),
+        ]
+        for condition, tasks, values in cases:
+            filtered = loaded.filter(condition)
+            assert filtered.rdd.getNumPartitions() == tasks
+            got = {r.v for r in filtered.select(F.col("value").cast("string").alias("v")).collect()}
+            assert got == values
+        # another filter stays with Spark: every partition is planned, the rows are right
+        other = loaded.filter(F.col("value").cast("string") == "b")
+        assert other.rdd.getNumPartitions() == 4 and other.count() == 1
+    finally:
+        spark.conf.unset(conf)
 
 
 def test_bad_options_fail_at_planning_with_the_option_named(
