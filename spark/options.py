@@ -50,6 +50,7 @@ _READ_KEYS = frozenset(
         "subscriptionname",
         "polltimeoutms",
         "waitingfornonexistedtopic",
+        "filterpushdown",
     }
 )
 _WRITE_KEYS = frozenset({"service.url", "admin.url", "topic", "exactlyonce"})
@@ -231,6 +232,8 @@ class ReadOptions:
     reader_kwargs: dict[str, Any] = field(default_factory=dict)
     wait_for_topics: bool = False
     """``waitingForNonExistedTopic``: planning waits for missing topics to be created."""
+    filter_pushdown: bool = False
+    """``filterPushdown``: batch reads take ``__topic`` filters (Spark's pushdown conf on)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -438,6 +441,12 @@ def read_options(options: Mapping[str, str], *, streaming: bool | None) -> ReadO
         wait = _bool(opts.get("waitingfornonexistedtopic", "false"))
     except ValueError as exc:
         raise OptionError(f"option 'waitingForNonExistedTopic': {exc}") from None
+    try:
+        pushdown = _bool(opts.get("filterpushdown", "false"))
+    except ValueError as exc:
+        raise OptionError(f"option 'filterPushdown': {exc}") from None
+    if pushdown and streaming:
+        raise OptionError("option 'filterPushdown' applies to batch reads only, not readStream")
     sub = opts.get("subscriptionname")
     if sub is not None and not sub.strip():
         raise OptionError("option 'subscriptionName' must not be empty")
@@ -455,6 +464,7 @@ def read_options(options: Mapping[str, str], *, streaming: bool | None) -> ReadO
         poll_timeout_ms=poll,
         reader_kwargs=passed["pulsar.reader."],
         wait_for_topics=wait,
+        filter_pushdown=pushdown,
     )
 
 

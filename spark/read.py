@@ -185,18 +185,6 @@ class BatchReader(DataSourceReader):  # type: ignore[misc]
         self.typed = typed
         self.topic_tests: list[TopicTest] = []
 
-    def pushFilters(self, filters: list[Any]) -> Iterator[Any]:
-        """Filters on ``__topic`` (=, IN, starts with) prune topic-partitions at planning:
-        every row of a partition carries its name, so they are applied here exactly and not
-        again by Spark. Every other filter is left to Spark. (Spark passes filters here when
-        ``spark.sql.python.filterPushdown.enabled`` is true.)"""
-        for f in filters:
-            test = topic_test(f)
-            if test is None:
-                yield f
-            else:
-                self.topic_tests.append(test)
-
     def partitions(self) -> list[RangePartition]:
         opts = self.opts
 
@@ -229,6 +217,23 @@ class BatchReader(DataSourceReader):  # type: ignore[misc]
     def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, RangePartition)
         yield from read_partition(self.opts, partition, self.typed)
+
+
+class FilteringBatchReader(BatchReader):
+    """A batch reader with filter pushdown (option ``filterPushdown=true``; Spark passes
+    filters when ``spark.sql.python.filterPushdown.enabled`` is true, and refuses a reader
+    that could take them while it is false)."""
+
+    def pushFilters(self, filters: list[Any]) -> Iterator[Any]:
+        """Filters on ``__topic`` (=, IN, starts with) prune topic-partitions at planning:
+        every row of a partition carries its name, so they are applied here exactly and not
+        again by Spark. Every other filter is left to Spark."""
+        for f in filters:
+            test = topic_test(f)
+            if test is None:
+                yield f
+            else:
+                self.topic_tests.append(test)
 
 
 class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # type: ignore[misc]

@@ -33,10 +33,13 @@ class MagnetarDataSource(DataSource):  # type: ignore[misc]
         return SOURCE_DDL if typed is None else typed.ddl()
 
     def reader(self, schema: Any) -> Any:
-        from magnetar.spark.read import BatchReader
+        from magnetar.spark.read import BatchReader, FilteringBatchReader
 
         opts = read_options(self.options, streaming=False)
-        return BatchReader(opts, _typed_for(opts, schema))
+        # Spark refuses a reader with pushFilters while its filter pushdown conf is off, so
+        # pushdown is a reader of its own, chosen by the filterPushdown option
+        kind = FilteringBatchReader if opts.filter_pushdown else BatchReader
+        return kind(opts, _typed_for(opts, schema))
 
     def streamReader(self, schema: Any) -> Any:
         from magnetar.spark.read import StreamReader

@@ -182,7 +182,18 @@ def test_topic_filters_prune_partitions_at_planning(
     for i in range(3):
         publish(standalone.service_url, f"{NS}/pd-a-partition-{i}", [f"a{i}".encode()])
     publish(standalone.service_url, f"{NS}/pd-b", [b"b"])
-    df = spark.read.format("magnetar").options(**_opts(standalone, topicsPattern=f"{NS}/pd-.*"))
+    pattern = _opts(standalone, topicsPattern=f"{NS}/pd-.*")
+    # without the option the reader takes no filters (Spark refuses one that could while its
+    # conf is off): every partition is planned
+    assert (
+        spark.read.format("magnetar")
+        .options(**pattern)
+        .load()
+        .filter(F.col("__topic") == f"{NS}/pd-b")
+        .rdd.getNumPartitions()
+        == 4
+    )
+    df = spark.read.format("magnetar").options(**pattern, filterPushdown="true")
     loaded = df.load()
     conf = "spark.sql.python.filterPushdown.enabled"
     spark.conf.set(conf, "true")

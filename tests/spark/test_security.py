@@ -123,47 +123,37 @@ def test_a_batch_read_over_tls_with_a_token(spark: Any, secured: Secured) -> Non
         spark.read.format("magnetar").options(**opts).load().collect()
 
 
-def test_an_exactly_once_write_over_tls_with_a_token(spark: Any, secured: Secured) -> None:
-    topic = "persistent://public/default/secured-write"
-    opts = {
-        "service.url": secured.tls_url,
-        "admin.url": secured.https_url,
-        "topic": topic,
-        "pulsar.client.tlsTrustCertsFilePath": secured.tls.ca,
-        "pulsar.client.authParams": f"token:{secured.kit.token('admin')}",
-        "pulsar.client.operationTimeoutMs": "20000",
-    }
-    df = spark.range(50).select(F.concat(F.lit("w-"), F.col("id").cast("string")).alias("value"))
-    df.write.format("magnetar").options(**opts).mode("append").save()  # exactlyOnce by default
-    back = spark.read.format("magnetar").options(**opts).load()
-    rows = back.select(F.col("value").cast("string").alias("v")).collect()
-    assert sorted(r.v for r in rows) == sorted(f"w-{i}" for i in range(50))
-
-
 BASIC_PLUGIN = "org.apache.pulsar.client.impl.auth.AuthenticationBasic"
 
 
-def test_an_exactly_once_write_and_a_read_with_basic_authentication(
-    spark: Any, secured: Secured
-) -> None:
-    """``authPluginClassName`` = the basic plugin, ``authParams`` = ``{"userId", "password"}``
-    as pulsar-spark jobs set them: the binary client and the admin calls (``Authorization:
-    Basic``) authenticate as the user; a wrong password writes nothing."""
-    topic = "persistent://public/default/secured-basic"
+@pytest.mark.parametrize("auth", ["token", "basic"])
+def test_an_exactly_once_write_over_tls(spark: Any, secured: Secured, auth: str) -> None:
+    """The binary client and the admin calls (``Authorization: Bearer`` / ``Basic``) carry the
+    credentials: a token, or the basic plugin with ``{"userId", "password"}`` as pulsar-spark
+    jobs set them (and with a wrong password nothing is written)."""
+    topic = f"persistent://public/default/secured-write-{auth}"
+
+    def credentials(password: str = "admin-password") -> dict[str, str]:
+        if auth == "token":
+            return {"pulsar.client.authParams": f"token:{secured.kit.token('admin')}"}
+        return {
+            "pulsar.client.authPluginClassName": BASIC_PLUGIN,
+            "pulsar.client.authParams": f'{{"userId": "admin", "password": "{password}"}}',
+        }
+
     opts = {
         "service.url": secured.tls_url,
         "admin.url": secured.https_url,
         "topic": topic,
         "pulsar.client.tlsTrustCertsFilePath": secured.tls.ca,
-        "pulsar.client.authPluginClassName": BASIC_PLUGIN,
-        "pulsar.client.authParams": '{"userId": "admin", "password": "admin-password"}',
         "pulsar.client.operationTimeoutMs": "20000",
     }
-    df = spark.range(30).select(F.concat(F.lit("b-"), F.col("id").cast("string")).alias("value"))
-    df.write.format("magnetar").options(**opts).mode("append").save()  # exactlyOnce: admin calls
-    back = spark.read.format("magnetar").options(**opts).load()
+    df = spark.range(50).select(F.concat(F.lit("w-"), F.col("id").cast("string")).alias("value"))
+    writer = df.write.format("magnetar").mode("append")
+    writer.options(**opts, **credentials()).save()  # exactlyOnce by default: admin calls
+    back = spark.read.format("magnetar").options(**opts, **credentials()).load()
     rows = back.select(F.col("value").cast("string").alias("v")).collect()
-    assert sorted(r.v for r in rows) == sorted(f"b-{i}" for i in range(30))
-    wrong = {**opts, "pulsar.client.authParams": '{"userId": "admin", "password": "nope"}'}
-    with pytest.raises(Exception, match=r"(?i)authentic|unable to authenticate|401"):
-        df.write.format("magnetar").options(**wrong).mode("append").save()
+    assert sorted(r.v for r in rows) == sorted(f"w-{i}" for i in range(50))
+    if auth == "basic":
+        with pytest.raises(Exception, match=r"(?i)authentic|unable to authenticate|401"):
+            writer.options(**opts, **credentials("nope")).save()

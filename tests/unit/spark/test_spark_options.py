@@ -92,6 +92,8 @@ def test_every_read_option_is_parsed() -> None:
         ({"topic": "t", "maxBytesPerTrigger": "x"}, True, "option 'maxBytesPerTrigger'"),
         ({"topic": "t", "failOnDataLoss": "maybe"}, True, "option 'failOnDataLoss'"),
         ({"topic": "t", "waitingForNonExistedTopic": "y"}, True, "'waitingForNonExistedTopic'"),
+        ({"topic": "t", "filterPushdown": "true"}, True, "applies to batch reads only"),
+        ({"topic": "t", "filterPushdown": "y"}, False, "option 'filterPushdown'"),
         ({"topic": "t", "pulsar.reader.bogus": "1"}, True, "option 'pulsar.reader.bogus'"),
         ({"topic": "t", "pulsar.producer.sendTimeoutMs": "1"}, True, "do not apply here"),
         ({"topic": "t", "pulsar.reader.receiverQueueSize": "x"}, True, "receiverqueuesize"),
