@@ -519,7 +519,19 @@ class ManagedLedger:
 
     def add_many_nowait(self, payloads: list[bytes]) -> list[asyncio.Future[Position]]:
         """``add_nowait`` of each payload, in order; the adds go to the bookies when this
-        returns (one batch per bookie, no loop callback of their own)."""
+        returns (one batch per bookie, no loop callback of their own). All or none: when
+        the pending adds have no room for every payload, ``TooManyPendingAdds`` is raised
+        before any is added (a caller failing the whole batch must not leave part of it
+        stored)."""
+        pending = (
+            self._current.pending_adds
+            if self.state is _LEDGER_OPENED and self._current is not None
+            else len(self._queued)
+        )
+        if pending + len(payloads) > self.config.max_pending_adds:
+            raise TooManyPendingAdds(
+                f"{self.name}: {pending} adds pending, no room for {len(payloads)} more"
+            )
         handle = self._current if self.state is _LEDGER_OPENED else None
         if handle is None or not handle.hold_flush():
             return [self.add_nowait(p) for p in payloads]

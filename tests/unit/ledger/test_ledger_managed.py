@@ -21,6 +21,7 @@ from magnetar.broker.ledger import (
     ManagedLedgerTerminated,
     Position,
 )
+from magnetar.broker.ledger.errors import TooManyPendingAdds
 from magnetar.broker.ledger.metadata import LedgerMetadata
 from magnetar.broker.ledger.states import LedgerState, ManagedLedgerState
 from magnetar.broker.ledger.testing import FakeBookieCluster
@@ -511,4 +512,26 @@ async def test_add_many_nowait_sends_the_run_before_returning(
     assert [p.entry_id for p in positions] == [1, 2, 3]
     c = ml.new_non_durable_cursor(EARLIEST)
     assert [e.payload for e in await ml.read_entries(c, 10)] == [b"first", b"a", b"b", b"c"]
+    await f.close()
+
+
+async def test_a_batch_of_adds_is_taken_whole_or_refused_whole(
+    meta_server: MemoryMetadataServer, fake_bookies: FakeBookieCluster
+) -> None:
+    """``add_many_nowait`` (one SEND batch of a topic) with no room for all of it refuses all
+    of it: none is stored while the caller reports the batch failed."""
+    f = factory(meta_server, fake_bookies, max_pending_adds=10, add_timeout_ms=60_000)
+    ml = await f.open("t/ns/persistent/whole")
+    for b in fake_bookies.bookies.values():
+        b.hang()  # adds stay pending
+    first = ml.add_many_nowait([b"a%d" % i for i in range(8)])
+    with pytest.raises(TooManyPendingAdds):
+        ml.add_many_nowait([b"b%d" % i for i in range(5)])
+    for b in fake_bookies.bookies.values():
+        b.resume()
+    await asyncio.gather(*first)
+    cursor = ml.new_non_durable_cursor(EARLIEST)
+    got = [e.payload for e in await ml.read_entries(cursor, 20)]
+    assert got == [b"a%d" % i for i in range(8)]
+    await cursor.close()
     await f.close()
