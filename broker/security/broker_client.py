@@ -4,10 +4,10 @@ to their admin REST (the load manager's unload and split, lookups through the le
 Owns: turning Pulsar's broker-client settings (``brokerClientAuthenticationPlugin``,
 ``brokerClientAuthenticationParameters``, ``brokerClientTlsEnabled``,
 ``brokerClientTrustCertsFilePath``, ``brokerClientCertificateFilePath``,
-``brokerClientKeyFilePath``) into the ``Authorization`` header and the ``ssl`` argument of
-each request (``BrokerClientAuth.request_options``), and choosing the HTTPS URL of a broker
-when TLS is on. A token given as ``file:///path`` is read again for every request, so a
-rotated token file is used without a restart.
+``brokerClientKeyFilePath``; the token, TLS and basic plugins) into the ``Authorization``
+header and the ``ssl`` argument of each request (``BrokerClientAuth.request_options``), and
+choosing the HTTPS URL of a broker when TLS is on. A token given as ``file:///path`` is read
+again for every request, so a rotated token file is used without a restart.
 
 Invariants: bad settings are a ``BrokerClientConfigError`` at start-up, never a failure of a
 later call; the token never appears in a log line or ``repr``.
@@ -16,6 +16,7 @@ Must not know: HTTP sessions, the load manager, which calls are made.
 
 from __future__ import annotations
 
+import base64
 import json
 import pathlib
 import ssl
@@ -28,6 +29,9 @@ TOKEN_PLUGINS = frozenset(
 )
 TLS_PLUGINS = frozenset(
     {"tls", "org.apache.pulsar.client.impl.auth.AuthenticationTls", "AuthenticationTls"}
+)
+BASIC_PLUGINS = frozenset(
+    {"basic", "org.apache.pulsar.client.impl.auth.AuthenticationBasic", "AuthenticationBasic"}
 )
 
 
@@ -68,6 +72,8 @@ class BrokerClientAuth:
 
     token: str = ""
     token_file: str = ""
+    basic: str = ""
+    """``base64(user:password)`` for ``Authorization: Basic`` (the basic plugin)."""
     tls_enabled: bool = False
     trust_certs_file: str = ""
     cert_file: str = ""
@@ -75,6 +81,7 @@ class BrokerClientAuth:
 
     def __repr__(self) -> str:
         kind = "token" if self.token else f"token file {self.token_file}" if self.token_file else ""
+        kind = kind or ("basic" if self.basic else "")
         kind = kind or (f"certificate {self.cert_file}" if self.cert_file else "anonymous")
         return f"<BrokerClientAuth {kind} tls={self.tls_enabled}>"
 
@@ -86,9 +93,18 @@ class BrokerClientAuth:
         raw = str(get("broker_client_authentication_parameters"))
         cert = str(get("broker_client_certificate_file_path"))
         key = str(get("broker_client_key_file_path"))
-        token = token_file = ""
+        token = token_file = basic = ""
         if plugin in TOKEN_PLUGINS:
             token, token_file = _token_of(raw)
+        elif plugin in BASIC_PLUGINS:
+            params = _parse_params(raw)
+            if not params.get("userId"):
+                raise BrokerClientConfigError(
+                    "brokerClientAuthenticationPlugin=basic needs "
+                    'brokerClientAuthenticationParameters={"userId": ..., "password": ...}'
+                )
+            pair = f"{params['userId']}:{params.get('password', '')}".encode()
+            basic = base64.b64encode(pair).decode()
         elif plugin in TLS_PLUGINS:
             params = _parse_params(raw)
             cert = params.get("tlsCertFile", cert)
@@ -101,12 +117,14 @@ class BrokerClientAuth:
                 )
         elif plugin:
             raise BrokerClientConfigError(
-                f"brokerClientAuthenticationPlugin {plugin!r} is not supported "
-                "(token, tls, or Pulsar's AuthenticationToken / AuthenticationTls class names)"
+                f"brokerClientAuthenticationPlugin {plugin!r} is not supported (token, tls, "
+                "basic, or Pulsar's AuthenticationToken / AuthenticationTls / "
+                "AuthenticationBasic class names)"
             )
         auth = cls(
             token=token,
             token_file=_file_path(token_file) if token_file else "",
+            basic=basic,
             tls_enabled=bool(get("broker_client_tls_enabled")),
             trust_certs_file=str(get("broker_client_trust_certs_file_path")),
             cert_file=_file_path(cert) if cert else "",
@@ -118,7 +136,9 @@ class BrokerClientAuth:
         return auth
 
     def headers(self) -> dict[str, str]:
-        """The ``Authorization`` header (empty without a token)."""
+        """The ``Authorization`` header (empty without credentials)."""
+        if self.basic:
+            return {"Authorization": f"Basic {self.basic}"}
         token = self.token
         if self.token_file:
             try:
@@ -180,4 +200,10 @@ def _token_of(raw: str) -> tuple[str, str]:
     )
 
 
-__all__ = ["TLS_PLUGINS", "TOKEN_PLUGINS", "BrokerClientAuth", "BrokerClientConfigError"]
+__all__ = [
+    "BASIC_PLUGINS",
+    "TLS_PLUGINS",
+    "TOKEN_PLUGINS",
+    "BrokerClientAuth",
+    "BrokerClientConfigError",
+]

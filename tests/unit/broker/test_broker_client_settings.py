@@ -4,6 +4,7 @@ HTTPS URL choice, and the parameters masked in the effective-configuration line.
 
 from __future__ import annotations
 
+import base64
 import json
 import pathlib
 
@@ -42,6 +43,25 @@ def test_token_spellings(plugin: str, params: str) -> None:
     assert "abc.def.ghi" not in repr(auth)
 
 
+@pytest.mark.parametrize(
+    ("plugin", "params"),
+    [
+        (
+            "org.apache.pulsar.client.impl.auth.AuthenticationBasic",
+            '{"userId": "broker", "password": "p:w"}',
+        ),
+        ("basic", "userId:broker,password:p:w"),
+    ],
+)
+def test_basic_spellings(plugin: str, params: str) -> None:
+    auth = _auth(
+        broker_client_authentication_plugin=plugin,
+        broker_client_authentication_parameters=params,
+    )
+    assert auth.headers() == {"Authorization": "Basic " + base64.b64encode(b"broker:p:w").decode()}
+    assert "p:w" not in repr(auth) and "basic" in repr(auth)
+
+
 def test_a_token_file_is_read_for_every_call(tmp_path: pathlib.Path) -> None:
     path = tmp_path / "broker.token"
     path.write_text("first\n")
@@ -60,6 +80,7 @@ def test_a_token_file_is_read_for_every_call(tmp_path: pathlib.Path) -> None:
         ({"broker_client_authentication_plugin": "kerberos"}, "'kerberos' is not supported"),
         ({"broker_client_authentication_plugin": "token"}, "needs brokerClientAuthentication"),
         ({"broker_client_authentication_plugin": "tls"}, "needs a certificate and key"),
+        ({"broker_client_authentication_plugin": "basic"}, "needs brokerClientAuthentication"),
         (
             {
                 "broker_client_authentication_plugin": "token",
