@@ -59,10 +59,17 @@ class LedgerBookieClient(BookieClientAPI, Protocol):
         the next Add stream on (a client without a fast add transport ignores it)."""
         ...
 
+    async def health(self, timeout_ms: int | None = None) -> bool:
+        """Whether the bookie answers its health check (within ``timeout_ms``)."""
+        ...
+
 
 BookieClientFactory = Callable[[str], LedgerBookieClient]
 """Makes a client for one bookie, given its address (``host:port``)."""
 
+
+HEALTH_PROBE_MS = 1_000
+"""How long a quarantined bookie has to answer the health check that lets it back in."""
 
 READ_SUSPECT_MS = 30_000
 """How long reads ask a bookie last after a read of its failed or timed out."""
@@ -389,10 +396,36 @@ class BookieRegistry:
     ) -> tuple[str, ...]:
         candidates = await self.healthy(exclude)
         if len(candidates) < size:
+            candidates += await self._back_from_quarantine(exclude)
+        if len(candidates) < size:
             raise NotEnoughBookies(f"need {size} bookies, {len(candidates)} healthy: {candidates}")
         return self.rack_policy.choose(
             candidates, self._racks, size, write_quorum or size, self._rng
         )
+
+    async def _back_from_quarantine(self, exclude: Iterable[str]) -> list[str]:
+        """Quarantined bookies that answer a health check now, out of quarantine: when the
+        others are too few for an ensemble (BookKeeper then uses quarantined bookies too), a
+        bookie back from a blip need not wait out its quarantine for new ledgers, and one
+        still down (its registration lingering) is not chosen."""
+        excluded = set(exclude)
+        suspects = [
+            b for b in await self.available() if b not in excluded and self.is_quarantined(b)
+        ]
+        if not suspects:
+            return []
+        answers = await asyncio.gather(*(self._answers(b) for b in suspects))
+        back = [b for b, ok in zip(suspects, answers, strict=True) if ok]
+        for b in back:
+            self._quarantined_until.pop(b, None)
+            log.info("bookie %s answers again: out of quarantine", b)
+        return back
+
+    async def _answers(self, bookie_id: str) -> bool:
+        try:
+            return await self.client(bookie_id).health(timeout_ms=HEALTH_PROBE_MS)
+        except Exception:  # a probe that fails in any way is a bookie not back yet
+            return False
 
     async def replace_bookies(
         self,

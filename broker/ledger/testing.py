@@ -192,6 +192,10 @@ class FakeBookieClient:
     def set_add_address(self, add_address: str | None) -> None:
         self.add_address = add_address
 
+    async def health(self, timeout_ms: int | None = None) -> bool:
+        b = self._bookie
+        return b.up and not b.hung  # a hung bookie does not answer in time
+
     def add(self, request: AddRequest) -> asyncio.Future[None]:
         if self.closed:
             fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()

@@ -207,12 +207,15 @@ async def test_adds_a_failed_ledger_never_confirmed_land_once_in_the_next_ledger
     ledger fails after the ensemble change timeout, is closed at its last confirmed entry,
     and the adds it never confirmed wait for the next ledger instead of failing (Pulsar's
     managed ledger re-sends them so). The bookie that did store them in the old ledger does
-    not make them appear twice: a new owner reads each exactly once."""
+    not make them appear twice: a new owner reads each exactly once. The paused bookie, back,
+    joins the next ledger's ensemble although still quarantined (it answers its health check)."""
     url = chroot_url(zookeeper_server.url)
     bookies = [
         bookie_factory.start(metadata=url, extra_args=fast_add_args(transport)) for _ in range(2)
     ]
-    config = {"add_timeout_ms": 500, "ensemble_change_timeout_ms": 1_500, "quarantine_ms": 0}
+    # the paused bookie is quarantined for 10 minutes: the next ledger gets it back by its
+    # answering the health check, not by the quarantine running out
+    config = {"add_timeout_ms": 500, "ensemble_change_timeout_ms": 1_500, "quarantine_ms": 600_000}
     factory = await open_factory(url, transport=transport, **config)
     await wait_registered(factory.store, 2)
     ml = await factory.open("t/ns/persistent/failed-ledger")

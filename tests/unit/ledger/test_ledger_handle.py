@@ -393,3 +393,32 @@ async def test_reads_ask_a_replica_whose_read_failed_last(
     assert [e.payload for e in await w.read(5, 9)] == [b"e%d" % i for i in range(5, 10)]
     assert asked == [first, second, second]  # not the failed replica first again
     assert not client.registry.is_quarantined(first)  # placement still sees it
+
+
+async def test_a_quarantined_bookie_that_answers_again_joins_new_ensembles(
+    meta_server: MemoryMetadataServer, fake_bookies: FakeBookieCluster
+) -> None:
+    """With too few other bookies for an ensemble, a quarantined bookie is health-checked:
+    one that answers is out of quarantine and used at once (a bookie back from a blip need
+    not wait out its quarantine for new ledgers); one still down is not chosen."""
+    n = len(fake_bookies.bookies)
+    client = make_client(
+        meta_server,
+        fake_bookies,
+        ensemble_size=n,
+        write_quorum=n,
+        ack_quorum=n,
+        quarantine_ms=60_000,
+    )
+    victim = sorted(fake_bookies.bookies)[0]
+    client.registry.quarantine(victim)  # e.g. an add timed out: it is up again
+    w = await client.create_ledger()
+    assert victim in w.metadata.last_ensemble and not client.registry.is_quarantined(victim)
+    fake_bookies.crash(victim, keep_registration=True)  # down, its registration lingering
+    client.registry.quarantine(victim)
+    with pytest.raises(NotEnoughBookies):
+        await client.create_ledger()
+    assert client.registry.is_quarantined(victim)
+    fake_bookies.restart(victim)
+    w = await client.create_ledger()  # at once, not after the 60 s quarantine
+    assert victim in w.metadata.last_ensemble
