@@ -20,12 +20,15 @@ and turns values into bytes and back. Avro encoding uses ``fastavro`` (the ``avr
 ``pip install magnetar[avro]``), imported only when an ``AvroSchema`` is made.
 ``AvroSchema`` and ``AutoConsumeSchema`` decode each message with the schema version that
 wrote it (the consumer fetches it with GET_SCHEMA before handing the message over).
-Not here (yet): enums, fixed, logical types, PROTOBUF, KEY_VALUE.
+Enums: an ``enum.Enum`` class as a field (or ``CustomEnum(EnumClass)``), an Avro ``enum``
+of its member names, as the official client writes it. Not here (yet): fixed, logical types,
+PROTOBUF, KEY_VALUE.
 Must not know: connections, producers, consumers.
 """
 
 from __future__ import annotations
 
+import enum
 import io
 import json
 from typing import Any, ClassVar, cast
@@ -101,6 +104,43 @@ class Bytes(Field):
 class String(Field):
     avro_type = "string"
     python_types = (str,)
+
+
+class CustomEnum(Field):
+    """An ``enum.Enum`` class as a field: an Avro ``enum`` of the member names (a value may be
+    given as a member, its name or its value), as the official client's ``CustomEnum``."""
+
+    avro_type = "enum"
+
+    def __init__(self, enum_type: type[enum.Enum], **kwargs: Any) -> None:
+        if not (isinstance(enum_type, type) and issubclass(enum_type, enum.Enum)):
+            raise TypeError(f"{enum_type!r} is not an Enum class")
+        super().__init__(**kwargs)
+        self.enum_type = enum_type
+
+    def schema_info(self, defined: set[str]) -> Any:
+        name = self.enum_type.__name__
+        if name in defined:
+            return name
+        defined.add(name)
+        return {"type": "enum", "name": name, "symbols": [m.name for m in self.enum_type]}
+
+    def validate(self, name: str, value: Any) -> Any:
+        if value is None or isinstance(value, self.enum_type):
+            return super().validate(name, value)
+        if isinstance(value, str) and value in self.enum_type.__members__:
+            return self.enum_type.__members__[value]
+        for member in self.enum_type:
+            if not isinstance(value, str) and member.value == value:
+                return member
+        names = ", ".join(self.enum_type.__members__)
+        raise TypeError(f"field {name!r}: {value!r} is not one of {names}")
+
+    def to_plain(self, value: Any) -> Any:
+        return value.name if isinstance(value, enum.Enum) else value
+
+    def from_plain(self, value: Any) -> Any:
+        return self.enum_type[value] if isinstance(value, str) else value
 
 
 class Array(Field):
@@ -180,9 +220,15 @@ class Record:
         fields: dict[str, Field | Record] = {}
         for base in reversed(cls.__mro__[1:]):
             fields.update(getattr(base, "_fields", {}))
-        for name, value in list(vars(cls).items()):
-            if isinstance(value, (Field, Record)) and not name.startswith("_"):
-                fields[name] = value
+        for name, declared in list(vars(cls).items()):
+            # an Enum class as a field stands for CustomEnum(it), as in the official client
+            kind = (
+                CustomEnum(cast(type[enum.Enum], declared))
+                if isinstance(declared, enum.EnumMeta)
+                else declared
+            )
+            if isinstance(kind, (Field, Record)) and not name.startswith("_"):
+                fields[name] = kind
         cls._fields = fields
 
     def __init__(
@@ -253,7 +299,10 @@ class Record:
                 "type": avro if kind._required else ["null", avro],
             }
             if kind._required_default:
-                entry = {"name": name, "default": kind._default, "type": entry["type"]}
+                default = kind._default
+                if isinstance(default, enum.Enum):
+                    default = default.name
+                entry = {"name": name, "default": default, "type": entry["type"]}
             fields.append(entry)
         out["fields"] = fields
         return out
@@ -470,6 +519,7 @@ __all__ = [
     "Boolean",
     "Bytes",
     "BytesSchema",
+    "CustomEnum",
     "Double",
     "Field",
     "Float",

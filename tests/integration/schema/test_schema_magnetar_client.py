@@ -5,6 +5,7 @@ round-trip both ways in Avro and JSON, and an incompatible schema is refused wit
 
 from __future__ import annotations
 
+import enum
 import json
 import struct
 import uuid
@@ -18,6 +19,7 @@ from magnetar.client import IncompatibleSchema, InitialPosition
 from magnetar.client.schema import (
     Array,
     AvroSchema,
+    CustomEnum,
     Double,
     Integer,
     JsonSchema,
@@ -45,6 +47,28 @@ class OfficialUser(official_schema.Record):
 
 
 OfficialUser.__name__ = "User"  # the record name is part of the definition
+
+
+class Color(enum.Enum):
+    red = 1
+    green = 2
+    blue = 3
+
+
+class Paint(Record):
+    name = String()
+    color = Color  # an Enum class as a field
+    shade = CustomEnum(Color, required=True)
+
+
+class OfficialPaint(official_schema.Record):
+    _sorted_fields = False
+    name = official_schema.String()
+    color = Color
+    shade = official_schema.CustomEnum(Color, required=True)
+
+
+OfficialPaint.__name__ = "Paint"
 
 
 def _topic(prefix: str) -> str:
@@ -82,6 +106,43 @@ def test_values_cross_between_the_clients_under_one_version(
     assert first.value() == User(name="ada", age=36, tags=["x"], scores={"a": 1.5})
     assert second.value() == User(name="bob", age=7, tags=[], scores={})
     assert second.schema_version() == struct.pack(">q", 0)  # the same version for both
+    their_producer.close()
+    their_consumer.close()
+
+
+@pytest.mark.parametrize("kind", ["avro", "json"])
+def test_enum_fields_match_and_cross_between_the_clients(
+    ours: Client, official: pulsar.Client, kind: str
+) -> None:
+    """Enum fields (an ``enum.Enum`` class, or ``CustomEnum``): the same definition as the
+    official client's (one schema version), values given as members, names or values, and
+    decoded back to members on both sides."""
+    assert Paint.schema() == OfficialPaint.schema()
+    assert Paint(name="x", color="blue", shade=2) == Paint(
+        name="x", color=Color.blue, shade=Color.green
+    )
+    with pytest.raises(TypeError, match="not one of red, green, blue"):
+        Paint(name="x", shade="purple")
+    topic = _topic(f"enum-{kind}")
+    mine = AvroSchema(Paint) if kind == "avro" else JsonSchema(Paint)
+    theirs = (
+        official_schema.AvroSchema(OfficialPaint)
+        if kind == "avro"
+        else official_schema.JsonSchema(OfficialPaint)
+    )
+    their_consumer = official.subscribe(topic, "official", schema=theirs)
+    our_consumer = ours.subscribe(
+        topic, "ours", schema=mine, initial_position=InitialPosition.Earliest
+    )
+    ours.create_producer(topic, schema=mine).send(Paint(name="sky", color=Color.blue, shade="red"))
+    their_producer = official.create_producer(topic, schema=theirs)
+    their_producer.send(OfficialPaint(name="leaf", color=Color.green, shade=Color.green))
+    got = their_consumer.receive(10_000).value()
+    assert (got.name, got.color, got.shade) == ("sky", Color.blue, Color.red)
+    first, second = our_consumer.receive(10_000), our_consumer.receive(10_000)
+    assert first.value() == Paint(name="sky", color=Color.blue, shade=Color.red)
+    assert second.value() == Paint(name="leaf", color=Color.green, shade=Color.green)
+    assert second.schema_version() == struct.pack(">q", 0)  # one version for both clients
     their_producer.close()
     their_consumer.close()
 
