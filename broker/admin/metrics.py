@@ -358,6 +358,22 @@ class BrokerMetrics:
         )
         refused.add_metric([cluster], mem.read_ahead_refused)
         yield refused
+        failures = self.service.storage.failure_statistics()
+        for name, help_text, value in (
+            (
+                "magnetar_ml_ledgers_given_up",
+                "Ledgers closed at their last confirmed entry for want of bookies",
+                failures.ledgers_given_up,
+            ),
+            (
+                "magnetar_ml_adds_moved",
+                "Unconfirmed adds of given-up ledgers, re-added to the next ledger",
+                failures.adds_moved,
+            ),
+        ):
+            counter = CounterMetricFamily(name, help_text, labels=["cluster"])
+            counter.add_metric([cluster], value)
+            yield counter
 
 
 LB_GAUGES: dict[str, str] = {

@@ -231,6 +231,10 @@ class ManagedLedgerFactory:
             clock=self.clock,
         )
         self.read_ahead_budget = ReadAheadBudget(max(1, self.config.read_ahead_total_bytes))
+        self.ledgers_given_up = 0
+        """Ledgers closed at their LAC for want of bookies (their adds moved on)."""
+        self.adds_moved = 0
+        """Unconfirmed adds of such ledgers, re-added to the next ledger."""
         self._open: dict[str, ManagedLedger] = {}
         self._opening: dict[str, asyncio.Future[ManagedLedger]] = {}
         store.add_session_listener(self._on_session_event)
@@ -582,6 +586,8 @@ class ManagedLedger:
         # ledger, ahead of those queued since, in their order; the rollover closes it at its
         # last confirmed entry, so none of them is in it (Pulsar re-sends them so too)
         unconfirmed = handle.take_unconfirmed()
+        self.factory.ledgers_given_up += 1
+        self.factory.adds_moved += len(unconfirmed)
         if unconfirmed:
             log.warning(
                 "%s: ledger %d failed (%s); %d unconfirmed adds go to the next ledger",

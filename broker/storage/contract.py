@@ -220,6 +220,15 @@ class StorageMemory(NamedTuple):
     """Times a cursor's read-ahead found the broker-wide read-ahead budget spent."""
 
 
+class StorageFailures(NamedTuple):
+    """Storage failures a broker rode through, since it started (``/metrics`` counters)."""
+
+    ledgers_given_up: int
+    """Ledgers closed at their last confirmed entry for want of bookies."""
+    adds_moved: int
+    """Adds such a ledger had not confirmed, re-added to the next ledger."""
+
+
 class TopicStorageFactory(Protocol):
     async def open(self, name: str, *, keep_all: bool = False) -> TopicLedger:
         """Open (creating) ``name``. ``keep_all``: never trim it, whatever the retention
@@ -238,6 +247,8 @@ class TopicStorageFactory(Protocol):
         """Release what the storage holds (bookie connections); the broker is stopping."""
         ...
 
+    def failure_statistics(self) -> StorageFailures: ...
+
     def memory_statistics(self) -> StorageMemory:
         """The entry cache and the read-ahead budget, broker-wide."""
         ...
@@ -247,6 +258,7 @@ __all__ = [
     "AddedCallback",
     "Entry",
     "IndexHome",
+    "StorageFailures",
     "StorageMemory",
     "TopicCursor",
     "TopicLedger",

@@ -21,6 +21,7 @@ from magnetar.broker.ledger.managed_ledger import ManagedLedger, ManagedLedgerFa
 from magnetar.broker.ledger.position import EARLIEST, LATEST, Position
 from magnetar.broker.storage.contract import (
     Entry,
+    StorageFailures,
     StorageMemory,
     int_to_words,
     words_to_int,
@@ -331,6 +332,9 @@ class ManagedLedgerStorage:
 
     async def close(self) -> None:
         await self.factory.close()
+
+    def failure_statistics(self) -> StorageFailures:
+        return StorageFailures(self.factory.ledgers_given_up, self.factory.adds_moved)
 
     def memory_statistics(self) -> StorageMemory:
         cache = self.factory.entry_cache.statistics()

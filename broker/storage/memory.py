@@ -19,6 +19,7 @@ from magnetar.broker.storage.contract import (
     AddedCallback,
     Entry,
     IndexHome,
+    StorageFailures,
     StorageMemory,
 )
 
@@ -379,6 +380,10 @@ class MemoryStorageFactory:
 
     async def close(self) -> None:
         """Nothing held outside this process."""
+
+    def failure_statistics(self) -> StorageFailures:
+        """No bookies: nothing to ride through."""
+        return StorageFailures(0, 0)
 
     def memory_statistics(self) -> StorageMemory:
         """No cache and no read-ahead: everything is in the ledgers' lists."""

@@ -503,6 +503,9 @@ class _FencingOnce:
     def memory_statistics(self):  # type: ignore[no-untyped-def]
         return self.inner.memory_statistics()
 
+    def failure_statistics(self):  # type: ignore[no-untyped-def]
+        return self.inner.failure_statistics()
+
 
 def test_fenced_topic_is_unloaded_and_the_client_recovers() -> None:
     b = InProcessBroker(storage=_FencingOnce()).start()

@@ -131,6 +131,8 @@ def test_pulsar_names_types_labels_and_rates(
         "magnetar_ml_read_ahead_held_bytes",
         "magnetar_ml_read_ahead_max_bytes",
         "magnetar_ml_read_ahead_refused_total",
+        "magnetar_ml_ledgers_given_up_total",
+        "magnetar_ml_adds_moved_total",
     ):
         assert sample(text, name, cluster="standalone") is not None, name
 

@@ -48,6 +48,9 @@ class _FailingProperties:
     def memory_statistics(self):  # type: ignore[no-untyped-def]
         return self.inner.memory_statistics()
 
+    def failure_statistics(self):  # type: ignore[no-untyped-def]
+        return self.inner.failure_statistics()
+
 
 def test_a_failed_epoch_store_fails_the_create_not_the_broker() -> None:
     storage = _FailingProperties()

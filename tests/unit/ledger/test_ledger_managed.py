@@ -25,6 +25,7 @@ from magnetar.broker.ledger.errors import TooManyPendingAdds
 from magnetar.broker.ledger.metadata import LedgerMetadata
 from magnetar.broker.ledger.states import LedgerState, ManagedLedgerState
 from magnetar.broker.ledger.testing import FakeBookieCluster
+from magnetar.broker.storage.managed_ledger import ManagedLedgerStorage
 from magnetar.zk import paths
 from magnetar.zk.clock import VirtualClock
 from magnetar.zk.memory import MemoryMetadataServer
@@ -284,6 +285,8 @@ async def _failed_ledger_rolls_over(
     second = await asyncio.wait_for(queued, 30)
     moved = await asyncio.wait_for(unconfirmed, 30)
     assert first.ledger_id < moved.ledger_id == second.ledger_id
+    # what /metrics shows (magnetar_ml_ledgers_given_up_total, magnetar_ml_adds_moved_total)
+    assert ManagedLedgerStorage(f).failure_statistics() == (1, 1)
     assert moved.entry_id + 1 == second.entry_id
     reader = ml.new_non_durable_cursor(EARLIEST)
     assert [e.payload for e in await ml.read_entries(reader, 10)] == [b"a", b"unconfirmed", b"b"]
