@@ -2,12 +2,13 @@
 
 Owns: opening a ``Client`` from ``ClientSettings``; resolving a topic selection to its
 topic-partitions (a pattern through the namespace's topic list); each partition's last message
-id (the fixed end of a batch read or a micro-batch); the first message at or after a publish
-time; reading a range of one topic-partition with a non-durable reader (``read_range``: the
-data-loss check and the end bound live here); the optional durable progress cursor
-(``advance_cursor``); and deduplication on write targets (``ensure_deduplication``: the
-topic-level ``deduplicationEnabled`` policy over HTTP, then waiting until loaded partitions
-report it).
+id (the fixed end of a batch read or a micro-batch), waiting for topics that do not exist yet
+when asked (``waitingForNonExistedTopic``, else ``TopicMissing``); the first message at or
+after a publish time; reading a range of one topic-partition with a non-durable reader
+(``read_range``: the data-loss check and the end bound live here); the optional durable
+progress cursor (``advance_cursor``); and deduplication on write targets
+(``ensure_deduplication``: the topic-level ``deduplicationEnabled`` policy over HTTP, then
+waiting until loaded partitions report it).
 
 Must not know: Spark.
 """
