@@ -332,48 +332,55 @@ class BrokerMetrics:
         yield from self._memory_series(cluster)
 
     def _memory_series(self, cluster: str) -> Iterator[Metric]:
-        """The entry cache (Pulsar's ``pulsar_ml_cache_used_size``) and the broker-wide
-        read-ahead budget (``managed_ledger_read_ahead_total_max_size_bytes``: Magnetar's)."""
+        """The entry cache (Pulsar's ``pulsar_ml_cache_used_size``), the broker-wide
+        read-ahead budget (``managed_ledger_read_ahead_total_max_size_bytes``: Magnetar's) and
+        the ledgers given up for want of bookies."""
         mem = self.service.storage.memory_statistics()
-        for name, help_text, value in (
-            ("pulsar_ml_cache_used_size", "Bytes held by the entry cache", mem.cache_used_bytes),
+        failures = self.service.storage.failure_statistics()
+        gauge, counter = GaugeMetricFamily, CounterMetricFamily
+        Family = type[GaugeMetricFamily] | type[CounterMetricFamily]
+        series: tuple[tuple[Family, str, str, int], ...] = (
             (
+                gauge,
+                "pulsar_ml_cache_used_size",
+                "Bytes held by the entry cache",
+                mem.cache_used_bytes,
+            ),
+            (
+                gauge,
                 "magnetar_ml_read_ahead_held_bytes",
                 "Bytes all cursors' read-ahead holds or has in flight",
                 mem.read_ahead_held_bytes,
             ),
             (
+                gauge,
                 "magnetar_ml_read_ahead_max_bytes",
                 "The broker-wide read-ahead budget",
                 mem.read_ahead_max_bytes,
             ),
-        ):
-            fam = GaugeMetricFamily(name, help_text, labels=["cluster"])
-            fam.add_metric([cluster], value)
-            yield fam
-        refused = CounterMetricFamily(
-            "magnetar_ml_read_ahead_refused",
-            "Times a cursor's read-ahead found the broker-wide budget spent",
-            labels=["cluster"],
-        )
-        refused.add_metric([cluster], mem.read_ahead_refused)
-        yield refused
-        failures = self.service.storage.failure_statistics()
-        for name, help_text, value in (
             (
+                counter,
+                "magnetar_ml_read_ahead_refused",
+                "Times a cursor's read-ahead found the broker-wide budget spent",
+                mem.read_ahead_refused,
+            ),
+            (
+                counter,
                 "magnetar_ml_ledgers_given_up",
                 "Ledgers closed at their last confirmed entry for want of bookies",
                 failures.ledgers_given_up,
             ),
             (
+                counter,
                 "magnetar_ml_adds_moved",
                 "Unconfirmed adds of given-up ledgers, re-added to the next ledger",
                 failures.adds_moved,
             ),
-        ):
-            counter = CounterMetricFamily(name, help_text, labels=["cluster"])
-            counter.add_metric([cluster], value)
-            yield counter
+        )
+        for kind, name, help_text, value in series:
+            fam = kind(name, help_text, labels=["cluster"])
+            fam.add_metric([cluster], value)
+            yield fam
 
 
 LB_GAUGES: dict[str, str] = {
