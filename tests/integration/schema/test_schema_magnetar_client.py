@@ -9,6 +9,7 @@ import enum
 import json
 import struct
 import uuid
+from typing import Any
 
 import pulsar
 import pulsar.schema as official_schema
@@ -80,34 +81,55 @@ def test_record_definitions_match_the_official_clients() -> None:
     assert AvroSchema(User).definition() == json.dumps(OfficialUser.schema(), indent=True).encode()
 
 
-@pytest.mark.parametrize("kind", ["avro", "json"])
-def test_values_cross_between_the_clients_under_one_version(
-    ours: Client, official: pulsar.Client, kind: str
-) -> None:
-    topic = _topic(kind)
-    mine = AvroSchema(User) if kind == "avro" else JsonSchema(User)
+def _cross(
+    ours: Client,
+    official: pulsar.Client,
+    kind: str,
+    records: tuple[type[Record], type[official_schema.Record]],
+    values: tuple[Record, official_schema.Record],
+) -> tuple[pulsar.Message, list[Any]]:
+    """On a fresh topic with ``kind`` schemas of the two record classes, our producer sends
+    ``values[0]``, then the official one ``values[1]``: what the official consumer got
+    first, and both messages our consumer got, in order."""
+    topic = _topic(f"{kind}-{records[0].__name__.lower()}")
+    avro = kind == "avro"
+    mine = AvroSchema(records[0]) if avro else JsonSchema(records[0])
     theirs = (
-        official_schema.AvroSchema(OfficialUser)
-        if kind == "avro"
-        else official_schema.JsonSchema(OfficialUser)
+        official_schema.AvroSchema(records[1]) if avro else official_schema.JsonSchema(records[1])
     )
     their_consumer = official.subscribe(topic, "official", schema=theirs)
     our_consumer = ours.subscribe(
         topic, "ours", schema=mine, initial_position=InitialPosition.Earliest
     )
-    producer = ours.create_producer(topic, schema=mine)
-    producer.send(User(name="ada", age=36, tags=["x"], scores={"a": 1.5}))
+    ours.create_producer(topic, schema=mine).send(values[0])
     their_producer = official.create_producer(topic, schema=theirs)
-    their_producer.send(OfficialUser(name="bob", age=7, tags=[], scores={}))
+    their_producer.send(values[1])
     got = their_consumer.receive(10_000)
+    mine_got = [our_consumer.receive(10_000) for _ in range(2)]
+    their_producer.close()
+    their_consumer.close()
+    return got, mine_got
+
+
+@pytest.mark.parametrize("kind", ["avro", "json"])
+def test_values_cross_between_the_clients_under_one_version(
+    ours: Client, official: pulsar.Client, kind: str
+) -> None:
+    got, (first, second) = _cross(
+        ours,
+        official,
+        kind,
+        (User, OfficialUser),
+        (
+            User(name="ada", age=36, tags=["x"], scores={"a": 1.5}),
+            OfficialUser(name="bob", age=7, tags=[], scores={}),
+        ),
+    )
     assert (got.value().name, got.value().age, got.value().tags) == ("ada", 36, ["x"])
     assert got.schema_version().encode("latin-1") == struct.pack(">q", 0)
-    first, second = our_consumer.receive(10_000), our_consumer.receive(10_000)
     assert first.value() == User(name="ada", age=36, tags=["x"], scores={"a": 1.5})
     assert second.value() == User(name="bob", age=7, tags=[], scores={})
     assert second.schema_version() == struct.pack(">q", 0)  # the same version for both
-    their_producer.close()
-    their_consumer.close()
 
 
 @pytest.mark.parametrize("kind", ["avro", "json"])
@@ -123,28 +145,21 @@ def test_enum_fields_match_and_cross_between_the_clients(
     )
     with pytest.raises(TypeError, match="not one of red, green, blue"):
         Paint(name="x", shade="purple")
-    topic = _topic(f"enum-{kind}")
-    mine = AvroSchema(Paint) if kind == "avro" else JsonSchema(Paint)
-    theirs = (
-        official_schema.AvroSchema(OfficialPaint)
-        if kind == "avro"
-        else official_schema.JsonSchema(OfficialPaint)
+    got, (first, second) = _cross(
+        ours,
+        official,
+        kind,
+        (Paint, OfficialPaint),
+        (
+            Paint(name="sky", color=Color.blue, shade="red"),
+            OfficialPaint(name="leaf", color=Color.green, shade=Color.green),
+        ),
     )
-    their_consumer = official.subscribe(topic, "official", schema=theirs)
-    our_consumer = ours.subscribe(
-        topic, "ours", schema=mine, initial_position=InitialPosition.Earliest
-    )
-    ours.create_producer(topic, schema=mine).send(Paint(name="sky", color=Color.blue, shade="red"))
-    their_producer = official.create_producer(topic, schema=theirs)
-    their_producer.send(OfficialPaint(name="leaf", color=Color.green, shade=Color.green))
-    got = their_consumer.receive(10_000).value()
-    assert (got.name, got.color, got.shade) == ("sky", Color.blue, Color.red)
-    first, second = our_consumer.receive(10_000), our_consumer.receive(10_000)
+    value = got.value()
+    assert (value.name, value.color, value.shade) == ("sky", Color.blue, Color.red)
     assert first.value() == Paint(name="sky", color=Color.blue, shade=Color.red)
     assert second.value() == Paint(name="leaf", color=Color.green, shade=Color.green)
     assert second.schema_version() == struct.pack(">q", 0)  # one version for both clients
-    their_producer.close()
-    their_consumer.close()
 
 
 def test_definition_dicts_and_an_incompatible_schema(ours: Client) -> None:
