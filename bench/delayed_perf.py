@@ -43,8 +43,8 @@ from magnetar.broker.delayed import (  # noqa: E402
     delayed_index_ledger_name,
 )
 from magnetar.broker.ledger import ManagedLedgerConfig, ManagedLedgerFactory, Position  # noqa: E402
+from magnetar.clock import SystemClock  # noqa: E402
 from magnetar.zk import paths  # noqa: E402
-from magnetar.zk.clock import SystemClock  # noqa: E402
 from magnetar.zk.factory import open_metadata_store  # noqa: E402
 
 DAY_MS = 86_400_000

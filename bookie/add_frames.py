@@ -30,7 +30,7 @@ MAGIC = b"MGA1"
 LENGTH = struct.Struct(">I")
 KIND_ADD_RESPONSE = 1
 KIND_ERROR = 2
-MAX_FRAME_BYTES = 32 * 1024 * 1024 + 64
+FRAME_BYTES_MAX = 32 * 1024 * 1024 + 64
 """One maximal ``AddBatch`` (the gRPC message limit) plus its header."""
 
 _pack_len = LENGTH.pack
@@ -62,7 +62,7 @@ class FrameReader:
         *,
         expect_magic: bool,
         with_kind: bool,
-        max_frame_bytes: int = MAX_FRAME_BYTES,
+        max_frame_bytes: int = FRAME_BYTES_MAX,
     ) -> None:
         self._buf = bytearray()
         self._magic_pending = expect_magic
@@ -131,10 +131,10 @@ class FrameReader:
 
 
 __all__ = [
+    "FRAME_BYTES_MAX",
     "KIND_ADD_RESPONSE",
     "KIND_ERROR",
     "MAGIC",
-    "MAX_FRAME_BYTES",
     "FrameError",
     "FrameReader",
     "encode_reply",

@@ -69,7 +69,7 @@ from magnetar.bookie.proto import bookie_pb2 as pb
 from magnetar.bookie.proto import bookie_pb2_grpc as pb_grpc
 from magnetar.bookie.tls import GrpcTls
 from magnetar.bookie.wire import ENTRY_HEADER, ENTRY_HEADER_LEN, pack_entries
-from magnetar.zk.clock import Clock, SystemClock
+from magnetar.clock import Clock, SystemClock
 
 log = logging.getLogger(__name__)
 

@@ -72,7 +72,7 @@ from magnetar.bookie.ledger_storage import LedgerStorage
 from magnetar.bookie.wire import ENTRY_HEADER as _WIRE_HEADER
 from magnetar.bookie.wire import MalformedBatch
 from magnetar.bookie.write_cache import Buffer, CachedValue, Half
-from magnetar.zk.clock import Clock, SystemClock, TimerHandle
+from magnetar.clock import Clock, SystemClock, TimerHandle
 
 log = logging.getLogger(__name__)
 

@@ -54,7 +54,7 @@ def log_file_name(log_id: int) -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class StoredEntry:
+class EntryLogRecord:
     """One record read from an entry log."""
 
     ledger_id: int
@@ -191,7 +191,7 @@ class EntryLogger:
             reader = self._readers[log_id] = self._fs.open_read(self.path(log_id))
         return reader
 
-    def read(self, log_id: int, offset: int, ledger_id: int, entry_id: int) -> StoredEntry:
+    def read(self, log_id: int, offset: int, ledger_id: int, entry_id: int) -> EntryLogRecord:
         reader = self._reader(log_id)
         data = reader.pread(ENTRY_HEADER_LEN + 4096, offset)
         if len(data) < ENTRY_HEADER_LEN:
@@ -210,13 +210,13 @@ class EntryLogger:
             payload = data[ENTRY_HEADER_LEN:] + rest
         if len(payload) != length or _crc(payload) != crc:
             raise CorruptEntry(f"entry log {log_id:x} offset {offset}: checksum mismatch")
-        return StoredEntry(lid, eid, lac, crc, payload, offset)
+        return EntryLogRecord(lid, eid, lac, crc, payload, offset)
 
     def read_following(
         self, log_id: int, offset: int, ledger_id: int, max_entries: int, max_bytes: int
-    ) -> list[StoredEntry]:
+    ) -> list[EntryLogRecord]:
         """Read-ahead: records after ``offset`` while they belong to ``ledger_id``."""
-        out: list[StoredEntry] = []
+        out: list[EntryLogRecord] = []
         reader = self._reader(log_id)
         block = reader.pread(max_bytes, offset)
         pos = 0
@@ -228,11 +228,11 @@ class EntryLogger:
             payload = block[pos + ENTRY_HEADER_LEN : end]
             if _crc(payload) != crc:
                 break  # the direct read of that entry will report it
-            out.append(StoredEntry(lid, eid, lac, crc, payload, offset + pos))
+            out.append(EntryLogRecord(lid, eid, lac, crc, payload, offset + pos))
             pos = end
         return out
 
-    def scan(self, log_id: int) -> Iterator[StoredEntry]:
+    def scan(self, log_id: int) -> Iterator[EntryLogRecord]:
         """Every intact record of a log, in file order (compaction); stops at a bad record."""
         data = self._fs.read_all(self.path(log_id))
         if len(data) < LOG_HEADER_LEN or data[:4] != LOG_MAGIC:
@@ -248,7 +248,7 @@ class EntryLogger:
             if _crc(payload) != crc:
                 log.warning("entry log %x: bad record at %d, rest not scanned", log_id, pos)
                 break
-            yield StoredEntry(lid, eid, lac, crc, payload, pos)
+            yield EntryLogRecord(lid, eid, lac, crc, payload, pos)
             pos = end
 
     def log_size(self, log_id: int) -> int:
@@ -270,8 +270,8 @@ class EntryLogger:
 
 __all__ = [
     "LOG_HEADER_LEN",
+    "EntryLogRecord",
     "EntryLogger",
-    "StoredEntry",
     "location",
     "log_file_name",
     "split_location",

@@ -12,7 +12,7 @@ Why: a lone add over the gRPC stream costs ~0.2 ms of loopback round trip before
 TCP connection 50-67 µs); for a sync publish (one in flight) that is most of the latency.
 Answers are written from the storage future's done callback: no writer task, no loop hop.
 
-Bounded input: the first bytes must be ``MAGIC``; a frame over ``MAX_FRAME_BYTES``, an empty
+Bounded input: the first bytes must be ``MAGIC``; a frame over ``FRAME_BYTES_MAX``, an empty
 frame or an unreadable ``AddBatch`` is answered with one error frame (``StatusResponse``:
 ``BAD_REQUEST`` and the reason) and the connection is closed after the batches before it are
 answered; nothing of the bad frame is stored. While a connection has ``max_inflight_batches``
@@ -34,9 +34,9 @@ import socket
 from typing import Any
 
 from magnetar.bookie.add_frames import (
+    FRAME_BYTES_MAX,
     KIND_ADD_RESPONSE,
     KIND_ERROR,
-    MAX_FRAME_BYTES,
     FrameError,
     FrameReader,
     encode_reply,
@@ -158,7 +158,7 @@ class FastAddServer:
         host: str = "127.0.0.1",
         port: int = 0,
         *,
-        max_frame_bytes: int = MAX_FRAME_BYTES,
+        max_frame_bytes: int = FRAME_BYTES_MAX,
     ) -> None:
         self.service = service
         self.host = host

@@ -40,7 +40,7 @@ from magnetar.bookie.registration import (
     RegistrationInfo,
     check_cookie,
 )
-from magnetar.bookie.server import MAX_ENTRY_BYTES, BookieServer, BookieService
+from magnetar.bookie.server import ENTRY_BYTES_MAX, BookieServer, BookieService
 from magnetar.bookie.tls import GrpcTls
 from magnetar.zk.factory import open_metadata_store
 from magnetar.zk.store import MetadataStore
@@ -71,7 +71,7 @@ class BookieConfig:
     ``bookkeeper_fast_add_enabled`` send adds there). 0: disabled, adds over gRPC only.
     Plaintext: refused together with TLS (``tls_certificate_path``)."""
     storage: str = "disk"  # "disk" (the engine) or "memory" (testing; nothing durable)
-    max_entry_bytes: int = MAX_ENTRY_BYTES
+    max_entry_bytes: int = ENTRY_BYTES_MAX
     journal_sync: bool = True
     journal_pre_alloc_size_mb: int = 16
     """BookKeeper's ``journalPreAllocSizeMB``: journal files are extended this many MB at a

@@ -33,8 +33,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from magnetar.clock import Clock, SystemClock
 from magnetar.zk import paths
-from magnetar.zk.clock import Clock, SystemClock
 from magnetar.zk.errors import AlreadyExists, MetadataError, NotFound
 from magnetar.zk.store import CREATE_ONLY, MetadataStore, SessionEvent
 

@@ -55,21 +55,21 @@ log = logging.getLogger(__name__)
 _Codes = asyncio.Future[list[int]] | list[int] | BookieError
 """A batch's result: one status per entry, their future, or one error for the whole batch."""
 
-MAX_ENTRY_BYTES = 5 * 1024 * 1024 + 64 * 1024
+ENTRY_BYTES_MAX = 5 * 1024 * 1024 + 64 * 1024
 """Largest payload accepted (Pulsar's 5 MiB max message plus metadata headroom)."""
 
-MAX_MESSAGE_BYTES = 32 * 1024 * 1024
+MESSAGE_BYTES_MAX = 32 * 1024 * 1024
 """gRPC message limit, both ways: one maximal entry or a full batch, plus framing."""
 
-MAX_READ_BYTES = 16 * 1024 * 1024
+READ_BYTES_MAX = 16 * 1024 * 1024
 """Range reads are cut at this many payload bytes (at least one entry is returned)."""
 
-MAX_LONG_POLL_MS = 60_000
-MAX_MASTER_KEY_BYTES = 1024
+LONG_POLL_MS_MAX = 60_000
+MASTER_KEY_BYTES_MAX = 1024
 
 GRPC_OPTIONS: list[tuple[str, Any]] = [
-    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_receive_message_length", MESSAGE_BYTES_MAX),
+    ("grpc.max_send_message_length", MESSAGE_BYTES_MAX),
     # Two bookies must never share a port silently.
     ("grpc.so_reuseport", 0),
     ("grpc.http2.lookahead_bytes", 8 * 1024 * 1024),
@@ -137,7 +137,7 @@ class BookieService(pb_grpc.BookieServicer):
         self,
         storage: BookieStorage,
         *,
-        max_entry_bytes: int = MAX_ENTRY_BYTES,
+        max_entry_bytes: int = ENTRY_BYTES_MAX,
         max_inflight_batches: int = 512,
         max_inflight_bytes: int = 64 * 1024 * 1024,
     ) -> None:
@@ -235,8 +235,8 @@ class BookieService(pb_grpc.BookieServicer):
         # Entries refused here are answered without reaching storage.
         early: dict[int, int] = {}
         size = 0
-        if len(key) > MAX_MASTER_KEY_BYTES:
-            return n, 0, BadRequest(f"master key over {MAX_MASTER_KEY_BYTES} bytes")
+        if len(key) > MASTER_KEY_BYTES_MAX:
+            return n, 0, BadRequest(f"master key over {MASTER_KEY_BYTES_MAX} bytes")
         for i, e in enumerate(parsed):
             plen = len(e.payload)
             size += plen
@@ -423,7 +423,7 @@ class BookieService(pb_grpc.BookieServicer):
             if lid < 0:
                 raise _bad(f"invalid ledger id {lid}")
             if request.long_poll:
-                timeout_ms = min(max(0, request.timeout_ms), MAX_LONG_POLL_MS)
+                timeout_ms = min(max(0, request.timeout_ms), LONG_POLL_MS_MAX)
                 prev = request.previous_lac
                 lac = await self.storage.wait_for_lac(lid, prev, timeout_ms)
                 resp = pb.ReadResponse(status=0, lac=lac)
@@ -444,8 +444,8 @@ class BookieService(pb_grpc.BookieServicer):
                 return pb.ReadResponse(status=0, entries=[_entry_pb(entry)], lac=NO_ENTRY_ID)
             if first < 0:
                 raise _bad("a range read needs first_entry_id >= 0")
-            max_bytes = request.max_bytes if request.max_bytes > 0 else MAX_READ_BYTES
-            max_bytes = min(max_bytes, MAX_READ_BYTES)
+            max_bytes = request.max_bytes if request.max_bytes > 0 else READ_BYTES_MAX
+            max_bytes = min(max_bytes, READ_BYTES_MAX)
             entries = await self.storage.read_range(lid, first, last, max_bytes)
             self._read_bytes += sum(len(e.payload) for e in entries)
             return pb.ReadResponse(
@@ -476,7 +476,7 @@ class BookieService(pb_grpc.BookieServicer):
         self, request: pb.FenceRequest, context: grpc.aio.ServicerContext
     ) -> pb.FenceResponse:
         try:
-            if request.ledger_id < 0 or len(request.master_key) > MAX_MASTER_KEY_BYTES:
+            if request.ledger_id < 0 or len(request.master_key) > MASTER_KEY_BYTES_MAX:
                 raise _bad("invalid fence request")
             last = await self.storage.fence(request.ledger_id, request.master_key)
             return pb.FenceResponse(status=0, last_entry_id=last)
@@ -490,7 +490,7 @@ class BookieService(pb_grpc.BookieServicer):
         self, request: pb.WriteLacRequest, context: grpc.aio.ServicerContext
     ) -> pb.StatusResponse:
         try:
-            if request.ledger_id < 0 or len(request.master_key) > MAX_MASTER_KEY_BYTES:
+            if request.ledger_id < 0 or len(request.master_key) > MASTER_KEY_BYTES_MAX:
                 raise _bad("invalid write-lac request")
             if request.lac < NO_ENTRY_ID:
                 raise _bad(f"invalid lac {request.lac}")
@@ -645,10 +645,10 @@ class BookieServer:
 
 
 __all__ = [
+    "ENTRY_BYTES_MAX",
     "GRPC_OPTIONS",
-    "MAX_ENTRY_BYTES",
-    "MAX_MESSAGE_BYTES",
-    "MAX_READ_BYTES",
+    "MESSAGE_BYTES_MAX",
+    "READ_BYTES_MAX",
     "AddStreamState",
     "BookieServer",
     "BookieService",

@@ -34,7 +34,7 @@ from magnetar.bookie.api import EntryToAdd
 
 ENTRY_HEADER = struct.Struct(">qqqII")
 ENTRY_HEADER_LEN = ENTRY_HEADER.size  # 32
-MAX_PAYLOAD_BYTES = 0xFFFFFFFF
+PAYLOAD_BYTES_MAX = 0xFFFFFFFF
 
 _pack = ENTRY_HEADER.pack
 

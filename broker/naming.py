@@ -15,7 +15,7 @@ from magnetar.client.protocol import PARTITIONED_TOPIC_SUFFIX, InvalidTopicNameE
 from magnetar.client.protocol import TopicName as CodecTopicName
 
 PARTITION_SUFFIX = PARTITIONED_TOPIC_SUFFIX
-_MAX_NAME = 1024
+_NAME_MAX = 1024
 
 
 class InvalidTopicName(ValueError):
@@ -31,7 +31,7 @@ class TopicName:
 
     @classmethod
     def parse(cls, name: str) -> TopicName:
-        if not name or len(name) > _MAX_NAME or "\x00" in name:
+        if not name or len(name) > _NAME_MAX or "\x00" in name:
             raise InvalidTopicName(f"Invalid topic name: {name!r}")
         try:
             parsed = CodecTopicName.parse(name)

@@ -56,7 +56,7 @@ from magnetar.broker.security.tls import ReloadingServerContext, TlsSettings
 from magnetar.broker.storage.contract import TopicStorageFactory
 from magnetar.broker.topics.nonpersistent import NonPersistentTopic
 from magnetar.broker.topics.persistent import PersistentTopic
-from magnetar.zk.clock import Clock, SystemClock
+from magnetar.clock import Clock, SystemClock
 from magnetar.zk.errors import MetadataError
 from magnetar.zk.store import MetadataStore
 

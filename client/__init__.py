@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from magnetar.client._client import Client
-    from magnetar.client._clock import Clock, SystemClock
     from magnetar.client._config import (
         Authentication,
         AuthenticationBasic,
@@ -85,11 +84,12 @@ if TYPE_CHECKING:
     from magnetar.client._producer import Producer, SentMessageIds
     from magnetar.client._reader import Reader
     from magnetar.client._routing import HashingScheme, hash_key
+    from magnetar.clock import Clock, SystemClock
 
 _LAZY: dict[str, str] = {
     "Client": "magnetar.client._client",
-    "Clock": "magnetar.client._clock",
-    "SystemClock": "magnetar.client._clock",
+    "Clock": "magnetar.clock",
+    "SystemClock": "magnetar.clock",
     "Authentication": "magnetar.client._config",
     "AuthenticationBasic": "magnetar.client._config",
     "AuthenticationToken": "magnetar.client._config",

@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from magnetar.client._backoff import Backoff
-from magnetar.client._clock import Clock, SystemClock
 from magnetar.client._config import (
     Authentication,
     BatchingType,
@@ -49,6 +48,7 @@ from magnetar.client._reader import Reader
 from magnetar.client._routing import HashingScheme
 from magnetar.client.protocol import InvalidTopicNameError, TopicName
 from magnetar.client.schema import Schema
+from magnetar.clock import Clock, SystemClock
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,7 +21,6 @@ import logging
 import ssl
 from typing import Any, Protocol
 
-from magnetar.client._clock import Clock, TimerHandle
 from magnetar.client._config import Authentication
 from magnetar.client._errors import (
     ConnectError,
@@ -43,6 +42,7 @@ from magnetar.client.protocol import (
     commands,
     pb,
 )
+from magnetar.clock import Clock, TimerHandle
 
 log = logging.getLogger(__name__)
 

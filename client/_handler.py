@@ -25,12 +25,12 @@ import random
 from dataclasses import dataclass, field
 
 from magnetar.client._backoff import Backoff
-from magnetar.client._clock import Clock
 from magnetar.client._connection import ClientConnection
 from magnetar.client._errors import AlreadyClosed, PulsarException, Timeout
 from magnetar.client._lookup import LookupService
 from magnetar.client._pool import ConnectionPool
 from magnetar.client.protocol import TopicName
+from magnetar.clock import Clock
 
 log = logging.getLogger(__name__)
 

@@ -14,10 +14,10 @@ import ssl
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from magnetar.client._clock import Clock
 from magnetar.client._config import Authentication
 from magnetar.client._connection import ClientConnection
 from magnetar.client._errors import InvalidUrl
+from magnetar.clock import Clock
 
 
 @dataclass(frozen=True, slots=True)

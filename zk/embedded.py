@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 import rocksdict
 
-from magnetar.zk.clock import Clock
+from magnetar.clock import Clock
 from magnetar.zk.embedded_server import EmbeddedSessionServer
 from magnetar.zk.errors import MetadataError
 from magnetar.zk.memory import MemoryMetadataServer, MemoryMetadataStore, Node

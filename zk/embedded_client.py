@@ -21,8 +21,8 @@ import itertools
 import logging
 from typing import Any
 
+from magnetar.clock import Clock, SystemClock
 from magnetar.zk import embedded_wire as wire
-from magnetar.zk.clock import Clock, SystemClock
 from magnetar.zk.errors import (
     ConnectionLoss,
     InvalidPath,

@@ -30,8 +30,8 @@ import secrets
 from dataclasses import dataclass
 from typing import Any
 
+from magnetar.clock import Clock, SystemClock
 from magnetar.zk import embedded_wire as wire
-from magnetar.zk.clock import Clock, SystemClock
 from magnetar.zk.errors import InvalidPath, MetadataError, SessionLost
 from magnetar.zk.memory import MemoryMetadataServer, MemoryMetadataStore
 from magnetar.zk.store import Notification, SessionEvent

@@ -27,7 +27,7 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from magnetar.broker.naming import InvalidTopicName, TopicName
-from magnetar.broker.policies.schema import JSON_DEPTH_MAX, json_depth
+from magnetar.broker.policies.documents import JSON_DEPTH_MAX, json_depth
 from magnetar.broker.validation import InvalidSubscriptionName, check_subscription_name
 
 NAME = re.compile(r"[-=:.\w]+", re.ASCII)

@@ -43,7 +43,7 @@ from magnetar.broker.compaction.view import (
 )
 from magnetar.broker.ledger.position import Position
 from magnetar.broker.storage.contract import TopicLedger, TopicStorageFactory
-from magnetar.zk.clock import Clock, SystemClock
+from magnetar.clock import Clock, SystemClock
 
 log = logging.getLogger(__name__)
 

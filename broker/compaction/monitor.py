@@ -17,7 +17,7 @@ import asyncio
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from magnetar.zk.clock import Clock, SystemClock
+from magnetar.clock import Clock, SystemClock
 
 
 class CompactionMonitor:

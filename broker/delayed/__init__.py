@@ -30,7 +30,7 @@ from magnetar.broker.delayed.store import (
 )
 from magnetar.broker.delayed.wheel import NearWheel
 from magnetar.broker.ledger.managed_ledger import ManagedLedgerFactory
-from magnetar.zk.clock import Clock
+from magnetar.clock import Clock
 
 
 async def open_delayed_index(

@@ -68,7 +68,7 @@ from magnetar.broker.delayed.store import SegmentStore
 from magnetar.broker.delayed.wheel import NearWheel
 from magnetar.broker.ledger.errors import ManagedLedgerClosed, ManagedLedgerFenced
 from magnetar.broker.ledger.position import Position
-from magnetar.zk.clock import Clock, TimerHandle
+from magnetar.clock import Clock, TimerHandle
 
 log = logging.getLogger(__name__)
 

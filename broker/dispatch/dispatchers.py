@@ -65,12 +65,12 @@ from magnetar.broker.dispatch.key_shared import (
 from magnetar.broker.dispatch.key_shared import KeySharedSelector as KsSelector
 from magnetar.broker.ledger.position import Position
 from magnetar.broker.storage.contract import Entry, TopicCursor
-from magnetar.zk.clock import Clock, SystemClock, TimerHandle
+from magnetar.clock import Clock, SystemClock, TimerHandle
 
 log = logging.getLogger(__name__)
 
-MAX_READ_ENTRIES = 100
-MAX_READ_BYTES = 5 << 20
+READ_ENTRIES_MAX = 100
+READ_BYTES_MAX = 5 << 20
 #: Entries a read asks for right after a failed one (Pulsar's dispatcherMinReadBatchSize);
 #: each successful round doubles it back towards ``max_read_entries``.
 MIN_READ_ENTRIES = 1
@@ -177,10 +177,10 @@ class Dispatcher:
         # broker settings, set by the subscription: entries read at most per read
         # (dispatcherMaxReadBatchSize) and whether redelivery counts are tracked and sent
         # (subscriptionRedeliveryTrackerEnabled; off: every message says 0, as Pulsar)
-        self.max_read_entries = MAX_READ_ENTRIES
+        self.max_read_entries = READ_ENTRIES_MAX
         # ... and bytes at most per read, estimated from the average dispatched entry
         # (dispatcherMaxReadSizeBytes; 0 or less: no byte limit)
-        self.max_read_bytes = MAX_READ_BYTES
+        self.max_read_bytes = READ_BYTES_MAX
         self.avg_entry_bytes: float | None = None
         # after a failed round: reads start again at min_read_entries (None: not reduced),
         # the round is retried on ``clock`` after a doubling back-off

@@ -38,7 +38,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from magnetar.broker.ledger.position import Position
-from magnetar.zk.clock import Clock, SystemClock, TimerHandle
+from magnetar.clock import Clock, SystemClock, TimerHandle
 
 _COMPACT_MIN = 1024
 """A run's evicted head is cut off its list once it is this long and half the list."""

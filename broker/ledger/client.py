@@ -30,8 +30,8 @@ from magnetar.broker.ledger.handle import LedgerEntry, ReadHandle, WriteHandle, 
 from magnetar.broker.ledger.metadata import LedgerMetadata, master_key_for, write_set, write_sets
 from magnetar.broker.ledger.placement import BookieClientFactory, BookieRegistry, RackPolicy
 from magnetar.broker.ledger.states import LedgerState
+from magnetar.clock import Clock, SystemClock
 from magnetar.zk import paths
-from magnetar.zk.clock import Clock, SystemClock
 from magnetar.zk.errors import AlreadyExists, BadVersion, NotFound
 from magnetar.zk.recipes import IdAllocator
 from magnetar.zk.store import CREATE_ONLY, MetadataStore

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from magnetar.broker.ledger.placement import BookieRegistry
-from magnetar.zk.clock import Clock
+from magnetar.clock import Clock
 from magnetar.zk.store import MetadataStore
 
 

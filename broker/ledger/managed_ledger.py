@@ -64,8 +64,8 @@ from magnetar.broker.ledger.states import (
     ManagedLedgerEvent,
     ManagedLedgerState,
 )
+from magnetar.clock import Clock, SystemClock
 from magnetar.zk import paths
-from magnetar.zk.clock import Clock, SystemClock
 from magnetar.zk.errors import AlreadyExists, BadVersion, MetadataError, NotFound
 from magnetar.zk.store import CREATE_ONLY, MetadataStore, SessionEvent
 

@@ -30,8 +30,8 @@ from typing import TYPE_CHECKING, Protocol
 from magnetar.bookie.api import BookieClientAPI
 from magnetar.broker.ledger.errors import NotEnoughBookies
 from magnetar.broker.ledger.metadata import write_sets
+from magnetar.clock import Clock
 from magnetar.zk import paths
-from magnetar.zk.clock import Clock
 from magnetar.zk.errors import MetadataError
 from magnetar.zk.store import MetadataStore, Notification
 

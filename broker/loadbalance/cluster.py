@@ -52,7 +52,7 @@ from magnetar.broker.namespace.ownership import NamespaceBundle, OwnershipCache
 from magnetar.broker.namespace.resources import Resources
 from magnetar.broker.naming import TopicName
 from magnetar.broker.topics.persistent import PersistentTopic
-from magnetar.zk.clock import Clock
+from magnetar.clock import Clock
 from magnetar.zk.store import MetadataStore
 
 log = logging.getLogger(__name__)

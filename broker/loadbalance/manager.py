@@ -52,8 +52,8 @@ from magnetar.broker.loadbalance.split import (
     bundles_to_split,
     namespace_of,
 )
+from magnetar.clock import Clock
 from magnetar.zk import paths
-from magnetar.zk.clock import Clock
 from magnetar.zk.errors import BadVersion, MetadataError, NotFound
 from magnetar.zk.recipes import LeaderElection
 from magnetar.zk.store import MetadataStore, Notification

@@ -24,8 +24,8 @@ from magnetar.broker.loadbalance.load_data import (
     ReportPolicy,
     needs_report,
 )
+from magnetar.clock import Clock, TimerHandle
 from magnetar.zk import paths
-from magnetar.zk.clock import Clock, TimerHandle
 from magnetar.zk.errors import AlreadyExists, BadVersion, MetadataError, NotFound
 from magnetar.zk.store import CREATE_ONLY, MetadataStore, SessionEvent
 

@@ -25,8 +25,8 @@ from magnetar.broker.errors import (
     ResourceNotFound,
 )
 from magnetar.broker.namespace.bundles import BundleRange, NamespaceBundles
+from magnetar.broker.policies.documents import check_policies, check_tenant_info
 from magnetar.broker.policies.model import TOPIC_POLICIES, PolicyError
-from magnetar.broker.policies.schema import check_policies, check_tenant_info
 from magnetar.zk import paths
 from magnetar.zk.errors import AlreadyExists, BadVersion, NotFound
 from magnetar.zk.store import CREATE_ONLY, MetadataStore

@@ -45,8 +45,8 @@ from magnetar.broker.topics.persistent import PersistentTopic
 from magnetar.broker.topics.producer import ProducerError
 from magnetar.broker.topics.subscription import SubscriptionError
 from magnetar.client.protocol import parse_entry_metadata
+from magnetar.clock import Clock, SystemClock, TimerHandle
 from magnetar.zk import paths
-from magnetar.zk.clock import Clock, SystemClock, TimerHandle
 from magnetar.zk.store import MetadataStore, Notification
 
 if TYPE_CHECKING:

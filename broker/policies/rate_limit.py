@@ -12,7 +12,7 @@ Must not know: connections, dispatchers.
 from __future__ import annotations
 
 from magnetar.broker.policies.model import Rate
-from magnetar.zk.clock import Clock
+from magnetar.clock import Clock
 
 
 class TokenBucket:

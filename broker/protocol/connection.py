@@ -72,7 +72,7 @@ from magnetar.client.protocol import (
     parse_entry_metadata,
 )
 from magnetar.client.protocol.proto import pulsar_api_pb2 as pb
-from magnetar.zk.clock import Clock, SystemClock, TimerHandle
+from magnetar.clock import Clock, SystemClock, TimerHandle
 
 if TYPE_CHECKING:
     from magnetar.broker.service import BrokerService
@@ -81,7 +81,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 T = pb.BaseCommand
-MAX_PROTOCOL_VERSION = 20
+PROTOCOL_VERSION_MAX = 20
 FRAME_PADDING = 10 * 1024
 U64 = (1 << 64) - 1
 INT64_MAX = (1 << 63) - 1
@@ -426,7 +426,7 @@ class ServerConnection(asyncio.Protocol):
 
     # ------------------------------------------------------------------ handshake
     def _handle_connect(self, c: pb.CommandConnect) -> None:
-        self.protocol_version = min(c.protocol_version, MAX_PROTOCOL_VERSION)
+        self.protocol_version = min(c.protocol_version, PROTOCOL_VERSION_MAX)
         self.client_version = c.client_version
         if not self.security.on_connect(c):
             return

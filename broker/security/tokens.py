@@ -38,7 +38,7 @@ _EC_CURVES: dict[str, Callable[[], ec.EllipticCurve]] = {
     "ES512": ec.SECP521R1,
 }
 _SECRET_BYTES = {"HS256": 32, "HS384": 48, "HS512": 64}
-MAX_TOKEN_BYTES = 64 * 1024
+TOKEN_BYTES_MAX = 64 * 1024
 """Longer credentials are refused before any parsing (a token is a few hundred bytes)."""
 
 
@@ -238,7 +238,7 @@ class TokenValidator:
     def validate(self, token: str) -> TokenClaims:
         if not token:
             raise TokenError("No token credentials passed")
-        if len(token) > MAX_TOKEN_BYTES:
+        if len(token) > TOKEN_BYTES_MAX:
             raise TokenError("token too long")
         try:
             claims = jwt.decode(

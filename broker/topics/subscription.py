@@ -29,9 +29,9 @@ from magnetar.broker.delayed import (
 )
 from magnetar.broker.dispatch.consumer import Consumer, SubType
 from magnetar.broker.dispatch.dispatchers import (
-    MAX_READ_BYTES,
-    MAX_READ_ENTRIES,
     MIN_READ_ENTRIES,
+    READ_BYTES_MAX,
+    READ_ENTRIES_MAX,
     Dispatcher,
     KeySharedDispatcher,
     MultipleConsumersDispatcher,
@@ -40,8 +40,8 @@ from magnetar.broker.dispatch.dispatchers import (
 from magnetar.broker.errors import BrokerError, CodedError, ServerError
 from magnetar.broker.ledger.position import Position
 from magnetar.broker.storage.contract import Entry, TopicCursor
+from magnetar.clock import Clock, SystemClock
 from magnetar.zk import paths
-from magnetar.zk.clock import Clock, SystemClock
 
 log = logging.getLogger(__name__)
 
@@ -82,8 +82,8 @@ class Subscription:
         batch_size_hint: Any = None,
         delayed_ledger: Any = None,
         clock: Clock | None = None,
-        max_read_entries: int = MAX_READ_ENTRIES,
-        max_read_bytes: int = MAX_READ_BYTES,
+        max_read_entries: int = READ_ENTRIES_MAX,
+        max_read_bytes: int = READ_BYTES_MAX,
         min_read_entries: int = MIN_READ_ENTRIES,
         redelivery_tracker: bool = True,
         terminated: Callable[[], bool] | None = None,

@@ -26,8 +26,8 @@ from ._batch import (
     split_batch,
 )
 from ._connection import (
-    MAX_PROTOCOL_VERSION,
     NEED_DATA,
+    PROTOCOL_VERSION_MAX,
     Connection,
     ConnectionClosed,
     ConnectionState,
@@ -114,11 +114,11 @@ __all__ = [
     "MAGIC_BROKER_ENTRY_METADATA",
     "MAGIC_CRC32C",
     "MAGIC_CRC32C_BYTES",
-    "MAX_PROTOCOL_VERSION",
     "NEED_DATA",
     "NONE_KEY",
     "PARTITIONED_TOPIC_SUFFIX",
     "PAYLOAD_TYPES",
+    "PROTOCOL_VERSION_MAX",
     "PUBLIC_TENANT",
     "BatchDeserializeError",
     "BrokerError",

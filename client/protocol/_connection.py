@@ -56,7 +56,7 @@ _U32 = struct.Struct(">I")
 _COMPACT_AT_BYTES = 64 * 1024
 
 #: Highest protocol version this codec speaks (TOPIC_MIGRATED, C++ client 3.5-4.2).
-MAX_PROTOCOL_VERSION: Final = 20
+PROTOCOL_VERSION_MAX: Final = 20
 
 
 class Role(enum.Enum):

@@ -17,8 +17,8 @@ import pulsar
 import pytest
 
 from magnetar.client.protocol import (
-    MAX_PROTOCOL_VERSION,
     NEED_DATA,
+    PROTOCOL_VERSION_MAX,
     Command,
     CommandType,
     Connection,
@@ -85,7 +85,7 @@ class TinyBroker:
         self.received.append(t)
         if t is CommandType.CONNECT:
             self.connect_versions.append(base.connect.protocol_version)
-            version = min(base.connect.protocol_version, MAX_PROTOCOL_VERSION)
+            version = min(base.connect.protocol_version, PROTOCOL_VERSION_MAX)
             return conn.send(commands.connected("Magnetar codec test", version))
         if t is CommandType.PING:
             return conn.send(commands.pong())

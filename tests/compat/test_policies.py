@@ -24,7 +24,7 @@ from support.admin import Admin
 from support.broker import InProcessBroker
 from support.waiting import wait_until
 
-from magnetar.zk.clock import VirtualClock
+from magnetar.clock import VirtualClock
 
 Shared = pulsar.ConsumerType.Shared
 Earliest = pulsar.InitialPosition.Earliest

@@ -1,6 +1,6 @@
 """Virtual time that moves by itself: trio's ``MockClock(autojump_threshold=0)`` for asyncio.
 
-Owns: ``AutojumpClock``, a ``magnetar.zk.clock.VirtualClock`` that, while its context is
+Owns: ``AutojumpClock``, a ``magnetar.clock.VirtualClock`` that, while its context is
 entered (``async with AutojumpClock() as clock:``), jumps to the next timer whenever the
 event loop has nothing else to run. Code under test gets it as its injected ``Clock``: its
 timeouts, back-offs and periodic checks then fire in the order and at the virtual times they
@@ -25,7 +25,7 @@ import heapq
 from collections.abc import Callable
 from types import TracebackType
 
-from magnetar.zk.clock import TimerHandle, VirtualClock
+from magnetar.clock import TimerHandle, VirtualClock
 
 
 class AutojumpClock(VirtualClock):

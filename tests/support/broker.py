@@ -24,7 +24,7 @@ from magnetar.broker.config import BrokerConfig
 from magnetar.broker.protocol.listener import BinaryListener
 from magnetar.broker.service import BrokerService
 from magnetar.broker.storage.memory import MemoryStorageFactory
-from magnetar.zk.clock import Clock, SystemClock
+from magnetar.clock import Clock, SystemClock
 from magnetar.zk.memory import MemoryMetadataServer
 
 
@@ -55,7 +55,7 @@ class InProcessBroker:
         self.metadata_url = metadata_url
         self.managed_ledger = managed_ledger
         self.storage = storage
-        self.clock = clock  # a magnetar.zk.clock.Clock for the broker's timers (policies)
+        self.clock = clock  # a magnetar.clock.Clock for the broker's timers (policies)
         defaults = {
             "broker_service_port": 0,
             "bind_address": "127.0.0.1",

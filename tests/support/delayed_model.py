@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from magnetar.broker.delayed import DelayedDeliveryIndex
 from magnetar.broker.ledger.position import Position
-from magnetar.zk.clock import VirtualClock
+from magnetar.clock import VirtualClock
 
 
 @dataclass

@@ -12,7 +12,7 @@ import pytest
 
 from magnetar.broker.ledger.client import LedgerClient, LedgerClientConfig
 from magnetar.broker.ledger.testing import FakeBookieCluster
-from magnetar.zk.clock import Clock
+from magnetar.clock import Clock
 from magnetar.zk.memory import MemoryMetadataServer
 
 

@@ -13,7 +13,7 @@ never synchronisation; the timeout is a bound, generous on a loaded machine (rea
 a failure, never a result). Must not know: what is being waited for.
 
 "Nothing more arrived" is not a wait: use a positive barrier (send a marker after, wait for
-it, then check nothing else came before it) or virtual time (``magnetar.zk.clock.VirtualClock``
+it, then check nothing else came before it) or virtual time (``magnetar.clock.VirtualClock``
 injected, moved past the timer that would send).
 """
 

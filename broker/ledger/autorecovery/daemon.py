@@ -19,8 +19,8 @@ from magnetar.broker.ledger.autorecovery.config import AutoRecoveryConfig
 from magnetar.broker.ledger.autorecovery.worker import ReplicationWorker
 from magnetar.broker.ledger.client import LedgerClient, LedgerClientConfig
 from magnetar.broker.ledger.placement import BookieClientFactory
+from magnetar.clock import Clock
 from magnetar.zk import paths
-from magnetar.zk.clock import Clock
 from magnetar.zk.recipes import LeaderElection
 from magnetar.zk.store import MetadataStore
 

@@ -9,7 +9,7 @@ Must not know: what the bytes are.
 
 from __future__ import annotations
 
-from magnetar.zk.clock import Clock
+from magnetar.clock import Clock
 
 
 class ByteThrottle:

@@ -27,7 +27,7 @@ from magnetar.client import (
 )
 from magnetar.client.protocol import CommandType
 from magnetar.client.sync import Client as SyncClient
-from magnetar.zk.clock import VirtualClock
+from magnetar.clock import VirtualClock
 
 Earliest = InitialPosition.Earliest
 

@@ -17,7 +17,7 @@ from magnetar.broker.delayed import (
     delayed_index_ledger_name,
 )
 from magnetar.broker.ledger import ManagedLedgerFactory, Position
-from magnetar.zk.clock import VirtualClock
+from magnetar.clock import VirtualClock
 
 SECOND = 1_000
 MINUTE = 60 * SECOND

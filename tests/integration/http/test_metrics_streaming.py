@@ -14,7 +14,7 @@ from magnetar.broker.admin.http_api import AdminApi
 from magnetar.broker.namespace.resources import Resources, TenantInfo
 from magnetar.zk import MemoryMetadataServer
 
-MAX_CHUNKS = 200_000
+CHUNKS_MAX = 200_000
 
 
 class ManyTopics(FakeTopics):
@@ -29,7 +29,7 @@ class ManyTopics(FakeTopics):
         return []
 
     def metrics_chunks(self) -> Iterator[str]:
-        for i in range(MAX_CHUNKS):
+        for i in range(CHUNKS_MAX):
             self.chunks += 1
             yield f'pulsar_in_messages_total{{topic="t{i}"}} {i}\n'
             if self.other_request_served:
@@ -65,7 +65,7 @@ async def test_a_request_is_served_while_metrics_are_built() -> None:
             text = await metrics.text()
             metrics.release()
         assert topics.other_request_served
-        assert topics.chunks < MAX_CHUNKS, "the other request was served during the build"
+        assert topics.chunks < CHUNKS_MAX, "the other request was served during the build"
         lines = text.splitlines()
         assert len(lines) == topics.chunks
         assert lines[0] == 'pulsar_in_messages_total{topic="t0"} 0'

@@ -19,7 +19,7 @@ from magnetar.broker.protocol.connection import ServerConnection
 from magnetar.broker.service import BrokerService
 from magnetar.broker.storage.memory import MemoryStorageFactory
 from magnetar.client.protocol.proto import pulsar_api_pb2 as pb
-from magnetar.zk.clock import VirtualClock
+from magnetar.clock import VirtualClock
 from magnetar.zk.memory import MemoryMetadataServer
 
 T = pb.BaseCommand

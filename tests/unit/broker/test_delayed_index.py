@@ -26,7 +26,7 @@ from magnetar.broker.delayed import (
 from magnetar.broker.delayed.codec import ChunkRef, RunRef, decode_chunk, encode_chunk
 from magnetar.broker.ledger import ManagedLedgerConfig, ManagedLedgerFactory, Position
 from magnetar.broker.ledger.testing import FakeBookieCluster
-from magnetar.zk.clock import VirtualClock
+from magnetar.clock import VirtualClock
 from magnetar.zk.memory import MemoryMetadataServer
 
 SECOND = 1_000

@@ -12,7 +12,7 @@ from support.dispatch import dispatched
 from support.waiting import wait_for
 
 from magnetar.broker.dispatch.consumer import Consumer, OutMessage, SubType
-from magnetar.broker.dispatch.dispatchers import DISPATCH_ROUNDS_PER_TURN, MAX_READ_ENTRIES
+from magnetar.broker.dispatch.dispatchers import DISPATCH_ROUNDS_PER_TURN, READ_ENTRIES_MAX
 from magnetar.broker.ledger.position import Position
 from magnetar.broker.storage.contract import Entry
 from magnetar.broker.storage.memory import MemoryLedger
@@ -115,10 +115,10 @@ async def test_batches_of_1000_with_1000_permits_read_what_they_send(sub_type: S
     assert got == list(range(60))
     # only the very first round (average unknown yet) may over-read
     overread = cursor.entries_read + cursor.positions_read - 60
-    assert overread <= MAX_READ_ENTRIES, overread
+    assert overread <= READ_ENTRIES_MAX, overread
     assert cursor.seeks <= 1
     # after the first round, each read brought back exactly what was sent
-    assert cursor.entries_read + cursor.positions_read <= 60 + MAX_READ_ENTRIES - 1
+    assert cursor.entries_read + cursor.positions_read <= 60 + READ_ENTRIES_MAX - 1
     assert sub.dispatcher is not None
     assert sub.dispatcher.avg_msgs_per_entry == pytest.approx(1000)
     assert sub.dispatcher.entries_to_read(1000) == 1
@@ -152,7 +152,7 @@ async def test_dispatch_keeps_up_with_a_publish_flood(sub_type: SubType) -> None
     sub.add_consumer(c)
     sub.flow(c, 10**9)
     per_turn, turns = 1500, 12
-    assert per_turn <= DISPATCH_ROUNDS_PER_TURN * MAX_READ_ENTRIES
+    assert per_turn <= DISPATCH_ROUNDS_PER_TURN * READ_ENTRIES_MAX
     backlog_max = 0
     for i in range(turns):
         await ledger.add_entries([batch(1)] * per_turn)
@@ -273,7 +273,7 @@ async def test_dispatcher_max_read_size_bytes_bounds_reads_by_the_average_entry(
     sub.add_consumer(c)
     sub.flow(c, 1000)
     await wait_for(lambda: sink.count() >= 200, timeout_s=10)
-    assert asked[0] == MAX_READ_ENTRIES  # the first read: no average yet
+    assert asked[0] == READ_ENTRIES_MAX  # the first read: no average yet
     assert asked[1:] and max(asked[1:]) == 4
     d = sub.dispatcher
     assert d is not None and d.avg_entry_bytes == pytest.approx(len(big))
@@ -305,7 +305,7 @@ async def test_a_failed_read_is_retried_on_the_clock_from_the_min_read_batch_siz
         assert clock.monotonic_ms() - t0 >= 700  # 0.1 + 0.2 + 0.4 s of back-off
     got = [m.position.entry_id for m in sink.messages[1]]
     assert got == list(range(200))
-    assert asked[:6] == [MAX_READ_ENTRIES, 3, 3, 3, 6, 12]
+    assert asked[:6] == [READ_ENTRIES_MAX, 3, 3, 3, 6, 12]
     assert sub.dispatcher is not None and sub.dispatcher.read_failures == 3
 
 

@@ -14,7 +14,7 @@ from magnetar.broker.storage.memory import MemoryLedger
 from magnetar.broker.topics.subscription import Subscription, SubscriptionError
 from magnetar.client.protocol import ServerError
 from magnetar.client.protocol.proto import pulsar_api_pb2 as pb
-from magnetar.zk.clock import VirtualClock
+from magnetar.clock import VirtualClock
 
 
 class Sink:

@@ -24,7 +24,7 @@ from magnetar.broker.topics.persistent import PersistentTopic
 from magnetar.broker.topics.subscription import Subscription, SubscriptionError
 from magnetar.client.protocol import ServerError, entry_num_messages
 from magnetar.client.protocol.proto import pulsar_api_pb2 as pb
-from magnetar.zk.clock import VirtualClock
+from magnetar.clock import VirtualClock
 
 
 def keyed(key: str | None, n: int = 1, deliver_at: int = 0) -> bytes:

@@ -32,7 +32,7 @@ from magnetar.broker.dispatch.key_shared import (
 )
 from magnetar.client.protocol import key_shared_slot
 
-MAX_READ_ENTRIES = 20
+READ_ENTRIES_MAX = 20
 
 
 @dataclass(eq=False)
@@ -129,7 +129,7 @@ class Sim:
         permits = {c: c.permits for c in self.consumers if c.permits > 0}
         if not permits:
             return False
-        want = min(sum(permits.values()), MAX_READ_ENTRIES)
+        want = min(sum(permits.values()), READ_ENTRIES_MAX)
         taken = self.sched.replay_candidates(permits, want)
         gone = set(taken)
         self.replay = [p for p in self.replay if p not in gone]

@@ -21,8 +21,8 @@ from magnetar.broker.loadbalance.manager import (
     ProbeResult,
 )
 from magnetar.broker.loadbalance.split import SplitAlgorithm, SplitThresholds
+from magnetar.clock import VirtualClock
 from magnetar.zk import paths
-from magnetar.zk.clock import VirtualClock
 from magnetar.zk.memory import MemoryMetadataServer, MemoryMetadataStore
 
 MB = 1024 * 1024

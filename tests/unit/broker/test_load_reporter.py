@@ -16,8 +16,8 @@ from magnetar.broker.loadbalance.host_usage import (
     parse_process_cpu_ticks,
 )
 from magnetar.broker.loadbalance.reporter import BundleCounters, LoadReporter, bundle_rates
+from magnetar.clock import VirtualClock
 from magnetar.zk import paths
-from magnetar.zk.clock import VirtualClock
 from magnetar.zk.memory import MemoryMetadataServer
 
 PROC = {

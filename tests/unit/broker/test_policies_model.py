@@ -17,7 +17,7 @@ from magnetar.broker.policies.model import (
     set_backlog_quota,
 )
 from magnetar.broker.policies.rate_limit import RateLimiter, TokenBucket
-from magnetar.zk.clock import VirtualClock
+from magnetar.clock import VirtualClock
 
 
 def test_broker_defaults_when_the_namespace_has_no_policies() -> None:
@@ -178,7 +178,7 @@ def test_auto_topic_creation_override_resolves_over_the_broker_settings() -> Non
     ):
         with pytest.raises(PolicyError):
             route.store(bad, {}, "c")
-    from magnetar.broker.policies.schema import check_policies
+    from magnetar.broker.policies.documents import check_policies
 
     check_policies({"autoTopicCreationOverride": stored["autoTopicCreationOverride"]}, 128)
     for doc in (

@@ -10,8 +10,8 @@ from support.hostile import batch_payload, entry
 
 from magnetar.broker.ledger.ackstate import AckState
 from magnetar.broker.ledger.position import Position
+from magnetar.broker.policies.documents import check_policies, json_depth
 from magnetar.broker.policies.model import PolicyError
-from magnetar.broker.policies.schema import check_policies, json_depth
 from magnetar.broker.protocol.input_budget import InputBudget
 from magnetar.broker.validation import (
     InvalidEntry,

@@ -17,7 +17,6 @@ from magnetar.client import (
     MessageId,
     ProducerQueueIsFull,
 )
-from magnetar.client._clock import SystemClock
 from magnetar.client._compression import compress
 from magnetar.client._consumer import Consumer, ConsumerConfig, PartitionConsumer
 from magnetar.client._handler import ClientContext, HandlerState
@@ -33,6 +32,7 @@ from magnetar.client.protocol import (
     encode_message_frame,
     pb,
 )
+from magnetar.clock import SystemClock
 
 
 class RecordingConnection:

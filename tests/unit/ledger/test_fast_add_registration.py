@@ -17,8 +17,8 @@ from magnetar.broker.ledger.placement import (
     fast_add_address_of_registration,
     parse_registration,
 )
+from magnetar.clock import SystemClock
 from magnetar.zk import paths
-from magnetar.zk.clock import SystemClock
 from magnetar.zk.memory import MemoryMetadataServer
 
 

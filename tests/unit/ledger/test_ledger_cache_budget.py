@@ -14,7 +14,7 @@ from magnetar.broker.ledger import LATEST, ManagedLedgerConfig, ManagedLedgerFac
 from magnetar.broker.ledger.cache import EntryCache, EntryCacheManager
 from magnetar.broker.ledger.testing import FakeBookieCluster
 from magnetar.broker.runtime import managed_ledger_config
-from magnetar.zk.clock import VirtualClock
+from magnetar.clock import VirtualClock
 from magnetar.zk.memory import MemoryMetadataServer
 
 

@@ -26,8 +26,8 @@ from magnetar.broker.ledger.metadata import LedgerMetadata
 from magnetar.broker.ledger.states import LedgerState, ManagedLedgerState
 from magnetar.broker.ledger.testing import FakeBookieCluster
 from magnetar.broker.storage.managed_ledger import ManagedLedgerStorage
+from magnetar.clock import VirtualClock
 from magnetar.zk import paths
-from magnetar.zk.clock import VirtualClock
 from magnetar.zk.memory import MemoryMetadataServer
 
 FAST = ManagedLedgerConfig(

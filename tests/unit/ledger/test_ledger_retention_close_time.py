@@ -7,7 +7,7 @@ from support.waiting import wait_for
 
 from magnetar.broker.ledger import EARLIEST, ManagedLedgerConfig, ManagedLedgerFactory
 from magnetar.broker.ledger.testing import FakeBookieCluster
-from magnetar.zk.clock import VirtualClock
+from magnetar.clock import VirtualClock
 from magnetar.zk.memory import MemoryMetadataServer
 
 

@@ -1,7 +1,8 @@
-"""Injectable time for everything with timers on the server side.
+"""Injectable time for everything with a timer: server, client and tools alike.
 
 Owns: the ``Clock`` protocol (wall time, monotonic time, sleep, call_later), the real
-``SystemClock`` and a ``VirtualClock`` that tests drive by hand. Must not know: who uses it.
+``SystemClock`` and a ``VirtualClock`` that tests drive by hand. Must not know: who uses it;
+it imports nothing of Magnetar, so the client, the bookie and the broker share this one module.
 Invariant: ``VirtualClock`` time never moves backwards and only moves when ``advance`` is called.
 """
 

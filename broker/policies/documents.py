@@ -20,7 +20,7 @@ from magnetar.broker.policies.model import SCHEMA_COMPATIBILITY_STRATEGIES, Poli
 
 INT64_MIN = -(1 << 63)
 INT64_MAX = (1 << 63) - 1
-MAX_BUNDLES_CEILING = 1 << 32
+BUNDLES_CEILING_MAX = 1 << 32
 """Pulsar's own bound on ``numBundles`` (2^32); the broker's setting is far lower."""
 JSON_DEPTH_MAX = 32
 """Nesting depth of any admin JSON body (Policies documents are at most 4 deep)."""
@@ -201,10 +201,10 @@ def check_tenant_info(doc: Any) -> None:
 
 
 __all__ = [
+    "BUNDLES_CEILING_MAX",
     "INT64_MAX",
     "INT64_MIN",
     "JSON_DEPTH_MAX",
-    "MAX_BUNDLES_CEILING",
     "TENANT_INFO_SCHEMA",
     "check_boundaries",
     "check_policies",
