@@ -32,7 +32,7 @@ from magnetar.broker.namespace.resources import (
 from magnetar.broker.naming import InvalidTopicName, TopicName
 from magnetar.broker.storage.contract import Entry
 from magnetar.broker.topics.subscription import SubscriptionError
-from magnetar.client.protocol import RemoteProtocolError, parse_entry
+from magnetar.client.protocol import EntryView, RemoteProtocolError
 from magnetar.zk import paths
 
 if TYPE_CHECKING:
@@ -83,7 +83,7 @@ def _peeked(entry: Entry) -> PeekedMessage:
     pos = entry.position
     headers = {"X-Pulsar-Message-ID": f"{pos.ledger_id}:{pos.entry_id}"}
     try:
-        stored = parse_entry(entry.data, verify_checksum=False)
+        stored = EntryView.parse(entry.data, verify_checksum=False)
     except Exception:
         return PeekedMessage(pos, headers, bytes(entry.data))
     md = stored.metadata
@@ -703,10 +703,6 @@ class TopicOperations:
 
         cfg = self.service.config
         return {f.name: str(getattr(cfg, f.name)) for f in dataclasses.fields(cfg)}
-
-
-def _host_port(url: str) -> str:
-    return url.split("://", 1)[-1].rstrip("/")
 
 
 __all__ = ["PeekedMessage", "TopicOperations", "not_allowed", "parse_position"]
