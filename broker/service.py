@@ -743,11 +743,7 @@ class BrokerService:
                 raise PreconditionFailed("Topic has active producers")
             if any(s.consumers for s in loaded.subscriptions.values()):
                 raise PreconditionFailed("Topic has active subscriptions")
-        for sub in list(loaded.subscriptions.values()):
-            await sub.delete_delayed_index()
-        compaction = getattr(loaded, "compaction", None)
-        if compaction is not None:
-            await compaction.delete()  # the views sit under the __compaction cursor
+        await loaded.delete_side_storage()  # delayed-delivery indexes, compacted views
         self.topics.pop(tn.full, None)
         await loaded.close()
         if tn.persistent:

@@ -44,6 +44,7 @@ from magnetar.broker.policies.model import (
 from magnetar.zk.errors import MetadataError
 
 if TYPE_CHECKING:
+    from magnetar.broker.schema.topics import TopicSchemas
     from magnetar.broker.service import BrokerService
 
 log = logging.getLogger(__name__)
@@ -206,6 +207,7 @@ class AdminApi:
         metrics_slice_s: float = METRICS_SLICE_S,
         extra_routes: Callable[[web.UrlDispatcher], None] | None = None,
         operations: TopicOperations | None = None,
+        schemas: TopicSchemas | None = None,
     ) -> None:
         self.resources = resources
         self.topics = topics
@@ -218,6 +220,8 @@ class AdminApi:
         self.extra_routes = extra_routes
         self.operations = operations
         """Subscription, topic, namespace and cluster operations (``admin_ops_api``)."""
+        self.schemas = schemas
+        """The schema registry's REST routes (``/admin/v2/schemas/...``) when given."""
 
     @classmethod
     def of_service(
@@ -237,6 +241,7 @@ class AdminApi:
             default_bundles=service.config.default_number_of_namespace_bundles,
             metrics=BrokerMetrics(service).chunks,
             extra_routes=extra_routes,
+            schemas=service.schemas,
         )
 
     def app(self) -> web.Application:
@@ -247,9 +252,8 @@ class AdminApi:
         r = app.router
         if self.extra_routes is not None:  # first: more specific than the topic routes
             self.extra_routes(r)
-        schemas = getattr(self.topics, "schemas", None)
-        if schemas is not None:  # /admin/v2/schemas/...: before /admin/v2/{domain}/...
-            SchemaAdminRoutes(schemas).add_routes(r)
+        if self.schemas is not None:  # /admin/v2/schemas/...: before /admin/v2/{domain}/...
+            SchemaAdminRoutes(self.schemas).add_routes(r)
         ops = OperationRoutes(self.operations) if self.operations is not None else None
         if ops is not None:
             ops.add_priority_routes(r)  # before the generic topic routes that would match
@@ -325,7 +329,7 @@ class AdminApi:
     async def health(self, request: web.Request) -> web.Response:
         # 503 while the metadata session is disconnected: the load-manager leader then
         # treats this broker as unresponsive and moves its bundles (docs/cluster.md)
-        if not getattr(self.resources.store, "connected", True):
+        if not self.resources.store.connected:
             return web.Response(status=503, text="metadata session not connected")
         return web.Response(text="ok")
 

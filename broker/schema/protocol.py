@@ -27,6 +27,7 @@ from magnetar.broker.schema.model import (
     version_of,
 )
 from magnetar.broker.schema.topics import TopicSchemas, schema_id, topic_is_idle
+from magnetar.broker.topics.contract import Topic
 from magnetar.client.protocol.proto import pulsar_api_pb2 as pb
 
 log = logging.getLogger(__name__)
@@ -68,13 +69,12 @@ async def producer_version(
     return None if version is None else version_bytes(version)
 
 
-async def check_consumer(schemas: TopicSchemas, topic: object, req: pb.CommandSubscribe) -> None:
+async def check_consumer(schemas: TopicSchemas, topic: Topic, req: pb.CommandSubscribe) -> None:
     """Register or check a SUBSCRIBE's schema on ``topic`` (a loaded topic); raises
     ``SchemaError``."""
     if not req.HasField("schema"):
         return
-    name = getattr(topic, "name", None)
-    assert isinstance(name, TopicName)
+    name = topic.name
     schema = from_wire(req.schema)
     try:
         await schemas.for_consumer(name, schema, topic_is_idle(topic))
