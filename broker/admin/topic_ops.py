@@ -31,14 +31,14 @@ from magnetar.broker.namespace.resources import (
 )
 from magnetar.broker.naming import InvalidTopicName, TopicName
 from magnetar.broker.storage.contract import Entry
-from magnetar.broker.topics.subscription import SubscriptionError
+from magnetar.broker.topics.contract import Topic
+from magnetar.broker.topics.persistent import PersistentTopic
+from magnetar.broker.topics.subscription import Subscription, SubscriptionError
 from magnetar.client.protocol import EntryView, RemoteProtocolError
 from magnetar.zk import paths
 
 if TYPE_CHECKING:
     from magnetar.broker.service import BrokerService
-    from magnetar.broker.topics.persistent import PersistentTopic
-    from magnetar.broker.topics.subscription import Subscription
 
 READ_CHUNK = 1000
 """Entries read per step when an operation walks a backlog (skip, expire, peek)."""
@@ -131,7 +131,7 @@ class TopicOperations:
             err.http_status = 405
             raise err
         t = await self.service.existing_topic(topic)
-        if t.compaction is None:
+        if not isinstance(t, PersistentTopic) or t.compaction is None:
             raise ResourceError("Topic has no compaction state")
         return t, t.compaction
 
@@ -179,7 +179,7 @@ class TopicOperations:
             tn.tenant, tn.namespace, tn.domain, tn.local
         )
 
-    async def topic(self, topic: str) -> PersistentTopic:
+    async def topic(self, topic: str) -> Topic:
         from magnetar.broker.service import ServiceError
 
         try:
@@ -193,7 +193,9 @@ class TopicOperations:
     async def persistent(self, topic: str) -> PersistentTopic:
         if not self.parse(topic).persistent:
             raise not_allowed("The operation is not supported on non-persistent topics")
-        return await self.topic(topic)
+        got = await self.topic(topic)
+        assert isinstance(got, PersistentTopic)  # a persistent name loads one
+        return got
 
     async def subscription(self, topic: str, sub: str) -> tuple[PersistentTopic, Subscription]:
         t = await self.persistent(topic)
@@ -564,7 +566,7 @@ class TopicOperations:
     async def _owned_bundles(self, tenant: str, namespace: str) -> list[NamespaceBundle]:
         if not await self.service.resources.namespace_exists(tenant, namespace):
             raise ResourceNotFound("Namespace does not exist")
-        ownership = self.service.ownership
+        ownership = self.service.namespaces.ownership
         if ownership is None:
             return []
         bundles = await self.service.resources.bundles(tenant, namespace)
@@ -576,7 +578,7 @@ class TopicOperations:
 
     async def unload_namespace(self, tenant: str, namespace: str) -> None:
         for bundle in await self._owned_bundles(tenant, namespace):
-            await self.service.unload_bundle(bundle)
+            await self.service.namespaces.unload_bundle(bundle)
 
     # -- cluster -------------------------------------------------------------------------
     async def cluster_data(self, cluster: str) -> dict[str, Any]:
@@ -649,7 +651,7 @@ class TopicOperations:
         tn = self.parse(topic)
         if not await self.service.resources.namespace_exists(tn.tenant, tn.namespace):
             raise ResourceNotFound("Namespace does not exist")
-        return (await self.service.bundle_of(tn)).range.name
+        return (await self.service.namespaces.bundle_of(tn)).range.name
 
     async def bookies(self) -> list[dict[str, Any]]:
         """Registered bookies (Pulsar's ``BookiesClusterInfo`` entries), with what each one
@@ -688,7 +690,7 @@ class TopicOperations:
         for name, t in sorted(self.service.topics.items()):
             tn = t.name
             try:
-                bundle = (await self.service.bundle_of(tn)).range.name
+                bundle = (await self.service.namespaces.bundle_of(tn)).range.name
                 stats = await self.topic_stats(name) if tn.persistent else t.stats()
             except ResourceError:
                 continue

@@ -544,6 +544,14 @@ class PolicyManager:
         if held:
             log.info("%s: backlog within quota, released %d held sends", topic.full_name, len(held))
 
+    def compaction_threshold(self, topic: Topic) -> int:
+        """Bytes not yet compacted above which ``topic`` is compacted (0: never): its
+        resolved ``compaction_threshold``, the broker setting while it has none."""
+        state = self.state_of(topic)
+        if state is not None:
+            return int(state.policies.compaction_threshold_bytes)
+        return int(self.config.broker_service_compaction_threshold_in_bytes)
+
     def topic_stats(self, topic: Topic) -> dict[str, Any]:
         """Pulsar's policy-related TopicStats fields for ``topic``."""
         state = self.state_of(topic)

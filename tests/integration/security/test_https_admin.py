@@ -135,7 +135,7 @@ async def test_tenant_admin_and_permissions(secured: Secured) -> None:
     lookup = "/lookup/v2/topic/persistent/acme/ns/t1"
     status, body = await secured.call("GET", lookup, "app")
     assert status == 200
-    assert body["brokerUrlTls"] == secured.runtime.service.service_url_tls
+    assert body["brokerUrlTls"] == secured.runtime.service.namespaces.service_url_tls
     assert body["httpUrlTls"] == secured.base
     assert (await secured.call("GET", lookup, "stranger"))[0] == 403
     assert (await secured.call("DELETE", perms + "/app", "acme-admin"))[0] == 204
