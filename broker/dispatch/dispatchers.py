@@ -1203,11 +1203,18 @@ def new_dispatcher(
 
 
 __all__ = [
+    "MIN_READ_ENTRIES",
+    "READ_BYTES_MAX",
+    "READ_ENTRIES_MAX",
+    "ChunkOf",
+    "CountOf",
+    "DeliverAtOf",
     "Dispatcher",
     "DispatcherStats",
     "KeySharedDispatcher",
     "MultipleConsumersDispatcher",
     "SingleActiveConsumerDispatcher",
+    "Throttle",
     "new_dispatcher",
     "next_shared_consumer",
     "pick_active_consumer",
