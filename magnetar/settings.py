@@ -347,6 +347,7 @@ BOOKIE_ALIASES: tuple[Alias, ...] = (
     Alias("authorizedRoles", "authorized_roles"),
     Alias("bookieId", "bookie_id"),
     Alias("httpServerPort", "http_port"),
+    Alias("httpServerEnabled", "http_server_enabled"),
     Alias("journalSyncData", "journal_sync"),
     Alias("journalPreAllocSizeMB", "journal_pre_alloc_size_mb"),
     Alias("gcWaitTime", "gc_interval_s", _millis_to_seconds, "milliseconds -> seconds"),
@@ -703,6 +704,17 @@ def markdown_table(component: Component, cls: type) -> str:
     return "\n".join(rows)
 
 
+def markdown_accepted_table(component: Component) -> str:
+    """The keys ``component`` accepts without a setting of its own: the values that fit and
+    why (docs/operations.md, ``tools/settings_table.py``)."""
+    rows = ["| key | accepted values | why that is what Magnetar does |", "|---|---|---|"]
+    for row in sorted(component.accepted, key=lambda r: r.key.lower()):
+        why = row.reason.replace("|", "\\|") + (" (logged as a WARNING)" if row.warn else "")
+        supported = row.supported.replace("|", "\\|")
+        rows.append(f"| `{row.key}` | {supported} | {why} |")
+    return "\n".join(rows)
+
+
 __all__ = [
     "BOOKIE",
     "BOOKIE_ALIASES",
@@ -723,6 +735,7 @@ __all__ = [
     "effective_config_line",
     "field_types",
     "from_environment",
+    "markdown_accepted_table",
     "markdown_table",
     "masked",
     "normalise",

@@ -990,12 +990,6 @@ ACCEPTED_BROKER: tuple[Accepted, ...] = (
 
 ACCEPTED_BOOKIE: tuple[Accepted, ...] = (
     unset("extraServerComponents", "no pluggable bookie server components"),
-    only(
-        "httpServerEnabled",
-        "false",
-        "true",
-        reason="the bookie's HTTP server (/metrics, /health) is on when httpServerPort is set",
-    ),
     any_value("httpServerHost", "the HTTP server binds the bookie's address"),
     any_value(
         "httpServerClass",
