@@ -88,6 +88,14 @@ def _millis_to_seconds(value: Any) -> Any:
     return float(value) / 1000.0
 
 
+def _positive_or_not_given(value: Any) -> Any:
+    """A deprecated Pulsar alias whose 0 or -1 means "unset" (the current name decides)."""
+    try:
+        return value if float(value) > 0 else NOT_GIVEN
+    except (TypeError, ValueError):
+        return value  # coercion names the bad value
+
+
 def _gigabytes_to_bytes(value: Any) -> Any:
     """Pulsar's deprecated ``backlogQuotaDefaultLimitGB``: a positive size in GiB, else unset
     (so ``backlogQuotaDefaultLimitBytes`` decides)."""
@@ -111,7 +119,12 @@ BROKER_ALIASES: tuple[Alias, ...] = (
     Alias("metadataStoreUrl", "metadata_store_url", _pulsar_metadata_url, "zk:host:port -> zk://"),
     Alias("zookeeperServers", "metadata_store_url", _zookeeper_servers, "host:port -> zk://"),
     Alias("metadataStoreSessionTimeoutMillis", "metadata_store_session_timeout_millis"),
-    Alias("zooKeeperSessionTimeoutMillis", "metadata_store_session_timeout_millis"),
+    Alias(
+        "zooKeeperSessionTimeoutMillis",
+        "metadata_store_session_timeout_millis",
+        _positive_or_not_given,
+        "deprecated in Pulsar: -1 (its default) leaves metadataStoreSessionTimeoutMillis",
+    ),
     Alias("maxMessageSize", "max_message_size"),
     Alias("keepAliveIntervalSeconds", "keep_alive_interval_seconds"),
     Alias("maxPendingPublishRequestsPerConnection", "max_pending_publish_requests_per_connection"),

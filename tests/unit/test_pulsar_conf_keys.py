@@ -162,3 +162,14 @@ def test_a_bookie_with_two_journal_directories_is_refused(tmp_path: pathlib.Path
     assert _one_directory("journalDirectories", "/a") == "/a"
     with pytest.raises(StartRefused, match="one directory"):
         _one_directory("journalDirectories", "/a,/b")
+
+
+def test_deprecated_unset_values_leave_the_current_setting(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "broker.conf"
+    path.write_text(
+        "metadataStoreSessionTimeoutMillis=12000\nzooKeeperSessionTimeoutMillis=-1\n"
+        "backlogQuotaDefaultLimitBytes=5000\nbacklogQuotaDefaultLimitGB=-1\n"
+    )
+    config = BrokerConfig.load(path)
+    assert config.metadata_store_session_timeout_millis == 12000
+    assert config.backlog_quota_default_limit_bytes == 5000
