@@ -83,7 +83,7 @@ def classify(method: str, path: str) -> HttpOperation:
     parts = [p for p in path.split("/") if p]
     method = method.upper()
     if parts[:3] == ["lookup", "v2", "topic"] and len(parts) >= 7 and parts[3] in DOMAINS:
-        return _topic_op("GET", parts[3], parts[4:7])
+        return _topic_op("GET", parts[3], [*parts[4:7], "partitions"])  # a lookup
     if parts[:2] != ["admin", "v2"] or len(parts) < 3:
         return HttpOperation(OpKind.SUPERUSER)
     area, rest = parts[2], parts[3:]

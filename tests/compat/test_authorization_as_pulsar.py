@@ -162,6 +162,14 @@ def test_partitioned_topic_metadata(secured: Secured) -> None:
     )
 
 
+def test_http_lookup(secured: Secured) -> None:
+    check_row(
+        secured,
+        ALLOW_GRANTED,
+        lambda k: secured.call(k, "GET", f"/lookup/v2/topic/persistent/{secured.ns(k)}/existing"),
+    )
+
+
 def test_topic_stats(secured: Secured) -> None:
     check_row(
         secured,
