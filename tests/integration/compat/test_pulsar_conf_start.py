@@ -14,12 +14,14 @@ from collections.abc import Iterator
 
 import pulsar
 import pytest
+from support.admin import http
 from support.bookies import BookieFactory
 from support.cluster import Cluster, running_cluster
 from support.standalone import StandaloneFactory
 from support.zookeeper import ZooKeeperServer
 
 from magnetar import settings
+from magnetar.broker.admin.http_api import TOPIC_POLICIES_DISABLED
 
 pytestmark = pytest.mark.compat
 
@@ -94,6 +96,15 @@ def test_pulsar_client_python_ssl_conf_keys_start_a_standalone(
     node = standalone_factory.create(extra_args=["--config", str(conf)]).start(timeout_s=90)
     try:
         round_trip(node.service_url, "persistent://public/default/from-ssl-conf")
+        # topicLevelPoliciesEnabled=false: the topic-level policy endpoints answer 405
+        topic = "/admin/v2/persistent/public/default/from-ssl-conf"
+        status, body = http(node.web_url, "POST", topic + "/messageTTL", 60)
+        assert (status, body["reason"]) == (405, TOPIC_POLICIES_DISABLED)
+        assert http(node.web_url, "GET", topic + "/backlogQuotaMap")[0] == 405
+        assert (
+            http(node.web_url, "POST", "/admin/v2/namespaces/public/default/messageTTL", 60)[0]
+            == 204
+        )
     finally:
         node.stop()
 
