@@ -88,6 +88,9 @@ def same_set(key: str, values: str, reason: str) -> Accepted:
     )
 
 
+ADMIN_BODY_BYTES_MAX = 8 << 20
+"""The admin HTTP server's bound on a request body (``broker/admin/http_api.py``)."""
+
 # Reasons shared by families of keys (each row still names its own).
 THREADS = "Magnetar runs each process on one asyncio event loop: there is no thread pool to size"
 JVM = "a JVM, Netty or Jetty tuning knob: Magnetar is a Python process, nothing to tune"
@@ -99,9 +102,9 @@ NO_TXN = "Magnetar has no transactions (transactionCoordinatorEnabled=false asks
 NO_FUNCTIONS = "Magnetar has no Pulsar Functions, packages or connectors"
 NO_OFFLOAD = "no tiered-storage offloader is configured through these keys"
 NO_WEBSOCKET = "Magnetar serves no WebSocket API"
-NO_REPL_TUNING = (
-    "geo-replication tuning of Pulsar's replicator client; Magnetar's replicators use their "
-    "own bounded producer"
+NO_REPL = (
+    "geo-replication is not part of this Magnetar yet: nothing replicates, so there is "
+    "nothing to tune"
 )
 MODULAR_LB = (
     "a knob of Pulsar's extensible load manager (ExtensibleLoadManagerImpl); Magnetar's "
@@ -388,14 +391,10 @@ ACCEPTED_BROKER: tuple[Accepted, ...] = (
         "always kept, durably; with false Pulsar keeps only whole-entry acks and would "
         "redeliver acknowledged messages of a partly acknowledged batch",
     ),
-    only(
-        "enableReplicatedSubscriptions",
-        "true",
-        reason="replicated subscriptions are available where a subscription asks for them",
-    ),
-    any_value("replicatedSubscriptionsSnapshotFrequencyMillis", NO_REPL_TUNING),
-    any_value("replicatedSubscriptionsSnapshotTimeoutSeconds", NO_REPL_TUNING),
-    any_value("replicatedSubscriptionsSnapshotMaxCachedPerSubscription", NO_REPL_TUNING),
+    any_value("enableReplicatedSubscriptions", NO_REPL),
+    any_value("replicatedSubscriptionsSnapshotFrequencyMillis", NO_REPL),
+    any_value("replicatedSubscriptionsSnapshotTimeoutSeconds", NO_REPL),
+    any_value("replicatedSubscriptionsSnapshotMaxCachedPerSubscription", NO_REPL),
     any_value(
         "maxMessagePublishBufferSizeInMB",
         "publishes in flight are bounded per connection (maxPendingPublishRequestsPer"
@@ -500,13 +499,18 @@ ACCEPTED_BROKER: tuple[Accepted, ...] = (
         reason="/metrics is open, as Pulsar's default",
     ),
     # --- HTTP server --------------------------------------------------------------------
-    any_value(
+    Accepted(
         "httpMaxRequestSize",
-        "admin request bodies are bounded at 8 MiB and refused (413) beyond",
+        lambda v: (_number(v) or 0.0) <= 0 or (_number(v) or 0.0) >= ADMIN_BODY_BYTES_MAX,
+        f"-1, or {ADMIN_BODY_BYTES_MAX} or more",
+        "admin request bodies are bounded at 8 MiB and refused (413) beyond: what -1 (no "
+        "bound) gets, deliberately bounded, and within any larger bound",
     ),
-    any_value(
+    only(
         "httpMaxRequestHeaderSize",
-        "request lines and headers are bounded by the HTTP server and refused (400) beyond",
+        "8192",
+        reason="request lines and header fields are bounded at about 8 KiB by the HTTP server "
+        "and refused (400) beyond",
     ),
     any_value(
         "disableHttpDebugMethods",
@@ -540,8 +544,9 @@ ACCEPTED_BROKER: tuple[Accepted, ...] = (
     ),
     any_value(
         "bookkeeperClientTimeoutInSeconds",
-        "a bookie that does not ack an add within 3 s is replaced by an ensemble change, and "
-        "reads fail over to the next replica; adds are never failed by a client timeout",
+        "a bookie request times out after 5 s (an add after 10 s) and a bookie that has not "
+        "acked the oldest add within 3 s is replaced by an ensemble change; reads fail over to "
+        "the next replica; an add is never failed by a client timeout",
     ),
     any_value("bookkeeperClientNumWorkerThreads", THREADS),
     any_value("bookkeeperClientNumIoThreads", THREADS),
@@ -807,23 +812,12 @@ ACCEPTED_BROKER: tuple[Accepted, ...] = (
     any_value("loadBalancerNamespaceBundleSplitConditionHitCountThreshold", MODULAR_LB),
     any_value("loadBalancerServiceUnitStateTombstoneDelayTimeInSeconds", MODULAR_LB),
     # --- replication --------------------------------------------------------------------
-    only(
-        "replicationMetricsEnabled",
-        "true",
-        reason="replication series are on /metrics where replication runs",
-    ),
-    any_value("replicationConnectionsPerBroker", NO_REPL_TUNING),
-    any_value("replicationProducerQueueSize", NO_REPL_TUNING),
-    only(
-        "replicatorPrefix",
-        "pulsar.repl",
-        reason="replicator cursors and producers are named pulsar.repl.<cluster>",
-    ),
-    any_value(
-        "replicationPolicyCheckDurationSeconds",
-        "replication policy changes are watched, not polled",
-    ),
-    only("replicationTlsEnabled", "false", reason="deprecated in Pulsar; remote URLs decide TLS"),
+    any_value("replicationMetricsEnabled", NO_REPL),
+    any_value("replicationConnectionsPerBroker", NO_REPL),
+    any_value("replicationProducerQueueSize", NO_REPL),
+    any_value("replicatorPrefix", NO_REPL),
+    any_value("replicationPolicyCheckDurationSeconds", NO_REPL),
+    any_value("replicationTlsEnabled", "deprecated in Pulsar; and: " + NO_REPL),
     unset("bootstrapNamespaces", "no namespaces are bootstrapped besides public/default"),
     # --- WebSocket ----------------------------------------------------------------------
     Accepted(

@@ -41,6 +41,7 @@ from magnetar.broker.policies.model import (
     remove_backlog_quota,
     set_backlog_quota,
 )
+from magnetar.settings_accepted import ADMIN_BODY_BYTES_MAX
 from magnetar.zk.errors import MetadataError
 
 if TYPE_CHECKING:
@@ -249,7 +250,8 @@ class AdminApi:
     def app(self) -> web.Application:
         quiet_bad_requests()
         app = web.Application(
-            middlewares=[json_unknown_routes, _errors, guard], client_max_size=8 << 20
+            middlewares=[json_unknown_routes, _errors, guard],
+            client_max_size=ADMIN_BODY_BYTES_MAX,
         )
         r = app.router
         if self.extra_routes is not None:  # first: more specific than the topic routes
