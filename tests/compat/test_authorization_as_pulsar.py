@@ -329,3 +329,39 @@ def test_granting_on_public_default_as_the_docs_say(secured: Secured) -> None:
         client.create_producer("persistent://public/default/suite-parted").send(b"x")
     finally:
         client.close()
+
+
+def test_a_refused_connect_is_answered_at_once(secured: Secured) -> None:
+    """Credentials a configured provider refuses are never the anonymous role: the broker
+    answers ERROR(AuthenticationError) at once and closes; an unknown method is CONNECTED
+    (the anonymous role)."""
+    from support.raw_client import RawClient, T
+
+    from magnetar.client.protocol.proto import pulsar_api_pb2 as pb
+
+    def connect(method: str, data: bytes) -> pb.BaseCommand:
+        raw = RawClient(secured.server.port)
+        try:
+            raw.send(
+                T(
+                    type=T.CONNECT,
+                    connect=pb.CommandConnect(
+                        client_version="raw",
+                        protocol_version=20,
+                        auth_method_name=method,
+                        auth_data=data,
+                    ),
+                )
+            )
+            started = time.monotonic()
+            got = raw.recv()
+            assert time.monotonic() - started < 2
+            if got.type == T.ERROR:
+                assert raw.is_closed()
+            return got
+        finally:
+            raw.close()
+
+    refused = connect("token", b"not-a-token")
+    assert (refused.type, refused.error.error) == (T.ERROR, pb.AuthenticationError)
+    assert connect("unknown", b"user:pass").type == T.CONNECTED
