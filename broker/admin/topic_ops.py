@@ -579,15 +579,6 @@ class TopicOperations:
             await self.service.unload_bundle(bundle)
 
     # -- cluster -------------------------------------------------------------------------
-    async def cluster_data(self, cluster: str) -> dict[str, Any]:
-        import json
-
-        got = await self.service.store.get(paths.cluster(cluster))
-        if got is None:
-            raise ResourceNotFound("Cluster does not exist")
-        data = json.loads(got.value or b"{}")
-        return data if isinstance(data, dict) else {}
-
     # -- properties (magctl's labels) -----------------------------------------------------
     @staticmethod
     def _check_properties(body: Any) -> dict[str, str]:
