@@ -99,6 +99,8 @@ def _peeked(entry: Entry) -> PeekedMessage:
         headers["X-Pulsar-num-batch-message"] = str(md.num_messages_in_batch)
     if md.HasField("event_time") and md.event_time:
         headers["X-Pulsar-event-time"] = str(md.event_time)
+    if md.HasField("replicated_from"):
+        headers["X-Pulsar-replicated-from"] = md.replicated_from
     for kv in md.properties:
         headers[f"X-Pulsar-PROPERTY-{kv.key}"] = kv.value
     return PeekedMessage(pos, headers, bytes(stored.payload))
