@@ -43,6 +43,8 @@ from magnetar.client.protocol import pb
 
 log = logging.getLogger(__name__)
 
+CLOSE_TIMEOUT_S = 10.0
+"""How long closing a producer may wait for the receipts still due."""
 SCHEMA_NOT_WIRED = (
     "replicating entries with a schema is not wired yet: the remote cluster's version of "
     "the schema cannot be registered"
@@ -150,9 +152,9 @@ class ClientRemoteProducer:
         while not self._queue.empty():
             _, done = self._queue.get_nowait()
             self._fail(done, "producer closed")
-        try:
-            await self._producer.close()
-        except PulsarException as exc:
+        try:  # bounded: a remote that stopped answering must not hold a topic's unload
+            await asyncio.wait_for(self._producer.close(), CLOSE_TIMEOUT_S)
+        except (PulsarException, TimeoutError) as exc:
             log.debug("closing the replicator producer on %s: %s", self._cluster, exc)
 
 
