@@ -14,7 +14,11 @@ completed only after its last part; a local write is renamed into place at the e
 
 from __future__ import annotations
 
+import contextlib
 import datetime
+import glob
+import pathlib
+import re
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
@@ -39,6 +43,7 @@ from magnetar.broker.offload.errors import (
 T = TypeVar("T")
 
 STREAM_CHUNK_BYTES = 1 << 20
+_STAGED = re.compile(r"#\d+$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,9 +189,12 @@ class ObstoreBlobStore:
         try:
             await obstore.delete_async(self._store, key)
         except (FileNotFoundError, NotFoundError):
-            return
+            pass
         except _LIBRARY_ERRORS as exc:
             raise _translate(key, exc) from exc
+        for staged in self._staged_files(key):
+            with contextlib.suppress(FileNotFoundError):
+                staged.unlink()
 
     async def list(self, prefix: str | None = None) -> AsyncIterator[ObjectInfo]:
         try:
@@ -197,6 +205,28 @@ class ObstoreBlobStore:
             return
         except _LIBRARY_ERRORS as exc:
             raise _translate(prefix or "<list>", exc) from exc
+        for staged in self._staged_files(None):
+            key = _STAGED.sub("", staged.relative_to(self.spec.location).as_posix())
+            if prefix is None or key.startswith(prefix):
+                yield ObjectInfo(key, staged.stat().st_size)
+
+    def _staged_files(self, key: str | None) -> tuple[pathlib.Path, ...]:
+        """Local stores only: what a write that never finished left behind. The library
+        writes ``KEY#N`` and renames it to ``KEY`` when complete; after a crash the staging
+        file stays, hidden from its listings and refused by its delete. Listed under the key
+        it would have become, and removed with it. (Object stores keep an unfinished
+        multipart upload invisibly instead: a bucket lifecycle rule removes those.)"""
+        if self.spec.kind is not StoreKind.LOCAL:
+            return ()
+        root = pathlib.Path(self.spec.location)
+        if key is None:
+            return tuple(p for p in root.rglob("*#*") if _STAGED.search(p.name) and p.is_file())
+        target = root / key
+        return tuple(
+            p
+            for p in target.parent.glob(glob.escape(target.name) + "#*")
+            if _STAGED.search(p.name) and p.is_file()
+        )
 
     async def close(self) -> None:
         """obstore keeps no open handle that needs closing; the store is dropped with us."""
