@@ -19,7 +19,7 @@ import array
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from magnetar.broker.ledger.handle import LedgerEntry
@@ -161,7 +161,7 @@ async def upload_ledger(
 
     source_failure: list[BaseException] = []
 
-    async def blocks() -> AsyncIterator[bytes]:
+    async def blocks() -> AsyncGenerator[bytes, None]:
         try:
             async for batch in _source_batches(source, last, plan.prefetch_rounds):
                 for entry in batch:
@@ -179,10 +179,11 @@ async def upload_ledger(
         if last < 0:
             await store.put(data_key, b"", attributes)
         else:
+            stream = blocks()
             try:
                 await store.put_stream(
                     data_key,
-                    blocks(),
+                    stream,
                     part_bytes=plan.part_bytes,
                     concurrency=plan.part_concurrency,
                     attributes=attributes,
@@ -191,6 +192,8 @@ async def upload_ledger(
                 if source_failure:
                     raise source_failure[0] from None
                 raise
+            finally:
+                await stream.aclose()  # stops the source prefetch if the store gave up early
         if packer.next_entry != last + 1:
             raise SourceMismatch(f"source gave {packer.next_entry} entries, expected {last + 1}")
         if last >= 0 and packer.last_cumulative != source.length:
