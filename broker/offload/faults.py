@@ -14,6 +14,7 @@ Invariant: a fault fires at most ``count`` times; faults are checked in the orde
 
 from __future__ import annotations
 
+import enum
 import re
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
@@ -26,7 +27,7 @@ OPERATIONS = frozenset({"put", "get", "get_range", "stream", "delete", "list"})
 READS = frozenset({"get", "get_range", "stream"})
 
 
-class _Kind:
+class _Kind(enum.Enum):
     FAIL = "fail"
     DELAY = "delay"
     CORRUPT = "corrupt"
@@ -34,7 +35,7 @@ class _Kind:
 
 @dataclass(slots=True)
 class Fault:
-    kind: str
+    kind: _Kind
     matcher: Callable[[str], bool]
     operations: frozenset[str]
     remaining: int
@@ -202,10 +203,10 @@ class FaultInjectingBlobStore:
             raise StoreUnavailable(f"{key}: the store is down (injected)")
         later: list[Fault] = []
         for fault in self._faults:
-            if fault.kind == _Kind.CORRUPT or not fault.matches(operation, key):
+            if fault.kind is _Kind.CORRUPT or not fault.matches(operation, key):
                 continue
             fault.remaining -= 1
-            if fault.kind == _Kind.DELAY:
+            if fault.kind is _Kind.DELAY:
                 self._delays += 1
                 await self._clock.sleep(fault.delay_s)
             elif fault.after:
@@ -224,7 +225,7 @@ class FaultInjectingBlobStore:
 
     def _corrupt(self, operation: str, key: str, start: int, data: bytes) -> bytes:
         for fault in self._faults:
-            if fault.kind != _Kind.CORRUPT or not fault.matches(operation, key) or not data:
+            if fault.kind is not _Kind.CORRUPT or not fault.matches(operation, key) or not data:
                 continue
             if fault.at is None:
                 pos = len(data) - 1

@@ -96,9 +96,11 @@ def _fs_policies(root: str) -> EffectiveOffloadPolicies:
 
 
 def _quick_s3_store(policies: EffectiveOffloadPolicies) -> BlobStore:
-    """Short request timeouts and no library retries: our own retries are what is tested."""
+    """Short request timeouts (a paused server accepts connections and never answers) and no
+    library retries: our own retries are what is tested. 3 s: a loaded machine's moto still
+    answers a 5 MiB part within it."""
     spec = dataclasses.replace(
-        store_spec(policies), request_timeout_ms=1500, connect_timeout_ms=500, library_retries=0
+        store_spec(policies), request_timeout_ms=3000, connect_timeout_ms=1000, library_retries=0
     )
     return open_blob_store(spec)
 
