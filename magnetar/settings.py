@@ -118,6 +118,24 @@ BROKER_ALIASES: tuple[Alias, ...] = (
     Alias("webServicePort", "web_service_port"),
     Alias("metadataStoreUrl", "metadata_store_url", _pulsar_metadata_url, "zk:host:port -> zk://"),
     Alias("zookeeperServers", "metadata_store_url", _zookeeper_servers, "host:port -> zk://"),
+    Alias(
+        "configurationMetadataStoreUrl",
+        "configuration_metadata_store_url",
+        _pulsar_metadata_url,
+        "zk:host:port -> zk://",
+    ),
+    Alias(
+        "configurationStoreServers",
+        "configuration_metadata_store_url",
+        _zookeeper_servers,
+        "host:port -> zk://",
+    ),
+    Alias(
+        "globalZookeeperServers",
+        "configuration_metadata_store_url",
+        _zookeeper_servers,
+        "host:port -> zk://",
+    ),
     Alias("metadataStoreSessionTimeoutMillis", "metadata_store_session_timeout_millis"),
     Alias(
         "zooKeeperSessionTimeoutMillis",

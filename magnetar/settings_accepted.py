@@ -103,8 +103,8 @@ NO_FUNCTIONS = "Magnetar has no Pulsar Functions, packages or connectors"
 NO_OFFLOAD = "no tiered-storage offloader is configured through these keys"
 NO_WEBSOCKET = "Magnetar serves no WebSocket API"
 NO_REPL = (
-    "geo-replication is not part of this Magnetar yet: nothing replicates, so there is "
-    "nothing to tune"
+    "topics do not start geo-replicators yet (docs/geo-replication.md, not done yet): "
+    "nothing replicates, so there is nothing to tune"
 )
 MODULAR_LB = (
     "a knob of Pulsar's extensible load manager (ExtensibleLoadManagerImpl); Magnetar's "
@@ -137,10 +137,6 @@ ACCEPTED_BROKER: tuple[Accepted, ...] = (
         "metadataSyncEventTopic", "metadata sync between clusters through a topic is not supported"
     ),
     unset("configurationMetadataSyncEventTopic", "metadata sync between clusters is not supported"),
-    unset(
-        "configurationMetadataStoreUrl",
-        "the configuration store is the metadata store (metadataStoreUrl)",
-    ),
     unset("webServiceTlsProtocols", "the web service's TLS uses tlsProtocols"),
     unset("webServiceTlsCiphers", "the web service's TLS uses tlsCiphers"),
     unset("bindAddresses", "extra bind addresses are not supported: bindAddress is the one"),
@@ -814,8 +810,16 @@ ACCEPTED_BROKER: tuple[Accepted, ...] = (
     # --- replication --------------------------------------------------------------------
     any_value("replicationMetricsEnabled", NO_REPL),
     any_value("replicationConnectionsPerBroker", NO_REPL),
-    any_value("replicationProducerQueueSize", NO_REPL),
-    any_value("replicatorPrefix", NO_REPL),
+    only(
+        "replicationProducerQueueSize",
+        "1000",
+        reason="a replicator's producer keeps at most 1000 messages pending",
+    ),
+    only(
+        "replicatorPrefix",
+        "pulsar.repl",
+        reason="replicator cursors and producers are named pulsar.repl.<cluster>",
+    ),
     any_value("replicationPolicyCheckDurationSeconds", NO_REPL),
     any_value("replicationTlsEnabled", "deprecated in Pulsar; and: " + NO_REPL),
     unset("bootstrapNamespaces", "no namespaces are bootstrapped besides public/default"),
@@ -921,8 +925,6 @@ ACCEPTED_BROKER: tuple[Accepted, ...] = (
         reason="no bookie affinity groups (see bookkeeperClientIsolationGroups)",
     ),
     # --- deprecated in Pulsar -----------------------------------------------------------
-    unset("globalZookeeperServers", "deprecated in Pulsar: one metadata store"),
-    unset("configurationStoreServers", "deprecated in Pulsar: one metadata store"),
     only(
         "zooKeeperOperationTimeoutSeconds",
         "-1",

@@ -78,9 +78,15 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
         token=tokens["superUser"],
     ).start()
     s = Secured(server, tokens)
-    s.su("PUT", "/admin/v2/tenants/acme", {"adminRoles": ["boss"], "allowedClusters": []})
-    s.su("PUT", "/admin/v2/tenants/open", {"adminRoles": ["anonymous"], "allowedClusters": []})
-    s.su("PUT", "/admin/v2/tenants/private", {"adminRoles": [], "allowedClusters": []})
+    s.su(
+        "PUT", "/admin/v2/tenants/acme", {"adminRoles": ["boss"], "allowedClusters": ["standalone"]}
+    )
+    s.su(
+        "PUT",
+        "/admin/v2/tenants/open",
+        {"adminRoles": ["anonymous"], "allowedClusters": ["standalone"]},
+    )
+    s.su("PUT", "/admin/v2/tenants/private", {"adminRoles": [], "allowedClusters": ["standalone"]})
     grants = {"auth_policies": {"namespace_auth": {"app": GRANTED, "anonymous": GRANTED}}}
     s.su("PUT", "/admin/v2/namespaces/acme/ns", grants)
     s.su("PUT", "/admin/v2/namespaces/open/ns", {})
@@ -219,7 +225,10 @@ def test_create_a_tenant(secured: Secured) -> None:
         secured,
         {"superuser"},
         lambda k: secured.call(
-            k, "PUT", f"/admin/v2/tenants/t-{k}", {"adminRoles": [], "allowedClusters": []}
+            k,
+            "PUT",
+            f"/admin/v2/tenants/t-{k}",
+            {"adminRoles": [], "allowedClusters": ["standalone"]},
         ),
     )
 
@@ -317,7 +326,9 @@ def test_granting_on_public_default_as_the_docs_say(secured: Secured) -> None:
     assert secured.call("anonymous", "PUT", path, 3) == 403
     secured.su("POST", "/admin/v2/namespaces/public/default/permissions/anonymous", GRANTED)
     secured.su(
-        "POST", "/admin/v2/tenants/public", {"adminRoles": ["anonymous"], "allowedClusters": []}
+        "POST",
+        "/admin/v2/tenants/public",
+        {"adminRoles": ["anonymous"], "allowedClusters": ["standalone"]},
     )
     assert secured.call("anonymous", "PUT", path, 3) == 204
     assert (
