@@ -110,7 +110,6 @@ def policies_schema(max_bundles: int) -> dict[str, Any]:
             # Pulsar's other per-cluster rate maps, and the REST name of topicDispatchRate
             # that a hand-written body may use: typed too, so a malformed rate is refused
             "clusterDispatchRate": _PER_CLUSTER_RATE,
-            "replicatorDispatchRate": _PER_CLUSTER_RATE,
             "dispatchRate": _PER_CLUSTER_RATE,
             "clusterSubscribeRate": {
                 "type": ["object", "null"],
