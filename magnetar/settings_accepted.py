@@ -100,7 +100,11 @@ JAVA_TLS = (
 )
 NO_TXN = "Magnetar has no transactions (transactionCoordinatorEnabled=false asks for none)"
 NO_FUNCTIONS = "Magnetar has no Pulsar Functions, packages or connectors"
-NO_OFFLOAD = "no tiered-storage offloader is configured through these keys"
+NO_OFFLOAD = (
+    "tiered storage is not wired into the broker yet (docs/tiered-storage.md): nothing is "
+    "offloaded, so the offload keys have nothing to configure; left empty, a driver asks for "
+    "none"
+)
 NO_WEBSOCKET = "Magnetar serves no WebSocket API"
 NO_REPL = (
     "topics do not start geo-replicators yet (docs/geo-replication.md, not done yet): "
