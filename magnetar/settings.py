@@ -108,6 +108,8 @@ def _gigabytes_to_bytes(value: Any) -> Any:
 
 # -- the table ------------------------------------------------------------------------------
 
+SWEEPER = "implemented by the inactive-topic sweeper"
+
 BROKER_ALIASES: tuple[Alias, ...] = (
     Alias("clusterName", "cluster_name"),
     Alias("bindAddress", "bind_address"),
@@ -354,19 +356,26 @@ BROKER_ALIASES: tuple[Alias, ...] = (
     Alias("maxBufferedPartialFramesSizeInMb", "max_buffered_partial_frames_size_in_mb"),
     Alias("topicLevelPoliciesEnabled", "topic_level_policies_enabled"),
     # -- implemented by the inactive-topic sweeper (its fields in broker/config.py) --------
-    Alias("brokerDeleteInactiveTopicsEnabled", "broker_delete_inactive_topics_enabled"),
+    Alias(
+        "brokerDeleteInactiveTopicsEnabled",
+        "broker_delete_inactive_topics_enabled",
+        note=SWEEPER,
+    ),
     Alias(
         "brokerDeleteInactiveTopicsFrequencySeconds",
         "broker_delete_inactive_topics_frequency_seconds",
+        note=SWEEPER,
     ),
-    Alias("brokerDeleteInactiveTopicsMode", "broker_delete_inactive_topics_mode"),
+    Alias("brokerDeleteInactiveTopicsMode", "broker_delete_inactive_topics_mode", note=SWEEPER),
     Alias(
         "brokerDeleteInactiveTopicsMaxInactiveDurationSeconds",
         "broker_delete_inactive_topics_max_inactive_duration_seconds",
+        note=SWEEPER,
     ),
     Alias(
         "brokerDeleteInactivePartitionedTopicMetadataEnabled",
         "broker_delete_inactive_partitioned_topic_metadata_enabled",
+        note=SWEEPER,
     ),
 )
 
