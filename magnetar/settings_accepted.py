@@ -45,6 +45,12 @@ def _number(text: str) -> float | None:
         return None
 
 
+def _at_most(value: str, bound: float) -> bool:
+    """A number no greater than ``bound`` (a word is never one)."""
+    number = _number(value)
+    return number is not None and number <= bound
+
+
 def _same(value: str, expected: str) -> bool:
     a, b = _number(value), _number(expected)
     if a is not None and b is not None:
@@ -72,7 +78,7 @@ def no_limit(key: str, reason: str = "") -> Accepted:
     """Pulsar's "0 (or less) disables the limit": only that fits."""
     return Accepted(
         key,
-        lambda v: (_number(v) or 0.0) <= 0,
+        lambda v: _at_most(v, 0.0),
         "0 (no limit)",
         reason or "Magnetar has no such limit, which is what 0 asks for",
     )
@@ -501,7 +507,7 @@ ACCEPTED_BROKER: tuple[Accepted, ...] = (
     # --- HTTP server --------------------------------------------------------------------
     Accepted(
         "httpMaxRequestSize",
-        lambda v: (_number(v) or 0.0) <= 0 or (_number(v) or 0.0) >= ADMIN_BODY_BYTES_MAX,
+        lambda v: _at_most(v, 0.0) or not _at_most(v, ADMIN_BODY_BYTES_MAX - 1),
         f"-1, or {ADMIN_BODY_BYTES_MAX} or more",
         "admin request bodies are bounded at 8 MiB and refused (413) beyond: what -1 (no "
         "bound) gets, deliberately bounded, and within any larger bound",

@@ -50,34 +50,31 @@ def test_every_key_of_bk_server_conf_is_implemented_or_accepted() -> None:
     assert got.implemented["metadata"] == "zk://localhost:2181"
 
 
-def test_the_shipped_files_load_and_their_values_land() -> None:
-    standalone = _load_without_pending("standalone.conf")
+def test_the_shipped_files_load_and_their_values_land(tmp_path: pathlib.Path) -> None:
+    standalone = _load_without_pending("standalone.conf", tmp_path)
     assert standalone.backlog_quota_default_limit_bytes == 10 << 30  # backlogQuotaDefaultLimitGB
     assert standalone.cluster_name == "standalone"
     assert standalone.load_balancer_enabled is False
-    broker = _load_without_pending("broker.conf")
+    broker = _load_without_pending("broker.conf", tmp_path)
     assert broker.managed_ledger_default_ensemble_size == 2
     assert broker.backlog_quota_default_limit_bytes == -1  # GB=-1 does not override Bytes
     assert broker.broker_delete_inactive_topics_enabled is True
-    ssl = _load_without_pending("standalone-ssl.conf")
+    ssl = _load_without_pending("standalone-ssl.conf", tmp_path)
     assert ssl.topic_level_policies_enabled is False
     assert ssl.load_balancer_split_interval_minutes == 15  # the 2.x name of the interval
     assert ssl.anonymous_user_role == "anonymous"
 
 
-def _load_without_pending(name: str, tmp: pathlib.Path | None = None) -> BrokerConfig:
+def _load_without_pending(name: str, tmp: pathlib.Path) -> BrokerConfig:
     lines = [
         line
         for line in (DATA / name).read_text().splitlines(keepends=True)
         if line.partition("=")[0].strip() not in CURSOR_ROLLOVER_KEYS
         or line.partition("=")[0].strip() in settings.BROKER.alias_map()
     ]
-    path = pathlib.Path(tmp or pathlib.Path("/tmp")) / f"magnetar-test-{name}"
+    path = tmp / name
     path.write_text("".join(lines))
-    try:
-        return BrokerConfig.load(path)
-    finally:
-        path.unlink()
+    return BrokerConfig.load(path)
 
 
 def test_no_key_is_both_implemented_and_accepted() -> None:
@@ -108,6 +105,8 @@ def test_every_accepted_row_fits_the_shipped_values() -> None:
         ("transactionCoordinatorEnabled=true", ["transactionCoordinatorEnabled=true", "'false'"]),
         ("managedLedgerOffloadDriver=aws-s3", ["managedLedgerOffloadDriver=aws-s3", "empty"]),
         ("enableNonPersistentTopics=false", ["enableNonPersistentTopics=false", "'true'"]),
+        ("brokerMaxConnections=many", ["brokerMaxConnections=many", "0 (no limit)"]),
+        ("httpMaxRequestSize=1000", ["httpMaxRequestSize=1000", "8388608 or more"]),
     ],
 )
 def test_a_value_asking_for_what_magnetar_does_not_do_is_refused(
