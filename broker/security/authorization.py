@@ -154,9 +154,7 @@ class AuthorizationService:
         """Produce or consume (``TenantNotFound`` as ``_allowed``)."""
         if not self.enabled:
             return True
-        ok = await self._allowed(tn, role, "produce") or await self._allowed(tn, role, "consume")
-        self._count(ok, "look up", tn, role)
-        return ok
+        return await self._allowed(tn, role, "produce") or await self._allowed(tn, role, "consume")
 
     async def can_list_topics(self, tenant: str, namespace: str, role: str | None) -> bool:
         """GET_TOPICS_OF_NAMESPACE: a tenant admin, or a role granted produce or consume on
