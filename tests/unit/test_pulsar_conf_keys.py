@@ -1,13 +1,15 @@
 """Every key of Pulsar's shipped ``broker.conf`` / ``standalone.conf`` (and the
 ``standalone-ssl.conf`` Pulsar's Python client tests with) and of BookKeeper's
 ``bk_server.conf`` is known: implemented, accepted because its value is what Magnetar does
-anyway, or refused naming the key, the value and what fits (tests/data/pulsar/)."""
+anyway, or refused naming the key, the value and what fits (tests/support/pulsar_conf.py)."""
 
 from __future__ import annotations
 
 import pathlib
+import tempfile
 
 import pytest
+from support import pulsar_conf
 
 from magnetar import settings
 from magnetar.bookie.main import BookieConfig
@@ -15,7 +17,7 @@ from magnetar.broker.config import BrokerConfig
 
 pytestmark = pytest.mark.unit
 
-DATA = pathlib.Path(__file__).resolve().parents[1] / "data" / "pulsar"
+DATA = pulsar_conf.materialize(pathlib.Path(tempfile.mkdtemp(prefix="pulsar-conf-")))
 BROKER_FILES = ("broker.conf", "standalone.conf", "standalone-ssl.conf")
 
 CURSOR_ROLLOVER_KEYS = frozenset(

@@ -1,4 +1,4 @@
-"""BookKeeper's shipped ``bk_server.conf`` (tests/data/pulsar/) starts ``magnetar bookie``:
+"""BookKeeper's shipped ``bk_server.conf`` (tests/support/pulsar_conf.py) starts a bookie:
 its keys are implemented or accepted (logged once, with why), ``httpServerEnabled=false``
 keeps the HTTP server off although ``httpServerPort`` is set, and ``journalDirectories`` /
 ``ledgerDirectories`` place the journal and the entry logs (here moved off ``/tmp`` by the
@@ -7,14 +7,17 @@ keeps the HTTP server off although ``httpServerPort`` is set, and ``journalDirec
 from __future__ import annotations
 
 import pathlib
+import tempfile
 
 import pytest
+from support import pulsar_conf
 from support.bookies import BookieFactory
 from support.zookeeper import ZooKeeperServer
 
 pytestmark = pytest.mark.integration
 
-CONF = pathlib.Path(__file__).resolve().parents[2] / "data" / "pulsar" / "bk_server.conf"
+DATA = pulsar_conf.materialize(pathlib.Path(tempfile.mkdtemp(prefix="pulsar-conf-")))
+CONF = DATA / "bk_server.conf"
 
 
 def test_bk_server_conf_starts_a_bookie(

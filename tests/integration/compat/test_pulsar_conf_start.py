@@ -4,16 +4,18 @@ Pulsar's shipped ``standalone.conf`` and ``magnetar broker --config`` of its ``b
 without a setting of their own are logged once at start, with why.
 
 Only the command line (ports, addresses) and, for the cluster broker, a line setting the bind
-address to loopback are added to the shipped files (tests/data/pulsar/).
+address to loopback are added to the shipped files (tests/support/pulsar_conf.py).
 """
 
 from __future__ import annotations
 
 import pathlib
+import tempfile
 from collections.abc import Iterator
 
 import pulsar
 import pytest
+from support import pulsar_conf
 from support.admin import http
 from support.bookies import BookieFactory
 from support.cluster import Cluster, running_cluster
@@ -25,7 +27,7 @@ from magnetar.broker.admin.http_api import TOPIC_POLICIES_DISABLED
 
 pytestmark = pytest.mark.compat
 
-DATA = pathlib.Path(__file__).resolve().parents[2] / "data" / "pulsar"
+DATA = pulsar_conf.materialize(pathlib.Path(tempfile.mkdtemp(prefix="pulsar-conf-")))
 PENDING = frozenset(
     {"managedLedgerCursorMaxEntriesPerLedger", "managedLedgerCursorRolloverTimeInSeconds"}
 )
