@@ -4,8 +4,9 @@ Owns: building a ``BrokerService`` on managed ledgers over the bookies registere
 metadata store (``BookieClient`` per bookie), starting the service's parts in order and
 stopping them in reverse (``BrokerServiceRunner``: security, namespaces, policies, the
 compaction monitor, load management), serving the admin REST API / HTTP lookup / metrics on
-the web port, logging setup. Used by ``magnetar broker`` (cluster) and ``magnetar
-standalone``; tests run a service with ``BrokerServiceRunner`` alone.
+the web port, logging setup, the configuration store beside the local one when
+``configuration_metadata_store_url`` names one. Used by ``magnetar broker`` (cluster) and
+``magnetar standalone``; tests run a service with ``BrokerServiceRunner`` alone.
 Must not know: how the metadata store or the bookies were started.
 """
 
@@ -38,6 +39,7 @@ from magnetar.broker.storage.managed_ledger import ManagedLedgerStorage
 from magnetar.broker.topics.persistent import PersistentTopic
 from magnetar.clock import SystemClock
 from magnetar.zk.errors import MetadataError
+from magnetar.zk.routing import RoutingMetadataStore
 from magnetar.zk.store import MetadataStore
 
 log = logging.getLogger(__name__)
@@ -348,16 +350,41 @@ def setup_logging(level: str = "INFO", extra: dict[str, Any] | None = None) -> N
     logging.getLogger("kazoo").setLevel(logging.WARNING)
 
 
-async def _open_store(config: BrokerConfig) -> MetadataStore:
+async def _open_url(config: BrokerConfig, url: str) -> MetadataStore:
     from magnetar.zk.factory import open_metadata_store
 
-    url = config.metadata_store_url
     options = (
         {"session_timeout_ms": config.metadata_store_session_timeout_millis}
         if url.startswith(("zk://", "embedded://"))
         else {}
     )
     return await open_metadata_store(url, **options)
+
+
+async def with_configuration_store(config: BrokerConfig, local: MetadataStore) -> MetadataStore:
+    """``local`` itself, or, with a ``configuration_metadata_store_url`` of its own, a store
+    routing ``/admin`` paths (clusters, tenants, policies) to that shared configuration
+    store and everything else to ``local`` (``zk/routing.py``). ``local`` is closed if the
+    configuration store cannot be opened."""
+    url = config.configuration_metadata_store_url
+    if not url or url == config.metadata_store_url:
+        return local
+
+    async def reopen() -> MetadataStore:
+        return await _open_url(config, url)
+
+    log.info("configuration metadata store %s", url)
+    try:
+        configuration = await reopen()
+    except BaseException:
+        await local.close()
+        raise
+    return RoutingMetadataStore(local, configuration, reopen_configuration=reopen)
+
+
+async def _open_store(config: BrokerConfig) -> MetadataStore:
+    local = await _open_url(config, config.metadata_store_url)
+    return await with_configuration_store(config, local)
 
 
 async def run_broker(config: BrokerConfig) -> int:
@@ -464,4 +491,5 @@ __all__ = [
     "run_broker",
     "setup_logging",
     "tune_gc_for_serving",
+    "with_configuration_store",
 ]

@@ -113,7 +113,7 @@ class MetadataStore(abc.ABC):
 
     @property
     def connected(self) -> bool:
-        """The session is connected now (a store without a remote session always is)."""
+        """Whether the session can reach its service now (in-process stores always can)."""
         return True
 
     @abc.abstractmethod

@@ -2,7 +2,8 @@
 
 Owns: ``TopicPolicies`` (what a loaded topic obeys: TTL, retention, backlog quotas, producer
 and consumer caps, unacked limits, deduplication, delayed delivery (on/off, tick, maximum
-delay), the automatic compaction threshold, publish and dispatch rates),
+delay), the automatic compaction threshold, publish and dispatch rates, the replicators'
+dispatch rate),
 ``resolve_policies`` (broker default -> namespace policies; a namespace value that is
 absent or ``null`` falls back to the broker default, as in Pulsar), and ``NAMESPACE_POLICIES``:
 the table that maps each REST path segment under ``/admin/v2/namespaces/{t}/{ns}/`` to its
@@ -109,6 +110,8 @@ class TopicPolicies:
     """Per topic (all subscriptions together)."""
     subscription_dispatch_rate: Rate = NO_RATE
     """Per subscription."""
+    replicator_dispatch_rate: Rate = NO_RATE
+    """Per replicator (one topic partition towards one remote cluster)."""
 
     def quota(self, kind: BacklogQuotaType) -> BacklogQuota | None:
         for k, q in self.backlog_quotas:
@@ -214,9 +217,9 @@ _DISPATCH_RATE_FIELDS = ("dispatchThrottlingRateInMsg", "dispatchThrottlingRateI
 """A dispatch rate's message and byte fields (``_rate_of`` reads the period itself)."""
 
 
-def _rates(config: BrokerConfig, ns: dict[str, Any]) -> tuple[Rate, Rate, Rate]:
-    """(publish, topic dispatch, subscription dispatch): the namespace's rate for this
-    cluster, else the broker default, for each."""
+def _rates(config: BrokerConfig, ns: dict[str, Any]) -> tuple[Rate, Rate, Rate, Rate]:
+    """(publish, topic dispatch, subscription dispatch, replicator dispatch): the
+    namespace's rate for this cluster, else the broker default, for each."""
 
     def rate(key: str, fields: tuple[str, str], default: Rate) -> Rate:
         value = _cluster_value(ns.get(key), config.cluster_name)
@@ -247,6 +250,7 @@ def _rates(config: BrokerConfig, ns: dict[str, Any]) -> tuple[Rate, Rate, Rate]:
                 config.dispatch_throttling_rate_per_subscription_in_byte,
             ),
         ),
+        rate("replicatorDispatchRate", _DISPATCH_RATE_FIELDS, NO_RATE),
     )
 
 
@@ -254,7 +258,7 @@ def resolve_policies(config: BrokerConfig, ns: dict[str, Any]) -> TopicPolicies:
     """Broker defaults overridden by the namespace Policies JSON (Pulsar's field names)."""
     r_time, r_size = _retention(config, ns)
     delayed, tick_ms, max_delay_ms = _delayed_delivery(config, ns)
-    publish_rate, dispatch_rate, sub_rate = _rates(config, ns)
+    publish_rate, dispatch_rate, sub_rate, replicator_rate = _rates(config, ns)
     dedup = ns.get("deduplicationEnabled")
     return TopicPolicies(
         message_ttl_s=_num(ns, "message_ttl_in_seconds", config.ttl_duration_default_in_seconds),
@@ -281,6 +285,7 @@ def resolve_policies(config: BrokerConfig, ns: dict[str, Any]) -> TopicPolicies:
         publish_rate=publish_rate,
         dispatch_rate=dispatch_rate,
         subscription_dispatch_rate=sub_rate,
+        replicator_dispatch_rate=replicator_rate,
     )
 
 
@@ -485,6 +490,7 @@ NAMESPACE_POLICIES: dict[str, PolicyRoute] = {
         ),
         _rate_route("dispatchRate", "topicDispatchRate", _DISPATCH_FIELDS),
         _rate_route("subscriptionDispatchRate", "subscriptionDispatchRate", _DISPATCH_FIELDS),
+        _rate_route("replicatorDispatchRate", "replicatorDispatchRate", _DISPATCH_FIELDS),
         PolicyRoute(
             "schemaCompatibilityStrategy",
             _store_schema_strategy,
