@@ -29,7 +29,6 @@ from magnetar.broker.dispatch.key_shared import KeySharedMode, KeySharedSelector
 from magnetar.broker.errors import ServerError
 from magnetar.broker.ledger.position import Position
 from magnetar.broker.naming import TopicName
-from magnetar.broker.storage.contract import Entry
 from magnetar.broker.storage.memory import next_ledger_id
 from magnetar.broker.topics.contract import (
     AppliedPolicies,
@@ -38,10 +37,10 @@ from magnetar.broker.topics.contract import (
     TopicCounters,
     TopicSubscription,
 )
-from magnetar.broker.topics.entries import slot_of
 from magnetar.broker.topics.producer import Admission, Deduplication, Producer, ProducerRegistry
 from magnetar.broker.topics.publish import CallbackSink, PendingSend, PublishCallback, PublishSink
 from magnetar.broker.topics.subscription import SubscriptionError
+from magnetar.client.protocol import entry_slot
 
 log = logging.getLogger(__name__)
 
@@ -125,14 +124,15 @@ class NonPersistentSubscription:
     def flow(self, consumer: Consumer, permits: int) -> None:
         consumer.flow(permits)
 
-    def deliver(self, entry: Entry, count: int) -> None:
-        """Send one published entry to this subscription's consumer, or drop it."""
+    def deliver(self, message: OutMessage, count: int) -> None:
+        """Send one published entry (as it goes out: nothing is stored, nothing redelivered)
+        to this subscription's consumer, or drop it."""
         target: Consumer | None
         if self.sub_type in (SubType.EXCLUSIVE, SubType.FAILOVER):
             target = self._active
         elif self.sub_type is SubType.KEY_SHARED and self._selector is not None:
             try:
-                target = self._selector.select(slot_of(entry))
+                target = self._selector.select(entry_slot(message.data))
             except Exception:
                 target = None
         else:
@@ -146,7 +146,7 @@ class NonPersistentSubscription:
         target.permits -= count
         target.msg_out += count
         if target.sink is not None:
-            target.sink.send_messages(target, [OutMessage(entry.position, entry.data)])
+            target.sink.send_messages(target, [message])
 
     # nothing is retained: no acknowledgements, redelivery, backlog or dispatch rate
     async def ack_individual(
@@ -272,9 +272,9 @@ class NonPersistentTopic:
         self.counters.msg_in += num_msgs
         self.counters.bytes_in += len(data)
         self.counters.entries_in += 1
-        entry = Entry(pos, data)
+        message = OutMessage(pos, data)
         for sub in list(self.subscriptions.values()):
-            sub.deliver(entry, num_msgs)
+            sub.deliver(message, num_msgs)
         item = PendingSend(producer, data, num_msgs, sink, sequence_id, highest_sequence_id)
         sink.on_published([item], [pos])
 

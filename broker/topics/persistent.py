@@ -45,14 +45,19 @@ from magnetar.broker.errors import ServerError
 from magnetar.broker.ledger.errors import LedgerFenced, ManagedLedgerClosed
 from magnetar.broker.ledger.position import EARLIEST, LATEST, Position
 from magnetar.broker.naming import TopicName
-from magnetar.broker.storage.contract import Entry, TopicLedger
+from magnetar.broker.storage.contract import TopicLedger
 from magnetar.broker.topics.contract import (
     AppliedPolicies,
     LastMessageId,
     TopicCounters,
     TopicSubscription,
 )
-from magnetar.broker.topics.entries import never_delayed, publish_time_or_zero, slot_of
+from magnetar.broker.topics.entries import (
+    EntryCounts,
+    never_delayed,
+    publish_time_or_zero,
+    slot_of,
+)
 from magnetar.broker.topics.producer import Admission, Deduplication, Producer, ProducerRegistry
 from magnetar.broker.topics.publish import (
     CallbackSink,
@@ -67,7 +72,6 @@ from magnetar.client.protocol import (
     RemoteProtocolError,
     entry_chunk,
     entry_deliver_at,
-    entry_num_messages,
     parse_entry_metadata,
 )
 
@@ -110,7 +114,6 @@ def next_topic_state(state: TopicState, event: TopicEvent) -> TopicState:
         raise InvalidTopicTransition(f"{event.value} in state {state.value}") from None
 
 
-_COUNT_CACHE_MAX = 200_000
 ACK_QUIET_S = 0.15
 """Closing: no ACK for this long means the consumers acknowledged what they will (longer
 than the official client's 100 ms acknowledgement grouping)."""
@@ -203,14 +206,9 @@ class PersistentTopic:
         self.write_latency = StatsBuckets()
         """Milliseconds from handing a batch to storage until it is durable
         (``pulsar_storage_write_latency_le_*``)."""
-        # message counts of batch entries; entries in [``_counted_from``, ``_counted_to``]
-        # that are absent are single messages; others are parsed (and cached) when needed.
-        # ``_counted_to`` is the last position whose append was reported: a dispatcher can
-        # read an entry between its storage and that report, and must not take a batch for
-        # one message then (it would charge one permit for the whole batch)
-        self._counts: dict[Position, int] = {}
-        self._counted_from: Position | None = None
-        self._counted_to: Position | None = None
+        self.counts = EntryCounts()
+        """Message counts of the entries (permits), without parsing what was published here."""
+        self.count_of = self.counts.count_of  # what an entry costs in permits
         self._pending: list[PendingSend] = []
         self._submit_scheduled = False
         self._inflight: collections.deque[_Inflight] = collections.deque()
@@ -253,43 +251,6 @@ class PersistentTopic:
             if not entries or entries[-1].position >= last:
                 break
             start = Position(entries[-1].position.ledger_id, entries[-1].position.entry_id + 1)
-
-    # -- entry counts (permits)
-    def count_of(self, entry: Entry) -> int:
-        pos = entry.position
-        counts = self._counts
-        if counts:  # empty while no batch entry was published since load: no hashing
-            n = counts.get(pos)
-            if n is not None:
-                return n
-        if self._single_if_uncounted(pos):
-            return 1
-        try:
-            n = entry_num_messages(entry.data)
-        except RemoteProtocolError:
-            n = 1
-        if n > 1:
-            self._remember_count(pos, n)
-        return n
-
-    def known_count(self, pos: Position) -> int | None:
-        """Messages in the entry at ``pos`` if known without reading it."""
-        n = self._counts.get(pos)
-        if n is None and self._single_if_uncounted(pos):
-            n = 1
-        return n
-
-    def _single_if_uncounted(self, pos: Position) -> bool:
-        """Is an entry at ``pos`` absent from ``_counts`` known to be a single message?
-        True only within the span whose appends this topic has reported."""
-        start, end = self._counted_from, self._counted_to
-        return start is not None and end is not None and start <= pos <= end
-
-    def _remember_count(self, pos: Position, n: int) -> None:
-        if len(self._counts) >= _COUNT_CACHE_MAX:  # forget: older entries get parsed again
-            self._counts.clear()
-            self._counted_from = self._counted_to = None
-        self._counts[pos] = n
 
     # -- producers
     def add_producer(self, producer: Producer) -> Admission:
@@ -424,8 +385,9 @@ class PersistentTopic:
         else:  # duplicates ride along without a position
             it = iter(stored)
             positions = [None if p.duplicate else next(it) for p in batch]
-        if stored and self._counted_from is None:
-            self._counted_from = stored[0]
+        counts = self.counts
+        if stored:
+            counts.reporting(stored[0])
         msgs = nbytes = entries = 0
         dedup = self.dedup
         for p, pos in zip(batch, positions, strict=True):
@@ -433,14 +395,14 @@ class PersistentTopic:
                 continue
             n = p.num_messages
             if n != 1:
-                self._remember_count(pos, n)
+                counts.remember(pos, n)
             msgs += n
             nbytes += len(p.data)
             entries += 1
             if p.dedup_name is not None:
                 dedup.persisted(p.dedup_name, p.highest)
-        if stored and self._counted_from is not None:
-            self._counted_to = stored[-1]  # counts of this batch recorded: single if absent
+        if stored:
+            counts.reported(stored[-1])  # counts of this batch recorded: single if absent
         counters = self.counters
         counters.msg_in += msgs
         counters.bytes_in += nbytes
@@ -473,7 +435,7 @@ class PersistentTopic:
             slot_of=slot_of,
             deliver_at_of=self._deliver_at_of,
             chunk_of=entry_chunk,
-            batch_size_hint=self.known_count,
+            batch_size_hint=self.counts.known,
             delayed_ledger=self.ledger.index_home,
             max_read_entries=self.dispatcher_max_read_batch_size,
             max_read_bytes=self.dispatcher_max_read_size_bytes,
@@ -602,7 +564,7 @@ class PersistentTopic:
             ledger_id = mark.ledger_id if mark is not None and mark.ledger_id >= 0 else 0
             return LastMessageId(ledger_id, -1, -1, mark)
         batch_index = -1
-        n = self.known_count(last)
+        n = self.counts.known(last)
         if n is None:
             return LastMessageId(last.ledger_id, last.entry_id, -2, mark)  # caller resolves
         if n > 1:

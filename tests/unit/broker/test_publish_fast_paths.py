@@ -168,7 +168,7 @@ async def test_batch_counts_are_remembered(n: int) -> None:
     log: list[Any] = []
     topic.publish_message(_Sink(log, "a"), _producer(0, "p"), 0, n - 1, n, b"x")
     await wait_for(lambda: log, what="the send reported")
-    assert topic.known_count(Position(5, 0)) == n
+    assert topic.counts.known(Position(5, 0)) == n
     assert topic.counters.msg_in == n
 
 
@@ -243,10 +243,10 @@ async def test_an_entry_read_before_its_append_is_reported_is_counted_from_its_b
     log: list[Any] = []
     topic.publish_message(_Sink(log, "a"), _producer(0, "p"), 0, 0, 1, _batch_entry(1))
     await wait_for(lambda: log, what="the send reported")
-    assert topic.known_count(Position(6, 0)) == 1
+    assert topic.counts.known(Position(6, 0)) == 1
     # stored, not yet reported (the topic's completion callback has not run)
     data = _batch_entry(1000)
     [pos] = await ledger.add_entries([data])
-    assert topic.known_count(pos) is None
+    assert topic.counts.known(pos) is None
     assert topic.count_of(Entry(pos, data)) == 1000
     assert topic.last_message_id(None).batch_index in (-2, 999)  # resolved by a read
