@@ -4,7 +4,7 @@ Owns: the publish pipeline (SENDs collected during one loop iteration are append
 ``add_entries`` call, submitted at once even while earlier batches are in flight; the managed
 ledger completes adds in order and completions are handled in submission order, so
 positions and receipts keep arrival order; duplicates found by deduplication ride in the
-same queue so their receipts keep order too), the entry-count cache used for permits,
+same queue so their receipts keep order too), its entries' message counts (``EntryCounts``),
 subscriptions (durable ones reopened from the ledger's cursors on load; non-durable ones
 dropped with their last consumer), last-message-id, finding a position by publish time,
 close/unload. Compaction (``compaction/``): the service attaches a ``TopicCompaction``;

@@ -231,3 +231,28 @@ def test_a_flipped_payload_bit_fails_the_checksum() -> None:
 def test_an_entry_without_metadata_size_is_refused_at_once() -> None:
     with pytest.raises(RemoteProtocolError):
         EntryView(b"\x00\x00")
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.binary(max_size=64), st.booleans())
+def test_garbage_only_ever_raises_the_codec_error(raw: bytes, magic: bool) -> None:
+    """Whatever the bytes, every reader answers or raises ``RemoteProtocolError``."""
+    data = (b"\x0e\x01" + raw) if magic else raw
+    readers = [
+        entry_slot,
+        entry_deliver_at,
+        entry_chunk,
+        entry_num_messages,
+        entry_publish_time,
+        lambda d: EntryView.parse(d),
+        lambda d: EntryView(d).metadata,
+        lambda d: EntryView(d).slot,
+        lambda d: EntryView(d).deliver_at,
+        lambda d: EntryView(d).chunk,
+        lambda d: EntryView(d).checksum_ok,
+    ]
+    for read in readers:
+        try:
+            read(data)
+        except RemoteProtocolError:
+            pass
