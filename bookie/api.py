@@ -4,7 +4,7 @@ Owns: the value types that cross the bookie boundary (``Entry``, ``AddResult``,
 ``BookieInfo``) and two protocols:
 - ``BookieStorage``: what the gRPC service (``server.py``) calls on the storage node
   (``core.py``); implemented by the real storage engine and by test fakes.
-- ``BookieClientAPI``: what brokers (``broker/ledger``) call on one remote bookie; implemented
+- ``BookieClientAPI``: what brokers (``broker/bookkeeper``) call on one remote bookie; implemented
   by ``client.BookieClient`` over gRPC and by in-memory fakes in unit tiers.
 Must not know: gRPC, files, RocksDB.
 

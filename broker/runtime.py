@@ -24,9 +24,9 @@ from magnetar.bookie.tls import GrpcTls
 from magnetar.broker.admin.cluster_api import ClusterApi
 from magnetar.broker.admin.http_api import AdminApi
 from magnetar.broker.admin.http_security import add_permission_routes, security_middleware
+from magnetar.broker.bookkeeper.placement import RackPolicy
 from magnetar.broker.config import BrokerConfig
 from magnetar.broker.ledger import ManagedLedgerConfig, ManagedLedgerFactory
-from magnetar.broker.ledger.placement import RackPolicy
 from magnetar.broker.protocol.listener import BinaryListener
 from magnetar.broker.service import BrokerService
 from magnetar.broker.storage.managed_ledger import ManagedLedgerStorage

@@ -1,4 +1,4 @@
-"""Managed ledgers and cursors over client-side replicated ledgers (BookKeeper's model).
+"""Managed ledgers and cursors over BookKeeper's ledgers (``magnetar.broker.bookkeeper``).
 
 Public API (what a broker topic uses): ``ManagedLedgerFactory(store, bookie_client_factory,
 config)`` -> ``await factory.open(name)`` -> ``ManagedLedger`` (``add``/``add_nowait`` ->
@@ -10,29 +10,18 @@ config)`` -> ``await factory.open(name)`` -> ``ManagedLedger`` (``add``/``add_no
 Must not know: topics, producers, subscriptions, the wire protocol, ``magnetar.client``.
 """
 
-from magnetar.broker.ledger.client import LedgerClient, LedgerClientConfig
 from magnetar.broker.ledger.cursor import Backlog, CursorStatistics, ManagedCursor
 from magnetar.broker.ledger.errors import (
-    BookieFailure,
     CursorAlreadyExists,
     CursorNotFound,
-    EntryCorrupt,
-    InvalidStateTransition,
-    LedgerClosed,
     LedgerError,
     LedgerFenced,
-    LedgerNotFound,
     LedgerOutOfOrder,
     ManagedLedgerClosed,
     ManagedLedgerError,
     ManagedLedgerFenced,
     ManagedLedgerTerminated,
-    MetadataConflict,
-    NotEnoughBookies,
-    ReadBeyondLastConfirmed,
-    TooManyPendingAdds,
 )
-from magnetar.broker.ledger.handle import LedgerEntry, ReadHandle, WriteHandle
 from magnetar.broker.ledger.managed_ledger import (
     ManagedEntry,
     ManagedLedger,
@@ -46,19 +35,11 @@ __all__ = [
     "EARLIEST",
     "LATEST",
     "Backlog",
-    "BookieFailure",
     "CursorAlreadyExists",
     "CursorNotFound",
     "CursorStatistics",
-    "EntryCorrupt",
-    "InvalidStateTransition",
-    "LedgerClient",
-    "LedgerClientConfig",
-    "LedgerClosed",
-    "LedgerEntry",
     "LedgerError",
     "LedgerFenced",
-    "LedgerNotFound",
     "LedgerOutOfOrder",
     "ManagedCursor",
     "ManagedEntry",
@@ -70,11 +51,5 @@ __all__ = [
     "ManagedLedgerFenced",
     "ManagedLedgerStatistics",
     "ManagedLedgerTerminated",
-    "MetadataConflict",
-    "NotEnoughBookies",
     "Position",
-    "ReadBeyondLastConfirmed",
-    "ReadHandle",
-    "TooManyPendingAdds",
-    "WriteHandle",
 ]

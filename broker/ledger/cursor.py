@@ -28,6 +28,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
+from magnetar.broker.bookkeeper.client import LedgerClient
+from magnetar.broker.bookkeeper.errors import LedgerError, LedgerNotFound
+from magnetar.broker.bookkeeper.write_handle import WriteHandle
 from magnetar.broker.ledger.ackstate import (
     AckDelta,
     AckState,
@@ -35,14 +38,7 @@ from magnetar.broker.ledger.ackstate import (
     decode_delta,
     encode_delta,
 )
-from magnetar.broker.ledger.client import LedgerClient
-from magnetar.broker.ledger.errors import (
-    LedgerError,
-    LedgerNotFound,
-    ManagedLedgerClosed,
-    ManagedLedgerFenced,
-)
-from magnetar.broker.ledger.handle import WriteHandle
+from magnetar.broker.ledger.errors import ManagedLedgerClosed, ManagedLedgerFenced
 from magnetar.broker.ledger.position import Position
 from magnetar.broker.ledger.states import ManagedLedgerState
 from magnetar.zk import paths

@@ -38,32 +38,31 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from magnetar.broker.ledger.ackstate import AckState
-from magnetar.broker.ledger.cache import CacheStatistics, EntryCacheManager
-from magnetar.broker.ledger.client import LedgerClient, LedgerClientConfig
-from magnetar.broker.ledger.cursor import CursorInfo, ManagedCursor
-from magnetar.broker.ledger.errors import (
-    CursorAlreadyExists,
+from magnetar.broker.bookkeeper.client import LedgerClient, LedgerClientConfig
+from magnetar.broker.bookkeeper.errors import (
     LedgerError,
     LedgerFenced,
     LedgerNotFound,
+    NotEnoughBookies,
+    TooManyPendingAdds,
+)
+from magnetar.broker.bookkeeper.placement import BookieClientFactory
+from magnetar.broker.bookkeeper.read_handle import ReadHandle
+from magnetar.broker.bookkeeper.states import HandleState
+from magnetar.broker.bookkeeper.write_handle import WriteHandle
+from magnetar.broker.ledger.ackstate import AckState
+from magnetar.broker.ledger.cache import CacheStatistics, EntryCacheManager
+from magnetar.broker.ledger.cursor import CursorInfo, ManagedCursor
+from magnetar.broker.ledger.errors import (
+    CursorAlreadyExists,
     LedgerOutOfOrder,
     ManagedLedgerClosed,
     ManagedLedgerFenced,
     ManagedLedgerTerminated,
-    NotEnoughBookies,
-    TooManyPendingAdds,
 )
-from magnetar.broker.ledger.handle import ReadHandle, WriteHandle
-from magnetar.broker.ledger.placement import BookieClientFactory
 from magnetar.broker.ledger.position import EARLIEST, LATEST, Position
 from magnetar.broker.ledger.read_ahead import ReadAhead, ReadAheadBudget, ReadAheadStats
-from magnetar.broker.ledger.states import (
-    MANAGED_LEDGER_FSM,
-    HandleState,
-    ManagedLedgerEvent,
-    ManagedLedgerState,
-)
+from magnetar.broker.ledger.states import MANAGED_LEDGER_FSM, ManagedLedgerEvent, ManagedLedgerState
 from magnetar.clock import Clock, SystemClock
 from magnetar.zk import paths
 from magnetar.zk.errors import AlreadyExists, BadVersion, MetadataError, NotFound

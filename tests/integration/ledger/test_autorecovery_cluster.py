@@ -25,16 +25,16 @@ from support.recovery import (
 )
 from support.waiting import wait_for
 
-from magnetar.broker.ledger import EARLIEST
-from magnetar.broker.ledger.autorecovery import (
+from magnetar.broker.bookkeeper.autorecovery import (
     AutoRecoveryConfig,
     ReplicationWorker,
     UnderReplication,
     ledger_client_for,
     recover_bookie,
 )
-from magnetar.broker.ledger.autorecovery.auditor import all_ledgers
-from magnetar.broker.ledger.placement import write_quorum_racks
+from magnetar.broker.bookkeeper.autorecovery.auditor import all_ledgers
+from magnetar.broker.bookkeeper.placement import write_quorum_racks
+from magnetar.broker.ledger import EARLIEST
 from magnetar.zk import paths
 from magnetar.zk.factory import open_metadata_store
 

@@ -17,9 +17,9 @@ from support.ledger_cluster import (
 from support.waiting import wait_for
 
 from magnetar.bookie.errors import NoEntry, NoLedger
+from magnetar.broker.bookkeeper.metadata import LedgerMetadata
+from magnetar.broker.bookkeeper.states import LedgerState
 from magnetar.broker.ledger import EARLIEST, ManagedLedgerFenced, Position
-from magnetar.broker.ledger.metadata import LedgerMetadata
-from magnetar.broker.ledger.states import LedgerState
 from magnetar.zk import paths
 
 FAST = {"min_ledger_rollover_time_ms": 0, "max_entries_per_ledger": 100}

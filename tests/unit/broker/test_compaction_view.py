@@ -309,8 +309,8 @@ async def test_view_outlives_trimmed_ledgers_on_the_managed_ledger() -> None:
     position and new subscriptions at Earliest still get the whole view."""
     import random
 
+    from magnetar.broker.bookkeeper.testing import FakeBookieCluster
     from magnetar.broker.ledger import ManagedLedgerConfig, ManagedLedgerFactory
-    from magnetar.broker.ledger.testing import FakeBookieCluster
     from magnetar.broker.storage.managed_ledger import ManagedLedgerStorage
     from magnetar.zk import MemoryMetadataServer
 

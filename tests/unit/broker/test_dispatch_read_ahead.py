@@ -10,9 +10,9 @@ import random
 import pytest
 from support.dispatch import dispatched
 
+from magnetar.broker.bookkeeper.testing import FakeBookieCluster
 from magnetar.broker.dispatch.consumer import Consumer, OutMessage, SubType
 from magnetar.broker.ledger import ManagedLedgerConfig, ManagedLedgerFactory
-from magnetar.broker.ledger.testing import FakeBookieCluster
 from magnetar.broker.storage.managed_ledger import ManagedLedgerStorage
 from magnetar.broker.topics.subscription import Subscription
 from magnetar.client.protocol import entry_num_messages

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import random
 
+from magnetar.broker.bookkeeper.testing import FakeBookieCluster
 from magnetar.broker.ledger import ManagedLedgerConfig, ManagedLedgerFactory
 from magnetar.broker.ledger.position import Position
-from magnetar.broker.ledger.testing import FakeBookieCluster
 from magnetar.broker.storage.managed_ledger import ManagedLedgerStorage
 from magnetar.zk import MemoryMetadataServer
 

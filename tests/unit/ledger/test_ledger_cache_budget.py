@@ -9,10 +9,10 @@ import random
 
 import pytest
 
+from magnetar.broker.bookkeeper.testing import FakeBookieCluster
 from magnetar.broker.config import BrokerConfig
 from magnetar.broker.ledger import LATEST, ManagedLedgerConfig, ManagedLedgerFactory, Position
 from magnetar.broker.ledger.cache import EntryCache, EntryCacheManager
-from magnetar.broker.ledger.testing import FakeBookieCluster
 from magnetar.broker.runtime import managed_ledger_config
 from magnetar.clock import VirtualClock
 from magnetar.zk.memory import MemoryMetadataServer

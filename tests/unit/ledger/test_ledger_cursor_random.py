@@ -9,8 +9,9 @@ import random
 
 import pytest
 
-from magnetar.broker.ledger import EARLIEST, LedgerError, ManagedLedgerConfig, ManagedLedgerFactory
-from magnetar.broker.ledger.testing import FakeBookieCluster
+from magnetar.broker.bookkeeper import LedgerError
+from magnetar.broker.bookkeeper.testing import FakeBookieCluster
+from magnetar.broker.ledger import EARLIEST, ManagedLedgerConfig, ManagedLedgerFactory
 from magnetar.zk.memory import MemoryMetadataServer
 
 CFG = ManagedLedgerConfig(

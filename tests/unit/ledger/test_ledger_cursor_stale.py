@@ -10,8 +10,8 @@ import random
 
 from support.waiting import wait_for
 
+from magnetar.broker.bookkeeper.testing import FakeBookieCluster
 from magnetar.broker.ledger import EARLIEST, LATEST, ManagedLedgerConfig, ManagedLedgerFactory
-from magnetar.broker.ledger.testing import FakeBookieCluster
 from magnetar.zk import paths
 from magnetar.zk.memory import MemoryMetadataServer
 

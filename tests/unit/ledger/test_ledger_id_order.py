@@ -15,15 +15,15 @@ from typing import Any
 
 import pytest
 
+from magnetar.broker.bookkeeper import WriteHandle
+from magnetar.broker.bookkeeper.testing import FakeBookieCluster
 from magnetar.broker.ledger import (
     EARLIEST,
     LedgerOutOfOrder,
     ManagedLedgerConfig,
     ManagedLedgerFactory,
     ManagedLedgerFenced,
-    WriteHandle,
 )
-from magnetar.broker.ledger.testing import FakeBookieCluster
 from magnetar.zk import paths
 from magnetar.zk.memory import MemoryMetadataServer
 

@@ -12,6 +12,10 @@ import pytest
 from support.autojump import AutojumpClock
 from support.waiting import wait_for
 
+from magnetar.broker.bookkeeper.errors import TooManyPendingAdds
+from magnetar.broker.bookkeeper.metadata import LedgerMetadata
+from magnetar.broker.bookkeeper.states import LedgerState
+from magnetar.broker.bookkeeper.testing import FakeBookieCluster
 from magnetar.broker.ledger import (
     EARLIEST,
     LATEST,
@@ -21,10 +25,7 @@ from magnetar.broker.ledger import (
     ManagedLedgerTerminated,
     Position,
 )
-from magnetar.broker.ledger.errors import TooManyPendingAdds
-from magnetar.broker.ledger.metadata import LedgerMetadata
-from magnetar.broker.ledger.states import LedgerState, ManagedLedgerState
-from magnetar.broker.ledger.testing import FakeBookieCluster
+from magnetar.broker.ledger.states import ManagedLedgerState
 from magnetar.broker.storage.managed_ledger import ManagedLedgerStorage
 from magnetar.clock import VirtualClock
 from magnetar.zk import paths

@@ -15,8 +15,8 @@ import dataclasses
 import random
 from typing import Any
 
+from magnetar.broker.bookkeeper.testing import FakeBookieCluster
 from magnetar.broker.ledger import EARLIEST, ManagedLedgerConfig, ManagedLedgerFactory
-from magnetar.broker.ledger.testing import FakeBookieCluster
 from magnetar.zk.memory import MemoryMetadataServer
 
 FAST = ManagedLedgerConfig(

@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 from support.waiting import wait_for
 
+from magnetar.broker.bookkeeper.testing import FakeBookieCluster
 from magnetar.broker.config import BrokerConfig
 from magnetar.broker.ledger import EARLIEST, ManagedLedgerConfig, ManagedLedgerFactory, Position
 from magnetar.broker.ledger.managed_ledger import ManagedLedger
-from magnetar.broker.ledger.testing import FakeBookieCluster
 from magnetar.broker.runtime import managed_ledger_config
 from magnetar.broker.storage.managed_ledger import ManagedLedgerStorage
 from magnetar.zk.memory import MemoryMetadataServer

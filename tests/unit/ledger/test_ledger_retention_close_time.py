@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from support.waiting import wait_for
 
+from magnetar.broker.bookkeeper.testing import FakeBookieCluster
 from magnetar.broker.ledger import EARLIEST, ManagedLedgerConfig, ManagedLedgerFactory
-from magnetar.broker.ledger.testing import FakeBookieCluster
 from magnetar.clock import VirtualClock
 from magnetar.zk.memory import MemoryMetadataServer
 

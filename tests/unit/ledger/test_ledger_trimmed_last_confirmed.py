@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import random
 
+from magnetar.broker.bookkeeper.testing import FakeBookieCluster
 from magnetar.broker.ledger import (
     EARLIEST,
     LATEST,
@@ -16,7 +17,6 @@ from magnetar.broker.ledger import (
     ManagedLedgerFactory,
     Position,
 )
-from magnetar.broker.ledger.testing import FakeBookieCluster
 from magnetar.zk.memory import MemoryMetadataServer
 
 CONFIG = ManagedLedgerConfig(
