@@ -49,7 +49,7 @@ from magnetar.broker.ledger import ManagedLedgerConfig, ManagedLedgerFactory
 from magnetar.broker.protocol.listener import BinaryListener
 from magnetar.broker.runtime import tune_gc_for_serving
 from magnetar.broker.service import BrokerService
-from magnetar.broker.storage.managed_ledger import ManagedLedgerStorage
+from magnetar.broker.storage.managed_adapter import ManagedLedgerStorage
 from magnetar.zk.memory import MemoryMetadataServer
 
 

@@ -29,7 +29,7 @@ from magnetar.broker.config import BrokerConfig
 from magnetar.broker.ledger import ManagedLedgerConfig, ManagedLedgerFactory
 from magnetar.broker.protocol.listener import BinaryListener
 from magnetar.broker.service import BrokerService
-from magnetar.broker.storage.managed_ledger import ManagedLedgerStorage
+from magnetar.broker.storage.managed_adapter import ManagedLedgerStorage
 from magnetar.zk.store import MetadataStore
 
 log = logging.getLogger(__name__)

@@ -1,6 +1,7 @@
 """Managed cursors: a reader's position and its durable acknowledgement state.
 
-Owns: ``ManagedCursor`` — read position, mark-delete, individual and batch-index acks,
+Owns: ``ManagedCursor`` — read position and reads (it moves its own read position, through
+its read-ahead when behind the entry cache), mark-delete, individual and batch-index acks,
 redelivery counts, backlog, seek/reset/rewind, find-by-publish-time — and its persistence.
 Persistence (better than Pulsar: the whole state is always durable, no range cap):
 - The cursor znode (``zk.paths.managed_cursor``) holds JSON ``{cursor_ledger, mark_delete}``
@@ -31,38 +32,32 @@ from typing import Protocol
 from magnetar.broker.bookkeeper.client import LedgerClient
 from magnetar.broker.bookkeeper.errors import LedgerError, LedgerNotFound
 from magnetar.broker.bookkeeper.write_handle import WriteHandle
-from magnetar.broker.ledger.ackstate import (
-    AckDelta,
-    AckState,
-    LedgerNavigator,
-    decode_delta,
-    encode_delta,
-)
+from magnetar.broker.ledger.ackstate import AckDelta, AckState, decode_delta, encode_delta
+from magnetar.broker.ledger.config import ManagedLedgerConfig
 from magnetar.broker.ledger.errors import ManagedLedgerClosed, ManagedLedgerFenced
+from magnetar.broker.ledger.ledger_list import LedgerList
 from magnetar.broker.ledger.position import Position
+from magnetar.broker.ledger.read_ahead import ReadAhead, ReadAheadStats
+from magnetar.broker.ledger.reads import LedgerReads, ManagedEntry
 from magnetar.broker.ledger.states import ManagedLedgerState
+from magnetar.clock import Clock
 from magnetar.zk import paths
 from magnetar.zk.errors import BadVersion, MetadataError, NotFound
 from magnetar.zk.store import MetadataStore
 
 
-class CursorSettings(Protocol):
-    """The managed ledger's settings a cursor reads (``ManagedLedgerConfig`` has them)."""
+class CursorEvents(Protocol):
+    """Whom a cursor tells that it moved or went (the managed ledger's ``CursorRegistry``)."""
 
-    @property
-    def cursor_snapshot_min_bytes(self) -> int: ...
+    def moved(self, cursor: ManagedCursor) -> None: ...
 
-    @property
-    def cursor_max_entries_per_ledger(self) -> int: ...
-
-    @property
-    def snapshot_chunk_bytes(self) -> int: ...
+    def forget(self, cursor: ManagedCursor) -> None: ...
 
 
-class CursorLedger(LedgerNavigator, Protocol):
+class CursorLedger(Protocol):
     """What a cursor needs of its managed ledger (``ManagedLedger`` is one): its name,
-    store, settings and ledger client, its positions, and the calls a cursor makes back
-    when it moves or goes."""
+    store, settings and ledger client, its ledger list (positions, navigation), its reads,
+    and whom to tell when the cursor moves or goes."""
 
     @property
     def name(self) -> str: ...
@@ -71,30 +66,25 @@ class CursorLedger(LedgerNavigator, Protocol):
     def store(self) -> MetadataStore: ...
 
     @property
-    def config(self) -> CursorSettings: ...
+    def config(self) -> ManagedLedgerConfig: ...
 
     @property
     def ledger_client(self) -> LedgerClient: ...
 
     @property
+    def clock(self) -> Clock: ...
+
+    @property
     def state(self) -> ManagedLedgerState: ...
 
     @property
-    def last_confirmed(self) -> Position: ...
+    def ledgers(self) -> LedgerList: ...
 
-    def next_valid_position(self, pos: Position) -> Position: ...
+    @property
+    def reads(self) -> LedgerReads: ...
 
-    def position_after(self, pos: Position) -> Position: ...
-
-    def ledger_sizes(self) -> list[tuple[int, int, int]]: ...
-
-    async def find_by_publish_time(
-        self, publish_time_ms: int, extract: Callable[[bytes], int]
-    ) -> Position | None: ...
-
-    def on_cursor_moved(self, cursor: ManagedCursor) -> None: ...
-
-    def remove_non_durable_cursor(self, cursor: ManagedCursor) -> None: ...
+    @property
+    def cursors(self) -> CursorEvents: ...
 
 
 log = logging.getLogger(__name__)
@@ -155,7 +145,9 @@ class ManagedCursor:
         self.name = name
         self.durable = durable
         self._state = state
-        self.read_position = ml.next_valid_position(ml.position_after(state.mark_delete))
+        self.read_position = ml.ledgers.next_valid_position(
+            ml.ledgers.position_after(state.mark_delete)
+        )
         self._znode_version = znode_version
         self._ledger: WriteHandle | None = None
         self._ledger_id = cursor_ledger_id
@@ -177,6 +169,8 @@ class ManagedCursor:
         after it, so the stored state never references a deleted ledger."""
         self._flushes = 0
         self._snapshots = 0
+        self._read_ahead: ReadAhead[ManagedEntry] | None = None
+        """Bookie reads in flight ahead of ``read_position`` while it is behind the cache."""
 
     def __repr__(self) -> str:
         return (
@@ -217,7 +211,7 @@ class ManagedCursor:
         md = self._state.mark_delete
         entries = 0
         size = 0.0
-        for ledger_id, count, ledger_bytes in self._ml.ledger_sizes():
+        for ledger_id, count, ledger_bytes in self._ml.ledgers.sizes():
             if ledger_id < md.ledger_id or count == 0:
                 continue
             above = md.entry_id if ledger_id == md.ledger_id else -1
@@ -230,7 +224,41 @@ class ManagedCursor:
         return Backlog(entries, int(size))
 
     def has_more_entries(self) -> bool:
-        return self._ml.next_valid_position(self.read_position) <= self._ml.last_confirmed
+        ledgers = self._ml.ledgers
+        return ledgers.next_valid_position(self.read_position) <= ledgers.last_confirmed
+
+    # -- reading ------------------------------------------------------------------------------
+    async def read_entries(self, max_entries: int) -> list[ManagedEntry]:
+        """Up to ``max_entries`` unacknowledged entries from the read position, which then
+        moves past them. Behind the entry cache, through the cursor's read-ahead (bookie
+        reads pipelined)."""
+        reads = self._ml.reads
+        start = self._ml.ledgers.next_valid_position(self.read_position)
+        ahead = self._read_ahead
+        if max_entries > 0 and reads.behind_cache(start):
+            if ahead is None:
+                ahead = self._read_ahead = reads.new_read_ahead()
+        elif ahead is not None:
+            ahead.clear()  # at the cache again: nothing to read ahead
+            ahead = None
+        entries, self.read_position = await reads.read_from(start, max_entries, self, ahead)
+        reads.read_done()
+        return entries
+
+    async def read_entries_or_wait(self, max_entries: int, timeout_s: float) -> list[ManagedEntry]:
+        """``read_entries``, after waiting up to ``timeout_s`` for an entry to read."""
+        if not self.has_more_entries():
+            await self._ml.reads.wait_for_entries(self.has_more_entries, timeout_s)
+        return await self.read_entries(max_entries)
+
+    def read_ahead_statistics(self) -> ReadAheadStats | None:
+        return self._read_ahead.statistics() if self._read_ahead is not None else None
+
+    def close_read_ahead(self) -> None:
+        """Stop reading ahead (the cursor or its managed ledger closes)."""
+        ahead, self._read_ahead = self._read_ahead, None
+        if ahead is not None:
+            ahead.close()
 
     # -- acknowledgements ---------------------------------------------------------------------
     def _check_open(self) -> None:
@@ -242,10 +270,10 @@ class ManagedCursor:
     async def mark_delete(self, pos: Position) -> None:
         """Acknowledge everything up to and including ``pos`` (cumulative ack)."""
         self._check_open()
-        pos = min(pos, self._ml.last_confirmed)
+        pos = min(pos, self._ml.ledgers.last_confirmed)
         if pos > self._state.mark_delete:
             self._state.set_mark_delete(pos)
-            self._state.advance(self._ml)
+            self._state.advance(self._ml.ledgers)
             self._pending.mark_delete = self._state.mark_delete
             self._after_move()
         await self._persist()
@@ -254,9 +282,9 @@ class ManagedCursor:
         """Whether ``pos`` names an entry of the managed ledger (written and confirmed):
         acknowledgements of anything else are ignored, so an absurd entry id can never grow
         the ack bitmaps."""
-        if pos.entry_id < 0 or pos > self._ml.last_confirmed:
+        if pos.entry_id < 0 or pos > self._ml.ledgers.last_confirmed:
             return False
-        entries = self._ml.entries_in(pos.ledger_id)
+        entries = self._ml.ledgers.entries_in(pos.ledger_id)
         return entries is not None and pos.entry_id < entries
 
     async def delete(self, positions: Iterable[Position]) -> None:
@@ -270,7 +298,7 @@ class ManagedCursor:
                 changed = True
         if changed:
             before = self._state.mark_delete
-            if self._state.advance(self._ml):
+            if self._state.advance(self._ml.ledgers):
                 self._pending.mark_delete = self._state.mark_delete
                 if self._state.mark_delete.ledger_id != before.ledger_id:
                     self._after_move()
@@ -296,7 +324,7 @@ class ManagedCursor:
         if whole:
             self._pending.acked.append(pos)
             self._pending.batch.pop(pos, None)
-            if self._state.advance(self._ml):
+            if self._state.advance(self._ml.ledgers):
                 self._pending.mark_delete = self._state.mark_delete
         elif pos in self._state.batch_sets:
             self._pending.batch[pos] = self._state.batch_sets[pos]
@@ -317,18 +345,19 @@ class ManagedCursor:
     # -- positioning --------------------------------------------------------------------------
     def seek(self, pos: Position) -> None:
         """Move the read position (acknowledgements are unchanged)."""
-        self.read_position = self._ml.next_valid_position(pos)
+        self.read_position = self._ml.ledgers.next_valid_position(pos)
 
     def rewind(self) -> None:
         """Read again from the first entry after mark-delete."""
-        self.read_position = self._ml.next_valid_position(
-            self._ml.position_after(self._state.mark_delete)
+        ledgers = self._ml.ledgers
+        self.read_position = ledgers.next_valid_position(
+            ledgers.position_after(self._state.mark_delete)
         )
 
     async def reset(self, pos: Position) -> None:
         """Reset the cursor: everything before ``pos`` acknowledged, nothing after it."""
         self._check_open()
-        pos = self._ml.next_valid_position(pos)
+        pos = self._ml.ledgers.next_valid_position(pos)
         self._state.reset(Position(pos.ledger_id, pos.entry_id - 1))
         self.read_position = pos
         self._pending = _PendingDelta()
@@ -339,7 +368,7 @@ class ManagedCursor:
         self, publish_time_ms: int, extract: Callable[[bytes], int]
     ) -> Position | None:
         """The first position whose entry's publish time is >= ``publish_time_ms``."""
-        return await self._ml.find_by_publish_time(publish_time_ms, extract)
+        return await self._ml.reads.find_by_publish_time(publish_time_ms, extract)
 
     async def reset_to_publish_time(
         self, publish_time_ms: int, extract: Callable[[bytes], int]
@@ -347,12 +376,13 @@ class ManagedCursor:
         """Reset to the first entry published at or after ``publish_time_ms`` (or to the
         end when there is none); returns the new read position."""
         found = await self.find_by_publish_time(publish_time_ms, extract)
-        target = found if found is not None else self._ml.position_after(self._ml.last_confirmed)
+        ledgers = self._ml.ledgers
+        target = found if found is not None else ledgers.position_after(ledgers.last_confirmed)
         await self.reset(target)
         return self.read_position
 
     def _after_move(self) -> None:
-        self._ml.on_cursor_moved(self)
+        self._ml.cursors.moved(self)
 
     # -- persistence --------------------------------------------------------------------------
     async def _persist(self, *, force: bool = False) -> None:
@@ -500,7 +530,7 @@ class ManagedCursor:
                 state = AckState.decode_snapshot(b"".join(chunks))
             for blob in deltas:
                 state.apply(decode_delta(blob))
-        state.advance(ml)
+        state.advance(ml.ledgers)
         # claim the znode (CAS, same value): a deposed owner's next snapshot switch now fails
         try:
             claimed = await ml.store.put(path, got.value, expected_version=got.stat.version)
@@ -529,7 +559,7 @@ class ManagedCursor:
         """
         if not self.durable:
             self._closed = True
-            self._ml.remove_non_durable_cursor(self)
+            self._ml.cursors.forget(self)
             return
         if self._close_task is None:
             self._close_task = asyncio.ensure_future(self._close())
@@ -612,4 +642,11 @@ class _PendingDelta:
         )
 
 
-__all__ = ["Backlog", "CursorInfo", "CursorStatistics", "ManagedCursor"]
+__all__ = [
+    "Backlog",
+    "CursorEvents",
+    "CursorInfo",
+    "CursorLedger",
+    "CursorStatistics",
+    "ManagedCursor",
+]
