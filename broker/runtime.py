@@ -52,6 +52,8 @@ def managed_ledger_config(config: BrokerConfig) -> ManagedLedgerConfig:
         ),
         entry_cache_eviction_interval_ms=config.managed_ledger_cache_eviction_interval_ms,
         cursor_backlogged_threshold=config.managed_ledger_cursor_backlogged_threshold,
+        cursor_max_entries_per_ledger=config.managed_ledger_cursor_max_entries_per_ledger,
+        cursor_rollover_time_ms=config.managed_ledger_cursor_rollover_time_in_seconds * 1000,
         read_ahead_entries=config.managed_ledger_read_ahead_entries,
         read_ahead_bytes=config.managed_ledger_read_ahead_max_size_bytes,
         read_ahead_total_bytes=config.managed_ledger_read_ahead_total_max_size_bytes,

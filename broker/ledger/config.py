@@ -51,6 +51,11 @@ class ManagedLedgerConfig:
     """A new cursor snapshot (and cursor ledger) once the deltas since the last one exceed
     this or the snapshot's own size, whichever is larger: bounds replay on recovery."""
     cursor_max_entries_per_ledger: int = 50_000
+    """A cursor's ledger holding this many entries rolls over at the cursor's next write
+    (Pulsar's ``managedLedgerCursorMaxEntriesPerLedger``)."""
+    cursor_rollover_time_ms: int = 14_400_000
+    """... and so does one started this long ago (``managedLedgerCursorRolloverTimeInSeconds``:
+    4 hours)."""
     snapshot_chunk_bytes: int = 1 << 20
     add_timeout_ms: int = 3_000
     ensemble_change_timeout_ms: int = 10_000

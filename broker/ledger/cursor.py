@@ -2,20 +2,17 @@
 
 Owns: ``ManagedCursor`` — read position and reads (it moves its own read position, through
 its read-ahead when behind the entry cache), mark-delete, individual and batch-index acks,
-redelivery counts, backlog, seek/reset/rewind, find-by-publish-time — and its persistence.
+redelivery counts, backlog, seek/reset/rewind, find-by-publish-time — and when its changes
+are written. Where they are written (the znode and the cursor ledger, snapshots and deltas,
+rollover) is ``cursor_log.CursorLog``'s.
 Persistence (better than Pulsar: the whole state is always durable, no range cap):
-- The cursor znode (``zk.paths.managed_cursor``) holds JSON ``{cursor_ledger, mark_delete}``
-  and is changed only by CAS (a lost CAS means another owner: the cursor is fenced).
-- The cursor ledger starts with a *snapshot* of the whole ack state (compact encoding,
-  chunked into entries of at most ``snapshot_chunk_bytes``), followed by *deltas*, one per
-  group flush. When the deltas outweigh the snapshot a new ledger is started with a fresh
-  snapshot, the znode is switched by CAS, and the old ledger is deleted.
 - Acks are group-committed: ``await mark_delete/delete/increment_redelivery`` returns once
   the change is in a durable cursor-ledger entry; concurrent callers share one write. An
   ack that changes nothing (already acknowledged) returns once the write in flight is
-  durable, so the broker's ack receipt always means durable.
-- Recovery opens the cursor ledger with fencing recovery, loads the snapshot and replays
-  every delta, so exactly the acknowledged entries and the redelivery counts come back.
+  durable, so the broker's ack receipt always means durable. A failed write makes the next
+  one a full snapshot.
+- Recovery loads the snapshot and replays every delta, so exactly the acknowledged entries
+  and the redelivery counts come back.
 Non-durable cursors (readers) keep the same state in memory only.
 Must not know: topics, subscriptions, message formats (publish time comes from a callback).
 """
@@ -23,17 +20,16 @@ Must not know: topics, subscriptions, message formats (publish time comes from a
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
 from magnetar.broker.bookkeeper.client import LedgerClient
-from magnetar.broker.bookkeeper.errors import LedgerError, LedgerNotFound
-from magnetar.broker.bookkeeper.write_handle import WriteHandle
-from magnetar.broker.ledger.ackstate import AckDelta, AckState, decode_delta, encode_delta
+from magnetar.broker.bookkeeper.errors import LedgerError
+from magnetar.broker.ledger.ackstate import AckDelta, AckState
 from magnetar.broker.ledger.config import ManagedLedgerConfig
+from magnetar.broker.ledger.cursor_log import CursorLog
 from magnetar.broker.ledger.errors import ManagedLedgerClosed, ManagedLedgerFenced
 from magnetar.broker.ledger.ledger_list import LedgerList
 from magnetar.broker.ledger.position import Position
@@ -41,8 +37,7 @@ from magnetar.broker.ledger.read_ahead import ReadAhead, ReadAheadStats
 from magnetar.broker.ledger.reads import LedgerReads, ManagedEntry
 from magnetar.broker.ledger.states import ManagedLedgerState
 from magnetar.clock import Clock
-from magnetar.zk import paths
-from magnetar.zk.errors import BadVersion, MetadataError, NotFound
+from magnetar.zk.errors import MetadataError
 from magnetar.zk.store import MetadataStore
 
 
@@ -89,9 +84,6 @@ class CursorLedger(Protocol):
 
 log = logging.getLogger(__name__)
 
-SNAPSHOT_CHUNK = b"S"
-DELTA = b"D"
-
 
 @dataclass(frozen=True, slots=True)
 class Backlog:
@@ -112,24 +104,6 @@ class CursorStatistics:
     snapshots: int
 
 
-@dataclass(frozen=True, slots=True)
-class CursorInfo:
-    """The cursor znode's value."""
-
-    cursor_ledger_id: int
-    mark_delete: Position
-
-    def to_bytes(self) -> bytes:
-        return json.dumps(
-            {"cursor_ledger": self.cursor_ledger_id, "mark_delete": str(self.mark_delete)}
-        ).encode()
-
-    @classmethod
-    def from_bytes(cls, data: bytes) -> CursorInfo:
-        doc = json.loads(data)
-        return cls(int(doc["cursor_ledger"]), Position.parse(doc["mark_delete"]))
-
-
 class ManagedCursor:
     def __init__(
         self,
@@ -138,8 +112,7 @@ class ManagedCursor:
         state: AckState,
         *,
         durable: bool,
-        znode_version: int = -1,
-        cursor_ledger_id: int = -1,
+        log: CursorLog | None = None,
     ) -> None:
         self._ml = ml
         self.name = name
@@ -148,12 +121,8 @@ class ManagedCursor:
         self.read_position = ml.ledgers.next_valid_position(
             ml.ledgers.position_after(state.mark_delete)
         )
-        self._znode_version = znode_version
-        self._ledger: WriteHandle | None = None
-        self._ledger_id = cursor_ledger_id
-        self._needs_snapshot = True
-        self._snapshot_bytes = 0
-        self._delta_bytes = 0
+        self._log = log
+        """Where the state is made durable (None: a non-durable cursor)."""
         self._pending = _PendingDelta()
         self._next_flush: asyncio.Future[None] | None = None
         self._flusher: asyncio.Task[None] | None = None
@@ -163,12 +132,10 @@ class ManagedCursor:
         self._close_task: asyncio.Future[None] | None = None
         self._dirty = False
         """The last cursor write failed: memory holds changes no durable entry has."""
-        self._fenced = False
         self._durable_mark_delete = state.mark_delete
         """Mark-delete as of the last durable write: trimming never deletes a ledger at or
         after it, so the stored state never references a deleted ledger."""
         self._flushes = 0
-        self._snapshots = 0
         self._read_ahead: ReadAhead[ManagedEntry] | None = None
         """Bookie reads in flight ahead of ``read_position`` while it is behind the cache."""
 
@@ -262,7 +229,7 @@ class ManagedCursor:
 
     # -- acknowledgements ---------------------------------------------------------------------
     def _check_open(self) -> None:
-        if self._fenced or self._ml.state is ManagedLedgerState.FENCED:
+        if self._fenced() or self._ml.state is ManagedLedgerState.FENCED:
             raise ManagedLedgerFenced(f"cursor {self.name} was taken over")
         if self._closed:
             raise ManagedLedgerClosed(f"cursor {self.name} is closed")
@@ -361,7 +328,8 @@ class ManagedCursor:
         self._state.reset(Position(pos.ledger_id, pos.entry_id - 1))
         self.read_position = pos
         self._pending = _PendingDelta()
-        self._needs_snapshot = True
+        if self._log is not None:
+            self._log.needs_snapshot = True
         await self._persist(force=True)
 
     async def find_by_publish_time(
@@ -381,12 +349,15 @@ class ManagedCursor:
         await self.reset(target)
         return self.read_position
 
+    def _fenced(self) -> bool:
+        return self._log is not None and self._log.fenced
+
     def _after_move(self) -> None:
         self._ml.cursors.moved(self)
 
     # -- persistence --------------------------------------------------------------------------
     async def _persist(self, *, force: bool = False) -> None:
-        if not self.durable:
+        if self._log is None:
             return
         if not self._pending and not force:
             # Nothing new, but the state this caller saw (an ack repeated, a mark-delete
@@ -408,16 +379,18 @@ class ManagedCursor:
         await asyncio.shield(fut)
 
     async def _flush_loop(self) -> None:
+        durable = self._log
+        assert durable is not None
         while self._pending and self._next_flush is not None:
             delta, self._pending = self._pending, _PendingDelta()
             fut, self._next_flush = self._next_flush, None
             captured = self._state.mark_delete
             self._writing = fut
             try:
-                await self._write(delta)
+                await durable.write(self._state, None if delta.force else delta.to_delta())
             except BaseException as exc:
                 # the in-memory state has these changes: persist all of it next time
-                self._needs_snapshot = True
+                durable.needs_snapshot = True
                 self._dirty = True
                 if not fut.done():
                     fut.set_exception(exc)
@@ -434,117 +407,18 @@ class ManagedCursor:
             if not fut.done():
                 fut.set_result(None)
 
-    async def _write(self, pending: _PendingDelta) -> None:
-        cfg = self._ml.config
-        if self._ledger is not None and not self._needs_snapshot and not pending.force:
-            blob = DELTA + encode_delta(pending.to_delta())
-            roll = (
-                self._delta_bytes + len(blob)
-                > max(cfg.cursor_snapshot_min_bytes, self._snapshot_bytes)
-                or self._ledger.next_entry_id >= cfg.cursor_max_entries_per_ledger
-            )
-            if not roll:
-                try:
-                    await self._ledger.add(blob)
-                    self._delta_bytes += len(blob)
-                    return
-                except LedgerError as exc:
-                    log.warning("cursor %s: delta write failed (%r); new snapshot", self.name, exc)
-                    if isinstance(exc, ManagedLedgerFenced):
-                        raise
-        await self._write_snapshot()
-
-    async def _write_snapshot(self) -> None:
-        cfg = self._ml.config
-        blob = self._state.encode_snapshot()
-        chunk = cfg.snapshot_chunk_bytes
-        chunks = [blob[i : i + chunk] for i in range(0, len(blob), chunk)] or [b""]
-        handle = await self._ml.ledger_client.create_ledger(
-            custom={"managed-ledger": self._ml.name, "cursor": self.name}
-        )
-        futs = [
-            handle.add_nowait(SNAPSHOT_CHUNK + len(chunks).to_bytes(4, "big") + c) for c in chunks
-        ]
-        await asyncio.gather(*futs)
-        info = CursorInfo(handle.ledger_id, self._state.mark_delete)
-        path = paths.managed_cursor(self._ml.name, self.name)
-        try:
-            result = await self._ml.store.put(
-                path, info.to_bytes(), expected_version=self._znode_version
-            )
-        except (BadVersion, NotFound):
-            self._fenced = True
-            await handle.abort()
-            raise ManagedLedgerFenced(
-                f"cursor {self.name}: znode changed by another owner"
-            ) from None
-        self._znode_version = result.stat.version
-        old, old_id = self._ledger, self._ledger_id
-        self._ledger, self._ledger_id = handle, handle.ledger_id
-        self._needs_snapshot = False
-        self._snapshot_bytes = len(blob)
-        self._delta_bytes = 0
-        self._snapshots += 1
-        if old is not None:
-            try:
-                await old.close()
-            except LedgerError:
-                pass
-        if old_id >= 0:
-            await self._ml.ledger_client.delete_ledger(old_id)
+    @classmethod
+    async def create(cls, ml: CursorLedger, name: str, mark_delete: Position) -> ManagedCursor:
+        """A new durable cursor (its znode created: ``CursorAlreadyExists`` if it exists)."""
+        durable = await CursorLog.create(ml, name, mark_delete)
+        return cls(ml, name, AckState(mark_delete), durable=True, log=durable)
 
     @classmethod
     async def recover(cls, ml: CursorLedger, name: str) -> ManagedCursor:
-        path = paths.managed_cursor(ml.name, name)
-        got = await ml.store.get(path)
-        if got is None:
-            raise NotFound("cursor znode missing", path=path)
-        info = CursorInfo.from_bytes(got.value)
-        state = AckState(info.mark_delete)
-        reader = None
-        if info.cursor_ledger_id >= 0:
-            try:
-                reader = await ml.ledger_client.open_ledger(info.cursor_ledger_id, recovery=True)
-            except LedgerNotFound:
-                # a stale reference (the ledger was deleted): start again from the znode's
-                # mark-delete rather than never loading; later acks are redelivered, none lost
-                log.warning(
-                    "cursor %s/%s: cursor ledger %d is gone; recovered from mark-delete %s",
-                    ml.name,
-                    name,
-                    info.cursor_ledger_id,
-                    info.mark_delete,
-                )
-        if reader is not None:
-            lac = reader.last_add_confirmed
-            entries = await reader.read(0, lac) if lac >= 0 else []
-            chunks: list[bytes] = []
-            deltas: list[bytes] = []
-            for e in entries:
-                kind, body = e.payload[:1], e.payload[1:]
-                if kind == SNAPSHOT_CHUNK:
-                    chunks.append(body[4:])
-                elif kind == DELTA:
-                    deltas.append(body)
-            if chunks:
-                state = AckState.decode_snapshot(b"".join(chunks))
-            for blob in deltas:
-                state.apply(decode_delta(blob))
+        """The durable cursor ``name`` as its log holds it."""
+        durable, state = await CursorLog.recover(ml, name)
         state.advance(ml.ledgers)
-        # claim the znode (CAS, same value): a deposed owner's next snapshot switch now fails
-        try:
-            claimed = await ml.store.put(path, got.value, expected_version=got.stat.version)
-        except (BadVersion, NotFound):
-            raise ManagedLedgerFenced(f"cursor {name}: taken over while recovering") from None
-        cursor = cls(
-            ml,
-            name,
-            state,
-            durable=True,
-            znode_version=claimed.stat.version,
-            cursor_ledger_id=info.cursor_ledger_id if reader is not None else -1,
-        )
-        return cursor
+        return cls(ml, name, state, durable=True, log=durable)
 
     async def flush(self) -> None:
         """Wait until every acknowledgement made so far is durable."""
@@ -568,17 +442,14 @@ class ManagedCursor:
     async def _close(self) -> None:
         await self._drain()
         self._closed = True
-        if self._ledger is not None:
-            try:
-                await self._ledger.close()
-            except LedgerError:
-                pass
+        if self._log is not None:
+            await self._log.close()
 
     async def _drain(self) -> None:
         """Return once no cursor write is in flight or pending (bounded: a failed final
         write is retried once, as a snapshot)."""
         retried = False
-        while not self._fenced:
+        while not self._fenced():
             flusher = self._flusher
             if flusher is not None and not flusher.done():
                 await asyncio.wait([flusher])
@@ -597,14 +468,8 @@ class ManagedCursor:
 
     async def delete_durable_state(self) -> None:
         self._closed = True
-        if self._ledger is not None:
-            await self._ledger.abort()
-        if self._ledger_id >= 0:
-            await self._ml.ledger_client.delete_ledger(self._ledger_id)
-        try:
-            await self._ml.store.delete(paths.managed_cursor(self._ml.name, self.name))
-        except NotFound:
-            pass
+        if self._log is not None:
+            await self._log.delete()
 
     def statistics(self) -> CursorStatistics:
         return CursorStatistics(
@@ -614,9 +479,9 @@ class ManagedCursor:
             read_position=self.read_position,
             ack_ranges=self._state.range_count(),
             redelivery_tracked=len(self._state.redeliveries),
-            cursor_ledger_id=self._ledger_id,
+            cursor_ledger_id=self._log.ledger_id if self._log is not None else -1,
             flushes=self._flushes,
-            snapshots=self._snapshots,
+            snapshots=self._log.snapshots if self._log is not None else 0,
         )
 
 
@@ -645,7 +510,6 @@ class _PendingDelta:
 __all__ = [
     "Backlog",
     "CursorEvents",
-    "CursorInfo",
     "CursorLedger",
     "CursorStatistics",
     "ManagedCursor",

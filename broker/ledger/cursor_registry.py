@@ -18,13 +18,11 @@ from typing import Protocol
 
 from magnetar.broker.bookkeeper.errors import LedgerError
 from magnetar.broker.ledger.ackstate import AckState
-from magnetar.broker.ledger.cursor import CursorInfo, CursorLedger, ManagedCursor
-from magnetar.broker.ledger.errors import CursorAlreadyExists
+from magnetar.broker.ledger.cursor import CursorLedger, ManagedCursor
+from magnetar.broker.ledger.cursor_log import CursorInfo
 from magnetar.broker.ledger.position import EARLIEST, LATEST, Position
 from magnetar.broker.ledger.states import ManagedLedgerState
 from magnetar.zk import paths
-from magnetar.zk.errors import AlreadyExists
-from magnetar.zk.store import CREATE_ONLY
 
 log = logging.getLogger(__name__)
 
@@ -99,17 +97,7 @@ class CursorRegistry:
 
     async def _create(self, name: str, initial_position: Position) -> ManagedCursor:
         md = self._initial_mark_delete(initial_position)
-        try:
-            result = await self._host.store.put(
-                paths.managed_cursor(self._host.name, name),
-                CursorInfo(-1, md).to_bytes(),
-                expected_version=CREATE_ONLY,
-            )
-        except AlreadyExists:
-            raise CursorAlreadyExists(f"cursor {name} created by another owner") from None
-        cursor = ManagedCursor(
-            self._host, name, AckState(md), durable=True, znode_version=result.stat.version
-        )
+        cursor = await ManagedCursor.create(self._host, name, md)
         self._durable[name] = cursor
         return cursor
 
