@@ -470,7 +470,7 @@ async def run(
         except CookieError as exc:
             raise StartRefused(str(exc)) from exc
         engine = await open_engine(config, bookie_id)
-        service = BookieService(engine.storage, max_entry_bytes=config.max_entry_bytes)
+        service = BookieService(engine.storage)
         service.ready = False  # Health says serving once registered
         tls = (
             GrpcTls(
