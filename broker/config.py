@@ -32,6 +32,10 @@ class BrokerConfig:
     broker_service_port: int = 6650
     web_service_port: int = 8080
     metadata_store_url: str = "memory://default"
+    # Pulsar's configuration store: clusters, tenants, namespace and topic policies and
+    # partitioned-topic metadata, shared by every cluster of an instance (zk/routing.py);
+    # empty: kept in metadata_store_url with the rest
+    configuration_metadata_store_url: str = ""
     metadata_store_session_timeout_millis: int = 30_000
     # protocol
     max_message_size: int = 5 * 1024 * 1024

@@ -23,6 +23,7 @@ from aiohttp import web
 from magnetar.broker.admin.http_guard import BadRequest, guard, quiet_bad_requests, read_json
 from magnetar.broker.admin.metrics import BrokerMetrics
 from magnetar.broker.admin.ops_api import OperationRoutes, json_unknown_routes
+from magnetar.broker.admin.replication_api import ReplicationRoutes
 from magnetar.broker.admin.schema_api import SchemaAdminRoutes
 from magnetar.broker.admin.topic_ops import TopicOperations
 from magnetar.broker.namespace.bundles import BundleRange
@@ -247,6 +248,7 @@ class AdminApi:
         r = app.router
         if self.extra_routes is not None:  # first: more specific than the topic routes
             self.extra_routes(r)
+        ReplicationRoutes(self.resources).add_routes(r)  # clusters, replication clusters
         schemas = getattr(self.topics, "schemas", None)
         if schemas is not None:  # /admin/v2/schemas/...: before /admin/v2/{domain}/...
             SchemaAdminRoutes(schemas).add_routes(r)
@@ -256,10 +258,6 @@ class AdminApi:
         r.add_get("/admin/v2/brokers/health", self.health)
         r.add_get("/metrics", self.metrics)
         r.add_get("/metrics/", self.metrics)
-        r.add_get("/admin/v2/clusters", self.list_clusters)
-        r.add_put("/admin/v2/clusters/{cluster}", self.create_cluster)
-        r.add_post("/admin/v2/clusters/{cluster}", self.update_cluster)
-        r.add_delete("/admin/v2/clusters/{cluster}", self.delete_cluster)
         # tenants
         r.add_get("/admin/v2/tenants", self.list_tenants)
         r.add_get("/admin/v2/tenants/{tenant}", self.get_tenant)
@@ -325,7 +323,7 @@ class AdminApi:
     async def health(self, request: web.Request) -> web.Response:
         # 503 while the metadata session is disconnected: the load-manager leader then
         # treats this broker as unresponsive and moves its bundles (docs/cluster.md)
-        if not getattr(self.resources.store, "connected", True):
+        if not self.resources.store.connected:
             return web.Response(status=503, text="metadata session not connected")
         return web.Response(text="ok")
 
@@ -349,23 +347,6 @@ class AdminApi:
         except ConnectionResetError:  # the scraper went away mid-stream: nothing to answer
             log.debug("metrics scrape from %s closed early", request.remote)
         return response
-
-    async def list_clusters(self, request: web.Request) -> web.Response:
-        return _json(await self.resources.list_clusters())
-
-    async def create_cluster(self, request: web.Request) -> web.Response:
-        body = await _body_json(request, {})
-        await self.resources.create_cluster(request.match_info["cluster"], body)
-        return _no_content()
-
-    async def update_cluster(self, request: web.Request) -> web.Response:
-        body = await _body_json(request, {})
-        await self.resources.update_cluster(request.match_info["cluster"], body)
-        return _no_content()
-
-    async def delete_cluster(self, request: web.Request) -> web.Response:
-        await self.resources.delete_cluster(request.match_info["cluster"])
-        return _no_content()
 
     # -- tenants ----------------------------------------------------------------------------
     async def list_tenants(self, request: web.Request) -> web.Response:

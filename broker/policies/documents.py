@@ -115,6 +115,8 @@ def policies_schema(max_bundles: int) -> dict[str, Any]:
                 }
             ),
             "replication_clusters": {"type": ["array", "null"], "items": {"type": "string"}},
+            "allowed_clusters": {"type": ["array", "null"], "items": {"type": "string"}},
+            "replicatorDispatchRate": _PER_CLUSTER_RATE,
             "schema_compatibility_strategy": {"enum": [*SCHEMA_COMPATIBILITY_STRATEGIES, None]},
             "schema_validation_enforced": {"type": ["boolean", "null"]},
             "is_allow_auto_update_schema": {"type": ["boolean", "null"]},

@@ -164,6 +164,10 @@ def build() -> Parser:
     p.add_argument("--bundles", type=int, help="namespaces: number of bundles")
     p.add_argument("--admin-roles", help="tenants: comma-separated roles")
     p.add_argument("--allowed-clusters", help="tenants: comma-separated clusters")
+    p.add_argument("--url", help="clusters: the admin URL, http://host:8080")
+    p.add_argument("--url-tls", help="clusters: the HTTPS admin URL, https://host:8443")
+    p.add_argument("--broker-url", help="clusters: the service URL, pulsar://host:6650")
+    p.add_argument("--broker-url-tls", help="clusters: the TLS service URL, pulsar+ssl://...")
     p.add_argument(
         "--position", default="latest", help="subscriptions: earliest, latest or LEDGER:ENTRY"
     )

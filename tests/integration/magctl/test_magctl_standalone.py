@@ -33,6 +33,8 @@ metadata:
   name: golden/prod
 spec:
   bundles: 2
+  replicationClusters:
+  - standalone
   policies:
     retention:
       time: 1w
