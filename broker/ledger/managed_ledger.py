@@ -180,8 +180,6 @@ class ManagedLedger:
         self, factory: ManagedLedgerFactory, name: str, config: ManagedLedgerConfig
     ) -> None:
         self.factory = factory
-        self.failures = factory
-        """Where ledgers given up for want of bookies are counted."""
         self.name = name
         self.config = config
         self.store = factory.store

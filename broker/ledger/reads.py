@@ -23,6 +23,7 @@ from magnetar.broker.bookkeeper.client import LedgerClient
 from magnetar.broker.bookkeeper.errors import LedgerError
 from magnetar.broker.bookkeeper.read_handle import ReadHandle
 from magnetar.broker.ledger.cache import EntryCache
+from magnetar.broker.ledger.config import ManagedLedgerConfig
 from magnetar.broker.ledger.ledger_list import LedgerList
 from magnetar.broker.ledger.position import Position
 from magnetar.broker.ledger.read_ahead import ReadAhead, ReadAheadBudget
@@ -39,21 +40,11 @@ class ManagedEntry(NamedTuple):
 _new_tuple = tuple.__new__
 
 
-class ReadSettings(Protocol):
-    """The managed ledger's settings reads use (``ManagedLedgerConfig`` has them)."""
-
-    @property
-    def read_ahead_entries(self) -> int: ...
-
-    @property
-    def read_ahead_bytes(self) -> int: ...
-
-
 class ReadsHost(Protocol):
     """What reads need of their managed ledger (``ManagedLedger`` is one)."""
 
     @property
-    def config(self) -> ReadSettings: ...
+    def config(self) -> ManagedLedgerConfig: ...
 
     @property
     def ledgers(self) -> LedgerList: ...

@@ -93,7 +93,7 @@ class RolloverHost(Protocol):
     def trimming(self) -> Trims: ...
 
     @property
-    def failures(self) -> FailureCounts: ...
+    def factory(self) -> FailureCounts: ...
 
     def install(self, handle: WriteHandle) -> None: ...
 
@@ -202,8 +202,8 @@ class Rollover:
         # ledger, ahead of those queued since, in their order; the rollover closes it at its
         # last confirmed entry, so none of them is in it (Pulsar re-sends them so too)
         unconfirmed = handle.take_unconfirmed()
-        host.failures.ledgers_given_up += 1
-        host.failures.adds_moved += len(unconfirmed)
+        host.factory.ledgers_given_up += 1
+        host.factory.adds_moved += len(unconfirmed)
         if unconfirmed:
             log.warning(
                 "%s: ledger %d failed (%s); %d unconfirmed adds go to the next ledger",
