@@ -139,7 +139,7 @@ def _broker_run(args: argparse.Namespace) -> int:
     if problem is not None:
         print(f"magnetar broker: {problem}", file=sys.stderr)
         return 2
-    _log_effective(config)
+    _log_effective(config, args.config)
     _exit_0_on_sigterm()
     _install_uvloop()
     return asyncio.run(run_broker(config))
@@ -200,7 +200,7 @@ def _standalone_run(args: argparse.Namespace) -> int:
     except (ValueError, OSError) as exc:
         print(f"magnetar standalone: configuration error: {exc}", file=sys.stderr)
         return 2
-    _log_effective(config)
+    _log_effective(config, args.config)
     _exit_0_on_sigterm()
     _install_uvloop()
     return asyncio.run(
@@ -228,10 +228,20 @@ def _tokens_run(args: argparse.Namespace) -> int:
     return run(args)
 
 
-def _log_effective(config: BrokerConfig) -> None:
-    import logging
+def _log_effective(config: BrokerConfig, path: str | None = None) -> None:
+    """The effective configuration, then once each key of the config file accepted without
+    a setting of its own and why (a WARNING where it names something not served)."""
+    from magnetar import settings
 
-    logging.getLogger("magnetar.broker").info("%s", config.effective_config_line())
+    logger = logging.getLogger("magnetar.broker")
+    logger.info("%s", config.effective_config_line())
+    if path is None:
+        return
+    known = settings.field_types(type(config))
+    values = settings.read_config_file(path)
+    for accepted in settings.accepted_keys(settings.BROKER, values, known):
+        line = settings.accepted_log_lines(settings.BROKER, [accepted])[0]
+        logger.log(logging.WARNING if accepted.row.warn else logging.INFO, "%s", line)
 
 
 def _init_arguments(parser: argparse.ArgumentParser) -> None:

@@ -42,6 +42,7 @@ from magnetar.broker.policies.model import (
     remove_backlog_quota,
     set_backlog_quota,
 )
+from magnetar.settings_accepted import ADMIN_BODY_BYTES_MAX
 from magnetar.zk.errors import MetadataError
 
 if TYPE_CHECKING:
@@ -50,6 +51,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 DOMAINS = ("persistent", "non-persistent")
+TOPIC_POLICIES_DISABLED = (
+    "Topic level policies is disabled, to enable the topic level policy and retry."
+)
 METRICS_SLICE_S = 0.002
 """``/metrics`` holds the loop at most about this long at a time (plus one chunk)."""
 
@@ -207,6 +211,7 @@ class AdminApi:
         metrics_slice_s: float = METRICS_SLICE_S,
         extra_routes: Callable[[web.UrlDispatcher], None] | None = None,
         operations: TopicOperations | None = None,
+        topic_level_policies: bool = True,
     ) -> None:
         self.resources = resources
         self.topics = topics
@@ -219,6 +224,8 @@ class AdminApi:
         self.extra_routes = extra_routes
         self.operations = operations
         """Subscription, topic, namespace and cluster operations (``admin_ops_api``)."""
+        self.topic_level_policies = topic_level_policies
+        """Pulsar's ``topicLevelPoliciesEnabled``: off, the topic-policy routes answer 405."""
 
     @classmethod
     def of_service(
@@ -238,12 +245,14 @@ class AdminApi:
             default_bundles=service.config.default_number_of_namespace_bundles,
             metrics=BrokerMetrics(service).chunks,
             extra_routes=extra_routes,
+            topic_level_policies=service.config.topic_level_policies_enabled,
         )
 
     def app(self) -> web.Application:
         quiet_bad_requests()
         app = web.Application(
-            middlewares=[json_unknown_routes, _errors, guard], client_max_size=8 << 20
+            middlewares=[json_unknown_routes, _errors, guard],
+            client_max_size=ADMIN_BODY_BYTES_MAX,
         )
         r = app.router
         if self.extra_routes is not None:  # first: more specific than the topic routes
@@ -306,13 +315,16 @@ class AdminApi:
         for name, policy in NAMESPACE_POLICIES.items():
             if not policy.topic_level:
                 continue
-            r.add_get(base + "/{topic}/" + name, self._topic_policy_handler(name, "get"))
-            r.add_post(base + "/{topic}/" + name, self._topic_policy_handler(name, "set"))
-            r.add_put(base + "/{topic}/" + name, self._topic_policy_handler(name, "set"))
-            r.add_delete(base + "/{topic}/" + name, self._topic_policy_handler(name, "clear"))
-        r.add_get(base + "/{topic}/backlogQuotaMap", self.get_topic_backlog_quota_map)
-        r.add_post(base + "/{topic}/backlogQuota", self.set_topic_backlog_quota)
-        r.add_delete(base + "/{topic}/backlogQuota", self.remove_topic_backlog_quota)
+            for add, op in ((r.add_get, "get"), (r.add_post, "set"), (r.add_put, "set")):
+                add(base + "/{topic}/" + name, self._topic_policy_route(name, op))
+            r.add_delete(base + "/{topic}/" + name, self._topic_policy_route(name, "clear"))
+        r.add_get(
+            base + "/{topic}/backlogQuotaMap", self._topic_level(self.get_topic_backlog_quota_map)
+        )
+        r.add_post(base + "/{topic}/backlogQuota", self._topic_level(self.set_topic_backlog_quota))
+        r.add_delete(
+            base + "/{topic}/backlogQuota", self._topic_level(self.remove_topic_backlog_quota)
+        )
         # lookup
         r.add_get("/lookup/v2/topic/{domain}/{tenant}/{namespace}/{topic}", self.lookup)
         if ops is not None:
@@ -500,6 +512,19 @@ class AdminApi:
         topic = _topic_name(request)
         m = request.match_info
         return m["tenant"], m["namespace"], m["domain"], topic.rsplit("/", 1)[1]
+
+    def _topic_level(self, handler: Handler) -> Handler:
+        """``handler``, or Pulsar's 405 when topic-level policies are disabled."""
+        if self.topic_level_policies:
+            return handler
+
+        async def disabled(request: web.Request) -> web.Response:
+            return _json({"reason": TOPIC_POLICIES_DISABLED}, status=405)
+
+        return disabled
+
+    def _topic_policy_route(self, name: str, op: str) -> Handler:
+        return self._topic_level(self._topic_policy_handler(name, op))
 
     def _topic_policy_handler(self, name: str, op: str) -> Handler:
         return self._route_handler(

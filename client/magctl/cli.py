@@ -302,7 +302,9 @@ def build() -> Parser:
     c.add_argument("--current", action="store_true", help="change the current context")
     c.add_argument("--cluster")
     c.add_argument("--user")
-    c.add_argument("--ns", "-n", dest="ctx_namespace", help="default tenant/namespace")
+    c.add_argument(
+        "--ns", "-n", dest="ctx_namespace", help="default tenant/namespace (or --namespace)"
+    )
     c.add_argument("--service-url")
     c.add_argument("--token-file")
     c.add_argument("--certificate-authority", help="CA bundle (PEM) to verify the admin URL")
