@@ -33,7 +33,7 @@ from magnetar.zk.errors import AlreadyExists, BadVersion, MetadataError, NotFoun
 from magnetar.zk.store import CREATE_ONLY, MetadataStore
 
 if TYPE_CHECKING:
-    from magnetar.broker.ledger.client import LedgerClient
+    from magnetar.broker.bookkeeper.client import LedgerClient
 
 log = logging.getLogger(__name__)
 
@@ -275,7 +275,7 @@ class LedgerSchemaStorage:
 def storage_for(store: MetadataStore, topic_storage: object) -> SchemaStorage:
     """Ledgers when the broker's topics live in managed ledgers (a cluster, standalone),
     else memory (topics served from memory in tests)."""
-    from magnetar.broker.storage.managed_ledger import ManagedLedgerStorage
+    from magnetar.broker.storage.managed_adapter import ManagedLedgerStorage
 
     if isinstance(topic_storage, ManagedLedgerStorage):
         return LedgerSchemaStorage(store, topic_storage.factory.ledger_client)
