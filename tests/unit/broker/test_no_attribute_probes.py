@@ -24,9 +24,9 @@ ALLOWED: dict[Probe, str] = {
     ("autorecovery_main.py", "getattr", "config"): (
         "argparse.Namespace (third-party): the subcommand may not define the flag"
     ),
-    ("ledger/autorecovery/config.py", "hasattr", "*"): (
+    ("bookkeeper/autorecovery/config.py", "hasattr", "*"): (
         "AutoRecoveryConfig.from_config copies the fields it shares with a broker or bookie "
-        "config by name (the ledger's code: its own helper reworks it)"
+        "config by name (BookKeeper's client, another piece of work)"
     ),
     # The connection is being split into per-area handlers (issue 31 §1) by another piece of
     # work; it then asks the Topic contract (broker/topics/contract.py) instead:
