@@ -86,4 +86,4 @@ def on_get_or_create_schema(cnx: ConnectionContext, cmd: pb.BaseCommand) -> None
     cnx.tasks.spawn(answer())
 
 
-__all__ = ["handlers", "on_consumer_stats", "on_get_or_create_schema", "on_get_schema"]
+__all__ = ["handlers"]

@@ -38,8 +38,8 @@ class ConsumerCommands:
     def __init__(self, cnx: ConnectionContext) -> None:
         self.cnx = cnx
         self.sessions: dict[int, ConsumerSession] = {}
-        self.chains = CommandChains(cnx.tasks)
-        self.acks = Acks(cnx, self.sessions, self.chains)
+        self._chains = CommandChains(cnx.tasks)
+        self.acks = Acks(cnx, self.sessions, self._chains)
 
     def __repr__(self) -> str:
         return f"<ConsumerCommands {self.cnx.peer} consumers={sorted(self.sessions)}>"
@@ -88,7 +88,7 @@ class ConsumerCommands:
     # ------------------------------------------------------------------ SUBSCRIBE
     def on_subscribe(self, cmd: pb.BaseCommand) -> None:
         req = cmd.subscribe
-        self.chains.run(req.consumer_id, lambda: self._subscribe(req))
+        self._chains.run(req.consumer_id, lambda: self._subscribe(req))
 
     async def _subscribe(self, req: pb.CommandSubscribe) -> None:
         """SUBSCRIBE: admit it, make the consumer, attach it; every refusal is a
@@ -136,14 +136,14 @@ class ConsumerCommands:
     def on_flow(self, cmd: pb.BaseCommand) -> None:
         req = cmd.flow
         cid = req.consumer_id
-        if self.chains.pending(cid):
+        if self._chains.pending(cid):
 
             async def later() -> None:
                 session = self.sessions.get(cid)
                 if session is not None:
                     session.subscription.flow(session.consumer, req.messagePermits)
 
-            self.chains.run(cid, later)
+            self._chains.run(cid, later)
             return
         session = self.sessions.get(cid)
         if session is not None:
@@ -160,7 +160,7 @@ class ConsumerCommands:
             positions = [position_of(m) for m in req.message_ids] or None
             session.subscription.redeliver(session.consumer, positions)
 
-        self.chains.run(cid, redeliver)
+        self._chains.run(cid, redeliver)
 
     def on_close_consumer(self, cmd: pb.BaseCommand) -> None:
         req = cmd.close_consumer
@@ -174,7 +174,7 @@ class ConsumerCommands:
             self._drop(cid)
             self.cnx.success(req.request_id)
 
-        self.chains.run(cid, close)
+        self._chains.run(cid, close)
 
     def _drop(self, cid: int) -> None:
         session = self.sessions.pop(cid, None)
@@ -212,7 +212,7 @@ class ConsumerCommands:
             self.sessions.pop(cid, None)
             self.cnx.success(rid)
 
-        self.chains.run(cid, unsubscribe)
+        self._chains.run(cid, unsubscribe)
 
     def on_seek(self, cmd: pb.BaseCommand) -> None:
         req = cmd.seek
@@ -237,7 +237,7 @@ class ConsumerCommands:
             await sub.reset_cursor(pos)
             self.cnx.success(req.request_id)
 
-        self.chains.run(req.consumer_id, self._guarded(req.request_id, seek))
+        self._chains.run(req.consumer_id, self._guarded(req.request_id, seek))
 
     def on_get_last_message_id(self, cmd: pb.BaseCommand) -> None:
         req = cmd.getLastMessageId
@@ -264,7 +264,7 @@ class ConsumerCommands:
                 )
             )
 
-        self.chains.run(req.consumer_id, self._guarded(req.request_id, last))
+        self._chains.run(req.consumer_id, self._guarded(req.request_id, last))
 
     # ------------------------------------------------------------------ dispatch pauses
     def pause_dispatch(self) -> None:

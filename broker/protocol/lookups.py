@@ -127,4 +127,4 @@ async def _topics_of_namespace(
     )
 
 
-__all__ = ["handlers", "on_get_topics_of_namespace", "on_lookup", "on_partitioned_metadata"]
+__all__ = ["handlers"]

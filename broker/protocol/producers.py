@@ -1,20 +1,20 @@
 """A connection's producers: PRODUCER and CLOSE_PRODUCER (Pulsar's ``ServerCnx``
-``handleProducer`` / ``handleCloseProducer``), and closes the broker starts.
+``handleProducer`` / ``handleCloseProducer``), and the closes the broker starts.
 
-Owns: the ``ProducerSession`` of each producer id, and creating one in the order Pulsar
-checks: permission, topic (loaded here when
-this broker owns it), terminated topic, access mode, topic epoch, schema, admission (access
-mode, producer cap, backlog quota), the topic epoch stored (exclusive producers: as Pulsar's,
-ready once it is durable), the initial subscription. A WaitForExclusive producer is answered
-``producer_ready=False`` at once and PRODUCER_SUCCESS again when admitted (``producer_admitted``).
-Invariants: every PRODUCER is answered, with PRODUCER_SUCCESS or ERROR (unless the connection
-closed meanwhile): a failure nobody foresaw is answered UnknownError and never leaves its
-producer on the topic; a topic epoch the wire's uint64 cannot carry is refused before it is
-stored (a client's above INT64_MAX, Pulsar's epoch being a Java long, so +1 always fits);
-commands of one producer id run in arrival order (``CommandChains``).
-Knows: the topics' producer API (``Producer``, ``add_producer``, the epoch), schemas,
-policies, and the storage failures a topic load reports (``LedgerError``: retriable).
-Must not know: frames, the transport, the SEND path (``publish``).
+Owns: the ``ProducerSession`` of each producer id, and making one in the order Pulsar checks:
+permission, topic (loaded here when this broker owns it), terminated topic, access mode,
+topic epoch, schema, admission (access mode, producer cap, backlog quota), then what an
+admitted producer waits for: its topic epoch stored (exclusive modes: as Pulsar's, ready once
+it is durable) and its initial subscription. A WaitForExclusive producer is answered
+``producer_ready=False`` at once and PRODUCER_SUCCESS when admitted (``producer_admitted``).
+Invariants: every PRODUCER is answered, PRODUCER_SUCCESS or ERROR, unless the connection
+closed meanwhile; a producer that is not served (refused, failed, cancelled) is taken off its
+topic again; a failure nobody foresaw is answered UnknownError (and logged with its
+traceback); a topic epoch the wire's uint64 cannot carry is never stored (a client's above
+INT64_MAX is refused: Pulsar's epoch is a Java long, so the next one always fits); the
+commands of one producer id run in arrival order.
+Knows: the topics' producer API (``Producer``, admission, the topic epoch), schemas, policies.
+Must not know: frames, the transport, the SEND path (``publish``), storage.
 """
 
 from __future__ import annotations
@@ -236,17 +236,25 @@ class ProducerCommands:
                 await store_topic_epoch(session.topic)
                 if self.sessions.get(pid) is session:
                     self.cnx.write_command(self._ready(session, session.request_id))
+            except BrokerError as exc:
+                self._not_admitted(session, exc)
             except Exception as exc:
-                if not isinstance(exc, BrokerError):
-                    log.exception("producer %d on %s failed", pid, self.cnx.peer)
-                    exc = CodedError(ServerError.UnknownError, f"cannot create the producer: {exc}")
-                if self.sessions.get(pid) is session:
-                    self._drop(pid)
-                    if isinstance(exc, _EpochNotStored):
-                        session.topic.epoch_not_stored()
-                    self.cnx.error_response(session.request_id, exc.code, exc.message)
+                log.exception("producer %d on %s failed", pid, self.cnx.peer)
+                failure = f"cannot create the producer: {exc}"
+                self._not_admitted(session, CodedError(ServerError.UnknownError, failure))
 
         self.cnx.tasks.spawn(ready())
+
+    def _not_admitted(self, session: ProducerSession, exc: BrokerError) -> None:
+        """An admitted WaitForExclusive producer cannot be served: unless it is gone already,
+        it leaves its topic and its PRODUCER is answered with ``exc``."""
+        pid = session.producer.producer_id
+        if self.sessions.get(pid) is not session:
+            return
+        self._drop(pid)
+        if isinstance(exc, _EpochNotStored):
+            session.topic.epoch_not_stored()
+        self.cnx.error_response(session.request_id, exc.code, exc.message)
 
     def _withdraw(self, topic: PersistentTopic, producer: Producer) -> None:
         """Take a producer that will not be served off its topic (waiting producers it made
@@ -312,4 +320,4 @@ def notify_admitted(admitted: list[Producer]) -> None:
             p.cnx.producer_admitted(p)
 
 
-__all__ = ["TOPIC_EPOCH_MAX", "ProducerCommands", "notify_admitted"]
+__all__ = ["TOPIC_EPOCH_MAX", "ProducerCommands"]
