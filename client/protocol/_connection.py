@@ -69,6 +69,7 @@ from ._types import (
 from .proto import pulsar_api_pb2 as pb
 
 _U32 = struct.Struct(">I")
+_unpack_u32 = _U32.unpack_from
 _HANDSHAKE_TYPES = frozenset({int(CommandType.CONNECT), int(CommandType.CONNECTED)})
 _TYPE_OF = {int(t): t for t in CommandType}
 
@@ -142,7 +143,8 @@ class Connection:
         if sendable_types is None:
             sendable_types = CPP_CLIENT_HANDLED_TYPES if role is Role.BROKER else self._own
         self._sendable = frozenset(sendable_types) & self._own
-        self._peer_types = frozenset(int(t) for t in self._peer)
+        self._served = frozenset(int(t) for t in self._peer) - _HANDSHAKE_TYPES
+        """What the peer may send once CONNECTED (as ints: checked per frame)."""
         #: CONNECT received (broker) or sent (client); CONNECTED likewise.
         self.connect: pb.CommandConnect | None = None
         self.connected: pb.CommandConnected | None = None
@@ -245,7 +247,7 @@ class Connection:
         n = len(data)
         try:
             if n - pos >= 4:
-                (total,) = _U32.unpack_from(data, pos)
+                (total,) = _unpack_u32(data, pos)
                 end = pos + 4 + total
                 if end <= n and 4 <= total <= self.max_frame_size:  # a whole frame is here
                     base, payload_at = decode_command(data, pos + 4, end)
@@ -257,11 +259,7 @@ class Connection:
                         self._pos = end
                     self._frames_received += 1
                     kind = base.type
-                    if (
-                        self.state is not _STATE_CONNECTED
-                        or kind not in self._peer_types
-                        or kind in _HANDSHAKE_TYPES
-                    ):
+                    if self.state is not _STATE_CONNECTED or kind not in self._served:
                         self._on_receive(_TYPE_OF[kind], base)
                     return base
             return self._next_command_joined()

@@ -487,9 +487,19 @@ def checksum_matches(headers_and_payload: bytes) -> bool:
     """True when SEND headers-and-payload bytes carry no checksum or one that matches their
     content (the broker answers a mismatch with SEND_ERROR before anything is stored);
     raises ``RemoteProtocolError`` when they are too short for their headers. The metadata
-    itself is not looked at (see ``entry_metadata``)."""
-    checksum, meta_size_at = _checksum_header(headers_and_payload, "SEND")
-    return checksum is None or _crc_after(headers_and_payload, meta_size_at) == checksum
+    itself is not looked at (see ``entry_metadata``). Per SEND: ``_checksum_header``'s
+    checks written out."""
+    tail = headers_and_payload
+    if tail[:2] != _MAGIC_CRC32C_BYTES:
+        if len(tail) < 4:
+            raise RemoteProtocolError("SEND frame has no metadata size")
+        return True
+    if len(tail) < 10:
+        raise RemoteProtocolError(
+            "truncated checksum" if len(tail) < 6 else "SEND frame has no metadata size"
+        )
+    (checksum,) = _U32.unpack_from(tail, 2)
+    return bool(_crc32c.crc32c(memoryview(tail)[6:]) == checksum)
 
 
 def _split_tail(
