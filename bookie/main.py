@@ -59,12 +59,18 @@ class StartRefused(Exception):
 @dataclass(slots=True)
 class BookieConfig:
     data_dir: str = "data/bookie"
+    journal_dir: str = ""
+    """BookKeeper's ``journalDirectories`` (one directory); empty: ``<data_dir>/journal``."""
+    ledger_dir: str = ""
+    """BookKeeper's ``ledgerDirectories`` (one directory); empty: ``<data_dir>/ledgers``."""
     metadata: str = "none"  # zk://host:port[/chroot], embedded://host:port, memory://, none
     host: str = "127.0.0.1"
     port: int = 3181
     advertised_address: str | None = None
     bookie_id: str | None = None
     http_port: int | None = None
+    http_server_enabled: bool = True
+    """BookKeeper's ``httpServerEnabled``: false, no HTTP server even with ``http_port``."""
     fast_add_port: int = 0
     """Port of the fast add transport (``bookie/fast_add.py``: the Add stream over plain TCP,
     announced in the registration as ``fast_add_port``; brokers with
@@ -224,6 +230,14 @@ def load_config(args: argparse.Namespace, environ: Mapping[str, str] | None = No
     return config
 
 
+def _one_directory(key: str, value: str) -> str:
+    """A BookKeeper directory list naming one directory (Magnetar's bookie uses one)."""
+    dirs = [d.strip() for d in value.split(",") if d.strip()]
+    if len(dirs) > 1:
+        raise StartRefused(f"{key}={value}: Magnetar's bookie uses one directory, not {len(dirs)}")
+    return dirs[0] if dirs else ""
+
+
 def _free_port(host: str) -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
@@ -328,8 +342,10 @@ async def _open_core(core: Any, config: BookieConfig, bookie_id: str) -> _Engine
     options = dict(config.engine or {})
     options.setdefault("journal_preallocate_bytes", config.journal_pre_alloc_size_mb << 20)
     engine_config = core.BookieConfig(
-        journal_dir=os.path.join(config.data_dir, "journal"),
-        ledger_dir=os.path.join(config.data_dir, "ledgers"),
+        journal_dir=_one_directory("journalDirectories", config.journal_dir)
+        or os.path.join(config.data_dir, "journal"),
+        ledger_dir=_one_directory("ledgerDirectories", config.ledger_dir)
+        or os.path.join(config.data_dir, "ledgers"),
         bookie_id=bookie_id,
         entry_size_max=config.max_entry_bytes,
         **options,
@@ -504,17 +520,18 @@ async def run(
         if config.fast_add_port:
             fast_add = FastAddServer(service, config.host, config.fast_add_port)
             await fast_add.start()
-        if config.http_port:
+        http_port = config.http_port if config.http_server_enabled else None
+        if http_port:
             from magnetar.bookie.metrics import MetricsServer
 
-            metrics = MetricsServer(service, engine.storage, config.host, config.http_port)
+            metrics = MetricsServer(service, engine.storage, config.host, http_port)
             await metrics.start()
         if store is not None:
             info = RegistrationInfo(
                 bookie_id=bookie_id,
                 address=config.address,
                 instance_id=cookie.instance_id,
-                http_port=config.http_port,
+                http_port=http_port,
                 extra=registration_extra(config, fast_add),
             )
             metadata_url = config.metadata
@@ -630,6 +647,12 @@ def main_with_args(args: argparse.Namespace, sidecar: SidecarStarter | None = No
     uv = _install_uvloop()
     malloc_tuned = tune_malloc()
     log.info("%s", settings.effective_config_line(settings.BOOKIE, config))
+    if args.config:  # the keys accepted without a setting of their own, and why
+        values = settings.read_config_file(args.config)
+        known = settings.field_types(BookieConfig)
+        accepted = settings.accepted_keys(settings.BOOKIE, values, known)
+        for line in settings.accepted_log_lines(settings.BOOKIE, accepted):
+            log.info("%s", line)
     log.info("uvloop=%s malloc_tuned=%s", uv, malloc_tuned)
     # Until run() installs the loop's handlers, SIGTERM exits 0 (as a container's PID 1 an
     # unhandled SIGTERM would be ignored until the SIGKILL).

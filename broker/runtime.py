@@ -2,7 +2,8 @@
 
 Owns: building a ``BrokerService`` on managed ledgers over the bookies registered in the
 metadata store (``BookieClient`` per bookie), serving the admin REST API / HTTP lookup /
-metrics on the web port, logging setup, and orderly shutdown in reverse order. Used by
+metrics on the web port, logging setup, the configuration store beside the local one when
+``configuration_metadata_store_url`` names one, and orderly shutdown in reverse order. Used by
 ``magnetar broker`` (cluster) and ``magnetar standalone``.
 Must not know: how the metadata store or the bookies were started.
 """
@@ -30,6 +31,7 @@ from magnetar.broker.ledger.placement import RackPolicy
 from magnetar.broker.protocol.listener import BinaryListener
 from magnetar.broker.service import BrokerService
 from magnetar.broker.storage.managed_ledger import ManagedLedgerStorage
+from magnetar.zk.routing import RoutingMetadataStore
 from magnetar.zk.store import MetadataStore
 
 log = logging.getLogger(__name__)
@@ -262,16 +264,41 @@ def setup_logging(level: str = "INFO", extra: dict[str, Any] | None = None) -> N
     logging.getLogger("kazoo").setLevel(logging.WARNING)
 
 
-async def _open_store(config: BrokerConfig) -> MetadataStore:
+async def _open_url(config: BrokerConfig, url: str) -> MetadataStore:
     from magnetar.zk.factory import open_metadata_store
 
-    url = config.metadata_store_url
     options = (
         {"session_timeout_ms": config.metadata_store_session_timeout_millis}
         if url.startswith(("zk://", "embedded://"))
         else {}
     )
     return await open_metadata_store(url, **options)
+
+
+async def with_configuration_store(config: BrokerConfig, local: MetadataStore) -> MetadataStore:
+    """``local`` itself, or, with a ``configuration_metadata_store_url`` of its own, a store
+    routing ``/admin`` paths (clusters, tenants, policies) to that shared configuration
+    store and everything else to ``local`` (``zk/routing.py``). ``local`` is closed if the
+    configuration store cannot be opened."""
+    url = config.configuration_metadata_store_url
+    if not url or url == config.metadata_store_url:
+        return local
+
+    async def reopen() -> MetadataStore:
+        return await _open_url(config, url)
+
+    log.info("configuration metadata store %s", url)
+    try:
+        configuration = await reopen()
+    except BaseException:
+        await local.close()
+        raise
+    return RoutingMetadataStore(local, configuration, reopen_configuration=reopen)
+
+
+async def _open_store(config: BrokerConfig) -> MetadataStore:
+    local = await _open_url(config, config.metadata_store_url)
+    return await with_configuration_store(config, local)
 
 
 async def run_broker(config: BrokerConfig) -> int:
@@ -376,4 +403,5 @@ __all__ = [
     "run_broker",
     "setup_logging",
     "tune_gc_for_serving",
+    "with_configuration_store",
 ]

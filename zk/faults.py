@@ -87,6 +87,10 @@ class FaultInjectingStore(MetadataStore):
     def session_id(self) -> int:
         return self._inner.session_id
 
+    @property
+    def connected(self) -> bool:
+        return not self._dropped and not self._closed and self._inner.connected
+
     # -- fault control ----------------------------------------------------------------------
     def fail_next(
         self,
