@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from magnetar.broker.errors import ServerError
+from magnetar.broker.errors import BrokerError, ServerError
 from magnetar.broker.protocol.context import ConnectionContext, Handler
 from magnetar.broker.protocol.sessions import ConsumerSession
 from magnetar.broker.schema import protocol as schema_protocol
@@ -63,7 +63,11 @@ def on_get_schema(cnx: ConnectionContext, cmd: pb.BaseCommand) -> None:
     req = cmd.getSchema
 
     async def answer() -> None:
-        denied = await cnx.security.denied_lookup(req.topic)
+        try:
+            denied = await cnx.security.denied_lookup(req.topic)
+        except BrokerError as exc:  # the topic's tenant does not exist: TopicNotFound
+            cnx.write_command(commands.get_schema_error(req.request_id, exc.code, exc.message))
+            return
         if denied is not None:
             cnx.write_command(schema_protocol.get_schema_denied(req, denied))
             return
