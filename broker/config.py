@@ -88,6 +88,10 @@ class BrokerConfig:
     managed_ledger_cache_eviction_time_threshold_millis: int = 1000
     managed_ledger_cache_eviction_interval_ms: int = 10
     managed_ledger_cursor_backlogged_threshold: int = 1000
+    # a cursor's own ledger rolls over at its next write once it holds this many entries or
+    # is this old (Pulsar's defaults): keeps cursor ledgers, and their metadata, small
+    managed_ledger_cursor_max_entries_per_ledger: int = 50_000
+    managed_ledger_cursor_rollover_time_in_seconds: int = 14_400
     # adds over the bookies' fast add transport (plain TCP, bookie/fast_add.py) where they
     # announce one (fast_add_port), else over the gRPC Add stream; never with bookie TLS
     bookkeeper_fast_add_enabled: bool = True

@@ -25,12 +25,12 @@ from magnetar.bookie.tls import GrpcTls
 from magnetar.broker.admin.cluster_api import ClusterApi
 from magnetar.broker.admin.http_api import AdminApi
 from magnetar.broker.admin.http_security import add_permission_routes, security_middleware
+from magnetar.broker.bookkeeper.placement import RackPolicy
 from magnetar.broker.config import BrokerConfig
 from magnetar.broker.ledger import ManagedLedgerConfig, ManagedLedgerFactory
-from magnetar.broker.ledger.placement import RackPolicy
 from magnetar.broker.protocol.listener import BinaryListener
 from magnetar.broker.service import BrokerService
-from magnetar.broker.storage.managed_ledger import ManagedLedgerStorage
+from magnetar.broker.storage.managed_adapter import ManagedLedgerStorage
 from magnetar.zk.routing import RoutingMetadataStore
 from magnetar.zk.store import MetadataStore
 
@@ -54,6 +54,8 @@ def managed_ledger_config(config: BrokerConfig) -> ManagedLedgerConfig:
         ),
         entry_cache_eviction_interval_ms=config.managed_ledger_cache_eviction_interval_ms,
         cursor_backlogged_threshold=config.managed_ledger_cursor_backlogged_threshold,
+        cursor_max_entries_per_ledger=config.managed_ledger_cursor_max_entries_per_ledger,
+        cursor_rollover_time_ms=config.managed_ledger_cursor_rollover_time_in_seconds * 1000,
         read_ahead_entries=config.managed_ledger_read_ahead_entries,
         read_ahead_bytes=config.managed_ledger_read_ahead_max_size_bytes,
         read_ahead_total_bytes=config.managed_ledger_read_ahead_total_max_size_bytes,

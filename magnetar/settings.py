@@ -224,6 +224,11 @@ BROKER_ALIASES: tuple[Alias, ...] = (
     ),
     Alias("managedLedgerCacheEvictionIntervalMs", "managed_ledger_cache_eviction_interval_ms"),
     Alias("managedLedgerCursorBackloggedThreshold", "managed_ledger_cursor_backlogged_threshold"),
+    Alias("managedLedgerCursorMaxEntriesPerLedger", "managed_ledger_cursor_max_entries_per_ledger"),
+    Alias(
+        "managedLedgerCursorRolloverTimeInSeconds",
+        "managed_ledger_cursor_rollover_time_in_seconds",
+    ),
     Alias(
         "managedLedgerReadAheadEntries",
         "managed_ledger_read_ahead_entries",

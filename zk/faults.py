@@ -134,10 +134,6 @@ class FaultInjectingStore(MetadataStore):
             raise ValueError("latency must be >= 0")
         self._latency_s = seconds
 
-    def clear_faults(self) -> None:
-        self._faults.clear()
-        self._latency_s = 0.0
-
     async def drop_session(self) -> None:
         """Lose the session: emit LOST, fail further ops, close the inner store."""
         if self._dropped:

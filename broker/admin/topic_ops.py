@@ -468,14 +468,14 @@ class TopicOperations:
 
     async def internal_stats(self, topic: str) -> dict[str, Any]:
         """Pulsar's PersistentTopicInternalStats (the managed ledger's view)."""
-        from magnetar.broker.storage.managed_ledger import ManagedTopicLedger
+        from magnetar.broker.storage.managed_adapter import ManagedLedgerAdapter
 
         t = await self.persistent(topic)
         ledger = t.ledger
         last = ledger.last_confirmed
         ledgers: list[dict[str, Any]] = []
         state = "LedgerOpened"
-        if isinstance(ledger, ManagedTopicLedger):
+        if isinstance(ledger, ManagedLedgerAdapter):
             for ledger_id, entries, size in ledger.ml.ledger_sizes():
                 ledgers.append(
                     {

@@ -35,8 +35,8 @@ from dataclasses import dataclass
 import crc32c
 
 from magnetar.bookie.api import Entry
-from magnetar.broker.ledger.errors import EntryCorrupt
-from magnetar.broker.ledger.handle import LedgerEntry, frame, unframe
+from magnetar.broker.bookkeeper.entry import LedgerEntry, frame, unframe
+from magnetar.broker.bookkeeper.errors import EntryCorrupt
 from magnetar.broker.offload.errors import OffloadCorrupt
 
 BLOCK_MAGIC = 0xFBDBABCB

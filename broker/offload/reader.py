@@ -26,7 +26,7 @@ import logging
 import random
 from dataclasses import dataclass
 
-from magnetar.broker.ledger.handle import LedgerEntry
+from magnetar.broker.bookkeeper.entry import LedgerEntry
 from magnetar.broker.offload.blocks import ParsedBlock, parse_block
 from magnetar.broker.offload.errors import EntryOutOfRange, OffloadCorrupt, OffloadError
 from magnetar.broker.offload.index import OffloadIndex

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from magnetar.broker.ledger.handle import LedgerEntry
+from magnetar.broker.bookkeeper.entry import LedgerEntry
 from magnetar.broker.offload.errors import OffloadError
 
 

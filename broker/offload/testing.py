@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
-from magnetar.broker.ledger.handle import LedgerEntry
+from magnetar.broker.bookkeeper.entry import LedgerEntry
 
 
 def payloads_of(sizes: Sequence[int], seed: int = 0) -> list[bytes]:

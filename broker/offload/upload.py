@@ -22,7 +22,7 @@ import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 
-from magnetar.broker.ledger.handle import LedgerEntry
+from magnetar.broker.bookkeeper.entry import LedgerEntry
 from magnetar.broker.offload.blocks import BlockBuilder, parse_block
 from magnetar.broker.offload.errors import (
     LedgerNotSealed,

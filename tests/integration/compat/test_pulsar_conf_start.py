@@ -22,28 +22,16 @@ from support.cluster import Cluster, running_cluster
 from support.standalone import StandaloneFactory
 from support.zookeeper import ZooKeeperServer
 
-from magnetar import settings
 from magnetar.broker.admin.http_api import TOPIC_POLICIES_DISABLED
 
 pytestmark = pytest.mark.compat
 
 DATA = pulsar_conf.materialize(pathlib.Path(tempfile.mkdtemp(prefix="pulsar-conf-")))
-PENDING = frozenset(
-    {"managedLedgerCursorMaxEntriesPerLedger", "managedLedgerCursorRolloverTimeInSeconds"}
-)
-"""The cursor-ledger rollover keys, implemented by that work: dropped from the copies below
-only while this branch does not know them yet (then nothing is dropped)."""
 
 
 def shipped(name: str, dest: pathlib.Path, extra: str = "") -> pathlib.Path:
     """The shipped file at ``dest`` (``extra`` lines appended)."""
-    known = settings.BROKER.alias_map()
-    lines = [
-        line
-        for line in ((DATA / name).read_text() + extra).splitlines(keepends=True)
-        if (key := line.partition("=")[0].strip()) not in PENDING or key in known
-    ]
-    dest.write_text("".join(lines))
+    dest.write_text((DATA / name).read_text() + extra)
     return dest
 
 

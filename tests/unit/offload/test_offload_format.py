@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from magnetar.broker.ledger.handle import LedgerEntry, frame
+from magnetar.broker.bookkeeper.entry import LedgerEntry, frame
 from magnetar.broker.offload import OffloadCorrupt, data_key, index_key, parse_key
 from magnetar.broker.offload.blocks import (
     HEADER_BYTES,

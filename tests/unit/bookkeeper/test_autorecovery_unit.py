@@ -12,17 +12,17 @@ from support.autojump import AutojumpClock
 from support.ledger_fakes import make_client
 from support.waiting import wait_for
 
-from magnetar.broker.ledger.autorecovery import (
+from magnetar.broker.bookkeeper.autorecovery import (
     Auditor,
     AutoRecoveryConfig,
     ReplicationWorker,
     UnderReplication,
 )
-from magnetar.broker.ledger.errors import NotEnoughBookies
-from magnetar.broker.ledger.metadata import write_set
-from magnetar.broker.ledger.placement import DEFAULT_RACK, RackPolicy, write_quorum_racks
-from magnetar.broker.ledger.states import LedgerState
-from magnetar.broker.ledger.testing import FakeBookieCluster
+from magnetar.broker.bookkeeper.errors import NotEnoughBookies
+from magnetar.broker.bookkeeper.metadata import write_set
+from magnetar.broker.bookkeeper.placement import DEFAULT_RACK, RackPolicy, write_quorum_racks
+from magnetar.broker.bookkeeper.states import LedgerState
+from magnetar.broker.bookkeeper.testing import FakeBookieCluster
 from magnetar.zk import paths
 from magnetar.zk.memory import MemoryMetadataServer
 
@@ -269,7 +269,7 @@ def test_bad_settings_are_refused(bad: dict[str, int]) -> None:
 
 
 async def test_throttle_holds_the_byte_rate() -> None:
-    from magnetar.broker.ledger.autorecovery import ByteThrottle
+    from magnetar.broker.bookkeeper.autorecovery import ByteThrottle
 
     async with AutojumpClock() as clock:
         throttle = ByteThrottle(1000, clock)
@@ -340,7 +340,7 @@ async def test_open_reader_follows_the_repaired_ensemble(meta_server: MemoryMeta
 async def test_one_auditor_is_elected_and_another_takes_over(
     meta_server: MemoryMetadataServer,
 ) -> None:
-    from magnetar.broker.ledger.autorecovery import AutoRecovery
+    from magnetar.broker.bookkeeper.autorecovery import AutoRecovery
 
     bookies = FakeBookieCluster(meta_server, count=3)
     daemons = [

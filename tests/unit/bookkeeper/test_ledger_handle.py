@@ -11,10 +11,14 @@ from support.ledger_fakes import make_client
 from support.waiting import wait_for
 
 from magnetar.bookie.errors import BookieUnavailable
-from magnetar.broker.ledger.errors import LedgerFenced, NotEnoughBookies, ReadBeyondLastConfirmed
-from magnetar.broker.ledger.metadata import write_set
-from magnetar.broker.ledger.states import HandleState, LedgerState
-from magnetar.broker.ledger.testing import FakeBookieCluster
+from magnetar.broker.bookkeeper.errors import (
+    LedgerFenced,
+    NotEnoughBookies,
+    ReadBeyondLastConfirmed,
+)
+from magnetar.broker.bookkeeper.metadata import write_set
+from magnetar.broker.bookkeeper.states import HandleState, LedgerState
+from magnetar.broker.bookkeeper.testing import FakeBookieCluster
 from magnetar.zk.memory import MemoryMetadataServer
 
 
@@ -139,7 +143,7 @@ async def test_bookie_error_then_not_enough_bookies_fails_adds(
         fake_bookies[w.metadata.last_ensemble[0]].fail_adds(BookieUnavailable("disk gone"))
         t0 = clock.monotonic_ms()
         with (
-            caplog.at_level(logging.INFO, logger="magnetar.broker.ledger.handle"),
+            caplog.at_level(logging.INFO, logger="magnetar.broker.bookkeeper.write_handle"),
             pytest.raises(NotEnoughBookies, match="ensemble change impossible"),
         ):
             await asyncio.wait_for(w.add(b"b"), 30)
@@ -328,7 +332,7 @@ async def test_completions_split_over_loop_callbacks_stay_in_order(
     fake_bookies: FakeBookieCluster,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from magnetar.broker.ledger import handle as handle_module
+    from magnetar.broker.bookkeeper import write_handle as handle_module
 
     monkeypatch.setattr(handle_module, "COMPLETIONS_PER_STEP", 3)
     client = make_client(meta_server, fake_bookies, ensemble_size=2, write_quorum=2, ack_quorum=2)
@@ -360,7 +364,7 @@ async def test_abort_is_not_logged_as_a_warning(
     client = make_client(meta_server, fake_bookies, ensemble_size=2, write_quorum=2, ack_quorum=2)
     w = await client.create_ledger()
     await w.add(b"a")
-    with caplog.at_level("DEBUG", logger="magnetar.broker.ledger"):
+    with caplog.at_level("DEBUG", logger="magnetar.broker.bookkeeper"):
         await w.abort()
     assert [r for r in caplog.records if r.levelno >= 30] == []
     assert any("aborted" in r.getMessage() for r in caplog.records)

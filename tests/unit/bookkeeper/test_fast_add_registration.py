@@ -12,7 +12,7 @@ from support.waiting import wait_for
 
 from magnetar.bookie.client import BookieClient
 from magnetar.bookie.main import BookieConfig, registration_extra
-from magnetar.broker.ledger.placement import (
+from magnetar.broker.bookkeeper.placement import (
     BookieRegistry,
     fast_add_address_of_registration,
     parse_registration,

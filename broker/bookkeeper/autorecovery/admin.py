@@ -19,10 +19,10 @@ import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from magnetar.broker.ledger.autorecovery.auditor import all_ledgers, mark_ledgers_of
-from magnetar.broker.ledger.autorecovery.layout import UnderReplication
-from magnetar.broker.ledger.autorecovery.worker import ReplicationWorker
-from magnetar.broker.ledger.errors import LedgerError
+from magnetar.broker.bookkeeper.autorecovery.auditor import all_ledgers, mark_ledgers_of
+from magnetar.broker.bookkeeper.autorecovery.layout import UnderReplication
+from magnetar.broker.bookkeeper.autorecovery.worker import ReplicationWorker
+from magnetar.broker.bookkeeper.errors import LedgerError
 from magnetar.zk import paths
 from magnetar.zk.errors import NotFound
 

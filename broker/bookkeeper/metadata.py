@@ -1,7 +1,8 @@
 """Ledger metadata: what the metadata store holds for one ledger, and its codec.
 
 Owns: ``LedgerMetadata`` (state, quorums, ensembles keyed by first entry id, last entry id,
-length, master-key digest) and its JSON encoding at ``zk.paths.ledger_metadata(id)``, plus
+length, master-key digest) and its JSON encoding at ``zk.paths.ledger_metadata(id)``
+(``to_bytes``; ``to_dict`` is the same document unencoded, for APIs that hand it out), plus
 the write-set rule (entry e goes to bookies e mod E .. (e+Qw-1) mod E of its fragment).
 Invariants: ``E >= Qw >= Qa >= 1``; fragments are sorted by first entry id and the first
 starts at 0; every fragment has at least Qw bookies (an ensemble may shrink, never below
@@ -15,9 +16,11 @@ from __future__ import annotations
 import bisect
 import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from typing import Any
 
-from magnetar.broker.ledger.states import LEDGER_FSM, LedgerEvent, LedgerState
+from magnetar.broker.bookkeeper.states import LEDGER_FSM, LedgerEvent, LedgerState
 
 FORMAT_VERSION = 1
 
@@ -124,8 +127,9 @@ class LedgerMetadata:
         return replace(self, state=state, last_entry_id=last_entry_id, length=length)
 
     # -- codec ----------------------------------------------------------------------------------
-    def to_bytes(self) -> bytes:
-        doc = {
+    def to_dict(self) -> dict[str, Any]:
+        """The stored JSON document (also what an API that hands metadata out returns)."""
+        return {
             "format": FORMAT_VERSION,
             "ledger_id": self.ledger_id,
             "ensemble_size": self.ensemble_size,
@@ -140,11 +144,11 @@ class LedgerMetadata:
             "custom": dict(self.custom),
             "digest": "CRC32C",
         }
-        return json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
 
     @classmethod
-    def from_bytes(cls, data: bytes) -> LedgerMetadata:
-        doc = json.loads(data)
+    def from_dict(cls, doc: Mapping[str, Any]) -> LedgerMetadata:
+        """The inverse of ``to_dict``; ``ValueError`` (or ``KeyError``/``TypeError`` for a
+        document missing fields) when it is not a ledger's metadata."""
         if doc.get("format") != FORMAT_VERSION:
             raise ValueError(f"unknown ledger metadata format {doc.get('format')}")
         return cls(
@@ -160,6 +164,13 @@ class LedgerMetadata:
             ctime_ms=int(doc.get("ctime_ms", 0)),
             custom=tuple(sorted(doc.get("custom", {}).items())),
         )
+
+    def to_bytes(self) -> bytes:
+        return json.dumps(self.to_dict(), separators=(",", ":"), sort_keys=True).encode()
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> LedgerMetadata:
+        return cls.from_dict(json.loads(data))
 
 
 def write_set(ensemble: tuple[str, ...], write_quorum: int, entry_id: int) -> tuple[str, ...]:

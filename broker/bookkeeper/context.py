@@ -1,8 +1,9 @@
 """What a ledger handle needs of the client that made it.
 
 Owns: ``LedgerClientConfig`` (the client's settings) and ``HandleContext`` (metadata store,
-settings, clock and bookie registry), built once by ``LedgerClient`` and handed to every
-handle, so handles never reach back into the client.
+settings, clock and bookie registry, and reading a ledger's metadata as stored now), built
+once by ``LedgerClient`` and handed to every handle, so handles never reach back into the
+client.
 Must not know: handles or the client's ledger operations.
 """
 
@@ -10,8 +11,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from magnetar.broker.ledger.placement import BookieRegistry
+from magnetar.broker.bookkeeper.metadata import LedgerMetadata
+from magnetar.broker.bookkeeper.placement import BookieRegistry
 from magnetar.clock import Clock
+from magnetar.zk import paths
+from magnetar.zk.errors import MetadataError
 from magnetar.zk.store import MetadataStore
 
 
@@ -47,6 +51,19 @@ class HandleContext:
     config: LedgerClientConfig
     clock: Clock
     registry: BookieRegistry
+
+    async def reload_metadata(self, ledger_id: int) -> tuple[LedgerMetadata, int] | None:
+        """The ledger's metadata and version as stored now, its bookies' addresses learned;
+        None when it cannot be read or is gone (a ``read_handle.MetadataReload``)."""
+        try:
+            got = await self.store.get(paths.ledger_metadata(ledger_id))
+        except MetadataError:
+            return None
+        if got is None:
+            return None
+        fresh = LedgerMetadata.from_bytes(got.value)
+        await self.registry.resolve(fresh.all_bookies)
+        return fresh, got.stat.version
 
 
 __all__ = ["HandleContext", "LedgerClientConfig"]

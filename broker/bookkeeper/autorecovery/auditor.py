@@ -21,16 +21,16 @@ import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from magnetar.broker.ledger.autorecovery.checker import (
+from magnetar.broker.bookkeeper.autorecovery.checker import (
     ClusterView,
     metadata_faults,
     probe_faults,
 )
-from magnetar.broker.ledger.autorecovery.config import AutoRecoveryConfig
-from magnetar.broker.ledger.autorecovery.layout import UnderReplication
-from magnetar.broker.ledger.client import LedgerClient
-from magnetar.broker.ledger.metadata import LedgerMetadata
-from magnetar.broker.ledger.states import LedgerState
+from magnetar.broker.bookkeeper.autorecovery.config import AutoRecoveryConfig
+from magnetar.broker.bookkeeper.autorecovery.layout import UnderReplication
+from magnetar.broker.bookkeeper.client import LedgerClient
+from magnetar.broker.bookkeeper.metadata import LedgerMetadata
+from magnetar.broker.bookkeeper.states import LedgerState
 from magnetar.zk import paths
 from magnetar.zk.errors import MetadataError
 from magnetar.zk.store import Notification

@@ -1,15 +1,12 @@
-"""Handles on one ledger: the single writer (``WriteHandle``) and readers (``ReadHandle``).
+"""The single writer of a ledger (``WriteHandle``), BookKeeper's client side of replication.
 
-Owns the client side of BookKeeper replication for one ledger:
-- Entry framing: the stored bytes are an 8-byte big-endian cumulative ledger length followed
-  by the payload; ``crc32c`` of the stored bytes is computed by the writer and verified by
-  every reader (the bookie verifies it too).
-- Add path: entry e goes to the Qw bookies of its write set; it completes when Qa of them
-  acked AND every earlier entry completed; LAC then moves to e (only forward) and rides on
-  every later add. ``add_nowait`` decides synchronously (assigns the id) and returns a
-  future; the adds of one loop iteration are sent together, one ``add_batch`` (one future)
-  per bookie, and each bookie's answers are processed per batch; completions are delivered
-  strictly in entry order.
+Owns, for one ledger:
+- Add path (entries framed as ``entry.py`` says): entry e goes to the Qw bookies of its
+  write set; it completes when Qa of them acked AND every earlier entry completed; LAC then
+  moves to e (only forward) and rides on every later add. ``add_nowait`` decides
+  synchronously (assigns the id) and returns a future; the adds of one loop iteration are
+  sent together, one ``add_batch`` (one future) per bookie, and each bookie's answers are
+  processed per batch; completions are delivered strictly in entry order.
 - Bookie failure (error or no ack within ``add_timeout_ms``): the bookie is replaced by an
   ensemble change (new fragment from LAC+1, metadata CAS), unacknowledged entries are
   re-sent; no completion is delivered while a change is in progress. When no spare bookie
@@ -20,9 +17,8 @@ Owns the client side of BookKeeper replication for one ledger:
   way, when a spare bookie exists (checked on the add-timeout timer).
 - ``Fenced`` from any bookie, or a CAS that finds the ledger IN_RECOVERY/CLOSED by someone
   else, puts the handle in FENCED: every pending and later add fails with ``LedgerFenced``.
-- Reads come from any replica holding the entry (falling back to the others) and never go
-  past the last add confirmed; when no replica of the known ensembles answers, the metadata
-  is read again (auto-recovery may have moved the entries) and the read retried once.
+- Reads are a ``BookieReadHandle``'s (``read_handle.py``) up to this writer's LAC; the
+  metadata a read reloads is used for that read only (the writer's own changes by CAS).
 Must not know: managed ledgers, topics, gRPC.
 """
 
@@ -32,35 +28,26 @@ import asyncio
 import collections
 import functools
 import logging
-import struct
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 import crc32c
 
-from magnetar.bookie.api import Entry
-from magnetar.bookie.errors import (
-    BookieError,
-    BookieTimeout,
-    BookieUnavailable,
-    Fenced,
-    Unauthorized,
-)
-from magnetar.broker.ledger.context import HandleContext
-from magnetar.broker.ledger.errors import (
-    BookieFailure,
-    EntryCorrupt,
+from magnetar.bookie.errors import BookieError, BookieUnavailable, Fenced, Unauthorized
+from magnetar.broker.bookkeeper.context import HandleContext
+from magnetar.broker.bookkeeper.entry import HEADER, HEADER_BYTES, LedgerEntry
+from magnetar.broker.bookkeeper.errors import (
     LedgerClosed,
     LedgerError,
     LedgerFenced,
     NotEnoughBookies,
-    ReadBeyondLastConfirmed,
     TooManyPendingAdds,
 )
-from magnetar.broker.ledger.metadata import LedgerMetadata, write_set, write_sets
-from magnetar.broker.ledger.placement import LedgerBookieClient
-from magnetar.broker.ledger.states import HANDLE_FSM, HandleEvent, HandleState, LedgerState
+from magnetar.broker.bookkeeper.metadata import LedgerMetadata, write_sets
+from magnetar.broker.bookkeeper.placement import LedgerBookieClient
+from magnetar.broker.bookkeeper.read_handle import BookieReadHandle
+from magnetar.broker.bookkeeper.states import HANDLE_FSM, HandleEvent, HandleState, LedgerState
 from magnetar.zk import paths
 from magnetar.zk.errors import BadVersion, MetadataError
 
@@ -71,9 +58,6 @@ log = logging.getLogger(__name__)
 _OPEN = HandleState.OPEN
 _CLOSING = HandleState.CLOSING
 _LIVE = (HandleState.OPEN, HandleState.CLOSING)
-
-HEADER = struct.Struct(">q")
-HEADER_BYTES = HEADER.size
 
 OUTBOX_MAX_ENTRIES = 1_000
 OUTBOX_MAX_BYTES = 4 << 20
@@ -86,38 +70,8 @@ later completions are still being delivered). Unlimited by default: measured on 
 two-core machine, 128 cost the bookies more CPU per add (more, smaller journal groups) for
 no clear throughput gain; ``bench/ledger_perf.py --completions-per-step`` to try."""
 
-
 _pack_header = HEADER.pack
 _unpack_header = HEADER.unpack_from
-
-
-def frame(cumulative_length: int, payload: bytes) -> bytes:
-    return _pack_header(cumulative_length) + payload
-
-
-class LedgerEntry(NamedTuple):
-    """An entry as read back: its id, the application payload and the cumulative length.
-    A named tuple: one is made per entry read, and ``tuple.__new__`` is the cheapest record."""
-
-    ledger_id: int
-    entry_id: int
-    payload: bytes
-    cumulative_length: int
-
-
-_new_tuple = tuple.__new__
-_crc32c = crc32c.crc32c
-
-
-def unframe(entry: Entry) -> LedgerEntry:
-    """Verify the checksum and strip the header; raises ``EntryCorrupt``."""
-    data = entry.payload
-    if _crc32c(data) != entry.crc32c or len(data) < HEADER_BYTES:
-        raise EntryCorrupt(f"checksum mismatch for {entry.ledger_id}:{entry.entry_id}")
-    return _new_tuple(
-        LedgerEntry,
-        (entry.ledger_id, entry.entry_id, data[HEADER_BYTES:], _unpack_header(data)[0]),
-    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,200 +133,7 @@ _new_pending = object.__new__
 _crc32c = crc32c.crc32c
 
 
-class ReadHandle:
-    """Reads of one ledger, up to its last add confirmed, from any replica."""
-
-    _adopts_fresh_metadata = True
-
-    def __init__(self, client: HandleContext, metadata: LedgerMetadata, version: int) -> None:
-        self._client = client
-        self.metadata = metadata
-        self.version = version
-        self._lac = metadata.last_entry_id if metadata.state is LedgerState.CLOSED else -1
-
-    def __repr__(self) -> str:
-        return f"<{type(self).__name__} ledger={self.ledger_id} lac={self.last_add_confirmed}>"
-
-    @property
-    def ledger_id(self) -> int:
-        return self.metadata.ledger_id
-
-    @property
-    def last_add_confirmed(self) -> int:
-        return self._lac
-
-    @property
-    def is_closed(self) -> bool:
-        return self.metadata.state is LedgerState.CLOSED
-
-    @property
-    def length(self) -> int:
-        return self.metadata.length
-
-    async def read_lac(self) -> int:
-        """Ask the last fragment's bookies for the LAC they learned (non-owner readers)."""
-        if self.is_closed:
-            return self._lac
-        ens = self.metadata.last_ensemble
-        results = await asyncio.gather(
-            *(self._client.registry.client(b).read_lac(self.ledger_id) for b in ens),
-            return_exceptions=True,
-        )
-        seen = [r for r in results if isinstance(r, int)]
-        if seen:
-            self._lac = max(self._lac, *seen)
-        return self._lac
-
-    async def wait_for_lac(self, previous_lac: int, timeout_ms: int) -> int:
-        """Long poll: returns once LAC > previous_lac, or at the timeout."""
-        if self._lac > previous_lac or self.is_closed:
-            return self._lac
-        ens = self.metadata.last_ensemble
-        tasks = [
-            asyncio.ensure_future(
-                self._client.registry.client(b).wait_for_lac(
-                    self.ledger_id, previous_lac, timeout_ms
-                )
-            )
-            for b in ens
-        ]
-        try:
-            for done in asyncio.as_completed(tasks):
-                try:
-                    lac = await done
-                except BookieError:
-                    continue
-                if lac > previous_lac:
-                    self._lac = max(self._lac, lac)
-                    break
-        finally:
-            for task in tasks:
-                task.cancel()
-        return self._lac
-
-    async def read(self, first_entry_id: int, last_entry_id: int) -> list[LedgerEntry]:
-        """Entries first..last inclusive; never past the last add confirmed."""
-        if first_entry_id < 0 or last_entry_id < first_entry_id:
-            raise ValueError(f"bad range {first_entry_id}..{last_entry_id}")
-        if last_entry_id > self.last_add_confirmed:
-            raise ReadBeyondLastConfirmed(
-                f"ledger {self.ledger_id}: {last_entry_id} > LAC {self.last_add_confirmed}"
-            )
-        try:
-            return await read_entries(self._client, self.metadata, first_entry_id, last_entry_id)
-        except BookieFailure:
-            # No replica of the ensembles we know answered: auto-recovery may have moved the
-            # entries (it swaps ensembles in the metadata); read again with the current ones.
-            fresh = await self._fresh_ensembles()
-            if fresh is None:
-                raise
-            return await read_entries(self._client, fresh, first_entry_id, last_entry_id)
-
-    async def _fresh_ensembles(self) -> LedgerMetadata | None:
-        """The metadata as stored now if its ensembles differ from ours (else None); a
-        reader adopts it (a writer keeps its own, changed only by its own CAS)."""
-        try:
-            got = await self._client.store.get(paths.ledger_metadata(self.ledger_id))
-        except MetadataError:
-            return None
-        if got is None:
-            return None
-        fresh = LedgerMetadata.from_bytes(got.value)
-        if fresh.ensembles == self.metadata.ensembles:
-            return None
-        await self._client.registry.resolve(fresh.all_bookies)
-        if self._adopts_fresh_metadata and fresh.state is self.metadata.state:
-            self.metadata, self.version = fresh, got.stat.version
-        return fresh
-
-
-async def read_entries(
-    client: HandleContext, meta: LedgerMetadata, first: int, last: int
-) -> list[LedgerEntry]:
-    out: list[LedgerEntry] = []
-    entry_id = first
-    while entry_id <= last:
-        idx = meta.fragment_index(entry_id)
-        _frag_first, ensemble = meta.ensembles[idx]
-        frag_last = meta.ensembles[idx + 1][0] - 1 if idx + 1 < len(meta.ensembles) else last
-        stop = min(last, frag_last)
-        if len(ensemble) == meta.write_quorum:
-            got = await _read_range_any(client, meta.ledger_id, ensemble, entry_id, stop)
-        else:
-            got = list(
-                await asyncio.gather(
-                    *(
-                        _read_one(
-                            client, meta.ledger_id, write_set(ensemble, meta.write_quorum, e), e
-                        )
-                        for e in range(entry_id, stop + 1)
-                    )
-                )
-            )
-        out.extend(got)
-        entry_id = stop + 1
-    return out
-
-
-async def _read_range_any(
-    client: HandleContext, ledger_id: int, ensemble: tuple[str, ...], first: int, last: int
-) -> list[LedgerEntry]:
-    """Every bookie of an unstriped fragment holds every entry: read ranges, falling back."""
-    out: list[LedgerEntry] = []
-    start = first
-    errors: list[Exception] = []
-    while start <= last:
-        progressed = False
-        for bookie in _read_order(client, ensemble):
-            try:
-                raw = await client.registry.client(bookie).read_range(ledger_id, start, last)
-                chunk = [unframe(e) for e in raw]
-            except (BookieError, EntryCorrupt) as exc:
-                _read_failed(client, bookie, exc)
-                errors.append(exc)
-                continue
-            if chunk and chunk[0].entry_id == start:
-                out.extend(chunk)
-                start = chunk[-1].entry_id + 1
-                progressed = True
-                break
-        if not progressed:
-            # fall back to entry-by-entry reads on the replicas
-            ws = tuple(ensemble)
-            out.append(await _read_one(client, ledger_id, ws, start))
-            start += 1
-    return out
-
-
-async def _read_one(
-    client: HandleContext, ledger_id: int, ws: tuple[str, ...], entry_id: int
-) -> LedgerEntry:
-    errors: list[Exception] = []
-    for bookie in _read_order(client, ws):
-        try:
-            entry = await client.registry.client(bookie).read_entry(ledger_id, entry_id)
-            return unframe(entry)
-        except (BookieError, EntryCorrupt) as exc:
-            _read_failed(client, bookie, exc)
-            errors.append(exc)
-    if errors and all(isinstance(e, EntryCorrupt) for e in errors):
-        raise EntryCorrupt(f"{ledger_id}:{entry_id} corrupt on every replica")
-    raise BookieFailure(f"cannot read {ledger_id}:{entry_id} from {ws}: {errors}")
-
-
-def _read_order(client: HandleContext, replicas: tuple[str, ...]) -> list[str]:
-    """The replicas to ask, in write-set order but those with a recent failed add or read
-    last, as BookKeeper reorders its read sequence by bookie health: a frozen replica costs
-    one read timeout, not one per read."""
-    return sorted(replicas, key=client.registry.read_last)
-
-
-def _read_failed(client: HandleContext, bookie: str, exc: Exception) -> None:
-    if isinstance(exc, BookieUnavailable | BookieTimeout):
-        client.registry.read_failed(bookie)
-
-
-class WriteHandle(ReadHandle):
+class WriteHandle(BookieReadHandle):
     """The single writer of an OPEN ledger (or the recoverer of an IN_RECOVERY one)."""
 
     _adopts_fresh_metadata = False
@@ -387,7 +148,8 @@ class WriteHandle(ReadHandle):
         last_add_confirmed: int = -1,
         length: int = 0,
     ) -> None:
-        super().__init__(client, metadata, version)
+        super().__init__(client.registry, metadata, version, reload=client.reload_metadata)
+        self._client = client
         cfg = client.config
         self._recovery = recovery
         self._expected_state = LedgerState.IN_RECOVERY if recovery else LedgerState.OPEN
@@ -1068,13 +830,4 @@ class WriteHandle(ReadHandle):
         assert outbox == ids[len(ids) - len(outbox) :], (outbox, ids)
 
 
-__all__ = [
-    "HEADER_BYTES",
-    "HandleStatistics",
-    "LedgerEntry",
-    "ReadHandle",
-    "WriteHandle",
-    "frame",
-    "read_entries",
-    "unframe",
-]
+__all__ = ["HandleStatistics", "WriteHandle"]

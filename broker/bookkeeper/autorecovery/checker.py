@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from magnetar.bookie.api import BookieClientAPI
 from magnetar.bookie.errors import BookieError, NoEntry, NoLedger
-from magnetar.broker.ledger.metadata import LedgerMetadata, write_set
+from magnetar.broker.bookkeeper.metadata import LedgerMetadata, write_set
 from magnetar.zk import paths
 from magnetar.zk.store import MetadataStore
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 from magnetar.bookie.api import Entry
 from magnetar.bookie.errors import BookieError
-from magnetar.broker.ledger.autorecovery.checker import (
+from magnetar.broker.bookkeeper.autorecovery.checker import (
     ClusterView,
     Fault,
     FaultKind,
@@ -38,21 +38,21 @@ from magnetar.broker.ledger.autorecovery.checker import (
     metadata_faults,
     probe_faults,
 )
-from magnetar.broker.ledger.autorecovery.config import AutoRecoveryConfig
-from magnetar.broker.ledger.autorecovery.layout import UnderReplication
-from magnetar.broker.ledger.autorecovery.throttle import ByteThrottle
-from magnetar.broker.ledger.client import LedgerClient
-from magnetar.broker.ledger.errors import (
+from magnetar.broker.bookkeeper.autorecovery.config import AutoRecoveryConfig
+from magnetar.broker.bookkeeper.autorecovery.layout import UnderReplication
+from magnetar.broker.bookkeeper.autorecovery.throttle import ByteThrottle
+from magnetar.broker.bookkeeper.client import LedgerClient
+from magnetar.broker.bookkeeper.entry import unframe
+from magnetar.broker.bookkeeper.errors import (
     BookieFailure,
     EntryCorrupt,
     LedgerError,
     LedgerNotFound,
     NotEnoughBookies,
 )
-from magnetar.broker.ledger.handle import unframe
-from magnetar.broker.ledger.metadata import LedgerMetadata, write_set
-from magnetar.broker.ledger.placement import LedgerBookieClient
-from magnetar.broker.ledger.states import LedgerState
+from magnetar.broker.bookkeeper.metadata import LedgerMetadata, write_set
+from magnetar.broker.bookkeeper.placement import LedgerBookieClient
+from magnetar.broker.bookkeeper.states import LedgerState
 from magnetar.zk import paths
 from magnetar.zk.errors import BadVersion, LockBusy, MetadataError
 

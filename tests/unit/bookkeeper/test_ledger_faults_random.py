@@ -12,8 +12,8 @@ from support.autojump import AutojumpClock
 from support.ledger_fakes import make_client
 
 from magnetar.bookie.errors import BookieUnavailable
-from magnetar.broker.ledger.errors import LedgerError
-from magnetar.broker.ledger.testing import FakeBookieCluster
+from magnetar.broker.bookkeeper.errors import LedgerError
+from magnetar.broker.bookkeeper.testing import FakeBookieCluster
 from magnetar.zk.memory import MemoryMetadataServer
 
 

@@ -14,11 +14,12 @@ import asyncio
 import contextlib
 import logging
 
-from magnetar.broker.ledger.autorecovery.auditor import Auditor
-from magnetar.broker.ledger.autorecovery.config import AutoRecoveryConfig
-from magnetar.broker.ledger.autorecovery.worker import ReplicationWorker
-from magnetar.broker.ledger.client import LedgerClient, LedgerClientConfig
-from magnetar.broker.ledger.placement import BookieClientFactory
+from magnetar.broker.bookkeeper.autorecovery.auditor import Auditor
+from magnetar.broker.bookkeeper.autorecovery.config import AutoRecoveryConfig
+from magnetar.broker.bookkeeper.autorecovery.worker import ReplicationWorker
+from magnetar.broker.bookkeeper.client import LedgerClient
+from magnetar.broker.bookkeeper.context import LedgerClientConfig
+from magnetar.broker.bookkeeper.placement import BookieClientFactory
 from magnetar.clock import Clock
 from magnetar.zk import paths
 from magnetar.zk.recipes import LeaderElection

@@ -4,7 +4,8 @@ Owns: reading the registered writable bookies (children of ``zk.paths.AVAILABLE_
 whose value is JSON carrying the bookie's address and rack, or the address itself), choosing
 ensembles among healthy ones, a short quarantine of bookies that just failed (a SIGKILLed
 bookie's ephemeral registration lingers until its session expires), and one
-``BookieClientAPI`` per address, made by the injected factory.
+``BookieClientAPI`` per address, made by the injected factory. ``BookieRegistry`` is the
+``replicas.BookieReplicas`` of a client with a metadata store.
 
 Placement (BookKeeper's RackawareEnsemblePlacementPolicy, falling back to the default random
 policy when no bookie announces a rack): every write set (Qw consecutive members of the
@@ -28,8 +29,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from magnetar.bookie.api import BookieClientAPI
-from magnetar.broker.ledger.errors import NotEnoughBookies
-from magnetar.broker.ledger.metadata import write_sets
+from magnetar.broker.bookkeeper.errors import NotEnoughBookies
+from magnetar.broker.bookkeeper.metadata import write_sets
+from magnetar.broker.bookkeeper.replicas import ReadSuspects
 from magnetar.clock import Clock
 from magnetar.zk import paths
 from magnetar.zk.errors import MetadataError
@@ -70,9 +72,6 @@ BookieClientFactory = Callable[[str], LedgerBookieClient]
 
 HEALTH_PROBE_MS = 1_000
 """How long a quarantined bookie has to answer the health check that lets it back in."""
-
-READ_SUSPECT_MS = 30_000
-"""How long reads ask a bookie last after a read of its failed or timed out."""
 
 DEFAULT_RACK = "/default-rack"
 """BookKeeper's rack of a bookie that announces none."""
@@ -279,7 +278,7 @@ class BookieRegistry:
         again by the next ``available``, which may bring a new fast add port."""
         self._clients: dict[str, LedgerBookieClient] = {}
         self._quarantined_until: dict[str, float] = {}
-        self._read_failed_until: dict[str, float] = {}
+        self._read_suspects = ReadSuspects(clock)
 
     def __repr__(self) -> str:
         return f"<BookieRegistry known={sorted(self._addresses)} clients={len(self._clients)}>"
@@ -364,17 +363,12 @@ class BookieRegistry:
     def read_failed(self, bookie_id: str) -> None:
         """A read of this bookie's failed or timed out: reads ask it last for a while
         (placement is not affected: a bookie restarting must not block new ledgers)."""
-        self._read_failed_until[bookie_id] = self._clock.monotonic_ms() + READ_SUSPECT_MS
+        self._read_suspects.failed(bookie_id)
 
     def read_last(self, bookie_id: str) -> bool:
         """Whether reads should ask this bookie after the others: quarantined, or a read
-        of its failed within ``READ_SUSPECT_MS``."""
-        until = self._read_failed_until.get(bookie_id)
-        if until is not None:
-            if self._clock.monotonic_ms() < until:
-                return True
-            del self._read_failed_until[bookie_id]
-        return self.is_quarantined(bookie_id)
+        of its failed within ``replicas.READ_SUSPECT_MS``."""
+        return self._read_suspects.suspect(bookie_id) or self.is_quarantined(bookie_id)
 
     def is_quarantined(self, bookie_id: str) -> bool:
         until = self._quarantined_until.get(bookie_id)

@@ -19,17 +19,19 @@ import random
 
 from magnetar.bookie.api import Entry
 from magnetar.bookie.errors import BookieError, NoEntry, NoLedger
-from magnetar.broker.ledger.context import HandleContext, LedgerClientConfig
-from magnetar.broker.ledger.errors import (
-    BookieFailure,
-    EntryCorrupt,
-    LedgerNotFound,
-    NotEnoughBookies,
+from magnetar.broker.bookkeeper.context import HandleContext, LedgerClientConfig
+from magnetar.broker.bookkeeper.entry import LedgerEntry, unframe
+from magnetar.broker.bookkeeper.errors import BookieFailure, EntryCorrupt, LedgerNotFound
+from magnetar.broker.bookkeeper.metadata import (
+    LedgerMetadata,
+    master_key_for,
+    write_set,
+    write_sets,
 )
-from magnetar.broker.ledger.handle import LedgerEntry, ReadHandle, WriteHandle, unframe
-from magnetar.broker.ledger.metadata import LedgerMetadata, master_key_for, write_set, write_sets
-from magnetar.broker.ledger.placement import BookieClientFactory, BookieRegistry, RackPolicy
-from magnetar.broker.ledger.states import LedgerState
+from magnetar.broker.bookkeeper.placement import BookieClientFactory, BookieRegistry, RackPolicy
+from magnetar.broker.bookkeeper.read_handle import BookieReadHandle
+from magnetar.broker.bookkeeper.states import LedgerState
+from magnetar.broker.bookkeeper.write_handle import WriteHandle
 from magnetar.clock import Clock, SystemClock
 from magnetar.zk import paths
 from magnetar.zk.errors import AlreadyExists, BadVersion, NotFound
@@ -116,17 +118,20 @@ class LedgerClient:
             raise LedgerNotFound(f"ledger {ledger_id} has no metadata")
         return LedgerMetadata.from_bytes(got.value), got.stat.version
 
-    async def open_ledger(self, ledger_id: int, *, recovery: bool = True) -> ReadHandle:
+    async def open_ledger(self, ledger_id: int, *, recovery: bool = True) -> BookieReadHandle:
         """Open for reading. With ``recovery``, a ledger that is not closed is fenced,
         recovered and closed first (the previous writer can no longer add)."""
         meta, version = await self.read_metadata(ledger_id)
         await self.registry.resolve(meta.all_bookies)
         if meta.state is LedgerState.CLOSED or not recovery:
-            handle = ReadHandle(self.context, meta, version)
+            handle = self._reader(meta, version)
             if not handle.is_closed:
                 await handle.read_lac()
             return handle
         return await self._recover(ledger_id)
+
+    def _reader(self, meta: LedgerMetadata, version: int) -> BookieReadHandle:
+        return BookieReadHandle(self.registry, meta, version, reload=self.context.reload_metadata)
 
     async def delete_ledger(self, ledger_id: int) -> None:
         try:
@@ -138,12 +143,12 @@ class LedgerClient:
         await self.registry.close()
 
     # -- recovery -------------------------------------------------------------------------------
-    async def _recover(self, ledger_id: int) -> ReadHandle:
+    async def _recover(self, ledger_id: int) -> BookieReadHandle:
         path = paths.ledger_metadata(ledger_id)
         while True:
             meta, version = await self.read_metadata(ledger_id)
             if meta.state is LedgerState.CLOSED:
-                return ReadHandle(self.context, meta, version)
+                return self._reader(meta, version)
             recovering = meta.in_recovery()
             try:
                 result = await self.store.put(path, recovering.to_bytes(), expected_version=version)
@@ -191,7 +196,7 @@ class LedgerClient:
             lac,
             handle.length,
         )
-        return ReadHandle(self.context, handle.metadata, handle.version)
+        return self._reader(handle.metadata, handle.version)
 
     async def _fence(self, meta: LedgerMetadata) -> int:
         """Fence the last fragment's bookies until every write set is covered (at least
@@ -275,4 +280,4 @@ class LedgerClient:
         )
 
 
-__all__ = ["LedgerClient", "LedgerClientConfig", "NotEnoughBookies"]
+__all__ = ["LedgerClient"]

@@ -1,7 +1,8 @@
-"""The topic storage contract (``storage.py``) over the real managed ledger.
+"""The topic storage contract (``contract.py``) over the real managed ledger.
 
 Owns: ``ManagedLedgerStorage`` (a ``TopicStorageFactory`` over ``ManagedLedgerFactory``),
-``ManagedTopicLedger`` and ``ManagedTopicCursor``: thin translations, nothing more —
+``ManagedLedgerAdapter`` (a ``TopicLedger`` over a ``ManagedLedger``) and
+``ManagedCursorAdapter`` (a ``TopicCursor`` over a ``ManagedCursor``): thin translations —
 positions and sentinels (EARLIEST / LATEST), batch-index ack sets between the wire format
 (words of a bit set, 1 = not yet acknowledged) and the cursor's (batch size, acknowledged
 mask), durable redelivery counts, tail notifications after each completed append.
@@ -31,8 +32,8 @@ from magnetar.zk import paths
 _new_entry = tuple.__new__  # Entry(p, d) without the NamedTuple's Python-level __new__
 
 
-class ManagedTopicCursor:
-    def __init__(self, ledger: ManagedTopicLedger, cursor: ManagedCursor) -> None:
+class ManagedCursorAdapter:
+    def __init__(self, ledger: ManagedLedgerAdapter, cursor: ManagedCursor) -> None:
         self._tl = ledger
         self._ml = ledger.ml
         self.cursor = cursor
@@ -40,7 +41,7 @@ class ManagedTopicCursor:
         self.durable = cursor.durable
 
     def __repr__(self) -> str:
-        return f"<ManagedTopicCursor {self.cursor!r}>"
+        return f"<ManagedCursorAdapter {self.cursor!r}>"
 
     @property
     def mark_delete_position(self) -> Position:
@@ -67,7 +68,7 @@ class ManagedTopicCursor:
         return await self.cursor.increment_redelivery(position)
 
     async def read_entries(self, max_entries: int) -> list[Entry]:
-        got = await self._ml.read_entries(self.cursor, max_entries)
+        got = await self.cursor.read_entries(max_entries)
         return [_new_entry(Entry, e) for e in got]  # (position, payload) -> (position, data)
 
     async def read_positions(self, positions: list[Position]) -> list[Entry]:
@@ -132,21 +133,22 @@ class ManagedTopicCursor:
         return self.cursor.backlog().bytes
 
 
-class ManagedTopicLedger:
+class ManagedLedgerAdapter:
     def __init__(self, ml: ManagedLedger) -> None:
         self.ml = ml
         self.name = ml.name
         self._listeners: list[Callable[[], None]] = []
-        self._cursors: dict[str, ManagedTopicCursor] = {}
+        self._cursors: dict[str, ManagedCursorAdapter] = {}
 
     def __repr__(self) -> str:
-        return f"<ManagedTopicLedger {self.ml!r}>"
+        return f"<ManagedLedgerAdapter {self.ml!r}>"
 
     def concrete(self, position: Position) -> Position:
+        ledgers = self.ml.ledgers
         if position == EARLIEST or position.ledger_id < 0:
-            return self.ml.first_position
+            return ledgers.first_position
         if position == LATEST or position.ledger_id >= LATEST.ledger_id:
-            return self.ml.position_after(self.ml.last_confirmed)
+            return ledgers.position_after(ledgers.last_confirmed)
         return position
 
     @property
@@ -175,7 +177,7 @@ class ManagedTopicLedger:
 
     @property
     def first_position(self) -> Position | None:
-        return None if self.last_confirmed is None else self.ml.first_position
+        return None if self.last_confirmed is None else self.ml.ledgers.first_position
 
     @property
     def num_entries(self) -> int:
@@ -229,23 +231,8 @@ class ManagedTopicLedger:
         futures[-1].add_done_callback(done)
 
     async def read_entries(self, start: Position, max_entries: int) -> list[Entry]:
-        ml = self.ml
-        out: list[Entry] = []
-        pos = ml.next_valid_position(self.concrete(start))
-        last = ml.last_confirmed
-        while len(out) < max_entries and pos <= last:
-            entries = ml.entries_in(pos.ledger_id) or 0
-            end = min(entries - 1, pos.entry_id + (max_entries - len(out)) - 1)
-            if end < pos.entry_id:
-                nxt = ml.next_valid_position(Position(pos.ledger_id, entries))
-                if nxt == pos or ml.next_ledger(pos.ledger_id) is None:
-                    break
-                pos = nxt
-                continue
-            got = await ml.read_range(pos.ledger_id, pos.entry_id, end)
-            out.extend(Entry(e.position, e.payload) for e in got)
-            pos = ml.next_valid_position(Position(pos.ledger_id, end + 1))
-        return out
+        got, _ = await self.ml.reads.read_from(self.concrete(start), max_entries)
+        return [_new_entry(Entry, e) for e in got]
 
     def add_tail_listener(self, listener: Callable[[], None]) -> None:
         self._listeners.append(listener)
@@ -254,21 +241,21 @@ class ManagedTopicLedger:
         if listener in self._listeners:
             self._listeners.remove(listener)
 
-    async def open_cursor(self, name: str, *, initial_earliest: bool) -> ManagedTopicCursor:
+    async def open_cursor(self, name: str, *, initial_earliest: bool) -> ManagedCursorAdapter:
         got = self._cursors.get(name)
         if got is not None:
             got.rewind()
             return got
         cursor = await self.ml.open_cursor(name, EARLIEST if initial_earliest else LATEST)
-        wrapped = ManagedTopicCursor(self, cursor)
+        wrapped = ManagedCursorAdapter(self, cursor)
         wrapped.rewind()
         self._cursors[name] = wrapped
         return wrapped
 
-    def new_non_durable_cursor(self, name: str, start: Position) -> ManagedTopicCursor:
+    def new_non_durable_cursor(self, name: str, start: Position) -> ManagedCursorAdapter:
         if start not in (EARLIEST, LATEST):
-            start = self.ml.next_valid_position(start)
-        return ManagedTopicCursor(self, self.ml.new_non_durable_cursor(start, name))
+            start = self.ml.ledgers.next_valid_position(start)
+        return ManagedCursorAdapter(self, self.ml.new_non_durable_cursor(start, name))
 
     async def delete_cursor(self, name: str) -> None:
         self._cursors.pop(name, None)
@@ -283,7 +270,7 @@ class ManagedTopicLedger:
     async def find_by_publish_time(
         self, publish_time_ms: int, publish_time_of: Callable[[bytes], int]
     ) -> Position | None:
-        return await self.ml.find_by_publish_time(publish_time_ms, publish_time_of)
+        return await self.ml.reads.find_by_publish_time(publish_time_ms, publish_time_of)
 
     def set_retention(self, time_ms: int, size_bytes: int) -> None:
         cfg = self.ml.config
@@ -291,10 +278,10 @@ class ManagedTopicLedger:
             self.ml.config = dataclasses.replace(
                 cfg, retention_time_ms=time_ms, retention_size_bytes=size_bytes
             )
-            self.ml.trim_soon()
+            self.ml.trimming.trim_soon()
 
     def trim_soon(self) -> None:
-        self.ml.trim_soon()
+        self.ml.trimming.trim_soon()
 
     @property
     def index_home(self) -> ManagedLedger:
@@ -311,13 +298,13 @@ class ManagedLedgerStorage:
     def __init__(self, factory: ManagedLedgerFactory) -> None:
         self.factory = factory
 
-    async def open(self, name: str, *, keep_all: bool = False) -> ManagedTopicLedger:
+    async def open(self, name: str, *, keep_all: bool = False) -> ManagedLedgerAdapter:
         config = None
         if keep_all:  # no cursor holds it: infinite retention keeps every ledger
             config = dataclasses.replace(
                 self.factory.config, retention_time_ms=-1, retention_size_bytes=-1
             )
-        return ManagedTopicLedger(await self.factory.open(name, config))
+        return ManagedLedgerAdapter(await self.factory.open(name, config))
 
     async def exists(self, name: str) -> bool:
         return await self.factory.store.exists(paths.managed_ledger(name)) is not None
@@ -344,4 +331,4 @@ class ManagedLedgerStorage:
         )
 
 
-__all__ = ["ManagedLedgerStorage", "ManagedTopicCursor", "ManagedTopicLedger"]
+__all__ = ["ManagedCursorAdapter", "ManagedLedgerAdapter", "ManagedLedgerStorage"]

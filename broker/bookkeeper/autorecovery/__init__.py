@@ -8,20 +8,20 @@ metadata store), ``checker`` (which fragments lack a replica), ``throttle`` (byt
 Must not know: topics, managed ledgers, the bookie's internals.
 """
 
-from magnetar.broker.ledger.autorecovery.admin import (
+from magnetar.broker.bookkeeper.autorecovery.admin import (
     BookieActionError,
     Progress,
     decommission_bookie,
     ledgers_referencing,
     recover_bookie,
 )
-from magnetar.broker.ledger.autorecovery.auditor import Auditor, AuditorStatistics
-from magnetar.broker.ledger.autorecovery.checker import ClusterView, Fault, FaultKind
-from magnetar.broker.ledger.autorecovery.config import AutoRecoveryConfig
-from magnetar.broker.ledger.autorecovery.daemon import AutoRecovery, ledger_client_for
-from magnetar.broker.ledger.autorecovery.layout import Mark, UnderReplication
-from magnetar.broker.ledger.autorecovery.throttle import ByteThrottle
-from magnetar.broker.ledger.autorecovery.worker import (
+from magnetar.broker.bookkeeper.autorecovery.auditor import Auditor, AuditorStatistics
+from magnetar.broker.bookkeeper.autorecovery.checker import ClusterView, Fault, FaultKind
+from magnetar.broker.bookkeeper.autorecovery.config import AutoRecoveryConfig
+from magnetar.broker.bookkeeper.autorecovery.daemon import AutoRecovery, ledger_client_for
+from magnetar.broker.bookkeeper.autorecovery.layout import Mark, UnderReplication
+from magnetar.broker.bookkeeper.autorecovery.throttle import ByteThrottle
+from magnetar.broker.bookkeeper.autorecovery.worker import (
     ReplicationFailed,
     ReplicationWorker,
     WorkerStatistics,
