@@ -531,7 +531,7 @@ def test_publish_rate_pauses_only_the_throttled_connection(
             (cnx,) = [
                 c
                 for c in broker.service.connections
-                if any(t.full_name == topic for t in c.producer_topics.values())
+                if any(s.topic.full_name == topic for s in c.producers.sessions.values())
             ]
             assert cnx.transport is not None
             return bool(cnx.transport.is_reading())
