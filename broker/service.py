@@ -160,10 +160,10 @@ class BrokerService:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    # ------------------------------------------------------------------ the connection's calls
-    # (passed to ``namespaces`` until the connection asks it: ``port`` names producers,
-    # ``lookup`` answers LOOKUP; the HTTP API's ``TopicRegistry`` asks ``lookup_urls`` and
-    # ``unload_namespace_bundle``)
+    # ------------------------------------------------------------------ passed to ``namespaces``
+    # until their callers ask it: ``port`` (``protocol/producers.py`` names producers),
+    # ``lookup`` (``protocol/lookups.py``), ``lookup_urls`` and ``unload_namespace_bundle``
+    # (the HTTP API's ``TopicRegistry``)
     @property
     def port(self) -> int:
         return self.namespaces.port
@@ -318,7 +318,7 @@ class BrokerService:
 
     async def topic_for_client(self, topic: str) -> Any:
         """The ``Topic`` for a PRODUCER/SUBSCRIBE: auto-created when allowed, else
-        TopicNotFound. (Typed ``Any`` while the connection is written against
+        TopicNotFound. (Typed ``Any`` while ``protocol/topic_loading.py`` is written against
         ``PersistentTopic``: it is a ``Topic``.)"""
         tn = self.parse_topic(topic)
         create = (await self._auto_topic_creation(tn)).allow

@@ -404,7 +404,7 @@ class PolicyManager:
             held.append(publish)
 
     publish = publish_or_hold
-    """The connection's present name (until it calls ``publish_or_hold``)."""
+    """The present name in ``protocol/publish.py`` (until it calls ``publish_or_hold``)."""
 
     def hold_queue(
         self, topic: Topic, cnx: ReadThrottled, num_msgs: int, size: int

@@ -199,8 +199,8 @@ class NonPersistentSubscription:
     def close(self) -> None:
         self._consumers.clear()
 
-    # -- the connection's present read for CONSUMER_STATS (``sub.cursor.backlog()``); goes
-    # once it calls ``sub.backlog()``
+    # -- the protocol's present read for CONSUMER_STATS (``protocol/admin_commands.py``:
+    # ``sub.cursor.backlog()``); goes once it calls ``sub.backlog()``
     @property
     def cursor(self) -> NonPersistentSubscription:
         return self
@@ -384,9 +384,9 @@ class NonPersistentTopic:
             },
         }
 
-    # -- the connection's present call (``publish`` with a callback, as it publishes to a
-    # topic without ``publish_to``); goes once it calls ``publish_message`` for every topic
-    def publish(  # noqa: PLR0917 - the connection's call shape
+    # -- the protocol's present call (``protocol/publish.py``: ``publish`` with a callback, to
+    # a topic without ``publish_to``); goes once it calls ``publish_message`` for every topic
+    def publish(  # noqa: PLR0917 - the protocol's present call shape
         self,
         producer: Producer,
         sequence_id: int,

@@ -786,12 +786,12 @@ class PersistentTopic:
             "topicEpoch": self.producers.topic_epoch,
         }
 
-    # -- the connection's present names for ``publish_message`` (it asks
-    # ``hasattr(topic, "publish_to")`` and publishes to non-persistent topics with a callback);
-    # both go once it calls ``publish_message`` for every topic
+    # -- the protocol's present names for ``publish_message``: ``protocol/topic_probes.py``
+    # asks ``hasattr(topic, "publish_to")`` and ``protocol/publish.py`` publishes to other
+    # topics with a callback; both go once it calls ``publish_message`` for every topic
     publish_to = publish_message
 
-    def publish(  # noqa: PLR0917 - the connection's call shape
+    def publish(  # noqa: PLR0917 - the protocol's present call shape
         self,
         producer: Producer,
         sequence_id: int,

@@ -2,9 +2,13 @@
 
 Decode: ``Connection(Role.BROKER).receive_data(b)`` then ``next_event()`` until ``NEED_DATA``;
 events are ``Command`` (``.type``, ``.base``, ``.command``) or ``PayloadCommand`` (SEND/MESSAGE:
-also ``.metadata``, ``.headers_and_payload``, ``.payload``), or ``ConnectionClosed``.
-Encode: ``Connection.send(commands.success(request_id))`` -> bytes;
-``Connection.send_message(consumer_id, ledger_id, entry_id, stored_bytes, ...)`` for dispatch.
+also ``.metadata``, ``.headers_and_payload``, ``.payload``), or ``ConnectionClosed``. The
+broker's hot path, ``next_command()``, is the same loop without event objects: the
+``BaseCommand``, a SEND's payload section left in ``headers_and_payload`` for
+``checksum_matches`` and ``entry_metadata``.
+Encode: ``Connection.send(commands.success(request_id))`` -> bytes; for dispatch and
+receipts ``Connection.send_message`` / ``send_messages`` and ``send_receipt`` /
+``send_receipts`` (stored entry bytes around a hand-encoded command, no protobuf objects).
 
 No I/O here: never import asyncio, sockets or anything of the broker.
 """
@@ -46,6 +50,7 @@ from ._entry import (
     TAG_UUID,
     ChunkInfo,
     EntryView,
+    checksum_matches,
     chunk_info,
     encode_simple_metadata,
     entry_chunk,
@@ -76,6 +81,7 @@ from ._framing import (
     Command,
     PayloadCommand,
     decode_command,
+    decode_event,
     decode_frame_body,
     encode_command,
     encode_headers_and_payload,
@@ -167,10 +173,12 @@ __all__ = [
     "TopicName",
     "batch_metadata",
     "build_batch",
+    "checksum_matches",
     "chunk_info",
     "commands",
     "crc32c",
     "decode_command",
+    "decode_event",
     "decode_frame_body",
     "encode_command",
     "encode_headers_and_payload",

@@ -37,6 +37,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from crc32c import crc32c as _raw_crc32c
+
 from ._errors import RemoteProtocolError
 from ._hashing import NONE_KEY, key_shared_slot, sticky_key
 from ._primitives import U32, crc32c, encode_varint, missing_fields
@@ -138,6 +140,26 @@ def split_entry(
     if checksum is not None and compute:
         computed = crc32c(memoryview(data)[meta_size_at:])
     return checksum, computed, meta_start, meta_end
+
+
+def checksum_matches(data: bytes) -> bool:
+    """True when entry bytes (a SEND's headers and payload) carry no checksum or one that
+    matches what follows it (the broker answers a mismatch with SEND_ERROR before anything is
+    stored); ``RemoteProtocolError`` when they are too short for their headers. The metadata
+    itself is not looked at (``entry_metadata``). Per SEND: ``split_entry``'s checks written
+    out, the CRC computed once."""
+    if data[:2] != MAGIC_CRC32C_BYTES:
+        if len(data) < 4:
+            raise RemoteProtocolError("SEND frame has no metadata size")
+        return True
+    if len(data) < CHECKSUM_HEADER_BYTES + 4:
+        raise RemoteProtocolError(
+            "truncated checksum"
+            if len(data) < CHECKSUM_HEADER_BYTES
+            else "SEND frame has no metadata size"
+        )
+    (checksum,) = U32.unpack_from(data, 2)
+    return bool(_raw_crc32c(memoryview(data)[CHECKSUM_HEADER_BYTES:]) == checksum)
 
 
 def entry_metadata(data: bytes) -> tuple[pb.MessageMetadata, int]:
@@ -367,9 +389,7 @@ class EntryView:
     @property
     def checksum_ok(self) -> bool:
         """The stored CRC32C matches the bytes after it (True when there is none)."""
-        if self.checksum is None:
-            return True
-        return crc32c(memoryview(self.data)[CHECKSUM_HEADER_BYTES:]) == self.checksum
+        return checksum_matches(self.data)
 
 
 def encode_simple_metadata(producer_name: bytes, sequence_id: int, publish_time: int) -> bytes:
@@ -400,6 +420,7 @@ __all__ = [
     "TAG_UUID",
     "ChunkInfo",
     "EntryView",
+    "checksum_matches",
     "chunk_info",
     "encode_simple_metadata",
     "entry_chunk",

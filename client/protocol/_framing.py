@@ -422,13 +422,21 @@ def decode_command(frame: bytes, start: int, end: int) -> tuple[pb.BaseCommand, 
     return base, cmd_end
 
 
-def decode_frame_body(body: bytes) -> Command:
-    """Decode one frame without its 4-byte totalSize prefix; raises ``RemoteProtocolError``."""
-    base, rest_start = decode_command(body, 0, len(body))
+def decode_event(base: pb.BaseCommand, headers_and_payload: bytes) -> Command:
+    """The event of a command ``decode_command`` returned: a ``Command``, or for SEND and
+    MESSAGE a ``PayloadCommand`` whose payload section (``headers_and_payload``: the bytes
+    after the command) is decoded. Raises ``RemoteProtocolError``, or
+    ``ChecksumMismatchError`` (carrying the event) when the checksum does not match."""
     ctype = _TYPE_OF[base.type]
     if ctype not in PAYLOAD_TYPES:
         return Command(ctype, base)
-    return _decode_payload(ctype, base, body, rest_start)
+    return _decode_payload(ctype, base, headers_and_payload, 0)
+
+
+def decode_frame_body(body: bytes) -> Command:
+    """Decode one frame without its 4-byte totalSize prefix; raises ``RemoteProtocolError``."""
+    base, rest_start = decode_command(body, 0, len(body))
+    return decode_event(base, body[rest_start:])
 
 
 def _decode_payload(
