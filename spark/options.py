@@ -51,8 +51,13 @@ _READ_KEYS = frozenset(
         "polltimeoutms",
         "waitingfornonexistedtopic",
         "filterpushdown",
+        "readpath",
+        "minpartitions",
+        "maxrecordsperpartition",
     }
 )
+READ_PATHS = ("storage", "broker")
+"""``readPath``: sealed data straight from the bookies, or everything through a broker."""
 _WRITE_KEYS = frozenset({"service.url", "admin.url", "topic", "exactlyonce"})
 
 
@@ -234,6 +239,12 @@ class ReadOptions:
     """``waitingForNonExistedTopic``: planning waits for missing topics to be created."""
     filter_pushdown: bool = False
     """``filterPushdown``: batch reads take ``__topic`` filters (Spark's pushdown conf on)."""
+    read_path: str | None = None
+    """``readPath``: "storage", "broker", or None (storage where the bookies answer)."""
+    min_partitions: int | None = None
+    """``minPartitions``: at least about this many Spark tasks per batch (Kafka's option)."""
+    max_records_per_partition: int | None = None
+    """``maxRecordsPerPartition``: at most about this many messages per Spark task."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -447,6 +458,18 @@ def read_options(options: Mapping[str, str], *, streaming: bool | None) -> ReadO
         raise OptionError(f"option 'filterPushdown': {exc}") from None
     if pushdown and streaming:
         raise OptionError("option 'filterPushdown' applies to batch reads only, not readStream")
+    read_path = opts.get("readpath", "").strip().lower() or None
+    if read_path is not None and read_path not in READ_PATHS:
+        raise OptionError(
+            f"option 'readPath': {opts['readpath']!r} is neither 'storage' (sealed ledgers "
+            "straight from the bookies) nor 'broker'"
+        )
+    if read_path == "storage" and client.admin_url is None:
+        raise OptionError(
+            "option 'readPath' = 'storage' needs option 'admin.url' (the broker's HTTP admin "
+            "URL: the planner asks it for the topic's ledgers and bookies); or set "
+            "readPath=broker"
+        )
     sub = opts.get("subscriptionname")
     if sub is not None and not sub.strip():
         raise OptionError("option 'subscriptionName' must not be empty")
@@ -465,6 +488,11 @@ def read_options(options: Mapping[str, str], *, streaming: bool | None) -> ReadO
         reader_kwargs=passed["pulsar.reader."],
         wait_for_topics=wait,
         filter_pushdown=pushdown,
+        read_path=read_path,
+        min_partitions=_positive_int(opts, "minpartitions", "minPartitions"),
+        max_records_per_partition=_positive_int(
+            opts, "maxrecordsperpartition", "maxRecordsPerPartition"
+        ),
     )
 
 
