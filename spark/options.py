@@ -509,13 +509,13 @@ def write_options(options: Mapping[str, str]) -> WriteOptions:
     except ValueError as exc:
         raise OptionError(f"option 'exactlyOnce': {exc}") from None
     producer = passed["pulsar.producer."]
+    for key, name in (
+        ("batching_max_messages", "batchingMaxMessages"),
+        ("batching_max_allowed_size_in_bytes", "batchingMaxBytes"),
+    ):
+        if key in producer and producer[key] <= 0:
+            raise OptionError(f"option 'pulsar.producer.{name}' must be positive")
     if exactly_once:
-        if producer.get("batching_enabled"):
-            raise OptionError(
-                "option 'pulsar.producer.batchingEnabled' = true conflicts with exactlyOnce=true "
-                "(a retried task could re-batch messages differently, and the broker "
-                "deduplicates a batch by its first sequence id); set exactlyOnce=false to batch"
-            )
         if producer.get("chunking_enabled"):
             raise OptionError(
                 "option 'pulsar.producer.chunkingEnabled' conflicts with exactlyOnce=true"

@@ -141,8 +141,8 @@ def test_write_options() -> None:
     [
         ({"topic": "t"}, "exactlyOnce=true needs option 'admin.url'"),
         (
-            {"topic": "t", "admin.url": "http://a", "pulsar.producer.batchingEnabled": "true"},
-            "conflicts with exactlyOnce=true",
+            {"topic": "t", "admin.url": "http://a", "pulsar.producer.batchingMaxMessages": "0"},
+            "option 'pulsar.producer.batchingMaxMessages' must be positive",
         ),
         (
             {"topic": "t", "admin.url": "http://a", "pulsar.producer.chunkingEnabled": "true"},
