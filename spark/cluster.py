@@ -32,7 +32,7 @@ from typing import Any
 from magnetar.client import Client, InitialPosition, Message, MessageId, Timeout, TopicNotFound
 from magnetar.spark.layout import LayoutError, PartitionLayout, parse_layout
 from magnetar.spark.options import ClientSettings, TopicSelection
-from magnetar.spark.positions import Position, Start
+from magnetar.spark.positions import Position, Start, ends_by
 
 log = logging.getLogger(__name__)
 
@@ -181,26 +181,34 @@ async def read_range(
             pos = position_of(msg.message_id())
             if first:
                 first = False
-                assert start.position is not None
-                if pos != start.position:
+                p = start.position
+                assert p is not None
+                if pos != p and (p.batch >= 0 or (pos.ledger, pos.entry) != (p.ledger, p.entry)):
                     data_loss(
                         fail_on_data_loss,
-                        f"{partition}: the message {start.position} the query "
+                        f"{partition}: the message {p} the query "
                         f"{'resumes after' if start.kind == 'after' else 'starts at'} is gone "
                         f"(the first message still there is {pos}); messages were deleted by "
                         "retention or the topic was deleted",
                     )
-                elif start.kind == "after":
-                    if pos >= end:
-                        return
-                    continue
-            if pos > end:
+            if not ends_by(pos, end):
                 return
-            yield msg
-            if pos >= end:
+            if start.includes(pos):
+                yield msg
+            if await _end_reached(reader, pos, end):
                 return
     finally:
         await reader.close()
+
+
+async def _end_reached(reader: Any, pos: Position, end: Position) -> bool:
+    """Whether no message after ``pos`` is within ``end`` (an end naming a whole entry: once
+    its members are read, which the reader tells when nothing more is available)."""
+    if end.batch >= 0:
+        return pos >= end
+    if (pos.ledger, pos.entry) < (end.ledger, end.entry):
+        return False
+    return pos.batch < 0 or not await reader.has_message_available()
 
 
 async def read_entries(
@@ -228,7 +236,7 @@ async def read_entries(
         start_message_id_inclusive=True,
         **reader_kwargs,
     )
-    bound = min(end, Position(last.ledger, last.entry, BATCH_INDEX_MAX))
+    last_entry = (last.ledger, last.entry)
     try:
         checked = False
         while True:
@@ -252,18 +260,16 @@ async def read_entries(
                         f"message there is {pos}); messages were deleted by retention, the "
                         "topic was deleted, or a chunked message crosses a split boundary",
                     )
-            if pos > bound:
+            if (pos.ledger, pos.entry) > last_entry or not ends_by(pos, end):
                 return
-            if start.is_before_or_at(pos):
+            if start.includes(pos):
                 yield msg
-            if pos >= bound:
-                return
+            if (pos.ledger, pos.entry) == last_entry and (
+                pos.batch < 0 or await _end_reached(reader, pos, end)
+            ):
+                return  # else more members, or the next entry (beyond the split) ends it
     finally:
         await reader.close()
-
-
-BATCH_INDEX_MAX = (1 << 31) - 1
-"""Above any batch index: ``Position(l, e, BATCH_INDEX_MAX)`` is the end of entry ``l:e``."""
 
 
 def data_loss(fail: bool, what: str) -> None:
@@ -432,7 +438,6 @@ def ensure_deduplication(
 
 
 __all__ = [
-    "BATCH_INDEX_MAX",
     "DataLossError",
     "DeduplicationError",
     "LayoutUnavailable",

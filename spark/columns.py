@@ -33,7 +33,7 @@ import pyarrow.compute as pc
 
 from magnetar.client._compression import DecompressionError, decompress
 from magnetar.client.protocol import RemoteProtocolError, encode_varint, entry_metadata, scan_batch
-from magnetar.spark.positions import Position, Start
+from magnetar.spark.positions import Position, Start, ends_by
 from magnetar.spark.rows import arrow_schema
 
 _parse_smm: Callable[[bytes], Any] | None = None
@@ -159,13 +159,17 @@ class EntryColumns:
         return len(self.values)
 
     def _bounds(self, ledger: int, entry: int, n: int) -> tuple[int, int]:
-        """Members ``lo .. hi-1`` of a batch entry of ``n`` that the read takes."""
+        """Members ``lo .. hi-1`` of a batch entry of ``n`` that the read takes (a bound with
+        batch index -1 stands for the whole entry: ``positions``)."""
         lo, hi = 0, n
         p = self.start.position
         if p is not None and (p.ledger, p.entry) == (ledger, entry):
-            lo = p.batch + 1 if self.start.kind == "after" else max(p.batch, 0)
+            if self.start.kind == "after":
+                lo = p.batch + 1 if p.batch >= 0 else n
+            else:
+                lo = max(p.batch, 0)
         e = self.end
-        if (e.ledger, e.entry) == (ledger, entry):
+        if (e.ledger, e.entry) == (ledger, entry) and e.batch >= 0:
             hi = min(n, e.batch + 1)
         return lo, hi
 
@@ -173,10 +177,7 @@ class EntryColumns:
         """Whether the read takes a message that is a whole entry (only the read's first and
         last entries can hold messages it does not take)."""
         pos = Position(ledger, entry, -1)
-        p = self.start.position
-        if p is not None and (pos <= p if self.start.kind == "after" else pos < p):
-            return False
-        return pos <= self.end
+        return self.start.includes(pos) and ends_by(pos, self.end)
 
     def add(self, ledger: int, entry: int, data: bytes) -> None:
         """Take the messages of one stored entry (``EntryError`` when it does not decode).

@@ -470,6 +470,11 @@ def read_options(options: Mapping[str, str], *, streaming: bool | None) -> ReadO
             "URL: the planner asks it for the topic's ledgers and bookies); or set "
             "readPath=broker"
         )
+    if read_path == "storage" and passed["pulsar.reader."].get("is_read_compacted"):
+        raise OptionError(
+            "options 'readPath' = 'storage' and 'pulsar.reader.readCompacted' conflict: the "
+            "compacted view is read through the broker (readPath=broker)"
+        )
     sub = opts.get("subscriptionname")
     if sub is not None and not sub.strip():
         raise OptionError("option 'subscriptionName' must not be empty")
