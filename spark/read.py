@@ -46,12 +46,13 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
+from magnetar.client.protocol import RemoteProtocolError, entry_num_messages
 from magnetar.spark import cluster
 from magnetar.spark.layout import PartitionLayout
 from magnetar.spark.options import OptionError, ReadOptions
 from magnetar.spark.positions import Position, Start, decode_offset, encode_offset
-from magnetar.spark.splits import cut, locate, split_counts
-from magnetar.spark.tasks import Split, read_split
+from magnetar.spark.splits import Located, cut, locate, split_counts
+from magnetar.spark.tasks import Split, bookie_tls, read_split
 from magnetar.spark.typed import TopicSchema
 
 log = logging.getLogger(__name__)
@@ -150,6 +151,46 @@ async def _layouts(opts: ReadOptions, parts: list[str]) -> dict[str, PartitionLa
     return dict(zip(parts, got, strict=True))
 
 
+SAMPLE_ENTRIES = 32
+"""Entries a planner reads from the bookies per topic-partition to estimate its messages per
+entry (what ``maxRecordsPerPartition`` and ``minPartitions`` count in)."""
+SAMPLE_TIMEOUT_S = 5.0
+
+
+async def _sampled_messages_per_entry(
+    opts: ReadOptions, layout: PartitionLayout, loc: Located
+) -> float | None:
+    """Messages per entry over ``SAMPLE_ENTRIES`` entries spread evenly over the range, read
+    from the bookies (None when they do not answer the planner: the broker's count since it
+    loaded the topic is used, else one)."""
+    from magnetar.spark import storage
+
+    total = loc.entries
+    if total == 0:
+        return None
+    wanted = sorted({(k * total) // SAMPLE_ENTRIES for k in range(min(SAMPLE_ENTRIES, total))})
+    picks: dict[int, tuple[Any, list[int]]] = {}
+    seen = 0
+    for r in loc.ranges:
+        ids = [r.first + w - seen for w in wanted if seen <= w < seen + r.entries]
+        if ids:
+            picks[r.ledger.ledger_id] = (r.ledger, ids)
+        seen += r.entries
+    reader = storage.LedgerReader(tls=bookie_tls(opts) if layout.bookie_tls else None)
+    try:
+        got = await asyncio.wait_for(
+            asyncio.gather(*(reader.sample(led, ids) for led, ids in picks.values())),
+            SAMPLE_TIMEOUT_S,
+        )
+        counts = [entry_num_messages(data) for chunk in got for data in chunk]
+    except (storage.StorageError, RemoteProtocolError, TimeoutError) as exc:
+        log.info("%s: no entries sampled from the bookies: %s", layout.topic, exc)
+        return None
+    finally:
+        await reader.close()
+    return sum(counts) / len(counts) if counts else None
+
+
 async def plan_splits(
     opts: ReadOptions,
     starts: dict[str, Start],
@@ -174,7 +215,10 @@ async def plan_splits(
         loc = locate(layouts[p], begin[p], ends[p])
         if loc.lost is not None:
             cluster.data_loss(opts.fail_on_data_loss, loc.lost)
-        located.append((loc, layouts[p].messages_per_entry))
+        mpe = layouts[p].messages_per_entry
+        if opts.max_records_per_partition or opts.min_partitions:
+            mpe = await _sampled_messages_per_entry(opts, layouts[p], loc) or mpe
+        located.append((loc, mpe))
     if storage or opts.min_partitions or opts.max_records_per_partition:
         counts = split_counts(
             located,

@@ -28,6 +28,7 @@ Must not know: Spark, topics, messages.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import collections
 import logging
 from collections.abc import AsyncIterator
@@ -168,6 +169,21 @@ class LedgerReader:
             raise StorageUnavailable(f"{where}: no bookie answered ({'; '.join(failed + missing)})")
         raise StorageDataLost(f"{where} do not exist on any bookie ({'; '.join(missing)})")
 
+    async def sample(self, ledger: LedgerLayout, entry_ids: list[int]) -> list[bytes]:
+        """The stored payloads of a few entries (read concurrently, each from its replicas)."""
+        ens = {e: ledger.fragments[_fragment_of(ledger, e)].bookies for e in entry_ids}
+        return [
+            got[0]
+            for got in await asyncio.gather(
+                *(
+                    self._fetch(
+                        ledger.ledger_id, _Request(e, e, write_set(ens[e], ledger.write_quorum, e))
+                    )
+                    for e in entry_ids
+                )
+            )
+        ]
+
     async def entries(
         self, ledger: LedgerLayout, first: int, last: int
     ) -> AsyncIterator[tuple[int, list[bytes]]]:
@@ -200,6 +216,11 @@ class LedgerReader:
         finally:
             for _, t in inflight:
                 t.cancel()
+
+
+def _fragment_of(ledger: LedgerLayout, entry_id: int) -> int:
+    firsts = [f.first_entry for f in ledger.fragments]
+    return max(0, bisect.bisect_right(firsts, entry_id) - 1)
 
 
 def grpc_tls(

@@ -157,16 +157,7 @@ def _read_from_storage(
     from magnetar.spark import storage
     from magnetar.spark.columns import ChunkedEntry, EntryColumns
 
-    kw = opts.client.client_kwargs
-    tls = (
-        storage.grpc_tls(
-            kw.get("tls_trust_certs_file_path"),
-            kw.get("tls_certificate_file_path"),
-            kw.get("tls_private_key_file_path"),
-        )
-        if split.bookie_tls
-        else None
-    )
+    tls = bookie_tls(opts) if split.bookie_tls else None
     reader = storage.LedgerReader(tls=tls, spread=split.index)
     writers = _SchemaWriters(loop, opts, split.topic) if typed is not None else None
     cols = EntryColumns(
@@ -225,6 +216,18 @@ def _read_from_storage(
         yield from _read_from_broker(loop, opts, split, typed, first=resume)
 
 
+def bookie_tls(opts: ReadOptions) -> Any:
+    """The job's TLS files (the client options') as the bookie client's TLS settings."""
+    from magnetar.spark import storage
+
+    kw = opts.client.client_kwargs
+    return storage.grpc_tls(
+        kw.get("tls_trust_certs_file_path"),
+        kw.get("tls_certificate_file_path"),
+        kw.get("tls_private_key_file_path"),
+    )
+
+
 class _SchemaWriters:
     """The ``pb.Schema`` that wrote each schema version met (asked of the broker once)."""
 
@@ -251,4 +254,4 @@ class _SchemaWriters:
         return self.known[version]
 
 
-__all__ = ["ARROW_BATCH_BYTES", "ARROW_BATCH_ROWS", "Split", "read_split"]
+__all__ = ["ARROW_BATCH_BYTES", "ARROW_BATCH_ROWS", "Split", "bookie_tls", "read_split"]
