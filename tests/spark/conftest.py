@@ -67,12 +67,19 @@ def spark(request: pytest.FixtureRequest) -> Iterator[Any]:
         session.stop()
 
 
-def publish(service_url: str, topic: str, payloads: list[bytes], **send: Any) -> list[MessageId]:
-    """Send ``payloads`` (a partitioned topic: round robin); their ids, in order."""
+def publish(
+    service_url: str, topic: str, payloads: list[bytes], *, batch: bool = False, **send: Any
+) -> list[MessageId]:
+    """Send ``payloads`` (a partitioned topic: round robin); their ids, in order. ``batch``:
+    in batch entries of 1,000 (``send_batch``), else one entry each."""
 
     async def go() -> list[MessageId]:
         async with AsyncClient(service_url) as client:
-            producer = await client.create_producer(topic, batching_enabled=False)
+            producer = await client.create_producer(
+                topic, batching_enabled=False, block_if_queue_full=True
+            )
+            if batch:
+                return list(await (await producer.send_batch(payloads)))
             futs = [await producer.send_async(p, **send) for p in payloads]
             await producer.flush()
             return [f.result() for f in futs]
