@@ -5,14 +5,11 @@ without duplicates, offsets and time bounds, and bad options failing at planning
 from __future__ import annotations
 
 import contextlib
-import os
-import pathlib
-import signal
 import threading
 from typing import Any
 
 import pytest
-from conftest import admin, publish
+from conftest import admin, kill_python_workers, publish
 from pyspark.errors import AnalysisException
 from pyspark.sql import functions as F
 from support.standalone import StandaloneProcess
@@ -82,29 +79,6 @@ def test_round_trip_100k_rows_through_a_partitioned_topic(
     assert props == {"v-0": {"n": "0"}, "v-1": {"n": "1"}, "v-5": None}
 
 
-def _kill_python_workers() -> int:
-    """SIGKILL the Python worker processes Spark forked for running tasks (the children of
-    ``pyspark.daemon``): their tasks fail as on a lost executor, and Spark retries them."""
-    procs: dict[int, tuple[int, str]] = {}
-    for d in pathlib.Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-            ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        procs[int(d.name)] = (ppid, cmd)
-    daemons = {pid for pid, (_, cmd) in procs.items() if "pyspark.daemon" in cmd}
-    killed = 0
-    for pid, (ppid, _) in procs.items():
-        if ppid in daemons:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-                killed += 1
-    return killed
-
-
 @pytest.mark.parametrize("exactly_once", [True, False])
 def test_a_killed_task_is_retried_without_duplicates(
     spark: Any, standalone: StandaloneProcess, exactly_once: bool
@@ -128,7 +102,7 @@ def test_a_killed_task_is_retried_without_duplicates(
 
         with contextlib.suppress(AssertionError):  # not reached: the test's checks say so
             watch["stored_at_kill"] = wait_until(stored, 120, "20,000 rows stored", interval_s=0.02)
-            watch["killed"] = _kill_python_workers()
+            watch["killed"] = kill_python_workers()
 
     killer = threading.Thread(target=kill_mid_write)
     killer.start()
