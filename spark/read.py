@@ -52,7 +52,7 @@ from magnetar.spark.layout import PartitionLayout
 from magnetar.spark.options import OptionError, ReadOptions
 from magnetar.spark.positions import Position, Start, decode_offset, encode_offset
 from magnetar.spark.splits import Located, cut, locate, split_counts
-from magnetar.spark.tasks import Split, bookie_tls, read_split
+from magnetar.spark.tasks import Split, bookie_tls, read_split, storage_missing
 from magnetar.spark.typed import TopicSchema
 
 log = logging.getLogger(__name__)
@@ -163,6 +163,8 @@ async def _sampled_messages_per_entry(
     """Messages per entry over ``SAMPLE_ENTRIES`` entries spread evenly over the range, read
     from the bookies (None when they do not answer the planner: the broker's count since it
     loaded the topic is used, else one)."""
+    if storage_missing() is not None:
+        return None
     from magnetar.spark import storage
 
     total = loc.entries
@@ -210,6 +212,11 @@ async def plan_splits(
     if layouts is None:
         return whole
     storage = opts.read_path != "broker"
+    if storage:
+        missing = storage_missing()
+        if missing is not None and opts.read_path == "storage":
+            raise OptionError(f"option 'readPath' = 'storage': {missing}")
+        storage = missing is None
     located = []
     for p in parts:
         loc = locate(layouts[p], begin[p], ends[p])

@@ -151,9 +151,25 @@ def _read_from_broker(
         loop.run_until_complete(client.close())
 
 
+def storage_missing() -> str | None:
+    """What this process lacks to read from the bookies (None: nothing)."""
+    try:
+        import magnetar.spark.storage  # noqa: F401
+    except ImportError as exc:
+        return f"the bookie client cannot be imported here ({exc}): install 'magnetar[spark]'"
+    return None
+
+
 def _read_from_storage(
     loop: asyncio.AbstractEventLoop, opts: ReadOptions, split: Split, typed: TopicSchema | None
 ) -> Iterator[Any]:
+    missing = storage_missing()
+    if missing is not None:
+        if not split.fallback:
+            raise OptionError(f"option 'readPath' = 'storage': {missing}")
+        log.warning("%s: reading through the broker: %s", split.topic, missing)
+        yield from _read_from_broker(loop, opts, split, typed)
+        return
     from magnetar.spark import storage
     from magnetar.spark.columns import ChunkedEntry, EntryColumns
 
@@ -254,4 +270,11 @@ class _SchemaWriters:
         return self.known[version]
 
 
-__all__ = ["ARROW_BATCH_BYTES", "ARROW_BATCH_ROWS", "Split", "bookie_tls", "read_split"]
+__all__ = [
+    "ARROW_BATCH_BYTES",
+    "ARROW_BATCH_ROWS",
+    "Split",
+    "bookie_tls",
+    "read_split",
+    "storage_missing",
+]
