@@ -7,7 +7,8 @@ grid that depends on those rows only: a batch holds at most ``max_messages`` row
 ``max_bytes`` payload bytes (one row at least), and the last one ends with the task's input.
 Plain payloads go out with ``Producer.send_batch`` (the producer numbers them: its next
 sequence id is the first row's index, see below); rows with a key, properties or an event
-time with ``send_async`` and explicit sequence ids, their batch cut by the partition
+time (and every row when the producer does not batch: ``batched`` false, one entry a row)
+with ``send_async`` and explicit sequence ids, their batch cut by the partition
 producer's ``flush_batches`` at the grid's boundary (the producer's own batching limits are
 set above the grid's, and its delay timer out of the way, so it never cuts one itself).
 
@@ -60,6 +61,7 @@ class PartitionSender:
         *,
         max_messages: int,
         max_bytes: int,
+        batched: bool = True,
         skip_upto: int,
         counts: SendCounts,
         on_error: Callable[[BaseException], None],
@@ -67,6 +69,8 @@ class PartitionSender:
         self.producer = producer
         self.max_messages = max_messages
         self.max_bytes = max_bytes
+        self.batched = batched
+        """False: one entry a row (the producer does not batch), each with its own id."""
         self.skip_upto = skip_upto
         """The last sequence id the broker stored under the task's name (-1: none)."""
         self.counts = counts
@@ -132,7 +136,7 @@ class PartitionSender:
             self.counts.skipped += stored
             batch, extras = batch[stored:], extras[stored:]
             first += stored
-        if plain:
+        if plain and self.batched:
             fut = await self.producer.send_batch(batch)
             fut.add_done_callback(self._batch_done)
             return
@@ -147,8 +151,9 @@ class PartitionSender:
                 sequence_id=seq,
             )
             f.add_done_callback(self._one_done)
-        for part in self.producer.partitions:
-            part.flush_batches()
+        if self.batched:
+            for part in self.producer.partitions:
+                part.flush_batches()
 
     def _batch_done(self, fut: asyncio.Future[Any]) -> None:
         if fut.cancelled():

@@ -58,7 +58,9 @@ BATCH_MESSAGES = 1000
 BATCH_BYTES = 128 * 1024
 """The grid's default batch: Pulsar's ``batchingMaxMessages`` and ``batchingMaxBytes``."""
 PENDING_BATCHES = 16
-"""Batches in flight per topic-partition (the producer's ``maxPendingMessages`` default)."""
+PENDING_ROWS = 2000
+"""In flight per topic-partition: 16 batches, and at least 2,000 rows (one entry a row when
+the producer does not batch): the producer's ``maxPendingMessages`` default."""
 NO_BATCH_TIMER_MS = 3_600_000
 """The producers' batching delay: beyond any task, so only the grid cuts batches."""
 
@@ -91,11 +93,15 @@ class _Targets:
         self.senders: dict[str, PartitionSender] = {}
         kw = dict(opts.producer_kwargs)
         self.chunking = bool(kw.pop("chunking_enabled", False))
-        batching = kw.pop("batching_enabled", True) and not self.chunking
-        self.max_messages = kw.pop("batching_max_messages", BATCH_MESSAGES) if batching else 1
+        self.batching = bool(kw.pop("batching_enabled", True)) and not self.chunking
+        self.max_messages = kw.pop("batching_max_messages", BATCH_MESSAGES)
+        if not self.batching:
+            self.max_messages = 1
         self.max_bytes = kw.pop("batching_max_allowed_size_in_bytes", BATCH_BYTES)
         kw.pop("batching_max_publish_delay_ms", None)
-        kw.setdefault("max_pending_messages", PENDING_BATCHES * (self.max_messages + 1))
+        kw.setdefault(
+            "max_pending_messages", max(PENDING_ROWS, PENDING_BATCHES * (self.max_messages + 1))
+        )
         self.producer_kwargs = kw
 
     async def schema(self, topic: str, columns: list[str]) -> TopicSchema | None:
@@ -140,7 +146,7 @@ class _Targets:
                 producer_name=self.producer_name,
                 block_if_queue_full=True,
                 schema=RegisteredSchema(schema) if schema is not None else None,
-                batching_enabled=not self.chunking,
+                batching_enabled=self.batching,
                 chunking_enabled=self.chunking,
                 batching_max_messages=self.max_messages + 1,
                 batching_max_allowed_size_in_bytes=self.max_bytes + 1,
@@ -151,6 +157,7 @@ class _Targets:
                 producer,
                 max_messages=self.max_messages,
                 max_bytes=self.max_bytes,
+                batched=self.batching,
                 skip_upto=producer.last_sequence_id() if self.opts.exactly_once else -1,
                 counts=self.counts,
                 on_error=self.errors.append,
