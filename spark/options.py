@@ -514,6 +514,12 @@ def write_options(options: Mapping[str, str]) -> WriteOptions:
     except ValueError as exc:
         raise OptionError(f"option 'exactlyOnce': {exc}") from None
     producer = passed["pulsar.producer."]
+    if "batching_max_publish_delay_ms" in producer:
+        raise OptionError(
+            "option 'pulsar.producer.batchingMaxPublishDelayMs' is not supported: the sink cuts "
+            "batches by count and size only (batchingMaxMessages, batchingMaxBytes), so a "
+            "retried task cuts them the same way"
+        )
     for key, name in (
         ("batching_max_messages", "batchingMaxMessages"),
         ("batching_max_allowed_size_in_bytes", "batchingMaxBytes"),

@@ -152,6 +152,14 @@ def test_write_options() -> None:
             "option 'pulsar.producer.batchingMaxMessages' must be positive",
         ),
         (
+            {
+                "topic": "t",
+                "exactlyOnce": "false",
+                "pulsar.producer.batchingMaxPublishDelayMs": "5",
+            },
+            "cuts batches by count and size only",
+        ),
+        (
             {"topic": "t", "admin.url": "http://a", "pulsar.producer.chunkingEnabled": "true"},
             "conflicts with exactlyOnce=true",
         ),
