@@ -34,13 +34,13 @@ from support.zookeeper import ZooKeeperServer  # noqa: E402
 
 from magnetar.bookie import client as bookie_client  # noqa: E402
 from magnetar.bookie.client import BookieClient  # noqa: E402
+from magnetar.broker.bookkeeper import write_handle as handle_module  # noqa: E402
+from magnetar.broker.bookkeeper.testing import FakeBookieCluster  # noqa: E402
 from magnetar.broker.ledger import (  # noqa: E402
     ManagedLedgerConfig,
     ManagedLedgerFactory,
     Position,
 )
-from magnetar.broker.ledger import handle as handle_module  # noqa: E402
-from magnetar.broker.ledger.testing import FakeBookieCluster  # noqa: E402
 from magnetar.zk import paths  # noqa: E402
 from magnetar.zk.factory import open_metadata_store  # noqa: E402
 from magnetar.zk.memory import MemoryMetadataServer  # noqa: E402

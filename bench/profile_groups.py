@@ -36,14 +36,15 @@ BROKER: list[tuple[str, str]] = [
     ("topic publish (_submit, complete_ready)", r"topics/persistent\.py|topics/producer\.py"),
     (
         "managed ledger add",
-        r"storage/managed_ledger\.py:(1[5-9]\d|2[01]\d)|ledger/managed_ledger\.py",
+        r"storage/managed_adapter\.py:(19\d|2[0-3]\d)|ledger/managed_ledger\.py"
+        r"|ledger/rollover\.py",
     ),
-    ("ledger handle (add, outbox, acks)", r"ledger/handle\.py"),
+    ("ledger handle (add, outbox, acks)", r"bookkeeper/write_handle\.py"),
     ("bookie client + gRPC stream", r"bookie/client\.py|bookie/wire\.py|grpc"),
     (
         "dispatch (cursor reads, MESSAGE frames)",
         r"dispatch/|subscription\.py|encode_message|cursor\.py|ledger/cache\.py"
-        r"|storage/managed_ledger\.py",
+        r"|ledger/reads\.py|ledger/read_ahead\.py|storage/managed_adapter\.py",
     ),
     ("acks (ACK command, ack state)", r"_on_ack|_handle_ack|ackstate\.py"),
     (

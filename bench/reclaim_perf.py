@@ -226,7 +226,7 @@ class Cluster:
             assert broker.service is not None
             t = broker.service.topics.get(topic)
             ml = getattr(getattr(t, "ledger", None), "ml", None)
-            return len(ml.ledger_ids) if ml is not None else -1
+            return len(ml.ledgers.ids) if ml is not None else -1
 
         return int(broker.call(get))
 
@@ -261,10 +261,10 @@ class Cluster:
             if ml is None:
                 return {}
             return {
-                "ledger_ids": list(ml.ledger_ids),
+                "ledger_ids": list(ml.ledgers.ids),
                 "last_confirmed": str(ml.last_confirmed),
                 "mark_delete": {
-                    name: str(c.mark_delete_position) for name, c in ml._cursors.items()
+                    name: str(c.mark_delete_position) for name, c in ml.cursors.items()
                 },
             }
 

@@ -45,8 +45,8 @@ from support.bookies import BookieFactory  # noqa: E402
 from support.ledger_cluster import bookie_client_factory, wait_registered  # noqa: E402
 from support.zookeeper import ZooKeeperServer  # noqa: E402
 
-from magnetar.broker.ledger.client import LedgerClient, LedgerClientConfig  # noqa: E402
-from magnetar.broker.ledger.metadata import LedgerMetadata, write_set  # noqa: E402
+from magnetar.broker.bookkeeper import LedgerClient, LedgerClientConfig  # noqa: E402
+from magnetar.broker.bookkeeper.metadata import LedgerMetadata, write_set  # noqa: E402
 from magnetar.zk import paths  # noqa: E402
 from magnetar.zk.factory import open_metadata_store  # noqa: E402
 from magnetar.zk.store import MetadataStore  # noqa: E402

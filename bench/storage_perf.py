@@ -1,12 +1,14 @@
 """In-process throughput of the bookie storage engine (no gRPC): adds/s and MB/s.
 
-Usage: .venv/bin/python bench/storage_perf.py [--seconds 3] [--dir /tmp/x] [--profile] [--packed]
+Usage: .venv/bin/python bench/storage_perf.py [--seconds 3] [--dir /tmp/x] [--profile]
 Each scenario runs ``producers`` tasks, each keeping one batch of ``batch`` entries in flight
 (so ``producers x batch`` entries are in flight), over ``ledgers`` ledgers, on a fresh bookie in
 a temporary directory on the real disk. ``engine_cpu_us_per_add`` (process CPU time of all
 threads per add, minus the time the bench spends building requests) is the number that does
-not depend on what else runs on the machine. Batch latency is from ``add_entries`` to its
-future resolving (after the journal fdatasync). The last line is a JSON object with every result.
+not depend on what else runs on the machine. Adds go through ``submit_packed`` (the engine's
+only add path, as the gRPC service hands it a received message). Batch latency is from
+``submit_packed`` to its future resolving (after the journal fdatasync). The last line is a
+JSON object with every result.
 """
 
 from __future__ import annotations
@@ -46,7 +48,6 @@ async def run_scenario(  # noqa: PLR0917
     producers: int,
     ledgers: int,
     seconds: float,
-    packed: bool = False,
 ) -> dict[str, object]:
     d = tempfile.mkdtemp(prefix=f"storage-perf-{name}-", dir=base)
     bookie = Bookie(BookieConfig(journal_dir=f"{d}/journal", ledger_dir=f"{d}/ledgers"))
@@ -73,14 +74,10 @@ async def run_scenario(  # noqa: PLR0917
             reqs = [
                 AddRequest(lid, e, e - 1, crc, payload, key) for e in range(first, first + batch)
             ]
-            if packed:  # as the gRPC service hands a received message to the engine
-                buf = b"".join(pack_entries(lid, reqs)[0])
+            buf = b"".join(pack_entries(lid, reqs)[0])
             build_s[0] += time.thread_time() - b0
             t0 = time.perf_counter()
-            if packed:
-                statuses = await bookie.submit_packed(buf, key)[0]
-            else:
-                statuses = await bookie.add_entries(reqs)
+            statuses = await bookie.submit_packed(buf, key)[0]
             latencies.append(time.perf_counter() - t0)
             if any(statuses):
                 failures += 1
@@ -99,7 +96,7 @@ async def run_scenario(  # noqa: PLR0917
     latencies.sort()
     q = statistics.quantiles(latencies, n=100) if len(latencies) > 2 else [0.0] * 99
     return {
-        "scenario": name + ("-packed" if packed else ""),
+        "scenario": name,
         "entry_bytes": size,
         "batch": batch,
         "in_flight": batch * producers,
@@ -120,9 +117,7 @@ async def main_async(args: argparse.Namespace) -> list[dict[str, object]]:
     for name, size, batch, producers, ledgers in SCENARIOS:
         if args.only and name not in args.only:
             continue
-        r = await run_scenario(
-            args.dir, name, size, batch, producers, ledgers, args.seconds, args.packed
-        )
+        r = await run_scenario(args.dir, name, size, batch, producers, ledgers, args.seconds)
         print(r, file=sys.stderr)
         results.append(r)
     return results
@@ -135,11 +130,6 @@ def main() -> None:
     parser.add_argument("--only", nargs="*")
     parser.add_argument("--profile", action="store_true", help="pyinstrument the run")
     parser.add_argument("--uvloop", action="store_true")
-    parser.add_argument(
-        "--packed",
-        action="store_true",
-        help="add through submit_packed (the gRPC service's path: one packed buffer per batch)",
-    )
     parser.add_argument(
         "--switch-interval-ms", type=float, default=None, help="sys.setswitchinterval (GIL)"
     )

@@ -43,13 +43,13 @@ from _common import loadavg
 
 from magnetar.broker.admin.http_api import slices_yielding
 from magnetar.broker.admin.metrics import BrokerMetrics
+from magnetar.broker.bookkeeper.testing import FakeBookieCluster
 from magnetar.broker.config import BrokerConfig
 from magnetar.broker.ledger import ManagedLedgerConfig, ManagedLedgerFactory
-from magnetar.broker.ledger.testing import FakeBookieCluster
 from magnetar.broker.protocol.listener import BinaryListener
 from magnetar.broker.runtime import tune_gc_for_serving
 from magnetar.broker.service import BrokerService
-from magnetar.broker.storage.managed_ledger import ManagedLedgerStorage
+from magnetar.broker.storage.managed_adapter import ManagedLedgerStorage
 from magnetar.zk.memory import MemoryMetadataServer
 
 

@@ -4,7 +4,7 @@ Owns: the value types that cross the bookie boundary (``Entry``, ``AddResult``,
 ``BookieInfo``) and two protocols:
 - ``BookieStorage``: what the gRPC service (``server.py``) calls on the storage node
   (``core.py``); implemented by the real storage engine and by test fakes.
-- ``BookieClientAPI``: what brokers (``broker/ledger``) call on one remote bookie; implemented
+- ``BookieClientAPI``: what brokers (``broker/bookkeeper``) call on one remote bookie; implemented
   by ``client.BookieClient`` over gRPC and by in-memory fakes in unit tiers.
 Must not know: gRPC, files, RocksDB.
 
@@ -91,15 +91,25 @@ class BookieInfo:
 
 
 class BookieStorage(Protocol):
-    """The storage node as seen by its service layer.
+    """The storage node as seen by its service layer."""
 
-    ``add_entries`` validates every request synchronously (fence, master key, size, checksum),
-    appends the valid ones to the journal and returns an awaitable that resolves, after the
-    journal group holding them is fsync'd, to one status code per request (0 = OK, else a
-    ``StatusCode``). Invalid requests resolve with their error code without waiting.
-    """
-
-    def add_entries(self, requests: Sequence[AddRequest]) -> Awaitable[list[int]]: ...
+    def submit_packed(
+        self,
+        buf: bytes,
+        master_key: bytes = b"",
+        recovery: bool = False,
+        first: int = 0,
+        stop: int | None = None,
+    ) -> tuple[Awaitable[list[int]], int, int]:
+        """Add every entry of the packed batch ``buf[first:stop]`` (layout: ``wire.py``;
+        ``stop`` None: the end) with the batch's master key and recovery flag. Validates
+        every entry synchronously (ids, size, master key, fence, checksum) and journals the
+        valid ones; returns (an awaitable resolving, once the journal group holding them is
+        fsync'd, to one status per entry: 0 = OK, else a ``StatusCode``; the entry count;
+        the bytes stored). Refused entries get their code without waiting. Raises
+        ``wire.MalformedBatch`` before changing anything when ``buf`` does not hold whole
+        entries. ``buf`` must not change afterwards (a storage may keep views of it)."""
+        ...
 
     async def read_entry(self, ledger_id: int, entry_id: int) -> Entry:
         """``entry_id == -1`` reads the last entry. Raises ``NoLedger`` / ``NoEntry``."""

@@ -8,7 +8,7 @@ Owns: the channel to one bookie, its long-lived ``Add`` stream, batching of adds
 ``AddBatch`` messages, matching batched acks to the futures of the ``add``/``add_batch``
 calls, translation of gRPC failures into ``magnetar.bookie.errors`` types, and checksum
 verification of what it reads.
-Must not know: ledgers' ensembles, quorums or metadata (that is ``broker/ledger``).
+Must not know: ledgers' ensembles, quorums or metadata (that is ``broker/bookkeeper``).
 
 Batching (the accumulator is separate from the sender, as in aiokafka): ``add`` is not a
 coroutine; it appends the entry to the current stream's queue and wakes the sender task,

@@ -2,8 +2,10 @@
 
 Owns: per-ledger state (master key, fenced bit, LAC seen on adds, explicit LAC), synchronous
 validation of adds (read-only, master key -> UNAUTHORIZED, fence -> FENCED unless recovery,
-size -> ENTRY_TOO_LARGE, crc32c -> CORRUPT), the add path (write cache + one journal record per
-batch, one future per batch resolved after the group's fdatasync), reads, LAC long polls,
+size -> ENTRY_TOO_LARGE, crc32c -> CORRUPT), the add path (``submit_packed``, the only one: a
+batch in the packed layout of ``wire.py`` as it came off the wire, admitted in one pass into
+the write cache, then one journal record per batch and one future per batch resolved after
+the group's fdatasync), reads, LAC long polls,
 fencing (journaled and synced before returning), checkpoints (periodic and on cache full),
 start-up replay, read-only mode on disk errors or low free space, and GC entry points.
 
@@ -23,19 +25,17 @@ arrived.)
 from __future__ import annotations
 
 import asyncio
-import errno
 import logging
 import struct as _struct
-from collections.abc import Awaitable, Callable, Collection, Sequence
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
 from itertools import chain
 from operator import itemgetter
-from typing import Protocol
 
 import crc32c as _crc32c
 
 from magnetar.bookie import gc as _gc
-from magnetar.bookie.api import AddRequest, BookieInfo, Entry, EntryToAdd
+from magnetar.bookie.api import BookieInfo, Entry
 from magnetar.bookie.errors import (
     BookieIOError,
     NoEntry,
@@ -48,7 +48,6 @@ from magnetar.bookie.files import FileSystem, OsFileSystem
 from magnetar.bookie.index import LedgerRecord
 from magnetar.bookie.journal import (
     ENTRIES_PREFIX,
-    ENTRY_HEADER,
     ENTRY_HEADER_LEN,
     RECORD_HEADER,
     TYPE_ENTRIES,
@@ -116,17 +115,6 @@ class BookieConfig:
         return self.index_dir or f"{self.ledger_dir}/index"
 
 
-class AddEntryLike(EntryToAdd, Protocol):
-    """What ``add_batch`` reads from each entry: ``AddRequest``'s attributes."""
-
-    @property
-    def ledger_id(self) -> int: ...
-    @property
-    def master_key(self) -> bytes: ...
-    @property
-    def recovery(self) -> bool: ...
-
-
 class _LedgerState:
     __slots__ = (
         "explicit_lac",
@@ -184,6 +172,21 @@ def _count_packed(buf: bytes, first: int, stop: int) -> int:
     if pos != stop:
         raise MalformedBatch(f"last entry runs {pos - stop} bytes past the end")
     return count
+
+
+class _AdmittedBatch:
+    """What admitting one packed batch decided: the accepted entries' (header, payload) as
+    cached, one status per entry when any was refused (None: all accepted), the master-key
+    records of ledgers seen for the first time (journaled before the entries) and the
+    ledgers the batch touched (their LAC waiters are woken)."""
+
+    __slots__ = ("accepted", "metas", "statuses", "touched")
+
+    def __init__(self) -> None:
+        self.accepted: list[CachedValue] = []
+        self.statuses: list[int] | None = None
+        self.metas: list[bytes] = []
+        self.touched: list[int] = []
 
 
 _VIEW_MIN_BYTES = 8192
@@ -387,30 +390,6 @@ class Bookie:
 
     # -- add path --
 
-    def add_entries(self, requests: Sequence[AddRequest]) -> Awaitable[list[int]]:
-        """See ``BookieStorage.add_entries``. Returns a future (one per batch)."""
-        return self.add_batch(requests)
-
-    def add_batch(
-        self, entries: Sequence[AddEntryLike], master_key: bytes = b""
-    ) -> Awaitable[list[int]]:
-        """``add_entries`` for any objects with ``AddRequest``'s attribute names (no
-        per-entry ``AddRequest`` to build): an entry whose ``master_key`` is empty uses
-        ``master_key`` (the batch's key). Returns a future with one status per entry (0 = OK),
-        resolved after the fsync. Negative ids are refused per entry (``BAD_REQUEST``). The
-        gRPC service uses ``submit_packed`` instead (no per-entry object at all)."""
-        requests = entries
-        loop = self._loop
-        assert loop is not None, "start() first"
-        if self._read_only or self._closing:
-            return _ready(loop, [_READ_ONLY] * len(requests))
-        held = self._hold_if_full(
-            len(requests), lambda: self._add_now(requests, loop, master_key)[0]
-        )
-        if held is not None:
-            return held
-        return self._add_now(requests, loop, master_key)[0]
-
     def _hold_if_full(
         self, count: int, add: Callable[[], Awaitable[list[int]]]
     ) -> asyncio.Task[list[int]] | None:
@@ -440,103 +419,6 @@ class Bookie:
             self._dirty.add(lid)
         touched.append(lid)
         return st
-
-    def _add_now(
-        self,
-        requests: Sequence[AddEntryLike],
-        loop: asyncio.AbstractEventLoop,
-        default_key: bytes = b"",
-    ) -> tuple[asyncio.Future[list[int]], int]:
-        n = len(requests)
-        cache = self._cache
-        statuses: list[int] | None = None
-        parts: list[bytes] = [b""]
-        metas: list[bytes] = []
-        touched: list[int] = []
-        pack = ENTRY_HEADER.pack
-        crc = _crc
-        size_max = self._entry_size_max
-        count = 0
-        nbytes = 0
-        cur_lid = -1
-        st: _LedgerState | None = None
-        d: dict[int, CachedValue] = {}
-        cur_key = b""
-        fenced = False
-        max_lac = -1
-        # Per entry: attribute reads, one crc32c (C), one struct pack, two appends, one dict
-        # store. Ledger state is looked up only when the ledger changes; nothing here awaits.
-        for i, r in enumerate(requests):
-            lid = r.ledger_id
-            if lid != cur_lid:
-                if st is not None and max_lac > st.lac:
-                    st.lac = max_lac
-                if lid < 0:
-                    statuses = statuses or [_OK] * n
-                    statuses[i] = _BAD_REQUEST
-                    st = None
-                    cur_lid = -1
-                    continue
-                st = self._admit_ledger(lid, r.master_key or default_key, metas, touched)
-                cur_lid = lid
-                cur_key = st.master_key
-                fenced = st.fenced
-                max_lac = st.lac
-                d = cache.ledger(lid)
-            key = r.master_key or default_key
-            if key is not cur_key and key != cur_key:
-                statuses = statuses or [_OK] * n
-                statuses[i] = _UNAUTHORIZED
-                continue
-            if fenced and not r.recovery:
-                statuses = statuses or [_OK] * n
-                statuses[i] = _FENCED
-                continue
-            payload = r.payload
-            length = len(payload)
-            if length > size_max:
-                statuses = statuses or [_OK] * n
-                statuses[i] = _TOO_LARGE
-                continue
-            c = r.crc32c
-            if crc(payload) != c:
-                statuses = statuses or [_OK] * n
-                statuses[i] = _CORRUPT
-                continue
-            eid = r.entry_id
-            lac = r.lac
-            try:
-                header = pack(lid, eid, lac, c, length)
-            except _struct.error:  # a negative entry id (ids are unsigned on disk)
-                statuses = statuses or [_OK] * n
-                statuses[i] = _BAD_REQUEST
-                continue
-            parts.append(header)
-            parts.append(payload)
-            d[eid] = (header, payload)
-            nbytes += length
-            count += 1
-            if lac > max_lac:  # noqa: PLR1730 (a max() call costs more per entry)
-                max_lac = lac
-        if st is not None and max_lac > st.lac:
-            st.lac = max_lac
-        nbytes += ENTRY_HEADER_LEN * count
-        journal = self.journal
-        for meta in metas:
-            journal.append(*frame(meta))
-        if count == 0:
-            return _ready(loop, statuses or [_OK] * n), 0
-        cache.account(nbytes)
-        parts[0] = ENTRIES_PREFIX.pack(TYPE_ENTRIES, count)
-        # Journal record checksum (version 2): prefix and entry headers only; each payload is
-        # covered by the crc32c in its header, just verified. Payloads are written as received.
-        body_bytes = ENTRIES_PREFIX.size + nbytes
-        checksum = crc(b"".join(parts[1::2]), crc(parts[0]))  # headers: the odd parts
-        group = journal.append_parts(RECORD_HEADER.pack(body_bytes, checksum), parts, body_bytes)
-        if self._lac_waiters:
-            for lid in touched:
-                self._wake_lac(lid)
-        return self._when_synced(group, statuses or [_OK] * n, loop), nbytes
 
     async def _add_throttled(
         self, count: int, add_now: Callable[[], Awaitable[list[int]]]
@@ -607,16 +489,35 @@ class Bookie:
         key: bytes,
         recovery: bool,
     ) -> tuple[asyncio.Future[list[int]], int]:
-        """``submit_packed`` after the structure check: one pass over the entries."""
+        """``submit_packed`` after the structure check: admit the entries (one pass), then
+        journal what was accepted. Returns (future of the statuses, bytes cached)."""
         loop = self._loop
         assert loop is not None
+        batch = self._admit_packed(buf, first, n, key, recovery)
+        journal = self.journal
+        for meta in batch.metas:
+            journal.append(*frame(meta))
+        statuses = batch.statuses or [_OK] * n
+        if not batch.accepted:
+            return _ready(loop, statuses), 0
+        group, nbytes = self._journal_packed(buf, first, stop, batch)
+        if self._lac_waiters:
+            for lid in batch.touched:
+                self._wake_lac(lid)
+        return self._when_synced(group, statuses, loop), nbytes
+
+    def _admit_packed(
+        self, buf: bytes, first: int, n: int, key: bytes, recovery: bool
+    ) -> _AdmittedBatch:
+        """Check every entry of ``buf[first:]`` (ids, size, key, fence, checksum), put the
+        accepted ones into the write cache and raise the ledgers' piggybacked LACs; nothing
+        is journaled yet and nothing here awaits."""
         view: memoryview | None = None
         cache = self._cache
-        statuses: list[int] | None = None
-        accepted: list[CachedValue] = []
+        batch = _AdmittedBatch()
+        accepted = batch.accepted
         append = accepted.append
-        metas: list[bytes] = []
-        touched: list[int] = []
+        statuses: list[int] | None = None
         unpack = _WIRE_HEADER.unpack_from
         crc = _crc
         size_max = self._entry_size_max
@@ -628,7 +529,7 @@ class Bookie:
         pos = first
         # Per entry: one unpack, two slices (header, payload: a view when large), one crc32c
         # (C), one tuple, one append, one dict store. Ledger state, key and fence are checked
-        # when the ledger changes; nothing here awaits.
+        # when the ledger changes.
         for i in range(n):
             lid, eid, lac, c, length = unpack(buf, pos)
             start = pos + ENTRY_HEADER_LEN
@@ -641,7 +542,7 @@ class Bookie:
                     st = None
                     refused = _BAD_REQUEST
                 else:
-                    st = self._admit_ledger(lid, key, metas, touched)
+                    st = self._admit_ledger(lid, key, batch.metas, batch.touched)
                     if st.master_key != key:
                         refused = _UNAUTHORIZED
                     elif st.fenced and not recovery:
@@ -673,34 +574,34 @@ class Bookie:
             pos = end
         if st is not None and max_lac > st.lac:
             st.lac = max_lac
-        count = len(accepted)
-        if statuses is None:
+        batch.statuses = statuses
+        return batch
+
+    def _journal_packed(
+        self, buf: bytes, first: int, stop: int, batch: _AdmittedBatch
+    ) -> tuple[asyncio.Future[None], int]:
+        """One journal record of the accepted entries: the received bytes themselves when
+        every entry was accepted (their headers are the journal's: ids >= 0), else the
+        accepted headers and payloads. Returns (its group's future, bytes cached)."""
+        accepted = batch.accepted
+        if batch.statuses is None:
             nbytes = stop - first
         else:
-            nbytes = ENTRY_HEADER_LEN * count + sum(len(v[1]) for v in accepted)
-        journal = self.journal
-        for meta in metas:
-            journal.append(*frame(meta))
-        if count == 0:
-            return _ready(loop, statuses or [_OK] * n), 0
-        cache.account(nbytes)
-        prefix = ENTRIES_PREFIX.pack(TYPE_ENTRIES, count)
+            nbytes = ENTRY_HEADER_LEN * len(accepted) + sum(len(v[1]) for v in accepted)
+        self._cache.account(nbytes)
+        prefix = ENTRIES_PREFIX.pack(TYPE_ENTRIES, len(accepted))
         # Journal record checksum (version 2): prefix and entry headers only; each payload is
-        # covered by the crc32c in its header, just verified. With every entry accepted the
-        # body is the received buffer itself (its headers are the journal's: ids >= 0).
+        # covered by the crc32c in its header, just verified.
         body_bytes = ENTRIES_PREFIX.size + nbytes
-        checksum = crc(b"".join(map(_first, accepted)), crc(prefix))
-        body: list[Buffer] = [
-            prefix,
-            buf if first == 0 and stop == len(buf) else memoryview(buf)[first:stop],
-        ]
-        if statuses is not None:
+        checksum = _crc(b"".join(map(_first, accepted)), _crc(prefix))
+        body: list[Buffer]
+        if batch.statuses is None:
+            whole = buf if first == 0 and stop == len(buf) else memoryview(buf)[first:stop]
+            body = [prefix, whole]
+        else:
             body = [prefix, *chain.from_iterable(accepted)]
-        group = journal.append_parts(RECORD_HEADER.pack(body_bytes, checksum), body, body_bytes)
-        if self._lac_waiters:
-            for lid in touched:
-                self._wake_lac(lid)
-        return self._when_synced(group, statuses or [_OK] * n, loop), nbytes
+        header = RECORD_HEADER.pack(body_bytes, checksum)
+        return self.journal.append_parts(header, body, body_bytes), nbytes
 
     @staticmethod
     def _when_synced(
@@ -1074,8 +975,4 @@ class Bookie:
         )
 
 
-def is_disk_full(exc: BaseException) -> bool:
-    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
-
-
-__all__ = ["AddEntryLike", "Bookie", "BookieConfig", "BookieStatistics"]
+__all__ = ["Bookie", "BookieConfig", "BookieStatistics"]

@@ -27,8 +27,8 @@ import socket
 import sys
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, fields
-from typing import Any, Protocol
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, Any, Protocol
 
 from magnetar import settings
 from magnetar.bookie.api import BookieStorage
@@ -45,6 +45,10 @@ from magnetar.bookie.tls import GrpcTls
 from magnetar.zk.factory import open_metadata_store
 from magnetar.zk.store import MetadataStore
 
+if TYPE_CHECKING:
+    from magnetar.bookie.core import Bookie
+    from magnetar.bookie.metrics import MetricsServer
+
 log = logging.getLogger(__name__)
 
 EXIT_OK = 0
@@ -59,12 +63,18 @@ class StartRefused(Exception):
 @dataclass(slots=True)
 class BookieConfig:
     data_dir: str = "data/bookie"
+    journal_dir: str = ""
+    """BookKeeper's ``journalDirectories`` (one directory); empty: ``<data_dir>/journal``."""
+    ledger_dir: str = ""
+    """BookKeeper's ``ledgerDirectories`` (one directory); empty: ``<data_dir>/ledgers``."""
     metadata: str = "none"  # zk://host:port[/chroot], embedded://host:port, memory://, none
     host: str = "127.0.0.1"
     port: int = 3181
     advertised_address: str | None = None
     bookie_id: str | None = None
     http_port: int | None = None
+    http_server_enabled: bool = True
+    """BookKeeper's ``httpServerEnabled``: false, no HTTP server even with ``http_port``."""
     fast_add_port: int = 0
     """Port of the fast add transport (``bookie/fast_add.py``: the Add stream over plain TCP,
     announced in the registration as ``fast_add_port``; brokers with
@@ -224,6 +234,14 @@ def load_config(args: argparse.Namespace, environ: Mapping[str, str] | None = No
     return config
 
 
+def _one_directory(key: str, value: str) -> str:
+    """A BookKeeper directory list naming one directory (Magnetar's bookie uses one)."""
+    dirs = [d.strip() for d in value.split(",") if d.strip()]
+    if len(dirs) > 1:
+        raise StartRefused(f"{key}={value}: Magnetar's bookie uses one directory, not {len(dirs)}")
+    return dirs[0] if dirs else ""
+
+
 def _free_port(host: str) -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
@@ -285,20 +303,13 @@ async def open_metadata(url: str, session_timeout_ms: int | None = None) -> Meta
         raise StartRefused(str(exc)) from exc
 
 
+@dataclass(slots=True)
 class _Engine:
-    """The storage engine as the process sees it: a BookieStorage plus lifecycle hooks."""
+    """The storage engine as the process sees it: the ``BookieStorage`` it serves, and the
+    disk engine when that is it (its close, GC and statistics)."""
 
-    def __init__(
-        self,
-        storage: BookieStorage,
-        close: Callable[[], Awaitable[None]] | None = None,
-        gc: Callable[[set[int], set[int]], Awaitable[Any]] | None = None,
-        local_ledgers: Callable[[], set[int]] | None = None,
-    ) -> None:
-        self.storage = storage
-        self.close = close
-        self.gc = gc
-        self.local_ledgers = local_ledgers
+    storage: BookieStorage
+    disk: Bookie | None = None
 
 
 async def open_engine(config: BookieConfig, bookie_id: str) -> _Engine:
@@ -307,18 +318,17 @@ async def open_engine(config: BookieConfig, bookie_id: str) -> _Engine:
 
         log.warning("storage=memory: nothing is durable (testing only)")
         return _Engine(MemoryBookieStorage(bookie_id, max_entry_bytes=config.max_entry_bytes))
-    import importlib
+    disk = await _open_disk(config, bookie_id)
+    return _Engine(disk, disk)
 
+
+async def _open_disk(config: BookieConfig, bookie_id: str) -> Bookie:
+    """``bookie/core.py``'s engine: journal and ledger dirs live in the data dir; keys of
+    the config's ``engine`` mapping are ``core.BookieConfig`` fields."""
     try:
-        core = importlib.import_module("magnetar.bookie.core")
+        from magnetar.bookie import core
     except ImportError as exc:
         raise StartRefused(f"the disk storage engine is not available: {exc}") from exc
-    return await _open_core(core, config, bookie_id)
-
-
-async def _open_core(core: Any, config: BookieConfig, bookie_id: str) -> _Engine:
-    """Adapter to ``bookie/core.py`` (the storage engine): journal and ledger dirs live in
-    the data dir; keys of the config's ``engine`` mapping are ``core.BookieConfig`` fields."""
     if not config.journal_sync:
         log.warning("journal_sync=false is not supported by the disk engine; syncing anyway")
     if config.journal_pre_alloc_size_mb < 0:
@@ -328,19 +338,17 @@ async def _open_core(core: Any, config: BookieConfig, bookie_id: str) -> _Engine
     options = dict(config.engine or {})
     options.setdefault("journal_preallocate_bytes", config.journal_pre_alloc_size_mb << 20)
     engine_config = core.BookieConfig(
-        journal_dir=os.path.join(config.data_dir, "journal"),
-        ledger_dir=os.path.join(config.data_dir, "ledgers"),
+        journal_dir=_one_directory("journalDirectories", config.journal_dir)
+        or os.path.join(config.data_dir, "journal"),
+        ledger_dir=_one_directory("ledgerDirectories", config.ledger_dir)
+        or os.path.join(config.data_dir, "ledgers"),
         bookie_id=bookie_id,
         entry_size_max=config.max_entry_bytes,
         **options,
     )
-    bookie = core.Bookie(engine_config)
+    bookie: Bookie = core.Bookie(engine_config)
     await bookie.start()
-
-    async def gc(live: set[int], candidates: set[int]) -> Any:
-        return await bookie.collect_garbage(live, candidates)
-
-    return _Engine(bookie, bookie.close, gc, bookie.local_ledger_ids)
+    return bookie
 
 
 # -- the process --------------------------------------------------------------------------
@@ -370,21 +378,17 @@ class _DataDirLock:
             self.fd = -1
 
 
-async def _gc_loop(config: BookieConfig, lister: LiveLedgerLister, engine: _Engine) -> None:
-    gc, local_ledgers = engine.gc, engine.local_ledgers
-    if gc is None or local_ledgers is None:
-        log.info("storage engine has no GC entry point; GC wiring idle")
-        return
+async def _gc_loop(config: BookieConfig, lister: LiveLedgerLister, disk: Bookie) -> None:
     while True:
         await asyncio.sleep(config.gc_interval_s)
         try:
             # Local ledgers first: a ledger created after the metadata listing is never a
             # candidate, so it cannot be mistaken for a deleted one.
-            candidates = local_ledgers()
+            candidates = disk.local_ledger_ids()
             live = await lister.live_ledgers()
             if live is None:
                 continue
-            result = await gc(live, candidates)
+            result = await disk.collect_garbage(live, candidates)
             log.info("gc round done result=%s", result)
         except asyncio.CancelledError:
             raise
@@ -440,6 +444,169 @@ SidecarStarter = Callable[[BookieConfig, str], Awaitable[Sidecar | None]]
 """Starts a sidecar given the config and the bookie id; None: nothing to run."""
 
 
+@dataclass(slots=True)
+class _Process:
+    """What a running bookie holds, in start order: ``start`` opens and serves, ``drain``
+    stops taking adds and lets in-flight ones finish, ``stop`` undoes whatever started."""
+
+    config: BookieConfig
+    bookie_id: str
+    store: MetadataStore | None = None
+    engine: _Engine | None = None
+    server: BookieServer | None = None
+    fast_add: FastAddServer | None = None
+    metrics: MetricsServer | None = None
+    registration: BookieRegistration | None = None
+    tasks: list[asyncio.Task[Any]] = field(default_factory=list)
+    sidecar: Sidecar | None = None
+
+    @property
+    def http_port(self) -> int | None:
+        """The metrics / health port served (``httpServerEnabled`` false: none)."""
+        return self.config.http_port if self.config.http_server_enabled else None
+
+    async def start(self, sidecar: SidecarStarter | None) -> BookieServer:
+        """Open metadata (checking the cookie) and the storage, serve, register, then start
+        the sidecar. Returns the gRPC server (serving)."""
+        config = self.config
+        self.store = await open_metadata(config.metadata, config.zk_timeout_ms)
+        try:
+            cookie = await check_cookie(self.store, self.bookie_id, [config.data_dir])
+        except CookieError as exc:
+            raise StartRefused(str(exc)) from exc
+        self.engine = await open_engine(config, self.bookie_id)
+        service = BookieService(self.engine.storage)
+        service.ready = False  # Health says serving once registered
+        server = await self._serve(service)
+        if self.store is not None:
+            await self._register(self.store, cookie.instance_id)
+        service.ready = True
+        if sidecar is not None and self.store is not None:
+            self.sidecar = await sidecar(config, self.bookie_id)
+        elif config.auto_recovery_daemon_enabled and self.store is not None:
+            log.warning(
+                "auto_recovery_daemon_enabled is set but this entry point runs the storage "
+                "node only: run the bookie as `magnetar bookie` or run `magnetar autorecovery`"
+            )
+        return server
+
+    async def _serve(self, service: BookieService) -> BookieServer:
+        """The gRPC server, the fast add port and the metrics endpoint, as configured."""
+        config = self.config
+        tls = _tls(config)
+        if tls is not None and config.fast_add_port:
+            raise StartRefused(
+                "fast_add_port is a plaintext transport: it cannot be combined with TLS "
+                "(tls_certificate_path); set fast_add_port=0 (brokers then add over gRPC/TLS)"
+            )
+        server = self.server = BookieServer(service, config.host, config.port, tls=tls)
+        await server.start()
+        if config.fast_add_port:
+            self.fast_add = FastAddServer(service, config.host, config.fast_add_port)
+            await self.fast_add.start()
+        if self.http_port:
+            from magnetar.bookie.metrics import MetricsServer
+
+            assert self.engine is not None
+            self.metrics = MetricsServer(
+                service, self.engine.storage, config.host, self.http_port, engine=self.engine.disk
+            )
+            await self.metrics.start()
+        return server
+
+    async def _register(self, store: MetadataStore, instance_id: str) -> None:
+        """The ephemeral registration (read-only as the storage says) and the GC loop."""
+        config = self.config
+        assert self.engine is not None
+        info = RegistrationInfo(
+            bookie_id=self.bookie_id,
+            address=config.address,
+            instance_id=instance_id,
+            http_port=self.http_port,
+            extra=registration_extra(config, self.fast_add),
+        )
+
+        async def reopen() -> MetadataStore:
+            new = await open_metadata(config.metadata, config.zk_timeout_ms)
+            assert new is not None
+            return new
+
+        storage = self.engine.storage
+        self.registration = BookieRegistration(
+            store, info, reopen=reopen, read_only=lambda: storage.info().read_only
+        )
+        await self.registration.start()
+        if self.engine.disk is not None:
+            self.tasks.append(
+                asyncio.create_task(_gc_loop(config, LiveLedgerLister(store), self.engine.disk))
+            )
+        else:
+            log.info("storage engine has no GC entry point; GC wiring idle")
+
+    async def drain(self) -> None:
+        """Stop taking new adds; in-flight batches finish (their acks are sent)."""
+        grace_s = self.config.shutdown_grace_s
+        if self.server is not None:
+            self.server.service.begin_shutdown()
+        if self.fast_add is not None:
+            await self.fast_add.stop(grace_s)
+            self.fast_add = None
+        if self.server is not None:
+            await self.server.stop(grace_s)
+            self.server = None
+
+    async def stop(self) -> None:
+        """Undo what started, last first: the final checkpoint before deregistering."""
+        if self.sidecar is not None:
+            try:
+                await self.sidecar.stop()
+            except Exception:
+                log.exception("sidecar stop failed")
+        for task in self.tasks:
+            task.cancel()
+        if self.fast_add is not None:
+            await self.fast_add.stop(0)
+        if self.server is not None:
+            await self.server.stop(0)
+        if self.metrics is not None:
+            await self.metrics.stop()
+        disk = self.engine.disk if self.engine is not None else None
+        if disk is not None:
+            try:
+                await disk.close()  # final checkpoint
+            except Exception:
+                log.exception("storage close failed")
+        if self.registration is not None:
+            await self.registration.stop()
+        if self.store is not None:
+            with contextlib.suppress(Exception):
+                await self.store.close()
+
+
+def _tls(config: BookieConfig) -> GrpcTls | None:
+    """The gRPC server's TLS, when configured; refuses what cannot work (clearly, at start)."""
+    if not config.tls_certificate_path:
+        if config.authorized_roles.strip():
+            raise StartRefused(
+                "bookie authorized_roles needs TLS with client authentication "
+                "(tls_certificate_path, tls_key_path, tls_trust_store_path, "
+                "tls_client_authentication=true)"
+            )
+        return None
+    tls = GrpcTls(
+        config.tls_certificate_path,
+        config.tls_key_path,
+        config.tls_trust_store_path,
+        config.tls_client_authentication,
+        tuple(r.strip() for r in config.authorized_roles.split(",") if r.strip()),
+    )
+    try:
+        tls.server_credentials()  # unreadable files refuse the start, clearly
+    except ValueError as exc:
+        raise StartRefused(str(exc)) from exc
+    return tls
+
+
 async def run(
     config: BookieConfig,
     ready: Callable[[str], None] | None = None,
@@ -447,102 +614,22 @@ async def run(
     tune_gc: bool = False,
     sidecar: SidecarStarter | None = None,
 ) -> int:
+    """Run a bookie until SIGTERM/SIGINT; ``ready(address)`` once it serves."""
     os.makedirs(config.data_dir, exist_ok=True)
     lock = _DataDirLock(config.data_dir)
     lock.acquire()
-    store: MetadataStore | None = None
-    engine: _Engine | None = None
-    server: BookieServer | None = None
-    fast_add: FastAddServer | None = None
-    registration: BookieRegistration | None = None
-    metrics: Any = None
-    tasks: list[asyncio.Task[Any]] = []
-    running_sidecar: Sidecar | None = None
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    bookie_id = config.resolved_bookie_id()
+    process = _Process(config, config.resolved_bookie_id())
     try:
-        store = await open_metadata(config.metadata, config.zk_timeout_ms)
-        try:
-            cookie = await check_cookie(store, bookie_id, [config.data_dir])
-        except CookieError as exc:
-            raise StartRefused(str(exc)) from exc
-        engine = await open_engine(config, bookie_id)
-        service = BookieService(engine.storage, max_entry_bytes=config.max_entry_bytes)
-        service.ready = False  # Health says serving once registered
-        tls = (
-            GrpcTls(
-                config.tls_certificate_path,
-                config.tls_key_path,
-                config.tls_trust_store_path,
-                config.tls_client_authentication,
-                tuple(r.strip() for r in config.authorized_roles.split(",") if r.strip()),
-            )
-            if config.tls_certificate_path
-            else None
-        )
-        if tls is None and config.authorized_roles.strip():
-            raise StartRefused(
-                "bookie authorized_roles needs TLS with client authentication "
-                "(tls_certificate_path, tls_key_path, tls_trust_store_path, "
-                "tls_client_authentication=true)"
-            )
-        if tls is not None:
-            try:
-                tls.server_credentials()  # unreadable files refuse the start, clearly
-            except ValueError as exc:
-                raise StartRefused(str(exc)) from exc
-        if tls is not None and config.fast_add_port:
-            raise StartRefused(
-                "fast_add_port is a plaintext transport: it cannot be combined with TLS "
-                "(tls_certificate_path); set fast_add_port=0 (brokers then add over gRPC/TLS)"
-            )
-        server = BookieServer(service, config.host, config.port, tls=tls)
-        await server.start()
-        if config.fast_add_port:
-            fast_add = FastAddServer(service, config.host, config.fast_add_port)
-            await fast_add.start()
-        if config.http_port:
-            from magnetar.bookie.metrics import MetricsServer
-
-            metrics = MetricsServer(service, engine.storage, config.host, config.http_port)
-            await metrics.start()
-        if store is not None:
-            info = RegistrationInfo(
-                bookie_id=bookie_id,
-                address=config.address,
-                instance_id=cookie.instance_id,
-                http_port=config.http_port,
-                extra=registration_extra(config, fast_add),
-            )
-            metadata_url = config.metadata
-
-            async def reopen() -> MetadataStore:
-                new = await open_metadata(metadata_url, config.zk_timeout_ms)
-                assert new is not None
-                return new
-
-            storage = engine.storage
-            registration = BookieRegistration(
-                store, info, reopen=reopen, read_only=lambda: storage.info().read_only
-            )
-            await registration.start()
-            tasks.append(asyncio.create_task(_gc_loop(config, LiveLedgerLister(store), engine)))
-        service.ready = True
-        if sidecar is not None and store is not None:
-            running_sidecar = await sidecar(config, bookie_id)
-        elif config.auto_recovery_daemon_enabled and store is not None:
-            log.warning(
-                "auto_recovery_daemon_enabled is set but this entry point runs the storage "
-                "node only: run the bookie as `magnetar bookie` or run `magnetar autorecovery`"
-            )
+        server = await process.start(sidecar)
         if tune_gc:
             tune_gc_for_serving()
         log.info(
             "bookie started bookie_id=%s address=%s data_dir=%s metadata=%s storage=%s",
-            bookie_id,
+            process.bookie_id,
             config.address,
             config.data_dir,
             config.metadata,
@@ -551,41 +638,13 @@ async def run(
         if ready is not None:
             ready(server.address)
         await stop.wait()
-        log.info("shutting down bookie_id=%s", bookie_id)
-        # Stop taking new adds; in-flight batches finish (their acks are sent).
-        service.begin_shutdown()
-        if fast_add is not None:
-            await fast_add.stop(config.shutdown_grace_s)
-            fast_add = None
-        await server.stop(config.shutdown_grace_s)
-        server = None
+        log.info("shutting down bookie_id=%s", process.bookie_id)
+        await process.drain()
         return EXIT_OK
     finally:
-        if running_sidecar is not None:
-            try:
-                await running_sidecar.stop()
-            except Exception:
-                log.exception("sidecar stop failed")
-        for task in tasks:
-            task.cancel()
-        if fast_add is not None:
-            await fast_add.stop(0)
-        if server is not None:
-            await server.stop(0)
-        if metrics is not None:
-            await metrics.stop()
-        if engine is not None and engine.close is not None:
-            try:
-                await engine.close()  # final checkpoint
-            except Exception:
-                log.exception("storage close failed")
-        if registration is not None:
-            await registration.stop()
-        if store is not None:
-            with contextlib.suppress(Exception):
-                await store.close()
+        await process.stop()
         lock.release()
-        log.info("bookie stopped bookie_id=%s", bookie_id)
+        log.info("bookie stopped bookie_id=%s", process.bookie_id)
 
 
 def registration_extra(config: BookieConfig, fast_add: FastAddServer | None) -> dict[str, Any]:
@@ -630,6 +689,12 @@ def main_with_args(args: argparse.Namespace, sidecar: SidecarStarter | None = No
     uv = _install_uvloop()
     malloc_tuned = tune_malloc()
     log.info("%s", settings.effective_config_line(settings.BOOKIE, config))
+    if args.config:  # the keys accepted without a setting of their own, and why
+        values = settings.read_config_file(args.config)
+        known = settings.field_types(BookieConfig)
+        accepted = settings.accepted_keys(settings.BOOKIE, values, known)
+        for line in settings.accepted_log_lines(settings.BOOKIE, accepted):
+            log.info("%s", line)
     log.info("uvloop=%s malloc_tuned=%s", uv, malloc_tuned)
     # Until run() installs the loop's handlers, SIGTERM exits 0 (as a container's PID 1 an
     # unhandled SIGTERM would be ignored until the SIGKILL).

@@ -1,119 +1,158 @@
 """The bookie's ``/metrics`` endpoint (Prometheus text format) on its HTTP port.
 
-Owns: rendering the service's and the storage engine's ``statistics()`` and ``info()`` as
-Prometheus gauges/counters named like BookKeeper's (``bookie_SERVER_STATUS``,
-``bookkeeper_server_ADD_ENTRY_count``, ...) so existing dashboards fit, and a tiny aiohttp
-server for ``GET /metrics`` and ``GET /health``. Values are read when scraped; nothing is
-kept here. Must not know: how the numbers are produced.
+Owns: ``BookieMetrics``, a prometheus-client collector (as the broker's ``BrokerMetrics``)
+over the service's and the disk engine's ``statistics()`` and the storage's ``info()``, with
+BookKeeper's names (``bookie_SERVER_STATUS``, ``bookkeeper_server_ADD_ENTRY_count``,
+``bookie_WRITE_BYTES``, ...) so existing dashboards fit; ``exposition``, the text of a
+registry; and a tiny aiohttp server for ``GET /metrics`` and ``GET /health``. Values are read
+when scraped; nothing is kept here.
+Why ``exposition`` and not prometheus-client's ``generate_latest``: BookKeeper's counters
+carry no ``_total`` suffix, and that encoder (OpenMetrics' rule) names a counter family
+``<name>_total`` in its TYPE line, which no longer matches the samples dashboards select.
+``exposition`` writes the classic format with each family under its own name.
+Must not know: how the numbers are produced.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Any
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from aiohttp import web
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.utils import floatToGoString
 
 from magnetar.bookie.api import BookieStorage
 from magnetar.bookie.server import BookieService
 
+if TYPE_CHECKING:
+    from magnetar.bookie.core import Bookie
+
 log = logging.getLogger(__name__)
 
 
-def render(service: BookieService, storage: BookieStorage) -> str:
-    lines: list[str] = []
+def _gauge(name: str, documentation: str, value: float) -> Metric:
+    return GaugeMetricFamily(name, documentation, value=value)
 
-    def metric(name: str, kind: str, value: float, help_text: str) -> None:
-        lines.append(f"# HELP {name} {help_text}")
-        lines.append(f"# TYPE {name} {kind}")
-        lines.append(f"{name} {value}")
 
-    info = storage.info()
-    stats = service.statistics()
-    metric("bookie_SERVER_STATUS", "gauge", 0 if info.read_only else 1, "1 writable, 0 read-only")
-    metric("bookie_ledger_dir_total_bytes", "gauge", info.total_disk_bytes, "disk size")
-    metric("bookie_ledger_dir_free_bytes", "gauge", info.free_disk_bytes, "free disk")
-    metric("bookie_journal_lag_bytes", "gauge", info.journal_lag_bytes, "journal bytes unsynced")
-    metric(
-        "bookkeeper_server_ADD_ENTRY_count",
-        "counter",
-        stats.add_entries_received,
-        "entries received on Add streams",
-    )
-    metric(
-        "bookkeeper_server_ADD_ENTRY_failed_count",
-        "counter",
-        stats.add_entries_failed,
-        "entries answered with a non-OK status",
-    )
-    metric("bookkeeper_server_ADD_BATCH_count", "counter", stats.add_batches_received, "batches")
-    metric("bookkeeper_server_READ_ENTRY_count", "counter", stats.reads, "read requests")
-    metric("bookkeeper_server_BAD_REQUEST_count", "counter", stats.bad_requests, "bad requests")
-    metric("bookie_add_streams", "gauge", stats.add_streams_open, "open Add streams")
-    metric(
-        "bookie_fast_add_connections",
-        "gauge",
-        stats.fast_add_connections_open,
-        "open Add streams on the fast add port (also in bookie_add_streams)",
-    )
-    metric(
-        "bookie_fast_add_BATCH_count",
-        "counter",
-        stats.fast_add_batches_received,
-        "batches received on the fast add port (also in bookkeeper_server_ADD_BATCH_count)",
-    )
-    metric("bookie_WRITE_BYTES", "counter", stats.add_bytes_received, "bytes of entries added")
-    metric("bookie_READ_BYTES", "counter", stats.read_bytes_sent, "bytes of entries read")
-    from magnetar.bookie.core import Bookie
+def _counter(name: str, documentation: str, value: float) -> Metric:
+    """A counter under BookKeeper's name (no ``_total``)."""
+    family = Metric(name, documentation, "counter")
+    family.add_sample(name, {}, value)
+    return family
 
-    if isinstance(storage, Bookie):
-        core = storage.statistics()
-        journal = storage.journal.statistics()
-        metric("bookie_ledgers_count", "gauge", core.ledgers, "ledgers stored")
-        metric(
+
+class BookieMetrics:
+    """The bookie's series (a prometheus-client collector)."""
+
+    def __init__(
+        self, service: BookieService, storage: BookieStorage, engine: Bookie | None = None
+    ) -> None:
+        self.service = service
+        self.storage = storage
+        self.engine = engine
+        """The disk engine when it is the storage (its own and its journal's statistics)."""
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(self)
+
+    def __repr__(self) -> str:
+        return f"BookieMetrics({self.service!r})"
+
+    def collect(self) -> Iterator[Metric]:
+        info = self.storage.info()
+        stats = self.service.statistics()
+        yield _gauge("bookie_SERVER_STATUS", "1 writable, 0 read-only", 0 if info.read_only else 1)
+        yield _gauge("bookie_ledger_dir_total_bytes", "disk size", info.total_disk_bytes)
+        yield _gauge("bookie_ledger_dir_free_bytes", "free disk", info.free_disk_bytes)
+        yield _gauge("bookie_journal_lag_bytes", "journal bytes unsynced", info.journal_lag_bytes)
+        yield _counter(
+            "bookkeeper_server_ADD_ENTRY_count",
+            "entries received on Add streams",
+            stats.add_entries_received,
+        )
+        yield _counter(
+            "bookkeeper_server_ADD_ENTRY_failed_count",
+            "entries answered with a non-OK status",
+            stats.add_entries_failed,
+        )
+        yield _counter("bookkeeper_server_ADD_BATCH_count", "batches", stats.add_batches_received)
+        yield _counter("bookkeeper_server_READ_ENTRY_count", "read requests", stats.reads)
+        yield _counter("bookkeeper_server_BAD_REQUEST_count", "bad requests", stats.bad_requests)
+        yield _gauge("bookie_add_streams", "open Add streams", stats.add_streams_open)
+        yield _gauge(
+            "bookie_fast_add_connections",
+            "open Add streams on the fast add port (also in bookie_add_streams)",
+            stats.fast_add_connections_open,
+        )
+        yield _counter(
+            "bookie_fast_add_BATCH_count",
+            "batches received on the fast add port (also in bookkeeper_server_ADD_BATCH_count)",
+            stats.fast_add_batches_received,
+        )
+        yield _counter("bookie_WRITE_BYTES", "bytes of entries added", stats.add_bytes_received)
+        yield _counter("bookie_READ_BYTES", "bytes of entries read", stats.read_bytes_sent)
+        if self.engine is not None:
+            yield from self._engine_series(self.engine)
+
+    @staticmethod
+    def _engine_series(engine: Bookie) -> Iterator[Metric]:
+        core = engine.statistics()
+        journal = engine.journal.statistics()
+        yield _gauge("bookie_ledgers_count", "ledgers stored", core.ledgers)
+        yield _counter(
             "bookie_journal_JOURNAL_WRITE_BYTES",
-            "counter",
-            journal.appended_bytes,
             "bytes appended to the journal",
+            journal.appended_bytes,
         )
-        metric(
-            "bookie_journal_JOURNAL_SYNC_count",
-            "counter",
-            journal.syncs,
-            "fdatasync calls of the journal",
+        yield _counter(
+            "bookie_journal_JOURNAL_SYNC_count", "fdatasync calls of the journal", journal.syncs
         )
-        metric(
+        yield _counter(
             "bookie_journal_JOURNAL_FORCE_WRITE_GROUPING_count",
-            "counter",
-            journal.groups_synced,
             "group commits made durable",
+            journal.groups_synced,
         )
-        metric(
+        yield _gauge(
             "bookie_journal_JOURNAL_QUEUE_SIZE",
-            "gauge",
-            journal.pending_groups,
             "groups waiting for their fdatasync",
+            journal.pending_groups,
         )
-        metric(
+        yield _gauge(
             "bookie_journal_lag_bytes_synced",
-            "gauge",
-            journal.appended_bytes - journal.synced_bytes,
             "journal bytes not yet synced",
+            journal.appended_bytes - journal.synced_bytes,
         )
-    engine_stats = getattr(storage, "statistics", None)
-    if callable(engine_stats):
-        try:
-            values: Any = engine_stats()
-            if dataclasses.is_dataclass(values):
-                for field in dataclasses.fields(values):
-                    value = getattr(values, field.name)
-                    if isinstance(value, bool):
-                        value = int(value)
-                    if isinstance(value, int | float):
-                        metric(f"bookie_storage_{field.name}", "gauge", value, field.name)
-        except Exception:
-            log.exception("engine statistics failed")
+        for name, value in dataclasses.asdict(core).items():
+            if isinstance(value, int | float):  # a bool is an int: 0 or 1
+                yield _gauge(
+                    f"bookie_storage_{name}", name, int(value) if isinstance(value, bool) else value
+                )
+
+    def render(self) -> str:
+        return exposition(self.registry)
+
+
+def _help(text: str) -> str:
+    return text.replace("\\", r"\\").replace("\n", r"\n")
+
+
+def _label_value(text: str) -> str:
+    return text.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
+
+
+def exposition(registry: CollectorRegistry) -> str:
+    """The Prometheus text format (0.0.4) of ``registry``, each family under its own name."""
+    lines: list[str] = []
+    for family in registry.collect():
+        lines.append(f"# HELP {family.name} {_help(family.documentation)}")
+        lines.append(f"# TYPE {family.name} {family.type}")
+        for sample in family.samples:
+            labels = ",".join(f'{k}="{_label_value(v)}"' for k, v in sorted(sample.labels.items()))
+            name = f"{sample.name}{{{labels}}}" if labels else sample.name
+            lines.append(f"{name} {floatToGoString(sample.value)}")
     return "\n".join(lines) + "\n"
 
 
@@ -121,18 +160,23 @@ class MetricsServer:
     """``GET /metrics`` and ``GET /health`` on ``host:port``."""
 
     def __init__(
-        self, service: BookieService, storage: BookieStorage, host: str, port: int
+        self,
+        service: BookieService,
+        storage: BookieStorage,
+        host: str,
+        port: int,
+        *,
+        engine: Bookie | None = None,
     ) -> None:
         self.service = service
         self.storage = storage
+        self.metrics = BookieMetrics(service, storage, engine)
         self.host = host
         self.port = port
         self._runner: web.AppRunner | None = None
 
     async def _metrics(self, request: web.Request) -> web.Response:
-        return web.Response(
-            text=render(self.service, self.storage), content_type="text/plain", charset="utf-8"
-        )
+        return web.Response(text=self.metrics.render(), content_type="text/plain", charset="utf-8")
 
     async def _health(self, request: web.Request) -> web.Response:
         info = self.storage.info()
@@ -155,4 +199,4 @@ class MetricsServer:
             await runner.cleanup()
 
 
-__all__ = ["MetricsServer", "render"]
+__all__ = ["BookieMetrics", "MetricsServer", "exposition"]

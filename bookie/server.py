@@ -2,16 +2,17 @@
 
 Owns: ``BookieService`` (the ``magnetar.bookie.v1.Bookie`` servicer) and ``BookieServer``
 (a grpc.aio server bound to one address). Translates protobuf messages to the value types of
-``api.py`` and ``BookieError`` to status codes; never lets an exception escape a handler
-(a bad request gets ``BAD_REQUEST``; an unexpected failure gets ``IO_ERROR`` and a log line).
+``api.py``, and exceptions to status codes at one point (``_answer``): a ``BookieError``
+answers with its code (a bad request: ``BAD_REQUEST``), an unexpected failure with
+``IO_ERROR`` and a log line; no exception escapes a handler.
 Must not know: how storage works (journal, caches, index), metadata, registration.
 
 Add stream (one per client connection), pipelined:
 - a reader task takes ``AddBatch`` messages off the stream, hands each batch's ``packed``
-  buffer (layout: ``wire.py``) to ``storage.submit_packed`` (the engine walks it once and
-  reports entries and bytes) or else parses it and calls ``storage.add_entries`` (synchronous
-  validation + journal enqueue), and queues the returned awaitable; a malformed buffer fails
-  that batch whole (``BAD_REQUEST``, nothing of it stored); it stops reading while
+  buffer (layout: ``wire.py``) as it arrived to ``storage.submit_packed`` (the storage walks
+  it once, validates every entry and reports entries and bytes), and queues the returned
+  awaitable; a malformed buffer fails that batch whole (``BAD_REQUEST``, nothing of it
+  stored), and so does a master key over ``MASTER_KEY_BYTES_MAX``; it stops reading while
   ``max_inflight_batches`` / ``max_inflight_bytes`` are pending (back-pressure reaches the
   client through gRPC flow control);
 - the writer awaits the queued batches strictly in order and, once the head is done, also
@@ -32,11 +33,11 @@ import collections
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 
-from magnetar.bookie.api import NO_ENTRY_ID, AddRequest, BookieStorage, Entry
+from magnetar.bookie.api import NO_ENTRY_ID, BookieStorage, Entry
 from magnetar.bookie.errors import (
     BadRequest,
     BookieError,
@@ -48,7 +49,7 @@ from magnetar.bookie.errors import (
 from magnetar.bookie.proto import bookie_pb2 as pb
 from magnetar.bookie.proto import bookie_pb2_grpc as pb_grpc
 from magnetar.bookie.tls import GrpcTls, RoleCheck
-from magnetar.bookie.wire import BatchHeader, MalformedBatch, parse_batch_header, parse_packed
+from magnetar.bookie.wire import BatchHeader, MalformedBatch, parse_batch_header
 
 log = logging.getLogger(__name__)
 
@@ -137,19 +138,10 @@ class BookieService(pb_grpc.BookieServicer):
         self,
         storage: BookieStorage,
         *,
-        max_entry_bytes: int = ENTRY_BYTES_MAX,
         max_inflight_batches: int = 512,
         max_inflight_bytes: int = 64 * 1024 * 1024,
     ) -> None:
         self.storage = storage
-        # Fast path: an engine that takes the packed buffer as it is (``submit_packed``, see
-        # ``core.Bookie``) needs no per-entry object; it validates sizes, keys, fences and
-        # checksums itself and reports (codes awaitable, entry count, bytes).
-        submit = getattr(storage, "submit_packed", None)
-        self._submit_packed: (
-            Callable[[bytes, bytes, bool, int, int], tuple[Awaitable[list[int]], int, int]] | None
-        ) = submit if callable(submit) else None
-        self.max_entry_bytes = max_entry_bytes
         self.max_inflight_batches = max_inflight_batches
         self.max_inflight_bytes = max_inflight_bytes
         self._streams_open = 0
@@ -205,64 +197,25 @@ class BookieService(pb_grpc.BookieServicer):
         """Validate and hand one batch to storage; returns (entries, bytes, codes): codes are
         one status per entry, or their future, or one error for the whole batch (a malformed
         ``packed`` buffer: nothing of it is stored)."""
-        submit = self._submit_packed
         if not self.accepting:
             return 0, 0, ReadOnly("bookie is shutting down")
-        if submit is not None:
-            # The engine walks the buffer and validates every entry (ids, keys, fences,
-            # sizes, checksums) in one pass; no per-entry object is built here.
-            try:
-                awaitable, count, size = submit(
-                    data, batch.master_key, batch.recovery, batch.packed_start, batch.packed_end
-                )
-            except MalformedBatch as exc:
-                return 0, 0, self._malformed(batch.batch_id, exc)
-            except BookieError as exc:
-                return 0, 0, exc
-            except Exception as exc:
-                log.exception("add batch failed")
-                return 0, 0, BookieIOError(f"add batch failed: {exc!r}")
-            return count, size, asyncio.ensure_future(awaitable)
+        if len(batch.master_key) > MASTER_KEY_BYTES_MAX:
+            self._bad_requests += 1
+            return 0, 0, BadRequest(f"master key over {MASTER_KEY_BYTES_MAX} bytes")
+        # The storage walks the buffer and validates every entry (ids, keys, fences, sizes,
+        # checksums) in one pass; no per-entry object is built here.
         try:
-            parsed = parse_packed(data[batch.packed_start : batch.packed_end])
+            awaitable, count, size = self.storage.submit_packed(
+                data, batch.master_key, batch.recovery, batch.packed_start, batch.packed_end
+            )
         except MalformedBatch as exc:
             return 0, 0, self._malformed(batch.batch_id, exc)
-        n = len(parsed)
-        key = batch.master_key
-        recovery = batch.recovery
-        max_entry = self.max_entry_bytes
-        requests: list[AddRequest] = []
-        # Entries refused here are answered without reaching storage.
-        early: dict[int, int] = {}
-        size = 0
-        if len(key) > MASTER_KEY_BYTES_MAX:
-            return n, 0, BadRequest(f"master key over {MASTER_KEY_BYTES_MAX} bytes")
-        for i, e in enumerate(parsed):
-            plen = len(e.payload)
-            size += plen
-            if e.ledger_id < 0 or e.entry_id < 0:
-                early[i] = StatusCode.BAD_REQUEST
-            elif plen > max_entry:
-                early[i] = StatusCode.ENTRY_TOO_LARGE
-            else:
-                requests.append(
-                    AddRequest(e.ledger_id, e.entry_id, e.lac, e.crc32c, e.payload, key, recovery)
-                )
-        if early:
-            self._bad_requests += len(early)
-        if not requests:
-            return n, size, [int(early.get(i, StatusCode.BAD_REQUEST)) for i in range(n)]
-        try:
-            awaitable = self.storage.add_entries(requests)
-            fut = asyncio.ensure_future(awaitable)
         except BookieError as exc:
-            return n, size, [int(early.get(i, exc.code)) for i in range(n)]
-        except Exception:
-            log.exception("add_entries failed")
-            return n, size, [int(early.get(i, StatusCode.IO_ERROR)) for i in range(n)]
-        if not early:
-            return n, size, fut
-        return n, size, asyncio.ensure_future(_merge_codes(fut, early, n))
+            return 0, 0, exc
+        except Exception as exc:
+            log.exception("add batch failed")
+            return 0, 0, BookieIOError(f"add batch failed: {exc!r}")
+        return count, size, asyncio.ensure_future(awaitable)
 
     def _malformed(self, batch_id: int, exc: MalformedBatch) -> BookieError:
         self._bad_requests += 1
@@ -418,140 +371,157 @@ class BookieService(pb_grpc.BookieServicer):
         self, request: pb.ReadRequest, context: grpc.aio.ServicerContext
     ) -> pb.ReadResponse:
         self._reads += 1
-        try:
-            lid = request.ledger_id
-            if lid < 0:
-                raise _bad(f"invalid ledger id {lid}")
-            if request.long_poll:
-                timeout_ms = min(max(0, request.timeout_ms), LONG_POLL_MS_MAX)
-                prev = request.previous_lac
-                lac = await self.storage.wait_for_lac(lid, prev, timeout_ms)
-                resp = pb.ReadResponse(status=0, lac=lac)
-                if lac > prev:
-                    try:
-                        entry = await self.storage.read_entry(lid, prev + 1)
-                        resp.entries.append(_entry_pb(entry))
-                        self._read_bytes += len(entry.payload)
-                    except NoEntry:
-                        pass
-                return resp
-            first, last = request.first_entry_id, request.last_entry_id
-            if first < NO_ENTRY_ID:
-                raise _bad(f"invalid entry id {first}")
-            if last <= first:
-                entry = await self.storage.read_entry(lid, first)
+        return await _answer("read", self._read(request), _read_error)
+
+    async def _read(self, request: pb.ReadRequest) -> pb.ReadResponse:
+        lid = request.ledger_id
+        if lid < 0:
+            raise _bad(f"invalid ledger id {lid}")
+        if request.long_poll:
+            return await self._long_poll(lid, request)
+        first, last = request.first_entry_id, request.last_entry_id
+        if first < NO_ENTRY_ID:
+            raise _bad(f"invalid entry id {first}")
+        if last <= first:
+            entry = await self.storage.read_entry(lid, first)
+            self._read_bytes += len(entry.payload)
+            return pb.ReadResponse(status=0, entries=[_entry_pb(entry)], lac=NO_ENTRY_ID)
+        if first < 0:
+            raise _bad("a range read needs first_entry_id >= 0")
+        max_bytes = request.max_bytes if request.max_bytes > 0 else READ_BYTES_MAX
+        max_bytes = min(max_bytes, READ_BYTES_MAX)
+        entries = await self.storage.read_range(lid, first, last, max_bytes)
+        self._read_bytes += sum(len(e.payload) for e in entries)
+        return pb.ReadResponse(status=0, entries=[_entry_pb(e) for e in entries], lac=NO_ENTRY_ID)
+
+    async def _long_poll(self, lid: int, request: pb.ReadRequest) -> pb.ReadResponse:
+        timeout_ms = min(max(0, request.timeout_ms), LONG_POLL_MS_MAX)
+        prev = request.previous_lac
+        lac = await self.storage.wait_for_lac(lid, prev, timeout_ms)
+        resp = pb.ReadResponse(status=0, lac=lac)
+        if lac > prev:
+            try:
+                entry = await self.storage.read_entry(lid, prev + 1)
+                resp.entries.append(_entry_pb(entry))
                 self._read_bytes += len(entry.payload)
-                return pb.ReadResponse(status=0, entries=[_entry_pb(entry)], lac=NO_ENTRY_ID)
-            if first < 0:
-                raise _bad("a range read needs first_entry_id >= 0")
-            max_bytes = request.max_bytes if request.max_bytes > 0 else READ_BYTES_MAX
-            max_bytes = min(max_bytes, READ_BYTES_MAX)
-            entries = await self.storage.read_range(lid, first, last, max_bytes)
-            self._read_bytes += sum(len(e.payload) for e in entries)
-            return pb.ReadResponse(
-                status=0, entries=[_entry_pb(e) for e in entries], lac=NO_ENTRY_ID
-            )
-        except BookieError as exc:
-            return pb.ReadResponse(status=exc.code, message=str(exc), lac=NO_ENTRY_ID)
-        except Exception as exc:
-            log.exception("read failed")
-            return pb.ReadResponse(status=StatusCode.IO_ERROR, message=repr(exc), lac=-1)
+            except NoEntry:
+                pass
+        return resp
 
     async def ReadLac(
         self, request: pb.LedgerRequest, context: grpc.aio.ServicerContext
     ) -> pb.ReadLacResponse:
-        try:
-            if request.ledger_id < 0:
-                raise _bad(f"invalid ledger id {request.ledger_id}")
-            return pb.ReadLacResponse(status=0, lac=self.storage.read_lac(request.ledger_id))
-        except BookieError as exc:
-            return pb.ReadLacResponse(status=exc.code, message=str(exc), lac=NO_ENTRY_ID)
-        except Exception as exc:
-            log.exception("read_lac failed")
-            return pb.ReadLacResponse(status=StatusCode.IO_ERROR, message=repr(exc), lac=-1)
+        return await _answer("read_lac", self._read_lac(request), _read_lac_error)
+
+    async def _read_lac(self, request: pb.LedgerRequest) -> pb.ReadLacResponse:
+        if request.ledger_id < 0:
+            raise _bad(f"invalid ledger id {request.ledger_id}")
+        return pb.ReadLacResponse(status=0, lac=self.storage.read_lac(request.ledger_id))
 
     # -- ledger ops -------------------------------------------------------------------------
 
     async def Fence(
         self, request: pb.FenceRequest, context: grpc.aio.ServicerContext
     ) -> pb.FenceResponse:
-        try:
-            if request.ledger_id < 0 or len(request.master_key) > MASTER_KEY_BYTES_MAX:
-                raise _bad("invalid fence request")
-            last = await self.storage.fence(request.ledger_id, request.master_key)
-            return pb.FenceResponse(status=0, last_entry_id=last)
-        except BookieError as exc:
-            return pb.FenceResponse(status=exc.code, message=str(exc), last_entry_id=-1)
-        except Exception as exc:
-            log.exception("fence failed")
-            return pb.FenceResponse(status=StatusCode.IO_ERROR, message=repr(exc))
+        return await _answer("fence", self._fence(request), _fence_error)
+
+    async def _fence(self, request: pb.FenceRequest) -> pb.FenceResponse:
+        if request.ledger_id < 0 or len(request.master_key) > MASTER_KEY_BYTES_MAX:
+            raise _bad("invalid fence request")
+        last = await self.storage.fence(request.ledger_id, request.master_key)
+        return pb.FenceResponse(status=0, last_entry_id=last)
 
     async def WriteLac(
         self, request: pb.WriteLacRequest, context: grpc.aio.ServicerContext
     ) -> pb.StatusResponse:
-        try:
-            if request.ledger_id < 0 or len(request.master_key) > MASTER_KEY_BYTES_MAX:
-                raise _bad("invalid write-lac request")
-            if request.lac < NO_ENTRY_ID:
-                raise _bad(f"invalid lac {request.lac}")
-            await self.storage.write_lac(request.ledger_id, request.master_key, request.lac)
-            return pb.StatusResponse(status=0)
-        except BookieError as exc:
-            return pb.StatusResponse(status=exc.code, message=str(exc))
-        except Exception as exc:
-            log.exception("write_lac failed")
-            return pb.StatusResponse(status=StatusCode.IO_ERROR, message=repr(exc))
+        return await _answer("write_lac", self._write_lac(request), _status_error)
+
+    async def _write_lac(self, request: pb.WriteLacRequest) -> pb.StatusResponse:
+        if request.ledger_id < 0 or len(request.master_key) > MASTER_KEY_BYTES_MAX:
+            raise _bad("invalid write-lac request")
+        if request.lac < NO_ENTRY_ID:
+            raise _bad(f"invalid lac {request.lac}")
+        await self.storage.write_lac(request.ledger_id, request.master_key, request.lac)
+        return pb.StatusResponse(status=0)
 
     async def ForceLedger(
         self, request: pb.LedgerRequest, context: grpc.aio.ServicerContext
     ) -> pb.StatusResponse:
-        try:
-            if request.ledger_id < 0:
-                raise _bad(f"invalid ledger id {request.ledger_id}")
-            await self.storage.force_ledger(request.ledger_id)
-            return pb.StatusResponse(status=0)
-        except BookieError as exc:
-            return pb.StatusResponse(status=exc.code, message=str(exc))
-        except Exception as exc:
-            log.exception("force_ledger failed")
-            return pb.StatusResponse(status=StatusCode.IO_ERROR, message=repr(exc))
+        return await _answer("force_ledger", self._force_ledger(request), _status_error)
+
+    async def _force_ledger(self, request: pb.LedgerRequest) -> pb.StatusResponse:
+        if request.ledger_id < 0:
+            raise _bad(f"invalid ledger id {request.ledger_id}")
+        await self.storage.force_ledger(request.ledger_id)
+        return pb.StatusResponse(status=0)
 
     async def Health(
         self, request: pb.HealthRequest, context: grpc.aio.ServicerContext
     ) -> pb.HealthResponse:
-        try:
-            info = self.storage.info()
-            return pb.HealthResponse(
-                serving=self.ready and self.accepting,
-                read_only=info.read_only,
-                bookie_id=info.bookie_id,
-            )
-        except Exception:
-            log.exception("health check failed")
-            return pb.HealthResponse(serving=False)
+        return await _answer("health check", self._health(), _health_error)
+
+    async def _health(self) -> pb.HealthResponse:
+        info = self.storage.info()
+        return pb.HealthResponse(
+            serving=self.ready and self.accepting,
+            read_only=info.read_only,
+            bookie_id=info.bookie_id,
+        )
 
     async def Info(
         self, request: pb.InfoRequest, context: grpc.aio.ServicerContext
     ) -> pb.InfoResponse:
-        try:
-            info = self.storage.info()
-            return pb.InfoResponse(
-                status=0,
-                bookie_id=info.bookie_id,
-                read_only=info.read_only or not self.accepting,
-                total_disk_bytes=info.total_disk_bytes,
-                free_disk_bytes=info.free_disk_bytes,
-                journal_lag_bytes=info.journal_lag_bytes,
-            )
-        except Exception as exc:
-            log.exception("info failed")
-            return pb.InfoResponse(status=StatusCode.IO_ERROR, message=repr(exc))
+        return await _answer("info", self._info(), _info_error)
+
+    async def _info(self) -> pb.InfoResponse:
+        info = self.storage.info()
+        return pb.InfoResponse(
+            status=0,
+            bookie_id=info.bookie_id,
+            read_only=info.read_only or not self.accepting,
+            total_disk_bytes=info.total_disk_bytes,
+            free_disk_bytes=info.free_disk_bytes,
+            journal_lag_bytes=info.journal_lag_bytes,
+        )
 
 
-async def _merge_codes(fut: Awaitable[list[int]], early: dict[int, int], n: int) -> list[int]:
-    """Interleave storage's codes (for the accepted entries) with the early refusals."""
-    codes = iter(await fut)
-    return [early[i] if i in early else next(codes) for i in range(n)]
+Reply = TypeVar("Reply")
+
+
+async def _answer(what: str, work: Awaitable[Reply], error: Callable[[int, str], Reply]) -> Reply:
+    """The one place a handler's exceptions become a status: a ``BookieError`` answers with
+    its code, anything else with ``IO_ERROR`` (and a log line); nothing escapes."""
+    try:
+        return await work
+    except BookieError as exc:
+        return error(exc.code, str(exc))
+    except Exception as exc:
+        log.exception("%s failed", what)
+        return error(StatusCode.IO_ERROR, repr(exc))
+
+
+def _read_error(code: int, message: str) -> pb.ReadResponse:
+    return pb.ReadResponse(status=code, message=message, lac=NO_ENTRY_ID)
+
+
+def _read_lac_error(code: int, message: str) -> pb.ReadLacResponse:
+    return pb.ReadLacResponse(status=code, message=message, lac=NO_ENTRY_ID)
+
+
+def _fence_error(code: int, message: str) -> pb.FenceResponse:
+    return pb.FenceResponse(status=code, message=message, last_entry_id=NO_ENTRY_ID)
+
+
+def _status_error(code: int, message: str) -> pb.StatusResponse:
+    return pb.StatusResponse(status=code, message=message)
+
+
+def _health_error(code: int, message: str) -> pb.HealthResponse:
+    return pb.HealthResponse(serving=False)
+
+
+def _info_error(code: int, message: str) -> pb.InfoResponse:
+    return pb.InfoResponse(status=code, message=message)
 
 
 def _bad(message: str) -> BookieError:

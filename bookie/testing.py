@@ -2,8 +2,9 @@
 
 Owns: ``MemoryBookieStorage``, a dict-backed storage node with the same validation rules as
 the real engine (fence, master key, entry size, checksum, read-only), used by the service's
-fast tiers and by ``magnetar bookie --storage memory``. Nothing is durable: a process using it
-loses everything on exit. Must not know: gRPC.
+fast tiers and by ``magnetar bookie --storage memory``, and ``submit_requests`` (add
+``AddRequest``s to any storage, packed as the service hands them over). Nothing is
+durable: a process using it loses everything on exit. Must not know: gRPC.
 
 Invariants: an entry is stored with the crc32c it arrived with and only if that crc matches
 its payload; the fenced bit never clears; LAC only moves forward.
@@ -17,8 +18,9 @@ from dataclasses import dataclass, field
 
 import crc32c
 
-from magnetar.bookie.api import NO_ENTRY_ID, AddRequest, BookieInfo, Entry
+from magnetar.bookie.api import NO_ENTRY_ID, AddRequest, BookieInfo, BookieStorage, Entry
 from magnetar.bookie.errors import NoEntry, NoLedger, StatusCode, Unauthorized
+from magnetar.bookie.wire import ENTRY_HEADER, ENTRY_HEADER_LEN, PackedEntry, parse_packed
 
 DEFAULT_MAX_ENTRY_BYTES = 5 * 1024 * 1024 + 64 * 1024
 
@@ -59,43 +61,53 @@ class MemoryBookieStorage:
 
     # -- writes ---------------------------------------------------------------------------
 
-    def _check(self, req: AddRequest) -> int:
-        if req.ledger_id < 0 or req.entry_id < 0:
+    def _check(self, e: PackedEntry, master_key: bytes, recovery: bool) -> int:
+        if e.ledger_id < 0 or e.entry_id < 0:
             return StatusCode.BAD_REQUEST
-        if len(req.payload) > self.max_entry_bytes:
+        if len(e.payload) > self.max_entry_bytes:
             return StatusCode.ENTRY_TOO_LARGE
         if self.read_only:
             return StatusCode.READ_ONLY
-        if crc32c.crc32c(req.payload) != req.crc32c:
+        if crc32c.crc32c(e.payload) != e.crc32c:
             return StatusCode.CORRUPT
-        ledger = self._ledgers.get(req.ledger_id)
+        ledger = self._ledgers.get(e.ledger_id)
         if ledger is not None:
-            if ledger.master_key != req.master_key:
+            if ledger.master_key != master_key:
                 return StatusCode.UNAUTHORIZED
-            if ledger.fenced and not req.recovery:
+            if ledger.fenced and not recovery:
                 return StatusCode.FENCED
         return StatusCode.OK
 
-    def add_entries(self, requests: Sequence[AddRequest]) -> Awaitable[list[int]]:
+    def submit_packed(
+        self,
+        buf: bytes,
+        master_key: bytes = b"",
+        recovery: bool = False,
+        first: int = 0,
+        stop: int | None = None,
+    ) -> tuple[Awaitable[list[int]], int, int]:
+        entries = parse_packed(buf[first:stop])
         codes: list[int] = []
-        for req in requests:
-            code = self._check(req)
+        nbytes = 0
+        for e in entries:
+            code = self._check(e, master_key, recovery)
             if code == StatusCode.OK:
-                ledger = self._ledgers.get(req.ledger_id)
+                ledger = self._ledgers.get(e.ledger_id)
                 if ledger is None:
-                    ledger = self._ledgers[req.ledger_id] = _Ledger(req.master_key)
-                if req.entry_id not in ledger.entries:
-                    self.used_bytes += len(req.payload)
-                ledger.entries[req.entry_id] = Entry(
-                    req.ledger_id, req.entry_id, req.lac, req.crc32c, req.payload
+                    ledger = self._ledgers[e.ledger_id] = _Ledger(master_key)
+                if e.entry_id not in ledger.entries:
+                    self.used_bytes += len(e.payload)
+                ledger.entries[e.entry_id] = Entry(
+                    e.ledger_id, e.entry_id, e.lac, e.crc32c, e.payload
                 )
-                ledger.raise_lac(req.lac)
+                ledger.raise_lac(e.lac)
+                nbytes += ENTRY_HEADER_LEN + len(e.payload)
                 if self.used_bytes > self.capacity_bytes:
                     self.read_only = True
             codes.append(int(code))
         fut: asyncio.Future[list[int]] = asyncio.get_running_loop().create_future()
         fut.set_result(codes)
-        return fut
+        return fut, len(entries), nbytes
 
     # -- reads ----------------------------------------------------------------------------
 
@@ -180,4 +192,27 @@ class MemoryBookieStorage:
         )
 
 
-__all__ = ["DEFAULT_MAX_ENTRY_BYTES", "MemoryBookieStorage"]
+def submit_requests(
+    storage: BookieStorage, requests: Sequence[AddRequest]
+) -> asyncio.Future[list[int]]:
+    """Add ``requests`` to ``storage`` as the service hands it batches: each run of
+    requests with one master key and recovery flag packed (``wire.py``) into one batch.
+    The future resolves to one status per request, once every batch is durable."""
+    runs: list[tuple[bytes, bool, list[bytes]]] = []
+    for r in requests:
+        if not runs or runs[-1][0] != r.master_key or runs[-1][1] != r.recovery:
+            runs.append((r.master_key, r.recovery, []))
+        runs[-1][2].append(
+            ENTRY_HEADER.pack(r.ledger_id, r.entry_id, r.lac, r.crc32c, len(r.payload)) + r.payload
+        )
+    awaitables = [
+        storage.submit_packed(b"".join(parts), key, recovery)[0] for key, recovery, parts in runs
+    ]
+
+    async def statuses() -> list[int]:
+        return [code for codes in await asyncio.gather(*awaitables) for code in codes]
+
+    return asyncio.ensure_future(statuses())
+
+
+__all__ = ["DEFAULT_MAX_ENTRY_BYTES", "MemoryBookieStorage", "submit_requests"]

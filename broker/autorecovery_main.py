@@ -5,7 +5,7 @@ decommission|recover <id>``.
 Owns: turning flags / a YAML file into ``AutoRecoveryConfig``, opening the metadata session
 and real ``BookieClient``s, printing progress. The bookie package never imports this: the
 ``magnetar`` CLI hands ``bookie_sidecar`` to the bookie's ``run`` as its sidecar.
-Must not know: how recovery works (``broker/ledger/autorecovery``).
+Must not know: how recovery works (``broker/bookkeeper/autorecovery``).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any
 
 from magnetar.bookie.client import BookieClient
 from magnetar.bookie.main import BookieConfig
-from magnetar.broker.ledger.autorecovery import (
+from magnetar.broker.bookkeeper.autorecovery import (
     AutoRecovery,
     AutoRecoveryConfig,
     BookieActionError,

@@ -105,6 +105,16 @@ def _broker_arguments(parser: argparse.ArgumentParser) -> None:
         "--metadata", help="metadata store URL, e.g. zk://127.0.0.1:2181 (or metadata_store_url)"
     )
     parser.add_argument("--cluster-name", help="cluster name (default standalone)")
+    _configuration_store_argument(parser)
+
+
+def _configuration_store_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--configuration-metadata-store",
+        help="the configuration store shared by the clusters of an instance (clusters, "
+        "tenants, policies), e.g. zk://127.0.0.1:2181/global "
+        "(or configuration_metadata_store_url; default: the metadata store)",
+    )
 
 
 def _broker_run(args: argparse.Namespace) -> int:
@@ -115,16 +125,21 @@ def _broker_run(args: argparse.Namespace) -> int:
     setup_logging(args.log_level)
     try:
         config = _broker_config(
-            args, metadata_store_url=args.metadata, cluster_name=args.cluster_name
+            args,
+            metadata_store_url=args.metadata,
+            cluster_name=args.cluster_name,
+            configuration_metadata_store_url=args.configuration_metadata_store,
         )
     except (ValueError, OSError) as exc:
         print(f"magnetar broker: configuration error: {exc}", file=sys.stderr)
         return 2
     problem = _shared_metadata_problem(config.metadata_store_url)
+    if problem is None and config.configuration_metadata_store_url:
+        problem = _shared_metadata_problem(config.configuration_metadata_store_url)
     if problem is not None:
         print(f"magnetar broker: {problem}", file=sys.stderr)
         return 2
-    _log_effective(config)
+    _log_effective(config, args.config)
     _exit_0_on_sigterm()
     _install_uvloop()
     return asyncio.run(run_broker(config))
@@ -152,6 +167,7 @@ def _shared_metadata_problem(url: str) -> str | None:
 def _standalone_arguments(parser: argparse.ArgumentParser) -> None:
     _broker_common(parser)
     parser.add_argument("--data-dir", default="data/standalone", help="all state lives here")
+    parser.add_argument("--cluster-name", help="cluster name (default standalone)")
     parser.add_argument("--bookies", type=int, default=1, help="bookie processes to run")
     parser.add_argument(
         "--bookie-port", type=int, default=3181, help="first bookie's port (then +1 each)"
@@ -180,11 +196,11 @@ def _standalone_run(args: argparse.Namespace) -> int:
 
     setup_logging(args.log_level)
     try:
-        config = _broker_config(args)
+        config = _broker_config(args, cluster_name=args.cluster_name)
     except (ValueError, OSError) as exc:
         print(f"magnetar standalone: configuration error: {exc}", file=sys.stderr)
         return 2
-    _log_effective(config)
+    _log_effective(config, args.config)
     _exit_0_on_sigterm()
     _install_uvloop()
     return asyncio.run(
@@ -212,16 +228,27 @@ def _tokens_run(args: argparse.Namespace) -> int:
     return run(args)
 
 
-def _log_effective(config: BrokerConfig) -> None:
-    import logging
+def _log_effective(config: BrokerConfig, path: str | None = None) -> None:
+    """The effective configuration, then once each key of the config file accepted without
+    a setting of its own and why (a WARNING where it names something not served)."""
+    from magnetar import settings
 
-    logging.getLogger("magnetar.broker").info("%s", config.effective_config_line())
+    logger = logging.getLogger("magnetar.broker")
+    logger.info("%s", config.effective_config_line())
+    if path is None:
+        return
+    known = settings.field_types(type(config))
+    values = settings.read_config_file(path)
+    for accepted in settings.accepted_keys(settings.BROKER, values, known):
+        line = settings.accepted_log_lines(settings.BROKER, [accepted])[0]
+        logger.log(logging.WARNING if accepted.row.warn else logging.INFO, "%s", line)
 
 
 def _init_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", help="broker.conf-style key=value file or YAML")
     parser.add_argument("--metadata", help="metadata store URL, e.g. zk://127.0.0.1:2181")
     parser.add_argument("--cluster-name", help="cluster name (default standalone)")
+    _configuration_store_argument(parser)
     parser.add_argument(
         "--web-service-url", help="the cluster's HTTP URL (default from the broker settings)"
     )
@@ -246,6 +273,7 @@ def _init_run(args: argparse.Namespace) -> int:
             environ=os.environ,
             metadata_store_url=args.metadata,
             cluster_name=args.cluster_name,
+            configuration_metadata_store_url=args.configuration_metadata_store,
         )
     except (ValueError, OSError) as exc:
         print(f"magnetar zookeeper-init: configuration error: {exc}", file=sys.stderr)

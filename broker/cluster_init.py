@@ -2,9 +2,13 @@
 
 Owns: the idempotent initialisation Pulsar's ``initialize-cluster-metadata`` does: the
 cluster node (its service URLs), the ``public`` tenant and the ``public/default``
-namespace. Running it again changes nothing. Brokers create the same nodes on first start
-when they are missing, so the step is an operator's explicit one (a Kubernetes Job, the
-compose ``init`` service), not a requirement.
+namespace. Running it again changes nothing. A second cluster initialised on the same
+configuration store (``--configuration-metadata-store``) is added, as Pulsar adds it, to
+the ``public`` tenant's allowed clusters and to ``public/default``'s replication clusters.
+Brokers create the same nodes on first start when they are missing, so the step is an
+operator's explicit one (a Kubernetes Job, the compose ``init`` service), not a
+requirement; with a shared configuration store it is required for every cluster but the
+first, as in Pulsar.
 Must not know: how the metadata store was started.
 """
 
@@ -35,13 +39,17 @@ async def initialize_cluster_metadata(
     try:
         await resources.create_tenant("public", TenantInfo([], [cluster]))
         created.append("tenant public")
-    except ResourceConflict:
-        pass
+    except ResourceConflict:  # made by another cluster of a shared configuration store
+        if await resources.add_tenant_cluster("public", cluster):
+            created.append(f"tenant public allowed on {cluster}")
     try:
         await resources.create_namespace("public", "default", default_bundles=default_bundles)
         created.append("namespace public/default")
     except ResourceConflict:
-        pass
+        replication = await resources.get_replication_clusters("public", "default")
+        if cluster not in replication:
+            await resources.set_replication_clusters("public", "default", [*replication, cluster])
+            created.append(f"public/default replicated to {cluster}")
     log.info("cluster metadata initialised cluster=%s created=%s", cluster, created or "nothing")
     return created
 

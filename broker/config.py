@@ -18,6 +18,8 @@ from typing import Any
 from magnetar import settings
 from magnetar.broker.listeners import parse_advertised_listeners
 
+INACTIVE_TOPIC_MODES = ("delete_when_no_subscriptions", "delete_when_subscriptions_caught_up")
+
 
 @dataclass(slots=True)
 class BrokerConfig:
@@ -32,6 +34,10 @@ class BrokerConfig:
     broker_service_port: int = 6650
     web_service_port: int = 8080
     metadata_store_url: str = "memory://default"
+    # Pulsar's configuration store: clusters, tenants, namespace and topic policies and
+    # partitioned-topic metadata, shared by every cluster of an instance (zk/routing.py);
+    # empty: kept in metadata_store_url with the rest
+    configuration_metadata_store_url: str = ""
     metadata_store_session_timeout_millis: int = 30_000
     # protocol
     max_message_size: int = 5 * 1024 * 1024
@@ -44,6 +50,17 @@ class BrokerConfig:
     allow_auto_subscription_creation: bool = True
     default_number_of_namespace_bundles: int = 4
     broker_deduplication_enabled: bool = False
+    # the topic-level policy endpoints (/admin/v2/{domain}/{t}/{ns}/{topic}/...policies);
+    # off: they answer 405 as Pulsar's topicLevelPoliciesEnabled=false
+    topic_level_policies_enabled: bool = True
+    # -- implemented by the inactive-topic sweeper --------------------------------------
+    # Pulsar's brokerDeleteInactiveTopics* (mode: delete_when_no_subscriptions or
+    # delete_when_subscriptions_caught_up; max inactive duration None: the frequency)
+    broker_delete_inactive_topics_enabled: bool = True
+    broker_delete_inactive_topics_frequency_seconds: int = 60
+    broker_delete_inactive_topics_mode: str = "delete_when_no_subscriptions"
+    broker_delete_inactive_topics_max_inactive_duration_seconds: int | None = None
+    broker_delete_inactive_partitioned_topic_metadata_enabled: bool = False
     # schema registry (broker/schema/)
     schema_compatibility_strategy: str = "FULL"
     is_allow_auto_update_schema_enabled: bool = True
@@ -71,6 +88,10 @@ class BrokerConfig:
     managed_ledger_cache_eviction_time_threshold_millis: int = 1000
     managed_ledger_cache_eviction_interval_ms: int = 10
     managed_ledger_cursor_backlogged_threshold: int = 1000
+    # a cursor's own ledger rolls over at its next write once it holds this many entries or
+    # is this old (Pulsar's defaults): keeps cursor ledgers, and their metadata, small
+    managed_ledger_cursor_max_entries_per_ledger: int = 50_000
+    managed_ledger_cursor_rollover_time_in_seconds: int = 14_400
     # adds over the bookies' fast add transport (plain TCP, bookie/fast_add.py) where they
     # announce one (fast_add_port), else over the gRPC Add stream; never with bookie TLS
     bookkeeper_fast_add_enabled: bool = True
@@ -227,6 +248,12 @@ class BrokerConfig:
             overrides=overrides,
         )
         config = cls(**values)
+        if config.broker_delete_inactive_topics_mode not in INACTIVE_TOPIC_MODES:
+            raise ValueError(
+                "brokerDeleteInactiveTopicsMode: expected one of "
+                f"{', '.join(INACTIVE_TOPIC_MODES)}, got "
+                f"{config.broker_delete_inactive_topics_mode!r}"
+            )
         # a listener setting Pulsar refuses is a configuration error at start
         parse_advertised_listeners(config.advertised_listeners, config.internal_listener_name)
         return config
@@ -236,4 +263,4 @@ class BrokerConfig:
         return settings.effective_config_line(settings.BROKER, self)
 
 
-__all__ = ["BrokerConfig"]
+__all__ = ["INACTIVE_TOPIC_MODES", "BrokerConfig"]

@@ -51,6 +51,10 @@ class ResourceNotFound(ResourceError):
     http_status = 404
 
 
+class ResourceForbidden(ResourceError):
+    http_status = 403
+
+
 class ResourceConflict(ResourceError):
     http_status = 409
 
@@ -70,6 +74,7 @@ __all__ = [
     "PreconditionFailed",
     "ResourceConflict",
     "ResourceError",
+    "ResourceForbidden",
     "ResourceNotFound",
     "ServerError",
 ]

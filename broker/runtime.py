@@ -2,7 +2,8 @@
 
 Owns: building a ``BrokerService`` on managed ledgers over the bookies registered in the
 metadata store (``BookieClient`` per bookie), serving the admin REST API / HTTP lookup /
-metrics on the web port, logging setup, and orderly shutdown in reverse order. Used by
+metrics on the web port, logging setup, the configuration store beside the local one when
+``configuration_metadata_store_url`` names one, and orderly shutdown in reverse order. Used by
 ``magnetar broker`` (cluster) and ``magnetar standalone``.
 Must not know: how the metadata store or the bookies were started.
 """
@@ -24,12 +25,13 @@ from magnetar.bookie.tls import GrpcTls
 from magnetar.broker.admin.cluster_api import ClusterApi
 from magnetar.broker.admin.http_api import AdminApi
 from magnetar.broker.admin.http_security import add_permission_routes, security_middleware
+from magnetar.broker.bookkeeper.placement import RackPolicy
 from magnetar.broker.config import BrokerConfig
 from magnetar.broker.ledger import ManagedLedgerConfig, ManagedLedgerFactory
-from magnetar.broker.ledger.placement import RackPolicy
 from magnetar.broker.protocol.listener import BinaryListener
 from magnetar.broker.service import BrokerService
-from magnetar.broker.storage.managed_ledger import ManagedLedgerStorage
+from magnetar.broker.storage.managed_adapter import ManagedLedgerStorage
+from magnetar.zk.routing import RoutingMetadataStore
 from magnetar.zk.store import MetadataStore
 
 log = logging.getLogger(__name__)
@@ -52,6 +54,8 @@ def managed_ledger_config(config: BrokerConfig) -> ManagedLedgerConfig:
         ),
         entry_cache_eviction_interval_ms=config.managed_ledger_cache_eviction_interval_ms,
         cursor_backlogged_threshold=config.managed_ledger_cursor_backlogged_threshold,
+        cursor_max_entries_per_ledger=config.managed_ledger_cursor_max_entries_per_ledger,
+        cursor_rollover_time_ms=config.managed_ledger_cursor_rollover_time_in_seconds * 1000,
         read_ahead_entries=config.managed_ledger_read_ahead_entries,
         read_ahead_bytes=config.managed_ledger_read_ahead_max_size_bytes,
         read_ahead_total_bytes=config.managed_ledger_read_ahead_total_max_size_bytes,
@@ -262,16 +266,41 @@ def setup_logging(level: str = "INFO", extra: dict[str, Any] | None = None) -> N
     logging.getLogger("kazoo").setLevel(logging.WARNING)
 
 
-async def _open_store(config: BrokerConfig) -> MetadataStore:
+async def _open_url(config: BrokerConfig, url: str) -> MetadataStore:
     from magnetar.zk.factory import open_metadata_store
 
-    url = config.metadata_store_url
     options = (
         {"session_timeout_ms": config.metadata_store_session_timeout_millis}
         if url.startswith(("zk://", "embedded://"))
         else {}
     )
     return await open_metadata_store(url, **options)
+
+
+async def with_configuration_store(config: BrokerConfig, local: MetadataStore) -> MetadataStore:
+    """``local`` itself, or, with a ``configuration_metadata_store_url`` of its own, a store
+    routing ``/admin`` paths (clusters, tenants, policies) to that shared configuration
+    store and everything else to ``local`` (``zk/routing.py``). ``local`` is closed if the
+    configuration store cannot be opened."""
+    url = config.configuration_metadata_store_url
+    if not url or url == config.metadata_store_url:
+        return local
+
+    async def reopen() -> MetadataStore:
+        return await _open_url(config, url)
+
+    log.info("configuration metadata store %s", url)
+    try:
+        configuration = await reopen()
+    except BaseException:
+        await local.close()
+        raise
+    return RoutingMetadataStore(local, configuration, reopen_configuration=reopen)
+
+
+async def _open_store(config: BrokerConfig) -> MetadataStore:
+    local = await _open_url(config, config.metadata_store_url)
+    return await with_configuration_store(config, local)
 
 
 async def run_broker(config: BrokerConfig) -> int:
@@ -376,4 +405,5 @@ __all__ = [
     "run_broker",
     "setup_logging",
     "tune_gc_for_serving",
+    "with_configuration_store",
 ]

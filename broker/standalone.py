@@ -34,9 +34,14 @@ import sys
 import time
 
 from magnetar.broker.config import BrokerConfig
-from magnetar.broker.runtime import BrokerRuntime, tune_gc_for_serving
+from magnetar.broker.runtime import (
+    BrokerRuntime,
+    tune_gc_for_serving,
+    with_configuration_store,
+)
 from magnetar.zk import paths
 from magnetar.zk.embedded import EmbeddedMetadataServer
+from magnetar.zk.store import MetadataStore
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +106,7 @@ class Standalone:
         self.metadata_url = ""
         self.bookies: list[subprocess.Popen[bytes]] = []
         self.runtime: BrokerRuntime | None = None
+        self.store: MetadataStore | None = None
 
     @property
     def service_url(self) -> str:
@@ -117,11 +123,13 @@ class Standalone:
         self._lock_fd = _lock_data_dir(self.data_dir)
         self.metadata = EmbeddedMetadataServer(self.data_dir / "metadata")
         self.metadata_url = await self.metadata.start_serving("127.0.0.1", 0)
-        store = self.metadata.connect()
+        store: MetadataStore = self.metadata.connect()
         try:
             for i in range(self.num_bookies):
                 self.bookies.append(self._spawn_bookie(i))
             await self._wait_for_bookies(store)
+            # with configuration_metadata_store_url: clusters, tenants and policies there
+            store = self.store = await with_configuration_store(self.config, store)
             self.runtime = BrokerRuntime(self.config, store)
             await self.runtime.start()
         except BaseException:
@@ -207,6 +215,10 @@ class Standalone:
                 proc.kill()
                 await asyncio.to_thread(proc.wait)
         self.bookies.clear()
+        if self.store is not None:
+            with contextlib.suppress(Exception):
+                await self.store.close()
+            self.store = None
         if self.metadata is not None:
             await self.metadata.close()
             self.metadata = None

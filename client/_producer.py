@@ -658,6 +658,36 @@ class PartitionProducer(Handler):
                 )
             )
 
+    def submit_entry(
+        self,
+        headers_and_payload: bytes,
+        sequence_id: int,
+        num_messages: int,
+        is_chunk: bool,
+        future: asyncio.Future[MessageId],
+    ) -> None:
+        """Send an encoded entry (its slot acquired) under ``sequence_id``, after anything
+        accumulated before it (synchronous). Sequence ids increase over what is in flight
+        (receipts are matched in order); below the broker's last one is allowed: a resend
+        the broker recognises as a duplicate."""
+        self._check_open()
+        self.flush_batches()
+        if self._pending and sequence_id <= self._pending[-1].sequence_id:
+            raise ValueError(
+                f"sequence id {sequence_id} is not above the last one in flight, "
+                f"{self._pending[-1].sequence_id}"
+            )
+        self._next_sequence_id = max(self._next_sequence_id, sequence_id + 1)
+        cmd = commands.send(
+            self.producer_id, sequence_id, num_messages=num_messages, is_chunk=is_chunk
+        )
+        frame = encode_payload_command(cmd, headers_and_payload)
+        if len(frame) > self._max_frame():
+            _fail(future, MessageTooBig(f"entry of {len(frame)} bytes exceeds the maximum"))
+            self._release(1)
+            return
+        self._enqueue(OpSend(sequence_id, frame, [future], 1, self.ctx.clock.monotonic_ms()))
+
     def _enqueue(self, op: OpSend) -> None:
         self._pending.append(op)
         self._sent += op.num_messages
@@ -1188,6 +1218,37 @@ class Producer:
         if group.ops == 0 and not group.future.done():
             group.future.set_result(SentMessageIds(group.segments))
         return group.future
+
+    async def send_entry_async(
+        self,
+        headers_and_payload: bytes,
+        *,
+        sequence_id: int,
+        num_messages: int = 1,
+        is_chunk: bool = False,
+    ) -> asyncio.Future[MessageId]:
+        """Queue an entry already encoded as a broker stores it (checksum, ``MessageMetadata``
+        and payload: ``protocol.encode_headers_and_payload``) to be sent unchanged under
+        ``sequence_id``: how a geo-replicator re-publishes what another cluster stored (a
+        batch entry stays one entry of ``num_messages`` messages). Sequence ids must
+        increase; the producer's own numbering is not used. Returns the receipt's future.
+        Only for a producer on one topic or partition (never routed)."""
+        if self._closed:
+            raise AlreadyClosed("producer closed")
+        if len(self._parts) != 1 or self._num_partitions > 0:
+            raise InvalidConfiguration("send_entry_async needs a producer on one partition")
+        part = self._parts[0]
+        if not part.try_acquire_slot():
+            await part.acquire_slot(block=self.config.block_if_queue_full)
+        future: asyncio.Future[MessageId] = asyncio.get_running_loop().create_future()
+        try:
+            part.submit_entry(headers_and_payload, sequence_id, num_messages, is_chunk, future)
+        except BaseException:
+            part._release(1)
+            raise
+        if part.socket_backlogged():
+            await part.drain_socket()
+        return future
 
     def _next_round_robin(self) -> PartitionProducer:
         part = self._parts[self._rr % len(self._parts)]

@@ -3,8 +3,11 @@
 Owns: the ONE table of names (our snake_case name, the Pulsar ``broker.conf`` /
 BookKeeper ``bk_server.conf`` camelCase name where the setting is shared, and its
 ``MAGNETAR_*`` environment variable), reading ``key=value`` / YAML files, overriding from
-the environment, typed coercion, refusing unknown keys with a clear error, and rendering
-the effective configuration with secrets masked. The broker (``broker/config.py``), the
+the environment, typed coercion, sorting every key of a file into implemented (an alias or
+our own name), accepted (``magnetar.settings_accepted``: a Pulsar/BookKeeper key whose value
+asks for what Magnetar does anyway) or refused (a value Magnetar cannot honour, or a key it
+does not know) with a clear error, and rendering the effective configuration with secrets
+masked. The broker (``broker/config.py``), the
 bookie (``bookie/main.py``) and the docs (``tools/settings_table.py``) all use it.
 Must not know: what any setting does, or any other Magnetar module (it is imported by the
 bookie and the broker alike).
@@ -26,11 +29,22 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from magnetar.settings_accepted import ACCEPTED_BOOKIE, ACCEPTED_BROKER, Accepted
+
 Convert = Callable[[Any], Any]
 
 
 class UnknownSettingError(ValueError):
     """A config file or the environment named a setting that does not exist."""
+
+
+class RefusedSettingError(ValueError):
+    """A Pulsar/BookKeeper key whose value asks for something Magnetar does not do."""
+
+
+NOT_GIVEN = object()
+"""What an ``Alias.convert`` returns for a value that means "the default" (a deprecated
+alias left at its "unset" value must not override the current name)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +88,27 @@ def _millis_to_seconds(value: Any) -> Any:
     return float(value) / 1000.0
 
 
+def _positive_or_not_given(value: Any) -> Any:
+    """A deprecated Pulsar alias whose 0 or -1 means "unset" (the current name decides)."""
+    try:
+        return value if float(value) > 0 else NOT_GIVEN
+    except (TypeError, ValueError):
+        return value  # coercion names the bad value
+
+
+def _gigabytes_to_bytes(value: Any) -> Any:
+    """Pulsar's deprecated ``backlogQuotaDefaultLimitGB``: a positive size in GiB, else unset
+    (so ``backlogQuotaDefaultLimitBytes`` decides)."""
+    try:
+        gigabytes = float(value)
+    except (TypeError, ValueError):
+        return value  # coercion names the bad value
+    return int(gigabytes * (1 << 30)) if gigabytes > 0 else NOT_GIVEN
+
+
 # -- the table ------------------------------------------------------------------------------
+
+SWEEPER = "implemented by the inactive-topic sweeper"
 
 BROKER_ALIASES: tuple[Alias, ...] = (
     Alias("clusterName", "cluster_name"),
@@ -86,8 +120,31 @@ BROKER_ALIASES: tuple[Alias, ...] = (
     Alias("webServicePort", "web_service_port"),
     Alias("metadataStoreUrl", "metadata_store_url", _pulsar_metadata_url, "zk:host:port -> zk://"),
     Alias("zookeeperServers", "metadata_store_url", _zookeeper_servers, "host:port -> zk://"),
+    Alias(
+        "configurationMetadataStoreUrl",
+        "configuration_metadata_store_url",
+        _pulsar_metadata_url,
+        "zk:host:port -> zk://",
+    ),
+    Alias(
+        "configurationStoreServers",
+        "configuration_metadata_store_url",
+        _zookeeper_servers,
+        "host:port -> zk://",
+    ),
+    Alias(
+        "globalZookeeperServers",
+        "configuration_metadata_store_url",
+        _zookeeper_servers,
+        "host:port -> zk://",
+    ),
     Alias("metadataStoreSessionTimeoutMillis", "metadata_store_session_timeout_millis"),
-    Alias("zooKeeperSessionTimeoutMillis", "metadata_store_session_timeout_millis"),
+    Alias(
+        "zooKeeperSessionTimeoutMillis",
+        "metadata_store_session_timeout_millis",
+        _positive_or_not_given,
+        "deprecated in Pulsar: -1 (its default) leaves metadataStoreSessionTimeoutMillis",
+    ),
     Alias("maxMessageSize", "max_message_size"),
     Alias("keepAliveIntervalSeconds", "keep_alive_interval_seconds"),
     Alias("maxPendingPublishRequestsPerConnection", "max_pending_publish_requests_per_connection"),
@@ -128,6 +185,12 @@ BROKER_ALIASES: tuple[Alias, ...] = (
     Alias("backlogQuotaCheckEnabled", "backlog_quota_check_enabled"),
     Alias("backlogQuotaCheckIntervalInSeconds", "backlog_quota_check_interval_in_seconds"),
     Alias("backlogQuotaDefaultLimitBytes", "backlog_quota_default_limit_bytes"),
+    Alias(
+        "backlogQuotaDefaultLimitGB",
+        "backlog_quota_default_limit_bytes",
+        _gigabytes_to_bytes,
+        "deprecated in Pulsar: GiB -> bytes, when positive",
+    ),
     Alias("backlogQuotaDefaultLimitSecond", "backlog_quota_default_limit_second"),
     Alias("backlogQuotaDefaultRetentionPolicy", "backlog_quota_default_retention_policy"),
     Alias("maxProducersPerTopic", "max_producers_per_topic"),
@@ -161,6 +224,11 @@ BROKER_ALIASES: tuple[Alias, ...] = (
     ),
     Alias("managedLedgerCacheEvictionIntervalMs", "managed_ledger_cache_eviction_interval_ms"),
     Alias("managedLedgerCursorBackloggedThreshold", "managed_ledger_cursor_backlogged_threshold"),
+    Alias("managedLedgerCursorMaxEntriesPerLedger", "managed_ledger_cursor_max_entries_per_ledger"),
+    Alias(
+        "managedLedgerCursorRolloverTimeInSeconds",
+        "managed_ledger_cursor_rollover_time_in_seconds",
+    ),
     Alias(
         "managedLedgerReadAheadEntries",
         "managed_ledger_read_ahead_entries",
@@ -231,6 +299,11 @@ BROKER_ALIASES: tuple[Alias, ...] = (
         "load_balancer_auto_unload_split_bundles_enabled",
     ),
     Alias("loadBalancerSplitIntervalMinutes", "load_balancer_split_interval_minutes"),
+    Alias(
+        "loadBalancerNamespaceBundleSplitIntervalMinutes",
+        "load_balancer_split_interval_minutes",
+        note="Pulsar 2.x name",
+    ),
     Alias("loadBalancerNamespaceBundleMaxTopics", "load_balancer_namespace_bundle_max_topics"),
     Alias("loadBalancerNamespaceBundleMaxSessions", "load_balancer_namespace_bundle_max_sessions"),
     Alias("loadBalancerNamespaceBundleMaxMsgRate", "load_balancer_namespace_bundle_max_msg_rate"),
@@ -286,13 +359,40 @@ BROKER_ALIASES: tuple[Alias, ...] = (
     Alias("brokerClientKeyFilePath", "broker_client_key_file_path"),
     Alias("maxNumPartitionsPerPartitionedTopic", "max_num_partitions_per_partitioned_topic"),
     Alias("maxBufferedPartialFramesSizeInMb", "max_buffered_partial_frames_size_in_mb"),
+    Alias("topicLevelPoliciesEnabled", "topic_level_policies_enabled"),
+    # -- implemented by the inactive-topic sweeper (its fields in broker/config.py) --------
+    Alias(
+        "brokerDeleteInactiveTopicsEnabled",
+        "broker_delete_inactive_topics_enabled",
+        note=SWEEPER,
+    ),
+    Alias(
+        "brokerDeleteInactiveTopicsFrequencySeconds",
+        "broker_delete_inactive_topics_frequency_seconds",
+        note=SWEEPER,
+    ),
+    Alias("brokerDeleteInactiveTopicsMode", "broker_delete_inactive_topics_mode", note=SWEEPER),
+    Alias(
+        "brokerDeleteInactiveTopicsMaxInactiveDurationSeconds",
+        "broker_delete_inactive_topics_max_inactive_duration_seconds",
+        note=SWEEPER,
+    ),
+    Alias(
+        "brokerDeleteInactivePartitionedTopicMetadataEnabled",
+        "broker_delete_inactive_partitioned_topic_metadata_enabled",
+        note=SWEEPER,
+    ),
 )
 
 BOOKIE_ALIASES: tuple[Alias, ...] = (
     Alias("bookiePort", "port"),
+    Alias("journalDirectories", "journal_dir", note="one directory"),
+    Alias("ledgerDirectories", "ledger_dir", note="one directory"),
+    Alias("zkTimeout", "zk_timeout_ms"),
     Alias("authorizedRoles", "authorized_roles"),
     Alias("bookieId", "bookie_id"),
     Alias("httpServerPort", "http_port"),
+    Alias("httpServerEnabled", "http_server_enabled"),
     Alias("journalSyncData", "journal_sync"),
     Alias("journalPreAllocSizeMB", "journal_pre_alloc_size_mb"),
     Alias("gcWaitTime", "gc_interval_s", _millis_to_seconds, "milliseconds -> seconds"),
@@ -313,6 +413,7 @@ class Component:
     name: str
     env_prefix: str
     aliases: tuple[Alias, ...]
+    accepted: tuple[Accepted, ...] = ()
     secrets: frozenset[str] = frozenset()
     # Environment variables this component reads that are not settings (flags' defaults).
     extra_env: frozenset[str] = frozenset()
@@ -328,6 +429,9 @@ class Component:
     def aliases_of(self, name: str) -> list[Alias]:
         return [a for a in self.aliases if a.name == name]
 
+    def accepted_map(self) -> dict[str, Accepted]:
+        return {a.key: a for a in self.accepted}
+
 
 # Variables of tools and tests, never settings: ignored by every process.
 TOOL_ENV_PREFIXES = (
@@ -342,11 +446,17 @@ BROKER = Component(
     name="broker",
     env_prefix="MAGNETAR_",
     aliases=BROKER_ALIASES,
+    accepted=ACCEPTED_BROKER,
     extra_env=frozenset({"MAGNETAR_LOG_LEVEL"}),
     secrets=frozenset({"basic_auth_conf"}),  # may hold the password file itself (base64)
     foreign_env_prefixes=("MAGNETAR_BOOKIE_", *TOOL_ENV_PREFIXES),
 )
-BOOKIE = Component(name="bookie", env_prefix="MAGNETAR_BOOKIE_", aliases=BOOKIE_ALIASES)
+BOOKIE = Component(
+    name="bookie",
+    env_prefix="MAGNETAR_BOOKIE_",
+    aliases=BOOKIE_ALIASES,
+    accepted=ACCEPTED_BOOKIE,
+)
 
 _SECRET_WORDS = re.compile(
     r"password|secret|token|credential|private_key|auth_params|authentication_parameters"
@@ -360,8 +470,8 @@ MASK = "******"
 
 def read_config_file(path: str | pathlib.Path) -> dict[str, Any]:
     """A YAML mapping (``.yaml``/``.yml``/``.json``) or a ``key=value`` properties file
-    (anything else, as Pulsar's ``broker.conf``). An empty properties value means "use the
-    default", as in Pulsar."""
+    (anything else, as Pulsar's ``broker.conf``). An empty properties value (``key=``) is kept
+    as ``""``: it means "use the default", as in Pulsar, but the key must still be known."""
     path = pathlib.Path(path)
     text = path.read_text()
     if path.suffix in (".yaml", ".yml", ".json"):
@@ -379,40 +489,107 @@ def read_config_file(path: str | pathlib.Path) -> dict[str, Any]:
         if "=" not in line:
             raise ValueError(f"{path}:{lineno}: expected key=value, got {line!r}")
         key, _, value = line.partition("=")
-        if value.strip():
-            values[key.strip()] = value.strip()
+        values[key.strip()] = value.strip()
     return values
+
+
+@dataclass(frozen=True, slots=True)
+class AcceptedKey:
+    """A key of a file accepted as a no-op: its value and the row that says why."""
+
+    key: str
+    value: str
+    row: Accepted
+
+
+@dataclass(slots=True)
+class Classified:
+    """Every key of a file, sorted: ``implemented`` (our name -> value, converted),
+    ``accepted`` (no-ops), ``refused`` (messages) and ``unknown`` (keys)."""
+
+    implemented: dict[str, Any] = dataclasses.field(default_factory=dict)
+    accepted: list[AcceptedKey] = dataclasses.field(default_factory=list)
+    refused: list[str] = dataclasses.field(default_factory=list)
+    unknown: list[str] = dataclasses.field(default_factory=list)
+
+
+def _is_default(value: Any) -> bool:
+    return isinstance(value, str) and not value.strip()
+
+
+def classify(
+    component: Component, values: Mapping[str, Any], known: Mapping[str, Any]
+) -> Classified:
+    """Sort each key (snake_case, kebab-case, or a Pulsar/BookKeeper camelCase alias or
+    accepted key) into the four kinds. An empty value of a known key is left out of
+    ``implemented`` (the default stays); an alias conversion may say ``NOT_GIVEN``."""
+    aliases = component.alias_map()
+    accepted = component.accepted_map()
+    out = Classified()
+    for raw_key, value in values.items():
+        key = str(raw_key).strip()
+        snake = key.replace("-", "_")
+        if snake in known:
+            if not _is_default(value):
+                out.implemented[snake] = value
+        elif key in aliases:
+            if _is_default(value):
+                continue
+            alias = aliases[key]
+            converted = alias.convert(value) if alias.convert is not None else value
+            if converted is not NOT_GIVEN:
+                out.implemented[alias.name] = converted
+        elif key in accepted:
+            row = accepted[key]
+            text = "" if value is None else str(value).strip()
+            if not text or row.fits(text):
+                out.accepted.append(AcceptedKey(key, text, row))
+            else:
+                out.refused.append(
+                    f"{key}={text} asks for something Magnetar does not do "
+                    f"(supported: {row.supported}; {row.reason})"
+                )
+        else:
+            out.unknown.append(key)
+    return out
 
 
 def normalise(
     component: Component, values: Mapping[str, Any], known: Mapping[str, Any], origin: str
 ) -> dict[str, Any]:
-    """Map each key (snake_case, kebab-case or the Pulsar/BookKeeper camelCase alias) onto
-    our name, converting alias values; unknown keys raise ``UnknownSettingError`` naming
-    all of them (with the closest known names)."""
-    aliases = component.alias_map()
-    out: dict[str, Any] = {}
-    unknown: list[str] = []
-    for raw_key, value in values.items():
-        key = str(raw_key).strip()
-        snake = key.replace("-", "_")
-        if snake in known:
-            out[snake] = value
-        elif key in aliases:
-            alias = aliases[key]
-            out[alias.name] = alias.convert(value) if alias.convert is not None else value
-        else:
-            unknown.append(key)
-    if unknown:
+    """Our name -> value for every implemented key of ``values``; a refused value raises
+    ``RefusedSettingError`` and unknown keys ``UnknownSettingError``, naming all of them
+    (with the closest known names)."""
+    sorted_keys = classify(component, values, known)
+    if sorted_keys.unknown:
         raise UnknownSettingError(
             f"unknown {component.name} configuration keys in {origin}: "
-            + "; ".join(_suggest(component, key, known) for key in sorted(unknown))
+            + "; ".join(_suggest(component, key, known) for key in sorted(sorted_keys.unknown))
         )
-    return out
+    if sorted_keys.refused:
+        raise RefusedSettingError(
+            f"{component.name} configuration refused in {origin}: " + "; ".join(sorted_keys.refused)
+        )
+    return sorted_keys.implemented
+
+
+def accepted_keys(
+    component: Component, values: Mapping[str, Any], known: Mapping[str, Any]
+) -> list[AcceptedKey]:
+    """The keys of ``values`` accepted as no-ops (for the start-up log)."""
+    return classify(component, values, known).accepted
+
+
+def accepted_log_lines(component: Component, accepted: list[AcceptedKey]) -> list[str]:
+    """One line per accepted key: ``key=value accepted as a no-op: reason``."""
+    return [
+        f"{a.key}={a.value or '(default)'} accepted without a setting of its own: {a.row.reason}"
+        for a in accepted
+    ]
 
 
 def _suggest(component: Component, key: str, known: Mapping[str, Any]) -> str:
-    candidates = [*known, *component.alias_map()]
+    candidates = [*known, *component.alias_map(), *component.accepted_map()]
     close = difflib.get_close_matches(key.replace("-", "_"), candidates, n=1, cutoff=0.75)
     return f"{key} (did you mean {close[0]}?)" if close else key
 
@@ -572,19 +749,38 @@ def markdown_table(component: Component, cls: type) -> str:
     return "\n".join(rows)
 
 
+def markdown_accepted_table(component: Component) -> str:
+    """The keys ``component`` accepts without a setting of its own: the values that fit and
+    why (docs/operations.md, ``tools/settings_table.py``)."""
+    rows = ["| key | accepted values | why that is what Magnetar does |", "|---|---|---|"]
+    for row in sorted(component.accepted, key=lambda r: r.key.lower()):
+        why = row.reason.replace("|", "\\|") + (" (logged as a WARNING)" if row.warn else "")
+        supported = row.supported.replace("|", "\\|")
+        rows.append(f"| `{row.key}` | {supported} | {why} |")
+    return "\n".join(rows)
+
+
 __all__ = [
     "BOOKIE",
     "BOOKIE_ALIASES",
     "BROKER",
     "BROKER_ALIASES",
     "MASK",
+    "NOT_GIVEN",
+    "AcceptedKey",
     "Alias",
+    "Classified",
     "Component",
+    "RefusedSettingError",
     "UnknownSettingError",
+    "accepted_keys",
+    "accepted_log_lines",
+    "classify",
     "coerce",
     "effective_config_line",
     "field_types",
     "from_environment",
+    "markdown_accepted_table",
     "markdown_table",
     "masked",
     "normalise",

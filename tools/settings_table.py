@@ -24,6 +24,12 @@ def tables() -> str:
         + settings.markdown_table(settings.BROKER, BrokerConfig)
         + "\n\nBookie settings:\n\n"
         + settings.markdown_table(settings.BOOKIE, BookieConfig)
+        + "\n\nPulsar `broker.conf` / `standalone.conf` keys accepted without a setting of "
+        "their own (any other value of these keys is refused, naming the key, the value and "
+        "what fits):\n\n"
+        + settings.markdown_accepted_table(settings.BROKER)
+        + "\n\nBookKeeper `bk_server.conf` keys accepted without a setting of their own:\n\n"
+        + settings.markdown_accepted_table(settings.BOOKIE)
     )
 
 

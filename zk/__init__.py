@@ -1,4 +1,5 @@
-"""Metadata: the ``MetadataStore`` interface, its implementations, path layout and recipes.
+"""Metadata: the ``MetadataStore`` interface, its implementations, path layout and recipes,
+and the routing of a cluster's paths between its local and the configuration store.
 
 Imports nothing else of Magnetar. Only ``zookeeper.py`` imports kazoo; only ``embedded.py``
 imports rocksdict. Open stores with ``open_metadata_store(url)`` (see ``factory.py``).
@@ -23,6 +24,7 @@ from magnetar.zk.factory import close_shared_servers, memory_server, open_metada
 from magnetar.zk.faults import FaultInjectingStore
 from magnetar.zk.memory import MemoryMetadataServer, MemoryMetadataStore
 from magnetar.zk.recipes import IdAllocator, LeaderElection, OwnershipLock
+from magnetar.zk.routing import PathRouter, RoutingMetadataStore
 from magnetar.zk.store import (
     CREATE_ONLY,
     GetResult,
@@ -57,8 +59,10 @@ __all__ = [
     "NotificationType",
     "OperationTimeout",
     "OwnershipLock",
+    "PathRouter",
     "PutResult",
     "RemoteMetadataStore",
+    "RoutingMetadataStore",
     "SessionEvent",
     "SessionLost",
     "Stat",

@@ -87,6 +87,10 @@ class FaultInjectingStore(MetadataStore):
     def session_id(self) -> int:
         return self._inner.session_id
 
+    @property
+    def connected(self) -> bool:
+        return not self._dropped and not self._closed and self._inner.connected
+
     # -- fault control ----------------------------------------------------------------------
     def fail_next(
         self,
@@ -129,10 +133,6 @@ class FaultInjectingStore(MetadataStore):
         if seconds < 0:
             raise ValueError("latency must be >= 0")
         self._latency_s = seconds
-
-    def clear_faults(self) -> None:
-        self._faults.clear()
-        self._latency_s = 0.0
 
     async def drop_session(self) -> None:
         """Lose the session: emit LOST, fail further ops, close the inner store."""

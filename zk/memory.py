@@ -203,6 +203,10 @@ class MemoryMetadataStore(MetadataStore):
         self._lost = False
         server._register(self)
 
+    @property
+    def connected(self) -> bool:
+        return not self._lost and not self._closed
+
     def __repr__(self) -> str:
         state = "lost" if self._lost else "closed" if self._closed else "open"
         return f"<MemoryMetadataStore session={self._session_id} {state}>"

@@ -111,6 +111,11 @@ class MetadataStore(abc.ABC):
     def session_id(self) -> int:
         """The id of this store's session (owner of its ephemeral nodes)."""
 
+    @property
+    def connected(self) -> bool:
+        """Whether the session can reach its service now (in-process stores always can)."""
+        return True
+
     @abc.abstractmethod
     async def get(self, path: str) -> GetResult | None:
         """The node's value and stat, or None if it does not exist."""

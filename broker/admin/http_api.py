@@ -24,6 +24,7 @@ from magnetar.broker.admin.http_guard import BadRequest, guard, quiet_bad_reques
 from magnetar.broker.admin.ledgers_api import LedgerLayoutRoutes
 from magnetar.broker.admin.metrics import BrokerMetrics
 from magnetar.broker.admin.ops_api import OperationRoutes, json_unknown_routes
+from magnetar.broker.admin.replication_api import ReplicationRoutes
 from magnetar.broker.admin.schema_api import SchemaAdminRoutes
 from magnetar.broker.admin.topic_ops import TopicOperations
 from magnetar.broker.namespace.bundles import BundleRange
@@ -42,6 +43,7 @@ from magnetar.broker.policies.model import (
     remove_backlog_quota,
     set_backlog_quota,
 )
+from magnetar.settings_accepted import ADMIN_BODY_BYTES_MAX
 from magnetar.zk.errors import MetadataError
 
 if TYPE_CHECKING:
@@ -50,6 +52,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 DOMAINS = ("persistent", "non-persistent")
+TOPIC_POLICIES_DISABLED = (
+    "Topic level policies is disabled, to enable the topic level policy and retry."
+)
 METRICS_SLICE_S = 0.002
 """``/metrics`` holds the loop at most about this long at a time (plus one chunk)."""
 
@@ -207,6 +212,7 @@ class AdminApi:
         metrics_slice_s: float = METRICS_SLICE_S,
         extra_routes: Callable[[web.UrlDispatcher], None] | None = None,
         operations: TopicOperations | None = None,
+        topic_level_policies: bool = True,
     ) -> None:
         self.resources = resources
         self.topics = topics
@@ -219,6 +225,8 @@ class AdminApi:
         self.extra_routes = extra_routes
         self.operations = operations
         """Subscription, topic, namespace and cluster operations (``admin_ops_api``)."""
+        self.topic_level_policies = topic_level_policies
+        """Pulsar's ``topicLevelPoliciesEnabled``: off, the topic-policy routes answer 405."""
 
     @classmethod
     def of_service(
@@ -238,16 +246,19 @@ class AdminApi:
             default_bundles=service.config.default_number_of_namespace_bundles,
             metrics=BrokerMetrics(service).chunks,
             extra_routes=extra_routes,
+            topic_level_policies=service.config.topic_level_policies_enabled,
         )
 
     def app(self) -> web.Application:
         quiet_bad_requests()
         app = web.Application(
-            middlewares=[json_unknown_routes, _errors, guard], client_max_size=8 << 20
+            middlewares=[json_unknown_routes, _errors, guard],
+            client_max_size=ADMIN_BODY_BYTES_MAX,
         )
         r = app.router
         if self.extra_routes is not None:  # first: more specific than the topic routes
             self.extra_routes(r)
+        ReplicationRoutes(self.resources).add_routes(r)  # clusters, replication clusters
         schemas = getattr(self.topics, "schemas", None)
         if schemas is not None:  # /admin/v2/schemas/...: before /admin/v2/{domain}/...
             SchemaAdminRoutes(schemas).add_routes(r)
@@ -258,10 +269,6 @@ class AdminApi:
         r.add_get("/admin/v2/brokers/health", self.health)
         r.add_get("/metrics", self.metrics)
         r.add_get("/metrics/", self.metrics)
-        r.add_get("/admin/v2/clusters", self.list_clusters)
-        r.add_put("/admin/v2/clusters/{cluster}", self.create_cluster)
-        r.add_post("/admin/v2/clusters/{cluster}", self.update_cluster)
-        r.add_delete("/admin/v2/clusters/{cluster}", self.delete_cluster)
         # tenants
         r.add_get("/admin/v2/tenants", self.list_tenants)
         r.add_get("/admin/v2/tenants/{tenant}", self.get_tenant)
@@ -310,13 +317,16 @@ class AdminApi:
         for name, policy in NAMESPACE_POLICIES.items():
             if not policy.topic_level:
                 continue
-            r.add_get(base + "/{topic}/" + name, self._topic_policy_handler(name, "get"))
-            r.add_post(base + "/{topic}/" + name, self._topic_policy_handler(name, "set"))
-            r.add_put(base + "/{topic}/" + name, self._topic_policy_handler(name, "set"))
-            r.add_delete(base + "/{topic}/" + name, self._topic_policy_handler(name, "clear"))
-        r.add_get(base + "/{topic}/backlogQuotaMap", self.get_topic_backlog_quota_map)
-        r.add_post(base + "/{topic}/backlogQuota", self.set_topic_backlog_quota)
-        r.add_delete(base + "/{topic}/backlogQuota", self.remove_topic_backlog_quota)
+            for add, op in ((r.add_get, "get"), (r.add_post, "set"), (r.add_put, "set")):
+                add(base + "/{topic}/" + name, self._topic_policy_route(name, op))
+            r.add_delete(base + "/{topic}/" + name, self._topic_policy_route(name, "clear"))
+        r.add_get(
+            base + "/{topic}/backlogQuotaMap", self._topic_level(self.get_topic_backlog_quota_map)
+        )
+        r.add_post(base + "/{topic}/backlogQuota", self._topic_level(self.set_topic_backlog_quota))
+        r.add_delete(
+            base + "/{topic}/backlogQuota", self._topic_level(self.remove_topic_backlog_quota)
+        )
         # lookup
         r.add_get("/lookup/v2/topic/{domain}/{tenant}/{namespace}/{topic}", self.lookup)
         if ops is not None:
@@ -327,7 +337,7 @@ class AdminApi:
     async def health(self, request: web.Request) -> web.Response:
         # 503 while the metadata session is disconnected: the load-manager leader then
         # treats this broker as unresponsive and moves its bundles (docs/cluster.md)
-        if not getattr(self.resources.store, "connected", True):
+        if not self.resources.store.connected:
             return web.Response(status=503, text="metadata session not connected")
         return web.Response(text="ok")
 
@@ -351,23 +361,6 @@ class AdminApi:
         except ConnectionResetError:  # the scraper went away mid-stream: nothing to answer
             log.debug("metrics scrape from %s closed early", request.remote)
         return response
-
-    async def list_clusters(self, request: web.Request) -> web.Response:
-        return _json(await self.resources.list_clusters())
-
-    async def create_cluster(self, request: web.Request) -> web.Response:
-        body = await _body_json(request, {})
-        await self.resources.create_cluster(request.match_info["cluster"], body)
-        return _no_content()
-
-    async def update_cluster(self, request: web.Request) -> web.Response:
-        body = await _body_json(request, {})
-        await self.resources.update_cluster(request.match_info["cluster"], body)
-        return _no_content()
-
-    async def delete_cluster(self, request: web.Request) -> web.Response:
-        await self.resources.delete_cluster(request.match_info["cluster"])
-        return _no_content()
 
     # -- tenants ----------------------------------------------------------------------------
     async def list_tenants(self, request: web.Request) -> web.Response:
@@ -521,6 +514,19 @@ class AdminApi:
         topic = _topic_name(request)
         m = request.match_info
         return m["tenant"], m["namespace"], m["domain"], topic.rsplit("/", 1)[1]
+
+    def _topic_level(self, handler: Handler) -> Handler:
+        """``handler``, or Pulsar's 405 when topic-level policies are disabled."""
+        if self.topic_level_policies:
+            return handler
+
+        async def disabled(request: web.Request) -> web.Response:
+            return _json({"reason": TOPIC_POLICIES_DISABLED}, status=405)
+
+        return disabled
+
+    def _topic_policy_route(self, name: str, op: str) -> Handler:
+        return self._topic_level(self._topic_policy_handler(name, op))
 
     def _topic_policy_handler(self, name: str, op: str) -> Handler:
         return self._route_handler(

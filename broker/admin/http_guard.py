@@ -5,7 +5,8 @@ Owns:
 - ``guard``, an aiohttp middleware: the names a route carries (tenant, namespace, topic,
   subscription) are checked as Pulsar checks them, answering 412 Precondition Failed with
   Pulsar's reason (``NamedEntity``: ``[-=:.\\w]+`` for tenants and namespaces; a topic name
-  must parse, in a known domain (else 404); a subscription name must be one that
+  must parse; a ``{domain}`` segment that is no topic domain means no route matched, 404
+  ``Unknown route: METHOD PATH`` as for any path we lack); a subscription name must be one that
   ``validation.check_subscription_name`` takes).
 - ``read_json``: a request body as JSON, or 400 for bytes that are not UTF-8, not JSON,
   nested deeper than ``JSON_DEPTH_MAX`` or holding integers beyond Python's digit limit.
@@ -59,8 +60,9 @@ def _shown(name: str) -> str:
     return repr(name[:100] + ("..." if len(name) > 100 else ""))
 
 
-def check_route_names(match: dict[str, str]) -> None:
-    """Raise ``BadRequest`` (412) for a name in a route Pulsar would refuse."""
+def check_route_names(match: dict[str, str], route: str = "") -> None:
+    """Raise ``BadRequest`` (412) for a name in a route Pulsar would refuse; 404 when the
+    ``{domain}`` segment is no topic domain (``route``: "METHOD PATH", for the message)."""
     tenant = match.get("tenant")
     if tenant is not None and not (len(tenant) <= NAME_MAX and NAME.fullmatch(tenant)):
         raise BadRequest(412, f"Tenant name is not valid: {_shown(tenant)}")
@@ -69,7 +71,7 @@ def check_route_names(match: dict[str, str]) -> None:
         raise BadRequest(412, f"Namespace name is not valid: {tenant}/{_shown(namespace)}")
     domain = match.get("domain")
     if domain is not None and domain not in DOMAINS:
-        raise BadRequest(404, f"Unknown topic domain {_shown(domain)}")
+        raise BadRequest(404, f"Unknown route: {route or _shown(domain)}")
     topic = match.get("topic")
     if topic is not None and domain is not None:
         from urllib.parse import unquote
@@ -94,7 +96,7 @@ def check_route_names(match: dict[str, str]) -> None:
 @web.middleware
 async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
-        check_route_names(dict(request.match_info))
+        check_route_names(dict(request.match_info), f"{request.method} {request.path}")
         return await handler(request)
     except BadRequest as exc:
         return _reply(exc.status, exc.reason)

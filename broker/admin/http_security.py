@@ -3,7 +3,8 @@ Pulsar's permission endpoints.
 
 Owns: an aiohttp middleware (``Authorization: Bearer <token>`` or the client certificate ->
 role; 401 ``Authentication required`` when that fails; 403 with Pulsar's message when the role
-may not do it, decided by ``AuthorizationService.http_denial``) and the routes::
+may not do it, or 404 when the tenant does not exist, decided by
+``AuthorizationService.http_denial``) and the routes::
 
     GET    /admin/v2/namespaces/{t}/{ns}/permissions                 role -> actions
     POST   /admin/v2/namespaces/{t}/{ns}/permissions/{role}          body ["produce", ...]
@@ -61,7 +62,7 @@ def security_middleware(authn: AuthenticationService, authz: AuthorizationServic
                 return _reason(401, "Authentication required")
         denial = await authz.http_denial(request.method, request.path, role)
         if denial is not None:
-            return _reason(403, denial)
+            return _reason(denial.status, denial.reason)
         return await handler(request)
 
     return middleware

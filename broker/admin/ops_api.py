@@ -5,7 +5,7 @@ skip_all / expireMessages / resetcursor / position (peek), examinemessage, lastM
 internalStats, partitioned-stats, partition-aware stats / subscriptions / unload,
 terminate (and terminate/partitions), truncate,
 namespace and bundle unload and split, namespace permissions, namespace and topic
-``properties`` (magctl's labels), ``/clusters/{cluster}``,
+``properties`` (magctl's labels),
 ``/brokers/{cluster}``, ``/brokers/{cluster}/{broker}/ownedNamespaces``,
 ``/lookup/v2/topic/.../bundle``, ``/brokers/version``,
 ``/brokers/configuration[/runtime]``, ``/bookies/all``, ``/bookies/racks-info``,
@@ -118,7 +118,6 @@ class OperationRoutes:
         r.add_delete(base + "/truncate", self.truncate)
 
     def add_routes(self, r: web.UrlDispatcher) -> None:
-        r.add_get("/admin/v2/clusters/{cluster}", self.get_cluster)
         r.add_get("/admin/v2/brokers/version", self.version)
         r.add_get("/admin/v2/brokers/configuration", self.dynamic_configuration)
         r.add_get("/admin/v2/brokers/configuration/runtime", self.runtime_configuration)
@@ -246,9 +245,6 @@ class OperationRoutes:
         return _no_content()
 
     # -- cluster ------------------------------------------------------------------------------
-    async def get_cluster(self, request: web.Request) -> web.Response:
-        return _json(await self.ops.cluster_data(request.match_info["cluster"]))
-
     async def version(self, request: web.Request) -> web.Response:
         return web.Response(text=__version__)
 

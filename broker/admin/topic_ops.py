@@ -99,6 +99,8 @@ def _peeked(entry: Entry) -> PeekedMessage:
         headers["X-Pulsar-num-batch-message"] = str(md.num_messages_in_batch)
     if md.HasField("event_time") and md.event_time:
         headers["X-Pulsar-event-time"] = str(md.event_time)
+    if md.HasField("replicated_from"):
+        headers["X-Pulsar-replicated-from"] = md.replicated_from
     for kv in md.properties:
         headers[f"X-Pulsar-PROPERTY-{kv.key}"] = kv.value
     return PeekedMessage(pos, headers, bytes(stored.payload))
@@ -466,14 +468,14 @@ class TopicOperations:
 
     async def internal_stats(self, topic: str) -> dict[str, Any]:
         """Pulsar's PersistentTopicInternalStats (the managed ledger's view)."""
-        from magnetar.broker.storage.managed_ledger import ManagedTopicLedger
+        from magnetar.broker.storage.managed_adapter import ManagedLedgerAdapter
 
         t = await self.persistent(topic)
         ledger = t.ledger
         last = ledger.last_confirmed
         ledgers: list[dict[str, Any]] = []
         state = "LedgerOpened"
-        if isinstance(ledger, ManagedTopicLedger):
+        if isinstance(ledger, ManagedLedgerAdapter):
             for ledger_id, entries, size in ledger.ml.ledger_sizes():
                 ledgers.append(
                     {
@@ -579,15 +581,6 @@ class TopicOperations:
             await self.service.unload_bundle(bundle)
 
     # -- cluster -------------------------------------------------------------------------
-    async def cluster_data(self, cluster: str) -> dict[str, Any]:
-        import json
-
-        got = await self.service.store.get(paths.cluster(cluster))
-        if got is None:
-            raise ResourceNotFound("Cluster does not exist")
-        data = json.loads(got.value or b"{}")
-        return data if isinstance(data, dict) else {}
-
     # -- properties (magctl's labels) -----------------------------------------------------
     @staticmethod
     def _check_properties(body: Any) -> dict[str, str]:

@@ -16,12 +16,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Protocol
 
+from magnetar.broker.ledger.config import ManagedLedgerConfig
 from magnetar.broker.ledger.cursor import ManagedCursor
-from magnetar.broker.ledger.managed_ledger import (
-    ManagedLedger,
-    ManagedLedgerConfig,
-    ManagedLedgerFactory,
-)
+from magnetar.broker.ledger.managed_ledger import ManagedLedger, ManagedLedgerFactory
 from magnetar.broker.ledger.position import EARLIEST, Position
 from magnetar.zk import paths
 

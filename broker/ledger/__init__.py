@@ -1,64 +1,47 @@
-"""Managed ledgers and cursors over client-side replicated ledgers (BookKeeper's model).
+"""Managed ledgers and cursors over BookKeeper's ledgers (``magnetar.broker.bookkeeper``).
 
 Public API (what a broker topic uses): ``ManagedLedgerFactory(store, bookie_client_factory,
 config)`` -> ``await factory.open(name)`` -> ``ManagedLedger`` (``add``/``add_nowait`` ->
-``Position``, ``open_cursor``, ``new_non_durable_cursor``, ``read_entries``,
-``read_entries_or_wait``, ``get_last_confirmed``, ``trim``, ``close``, ``delete``,
-``statistics``) and ``ManagedCursor`` (``mark_delete``, ``delete``,
-``delete_batch_indexes``, ``redelivery_count``, ``increment_redelivery``, ``backlog``,
-``seek``, ``reset``, ``reset_to_publish_time``, ``rewind``, ``find_by_publish_time``).
+``Position``, ``open_cursor``, ``new_non_durable_cursor``, ``delete_cursor``,
+``read_range``, ``ledger_sizes``, ``get_last_confirmed``, ``terminate``, ``truncate``,
+``close``, ``delete``, ``statistics``; its parts ``ledgers``, ``reads``, ``trimming``,
+``rollover``, ``cursors``) and ``ManagedCursor`` (``read_entries``,
+``read_entries_or_wait``, ``mark_delete``, ``delete``, ``delete_batch_indexes``,
+``redelivery_count``, ``increment_redelivery``, ``backlog``, ``seek``, ``reset``,
+``reset_to_publish_time``, ``rewind``, ``find_by_publish_time``).
 Must not know: topics, producers, subscriptions, the wire protocol, ``magnetar.client``.
 """
 
-from magnetar.broker.ledger.client import LedgerClient, LedgerClientConfig
+from magnetar.broker.ledger.config import ManagedLedgerConfig
 from magnetar.broker.ledger.cursor import Backlog, CursorStatistics, ManagedCursor
 from magnetar.broker.ledger.errors import (
-    BookieFailure,
     CursorAlreadyExists,
     CursorNotFound,
-    EntryCorrupt,
-    InvalidStateTransition,
-    LedgerClosed,
     LedgerError,
     LedgerFenced,
-    LedgerNotFound,
     LedgerOutOfOrder,
     ManagedLedgerClosed,
     ManagedLedgerError,
     ManagedLedgerFenced,
     ManagedLedgerTerminated,
-    MetadataConflict,
-    NotEnoughBookies,
-    ReadBeyondLastConfirmed,
-    TooManyPendingAdds,
 )
-from magnetar.broker.ledger.handle import LedgerEntry, ReadHandle, WriteHandle
 from magnetar.broker.ledger.managed_ledger import (
-    ManagedEntry,
     ManagedLedger,
-    ManagedLedgerConfig,
     ManagedLedgerFactory,
     ManagedLedgerStatistics,
 )
 from magnetar.broker.ledger.position import EARLIEST, LATEST, Position
+from magnetar.broker.ledger.reads import ManagedEntry
 
 __all__ = [
     "EARLIEST",
     "LATEST",
     "Backlog",
-    "BookieFailure",
     "CursorAlreadyExists",
     "CursorNotFound",
     "CursorStatistics",
-    "EntryCorrupt",
-    "InvalidStateTransition",
-    "LedgerClient",
-    "LedgerClientConfig",
-    "LedgerClosed",
-    "LedgerEntry",
     "LedgerError",
     "LedgerFenced",
-    "LedgerNotFound",
     "LedgerOutOfOrder",
     "ManagedCursor",
     "ManagedEntry",
@@ -70,11 +53,5 @@ __all__ = [
     "ManagedLedgerFenced",
     "ManagedLedgerStatistics",
     "ManagedLedgerTerminated",
-    "MetadataConflict",
-    "NotEnoughBookies",
     "Position",
-    "ReadBeyondLastConfirmed",
-    "ReadHandle",
-    "TooManyPendingAdds",
-    "WriteHandle",
 ]

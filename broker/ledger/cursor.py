@@ -1,20 +1,18 @@
 """Managed cursors: a reader's position and its durable acknowledgement state.
 
-Owns: ``ManagedCursor`` — read position, mark-delete, individual and batch-index acks,
-redelivery counts, backlog, seek/reset/rewind, find-by-publish-time — and its persistence.
+Owns: ``ManagedCursor`` — read position and reads (it moves its own read position, through
+its read-ahead when behind the entry cache), mark-delete, individual and batch-index acks,
+redelivery counts, backlog, seek/reset/rewind, find-by-publish-time — and when its changes
+are written. Where they are written (the znode and the cursor ledger, snapshots and deltas,
+rollover) is ``cursor_log.CursorLog``'s.
 Persistence (better than Pulsar: the whole state is always durable, no range cap):
-- The cursor znode (``zk.paths.managed_cursor``) holds JSON ``{cursor_ledger, mark_delete}``
-  and is changed only by CAS (a lost CAS means another owner: the cursor is fenced).
-- The cursor ledger starts with a *snapshot* of the whole ack state (compact encoding,
-  chunked into entries of at most ``snapshot_chunk_bytes``), followed by *deltas*, one per
-  group flush. When the deltas outweigh the snapshot a new ledger is started with a fresh
-  snapshot, the znode is switched by CAS, and the old ledger is deleted.
 - Acks are group-committed: ``await mark_delete/delete/increment_redelivery`` returns once
   the change is in a durable cursor-ledger entry; concurrent callers share one write. An
   ack that changes nothing (already acknowledged) returns once the write in flight is
-  durable, so the broker's ack receipt always means durable.
-- Recovery opens the cursor ledger with fencing recovery, loads the snapshot and replays
-  every delta, so exactly the acknowledged entries and the redelivery counts come back.
+  durable, so the broker's ack receipt always means durable. A failed write makes the next
+  one a full snapshot.
+- Recovery loads the snapshot and replays every delta, so exactly the acknowledged entries
+  and the redelivery counts come back.
 Non-durable cursors (readers) keep the same state in memory only.
 Must not know: topics, subscriptions, message formats (publish time comes from a callback).
 """
@@ -22,51 +20,39 @@ Must not know: topics, subscriptions, message formats (publish time comes from a
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
-from magnetar.broker.ledger.ackstate import (
-    AckDelta,
-    AckState,
-    LedgerNavigator,
-    decode_delta,
-    encode_delta,
-)
-from magnetar.broker.ledger.client import LedgerClient
-from magnetar.broker.ledger.errors import (
-    LedgerError,
-    LedgerNotFound,
-    ManagedLedgerClosed,
-    ManagedLedgerFenced,
-)
-from magnetar.broker.ledger.handle import WriteHandle
+from magnetar.broker.bookkeeper.client import LedgerClient
+from magnetar.broker.bookkeeper.errors import LedgerError
+from magnetar.broker.ledger.ackstate import AckDelta, AckState
+from magnetar.broker.ledger.config import ManagedLedgerConfig
+from magnetar.broker.ledger.cursor_log import CursorLog
+from magnetar.broker.ledger.errors import ManagedLedgerClosed, ManagedLedgerFenced
+from magnetar.broker.ledger.ledger_list import LedgerList
 from magnetar.broker.ledger.position import Position
+from magnetar.broker.ledger.read_ahead import ReadAhead, ReadAheadStats
+from magnetar.broker.ledger.reads import LedgerReads, ManagedEntry
 from magnetar.broker.ledger.states import ManagedLedgerState
-from magnetar.zk import paths
-from magnetar.zk.errors import BadVersion, MetadataError, NotFound
+from magnetar.clock import Clock
+from magnetar.zk.errors import MetadataError
 from magnetar.zk.store import MetadataStore
 
 
-class CursorSettings(Protocol):
-    """The managed ledger's settings a cursor reads (``ManagedLedgerConfig`` has them)."""
+class CursorEvents(Protocol):
+    """Whom a cursor tells that it moved or went (the managed ledger's ``CursorRegistry``)."""
 
-    @property
-    def cursor_snapshot_min_bytes(self) -> int: ...
+    def moved(self, cursor: ManagedCursor) -> None: ...
 
-    @property
-    def cursor_max_entries_per_ledger(self) -> int: ...
-
-    @property
-    def snapshot_chunk_bytes(self) -> int: ...
+    def forget(self, cursor: ManagedCursor) -> None: ...
 
 
-class CursorLedger(LedgerNavigator, Protocol):
+class CursorLedger(Protocol):
     """What a cursor needs of its managed ledger (``ManagedLedger`` is one): its name,
-    store, settings and ledger client, its positions, and the calls a cursor makes back
-    when it moves or goes."""
+    store, settings and ledger client, its ledger list (positions, navigation), its reads,
+    and whom to tell when the cursor moves or goes."""
 
     @property
     def name(self) -> str: ...
@@ -75,36 +61,28 @@ class CursorLedger(LedgerNavigator, Protocol):
     def store(self) -> MetadataStore: ...
 
     @property
-    def config(self) -> CursorSettings: ...
+    def config(self) -> ManagedLedgerConfig: ...
 
     @property
     def ledger_client(self) -> LedgerClient: ...
 
     @property
+    def clock(self) -> Clock: ...
+
+    @property
     def state(self) -> ManagedLedgerState: ...
 
     @property
-    def last_confirmed(self) -> Position: ...
+    def ledgers(self) -> LedgerList: ...
 
-    def next_valid_position(self, pos: Position) -> Position: ...
+    @property
+    def reads(self) -> LedgerReads: ...
 
-    def position_after(self, pos: Position) -> Position: ...
-
-    def ledger_sizes(self) -> list[tuple[int, int, int]]: ...
-
-    async def find_by_publish_time(
-        self, publish_time_ms: int, extract: Callable[[bytes], int]
-    ) -> Position | None: ...
-
-    def on_cursor_moved(self, cursor: ManagedCursor) -> None: ...
-
-    def remove_non_durable_cursor(self, cursor: ManagedCursor) -> None: ...
+    @property
+    def cursors(self) -> CursorEvents: ...
 
 
 log = logging.getLogger(__name__)
-
-SNAPSHOT_CHUNK = b"S"
-DELTA = b"D"
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,24 +104,6 @@ class CursorStatistics:
     snapshots: int
 
 
-@dataclass(frozen=True, slots=True)
-class CursorInfo:
-    """The cursor znode's value."""
-
-    cursor_ledger_id: int
-    mark_delete: Position
-
-    def to_bytes(self) -> bytes:
-        return json.dumps(
-            {"cursor_ledger": self.cursor_ledger_id, "mark_delete": str(self.mark_delete)}
-        ).encode()
-
-    @classmethod
-    def from_bytes(cls, data: bytes) -> CursorInfo:
-        doc = json.loads(data)
-        return cls(int(doc["cursor_ledger"]), Position.parse(doc["mark_delete"]))
-
-
 class ManagedCursor:
     def __init__(
         self,
@@ -152,20 +112,17 @@ class ManagedCursor:
         state: AckState,
         *,
         durable: bool,
-        znode_version: int = -1,
-        cursor_ledger_id: int = -1,
+        log: CursorLog | None = None,
     ) -> None:
         self._ml = ml
         self.name = name
         self.durable = durable
         self._state = state
-        self.read_position = ml.next_valid_position(ml.position_after(state.mark_delete))
-        self._znode_version = znode_version
-        self._ledger: WriteHandle | None = None
-        self._ledger_id = cursor_ledger_id
-        self._needs_snapshot = True
-        self._snapshot_bytes = 0
-        self._delta_bytes = 0
+        self.read_position = ml.ledgers.next_valid_position(
+            ml.ledgers.position_after(state.mark_delete)
+        )
+        self._log = log
+        """Where the state is made durable (None: a non-durable cursor)."""
         self._pending = _PendingDelta()
         self._next_flush: asyncio.Future[None] | None = None
         self._flusher: asyncio.Task[None] | None = None
@@ -175,12 +132,12 @@ class ManagedCursor:
         self._close_task: asyncio.Future[None] | None = None
         self._dirty = False
         """The last cursor write failed: memory holds changes no durable entry has."""
-        self._fenced = False
         self._durable_mark_delete = state.mark_delete
         """Mark-delete as of the last durable write: trimming never deletes a ledger at or
         after it, so the stored state never references a deleted ledger."""
         self._flushes = 0
-        self._snapshots = 0
+        self._read_ahead: ReadAhead[ManagedEntry] | None = None
+        """Bookie reads in flight ahead of ``read_position`` while it is behind the cache."""
 
     def __repr__(self) -> str:
         return (
@@ -221,7 +178,7 @@ class ManagedCursor:
         md = self._state.mark_delete
         entries = 0
         size = 0.0
-        for ledger_id, count, ledger_bytes in self._ml.ledger_sizes():
+        for ledger_id, count, ledger_bytes in self._ml.ledgers.sizes():
             if ledger_id < md.ledger_id or count == 0:
                 continue
             above = md.entry_id if ledger_id == md.ledger_id else -1
@@ -234,11 +191,45 @@ class ManagedCursor:
         return Backlog(entries, int(size))
 
     def has_more_entries(self) -> bool:
-        return self._ml.next_valid_position(self.read_position) <= self._ml.last_confirmed
+        ledgers = self._ml.ledgers
+        return ledgers.next_valid_position(self.read_position) <= ledgers.last_confirmed
+
+    # -- reading ------------------------------------------------------------------------------
+    async def read_entries(self, max_entries: int) -> list[ManagedEntry]:
+        """Up to ``max_entries`` unacknowledged entries from the read position, which then
+        moves past them. Behind the entry cache, through the cursor's read-ahead (bookie
+        reads pipelined)."""
+        reads = self._ml.reads
+        start = self._ml.ledgers.next_valid_position(self.read_position)
+        ahead = self._read_ahead
+        if max_entries > 0 and reads.behind_cache(start):
+            if ahead is None:
+                ahead = self._read_ahead = reads.new_read_ahead()
+        elif ahead is not None:
+            ahead.clear()  # at the cache again: nothing to read ahead
+            ahead = None
+        entries, self.read_position = await reads.read_from(start, max_entries, self, ahead)
+        reads.read_done()
+        return entries
+
+    async def read_entries_or_wait(self, max_entries: int, timeout_s: float) -> list[ManagedEntry]:
+        """``read_entries``, after waiting up to ``timeout_s`` for an entry to read."""
+        if not self.has_more_entries():
+            await self._ml.reads.wait_for_entries(self.has_more_entries, timeout_s)
+        return await self.read_entries(max_entries)
+
+    def read_ahead_statistics(self) -> ReadAheadStats | None:
+        return self._read_ahead.statistics() if self._read_ahead is not None else None
+
+    def close_read_ahead(self) -> None:
+        """Stop reading ahead (the cursor or its managed ledger closes)."""
+        ahead, self._read_ahead = self._read_ahead, None
+        if ahead is not None:
+            ahead.close()
 
     # -- acknowledgements ---------------------------------------------------------------------
     def _check_open(self) -> None:
-        if self._fenced or self._ml.state is ManagedLedgerState.FENCED:
+        if self._fenced() or self._ml.state is ManagedLedgerState.FENCED:
             raise ManagedLedgerFenced(f"cursor {self.name} was taken over")
         if self._closed:
             raise ManagedLedgerClosed(f"cursor {self.name} is closed")
@@ -246,10 +237,10 @@ class ManagedCursor:
     async def mark_delete(self, pos: Position) -> None:
         """Acknowledge everything up to and including ``pos`` (cumulative ack)."""
         self._check_open()
-        pos = min(pos, self._ml.last_confirmed)
+        pos = min(pos, self._ml.ledgers.last_confirmed)
         if pos > self._state.mark_delete:
             self._state.set_mark_delete(pos)
-            self._state.advance(self._ml)
+            self._state.advance(self._ml.ledgers)
             self._pending.mark_delete = self._state.mark_delete
             self._after_move()
         await self._persist()
@@ -258,9 +249,9 @@ class ManagedCursor:
         """Whether ``pos`` names an entry of the managed ledger (written and confirmed):
         acknowledgements of anything else are ignored, so an absurd entry id can never grow
         the ack bitmaps."""
-        if pos.entry_id < 0 or pos > self._ml.last_confirmed:
+        if pos.entry_id < 0 or pos > self._ml.ledgers.last_confirmed:
             return False
-        entries = self._ml.entries_in(pos.ledger_id)
+        entries = self._ml.ledgers.entries_in(pos.ledger_id)
         return entries is not None and pos.entry_id < entries
 
     async def delete(self, positions: Iterable[Position]) -> None:
@@ -274,7 +265,7 @@ class ManagedCursor:
                 changed = True
         if changed:
             before = self._state.mark_delete
-            if self._state.advance(self._ml):
+            if self._state.advance(self._ml.ledgers):
                 self._pending.mark_delete = self._state.mark_delete
                 if self._state.mark_delete.ledger_id != before.ledger_id:
                     self._after_move()
@@ -300,7 +291,7 @@ class ManagedCursor:
         if whole:
             self._pending.acked.append(pos)
             self._pending.batch.pop(pos, None)
-            if self._state.advance(self._ml):
+            if self._state.advance(self._ml.ledgers):
                 self._pending.mark_delete = self._state.mark_delete
         elif pos in self._state.batch_sets:
             self._pending.batch[pos] = self._state.batch_sets[pos]
@@ -321,29 +312,31 @@ class ManagedCursor:
     # -- positioning --------------------------------------------------------------------------
     def seek(self, pos: Position) -> None:
         """Move the read position (acknowledgements are unchanged)."""
-        self.read_position = self._ml.next_valid_position(pos)
+        self.read_position = self._ml.ledgers.next_valid_position(pos)
 
     def rewind(self) -> None:
         """Read again from the first entry after mark-delete."""
-        self.read_position = self._ml.next_valid_position(
-            self._ml.position_after(self._state.mark_delete)
+        ledgers = self._ml.ledgers
+        self.read_position = ledgers.next_valid_position(
+            ledgers.position_after(self._state.mark_delete)
         )
 
     async def reset(self, pos: Position) -> None:
         """Reset the cursor: everything before ``pos`` acknowledged, nothing after it."""
         self._check_open()
-        pos = self._ml.next_valid_position(pos)
+        pos = self._ml.ledgers.next_valid_position(pos)
         self._state.reset(Position(pos.ledger_id, pos.entry_id - 1))
         self.read_position = pos
         self._pending = _PendingDelta()
-        self._needs_snapshot = True
+        if self._log is not None:
+            self._log.needs_snapshot = True
         await self._persist(force=True)
 
     async def find_by_publish_time(
         self, publish_time_ms: int, extract: Callable[[bytes], int]
     ) -> Position | None:
         """The first position whose entry's publish time is >= ``publish_time_ms``."""
-        return await self._ml.find_by_publish_time(publish_time_ms, extract)
+        return await self._ml.reads.find_by_publish_time(publish_time_ms, extract)
 
     async def reset_to_publish_time(
         self, publish_time_ms: int, extract: Callable[[bytes], int]
@@ -351,16 +344,20 @@ class ManagedCursor:
         """Reset to the first entry published at or after ``publish_time_ms`` (or to the
         end when there is none); returns the new read position."""
         found = await self.find_by_publish_time(publish_time_ms, extract)
-        target = found if found is not None else self._ml.position_after(self._ml.last_confirmed)
+        ledgers = self._ml.ledgers
+        target = found if found is not None else ledgers.position_after(ledgers.last_confirmed)
         await self.reset(target)
         return self.read_position
 
+    def _fenced(self) -> bool:
+        return self._log is not None and self._log.fenced
+
     def _after_move(self) -> None:
-        self._ml.on_cursor_moved(self)
+        self._ml.cursors.moved(self)
 
     # -- persistence --------------------------------------------------------------------------
     async def _persist(self, *, force: bool = False) -> None:
-        if not self.durable:
+        if self._log is None:
             return
         if not self._pending and not force:
             # Nothing new, but the state this caller saw (an ack repeated, a mark-delete
@@ -382,16 +379,18 @@ class ManagedCursor:
         await asyncio.shield(fut)
 
     async def _flush_loop(self) -> None:
+        durable = self._log
+        assert durable is not None
         while self._pending and self._next_flush is not None:
             delta, self._pending = self._pending, _PendingDelta()
             fut, self._next_flush = self._next_flush, None
             captured = self._state.mark_delete
             self._writing = fut
             try:
-                await self._write(delta)
+                await durable.write(self._state, None if delta.force else delta.to_delta())
             except BaseException as exc:
                 # the in-memory state has these changes: persist all of it next time
-                self._needs_snapshot = True
+                durable.needs_snapshot = True
                 self._dirty = True
                 if not fut.done():
                     fut.set_exception(exc)
@@ -408,117 +407,18 @@ class ManagedCursor:
             if not fut.done():
                 fut.set_result(None)
 
-    async def _write(self, pending: _PendingDelta) -> None:
-        cfg = self._ml.config
-        if self._ledger is not None and not self._needs_snapshot and not pending.force:
-            blob = DELTA + encode_delta(pending.to_delta())
-            roll = (
-                self._delta_bytes + len(blob)
-                > max(cfg.cursor_snapshot_min_bytes, self._snapshot_bytes)
-                or self._ledger.next_entry_id >= cfg.cursor_max_entries_per_ledger
-            )
-            if not roll:
-                try:
-                    await self._ledger.add(blob)
-                    self._delta_bytes += len(blob)
-                    return
-                except LedgerError as exc:
-                    log.warning("cursor %s: delta write failed (%r); new snapshot", self.name, exc)
-                    if isinstance(exc, ManagedLedgerFenced):
-                        raise
-        await self._write_snapshot()
-
-    async def _write_snapshot(self) -> None:
-        cfg = self._ml.config
-        blob = self._state.encode_snapshot()
-        chunk = cfg.snapshot_chunk_bytes
-        chunks = [blob[i : i + chunk] for i in range(0, len(blob), chunk)] or [b""]
-        handle = await self._ml.ledger_client.create_ledger(
-            custom={"managed-ledger": self._ml.name, "cursor": self.name}
-        )
-        futs = [
-            handle.add_nowait(SNAPSHOT_CHUNK + len(chunks).to_bytes(4, "big") + c) for c in chunks
-        ]
-        await asyncio.gather(*futs)
-        info = CursorInfo(handle.ledger_id, self._state.mark_delete)
-        path = paths.managed_cursor(self._ml.name, self.name)
-        try:
-            result = await self._ml.store.put(
-                path, info.to_bytes(), expected_version=self._znode_version
-            )
-        except (BadVersion, NotFound):
-            self._fenced = True
-            await handle.abort()
-            raise ManagedLedgerFenced(
-                f"cursor {self.name}: znode changed by another owner"
-            ) from None
-        self._znode_version = result.stat.version
-        old, old_id = self._ledger, self._ledger_id
-        self._ledger, self._ledger_id = handle, handle.ledger_id
-        self._needs_snapshot = False
-        self._snapshot_bytes = len(blob)
-        self._delta_bytes = 0
-        self._snapshots += 1
-        if old is not None:
-            try:
-                await old.close()
-            except LedgerError:
-                pass
-        if old_id >= 0:
-            await self._ml.ledger_client.delete_ledger(old_id)
+    @classmethod
+    async def create(cls, ml: CursorLedger, name: str, mark_delete: Position) -> ManagedCursor:
+        """A new durable cursor (its znode created: ``CursorAlreadyExists`` if it exists)."""
+        durable = await CursorLog.create(ml, name, mark_delete)
+        return cls(ml, name, AckState(mark_delete), durable=True, log=durable)
 
     @classmethod
     async def recover(cls, ml: CursorLedger, name: str) -> ManagedCursor:
-        path = paths.managed_cursor(ml.name, name)
-        got = await ml.store.get(path)
-        if got is None:
-            raise NotFound("cursor znode missing", path=path)
-        info = CursorInfo.from_bytes(got.value)
-        state = AckState(info.mark_delete)
-        reader = None
-        if info.cursor_ledger_id >= 0:
-            try:
-                reader = await ml.ledger_client.open_ledger(info.cursor_ledger_id, recovery=True)
-            except LedgerNotFound:
-                # a stale reference (the ledger was deleted): start again from the znode's
-                # mark-delete rather than never loading; later acks are redelivered, none lost
-                log.warning(
-                    "cursor %s/%s: cursor ledger %d is gone; recovered from mark-delete %s",
-                    ml.name,
-                    name,
-                    info.cursor_ledger_id,
-                    info.mark_delete,
-                )
-        if reader is not None:
-            lac = reader.last_add_confirmed
-            entries = await reader.read(0, lac) if lac >= 0 else []
-            chunks: list[bytes] = []
-            deltas: list[bytes] = []
-            for e in entries:
-                kind, body = e.payload[:1], e.payload[1:]
-                if kind == SNAPSHOT_CHUNK:
-                    chunks.append(body[4:])
-                elif kind == DELTA:
-                    deltas.append(body)
-            if chunks:
-                state = AckState.decode_snapshot(b"".join(chunks))
-            for blob in deltas:
-                state.apply(decode_delta(blob))
-        state.advance(ml)
-        # claim the znode (CAS, same value): a deposed owner's next snapshot switch now fails
-        try:
-            claimed = await ml.store.put(path, got.value, expected_version=got.stat.version)
-        except (BadVersion, NotFound):
-            raise ManagedLedgerFenced(f"cursor {name}: taken over while recovering") from None
-        cursor = cls(
-            ml,
-            name,
-            state,
-            durable=True,
-            znode_version=claimed.stat.version,
-            cursor_ledger_id=info.cursor_ledger_id if reader is not None else -1,
-        )
-        return cursor
+        """The durable cursor ``name`` as its log holds it."""
+        durable, state = await CursorLog.recover(ml, name)
+        state.advance(ml.ledgers)
+        return cls(ml, name, state, durable=True, log=durable)
 
     async def flush(self) -> None:
         """Wait until every acknowledgement made so far is durable."""
@@ -533,7 +433,7 @@ class ManagedCursor:
         """
         if not self.durable:
             self._closed = True
-            self._ml.remove_non_durable_cursor(self)
+            self._ml.cursors.forget(self)
             return
         if self._close_task is None:
             self._close_task = asyncio.ensure_future(self._close())
@@ -542,17 +442,14 @@ class ManagedCursor:
     async def _close(self) -> None:
         await self._drain()
         self._closed = True
-        if self._ledger is not None:
-            try:
-                await self._ledger.close()
-            except LedgerError:
-                pass
+        if self._log is not None:
+            await self._log.close()
 
     async def _drain(self) -> None:
         """Return once no cursor write is in flight or pending (bounded: a failed final
         write is retried once, as a snapshot)."""
         retried = False
-        while not self._fenced:
+        while not self._fenced():
             flusher = self._flusher
             if flusher is not None and not flusher.done():
                 await asyncio.wait([flusher])
@@ -571,14 +468,8 @@ class ManagedCursor:
 
     async def delete_durable_state(self) -> None:
         self._closed = True
-        if self._ledger is not None:
-            await self._ledger.abort()
-        if self._ledger_id >= 0:
-            await self._ml.ledger_client.delete_ledger(self._ledger_id)
-        try:
-            await self._ml.store.delete(paths.managed_cursor(self._ml.name, self.name))
-        except NotFound:
-            pass
+        if self._log is not None:
+            await self._log.delete()
 
     def statistics(self) -> CursorStatistics:
         return CursorStatistics(
@@ -588,9 +479,9 @@ class ManagedCursor:
             read_position=self.read_position,
             ack_ranges=self._state.range_count(),
             redelivery_tracked=len(self._state.redeliveries),
-            cursor_ledger_id=self._ledger_id,
+            cursor_ledger_id=self._log.ledger_id if self._log is not None else -1,
             flushes=self._flushes,
-            snapshots=self._snapshots,
+            snapshots=self._log.snapshots if self._log is not None else 0,
         )
 
 
@@ -616,4 +507,10 @@ class _PendingDelta:
         )
 
 
-__all__ = ["Backlog", "CursorInfo", "CursorStatistics", "ManagedCursor"]
+__all__ = [
+    "Backlog",
+    "CursorEvents",
+    "CursorLedger",
+    "CursorStatistics",
+    "ManagedCursor",
+]

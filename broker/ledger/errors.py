@@ -1,64 +1,14 @@
-"""Typed errors of the ledger layer (ledgers, managed ledgers, cursors).
+"""Typed errors of the managed ledger and its cursors.
 
-Owns: one exception tree with ``retriable`` flags. Bookie and metadata-store errors are
-translated into these where the ledger layer catches them. Must not know: topics, clients.
+Owns: the managed-ledger branch of the ledger exception tree; it extends BookKeeper's
+(``magnetar.broker.bookkeeper.errors``): ``LedgerError`` is the root of both and a fenced
+managed ledger is also a ``LedgerFenced``, so those two are exported here too: they are what
+a managed ledger's caller catches. Must not know: topics, clients.
 """
 
 from __future__ import annotations
 
-
-class LedgerError(Exception):
-    """Base of ledger-layer errors; ``retriable``: the same call may succeed later."""
-
-    retriable: bool = False
-
-
-class LedgerFenced(LedgerError):
-    """Another writer has recovered (fenced) this ledger: this handle must stop writing."""
-
-
-class LedgerClosed(LedgerError):
-    """The ledger is closed (or closing) for writes."""
-
-
-class LedgerNotFound(LedgerError):
-    """No metadata for this ledger id."""
-
-
-class NotEnoughBookies(LedgerError):
-    """Fewer healthy bookies than the ensemble / quorum needs."""
-
-    retriable = True
-
-
-class BookieFailure(LedgerError):
-    """A read or recovery step could not get enough answers from bookies."""
-
-    retriable = True
-
-
-class ReadBeyondLastConfirmed(LedgerError):
-    """A read asked for an entry past the last add confirmed: it may never exist."""
-
-
-class EntryCorrupt(LedgerError):
-    """No replica returned the entry with a matching checksum."""
-
-
-class MetadataConflict(LedgerError):
-    """A compare-and-set on ledger metadata lost to a concurrent change."""
-
-    retriable = True
-
-
-class TooManyPendingAdds(LedgerError):
-    """The writer's bounded pending-add queue is full (back-pressure)."""
-
-    retriable = True
-
-
-class InvalidStateTransition(LedgerError):
-    """A state machine got an event that its transition table does not allow."""
+from magnetar.broker.bookkeeper.errors import LedgerError, LedgerFenced
 
 
 class ManagedLedgerError(LedgerError):
@@ -94,22 +44,13 @@ class CursorAlreadyExists(ManagedLedgerError):
 
 
 __all__ = [
-    "BookieFailure",
     "CursorAlreadyExists",
     "CursorNotFound",
-    "EntryCorrupt",
-    "InvalidStateTransition",
-    "LedgerClosed",
     "LedgerError",
     "LedgerFenced",
-    "LedgerNotFound",
     "LedgerOutOfOrder",
     "ManagedLedgerClosed",
     "ManagedLedgerError",
     "ManagedLedgerFenced",
     "ManagedLedgerTerminated",
-    "MetadataConflict",
-    "NotEnoughBookies",
-    "ReadBeyondLastConfirmed",
-    "TooManyPendingAdds",
 ]

@@ -33,6 +33,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from magnetar.broker.errors import ResourceNotFound
 from magnetar.broker.loadbalance.load_data import BrokerLoadReport, BundleData
 from magnetar.broker.loadbalance.placement import (
     LeastResourceUsageWithWeight,
@@ -372,8 +373,12 @@ class LoadManager:
     async def split_round(self) -> int:
         stats = {b: s for r in self.reports.values() for b, s in r.bundles.items()}
         counts = {}
-        for ns in {namespace_of(b) for b in stats}:
-            counts[ns] = await self._actions.bundle_count(ns)
+        for ns in sorted({namespace_of(b) for b in stats}):
+            try:
+                counts[ns] = await self._actions.bundle_count(ns)
+            except ResourceNotFound:  # deleted since the reports were made: not this round
+                log.info("namespace %s no longer exists: not considered for splitting", ns)
+        stats = {b: s for b, s in stats.items() if namespace_of(b) in counts}
         done = 0
         for gone in self._split_refused.keys() - stats.keys():
             del self._split_refused[gone]

@@ -1,14 +1,19 @@
 """Cluster, tenant, namespace and partitioned-topic metadata, stored as Pulsar stores it.
 
-Owns: reading and writing ``/admin/clusters/<c>``, ``/admin/policies/<tenant>[/<ns>]``
+Owns: reading and writing ``/admin/clusters/<c>`` (``ClusterData``, see ``cluster_data``),
+``/admin/policies/<tenant>[/<ns>]``
 (TenantInfo and namespace Policies JSON, with Pulsar's field names),
 ``/admin/topic-policies/<tenant>/<ns>/<domain>/<topic>`` (topic-level policies: the same
 fields as the namespace Policies JSON, overriding them for one topic; Pulsar keeps these in
 the ``__change_events`` system topic, Magnetar in the metadata store, watched the same way
 as namespace policies) and
 ``/admin/partitioned-topics/<tenant>/<ns>/<domain>/<topic>`` (``{"partitions": N}``), each
-change a compare-and-set. Raises ``ResourceError`` subclasses carrying the HTTP status Pulsar
-answers with. Must not know: HTTP, topics being served, the wire protocol.
+change a compare-and-set; and the checks Pulsar makes on which clusters a tenant may use
+(``allowedClusters``), a namespace is replicated to (``replication_clusters``) or allowed on
+(PIP-321's ``allowed_clusters``) and a topic overrides that with (topic-level
+``replication_clusters``), including that a cluster still in use cannot be deleted or taken
+from its tenant. Raises ``ResourceError`` subclasses carrying the HTTP status Pulsar answers
+with. Must not know: HTTP, topics being served, the wire protocol.
 """
 
 from __future__ import annotations
@@ -16,15 +21,18 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import quote, unquote
 
 from magnetar.broker.errors import (
     InvalidResource,
     PreconditionFailed,
     ResourceConflict,
     ResourceError,
+    ResourceForbidden,
     ResourceNotFound,
 )
 from magnetar.broker.namespace.bundles import BundleRange, NamespaceBundles
+from magnetar.broker.namespace.cluster_data import ClusterData, check_cluster_data
 from magnetar.broker.policies.documents import check_policies, check_tenant_info
 from magnetar.broker.policies.model import TOPIC_POLICIES, PolicyError
 from magnetar.zk import paths
@@ -51,51 +59,7 @@ class TenantInfo:
 
 
 def topic_policies_path(tenant: str, namespace: str, domain: str, local: str) -> str:
-    from urllib.parse import quote
-
     return f"{TOPIC_POLICIES}/{tenant}/{namespace}/{domain}/{quote(local, safe='')}"
-
-
-_CLUSTER_URLS: dict[str, tuple[tuple[str, ...], str]] = {
-    "serviceUrl": (("http",), "Illegal service url, example: http://pulsar.example.com:8080"),
-    "serviceUrlTls": (
-        ("https",),
-        "Illegal service tls url, example: https://pulsar.example.com:8443",
-    ),
-    "brokerServiceUrl": (
-        ("pulsar",),
-        "Illegal broker service url, example: pulsar://pulsar.example.com:6650",
-    ),
-    "brokerServiceUrlTls": (
-        ("pulsar+ssl",),
-        "Illegal broker service tls url, example: pulsar+ssl://pulsar.example.com:6651",
-    ),
-}
-"""Pulsar's ``ClusterDataImpl.checkPropertiesIfPresent``: each URL field, when present, must
-have its scheme (``pulsar://b1:6650,b2:6650`` lists several hosts, as Pulsar's)."""
-
-CLUSTER_DATA_BYTES_MAX = 64 * 1024
-
-
-def check_cluster_data(data: Any) -> dict[str, Any]:
-    """A ``ClusterData`` body: a JSON object whose URL fields have Pulsar's schemes; other
-    fields (authentication, proxy, peer clusters, TLS settings) are kept as given."""
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise InvalidResource("Cluster data must be a JSON object")
-    if len(json.dumps(data)) > CLUSTER_DATA_BYTES_MAX:
-        raise InvalidResource(f"Cluster data is larger than {CLUSTER_DATA_BYTES_MAX} bytes")
-    for key, (schemes, message) in _CLUSTER_URLS.items():
-        value = data.get(key)
-        if value is None or value == "":
-            continue
-        if not isinstance(value, str):
-            raise InvalidResource(message)
-        scheme, sep, rest = value.strip().partition("://")
-        if not sep or scheme not in schemes or not rest.split("/")[0]:
-            raise InvalidResource(message)
-    return data
 
 
 def _name_ok(name: str) -> bool:
@@ -107,6 +71,24 @@ def _bundles_of(policies: dict[str, Any]) -> NamespaceBundles:
     if not bounds:
         return NamespaceBundles.default(1)
     return NamespaceBundles(tuple(int(b, 16) if isinstance(b, str) else int(b) for b in bounds))
+
+
+def _clusters(policies: dict[str, Any], key: str) -> set[str]:
+    """The cluster names stored under ``key`` (a list; anything else: none)."""
+    value = policies.get(key)
+    return {c for c in value if isinstance(c, str)} if isinstance(value, list) else set()
+
+
+def _allowed(policies: dict[str, Any]) -> set[str]:
+    """The namespace's own ``allowed_clusters`` (PIP-321; empty: no restriction)."""
+    return _clusters(policies, "allowed_clusters")
+
+
+def _cluster_list(body: Any) -> list[str]:
+    """A JSON list of cluster names, de-duplicated in order; 400 for any other shape."""
+    if not isinstance(body, list) or not all(isinstance(c, str) for c in body):
+        raise InvalidResource("The body must be a JSON list of cluster names")
+    return list(dict.fromkeys(body))
 
 
 def _dump(value: Any) -> bytes:
@@ -167,6 +149,18 @@ class Resources:
     async def list_clusters(self) -> list[str]:
         return await self.store.children(paths.CLUSTERS)
 
+    async def get_cluster(self, cluster: str) -> dict[str, Any]:
+        """The stored ``ClusterData`` document; 404 when the cluster is unknown."""
+        got = await self.store.get(paths.cluster(cluster))
+        if got is None:
+            raise ResourceNotFound("Cluster does not exist")
+        data = json.loads(got.value or b"{}")
+        return data if isinstance(data, dict) else {}
+
+    async def cluster_data(self, cluster: str) -> ClusterData:
+        """The typed registration of ``cluster`` (how a replicator reaches it)."""
+        return ClusterData.from_json(cluster, await self.get_cluster(cluster))
+
     async def create_cluster(self, cluster: str, data: Any) -> None:
         """Pulsar's ``PUT /admin/v2/clusters/{cluster}``: 409 when it exists."""
         if not _name_ok(cluster):
@@ -188,9 +182,10 @@ class Resources:
 
     async def delete_cluster(self, cluster: str) -> None:
         """Pulsar's ``DELETE /admin/v2/clusters/{cluster}``: 404 when it does not exist; 412
-        while it is in use. Stricter than Pulsar, which only looks for v1 namespaces: the
-        cluster this broker serves and a cluster a tenant is allowed on are in use too
-        (deleting them would leave the broker or the tenant pointing at nothing)."""
+        ("Cluster not empty") while it is in use. Stricter than Pulsar, which only looks for
+        v1 namespaces: the cluster this broker serves, a cluster a tenant is allowed on and a
+        cluster a namespace or topic replicates to are in use too (deleting them would leave
+        the broker, the tenant or a replicator pointing at nothing)."""
         if await self.store.exists(paths.cluster(cluster)) is None:
             raise ResourceNotFound("Cluster does not exist")
         if cluster == self.cluster:
@@ -202,10 +197,39 @@ class Resources:
                 continue
             if cluster in info.allowed_clusters:
                 raise PreconditionFailed(f"Cluster not empty: tenant {tenant} is allowed on it")
+        user = await self._namespace_using(cluster)
+        if user is not None:
+            raise PreconditionFailed(f"Cluster not empty: namespace {user} replicates to it")
         try:
             await self.store.delete(paths.cluster(cluster))
         except NotFound:
             raise ResourceNotFound("Cluster does not exist") from None
+
+    async def _check_clusters_exist(self, clusters: list[str], *, forbidden: bool) -> None:
+        """Each of ``clusters`` is registered: else Pulsar's 403 ``Invalid cluster id: X``
+        (``forbidden``: namespace and topic settings) or 412 ``Clusters do not exist``
+        (tenants)."""
+        known = {self.cluster, *await self.list_clusters()}  # this broker's: registered at start
+        for cluster in clusters:
+            if cluster not in known:
+                if forbidden:
+                    raise ResourceForbidden(f"Invalid cluster id: {cluster}")
+                raise PreconditionFailed("Clusters do not exist")
+
+    async def _check_peer_conflicts(self, clusters: list[str]) -> None:
+        """Pulsar's ``validatePeerClusterConflict``: two peers of one another (the same data
+        through two clusters) cannot both be in one replication set."""
+        chosen = set(clusters)
+        for cluster in clusters:
+            try:
+                peers = (await self.cluster_data(cluster)).peer_cluster_names
+            except ResourceNotFound:
+                continue
+            clash = sorted(chosen.intersection(peers))
+            if clash:
+                raise PreconditionFailed(
+                    f"[{cluster}] peer cluster: {clash} is already part of replicated cluster"
+                )
 
     # -- tenants ----------------------------------------------------------------------------
     async def list_tenants(self) -> list[str]:
@@ -217,9 +241,18 @@ class Resources:
             raise ResourceNotFound("Tenant does not exist")
         return TenantInfo.from_json(json.loads(got.value or b"{}"))
 
+    async def _check_tenant_clusters(self, info: TenantInfo) -> None:
+        """Pulsar's ``validateClusters``: no blank name, each one registered (412)."""
+        if not info.allowed_clusters or any(not c.strip() for c in info.allowed_clusters):
+            raise PreconditionFailed("Clusters can not be empty")
+        await self._check_clusters_exist(info.allowed_clusters, forbidden=False)
+
     async def create_tenant(self, tenant: str, info: TenantInfo) -> None:
         if not _name_ok(tenant):
             raise PreconditionFailed(f"Tenant name is not valid: {tenant}")
+        if not info.allowed_clusters:  # as the REST API and magctl default it
+            info = TenantInfo(info.admin_roles, [self.cluster])
+        await self._check_tenant_clusters(info)
         try:
             await self.store.put(
                 paths.tenant_policies(tenant), _dump(info.to_json()), expected_version=CREATE_ONLY
@@ -228,12 +261,46 @@ class Resources:
             raise ResourceConflict("Tenant already exists") from None
 
     async def update_tenant(self, tenant: str, info: TenantInfo) -> None:
-        got = await self.store.exists(paths.tenant_policies(tenant))
+        """Pulsar's ``POST /admin/v2/tenants/{t}``; a cluster still used by one of the
+        tenant's namespaces (replicated to, or allowed) cannot be taken away (412)."""
+        await self._check_tenant_clusters(info)
+        got = await self.store.get(paths.tenant_policies(tenant))
         if got is None:
             raise ResourceNotFound("Tenant does not exist")
+        old = TenantInfo.from_json(json.loads(got.value or b"{}"))
+        removed = set(old.allowed_clusters) - set(info.allowed_clusters)
+        for ns in await self.store.children(paths.tenant_policies(tenant)) if removed else []:
+            try:
+                policies = await self.get_policies(tenant, ns)
+            except ResourceNotFound:
+                continue
+            used = removed & (_clusters(policies, "replication_clusters") | _allowed(policies))
+            if used:
+                raise PreconditionFailed(
+                    f"Active namespaces: {tenant}/{ns} uses cluster {sorted(used)[0]}"
+                )
         await self.store.put(
-            paths.tenant_policies(tenant), _dump(info.to_json()), expected_version=got.version
+            paths.tenant_policies(tenant), _dump(info.to_json()), expected_version=got.stat.version
         )
+
+    async def add_tenant_cluster(self, tenant: str, cluster: str) -> bool:
+        """Allow ``tenant`` on ``cluster`` too (what ``zookeeper-init`` does for ``public``
+        when a second cluster joins a shared configuration store); True if it changed."""
+        path = paths.tenant_policies(tenant)
+        for _ in range(16):
+            got = await self.store.get(path)
+            if got is None:
+                raise ResourceNotFound("Tenant does not exist")
+            info = TenantInfo.from_json(json.loads(got.value or b"{}"))
+            if cluster in info.allowed_clusters:
+                return False
+            info.allowed_clusters.append(cluster)
+            try:
+                await self.store.put(path, _dump(info.to_json()), expected_version=got.stat.version)
+                return True
+            except BadVersion:
+                continue
+        raise ResourceConflict("Concurrent modification of the tenant")
 
     async def delete_tenant(self, tenant: str) -> None:
         path = paths.tenant_policies(tenant)
@@ -245,6 +312,38 @@ class Resources:
             await self.store.delete(path)
         except NotFound:
             raise ResourceNotFound("Tenant does not exist") from None
+
+    async def _check_cluster_for_tenant(self, tenant: str, cluster: str) -> None:
+        """Pulsar's ``validateClusterForTenant``: 403 unless the tenant is allowed there."""
+        if cluster not in (await self.get_tenant(tenant)).allowed_clusters:
+            raise ResourceForbidden(
+                f"Cluster [{cluster}] is not in the list of allowed clusters list for tenant "
+                f"[{tenant}]"
+            )
+
+    async def _namespace_using(self, cluster: str) -> str | None:
+        """A namespace (``t/ns``) or topic replicated to, or allowed on, ``cluster``."""
+        for tenant in await self.list_tenants():
+            for ns in await self.store.children(paths.tenant_policies(tenant)):
+                try:
+                    policies = await self.get_policies(tenant, ns)
+                except ResourceNotFound:
+                    continue
+                if cluster in _clusters(policies, "replication_clusters") | _allowed(policies):
+                    return f"{tenant}/{ns}"
+        return await self._topic_using(cluster)
+
+    async def _topic_using(self, cluster: str) -> str | None:
+        for tenant in await self.store.children(TOPIC_POLICIES):
+            for ns in await self.store.children(f"{TOPIC_POLICIES}/{tenant}"):
+                base = f"{TOPIC_POLICIES}/{tenant}/{ns}"
+                for domain in await self.store.children(base):
+                    for local in await self.store.children(f"{base}/{domain}"):
+                        got = await self.store.get(f"{base}/{domain}/{local}")
+                        doc = json.loads(got.value or b"{}") if got is not None else {}
+                        if cluster in _clusters(doc, "replication_clusters"):
+                            return f"{domain}://{tenant}/{ns}/{unquote(local)}"
+        return None
 
     # -- namespaces -------------------------------------------------------------------------
     async def list_namespaces(self, tenant: str) -> list[str]:
@@ -282,6 +381,21 @@ class Resources:
                 f" (0, {self.max_bundles}]."
             )
         self._check_policies(data)
+        # Pulsar: a v2 namespace is created replicated to the local cluster unless told
+        # otherwise, and only to clusters its tenant is allowed on (403)
+        replication = list(dict.fromkeys(data.get("replication_clusters") or [self.cluster]))
+        allowed = list(dict.fromkeys(data.get("allowed_clusters") or []))
+        await self._check_clusters_exist([*replication, *allowed], forbidden=True)
+        for cluster in dict.fromkeys([*replication, *allowed]):
+            await self._check_cluster_for_tenant(tenant, cluster)
+        if allowed and not set(replication) <= set(allowed):
+            raise InvalidResource(
+                f"Cluster [{sorted(set(replication) - set(allowed))[0]}] is not in the list of "
+                f"allowed clusters list for namespace [{tenant}/{namespace}]"
+            )
+        data["replication_clusters"] = replication
+        if allowed:
+            data["allowed_clusters"] = allowed
         if not bundles.get("boundaries"):
             num = int(bundles.get("numBundles") or default_bundles)
             bounds = NamespaceBundles.default(num).boundaries
@@ -357,6 +471,107 @@ class Resources:
             except (BadVersion, AlreadyExists):
                 continue
         raise ResourceConflict("Concurrent modification of the topic policies")
+
+    # -- replication clusters (geo-replication) --------------------------------------------
+    async def _check_replication_set(
+        self, tenant: str, namespace: str, clusters: list[str], policies: dict[str, Any]
+    ) -> None:
+        """Pulsar's checks of a replication set, in its order: not empty (412), no
+        ``global`` (412), each registered (403 ``Invalid cluster id``), no two peers (412),
+        each allowed by the namespace's ``allowed_clusters`` when it has some (400) and by
+        the tenant (403)."""
+        if not clusters:
+            raise PreconditionFailed("ClusterIds should not be null or empty")
+        if "global" in clusters:
+            raise PreconditionFailed("Cannot specify global in the list of replication clusters")
+        await self._check_clusters_exist(clusters, forbidden=True)
+        await self._check_peer_conflicts(clusters)
+        allowed = _allowed(policies)
+        for cluster in clusters:
+            if allowed and cluster not in allowed:
+                raise InvalidResource(
+                    f"Cluster [{cluster}] is not in the list of allowed clusters list for "
+                    f"namespace [{tenant}/{namespace}]"
+                )
+            await self._check_cluster_for_tenant(tenant, cluster)
+
+    async def get_replication_clusters(self, tenant: str, namespace: str) -> list[str]:
+        """The namespace's replication clusters (a namespace made before they were recorded
+        is replicated to the local cluster only, as Pulsar creates every v2 namespace)."""
+        policies = await self.get_policies(tenant, namespace)
+        return sorted(_clusters(policies, "replication_clusters")) or [self.cluster]
+
+    async def set_replication_clusters(self, tenant: str, namespace: str, body: Any) -> list[str]:
+        """Pulsar's ``POST /admin/v2/namespaces/{t}/{ns}/replication`` (a JSON list)."""
+        clusters = _cluster_list(body)
+        policies = await self.get_policies(tenant, namespace)
+        await self._check_replication_set(tenant, namespace, clusters, policies)
+        await self.update_policies(tenant, namespace, {"replication_clusters": sorted(clusters)})
+        return sorted(clusters)
+
+    async def get_namespace_allowed_clusters(self, tenant: str, namespace: str) -> list[str]:
+        """PIP-321's ``allowed_clusters`` of the namespace (empty: no restriction beyond the
+        tenant's)."""
+        return sorted(_allowed(await self.get_policies(tenant, namespace)))
+
+    async def set_namespace_allowed_clusters(
+        self, tenant: str, namespace: str, body: Any
+    ) -> list[str]:
+        """PIP-321's ``POST .../allowedClusters``: each cluster allowed by the tenant (403)
+        and registered (403), every replication cluster among them (400), no two peers."""
+        clusters = _cluster_list(body)
+        for cluster in clusters:
+            await self._check_cluster_for_tenant(tenant, cluster)
+        policies = await self.get_policies(tenant, namespace)
+        replication = _clusters(policies, "replication_clusters")
+        if clusters and not replication <= set(clusters):
+            raise InvalidResource(
+                f"Allowed clusters do not contain the replication cluster {sorted(replication)}."
+                " Please remove the replication cluster if the cluster is not allowed for this"
+                " namespace"
+            )
+        await self._check_clusters_exist(clusters, forbidden=True)
+        await self._check_peer_conflicts(clusters)
+        await self.update_policies(
+            tenant, namespace, {"allowed_clusters": sorted(clusters) or None}
+        )
+        return sorted(clusters)
+
+    async def get_topic_replication_clusters(
+        self, tenant: str, namespace: str, domain: str, local: str, *, applied: bool
+    ) -> list[str] | None:
+        """The topic's own replication clusters; with ``applied``, the namespace's when the
+        topic has none (Pulsar's ``?applied=true``); None when neither applies."""
+        own = _clusters(
+            await self.get_topic_policies(tenant, namespace, domain, local), "replication_clusters"
+        )
+        if own:
+            return sorted(own)
+        if applied:
+            return await self.get_replication_clusters(tenant, namespace)
+        return None
+
+    async def set_topic_replication_clusters(
+        self, tenant: str, namespace: str, domain: str, local: str, body: Any
+    ) -> list[str]:
+        """Pulsar's ``POST /admin/v2/persistent/{t}/{ns}/{topic}/replication``: the same
+        checks as the namespace's, then a topic-level override."""
+        if domain != "persistent":
+            raise PreconditionFailed("Replication is only supported on persistent topics")
+        clusters = _cluster_list(body)
+        policies = await self.get_policies(tenant, namespace)
+        await self._check_replication_set(tenant, namespace, clusters, policies)
+        await self.update_topic_policies(
+            tenant, namespace, domain, local, {"replication_clusters": sorted(clusters)}
+        )
+        return sorted(clusters)
+
+    async def remove_topic_replication_clusters(
+        self, tenant: str, namespace: str, domain: str, local: str
+    ) -> None:
+        await self.update_topic_policies(
+            tenant, namespace, domain, local, {"replication_clusters": None}
+        )
 
     async def bundles(self, tenant: str, namespace: str) -> NamespaceBundles:
         return _bundles_of(await self.get_policies(tenant, namespace))
@@ -475,12 +690,15 @@ class Resources:
 __all__ = [
     "DEFAULT_MAX_BUNDLES",
     "PARTITIONS_CEILING",
+    "ClusterData",
     "InvalidResource",
     "PreconditionFailed",
     "ResourceConflict",
     "ResourceError",
+    "ResourceForbidden",
     "ResourceNotFound",
     "Resources",
     "TenantInfo",
+    "check_cluster_data",
     "topic_policies_path",
 ]

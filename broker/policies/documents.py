@@ -107,6 +107,16 @@ def policies_schema(max_bundles: int) -> dict[str, Any]:
             "publishMaxMessageRate": _PER_CLUSTER_RATE,
             "topicDispatchRate": _PER_CLUSTER_RATE,
             "subscriptionDispatchRate": _PER_CLUSTER_RATE,
+            # Pulsar's other per-cluster rate maps, and the REST name of topicDispatchRate
+            # that a hand-written body may use: typed too, so a malformed rate is refused
+            "clusterDispatchRate": _PER_CLUSTER_RATE,
+            "dispatchRate": _PER_CLUSTER_RATE,
+            "clusterSubscribeRate": {
+                "type": ["object", "null"],
+                "additionalProperties": _object(
+                    {"subscribeThrottlingRatePerConsumer": _int(), "ratePeriodInSecond": _int()}
+                ),
+            },
             "autoTopicCreationOverride": _object(
                 {
                     "allowAutoTopicCreation": {"type": "boolean"},
@@ -115,6 +125,8 @@ def policies_schema(max_bundles: int) -> dict[str, Any]:
                 }
             ),
             "replication_clusters": {"type": ["array", "null"], "items": {"type": "string"}},
+            "allowed_clusters": {"type": ["array", "null"], "items": {"type": "string"}},
+            "replicatorDispatchRate": _PER_CLUSTER_RATE,
             "schema_compatibility_strategy": {"enum": [*SCHEMA_COMPATIBILITY_STRATEGIES, None]},
             "schema_validation_enforced": {"type": ["boolean", "null"]},
             "is_allow_auto_update_schema": {"type": ["boolean", "null"]},

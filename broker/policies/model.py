@@ -2,7 +2,8 @@
 
 Owns: ``TopicPolicies`` (what a loaded topic obeys: TTL, retention, backlog quotas, producer
 and consumer caps, unacked limits, deduplication, delayed delivery (on/off, tick, maximum
-delay), the automatic compaction threshold, publish and dispatch rates),
+delay), the automatic compaction threshold, publish and dispatch rates, the replicators'
+dispatch rate),
 ``resolve_policies`` (broker default -> namespace policies; a namespace value that is
 absent or ``null`` falls back to the broker default, as in Pulsar), and ``NAMESPACE_POLICIES``:
 the table that maps each REST path segment under ``/admin/v2/namespaces/{t}/{ns}/`` to its
@@ -109,6 +110,8 @@ class TopicPolicies:
     """Per topic (all subscriptions together)."""
     subscription_dispatch_rate: Rate = NO_RATE
     """Per subscription."""
+    replicator_dispatch_rate: Rate = NO_RATE
+    """Per replicator (one topic partition towards one remote cluster)."""
 
     def quota(self, kind: BacklogQuotaType) -> BacklogQuota | None:
         for k, q in self.backlog_quotas:
@@ -217,6 +220,7 @@ def resolve_policies(config: BrokerConfig, ns: dict[str, Any]) -> TopicPolicies:
             config.dispatch_throttling_rate_per_subscription_in_byte,
         ),
     )
+    replicator_rate = rate("replicatorDispatchRate", dispatch_fields, NO_RATE)
     return TopicPolicies(
         message_ttl_s=num("message_ttl_in_seconds", config.ttl_duration_default_in_seconds),
         retention_time_minutes=r_time,
@@ -253,6 +257,7 @@ def resolve_policies(config: BrokerConfig, ns: dict[str, Any]) -> TopicPolicies:
         publish_rate=publish_rate,
         dispatch_rate=dispatch_rate,
         subscription_dispatch_rate=sub_rate,
+        replicator_dispatch_rate=replicator_rate,
     )
 
 
@@ -457,6 +462,7 @@ NAMESPACE_POLICIES: dict[str, PolicyRoute] = {
         ),
         _rate_route("dispatchRate", "topicDispatchRate", _DISPATCH_FIELDS),
         _rate_route("subscriptionDispatchRate", "subscriptionDispatchRate", _DISPATCH_FIELDS),
+        _rate_route("replicatorDispatchRate", "replicatorDispatchRate", _DISPATCH_FIELDS),
         PolicyRoute(
             "schemaCompatibilityStrategy",
             _store_schema_strategy,

@@ -1,5 +1,7 @@
 """A connection's security: authenticating CONNECT, the refresh timer, AUTH_RESPONSE, and the
-authorization checks of LOOKUP / PARTITIONED_METADATA / PRODUCER / SUBSCRIBE.
+authorization checks of LOOKUP / PARTITIONED_METADATA / PRODUCER / SUBSCRIBE (in Pulsar's
+order: a topic of a tenant that does not exist is ``TopicNotFound`` to a lookup, whatever the
+role's grants).
 
 Owns: the glue between ``ServerConnection`` and the ``authentication`` / ``authorization``
 services, so the connection itself only asks "may this proceed?" at four places. A failed
@@ -31,6 +33,7 @@ from magnetar.broker.security.authorization import (
     NOT_AUTHORIZED_PRODUCE,
     NOT_AUTHORIZED_SUBSCRIBE,
     AuthorizationService,
+    TenantNotFound,
 )
 from magnetar.client.protocol.proto import pulsar_api_pb2 as pb
 
@@ -168,11 +171,19 @@ class ConnectionSecurity:
             return None  # the normal path answers the bad name
 
     async def denied_lookup(self, topic: str, metadata: bool = False) -> str | None:
-        """Pulsar's message when this role may not look ``topic`` up (None: allowed)."""
+        """Pulsar's message when this role may not look ``topic`` up (None: allowed). A
+        tenant that does not exist raises ``ServiceError(TopicNotFound)``, as Pulsar's
+        ``ServerCnx`` answers the 404 of its authorization check."""
         authz = self.authz
         tn = self._name(topic) if authz.enabled else None
-        if tn is None or await authz.can_lookup(tn, self.role):
-            return None
+        try:
+            if tn is None or await authz.can_lookup(tn, self.role):
+                return None
+        except TenantNotFound:
+            from magnetar.broker.service import ServiceError  # the service imports protocol
+
+            assert tn is not None
+            raise ServiceError(ServerError.TopicNotFound, _does_not_exist(tn)) from None
         return NOT_AUTHORIZED_METADATA if metadata else NOT_AUTHORIZED_LOOKUP
 
     async def denied_list_topics(self, tenant: str, namespace: str) -> str | None:
@@ -184,16 +195,28 @@ class ConnectionSecurity:
     async def denied_produce(self, topic: str) -> str | None:
         authz = self.authz
         tn = self._name(topic) if authz.enabled else None
-        if tn is None or await authz.can_produce(tn, self.role):
-            return None
+        try:
+            if tn is None or await authz.can_produce(tn, self.role):
+                return None
+        except TenantNotFound:
+            assert tn is not None
+            return _does_not_exist(tn)
         return NOT_AUTHORIZED_PRODUCE
 
     async def denied_consume(self, topic: str, subscription: str) -> str | None:
         authz = self.authz
         tn = self._name(topic) if authz.enabled else None
-        if tn is None or await authz.can_consume(tn, self.role, subscription):
-            return None
+        try:
+            if tn is None or await authz.can_consume(tn, self.role, subscription):
+                return None
+        except TenantNotFound:
+            assert tn is not None
+            return _does_not_exist(tn)
         return NOT_AUTHORIZED_SUBSCRIBE
+
+
+def _does_not_exist(tn: TopicName) -> str:
+    return f"Tenant or namespace or topic does not exist: {tn.tenant}/{tn.namespace}"
 
 
 __all__ = ["ConnectionSecurity"]

@@ -2,9 +2,14 @@
 
 Owns: ``check`` (a producer's new schema against the stored versions under a strategy) and
 ``check_reader`` (a consumer's schema), decided with Avro's reader/writer schema resolution
-(``avro.compatibility.ReaderWriterCompatibilityChecker``, the Python port of the Java
-``SchemaCompatibility`` that Pulsar's ``SchemaValidatorBuilder`` uses): never a hand-written
-approximation.
+(``avro.compatibility.ReaderWriterCompatibilityChecker``, the Python port of Java's
+``SchemaCompatibility``): never a hand-written approximation. One difference is made, to
+decide as Pulsar does: Pulsar's ``AvroSchemaBasedCompatibilityCheck`` validates with Avro's
+``SchemaValidatorBuilder``, whose ``canRead`` resolves the schemas with Avro's
+``ResolvingGrammarGenerator``, which does not compare the names of records (only of fixed and
+enum types). So a record may change its name (``User1`` -> ``User2``, ``Example`` ->
+``ExampleRequiredDefault``, as classes of the official Python client do) when its fields
+resolve.
 
 Strategies, as Pulsar's ``AvroSchemaBasedCompatibilityCheck``:
 - BACKWARD: the new schema can read data written with the latest version (new = reader);
@@ -22,7 +27,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from avro.compatibility import ReaderWriterCompatibilityChecker, SchemaCompatibilityType
+from avro.compatibility import (
+    ReaderWriterCompatibilityChecker,
+    SchemaCompatibilityResult,
+    SchemaCompatibilityType,
+)
+from avro.schema import RecordSchema, Schema
 
 from magnetar.broker.schema.model import (
     CompatibilityStrategy,
@@ -43,12 +53,25 @@ REASONS_MAX = 5
 """Incompatibilities named in one error message."""
 
 
+class _ResolvingChecker(ReaderWriterCompatibilityChecker):
+    """Avro's reader/writer check as Avro's ``SchemaValidator`` (Pulsar's) resolves it:
+    records are matched by their fields, not their names."""
+
+    def calculate_compatibility(
+        self, reader: Schema, writer: Schema, location: list[str]
+    ) -> SchemaCompatibilityResult:
+        if reader.type == writer.type == "record":
+            assert isinstance(reader, RecordSchema) and isinstance(writer, RecordSchema)
+            return self.check_reader_writer_record_fields(reader, writer, location)
+        return super().calculate_compatibility(reader, writer, location)
+
+
 def _can_read(reader: SchemaData, writer: SchemaData) -> None:
     """Raise ``IncompatibleSchema`` unless data written with ``writer`` resolves to
     ``reader`` (Avro schema resolution)."""
     r = parse_avro(reader.data, reader.type.name)
     w = parse_avro(writer.data, writer.type.name)
-    result = ReaderWriterCompatibilityChecker().get_compatibility(r, w)
+    result = _ResolvingChecker().get_compatibility(r, w)
     if result.compatibility is SchemaCompatibilityType.compatible:
         return
     kinds = sorted({kind.value for kind in result.incompatibilities})[:REASONS_MAX]

@@ -33,7 +33,7 @@ from magnetar.zk.errors import AlreadyExists, BadVersion, MetadataError, NotFoun
 from magnetar.zk.store import CREATE_ONLY, MetadataStore
 
 if TYPE_CHECKING:
-    from magnetar.broker.ledger.client import LedgerClient
+    from magnetar.broker.bookkeeper.client import LedgerClient
 
 log = logging.getLogger(__name__)
 

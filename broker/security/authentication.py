@@ -4,7 +4,9 @@ Owns: the configured providers (``token``: JWTs validated by ``tokens.TokenValid
 ``tls``: the role is the CN of a verified client certificate; ``basic``: user and password
 checked against ``basic.PasswordFile``, the role is the user), authenticating a CONNECT
 (``auth_method_name`` + ``auth_data``) or an HTTP request (``Authorization: Bearer`` or
-``Basic``, or the client certificate), the anonymous role, and the per-connection refresh
+``Basic``, or the client certificate), the anonymous role (``anonymousUserRole``: a client
+naming no method, or a method no provider is configured for, as Pulsar's ``ServerCnx``; a
+configured provider that refuses the credentials is a refusal), and the per-connection refresh
 state machine (``ConnectionAuth``): when the role's credentials have expired at a refresh
 check, the broker sends AUTH_CHALLENGE, the client answers AUTH_RESPONSE with fresh
 credentials; a client that cannot refresh, does not answer before the next check, or answers
@@ -187,10 +189,13 @@ class AuthenticationService:
             if role is None:
                 raise AuthenticationError("no verified client certificate with a CN")
             return Authenticated(role, "tls")
-        if method in ("", "none") and self.anonymous_role:
-            return Authenticated(self.anonymous_role, "none")
-        if method in ("", "none") and self.tls and role_of_certificate(peer_cert):
+        tls_only = method in ("", "none") and self.tls and not self.anonymous_role
+        if tls_only and role_of_certificate(peer_cert):
             return self._authenticate("tls", b"", peer_cert)
+        if self.anonymous_role:
+            # no provider of that name (none, or a method not configured): Pulsar's ServerCnx
+            # gives the anonymous role, whose grants then decide
+            return Authenticated(self.anonymous_role, "none")
         raise AuthenticationError(f"authentication method {method!r} is not enabled")
 
     def authenticate_http(

@@ -9,11 +9,14 @@ permission grants kept in the namespace policies' ``auth_policies`` as Pulsar st
         "subscription_auth_roles": {"<subscription>": ["<role>", ...]}
     }
 
-and the decisions: produce (a grant on the namespace or the topic, or its partitioned
-parent), consume (the same, plus: a subscription with listed roles admits only those),
-lookup (produce or consume), tenant administration (superuser or tenant admin; they may also
-produce and consume everywhere in the tenant), superuser-only operations. With
-``authorization_enabled`` off every check allows.
+and the decisions, in Pulsar's order (``PulsarAuthorizationProvider``): a superuser may do
+everything; otherwise the tenant must exist (``TenantNotFound``, which HTTP answers 404 and
+the binary protocol's lookups ``TopicNotFound``); a tenant admin may do everything in the
+tenant; otherwise produce needs a grant on the namespace or the topic (or its partitioned
+parent), consume the same (plus: a subscription with listed roles admits only those), lookup
+either. HTTP admin requests are classified by ``operations.classify`` and decided the same
+way (the decision table is in docs/security.md). With ``authorization_enabled`` off every
+check allows.
 
 Must not know: connections, HTTP, how roles were authenticated.
 """
@@ -21,10 +24,12 @@ Must not know: connections, HTTP, how roles were authenticated.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 from magnetar.broker.namespace.resources import InvalidResource, ResourceNotFound, Resources
 from magnetar.broker.naming import TopicName
+from magnetar.broker.security.operations import HttpOperation, OpKind, classify
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +43,21 @@ NOT_AUTHORIZED_METADATA = "Client is not authorized to Get Partition Metadata"
 NOT_AUTHORIZED_GET_TOPICS = "Client is not authorized to GetTopicsOfNamespace"
 REQUIRES_SUPERUSER = "This operation requires super-user access"
 NOT_TENANT_ADMIN = "Don't have permission to administrate resources on this tenant"
+NOT_AUTHORIZED = "Unauthorized to validateTopicOperation"
+TENANT_NOT_FOUND = "Tenant does not exist"
+
+
+class TenantNotFound(ResourceNotFound):
+    """The tenant of a checked operation does not exist (Pulsar's 404 from
+    ``validateTenantAdminAccess``, which the binary protocol answers ``TopicNotFound``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class HttpDenial:
+    """An HTTP request refused: ``status`` (403, or 404 for a missing tenant) and ``reason``."""
+
+    status: int
+    reason: str
 
 
 def _roles(text: str) -> frozenset[str]:
@@ -98,13 +118,15 @@ class AuthorizationService:
         return any(action in ((topic_auth.get(name) or {}).get(role) or ()) for name in names)
 
     async def _allowed(self, tn: TopicName, role: str | None, action: str) -> bool:
+        """Superuser, tenant admin, or granted ``action``; ``TenantNotFound`` for a role that
+        is no superuser when the tenant does not exist (Pulsar checks the tenant first)."""
         if not self.enabled:
             return True
-        if role is None:
-            return False
-        if await self.is_tenant_admin(tn.tenant, role):
+        if self.is_superuser(role):
             return True
-        return await self._granted(tn, role, action)
+        if await self._tenant_admin_or_missing(tn.tenant, role):
+            return True
+        return role is not None and await self._granted(tn, role, action)
 
     async def can_produce(self, tn: TopicName, role: str | None) -> bool:
         ok = await self._allowed(tn, role, "produce")
@@ -129,6 +151,7 @@ class AuthorizationService:
         return ok
 
     async def can_lookup(self, tn: TopicName, role: str | None) -> bool:
+        """Produce or consume (``TenantNotFound`` as ``_allowed``)."""
         if not self.enabled:
             return True
         return await self._allowed(tn, role, "produce") or await self._allowed(tn, role, "consume")
@@ -161,51 +184,53 @@ class AuthorizationService:
             self.denials += 1
             log.warning("role %r is not authorized to %s on %s", role, what, tn.full)
 
-    async def http_denial(self, method: str, path: str, role: str | None) -> str | None:
-        """Why an admin/lookup HTTP request by ``role`` is refused (None: allowed)."""
+    async def http_denial(self, method: str, path: str, role: str | None) -> HttpDenial | None:
+        """Why an admin/lookup HTTP request by ``role`` is refused (None: allowed), decided as
+        Pulsar's admin resources and default provider decide (``operations.classify``): 403
+        with Pulsar's message, or 404 ``Tenant does not exist`` when the request's tenant is
+        missing and the role is no superuser (Pulsar's ``validateTenantAdminAccess``)."""
         if not self.enabled or self.is_superuser(role):
             return None
-        parts = [p for p in path.split("/") if p]
-        if parts[:2] == ["lookup", "v2"] and len(parts) >= 7:
-            try:
-                tn = TopicName.parse(f"{parts[3]}://{parts[4]}/{parts[5]}/{parts[6]}")
-            except ValueError:
-                return None  # the handler answers the bad name
-            return None if await self.can_lookup(tn, role) else NOT_AUTHORIZED_LOOKUP
-        if parts[:1] != ["admin"] or len(parts) < 3:
-            return REQUIRES_SUPERUSER
-        area = parts[2]
-        if area == "clusters" and method == "GET":
+        op = classify(method, path)
+        try:
+            return await self._http_decision(op, role)
+        except TenantNotFound:
+            return HttpDenial(404, TENANT_NOT_FOUND)
+
+    async def _http_decision(self, op: HttpOperation, role: str | None) -> HttpDenial | None:
+        kind = op.kind
+        if kind is OpKind.OPEN:
             return None
-        if area == "tenants":
-            if len(parts) >= 4 and method == "GET":
-                return None if await self.is_tenant_admin(parts[3], role) else NOT_TENANT_ADMIN
-            return REQUIRES_SUPERUSER
-        if (
-            area in ("persistent", "non-persistent")
-            and method == "GET"
-            and len(parts) == 7
-            and parts[6] == "partitions"
-        ):  # partitioned metadata: what an HTTP-lookup client asks first (Pulsar: LOOKUP)
-            try:
-                tn = TopicName.parse(f"{area}://{parts[3]}/{parts[4]}/{parts[5]}")
-            except ValueError:
+        if kind is OpKind.SUPERUSER:
+            return HttpDenial(403, REQUIRES_SUPERUSER)
+        if kind is OpKind.TENANT_ADMIN:
+            if await self._tenant_admin_or_missing(op.tenant, role):
                 return None
-            if await self.can_lookup(tn, role):
+            return HttpDenial(403, NOT_TENANT_ADMIN)
+        if kind is OpKind.NAMESPACE_READ:
+            if await self.can_list_topics(op.tenant, op.namespace, role):
                 return None
-            return NOT_AUTHORIZED_METADATA
-        if area == "schemas" and len(parts) >= 6:  # a topic's schemas (broker/schema)
-            if method == "GET":  # reading one: what may look the topic up (HTTP-lookup clients)
-                try:
-                    tn = TopicName.parse(f"persistent://{parts[3]}/{parts[4]}/{parts[5]}")
-                except ValueError:
-                    return None
-                if await self.can_lookup(tn, role):
-                    return None
-            return None if await self.is_tenant_admin(parts[3], role) else NOT_TENANT_ADMIN
-        if area in ("namespaces", "persistent", "non-persistent") and len(parts) >= 4:
-            return None if await self.is_tenant_admin(parts[3], role) else NOT_TENANT_ADMIN
-        return REQUIRES_SUPERUSER
+            return HttpDenial(403, NOT_AUTHORIZED_GET_TOPICS)
+        try:
+            tn = TopicName.parse(op.topic)
+        except ValueError:
+            return None  # the handler answers the bad name
+        if kind is OpKind.LOOKUP:
+            ok = await self.can_lookup(tn, role)
+        else:
+            ok = await self.can_consume(tn, role, op.subscription)
+        if ok:
+            return None
+        what = "LOOKUP" if kind is OpKind.LOOKUP else "CONSUME"
+        return HttpDenial(403, f"{NOT_AUTHORIZED} for operation [{what}] on topic [{tn.full}]")
+
+    async def _tenant_admin_or_missing(self, tenant: str, role: str | None) -> bool:
+        """Tenant admin; ``TenantNotFound`` when the tenant does not exist."""
+        try:
+            info = await self.resources.get_tenant(tenant)
+        except ResourceNotFound:
+            raise TenantNotFound(tenant) from None
+        return role is not None and role in info.admin_roles
 
     # ------------------------------------------------------------------ grants
     async def namespace_permissions(self, tenant: str, namespace: str) -> dict[str, list[str]]:
@@ -299,6 +324,7 @@ class AuthorizationService:
 
 __all__ = [
     "ACTIONS",
+    "NOT_AUTHORIZED",
     "NOT_AUTHORIZED_GET_TOPICS",
     "NOT_AUTHORIZED_LOOKUP",
     "NOT_AUTHORIZED_METADATA",
@@ -306,6 +332,9 @@ __all__ = [
     "NOT_AUTHORIZED_SUBSCRIBE",
     "NOT_TENANT_ADMIN",
     "REQUIRES_SUPERUSER",
+    "TENANT_NOT_FOUND",
     "AuthorizationService",
+    "HttpDenial",
+    "TenantNotFound",
     "validate_actions",
 ]

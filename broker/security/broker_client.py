@@ -1,5 +1,6 @@
 """This broker as a client of other brokers: the credentials and TLS context of its own calls
-to their admin REST (the load manager's unload and split, lookups through the leader).
+to their admin REST (the load manager's unload and split, lookups through the leader), and
+of its geo-replicators' calls to a remote cluster (that cluster's ``ClusterData``).
 
 Owns: turning Pulsar's broker-client settings (``brokerClientAuthenticationPlugin``,
 ``brokerClientAuthenticationParameters``, ``brokerClientTlsEnabled``,
@@ -89,10 +90,31 @@ class BrokerClientAuth:
     def from_config(cls, config: object) -> BrokerClientAuth:
         """From a ``BrokerConfig`` (duck-typed so this module does not import it)."""
         get = config.__getattribute__
-        plugin = str(get("broker_client_authentication_plugin")).strip()
-        raw = str(get("broker_client_authentication_parameters"))
-        cert = str(get("broker_client_certificate_file_path"))
-        key = str(get("broker_client_key_file_path"))
+        return cls.from_settings(
+            str(get("broker_client_authentication_plugin")),
+            str(get("broker_client_authentication_parameters")),
+            tls_enabled=bool(get("broker_client_tls_enabled")),
+            trust_certs_file=str(get("broker_client_trust_certs_file_path")),
+            cert_file=str(get("broker_client_certificate_file_path")),
+            key_file=str(get("broker_client_key_file_path")),
+        )
+
+    @classmethod
+    def from_settings(
+        cls,
+        plugin: str,
+        parameters: str,
+        *,
+        tls_enabled: bool = False,
+        trust_certs_file: str = "",
+        cert_file: str = "",
+        key_file: str = "",
+    ) -> BrokerClientAuth:
+        """From Pulsar's plugin name and parameters (a broker's ``brokerClient*`` settings,
+        or a remote cluster's ``ClusterData``) and TLS files; files are checked now."""
+        plugin = plugin.strip()
+        raw = parameters
+        cert, key = cert_file, key_file
         token = token_file = basic = ""
         if plugin in TOKEN_PLUGINS:
             token, token_file = _token_of(raw)
@@ -125,8 +147,8 @@ class BrokerClientAuth:
             token=token,
             token_file=_file_path(token_file) if token_file else "",
             basic=basic,
-            tls_enabled=bool(get("broker_client_tls_enabled")),
-            trust_certs_file=str(get("broker_client_trust_certs_file_path")),
+            tls_enabled=tls_enabled,
+            trust_certs_file=trust_certs_file,
             cert_file=_file_path(cert) if cert else "",
             key_file=_file_path(key) if key else "",
         )
@@ -135,18 +157,23 @@ class BrokerClientAuth:
             auth.headers()
         return auth
 
+    def current_token(self) -> str:
+        """The token to present now ("" without one); a token file is read again each time,
+        so a rotated token is used without a restart."""
+        if not self.token_file:
+            return self.token
+        try:
+            return pathlib.Path(self.token_file).read_text().strip()
+        except OSError as exc:
+            raise BrokerClientConfigError(
+                f"cannot read the broker client token file {self.token_file}: {exc}"
+            ) from None
+
     def headers(self) -> dict[str, str]:
         """The ``Authorization`` header (empty without credentials)."""
         if self.basic:
             return {"Authorization": f"Basic {self.basic}"}
-        token = self.token
-        if self.token_file:
-            try:
-                token = pathlib.Path(self.token_file).read_text().strip()
-            except OSError as exc:
-                raise BrokerClientConfigError(
-                    f"cannot read the broker client token file {self.token_file}: {exc}"
-                ) from None
+        token = self.current_token()
         return {"Authorization": f"Bearer {token}"} if token else {}
 
     def ssl_context(self) -> ssl.SSLContext | None:

@@ -5,7 +5,7 @@ needs from a managed ledger: append a batch of entries and get positions back in
 forward, search by publish time, tail notifications, durable and non-durable cursors with
 mark-delete, individual and batch-index acks, seek, terminate, truncate, retention and
 trimming). ``memory.py`` is the reference implementation used by unit and fast integration
-tiers; ``managed_ledger.py`` maps the same contract onto the real managed ledger
+tiers; ``managed_adapter.py`` maps the same contract onto the real managed ledger
 (``magnetar.broker.ledger``).
 
 Invariants: positions returned by ``add_entries`` are increasing and complete in call order;

@@ -89,10 +89,19 @@ class Api:
             raise self._error(exc, "GET", path, None) from None
 
     def cluster(self) -> str:
-        """The cluster this admin API serves (the first one it lists)."""
+        """The cluster this admin API serves: its broker's ``clusterName`` (an instance's
+        brokers list every cluster), else the only one it lists."""
         if self._cluster is None:
-            clusters = self.get("/admin/v2/clusters") or []
-            self._cluster = str(clusters[0]) if clusters else "standalone"
+            runtime = self.try_get("/admin/v2/brokers/configuration/runtime")
+            name = (
+                runtime.get("cluster_name") or runtime.get("clusterName")
+                if isinstance(runtime, dict)
+                else None
+            )
+            if not name:
+                clusters = self.get("/admin/v2/clusters") or []
+                name = clusters[0] if clusters else "standalone"
+            self._cluster = str(name)
         return self._cluster
 
 

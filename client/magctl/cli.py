@@ -164,6 +164,10 @@ def build() -> Parser:
     p.add_argument("--bundles", type=int, help="namespaces: number of bundles")
     p.add_argument("--admin-roles", help="tenants: comma-separated roles")
     p.add_argument("--allowed-clusters", help="tenants: comma-separated clusters")
+    p.add_argument("--url", help="clusters: the admin URL, http://host:8080")
+    p.add_argument("--url-tls", help="clusters: the HTTPS admin URL, https://host:8443")
+    p.add_argument("--broker-url", help="clusters: the service URL, pulsar://host:6650")
+    p.add_argument("--broker-url-tls", help="clusters: the TLS service URL, pulsar+ssl://...")
     p.add_argument(
         "--position", default="latest", help="subscriptions: earliest, latest or LEDGER:ENTRY"
     )
@@ -298,7 +302,9 @@ def build() -> Parser:
     c.add_argument("--current", action="store_true", help="change the current context")
     c.add_argument("--cluster")
     c.add_argument("--user")
-    c.add_argument("--ns", "-n", dest="ctx_namespace", help="default tenant/namespace")
+    c.add_argument(
+        "--ns", "-n", dest="ctx_namespace", help="default tenant/namespace (or --namespace)"
+    )
     c.add_argument("--service-url")
     c.add_argument("--token-file")
     c.add_argument("--certificate-authority", help="CA bundle (PEM) to verify the admin URL")

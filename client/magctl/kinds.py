@@ -106,13 +106,7 @@ class Clusters(Kind):
         if name not in names:
             raise ServerError(404, f'clusters "{name}" not found')
         data = api.try_get(f"/admin/v2/clusters/{quote(name, safe='')}") or {}
-        spec = {
-            "serviceUrl": data.get("serviceUrl", ""),
-            "serviceUrlTls": data.get("serviceUrlTls", ""),
-            "brokerServiceUrl": data.get("brokerServiceUrl", ""),
-            "brokerServiceUrlTls": data.get("brokerServiceUrlTls", ""),
-        }
-        return make("Cluster", name, spec=spec)
+        return make("Cluster", name, spec=cluster_spec(data))
 
     def columns(self, wide: bool) -> list[Column]:
         return [
@@ -121,8 +115,55 @@ class Clusters(Kind):
             ("SERVICE-URL", lambda o: dig(o, "spec", "brokerServiceUrl") or "<none>"),
         ]
 
+    def create(self, api: Api, name: str, scope: Scope, opts: dict[str, Any]) -> None:
+        body = {
+            key: opts[flag]
+            for flag, key in (
+                ("url", "serviceUrl"),
+                ("url_tls", "serviceUrlTls"),
+                ("broker_url", "brokerServiceUrl"),
+                ("broker_url_tls", "brokerServiceUrlTls"),
+            )
+            if opts.get(flag)
+        }
+        if not body.get("brokerServiceUrl") and not body.get("brokerServiceUrlTls"):
+            raise UsageError("create cluster: --broker-url (or --broker-url-tls) is required")
+        api.put(f"/admin/v2/clusters/{quote(name, safe='')}", body, what=("clusters", name))
+
     def delete(self, api: Api, name: str, scope: Scope, *, force: bool) -> None:
         api.delete(f"/admin/v2/clusters/{quote(name, safe='')}", what=("clusters", name))
+
+
+CLUSTER_FIELDS = (
+    "serviceUrl",
+    "serviceUrlTls",
+    "brokerServiceUrl",
+    "brokerServiceUrlTls",
+    "authenticationPlugin",
+    "authenticationParameters",
+    "brokerClientTlsEnabled",
+    "tlsAllowInsecureConnection",
+    "brokerClientTrustCertsFilePath",
+    "brokerClientCertificateFilePath",
+    "brokerClientKeyFilePath",
+    "listenerName",
+    "peerClusterNames",
+)
+"""The ``ClusterData`` fields a Cluster's spec holds (Pulsar's names)."""
+SECRET_MASK = "******"
+
+
+def cluster_spec(data: dict[str, Any], *, reveal: bool = False) -> dict[str, Any]:
+    """A Cluster's spec from its ``ClusterData``: the URLs always, other fields when set;
+    ``authenticationParameters`` masked unless ``reveal``."""
+    spec: dict[str, Any] = {k: data.get(k) or "" for k in CLUSTER_FIELDS[:4]}
+    for key in CLUSTER_FIELDS[4:]:
+        value = data.get(key)
+        if value not in (None, "", False, []):
+            spec[key] = value
+    if spec.get("authenticationParameters") and not reveal:
+        spec["authenticationParameters"] = SECRET_MASK
+    return spec
 
 
 # ----------------------------------------------------------------------------------- tenants
@@ -180,6 +221,8 @@ class Namespaces(Kind):
         raw = api.get(base, what=("namespaces", name)) or {}
         bundles = dig(raw, "bundles", "numBundles", default=0)
         spec: dict[str, Any] = {"bundles": bundles}
+        if raw.get("replication_clusters"):
+            spec["replicationClusters"] = sorted(raw["replication_clusters"])
         if full:
             policies = read_policies(api.get, base, list(POLICIES))
             spec["policies"] = {k: v for k, v in policies.items() if v is not None}
@@ -625,9 +668,12 @@ def kind_for(resource: str) -> Kind:
 
 
 __all__ = [
+    "CLUSTER_FIELDS",
     "KINDS",
+    "SECRET_MASK",
     "Kind",
     "Obj",
+    "cluster_spec",
     "dig",
     "format_duration_s",
     "kind_for",

@@ -20,7 +20,13 @@ from urllib.parse import quote
 
 from magnetar.client.magctl.api import Api
 from magnetar.client.magctl.errors import ServerError, UsageError
-from magnetar.client.magctl.kinds import TOPICS, position_body, topic_stats
+from magnetar.client.magctl.kinds import (
+    CLUSTER_FIELDS,
+    SECRET_MASK,
+    TOPICS,
+    position_body,
+    topic_stats,
+)
 from magnetar.client.magctl.policyspec import (
     POLICIES,
     canonical_policies,
@@ -29,10 +35,11 @@ from magnetar.client.magctl.policyspec import (
 )
 from magnetar.client.magctl.resources import API_VERSION, TopicName, split_namespace
 
-KIND_ORDER = ("Tenant", "Namespace", "Topic", "Subscription")
+KIND_ORDER = ("Cluster", "Tenant", "Namespace", "Topic", "Subscription")
 _SPEC_FIELDS = {
+    "Cluster": set(CLUSTER_FIELDS),
     "Tenant": {"adminRoles", "allowedClusters"},
-    "Namespace": {"bundles", "policies"},
+    "Namespace": {"bundles", "replicationClusters", "policies"},
     "Topic": {"partitions", "persistent", "policies"},
     "Subscription": {"topic", "initialPosition"},
 }
@@ -168,11 +175,56 @@ def _view(kind: str, name: str, namespace: str | None, spec: dict[str, Any]) -> 
 def plan(api: Api, m: Manifest, default_namespace: str) -> Plan:
     kind = m.obj["kind"]
     return {
+        "Cluster": _plan_cluster,
         "Tenant": _plan_tenant,
         "Namespace": _plan_namespace,
         "Topic": _plan_topic,
         "Subscription": _plan_subscription,
     }[kind](api, m.obj, default_namespace)
+
+
+def _plan_cluster(api: Api, obj: dict[str, Any], _ns: str) -> Plan:
+    """A Cluster manifest is Pulsar's ``ClusterData``: the fields it names are managed, the
+    others the cluster has are kept (``POST`` replaces the whole document)."""
+    name = obj["metadata"]["name"]
+    desired = dict(obj.get("spec") or {})
+    for key, value in desired.items():
+        ok = (
+            isinstance(value, list) and all(isinstance(v, str) for v in value)
+            if key == "peerClusterNames"
+            else isinstance(value, bool)
+            if key in ("brokerClientTlsEnabled", "tlsAllowInsecureConnection")
+            else isinstance(value, str)
+        )
+        if not ok:
+            raise UsageError(f"Cluster {name}: spec.{key} has the wrong type")
+    path = f"/admin/v2/clusters/{quote(name, safe='')}"
+    try:
+        data = api.get(path, what=("clusters", name)) or {}
+        exists = True
+    except ServerError as exc:
+        if exc.status != 404:
+            raise
+        data, exists = {}, False
+    live = {k: data[k] for k in desired if k in data} if exists else {}
+
+    def shown(spec: dict[str, Any]) -> dict[str, Any]:
+        if spec.get("authenticationParameters"):
+            return {**spec, "authenticationParameters": SECRET_MASK}
+        return spec
+
+    p = Plan(
+        "Cluster",
+        name,
+        exists,
+        _view("Cluster", name, None, shown(live)),
+        _view("Cluster", name, None, shown(desired)),
+    )
+    if not exists:
+        p.writes.append(lambda: api.put(path, desired, what=("clusters", name)))
+    elif live != desired:
+        p.writes.append(lambda: api.post(path, {**data, **desired}, what=("clusters", name)))
+    return p
 
 
 def _plan_tenant(api: Api, obj: dict[str, Any], _ns: str) -> Plan:
@@ -310,6 +362,18 @@ def _plan_namespace(api: Api, obj: dict[str, Any], _ns: str) -> Plan:
     if not exists:
         body = {"bundles": {"numBundles": spec["bundles"]}} if "bundles" in spec else {}
         p.writes.append(lambda: api.put(base, body, what=("namespaces", name)))
+    if "replicationClusters" in spec:
+        clusters = spec["replicationClusters"]
+        if not isinstance(clusters, list) or not all(isinstance(c, str) for c in clusters):
+            raise UsageError(f"Namespace {name}: spec.replicationClusters must be a list")
+        desired_spec["replicationClusters"] = sorted(set(clusters))
+        if exists:
+            live_spec["replicationClusters"] = sorted(raw.get("replication_clusters") or [])
+        if live_spec.get("replicationClusters") != desired_spec["replicationClusters"]:
+            wanted_clusters = desired_spec["replicationClusters"]
+            p.writes.append(
+                lambda: api.post(f"{base}/replication", wanted_clusters, what=("namespaces", name))
+            )
     _policy_writes(api, p, base, wanted, exists)
     _label_writes(api, p, obj, base, exists, namespace=True)
     return p

@@ -43,8 +43,8 @@ RESOURCES: tuple[ResourceType, ...] = (
         "cl",
         "Cluster",
         "global",
-        False,
-        "Pulsar clusters (service and admin URLs)",
+        True,
+        "Pulsar clusters (service and admin URLs, how replicators reach them)",
     ),
     ResourceType(
         "tenants",

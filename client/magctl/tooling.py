@@ -148,8 +148,15 @@ def _set_context(cfg: Any, args: argparse.Namespace, out: IO[str]) -> None:
         ctx["user"] = user
     elif args.user:
         ctx["user"] = user
-    if args.ctx_namespace:
-        ctx["namespace"] = args.ctx_namespace
+    # kubectl's set-context --namespace (the global flag's name here), or --ns / -n
+    namespace = args.ctx_namespace or getattr(args, "namespace", None)
+    if namespace:
+        tenant, _, local = namespace.partition("/")
+        if not tenant or not local or "/" in local:
+            raise UsageError(
+                f"set-context --namespace: expected tenant/namespace, not {namespace!r}"
+            )
+        ctx["namespace"] = namespace
     cfg.set_entry("contexts", name, ctx)
     if not cfg.current:
         cfg.data["current-context"] = name

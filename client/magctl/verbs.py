@@ -198,6 +198,10 @@ def cmd_create(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
         "admin_roles": [r for r in (args.admin_roles or "").split(",") if r],
         "allowed_clusters": [c for c in (args.allowed_clusters or "").split(",") if c],
         "position": args.position,
+        "url": args.url,
+        "url_tls": args.url_tls,
+        "broker_url": args.broker_url,
+        "broker_url_tls": args.broker_url_tls,
     }
     for name in names:
         KINDS[rtype.plural].create(api, name, scope, opts)
@@ -474,6 +478,22 @@ def api_resources(args: argparse.Namespace, out: IO[str]) -> int:
 
 # ------------------------------------------------------------------------------ explain
 _EXPLAIN: dict[str, dict[str, str]] = {
+    "Cluster": {
+        "serviceUrl": "<string> admin URL, http://host:8080 (Pulsar's ClusterData names)",
+        "serviceUrlTls": "<string> HTTPS admin URL, https://host:8443",
+        "brokerServiceUrl": "<string> service URL replicators connect to, pulsar://host:6650",
+        "brokerServiceUrlTls": "<string> TLS service URL, pulsar+ssl://host:6651",
+        "authenticationPlugin": "<string> what replicators present: token, basic or tls",
+        "authenticationParameters": "<string> the plugin's parameters (token:..., file:///...)",
+        "brokerClientTlsEnabled": "<boolean> replicate over TLS (brokerServiceUrlTls)",
+        "tlsAllowInsecureConnection": "<boolean> accept an untrusted certificate",
+        "brokerClientTrustCertsFilePath": "<string> PEM file of the CAs to trust",
+        "brokerClientCertificateFilePath": "<string> PEM client certificate (mutual TLS)",
+        "brokerClientKeyFilePath": "<string> PEM client key (mutual TLS)",
+        "listenerName": "<string> the advertised listener to reach the cluster through",
+        "peerClusterNames": "<[]string> clusters holding the same data (never replicated "
+        "to together)",
+    },
     "Tenant": {
         "adminRoles": "<[]string> roles that administer the tenant",
         "allowedClusters": "<[]string> clusters the tenant's namespaces may use "
@@ -481,6 +501,8 @@ _EXPLAIN: dict[str, dict[str, str]] = {
     },
     "Namespace": {
         "bundles": "<integer> number of bundles at creation (split them later)",
+        "replicationClusters": "<[]string> clusters the namespace is replicated to "
+        "(geo-replication; default: this cluster)",
         "policies": "<Object> namespace policies (see explain namespace.policies)",
     },
     "Topic": {

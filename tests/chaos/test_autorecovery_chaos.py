@@ -27,13 +27,13 @@ from support.recovery import (
 )
 from support.waiting import wait_for
 
-from magnetar.broker.ledger.autorecovery import (
+from magnetar.broker.bookkeeper.autorecovery import (
     AutoRecoveryConfig,
     ReplicationWorker,
     UnderReplication,
     ledger_client_for,
 )
-from magnetar.broker.ledger.autorecovery.auditor import mark_ledgers_of
+from magnetar.broker.bookkeeper.autorecovery.auditor import mark_ledgers_of
 from magnetar.zk import paths
 from magnetar.zk.factory import open_metadata_store
 

@@ -50,7 +50,7 @@ async def test_frozen_bookie_is_replaced(zookeeper_server, bookie_factory, trans
 
     task = asyncio.ensure_future(writer())
     await wait_for(lambda: len(acked) >= 500)
-    handle = ml._current
+    handle = ml.current
     assert handle is not None
     by_id = {b.bookie_id: b for b in bookies}
     frozen = by_id[handle.metadata.last_ensemble[0]]
@@ -66,7 +66,7 @@ async def test_frozen_bookie_is_replaced(zookeeper_server, bookie_factory, trans
     await task
     reader = ml.new_non_durable_cursor(EARLIEST)
     got = []
-    while batch := await ml.read_entries(reader, 1_000):
+    while batch := await reader.read_entries(1_000):
         got.extend(batch)
     assert {e.position: e.payload for e in got} == acked
     await factory.close()

@@ -56,17 +56,17 @@ async def test_sigkill_bookie_mid_stream(zookeeper_server, bookie_factory, trans
     before = len(acked)
     victim = bookies[1]
     victim.kill()
-    handle = ml._current
+    handle = ml.current
     assert handle is not None
-    await wait_for(lambda: handle.statistics().ensemble_changes >= 1 or ml._current is not handle)
+    await wait_for(lambda: handle.statistics().ensemble_changes >= 1 or ml.current is not handle)
     await wait_for(lambda: len(acked) >= before + 3_000)
     stop.set()
     await task
-    assert victim.bookie_id not in ml._current.metadata.last_ensemble  # type: ignore[union-attr]
+    assert victim.bookie_id not in ml.current.metadata.last_ensemble  # type: ignore[union-attr]
     reader = ml.new_non_durable_cursor(EARLIEST)
     got = []
     while True:
-        batch = await ml.read_entries(reader, 1_000)
+        batch = await reader.read_entries(1_000)
         if not batch:
             break
         got.extend(batch)

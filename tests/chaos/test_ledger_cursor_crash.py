@@ -22,9 +22,9 @@ import threading
 from support.ledger_cluster import chroot_url, open_factory, wait_registered
 from support.waiting import wait_for
 
+from magnetar.broker.bookkeeper.metadata import LedgerMetadata, master_key_for
+from magnetar.broker.bookkeeper.states import LedgerState
 from magnetar.broker.ledger import Position
-from magnetar.broker.ledger.metadata import LedgerMetadata, master_key_for
-from magnetar.broker.ledger.states import LedgerState
 from magnetar.zk import paths
 
 OWNER = pathlib.Path(__file__).resolve().parents[1] / "support" / "ledger_cursor_owner.py"

@@ -74,7 +74,7 @@ def owners():  # type: ignore[no-untyped-def]
 async def read_all(ml) -> list:  # type: ignore[no-untyped-def]
     cursor = ml.new_non_durable_cursor(EARLIEST)
     out = []
-    while batch := await ml.read_entries(cursor, 2_000):
+    while batch := await cursor.read_entries(2_000):
         out.extend(batch)
     return out
 

@@ -13,6 +13,7 @@ import pytest
 from magnetar.bookie.api import AddRequest
 from magnetar.bookie.core import Bookie, BookieConfig
 from magnetar.bookie.files import FaultyFileSystem, FileSystem
+from magnetar.bookie.testing import submit_requests
 
 KEY = b"k" * 20
 
@@ -44,7 +45,7 @@ def payload_of(ledger: int, entry: int) -> bytes:
 
 
 async def add_ok(bookie: Bookie, requests: list[AddRequest]) -> None:
-    statuses = await bookie.add_entries(requests)
+    statuses = await submit_requests(bookie, requests)
     assert statuses == [0] * len(requests), statuses
 
 

@@ -95,7 +95,7 @@ class InProcessBroker:
                 if self.managed_ledger is not None:
                     from magnetar.bookie.client import BookieClient
                     from magnetar.broker.ledger import ManagedLedgerConfig, ManagedLedgerFactory
-                    from magnetar.broker.storage.managed_ledger import ManagedLedgerStorage
+                    from magnetar.broker.storage.managed_adapter import ManagedLedgerStorage
 
                     def bookie(address: str) -> BookieClient:
                         return BookieClient(address, timeout_ms=5_000, add_timeout_ms=10_000)

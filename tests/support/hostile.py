@@ -15,9 +15,9 @@ from typing import Any
 
 import crc32c
 
+from magnetar.broker.bookkeeper.testing import FakeBookieCluster
 from magnetar.broker.ledger import ManagedLedgerConfig, ManagedLedgerFactory
-from magnetar.broker.ledger.testing import FakeBookieCluster
-from magnetar.broker.storage.managed_ledger import ManagedLedgerStorage
+from magnetar.broker.storage.managed_adapter import ManagedLedgerStorage
 from magnetar.client.protocol.proto import pulsar_api_pb2 as pb
 from magnetar.zk.memory import MemoryMetadataServer
 from support.broker import InProcessBroker

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from magnetar.broker.ledger.client import LedgerClient, LedgerClientConfig
-from magnetar.broker.ledger.testing import FakeBookieCluster
+from magnetar.broker.bookkeeper import LedgerClient, LedgerClientConfig
+from magnetar.broker.bookkeeper.testing import FakeBookieCluster
 from magnetar.clock import Clock
 from magnetar.zk.memory import MemoryMetadataServer
 

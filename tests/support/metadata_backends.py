@@ -3,10 +3,11 @@
 Owns: ``MetadataBackend`` (open sessions on one shared tree, expire a session from the
 server side, clean up) for: real ZooKeeper (unique chroot per test on the session-wide
 server), the embedded store in-process (rocksdict in a temp dir), the embedded store over
-TCP (``RemoteMetadataStore``), the in-memory store, and the fault wrapper over memory. Tests
+TCP (``RemoteMetadataStore``), the in-memory store, the fault wrapper over memory, and the
+routing store over two memory trees (a local and a configuration store). Tests
 here wait with ``support.waiting.wait_for``.
 
-Fixtures: ``metadata_backend`` (parametrized over all five) and ``metadata_backend_factory``
+Fixtures: ``metadata_backend`` (parametrized over all six) and ``metadata_backend_factory``
 (build one by name), registered in ``support/fixtures.py``.
 """
 
@@ -23,11 +24,12 @@ from magnetar.zk.embedded import EmbeddedMetadataServer
 from magnetar.zk.embedded_client import RemoteMetadataStore
 from magnetar.zk.faults import FaultInjectingStore
 from magnetar.zk.memory import MemoryMetadataServer
+from magnetar.zk.routing import PathRouter, RoutingMetadataStore
 from magnetar.zk.store import MetadataStore
 from magnetar.zk.zookeeper import ZooKeeperMetadataStore
 from support.zookeeper import ZooKeeperServer, zookeeper_missing_reason
 
-BACKENDS = ("zookeeper", "embedded", "embedded-remote", "memory", "faults")
+BACKENDS = ("zookeeper", "embedded", "embedded-remote", "memory", "faults", "routing")
 
 ZK_SESSION_TIMEOUT_MS = 4_000
 REMOTE_SESSION_TIMEOUT_MS = 1_500
@@ -101,6 +103,33 @@ class FaultsBackend(MemoryBackend):
         return FaultInjectingStore(self.server.connect())
 
 
+CONTRACT_ROUTER = PathRouter(
+    configuration_roots=("/cfg", "/w", "/cas", "/race", "/seq", "/kids", "/d", "/fifo", "/rm"),
+    local_exceptions=(),
+)
+"""The contract's paths split over both stores: ephemeral and session-expiry paths stay
+local (the session is the local store's), the others go either way."""
+
+
+class RoutingBackend(MetadataBackend):
+    """``RoutingMetadataStore`` sessions over a local and a configuration memory tree."""
+
+    name = "routing"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.local = MemoryMetadataServer()
+        self.configuration = MemoryMetadataServer(first_session_id=1_000_000)
+
+    async def _open(self) -> MetadataStore:
+        return RoutingMetadataStore(
+            self.local.connect(), self.configuration.connect(), router=CONTRACT_ROUTER
+        )
+
+    async def expire(self, store: MetadataStore) -> None:
+        self.local.expire_session(store.session_id)
+
+
 class EmbeddedBackend(MetadataBackend):
     name = "embedded"
 
@@ -155,6 +184,8 @@ def make_backend(
         return MemoryBackend()
     if name == "faults":
         return FaultsBackend()
+    if name == "routing":
+        return RoutingBackend()
     raise ValueError(name)
 
 

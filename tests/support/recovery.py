@@ -7,9 +7,9 @@ import asyncio
 import os
 from collections.abc import Iterable
 
-from magnetar.broker.ledger.client import LedgerClient, LedgerClientConfig
-from magnetar.broker.ledger.handle import unframe
-from magnetar.broker.ledger.metadata import LedgerMetadata, write_set
+from magnetar.broker.bookkeeper import LedgerClient, LedgerClientConfig
+from magnetar.broker.bookkeeper.entry import unframe
+from magnetar.broker.bookkeeper.metadata import LedgerMetadata, write_set
 from magnetar.zk import paths
 from magnetar.zk.store import MetadataStore
 from support.ledger_cluster import bookie_client_factory

@@ -147,8 +147,10 @@ def test_every_broker_setting_is_reachable_through_the_environment() -> None:
         changed = (
             (not value)
             if isinstance(value, bool)
-            else (f"{value}x" if isinstance(value, str) else value + 1)
+            else (f"{value}x" if isinstance(value, str) else 5 if value is None else value + 1)
         )
+        if f.name == "broker_delete_inactive_topics_mode":  # one of two modes
+            changed = "delete_when_subscriptions_caught_up"
         environ = {f"MAGNETAR_{f.name.upper()}": str(changed)}
         if f.name in ("advertised_listeners", "internal_listener_name"):  # checked at load
             changed = "x" if f.name == "internal_listener_name" else "x:pulsar://h:1"

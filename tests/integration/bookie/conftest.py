@@ -24,7 +24,7 @@ async def served(
     request: pytest.FixtureRequest,
 ) -> AsyncIterator[tuple[MemoryBookieStorage, BookieServer, BookieClient]]:
     storage = MemoryBookieStorage("b1", max_entry_bytes=64 * 1024)
-    service = BookieService(storage, max_entry_bytes=64 * 1024)
+    service = BookieService(storage)
     server = BookieServer(service, "127.0.0.1", 0)
     await server.start()
     fast: FastAddServer | None = None

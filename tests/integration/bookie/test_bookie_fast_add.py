@@ -44,7 +44,7 @@ def _batch(batch_id: int, ledger: int, entry: int, payload: bytes = b"x" * 100) 
 @pytest.fixture
 async def fast() -> AsyncIterator[tuple[BookieService, FastAddServer, BookieServer]]:
     storage = MemoryBookieStorage("b1", max_entry_bytes=64 * 1024)
-    service = BookieService(storage, max_entry_bytes=64 * 1024)
+    service = BookieService(storage)
     grpc_server = BookieServer(service, "127.0.0.1", 0)
     await grpc_server.start()
     server = FastAddServer(service, "127.0.0.1", 0, max_frame_bytes=1 << 20)

@@ -18,6 +18,7 @@ CHILD = textwrap.dedent(
     import crc32c
     from magnetar.bookie.api import AddRequest
     from magnetar.bookie.core import Bookie, BookieConfig
+    from magnetar.bookie.testing import submit_requests
 
     async def main(root):
         bookie = Bookie(BookieConfig(journal_dir=root + "/journal", ledger_dir=root + "/ledgers",
@@ -31,7 +32,7 @@ CHILD = textwrap.dedent(
             for e in range(entry, entry + 20):
                 data = f"L1E{e}".encode() * 10
                 reqs.append(AddRequest(1, e, e - 1, crc32c.crc32c(data), data, b"k" * 20))
-            statuses = await bookie.add_entries(reqs)
+            statuses = await submit_requests(bookie, reqs)
             assert statuses == [0] * 20, statuses
             entry += 20
             print(entry - 1, flush=True)

@@ -12,6 +12,7 @@ from support.bookie_storage import KEY, OpenBookie, add_ok, payload_of, req
 from magnetar.bookie.errors import CorruptEntry, NoEntry, NoLedger, StatusCode, Unauthorized
 from magnetar.bookie.files import FaultyFileSystem
 from magnetar.bookie.journal import list_journal_ids
+from magnetar.bookie.testing import submit_requests
 from magnetar.bookie.wire import ENTRY_HEADER, MalformedBatch
 
 
@@ -65,14 +66,15 @@ async def test_missing_ledger_and_entry(open_bookie: OpenBookie) -> None:
 async def test_validation_per_request(open_bookie: OpenBookie) -> None:
     bookie = await open_bookie(entry_size_max=4096)
     await add_ok(bookie, [req(1, 0)])
-    statuses = await bookie.add_entries(
+    statuses = await submit_requests(
+        bookie,
         [
             req(1, 1),
             req(1, 2, key=b"wrong"),
             req(1, 3, b"x" * 5000),
             req(1, 4, crc=12345),
             req(1, 5),
-        ]
+        ],
     )
     assert statuses == [
         0,
@@ -127,20 +129,20 @@ async def test_fencing_durable_across_restart(open_bookie: OpenBookie) -> None:
     with pytest.raises(Unauthorized):
         await bookie.fence(1, b"wrong")
     assert await bookie.fence(1, KEY) == 4
-    statuses = await bookie.add_entries([req(1, 5)])
+    statuses = await submit_requests(bookie, [req(1, 5)])
     assert statuses == [StatusCode.FENCED]
     await add_ok(bookie, [req(1, 5, recovery=True)])  # recovery adds pass the fence
     # Fencing a ledger never seen creates it fenced: a late writer is refused.
     assert await bookie.fence(9, KEY) == -1
-    assert await bookie.add_entries([req(9, 0)]) == [StatusCode.FENCED]
+    assert await submit_requests(bookie, [req(9, 0)]) == [StatusCode.FENCED]
     await bookie.halt()  # crash: the fence bits exist only in the journal
     bookie = await open_bookie()
-    assert await bookie.add_entries([req(1, 6)]) == [StatusCode.FENCED]
-    assert await bookie.add_entries([req(9, 0)]) == [StatusCode.FENCED]
+    assert await submit_requests(bookie, [req(1, 6)]) == [StatusCode.FENCED]
+    assert await submit_requests(bookie, [req(9, 0)]) == [StatusCode.FENCED]
     assert (await bookie.read_entry(1, 5)).payload == payload_of(1, 5)
     await bookie.close()  # graceful: the fence bits now live in the ledger table
     bookie = await open_bookie()
-    assert await bookie.add_entries([req(1, 7)]) == [StatusCode.FENCED]
+    assert await submit_requests(bookie, [req(1, 7)]) == [StatusCode.FENCED]
 
 
 async def test_fence_returns_only_after_its_journal_sync(open_bookie: OpenBookie) -> None:
@@ -160,7 +162,7 @@ async def test_add_acknowledged_only_after_fsync(open_bookie: OpenBookie) -> Non
     fs = FaultyFileSystem()
     bookie = await open_bookie(fs=fs)
     fs.hold_fsync()
-    fut = bookie.add_entries([req(1, 0), req(1, 1)])
+    fut = submit_requests(bookie, [req(1, 0), req(1, 1)])
     assert await asyncio.to_thread(fs.fsync_waiting.wait, 5)
     await asyncio.sleep(0)
     assert not asyncio.ensure_future(fut).done()
@@ -231,18 +233,6 @@ async def test_torn_journal_tail_on_restart(
     for e in (10, 15, 19):
         with pytest.raises(NoEntry):
             await bookie.read_entry(1, e)  # never served from the damaged record
-
-
-async def test_add_batch_takes_entry_like_objects_with_the_batch_master_key(
-    open_bookie: OpenBookie,
-) -> None:
-    bookie = await open_bookie()
-    entries = [req(5, e, key=b"") for e in range(3)]
-    entries.append(req(5, 3, key=b"other"))
-    assert await bookie.add_batch(entries, master_key=KEY) == [0, 0, 0, StatusCode.UNAUTHORIZED]
-    assert (await bookie.read_entry(5, 2)).payload == payload_of(5, 2)
-    with pytest.raises(Unauthorized):
-        await bookie.fence(5, b"other")
 
 
 def packed_of(rows: list[tuple[int, int, bytes]], crc: int | None = None) -> bytes:

@@ -10,6 +10,7 @@ from support.bookie_storage import OpenBookie, add_ok, payload_of, req
 
 from magnetar.bookie.errors import StatusCode
 from magnetar.bookie.files import FaultyFileSystem
+from magnetar.bookie.testing import submit_requests
 
 
 async def test_enospc_on_journal_turns_read_only_and_keeps_acked_data(
@@ -22,11 +23,11 @@ async def test_enospc_on_journal_turns_read_only_and_keeps_acked_data(
     await add_ok(bookie, [req(1, e) for e in range(20, 30)])  # acked, only in the journal
     assert not bookie.info().read_only
     fs.fail_writes(errno.ENOSPC)
-    statuses = await bookie.add_entries([req(1, 30), req(1, 31)])
+    statuses = await submit_requests(bookie, [req(1, 30), req(1, 31)])
     assert statuses == [StatusCode.READ_ONLY] * 2, "not acknowledged: the write failed"
     assert bookie.info().read_only
     assert bookie.statistics().read_only_reason.startswith("journal I/O error")
-    assert await bookie.add_entries([req(1, 32)]) == [StatusCode.READ_ONLY]
+    assert await submit_requests(bookie, [req(1, 32)]) == [StatusCode.READ_ONLY]
     # Reads keep working.
     got = await bookie.read_range(1, 0, 29, 1 << 20)
     assert [e.payload for e in got] == [payload_of(1, e) for e in range(30)]
@@ -58,7 +59,7 @@ async def test_fsync_failure_fails_the_group_and_goes_read_only(open_bookie: Ope
     bookie = await open_bookie(fs=fs)
     await add_ok(bookie, [req(1, 0)])
     fs.fail_fsync(errno.EIO)
-    assert await bookie.add_entries([req(1, 1)]) == [StatusCode.READ_ONLY]
+    assert await submit_requests(bookie, [req(1, 1)]) == [StatusCode.READ_ONLY]
     assert bookie.info().read_only
 
 
@@ -68,7 +69,7 @@ async def test_low_free_space_turns_read_only_and_back(open_bookie: OpenBookie) 
     fs.free_bytes_override = 1 << 20
     assert bookie.check_disk() is True
     assert bookie.info().read_only and bookie.info().free_disk_bytes == 1 << 20
-    assert await bookie.add_entries([req(1, 0)]) == [StatusCode.READ_ONLY]
+    assert await submit_requests(bookie, [req(1, 0)]) == [StatusCode.READ_ONLY]
     fs.free_bytes_override = None
     assert bookie.check_disk() is False
     await add_ok(bookie, [req(1, 0)])
@@ -92,16 +93,16 @@ async def test_full_write_cache_throttles_then_rejects(open_bookie: OpenBookie) 
     while bookie._cache.active_bytes < half:
         await add_ok(bookie, batch())
     fs.hold_fsync()  # the flush that the next add triggers cannot finish
-    first = asyncio.ensure_future(bookie.add_entries(batch()))  # swaps; accepted
+    first = asyncio.ensure_future(submit_requests(bookie, batch()))  # swaps; accepted
     assert bookie._cache.flushing
     more = []
     while bookie._cache.active_bytes < half:
-        more.append(asyncio.ensure_future(bookie.add_entries(batch())))
-    throttled = asyncio.ensure_future(bookie.add_entries(batch()))
+        more.append(asyncio.ensure_future(submit_requests(bookie, batch())))
+    throttled = asyncio.ensure_future(submit_requests(bookie, batch()))
     assert await asyncio.wait_for(throttled, 5) == [StatusCode.TOO_MANY_REQUESTS] * 4
     assert bookie.statistics().rejected_too_many == 1
     fs.release_fsync()
     assert await asyncio.wait_for(first, 5) == [0] * 4
     assert await asyncio.wait_for(asyncio.gather(*more), 5) == [[0] * 4] * len(more)
     # Once the flush completes, adds are accepted again (after waiting for the next flush).
-    assert await asyncio.wait_for(bookie.add_entries(batch()), 5) == [0] * 4
+    assert await asyncio.wait_for(submit_requests(bookie, batch()), 5) == [0] * 4

@@ -25,16 +25,16 @@ from support.recovery import (
 )
 from support.waiting import wait_for
 
-from magnetar.broker.ledger import EARLIEST
-from magnetar.broker.ledger.autorecovery import (
+from magnetar.broker.bookkeeper.autorecovery import (
     AutoRecoveryConfig,
     ReplicationWorker,
     UnderReplication,
     ledger_client_for,
     recover_bookie,
 )
-from magnetar.broker.ledger.autorecovery.auditor import all_ledgers
-from magnetar.broker.ledger.placement import write_quorum_racks
+from magnetar.broker.bookkeeper.autorecovery.auditor import all_ledgers
+from magnetar.broker.bookkeeper.placement import write_quorum_racks
+from magnetar.broker.ledger import EARLIEST
 from magnetar.zk import paths
 from magnetar.zk.factory import open_metadata_store
 
@@ -71,7 +71,7 @@ async def test_decommission_live_bookie_under_write_load(zookeeper_server, booki
     task = asyncio.ensure_future(writer())
     try:
         await wait_for(lambda: len(acked) >= 600, 60)
-        current = ml._current
+        current = ml.current
         assert current is not None
         victim_id = current.metadata.last_ensemble[0]  # in the open ledger's ensemble too
         victim = next(b for b in bookies if b.bookie_id == victim_id)
@@ -118,7 +118,7 @@ async def test_decommission_live_bookie_under_write_load(zookeeper_server, booki
     reader = ml.new_non_durable_cursor(EARLIEST)
     got = []
     while True:
-        batch = await ml.read_entries(reader, 1_000)
+        batch = await reader.read_entries(1_000)
         if not batch:
             break
         got.extend(batch)

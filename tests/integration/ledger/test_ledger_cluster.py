@@ -17,9 +17,9 @@ from support.ledger_cluster import (
 from support.waiting import wait_for
 
 from magnetar.bookie.errors import NoEntry, NoLedger
+from magnetar.broker.bookkeeper.metadata import LedgerMetadata
+from magnetar.broker.bookkeeper.states import LedgerState
 from magnetar.broker.ledger import EARLIEST, ManagedLedgerFenced, Position
-from magnetar.broker.ledger.metadata import LedgerMetadata
-from magnetar.broker.ledger.states import LedgerState
 from magnetar.zk import paths
 
 FAST = {"min_ledger_rollover_time_ms": 0, "max_entries_per_ledger": 100}
@@ -43,10 +43,10 @@ async def test_rollover_trim_and_bookie_gc(zookeeper_server, bookie_factory, tra
     positions = [await ml.add_nowait(b"payload-%d" % i) for i in range(350)]
     assert len({p.ledger_id for p in positions}) == 4  # rolled over every 100 entries
     first_ledger = positions[0].ledger_id
-    assert await ml.trim() == []  # nothing consumed yet
+    assert await ml.trimming.trim() == []  # nothing consumed yet
     await cursor.mark_delete(positions[249])
-    await wait_for(lambda: first_ledger not in ml.ledger_ids, 10)
-    assert ml.ledger_ids[0] == positions[250].ledger_id
+    await wait_for(lambda: first_ledger not in ml.ledgers.ids, 10)
+    assert ml.ledgers.ids[0] == positions[250].ledger_id
 
     # the trim runs once the mark-delete is durable; its ledger deletions follow the
     # ledger list's update
@@ -68,7 +68,7 @@ async def test_rollover_trim_and_bookie_gc(zookeeper_server, bookie_factory, tra
         await wait_for(gone, 20, "bookie GC reclaiming the trimmed ledger", interval_s=0.1)
     finally:
         await client.close()
-    got = await ml.read_entries(cursor, 1000)
+    got = await cursor.read_entries(1000)
     assert [e.payload for e in got] == [b"payload-%d" % i for i in range(250, 350)]
     await factory.close()
     await factory.store.close()
@@ -98,7 +98,7 @@ async def test_cursor_survives_clean_restart(zookeeper_server, bookie_factory, t
     )
     ml2 = await f2.open("t/ns/persistent/restart")
     c2 = ml2.cursors["sub"]
-    got = await ml2.read_entries(c2, 1000)
+    got = await c2.read_entries(1000)
     assert [e.payload for e in got] == [b"m%d" % i for i in sorted(keep)]
     assert c2.mark_delete_position == Position(pos[3].ledger_id, pos[3].entry_id - 1)
     assert c2.redelivery_count(pos[99]) == 1
@@ -122,7 +122,7 @@ async def test_session_loss_stops_the_owner(zookeeper_server, bookie_factory) ->
     # another owner takes over and sees only what was acknowledged
     f2 = await open_factory(url, retention_time_ms=-1, retention_size_bytes=-1)
     ml2 = await f2.open("t/ns/persistent/session")
-    got = await ml2.read_entries(ml2.new_non_durable_cursor(EARLIEST), 10)
+    got = await ml2.new_non_durable_cursor(EARLIEST).read_entries(10)
     assert [e.payload for e in got] == [b"before"]
     await f2.close()
     await f2.store.close()
@@ -193,7 +193,7 @@ async def test_a_bookie_restarted_on_another_fast_add_port_gets_fast_adds_again(
         return client.add_transport == "tcp" and client.statistics().fast_add_streams_opened >= 2  # type: ignore[attr-defined]
 
     await wait_for(fast_again, 30, "adds over the new fast add port")
-    got = await ml.read_entries(cursor, 400)
+    got = await cursor.read_entries(400)
     assert [e.position for e in got][: len(first) + len(rest)] == first + rest
     await factory.close()
     await factory.store.close()
@@ -221,7 +221,7 @@ async def test_adds_a_failed_ledger_never_confirmed_land_once_in_the_next_ledger
     ml = await factory.open("t/ns/persistent/failed-ledger")
     await ml.open_cursor("sub", EARLIEST)  # keeps every ledger
     first = await ml.add(b"a")
-    old = ml._current
+    old = ml.current
     assert old is not None
     bookies[0].pause()  # stops answering: its adds time out, no spare bookie exists
     try:
@@ -243,7 +243,7 @@ async def test_adds_a_failed_ledger_never_confirmed_land_once_in_the_next_ledger
     second = await open_factory(url, transport=transport)
     ml2 = await second.open("t/ns/persistent/failed-ledger")
     cursor = ml2.new_non_durable_cursor(EARLIEST)
-    entries = await ml2.read_entries(cursor, 100)
+    entries = await cursor.read_entries(100)
     assert [e.payload for e in entries] == [b"a"] + [b"p%d" % i for i in range(20)]
     await cursor.close()
     await second.close()

@@ -269,3 +269,30 @@ def test_namespace_and_topic_properties(server: StandaloneProcess) -> None:
     assert call(server, "DELETE", f"{topic}/properties?key=x")[0] == 204
     assert call(server, "DELETE", f"{topic}/properties?key=x")[0] == 404
     assert call(server, "GET", f"{topic}/properties") == (200, {"team": "pay"})
+
+
+def test_a_namespace_path_we_lack_is_an_unknown_route(server: StandaloneProcess) -> None:
+    status, body = call(server, "PUT", "/admin/v2/namespaces/public/x/offloadThreshold", 10)
+    assert status == 404
+    assert body == {"reason": "Unknown route: PUT /admin/v2/namespaces/public/x/offloadThreshold"}
+    status, body = call(server, "GET", "/admin/v2/namespaces/public/default/no/such")
+    assert status == 404 and body["reason"].startswith("Unknown route: GET")
+
+
+def test_a_malformed_dispatch_rate_in_a_namespace_body_is_refused(
+    server: StandaloneProcess,
+) -> None:
+    status, body = call(
+        server, "PUT", "/admin/v2/namespaces/public/bad-rate", {"dispatchRate": {"standalone": "x"}}
+    )
+    assert 400 <= status < 500, (status, body)
+    assert "dispatchRate" in body["reason"]
+    assert call(server, "GET", "/admin/v2/namespaces/public/bad-rate")[0] == 404
+    rate = {"dispatchThrottlingRateInMsg": 10, "ratePeriodInSecond": 1}
+    ok = call(
+        server,
+        "PUT",
+        "/admin/v2/namespaces/public/good-rate",
+        {"dispatchRate": {"standalone": rate}},
+    )
+    assert ok[0] == 204

@@ -33,6 +33,8 @@ metadata:
   name: golden/prod
 spec:
   bundles: 2
+  replicationClusters:
+  - standalone
   policies:
     retention:
       time: 1w
@@ -805,3 +807,30 @@ def test_delete_a_cluster(magctl: Magctl, url: str) -> None:
     assert "spare" not in ok(magctl("get", "clusters", "-o", "name", admin_url=url))
     refused = magctl("delete", "cluster", "standalone", admin_url=url)
     assert refused.code == 1 and "this broker serves" in refused.err
+
+
+def test_set_context_namespace_is_stored_and_used_by_namespaced_verbs(
+    magctl: Magctl, url: str, config_file: pathlib.Path
+) -> None:
+    """kubectl's ``set-context NAME --namespace NS``: stored in the context, shown by ``config
+    view`` and ``get-contexts``, and the namespace of every namespaced verb in it."""
+    ok(magctl("create", "tenant", "ctxns", admin_url=url))
+    ok(magctl("create", "namespace", "ctxns/prod", admin_url=url))
+    ok(magctl("create", "topic", "only-in-prod", "-n", "ctxns/prod", admin_url=url))
+    ok(magctl("create", "topic", "ctx-in-default", admin_url=url))
+    ok(magctl("config", "set-context", "alpha", "--admin-url", url, "--namespace", "ctxns/prod"))
+    ok(magctl("config", "use-context", "alpha"))
+    view = yaml.safe_load(ok(magctl("config", "view")))
+    assert view["contexts"] == [
+        {"name": "alpha", "context": {"cluster": "alpha", "namespace": "ctxns/prod"}}
+    ]
+    row = [r.split() for r in ok(magctl("config", "get-contexts")).splitlines()][1]
+    assert row[-1] == "ctxns/prod"
+    names = ok(magctl("get", "topics", "-o", "name"))
+    assert "only-in-prod" in names and "ctx-in-default" not in names
+    ok(magctl("create", "topic", "made-in-context"))
+    status, topics = http(url, "GET", "/admin/v2/persistent/ctxns/prod")
+    assert status == 200 and "persistent://ctxns/prod/made-in-context" in topics
+    assert "only-in-prod" not in ok(magctl("get", "topics", "-o", "name", "-n", "public/default"))
+    bad = magctl("config", "set-context", "beta", "--namespace", "no-slash")
+    assert bad.code == 2 and "tenant/namespace" in bad.err

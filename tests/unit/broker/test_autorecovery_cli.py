@@ -58,7 +58,7 @@ def test_autorecovery_refuses_a_bad_metadata_url(capsys: pytest.CaptureFixture[s
 
 async def test_supervisor_starts_again_on_a_new_session_after_session_loss() -> None:
     from magnetar.broker.autorecovery_main import Supervisor
-    from magnetar.broker.ledger.autorecovery import AutoRecoveryConfig
+    from magnetar.broker.bookkeeper.autorecovery import AutoRecoveryConfig
 
     server = memory_server("cli-supervisor")
     supervisor = Supervisor("memory://cli-supervisor", 4000, AutoRecoveryConfig(), "node-a")

@@ -309,9 +309,9 @@ async def test_view_outlives_trimmed_ledgers_on_the_managed_ledger() -> None:
     position and new subscriptions at Earliest still get the whole view."""
     import random
 
+    from magnetar.broker.bookkeeper.testing import FakeBookieCluster
     from magnetar.broker.ledger import ManagedLedgerConfig, ManagedLedgerFactory
-    from magnetar.broker.ledger.testing import FakeBookieCluster
-    from magnetar.broker.storage.managed_ledger import ManagedLedgerStorage
+    from magnetar.broker.storage.managed_adapter import ManagedLedgerStorage
     from magnetar.zk import MemoryMetadataServer
 
     config = ManagedLedgerConfig(
@@ -336,11 +336,10 @@ async def test_view_outlives_trimmed_ledgers_on_the_managed_ledger() -> None:
     assert topic.compaction.view is not None
     assert [topic.compaction.view.originals[i] for i in range(2)] == [pos[4], pos[5]]
     ml = topic.ledger.ml  # type: ignore[attr-defined]
-    await ml.trim()  # only __compaction holds the topic: ledgers up to the horizon go
-    if ml._trim_task is not None:  # the one the cursor's move started
-        await ml._trim_task
-    assert pos[0].ledger_id not in ml.ledger_ids
-    assert pos[3].ledger_id not in ml.ledger_ids
+    await ml.trimming.trim()  # only __compaction holds the topic: ledgers up to the horizon go
+    await ml.trimming.idle()  # the one the cursor's move started
+    assert pos[0].ledger_id not in ml.ledgers.ids
+    assert pos[3].ledger_id not in ml.ledgers.ids
 
     reader = CompactedCursor(
         topic.ledger.new_non_durable_cursor("r", EARLIEST), topic.compaction, from_earliest=True

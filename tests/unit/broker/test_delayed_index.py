@@ -13,6 +13,7 @@ from array import array
 import pytest
 from support.delayed_model import DelayedHarness
 
+from magnetar.broker.bookkeeper.testing import FakeBookieCluster
 from magnetar.broker.delayed import (
     CorruptIndexRecord,
     DelayedDeliveryConfig,
@@ -25,7 +26,6 @@ from magnetar.broker.delayed import (
 )
 from magnetar.broker.delayed.codec import ChunkRef, RunRef, decode_chunk, encode_chunk
 from magnetar.broker.ledger import ManagedLedgerConfig, ManagedLedgerFactory, Position
-from magnetar.broker.ledger.testing import FakeBookieCluster
 from magnetar.clock import VirtualClock
 from magnetar.zk.memory import MemoryMetadataServer
 

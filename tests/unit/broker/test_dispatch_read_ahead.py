@@ -10,10 +10,10 @@ import random
 import pytest
 from support.dispatch import dispatched
 
+from magnetar.broker.bookkeeper.testing import FakeBookieCluster
 from magnetar.broker.dispatch.consumer import Consumer, OutMessage, SubType
 from magnetar.broker.ledger import ManagedLedgerConfig, ManagedLedgerFactory
-from magnetar.broker.ledger.testing import FakeBookieCluster
-from magnetar.broker.storage.managed_ledger import ManagedLedgerStorage
+from magnetar.broker.storage.managed_adapter import ManagedLedgerStorage
 from magnetar.broker.topics.subscription import Subscription
 from magnetar.client.protocol import entry_num_messages
 from magnetar.client.protocol.proto import pulsar_api_pb2 as pb
@@ -110,7 +110,7 @@ async def test_a_consumer_behind_the_cache_gets_its_backlog_in_order(
             for m in msgs:
                 owners.setdefault(key_of[m.position], set()).add(cid)
         assert all(len(o) == 1 for o in owners.values()), owners
-    stats = ledger.ml.read_ahead_statistics(cursor.cursor)
+    stats = cursor.cursor.read_ahead_statistics()
     assert stats is not None and stats.max_reads_in_flight > 1, stats
     assert stats.entries_read >= ENTRIES
     await storage.close()

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import random
 
+from magnetar.broker.bookkeeper.testing import FakeBookieCluster
 from magnetar.broker.ledger import ManagedLedgerConfig, ManagedLedgerFactory
 from magnetar.broker.ledger.position import Position
-from magnetar.broker.ledger.testing import FakeBookieCluster
-from magnetar.broker.storage.managed_ledger import ManagedLedgerStorage
+from magnetar.broker.storage.managed_adapter import ManagedLedgerStorage
 from magnetar.zk import MemoryMetadataServer
 
 CONFIG = ManagedLedgerConfig(ensemble_size=2, write_quorum=2, ack_quorum=2)

@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 import pytest
 from support.waiting import wait_for
 
+from magnetar.broker.errors import ResourceNotFound
 from magnetar.broker.loadbalance import BrokerLoadReport, BundleStats, ResourceUsage, SheddingConfig
 from magnetar.broker.loadbalance.manager import (
     LeaderInfo,
@@ -37,6 +38,7 @@ class Actions:
         self.unloads: list[tuple[str, str]] = []
         self.splits: list[tuple[str, str, SplitAlgorithm, bool]] = []
         self.split_refusal: Exception | None = None
+        self.deleted_namespaces: set[str] = set()
 
     async def unload(self, owner: BrokerLoadReport, bundle: str) -> None:
         self.unloads.append((owner.broker_id, bundle))
@@ -49,6 +51,8 @@ class Actions:
         self.splits.append((owner.broker_id, bundle, algorithm, unload))
 
     async def bundle_count(self, namespace: str) -> int:
+        if namespace in self.deleted_namespaces:
+            raise ResourceNotFound("Namespace does not exist")
         return 4
 
     async def probe(self, broker: BrokerLoadReport) -> ProbeResult:
@@ -256,6 +260,22 @@ async def test_a_refused_split_is_logged_once_not_every_round(
     assert len([r for r in caplog.records if "splitting bundle" in r.getMessage()]) == 1
     cluster.actions.split_refusal = None
     assert await a.split_round() == 1  # still retried each round
+
+
+async def test_a_namespace_deleted_during_a_split_round_is_skipped(
+    cluster: Cluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Its bundles are still in the load reports; the others are split as usual."""
+    a = await cluster.broker(
+        "a", 50, {"t/gone/0x00000000_0xffffffff": 30, "t/n/0x00000000_0xffffffff": 30}
+    )
+    await wait_for(lambda: len(a.reports) == 1)
+    cluster.actions.deleted_namespaces.add("t/gone")
+    with caplog.at_level(logging.INFO, logger="magnetar.broker.loadbalance.manager"):
+        assert await a.split_round() == 1
+    assert [s[1] for s in cluster.actions.splits] == ["t/n/0x00000000_0xffffffff"]
+    gone = [r for r in caplog.records if "t/gone" in r.getMessage()]
+    assert len(gone) == 1 and gone[0].levelno == logging.INFO and gone[0].exc_info is None
 
 
 async def test_a_bundle_keeps_its_placement_until_it_is_owned(cluster: Cluster) -> None:

@@ -305,3 +305,19 @@ def test_tls_settings_validation(tmp_path: pathlib.Path) -> None:
         TlsSettings(base.certificate_file, base.key_file, str(tmp_path / "ca.pem"), True)
     )
     assert mtls.verify_mode == ssl.CERT_REQUIRED
+
+
+def test_a_method_no_provider_serves_is_the_anonymous_role() -> None:
+    """Pulsar's ServerCnx: no provider of that name -> anonymousUserRole (else refused); a
+    configured provider that refuses the credentials is a refusal even then."""
+    key = generate_secret_key()
+    svc = AuthenticationService(
+        enabled=True, token=TokenValidator(secret_key=key), anonymous_role="anonymous"
+    )
+    for method in ("unknown", "basic", "tls", "none", ""):
+        assert svc.authenticate(method, b"user:pass").role == "anonymous", method
+    with pytest.raises(AuthenticationError):
+        svc.authenticate("token", b"not-a-token")
+    strict = AuthenticationService(enabled=True, token=TokenValidator(secret_key=key))
+    with pytest.raises(AuthenticationError):
+        strict.authenticate("unknown", b"user:pass")

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from magnetar.broker.ledger.managed_ledger import ManagedLedger
 from magnetar.broker.ledger.position import Position
+from magnetar.broker.ledger.reads import find_by_publish_time
 from magnetar.broker.policies import ttl
 from magnetar.broker.storage.contract import Entry
 from magnetar.client.protocol.proto import pulsar_api_pb2 as pb
@@ -37,8 +37,6 @@ class _Stored:
 class FakeManagedLedger:
     """Ledgers of entries in memory, with the managed ledger's search bound to them."""
 
-    find_by_publish_time = ManagedLedger.find_by_publish_time
-
     def __init__(self, ledgers: list[list[int]], first_ledger_id: int = 3) -> None:
         self.ledgers = {
             first_ledger_id + i: [entry_bytes(t) for t in ts] for i, ts in enumerate(ledgers)
@@ -54,6 +52,11 @@ class FakeManagedLedger:
             raise RuntimeError("ledger gone")
         self.reads += 1
         return [_Stored(d) for d in self.ledgers[ledger_id][first : last + 1]]
+
+    async def find_by_publish_time(self, publish_time_ms: int, extract: Any) -> Position | None:
+        return await find_by_publish_time(
+            self.ledger_sizes(), self.read_range, publish_time_ms, extract
+        )
 
 
 class TopicLedger:

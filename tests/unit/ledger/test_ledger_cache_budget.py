@@ -9,10 +9,10 @@ import random
 
 import pytest
 
+from magnetar.broker.bookkeeper.testing import FakeBookieCluster
 from magnetar.broker.config import BrokerConfig
 from magnetar.broker.ledger import LATEST, ManagedLedgerConfig, ManagedLedgerFactory, Position
 from magnetar.broker.ledger.cache import EntryCache, EntryCacheManager
-from magnetar.broker.ledger.testing import FakeBookieCluster
 from magnetar.broker.runtime import managed_ledger_config
 from magnetar.clock import VirtualClock
 from magnetar.zk.memory import MemoryMetadataServer
@@ -190,10 +190,10 @@ async def test_a_backlogged_cursor_does_not_pin_the_cache(
     tail = ml.new_non_durable_cursor(LATEST)
     await asyncio.gather(*(ml.add(b"e%d" % i) for i in range(30)))
     assert ml.statistics().cache.entries == 30
-    got = await ml.read_entries(tail, 25)  # tail is 5 behind: active; slow is 30 behind: not
+    got = await tail.read_entries(25)  # tail is 5 behind: active; slow is 30 behind: not
     assert len(got) == 25
     assert ml.statistics().cache.entries == 5  # kept only what the active reader needs
-    got = await ml.read_entries(slow, 30)  # the slow one reads from the bookies
+    got = await slow.read_entries(30)  # the slow one reads from the bookies
     assert [e.payload for e in got] == [b"e%d" % i for i in range(30)]
     ml.check_invariants()
     await f.close()
@@ -217,11 +217,11 @@ async def test_a_lone_backlogged_reader_reads_from_the_cache(
     ml = await f.open("t/ns/persistent/lone-backlogged")
     slow = await ml.open_cursor("slow", LATEST)
     await asyncio.gather(*(ml.add(b"e%d" % i) for i in range(30)))
-    got = await ml.read_entries(slow, 5)  # 30 behind: backlogged
+    got = await slow.read_entries(5)  # 30 behind: backlogged
     assert [e.payload for e in got] == [b"e%d" % i for i in range(5)]
     assert ml.statistics().cache.entries == 25  # what it read went; the rest stayed
     misses = ml.statistics().cache.misses
-    got = await ml.read_entries(slow, 25)
+    got = await slow.read_entries(25)
     assert [e.payload for e in got] == [b"e%d" % i for i in range(5, 30)]
     assert ml.statistics().cache.misses == misses  # all from the cache
     assert ml.statistics().cache.entries == 0

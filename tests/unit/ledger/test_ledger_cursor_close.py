@@ -13,8 +13,8 @@ import random
 import pytest
 from support.waiting import wait_for
 
+from magnetar.broker.bookkeeper.testing import FakeBookieCluster
 from magnetar.broker.ledger import EARLIEST, ManagedLedgerConfig, ManagedLedgerFactory
-from magnetar.broker.ledger.testing import FakeBookieCluster
 from magnetar.zk.memory import MemoryMetadataServer
 
 CONFIG = ManagedLedgerConfig(

@@ -15,9 +15,9 @@ import random
 import pytest
 from support.waiting import wait_for
 
+from magnetar.broker.bookkeeper.testing import FakeBookieCluster
 from magnetar.broker.ledger import EARLIEST, ManagedLedgerConfig, ManagedLedgerFactory
-from magnetar.broker.ledger.testing import FakeBookieCluster
-from magnetar.broker.storage.managed_ledger import ManagedTopicCursor, ManagedTopicLedger
+from magnetar.broker.storage.managed_adapter import ManagedCursorAdapter, ManagedLedgerAdapter
 from magnetar.zk.memory import MemoryMetadataServer
 
 CONFIG = ManagedLedgerConfig(
@@ -43,7 +43,7 @@ async def test_a_repeated_ack_returns_only_when_the_first_is_durable(
     for b in bookies:
         b.hang()
 
-    topic_cursor = ManagedTopicCursor(ManagedTopicLedger(ml), cursor)
+    topic_cursor = ManagedCursorAdapter(ManagedLedgerAdapter(ml), cursor)
 
     def ack() -> asyncio.Future[object]:
         if how == "individual":

@@ -10,8 +10,8 @@ import random
 
 from support.waiting import wait_for
 
+from magnetar.broker.bookkeeper.testing import FakeBookieCluster
 from magnetar.broker.ledger import EARLIEST, LATEST, ManagedLedgerConfig, ManagedLedgerFactory
-from magnetar.broker.ledger.testing import FakeBookieCluster
 from magnetar.zk import paths
 from magnetar.zk.memory import MemoryMetadataServer
 
@@ -47,7 +47,7 @@ async def test_a_deleted_cursor_ledger_is_repaired_on_load(
     c2 = await ml2.open_cursor("sub", LATEST)
     assert c2.mark_delete_position == pos[1]
     # acknowledgements after the znode's mark-delete are redelivered, nothing is lost
-    assert [e.position for e in await ml2.read_entries(c2, 10)] == pos[2:]
+    assert [e.position for e in await c2.read_entries(10)] == pos[2:]
     await c2.delete([pos[2]])  # and the cursor persists again, in a new ledger
     await c2.flush()
     again = await store.get(paths.managed_cursor(ml.name, "sub"))
@@ -61,16 +61,16 @@ async def test_trimming_waits_until_the_mark_delete_is_durable(
     ml = await _factory(meta_server, bookies).open("t/ns/persistent/durable-trim")
     cursor = await ml.open_cursor("sub", EARLIEST)
     pos = [await ml.add(b"%d" % i) for i in range(7)]
-    first = ml.ledger_ids[0]
+    first = ml.ledgers.ids[0]
     await cursor.flush()
     for bookie in bookies.bookies.values():
         bookie.hang()  # the cursor's next write cannot complete
     acking = asyncio.ensure_future(cursor.mark_delete(pos[4]))
     await wait_for(lambda: cursor.mark_delete_position == pos[4], what="the mark-delete in memory")
-    assert await ml.trim() == []  # but the stored state still references the first ledger
-    assert first in ml.ledger_ids
+    assert await ml.trimming.trim() == []  # but the stored state still references the first ledger
+    assert first in ml.ledgers.ids
     for bookie in bookies.bookies.values():
         bookie.resume()
     await asyncio.wait_for(acking, 30)
     assert cursor.durable_mark_delete_position == pos[4]
-    assert first in await ml.trim() or first not in ml.ledger_ids
+    assert first in await ml.trimming.trim() or first not in ml.ledgers.ids

@@ -15,15 +15,15 @@ from typing import Any
 
 import pytest
 
+from magnetar.broker.bookkeeper import WriteHandle
+from magnetar.broker.bookkeeper.testing import FakeBookieCluster
 from magnetar.broker.ledger import (
     EARLIEST,
     LedgerOutOfOrder,
     ManagedLedgerConfig,
     ManagedLedgerFactory,
     ManagedLedgerFenced,
-    WriteHandle,
 )
-from magnetar.broker.ledger.testing import FakeBookieCluster
 from magnetar.zk import paths
 from magnetar.zk.memory import MemoryMetadataServer
 
@@ -63,13 +63,13 @@ async def test_takeovers_back_and_forth_lose_nothing(
             await ml.add(payload)
         published += batch
         assert cursor.backlog().entries == 5
-        got = await ml.read_entries(cursor, 100)
+        got = await cursor.read_entries(100)
         consumed += [e.payload for e in got]
         await cursor.mark_delete(got[-1].position)
-        trimmed = await ml.trim()
-        assert ml.ledger_ids[-1] not in trimmed
+        trimmed = await ml.trimming.trim()
+        assert ml.ledgers.ids[-1] not in trimmed
         ml.check_invariants()
-        assert ml.ledger_ids == sorted(set(ml.ledger_ids))
+        assert ml.ledgers.ids == sorted(set(ml.ledgers.ids))
         await ml.close()  # the topic is unloaded; the other broker takes it
     assert consumed == published
     for f in brokers:
@@ -95,8 +95,8 @@ async def test_publish_time_search_and_acks_span_ledgers_of_both_brokers(
     ml = await brokers[0].open(name)
     assert [p.ledger_id for p in positions] == sorted(p.ledger_id for p in positions)
     for t in (0, 5, 13, 23):
-        assert await ml.find_by_publish_time(t, int) == positions[t]
-    assert await ml.find_by_publish_time(24, int) is None
+        assert await ml.reads.find_by_publish_time(t, int) == positions[t]
+    assert await ml.reads.find_by_publish_time(24, int) is None
     cursor = ml.cursors["sub"]
     await cursor.delete(positions[1::2])  # every other entry, across all ledgers
     assert cursor.backlog().entries == 12
@@ -139,7 +139,7 @@ async def test_rollover_refuses_a_ledger_not_above_the_last(
     await low.open("t/ns/persistent/warm")
     name = "t/ns/persistent/y"
     ml = await high.open(name)
-    ids_before = ml.ledger_ids
+    ids_before = ml.ledgers.ids
 
     async def from_low_block(**kwargs: Any) -> WriteHandle:
         kwargs.pop("min_ledger_id", None)
@@ -149,12 +149,12 @@ async def test_rollover_refuses_a_ledger_not_above_the_last(
     acked = [await ml.add(b"m%d" % i) for i in range(3)]  # the third add starts a rollover
     with pytest.raises(ManagedLedgerFenced, match="not above"):
         await ml.add(b"after")
-    assert ml.ledger_ids == ids_before
+    assert ml.ledgers.ids == ids_before
     # Another owner reads every acknowledged entry, in order.
     other = factory(meta_server, fake_bookies, 3)
     reopened = await other.open(name)
     cursor = reopened.new_non_durable_cursor(EARLIEST)
-    got = await reopened.read_entries(cursor, 10)
+    got = await cursor.read_entries(10)
     assert [e.position for e in got] == acked
     await other.close()
     await low.close()

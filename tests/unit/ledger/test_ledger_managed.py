@@ -12,6 +12,10 @@ import pytest
 from support.autojump import AutojumpClock
 from support.waiting import wait_for
 
+from magnetar.broker.bookkeeper.errors import TooManyPendingAdds
+from magnetar.broker.bookkeeper.metadata import LedgerMetadata
+from magnetar.broker.bookkeeper.states import LedgerState
+from magnetar.broker.bookkeeper.testing import FakeBookieCluster
 from magnetar.broker.ledger import (
     EARLIEST,
     LATEST,
@@ -21,11 +25,8 @@ from magnetar.broker.ledger import (
     ManagedLedgerTerminated,
     Position,
 )
-from magnetar.broker.ledger.errors import TooManyPendingAdds
-from magnetar.broker.ledger.metadata import LedgerMetadata
-from magnetar.broker.ledger.states import LedgerState, ManagedLedgerState
-from magnetar.broker.ledger.testing import FakeBookieCluster
-from magnetar.broker.storage.managed_ledger import ManagedLedgerStorage
+from magnetar.broker.ledger.states import ManagedLedgerState
+from magnetar.broker.storage.managed_adapter import ManagedLedgerStorage
 from magnetar.clock import VirtualClock
 from magnetar.zk import paths
 from magnetar.zk.memory import MemoryMetadataServer
@@ -52,7 +53,7 @@ async def test_add_read_and_rollover(
     assert positions == sorted(positions) and len(set(positions)) == 35
     assert len({p.ledger_id for p in positions}) >= 4  # rolled over every 10 entries
     assert ml.get_last_confirmed() == positions[-1]
-    got = await ml.read_entries(cursor, 100)
+    got = await cursor.read_entries(100)
     assert [e.payload for e in got] == [b"m%d" % i for i in range(35)]
     assert [e.position for e in got] == positions
     assert cursor.backlog().entries == 35
@@ -71,7 +72,7 @@ async def test_reopen_recovers_and_fences_old_owner(
     ml2 = await f2.open("t/ns/persistent/b")
     assert ml2.get_last_confirmed() == acked[-1]
     c = ml2.new_non_durable_cursor(EARLIEST)
-    assert [e.payload for e in await ml2.read_entries(c, 100)] == [b"x%d" % i for i in range(20)]
+    assert [e.payload for e in await c.read_entries(100)] == [b"x%d" % i for i in range(20)]
     with pytest.raises(ManagedLedgerFenced):
         await ml1.add(b"late")
     with pytest.raises(ManagedLedgerFenced):
@@ -124,7 +125,7 @@ async def test_cursor_state_survives_reopen(
     f2 = factory(meta_server, fake_bookies, max_entries_per_ledger=50)
     ml2 = await f2.open("t/ns/persistent/c")
     c2 = await ml2.open_cursor("sub", LATEST)
-    remaining = [e.position for e in await ml2.read_entries(c2, 1000)]
+    remaining = [e.position for e in await c2.read_entries(1000)]
     assert remaining == [pos[j] for j in sorted(keep)]
     for j in sorted(keep)[:5]:
         assert c2.redelivery_count(pos[j]) == 2
@@ -151,23 +152,20 @@ async def test_trimming_respects_slowest_cursor_and_retention(
     slow = await ml.open_cursor("slow", EARLIEST)
     fast = await ml.open_cursor("fast", EARLIEST)
     pos = await asyncio.gather(*(ml.add(b"%d" % i) for i in range(45)))
-    await wait_for(
-        lambda: ml._trim_task is None or (ml._trim_task.done() and not ml._trim_again),
-        what="the trims the rollovers started done",
-    )
-    first_ledgers = ml.ledger_ids
+    await ml.trimming.idle()  # the trims the rollovers started
+    first_ledgers = ml.ledgers.ids
     await fast.mark_delete(pos[-1])
-    assert await ml.trim() == []  # the slow cursor holds everything
+    assert await ml.trimming.trim() == []  # the slow cursor holds everything
     await slow.mark_delete(pos[25])
-    assert await ml.trim() == []  # consumed, but retention keeps them for a minute
+    assert await ml.trimming.trim() == []  # consumed, but retention keeps them for a minute
     clock.advance(61)
-    deleted = await ml.trim()
+    deleted = await ml.trimming.trim()
     assert deleted == first_ledgers[:2]  # ledgers wholly before (l3, 5)
-    assert ml.ledger_ids == first_ledgers[2:]
+    assert ml.ledgers.ids == first_ledgers[2:]
     for lid in deleted:
         assert await meta_server.connect().get(f"/ledgers/meta/L{lid:020d}") is None
     c = ml.new_non_durable_cursor(EARLIEST)
-    got = await ml.read_entries(c, 100)
+    got = await c.read_entries(100)
     assert got[0].position == pos[20]
 
 
@@ -177,7 +175,7 @@ async def test_tailing_reader_is_woken_and_served_from_cache(
     f = factory(meta_server, fake_bookies)
     ml = await f.open("t/ns/persistent/tail")
     reader = ml.new_non_durable_cursor(LATEST)
-    waiter = asyncio.ensure_future(ml.read_entries_or_wait(reader, 10, 5.0))
+    waiter = asyncio.ensure_future(reader.read_entries_or_wait(10, 5.0))
     await asyncio.sleep(0)
     assert not waiter.done()
     p = await ml.add(b"fresh")
@@ -221,7 +219,7 @@ async def test_find_by_publish_time_and_reset(
     assert await cursor.find_by_publish_time(99999, extract) is None
     await cursor.reset(pos[13])
     assert cursor.mark_delete_position < pos[13] and cursor.backlog().entries == 17
-    got = await ml.read_entries(cursor, 100)
+    got = await cursor.read_entries(100)
     assert got[0].position == pos[13] and len(got) == 17
     cursor.rewind()
     assert cursor.read_position == pos[13]
@@ -261,12 +259,12 @@ async def _failed_ledger_rolls_over(
     )
     ml = await f.open("t/ns/persistent/fail")
     first = await ml.add(b"a")
-    victims = [b for b in fake_bookies.bookies if b not in ml._current.metadata.last_ensemble]  # type: ignore[union-attr]
+    victims = [b for b in fake_bookies.bookies if b not in ml.current.metadata.last_ensemble]  # type: ignore[union-attr]
     for b in victims:
         fake_bookies.crash(b)  # no spare bookie left
-    fake_bookies.crash(ml._current.metadata.last_ensemble[0])  # type: ignore[union-attr]
+    fake_bookies.crash(ml.current.metadata.last_ensemble[0])  # type: ignore[union-attr]
     t0 = clock.monotonic_ms()
-    old = ml._current
+    old = ml.current
     assert old is not None
     unconfirmed = ml.add_nowait(b"unconfirmed")
     # the ensemble change retries until its timeout, then the ledger fails: the add is not
@@ -289,9 +287,9 @@ async def _failed_ledger_rolls_over(
     assert ManagedLedgerStorage(f).failure_statistics() == (1, 1)
     assert moved.entry_id + 1 == second.entry_id
     reader = ml.new_non_durable_cursor(EARLIEST)
-    assert [e.payload for e in await ml.read_entries(reader, 10)] == [b"a", b"unconfirmed", b"b"]
+    assert [e.payload for e in await reader.read_entries(10)] == [b"a", b"unconfirmed", b"b"]
     await reader.close()
-    assert ml._non_durable == []
+    assert ml.cursors.readers == []
 
 
 async def test_close_does_not_wait_for_bookies_that_never_return(
@@ -309,7 +307,7 @@ async def test_close_does_not_wait_for_bookies_that_never_return(
         )
         ml = await f.open("t/ns/persistent/close-without-bookies")
         await ml.add(b"a")
-        old = ml._current
+        old = ml.current
         assert old is not None
         for b in list(fake_bookies.bookies):
             fake_bookies.crash(b)
@@ -348,7 +346,7 @@ async def test_terminate_stops_adds_and_survives_reopen(
     assert ml2.is_terminated and ml2.get_last_confirmed() == last
     with pytest.raises(ManagedLedgerTerminated):
         ml2.add_nowait(b"no")
-    got = await ml2.read_entries(ml2.new_non_durable_cursor(EARLIEST), 10)
+    got = await ml2.new_non_durable_cursor(EARLIEST).read_entries(10)
     assert [e.payload for e in got] == [b"0", b"1", b"2"]
 
 
@@ -365,23 +363,23 @@ async def test_truncate_deletes_every_earlier_ledger_whatever_retention_and_curs
     ml = await f.open("t/ns/persistent/trunc")
     slow = await ml.open_cursor("slow", EARLIEST)  # has consumed nothing
     await asyncio.gather(*(ml.add(b"%d" % i) for i in range(10)))
-    before = ml.ledger_ids
+    before = ml.ledgers.ids
     assert len(before) >= 2
     gone = await ml.truncate()
     assert gone == sorted(before)  # the rollover left none of them current
-    assert ml.ledger_ids and not set(ml.ledger_ids) & set(before)
+    assert ml.ledgers.ids and not set(ml.ledgers.ids) & set(before)
     assert slow.backlog().entries == 0
     ml.check_invariants()
     store = meta_server.connect()
     for ledger_id in gone:  # the ledgers themselves are deleted, not only forgotten
         assert await store.get(paths.ledger_metadata(ledger_id)) is None
     pos = await ml.add(b"after")
-    got = await ml.read_entries(ml.new_non_durable_cursor(EARLIEST), 10)
+    got = await ml.new_non_durable_cursor(EARLIEST).read_entries(10)
     assert [e.payload for e in got] == [b"after"]
-    assert (await ml.read_entries(slow, 10))[0].position == pos
+    assert (await slow.read_entries(10))[0].position == pos
     await ml.close()
     ml2 = await factory(meta_server, fake_bookies).open("t/ns/persistent/trunc")
-    assert not set(ml2.ledger_ids) & set(before)  # the metadata says so durably
+    assert not set(ml2.ledgers.ids) & set(before)  # the metadata says so durably
 
 
 async def test_cache_is_evicted_behind_every_reader(
@@ -393,9 +391,9 @@ async def test_cache_is_evicted_behind_every_reader(
     b = ml.new_non_durable_cursor(LATEST)
     await asyncio.gather(*(ml.add(b"x" * 100) for _ in range(10)))
     assert ml.statistics().cache.entries == 10
-    await ml.read_entries(a, 10)
+    await a.read_entries(10)
     assert ml.statistics().cache.entries == 10  # b has not read yet
-    await ml.read_entries(b, 6)
+    await b.read_entries(6)
     assert ml.statistics().cache.entries == 4
     ml.check_invariants()
 
@@ -444,10 +442,10 @@ async def test_an_add_completes_only_after_every_earlier_add_when_a_ledger_fails
     )
     ml = await f.open("t/ns/persistent/order-fail")
     await ml.add(b"a")
-    ensemble = ml._current.metadata.last_ensemble  # type: ignore[union-attr]
+    ensemble = ml.current.metadata.last_ensemble  # type: ignore[union-attr]
     for b in [b for b in fake_bookies.bookies if b not in ensemble]:
         fake_bookies.crash(b)  # no spare bookie left
-    old = ml._current
+    old = ml.current
     assert old is not None
     fake_bookies.crash(ensemble[0])  # the current ledger fails: its pending adds move on
     unconfirmed = [ml.add_nowait(b"x%d" % i) for i in range(5)]
@@ -461,7 +459,7 @@ async def test_an_add_completes_only_after_every_earlier_add_when_a_ledger_fails
     assert len(done) == 10 and violations == []
     assert len({p.ledger_id for p in done}) == 1 and done[0].ledger_id > old.ledger_id
     reader = ml.new_non_durable_cursor(EARLIEST)
-    got = [e.payload for e in await ml.read_entries(reader, 20)]
+    got = [e.payload for e in await reader.read_entries(20)]
     assert got == [b"a"] + [b"x%d" % i for i in range(5)] + [b"y%d" % i for i in range(5)]
     await reader.close()
     await f.close()
@@ -483,16 +481,16 @@ async def test_trim_requested_during_a_trim_runs_again_after_it(
         await gate.wait()
         return []
 
-    ml.trim = gated_trim  # type: ignore[method-assign]
-    ml.trim_soon()
+    ml.trimming.trim = gated_trim  # type: ignore[method-assign]
+    ml.trimming.trim_soon()
     await wait_for(lambda: started, what="the first trim started")
     assert started == [1]
-    ml.trim_soon()  # during the running trim
-    ml.trim_soon()  # coalesced with the previous trigger
+    ml.trimming.trim_soon()  # during the running trim
+    ml.trimming.trim_soon()  # coalesced with the previous trigger
     assert started == [1]
     gate.set()
     await wait_for(
-        lambda: len(started) == 2 and ml._trim_task is not None and ml._trim_task.done(),
+        lambda: len(started) == 2 and not ml.trimming.running,
         what="the coalesced trim done",
     )
     assert started == [1, 1]  # exactly one more trim
@@ -514,7 +512,7 @@ async def test_add_many_nowait_sends_the_run_before_returning(
     positions = [await fut for fut in futures]
     assert [p.entry_id for p in positions] == [1, 2, 3]
     c = ml.new_non_durable_cursor(EARLIEST)
-    assert [e.payload for e in await ml.read_entries(c, 10)] == [b"first", b"a", b"b", b"c"]
+    assert [e.payload for e in await c.read_entries(10)] == [b"first", b"a", b"b", b"c"]
     await f.close()
 
 
@@ -534,7 +532,7 @@ async def test_a_batch_of_adds_is_taken_whole_or_refused_whole(
         b.resume()
     await asyncio.gather(*first)
     cursor = ml.new_non_durable_cursor(EARLIEST)
-    got = [e.payload for e in await ml.read_entries(cursor, 20)]
+    got = [e.payload for e in await cursor.read_entries(20)]
     assert got == [b"a%d" % i for i in range(8)]
     await cursor.close()
     await f.close()

@@ -15,8 +15,8 @@ import dataclasses
 import random
 from typing import Any
 
+from magnetar.broker.bookkeeper.testing import FakeBookieCluster
 from magnetar.broker.ledger import EARLIEST, ManagedLedgerConfig, ManagedLedgerFactory
-from magnetar.broker.ledger.testing import FakeBookieCluster
 from magnetar.zk.memory import MemoryMetadataServer
 
 FAST = ManagedLedgerConfig(
@@ -71,6 +71,6 @@ async def test_a_listed_last_ledger_without_metadata_is_taken_as_empty(
     await second_factory.ledger_client.delete_ledger(empty)  # gone while still listed
     third = await factory(meta_server, fake_bookies, 3).open(name)  # LedgerNotFound before
     cursor = await third.open_cursor("sub", EARLIEST)
-    assert [e.payload for e in await third.read_entries(cursor, 10)] == [b"kept"]
+    assert [e.payload for e in await cursor.read_entries(10)] == [b"kept"]
     assert empty != kept.ledger_id
     assert (await third.add(b"new")).ledger_id > empty

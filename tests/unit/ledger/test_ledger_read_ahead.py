@@ -14,12 +14,12 @@ from typing import Any
 import pytest
 from support.waiting import wait_for
 
+from magnetar.broker.bookkeeper.testing import FakeBookieCluster
 from magnetar.broker.config import BrokerConfig
 from magnetar.broker.ledger import EARLIEST, ManagedLedgerConfig, ManagedLedgerFactory, Position
 from magnetar.broker.ledger.managed_ledger import ManagedLedger
-from magnetar.broker.ledger.testing import FakeBookieCluster
 from magnetar.broker.runtime import managed_ledger_config
-from magnetar.broker.storage.managed_ledger import ManagedLedgerStorage
+from magnetar.broker.storage.managed_adapter import ManagedLedgerStorage
 from magnetar.zk.memory import MemoryMetadataServer
 
 # no entry cache: every read goes to the bookies, as for a consumer far behind the cache
@@ -67,13 +67,13 @@ async def test_backlog_behind_the_cache_is_read_in_order_with_reads_pipelined(
     ml = await f.open("t/ns/persistent/behind")
     cursor = await ml.open_cursor("sub", EARLIEST)
     payloads = await add(ml, 1000)
-    assert len(ml.ledger_ids) >= 4  # the backlog spans ledgers
-    acked = await ml.read_entries(ml.new_non_durable_cursor(EARLIEST), 1000)
+    assert len(ml.ledgers.ids) >= 4  # the backlog spans ledgers
+    acked = await ml.new_non_durable_cursor(EARLIEST).read_entries(1000)
     await cursor.delete([acked[5].position, acked[299].position, acked[300].position])
     got: list[bytes] = []
     reads = 0
     while True:
-        batch = await ml.read_entries(cursor, 100)
+        batch = await cursor.read_entries(100)
         if not batch:
             break
         reads += 1
@@ -81,12 +81,12 @@ async def test_backlog_behind_the_cache_is_read_in_order_with_reads_pipelined(
         got.extend(e.payload for e in batch)
     expected = [p for i, p in enumerate(payloads) if i not in (5, 299, 300)]
     assert got == expected
-    stats = ml.read_ahead_statistics(cursor)
+    stats = cursor.read_ahead_statistics()
     assert stats is not None
     assert stats.max_reads_in_flight > 1  # the next reads were under way while one was used
     assert stats.chunks_dropped == 0
     assert stats.entries_read == 1000  # each entry read from the bookies once
-    ml._read_aheads[cursor].check_invariants()
+    cursor._read_ahead.check_invariants()
     await f.close()
 
 
@@ -99,13 +99,13 @@ async def test_read_ahead_entries_bounds_the_reads_in_flight(
         cursor = await ml.open_cursor("sub", EARLIEST)
         await add(ml, 1000)
         hang(fake_bookies)
-        task = asyncio.ensure_future(ml.read_entries(cursor, 100))
+        task = asyncio.ensure_future(cursor.read_entries(100))
         await wait_for(
             lambda n=in_flight: held_reads(fake_bookies) >= n,  # type: ignore[misc]
             30,
             "reads held",
         )
-        stats = ml.read_ahead_statistics(cursor)
+        stats = cursor.read_ahead_statistics()
         if setting == 0:
             assert stats is None  # one read at a time, as before
         else:
@@ -131,9 +131,9 @@ async def test_read_ahead_bytes_bounds_the_reads_in_flight(
         avg = size // entries
         ml.config = dataclasses.replace(ml.config, read_ahead_bytes=(100 + room_entries) * avg)
         hang(fake_bookies)
-        task = asyncio.ensure_future(ml.read_entries(cursor, 100))
+        task = asyncio.ensure_future(cursor.read_entries(100))
         await wait_for(lambda: held_reads(fake_bookies) >= 1, 30, "a read held")
-        stats = ml.read_ahead_statistics(cursor)
+        stats = cursor.read_ahead_statistics()
         assert stats is not None and stats.in_flight == in_flight, stats
         resume(fake_bookies)
         assert len(await task) == 100
@@ -147,22 +147,22 @@ async def test_seek_and_rewind_behind_the_cache_read_the_right_entries(
     ml = await f.open("t/ns/persistent/seek")
     cursor = await ml.open_cursor("sub", EARLIEST)
     await add(ml, 600)
-    first = await ml.read_entries(cursor, 100)
+    first = await cursor.read_entries(100)
     assert [e.position.entry_id for e in first] == list(range(100))
     lid = first[0].position.ledger_id
     # an unsent tail is put back (the dispatcher's seek): read again from the chunk held
     cursor.seek(first[60].position)
-    again = await ml.read_entries(cursor, 100)
+    again = await cursor.read_entries(100)
     assert [e.position.entry_id for e in again][:40] == list(range(60, 100))
-    assert ml.read_ahead_statistics(cursor).chunks_dropped == 0  # type: ignore[union-attr]
+    assert cursor.read_ahead_statistics().chunks_dropped == 0  # type: ignore[union-attr]
     # a seek far ahead and a rewind drop the window and start again where asked
     cursor.seek(type(first[0].position)(lid, 450))
-    ahead = await ml.read_entries(cursor, 10)
+    ahead = await cursor.read_entries(10)
     assert [e.position.entry_id for e in ahead] == list(range(450, 460))
     cursor.rewind()
-    back = await ml.read_entries(cursor, 10)
+    back = await cursor.read_entries(10)
     assert [e.position.entry_id for e in back] == list(range(10))
-    assert ml.read_ahead_statistics(cursor).chunks_dropped > 0  # type: ignore[union-attr]
+    assert cursor.read_ahead_statistics().chunks_dropped > 0  # type: ignore[union-attr]
     await f.close()
 
 
@@ -176,14 +176,14 @@ async def test_a_failed_read_ahead_fails_the_read_and_the_next_read_starts_again
     for b in fake_bookies.bookies.values():
         b.crash()
     try:
-        await ml.read_entries(cursor, 100)
+        await cursor.read_entries(100)
     except Exception:
         pass
     else:  # pragma: no cover - the read must fail
         raise AssertionError("read from crashed bookies succeeded")
     for b in fake_bookies.bookies.values():
         b.restart()
-    got = await ml.read_entries(cursor, 100)
+    got = await cursor.read_entries(100)
     assert [e.position.entry_id for e in got] == list(range(100))
     await f.close()
 
@@ -226,11 +226,11 @@ async def test_the_broker_wide_budget_bounds_what_all_cursors_read_ahead(
     f.read_ahead_budget.capacity = 200 * avg
 
     async def in_flight_of_a_read(i: int, held_before: int) -> tuple[int, asyncio.Future[Any]]:
-        task = asyncio.ensure_future(mls[i].read_entries(cursors[i], 100))
+        task = asyncio.ensure_future(cursors[i].read_entries(100))
         await wait_for(
             lambda: held_reads(fake_bookies) > held_before, 30, f"cursor {i}'s reads held"
         )
-        stats = mls[i].read_ahead_statistics(cursors[i])
+        stats = cursors[i].read_ahead_statistics()
         assert stats is not None
         return stats.in_flight, task
 
@@ -274,9 +274,9 @@ async def test_a_zero_total_budget_turns_read_ahead_off(
     cursor = await ml.open_cursor("sub", EARLIEST)
     await add(ml, 1000)
     hang(fake_bookies)
-    task = asyncio.ensure_future(ml.read_entries(cursor, 100))
+    task = asyncio.ensure_future(cursor.read_entries(100))
     await wait_for(lambda: held_reads(fake_bookies) > 0, 30, "the read held")
-    stats = ml.read_ahead_statistics(cursor)
+    stats = cursor.read_ahead_statistics()
     assert stats is not None and stats.in_flight == 1
     assert f.read_ahead_budget.refused >= 1
     resume(fake_bookies)
@@ -315,7 +315,7 @@ async def test_random_reads_seeks_and_acks_behind_the_cache_match_a_model(
         if op < 0.45:
             n = rng.randrange(1, 60)
             start = cursor.read_position
-            got = await ml.read_entries(cursor, n)
+            got = await cursor.read_entries(n)
             unacked = [p for p in log if p >= start and not cursor.is_acknowledged(p)]
             assert [e.position for e in got] == unacked[:n]
             assert [e.payload for e in got] == [b"%d" % log.index(e.position) for e in got]
@@ -338,7 +338,7 @@ async def test_random_reads_seeks_and_acks_behind_the_cache_match_a_model(
             await cursor.mark_delete(rng.choice(log))
         else:
             await append(rng.randrange(1, 40))
-        ra = ml._read_aheads.get(cursor)
+        ra = cursor._read_ahead
         if ra is not None:
             ra.check_invariants()
             # one cursor: the broker-wide budget holds exactly what its window reserved
@@ -350,8 +350,8 @@ async def test_random_reads_seeks_and_acks_behind_the_cache_match_a_model(
 async def test_a_read_whose_window_was_dropped_meanwhile_reads_again() -> None:
     """Two reads of one read-ahead at once (not what a dispatcher does, but possible): the
     second moves the window; the first, woken, starts again at its own position."""
-    from magnetar.broker.ledger.managed_ledger import ManagedEntry
     from magnetar.broker.ledger.read_ahead import ReadAhead
+    from magnetar.broker.ledger.reads import ManagedEntry
 
     gate = asyncio.Event()
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from support.waiting import wait_for
 
+from magnetar.broker.bookkeeper.testing import FakeBookieCluster
 from magnetar.broker.ledger import EARLIEST, ManagedLedgerConfig, ManagedLedgerFactory
-from magnetar.broker.ledger.testing import FakeBookieCluster
 from magnetar.clock import VirtualClock
 from magnetar.zk.memory import MemoryMetadataServer
 
@@ -27,9 +27,9 @@ async def test_retention_time_counts_from_the_ledger_close(
     first = [await ml.add(b"%d" % i) for i in range(5)]
     clock.advance(120)  # the first ledger is written for two minutes
     rest = [await ml.add(b"%d" % i) for i in range(5, 11)]  # rolls over at 10 entries
-    await wait_for(lambda: len(ml.ledger_ids) == 2, what="the rollover to a second ledger")
+    await wait_for(lambda: len(ml.ledgers.ids) == 2, what="the rollover to a second ledger")
     await cursor.mark_delete(rest[-2])  # everything of the first ledger consumed
     clock.advance(30)  # created 150 s ago, closed 30 s ago: still within retention
-    assert await ml.trim() == []
+    assert await ml.trimming.trim() == []
     clock.advance(31)
-    assert await ml.trim() == [first[0].ledger_id]
+    assert await ml.trimming.trim() == [first[0].ledger_id]

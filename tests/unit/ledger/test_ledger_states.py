@@ -6,18 +6,16 @@ import itertools
 
 import pytest
 
-from magnetar.broker.ledger.errors import InvalidStateTransition
-from magnetar.broker.ledger.states import (
+from magnetar.broker.bookkeeper.errors import InvalidStateTransition
+from magnetar.broker.bookkeeper.states import (
     HANDLE_FSM,
     LEDGER_FSM,
-    MANAGED_LEDGER_FSM,
     HandleEvent,
     HandleState,
     LedgerEvent,
     LedgerState,
-    ManagedLedgerEvent,
-    ManagedLedgerState,
 )
+from magnetar.broker.ledger.states import MANAGED_LEDGER_FSM, ManagedLedgerEvent, ManagedLedgerState
 
 L, LE = LedgerState, LedgerEvent
 LEDGER_EXPECTED = {

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import random
 
+from magnetar.broker.bookkeeper.testing import FakeBookieCluster
 from magnetar.broker.ledger import (
     EARLIEST,
     LATEST,
@@ -16,7 +17,6 @@ from magnetar.broker.ledger import (
     ManagedLedgerFactory,
     Position,
 )
-from magnetar.broker.ledger.testing import FakeBookieCluster
 from magnetar.zk.memory import MemoryMetadataServer
 
 CONFIG = ManagedLedgerConfig(
@@ -47,17 +47,17 @@ async def test_trim_of_every_entry_moves_last_confirmed_to_the_current_ledger(
     ml = await restarted.open(name)
     old = ml.get_last_confirmed()
     assert old.entry_id == 4
-    assert await ml.trim() == [old.ledger_id]
-    current = ml.ledger_ids[-1]
+    assert await ml.trimming.trim() == [old.ledger_id]
+    current = ml.ledgers.ids[-1]
     assert ml.get_last_confirmed() == Position(current, -1)
     reader = ml.new_non_durable_cursor(EARLIEST)
     assert not reader.has_more_entries()
-    assert await ml.read_entries(reader, 10) == []
+    assert await reader.read_entries(10) == []
     tail = await ml.open_cursor("late", LATEST)
     assert tail.mark_delete_position == Position(current, -1)
     pos = await ml.add(b"next")
     assert pos == Position(current, 0)
-    assert [e.payload for e in await ml.read_entries(reader, 10)] == [b"next"]
+    assert [e.payload for e in await reader.read_entries(10)] == [b"next"]
     assert tail.backlog().entries == 1
     ml.check_invariants()
     await restarted.close()

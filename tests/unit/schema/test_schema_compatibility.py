@@ -207,3 +207,24 @@ def test_protobuf_native_keeps_its_root_message() -> None:
     )
     with pytest.raises(IncompatibleSchema, match="root message"):
         check([key_value], schema, S.BACKWARD)
+
+
+def test_a_renamed_record_resolves_by_its_fields_as_pulsar() -> None:
+    """Pulsar's Avro validator (``SchemaValidatorBuilder`` -> ``ResolvingGrammarGenerator``)
+    does not compare record names: the official client's ``User1`` -> ``User2``."""
+    name = {"name": "name", "type": ["null", "string"]}
+    user1 = avro(name, {"name": "age", "type": ["null", "int"]}, name="User1")
+    user2 = avro({"name": "age", "type": "int"}, name, name="User2")
+    check([user1], user2, S.FORWARD)
+    with pytest.raises(IncompatibleSchema):  # the fields still decide
+        check([user1], avro(name, {"name": "age", "type": "boolean"}, name="User3"), S.FORWARD)
+
+
+def test_an_enum_still_needs_its_name() -> None:
+    def color(enum_name: str) -> SchemaData:
+        kind = {"type": "enum", "name": enum_name, "symbols": ["RED"]}
+        return avro({"name": "c", "type": kind})
+
+    check([color("Color")], color("Color"), S.FULL)
+    with pytest.raises(IncompatibleSchema):
+        check([color("Color")], color("Colour"), S.FULL)

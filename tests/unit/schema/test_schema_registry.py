@@ -10,8 +10,8 @@ from collections.abc import AsyncIterator
 import pytest
 from support.ledger_fakes import fake_bookies, make_client, meta_server  # noqa: F401
 
+from magnetar.broker.bookkeeper.testing import FakeBookieCluster
 from magnetar.broker.config import BrokerConfig
-from magnetar.broker.ledger.testing import FakeBookieCluster
 from magnetar.broker.naming import TopicName
 from magnetar.broker.schema import protocol as schema_protocol
 from magnetar.broker.schema.model import (

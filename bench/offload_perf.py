@@ -1,0 +1,328 @@
+"""Tiered storage, store level: offload MB/s and read-back entries/s of a synthetic sealed ledger.
+
+Starts what it needs: a real S3 server (``moto_server``, from the ``moto[server]`` package) on a
+free port for the S3 driver, a temporary directory for the filesystem driver. For each driver
+it offloads ``--ledger-mb`` of ``--entry-bytes`` entries (the upload, then the verification
+read-back of every entry: what "offloaded" costs), then reads the ledger back from a fresh
+offloader (no cache) sequentially, ``--batch`` entries per read, and finally
+``--random-reads`` single-entry reads at random ids (latency percentiles).
+``--compare-libraries`` adds the measurement behind docs/tiered-storage.md's choice of library:
+a ``--compare-mb`` multipart upload and 1 MiB ranged GETs against the same moto server through
+obstore, boto3 and (if installed) aiobotocore, with the client process's CPU seconds.
+
+The first line printed is the command; the last is one JSON object. Phase 2 adds the same
+backlog read from bookies in the same run. Against moto (a Python server) the figures measure
+moto more than the client: compare drivers and libraries with each other, not with S3.
+
+    .venv/bin/python bench/offload_perf.py --driver both --ledger-mb 64 --entry-bytes 1024
+    .venv/bin/python bench/offload_perf.py --driver s3 --ledger-mb 4 --compare-libraries
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import io
+import json
+import os
+import pathlib
+import random
+import shlex
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from typing import Any
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+
+from support.s3 import ACCESS_KEY, REGION, SECRET_KEY, S3Bucket, S3Server  # noqa: E402
+
+from magnetar.broker.offload import (  # noqa: E402
+    OffloaderTuning,
+    OffloadPolicies,
+    create_offloader,
+)
+from magnetar.broker.offload.policies import EffectiveOffloadPolicies  # noqa: E402
+from magnetar.broker.offload.testing import MemoryLedgerSource  # noqa: E402
+
+MIB = 1024 * 1024
+
+
+def _percentile(sorted_ms: list[float], q: float) -> float:
+    if not sorted_ms:
+        return 0.0
+    return sorted_ms[min(len(sorted_ms) - 1, int(q * len(sorted_ms)))]
+
+
+def _source(args: argparse.Namespace) -> MemoryLedgerSource:
+    count = max(1, args.ledger_mb * MIB // args.entry_bytes)
+    rng = random.Random(args.seed)
+    block = rng.randbytes(args.entry_bytes + 4096)
+    payloads = [block[i % 4096 : i % 4096 + args.entry_bytes] for i in range(count)]
+    return MemoryLedgerSource(1, payloads)
+
+
+async def _measure(
+    name: str, policies: EffectiveOffloadPolicies, args: argparse.Namespace
+) -> dict[str, Any]:
+    source = _source(args)
+    tuning = OffloaderTuning(read_ahead_bytes_max=args.read_ahead_bytes)
+    writer = create_offloader(policies, tuning=tuning)
+    cpu0, t0 = time.process_time(), time.perf_counter()
+    done = await writer.offload(source, uuid.uuid4(), {"ManagedLedgerName": "bench"})
+    offload_s = time.perf_counter() - t0
+    offload_cpu = time.process_time() - cpu0
+
+    reader = create_offloader(policies, tuning=tuning)
+    handle = await reader.open(done)
+    last = handle.last_add_confirmed
+    cpu0, t0 = time.process_time(), time.perf_counter()
+    read = 0
+    for first in range(0, last + 1, args.batch):
+        got = await handle.read(first, min(last, first + args.batch - 1))
+        read += len(got)
+    read_s = time.perf_counter() - t0
+    read_cpu = time.process_time() - cpu0
+    assert read == last + 1
+
+    random_handle = await create_offloader(policies, tuning=tuning).open(done)
+    rng = random.Random(args.seed + 1)
+    latencies = []
+    for _ in range(args.random_reads):
+        entry = rng.randrange(0, last + 1)
+        t = time.perf_counter()
+        await random_handle.read(entry, entry)
+        latencies.append((time.perf_counter() - t) * 1000.0)
+    latencies.sort()
+    stats = reader.statistics()
+    mb = source.length / MIB
+    return {
+        "driver": name,
+        "ledger_mb": round(mb, 1),
+        "entries": last + 1,
+        "entry_bytes": args.entry_bytes,
+        "block_bytes": policies.read_buffer_size_bytes,
+        "part_bytes": policies.max_block_size_bytes,
+        "data_object_bytes": done.data_object_bytes,
+        "index_object_bytes": done.index_object_bytes,
+        "offload_mb_s": round(mb / offload_s, 1),
+        "offload_cpu_s_per_mb": round(offload_cpu / mb, 4),
+        "read_entries_s": round((last + 1) / read_s),
+        "read_mb_s": round(mb / read_s, 1),
+        "read_cpu_s_per_mb": round(read_cpu / mb, 4),
+        "read_gets": stats.blocks_fetched,
+        "random_read_p50_ms": round(_percentile(latencies, 0.5), 2),
+        "random_read_p99_ms": round(_percentile(latencies, 0.99), 2),
+    }
+
+
+def _policies_s3(bucket: S3Bucket, args: argparse.Namespace) -> EffectiveOffloadPolicies:
+    doc = {
+        **bucket.policies_json(),
+        "s3ManagedLedgerOffloadMaxBlockSizeInBytes": args.part_bytes,
+        "s3ManagedLedgerOffloadReadBufferSizeInBytes": args.block_bytes,
+    }
+    resolved = OffloadPolicies.from_json(doc).resolve()
+    assert resolved is not None
+    return resolved
+
+
+def _policies_fs(root: str, args: argparse.Namespace) -> EffectiveOffloadPolicies:
+    resolved = OffloadPolicies.from_json(
+        {
+            "managedLedgerOffloadDriver": "filesystem",
+            "fileSystemURI": f"file://{root}",
+            "managedLedgerOffloadMaxBlockSizeInBytes": args.part_bytes,
+            "managedLedgerOffloadReadBufferSizeInBytes": args.block_bytes,
+        }
+    ).resolve()
+    assert resolved is not None
+    return resolved
+
+
+# -- the library comparison -------------------------------------------------------------------
+
+
+def _compare_libraries(server: S3Server, args: argparse.Namespace) -> list[dict[str, Any]]:
+    size = args.compare_mb * MIB
+    part = 8 * MIB
+    data = os.urandom(size)
+    starts = [random.Random(5).randrange(0, size - MIB) for _ in range(args.compare_gets)]
+    out = []
+
+    def record(name: str, upload_s: float, gets_ms: list[float], cpu_s: float) -> None:
+        out.append(
+            {
+                "library": name,
+                "upload_mb_s": round(size / MIB / upload_s, 1),
+                "ranged_get_1mib_p50_ms": round(statistics.median(gets_ms), 2),
+                "client_cpu_s": round(cpu_s, 3),
+            }
+        )
+
+    import obstore
+    from obstore.store import S3Store
+
+    bucket = server.create_bucket()
+    store = S3Store(
+        bucket,
+        endpoint=server.endpoint,
+        access_key_id=ACCESS_KEY,
+        secret_access_key=SECRET_KEY,
+        region=REGION,
+        client_options={"allow_http": True},
+    )
+
+    async def with_obstore() -> tuple[float, list[float]]:
+        async def chunks():  # type: ignore[no-untyped-def]
+            for i in range(0, size, part):
+                yield data[i : i + part]
+
+        t = time.perf_counter()
+        await obstore.put_async(store, "k", chunks(), chunk_size=part, max_concurrency=2)
+        upload = time.perf_counter() - t
+        gets = []
+        for start in starts:
+            t = time.perf_counter()
+            got = await obstore.get_range_async(store, "k", start=start, length=MIB)
+            gets.append((time.perf_counter() - t) * 1000)
+            assert bytes(got) == data[start : start + MIB]
+        return upload, gets
+
+    cpu = time.process_time()
+    upload, gets = asyncio.run(with_obstore())
+    record("obstore", upload, gets, time.process_time() - cpu)
+
+    from boto3.s3.transfer import TransferConfig
+
+    client = server.client()
+    bucket = server.create_bucket()
+    cpu = time.process_time()
+    t = time.perf_counter()
+    config = TransferConfig(multipart_threshold=part, multipart_chunksize=part, max_concurrency=2)
+    client.upload_fileobj(io.BytesIO(data), bucket, "k", Config=config)
+    upload = time.perf_counter() - t
+    gets = []
+    for start in starts:
+        t = time.perf_counter()
+        body = client.get_object(Bucket=bucket, Key="k", Range=f"bytes={start}-{start + MIB - 1}")
+        got = body["Body"].read()
+        gets.append((time.perf_counter() - t) * 1000)
+        assert got == data[start : start + MIB]
+    record("boto3", upload, gets, time.process_time() - cpu)
+
+    try:
+        import aiobotocore.session
+    except ImportError:
+        out.append({"library": "aiobotocore", "skipped": "not installed (pip install aiobotocore)"})
+        return out
+    bucket = server.create_bucket()
+
+    async def with_aiobotocore() -> tuple[float, list[float]]:
+        session = aiobotocore.session.get_session()
+        async with session.create_client(
+            "s3",
+            endpoint_url=server.endpoint,
+            aws_access_key_id=ACCESS_KEY,
+            aws_secret_access_key=SECRET_KEY,
+            region_name=REGION,
+        ) as c:
+            t = time.perf_counter()
+            mpu = await c.create_multipart_upload(Bucket=bucket, Key="k")
+            gate = asyncio.Semaphore(2)
+
+            async def upload_part(number: int, offset: int) -> dict[str, Any]:
+                async with gate:
+                    r = await c.upload_part(
+                        Bucket=bucket,
+                        Key="k",
+                        UploadId=mpu["UploadId"],
+                        PartNumber=number,
+                        Body=data[offset : offset + part],
+                    )
+                    return {"PartNumber": number, "ETag": r["ETag"]}
+
+            parts = await asyncio.gather(
+                *(upload_part(n + 1, o) for n, o in enumerate(range(0, size, part)))
+            )
+            await c.complete_multipart_upload(
+                Bucket=bucket,
+                Key="k",
+                UploadId=mpu["UploadId"],
+                MultipartUpload={"Parts": list(parts)},
+            )
+            upload = time.perf_counter() - t
+            gets = []
+            for start in starts:
+                t = time.perf_counter()
+                r = await c.get_object(
+                    Bucket=bucket, Key="k", Range=f"bytes={start}-{start + MIB - 1}"
+                )
+                got = await r["Body"].read()
+                gets.append((time.perf_counter() - t) * 1000)
+                assert got == data[start : start + MIB]
+            return upload, gets
+
+    cpu = time.process_time()
+    upload, gets = asyncio.run(with_aiobotocore())
+    record("aiobotocore", upload, gets, time.process_time() - cpu)
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--driver", choices=["s3", "filesystem", "both"], default="both")
+    p.add_argument("--ledger-mb", type=int, default=64)
+    p.add_argument("--entry-bytes", type=int, default=1024)
+    p.add_argument("--block-bytes", type=int, default=MIB, help="readBufferSizeInBytes")
+    p.add_argument("--part-bytes", type=int, default=64 * MIB, help="maxBlockSizeInBytes")
+    p.add_argument("--read-ahead-bytes", type=int, default=8 * MIB)
+    p.add_argument("--batch", type=int, default=100, help="entries per sequential read")
+    p.add_argument("--random-reads", type=int, default=100)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--compare-libraries", action="store_true")
+    p.add_argument("--compare-mb", type=int, default=64)
+    p.add_argument("--compare-gets", type=int, default=40)
+    args = p.parse_args()
+    print("command:", shlex.join([sys.executable, *sys.argv]), flush=True)
+
+    results: list[dict[str, Any]] = []
+    libraries: list[dict[str, Any]] = []
+    server: S3Server | None = None
+    try:
+        if args.driver in ("s3", "both") or args.compare_libraries:
+            server = S3Server()
+            server.start()
+        if args.driver in ("s3", "both"):
+            assert server is not None
+            bucket = S3Bucket(server, server.create_bucket())
+            results.append(asyncio.run(_measure("s3 (moto)", _policies_s3(bucket, args), args)))
+        if args.driver in ("filesystem", "both"):
+            with tempfile.TemporaryDirectory(prefix="offload-perf-") as root:
+                policies = _policies_fs(root, args)
+                results.append(asyncio.run(_measure("filesystem", policies, args)))
+        if args.compare_libraries:
+            assert server is not None
+            libraries = _compare_libraries(server, args)
+    finally:
+        if server is not None:
+            server.close()
+    for row in results + libraries:
+        print(json.dumps(row), file=sys.stderr)
+    print(
+        json.dumps(
+            {
+                "bench": "offload_perf",
+                "drivers": results,
+                "libraries": libraries,
+                "loadavg": [round(x, 2) for x in os.getloadavg()],
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()

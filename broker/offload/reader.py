@@ -1,0 +1,262 @@
+"""Reading an offloaded ledger: the read-handle shape over ranged GETs of whole blocks.
+
+Owns: ``OffloadedReadHandle`` (``ledger_id``, ``last_add_confirmed``, ``is_closed``,
+``length``, ``read_lac``, ``wait_for_lac``, ``read(first, last)`` -> ``LedgerEntry`` list,
+``close``), ``ReadCounters`` (shared with the offloader's statistics).
+
+- A read fetches the blocks holding first..last (one ranged GET per block, as long as the
+  index says), parses each and verifies every entry's checksum before returning anything.
+- Read-ahead: when a read starts where the previous one ended (a sequential reader), the next
+  blocks are fetched in the background while the buffered bytes (fetched or in flight) stay
+  within ``read_ahead_bytes_max``. Back-pressure: nothing more is prefetched until the reader
+  consumes buffered blocks; a block a read needs is always fetched, so one read may hold the
+  blocks it spans beyond the bound (a block is ``readBufferSizeInBytes`` unless one entry is
+  bigger). A read elsewhere drops the buffer.
+- An unavailable store is retried with back-off (``RetryPolicy``): the read waits, up to the
+  policy's deadline, then fails with the retriable ``StoreUnavailable``; it never skips an
+  entry. A block that does not verify is fetched once more (a damaged transfer); if it
+  still does not, ``OffloadCorrupt`` is raised: wrong bytes are never returned.
+Must not know: managed ledgers, topics, the library behind ``BlobStore``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from dataclasses import dataclass
+
+from magnetar.broker.bookkeeper.entry import LedgerEntry
+from magnetar.broker.offload.blocks import ParsedBlock, parse_block
+from magnetar.broker.offload.errors import EntryOutOfRange, OffloadCorrupt, OffloadError
+from magnetar.broker.offload.index import OffloadIndex
+from magnetar.broker.offload.retry import RetryPolicy, with_retries
+from magnetar.broker.offload.store import BlobStore
+from magnetar.clock import Clock
+
+log = logging.getLogger(__name__)
+
+
+class ReadCounters:
+    """Counters of every read handle of one offloader (plain ints: one event loop)."""
+
+    __slots__ = (
+        "block_bytes_fetched",
+        "blocks_fetched",
+        "corrupt_reads",
+        "read_ahead_bytes",
+        "read_retries",
+        "reads",
+    )
+
+    def __init__(self) -> None:
+        self.reads = 0
+        self.blocks_fetched = 0
+        self.block_bytes_fetched = 0
+        self.read_retries = 0
+        self.corrupt_reads = 0
+        self.read_ahead_bytes = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ReadHandleStatistics:
+    ledger_id: int
+    buffered_blocks: int
+    buffered_bytes: int
+    read_ahead_bytes_max: int
+
+
+def _retrieve(task: asyncio.Task[ParsedBlock]) -> None:
+    """Mark a prefetch's failure as seen: it is raised again when a read needs that block."""
+    if not task.cancelled():
+        task.exception()
+
+
+class OffloadedReadHandle:
+    """Reads of one offloaded ledger; see the module docstring."""
+
+    def __init__(
+        self,
+        store: BlobStore,
+        data_key: str,
+        index: OffloadIndex,
+        *,
+        read_ahead_bytes_max: int,
+        retry: RetryPolicy,
+        clock: Clock,
+        rng: random.Random,
+        counters: ReadCounters,
+    ) -> None:
+        if read_ahead_bytes_max < 0:
+            raise ValueError("read_ahead_bytes_max must be >= 0")
+        self._store = store
+        self._data_key = data_key
+        self._index = index
+        self._read_ahead_bytes_max = read_ahead_bytes_max
+        self._retry = retry
+        self._clock = clock
+        self._rng = rng
+        self._counters = counters
+        self._buffer: dict[int, asyncio.Task[ParsedBlock]] = {}
+        self._buffered_bytes = 0
+        self._next_entry: int | None = None
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return (
+            f"<OffloadedReadHandle ledger={self.ledger_id} lac={self.last_add_confirmed} "
+            f"key={self._data_key} buffered={len(self._buffer)}>"
+        )
+
+    # -- the read-handle shape --------------------------------------------------------------
+    @property
+    def ledger_id(self) -> int:
+        return self._index.ledger_id
+
+    @property
+    def last_add_confirmed(self) -> int:
+        return self._index.last_entry_id
+
+    @property
+    def is_closed(self) -> bool:
+        return True
+
+    @property
+    def length(self) -> int:
+        return self._index.ledger.length
+
+    @property
+    def index(self) -> OffloadIndex:
+        return self._index
+
+    async def read_lac(self) -> int:
+        return self.last_add_confirmed
+
+    async def wait_for_lac(self, previous_lac: int, timeout_ms: int) -> int:
+        """A sealed ledger: its last entry is final, there is nothing to wait for."""
+        return self.last_add_confirmed
+
+    async def read(self, first_entry_id: int, last_entry_id: int) -> list[LedgerEntry]:
+        if self._closed:
+            raise OffloadError(f"read handle of ledger {self.ledger_id} is closed")
+        if first_entry_id < 0 or last_entry_id < first_entry_id:
+            raise ValueError(f"bad range {first_entry_id}..{last_entry_id}")
+        if last_entry_id > self.last_add_confirmed:
+            raise EntryOutOfRange(
+                f"ledger {self.ledger_id}: {last_entry_id} > last entry {self.last_add_confirmed}"
+            )
+        self._counters.reads += 1
+        index = self._index
+        first_block = index.block_of(first_entry_id)
+        last_block = index.block_of(last_entry_id)
+        sequential = self._next_entry is not None and first_entry_id == self._next_entry
+        if not sequential:
+            self._drop_buffer(keep=range(first_block, last_block + 1))
+        out: list[LedgerEntry] = []
+        for block in range(first_block, last_block + 1):
+            parsed = await self._block(block)
+            lo = max(first_entry_id, parsed.first_entry_id) - parsed.first_entry_id
+            hi = min(last_entry_id, parsed.last_entry_id) - parsed.first_entry_id
+            out.extend(parsed.entries[lo : hi + 1])
+            if last_entry_id >= parsed.last_entry_id:
+                self._release(block)
+        self._next_entry = last_entry_id + 1
+        if sequential:
+            self._prefetch(
+                last_block + 1 if self._next_entry > index.last_entry_of(last_block) else last_block
+            )
+        return out
+
+    async def close(self) -> None:
+        self._closed = True
+        self._drop_buffer(keep=range(0))
+
+    def statistics(self) -> ReadHandleStatistics:
+        return ReadHandleStatistics(
+            self.ledger_id, len(self._buffer), self._buffered_bytes, self._read_ahead_bytes_max
+        )
+
+    def check_invariants(self) -> None:
+        held = sum(self._index.blocks[b].length for b in self._buffer)
+        assert held == self._buffered_bytes, (held, self._buffered_bytes)
+
+    # -- blocks -----------------------------------------------------------------------------
+    async def _block(self, block: int) -> ParsedBlock:
+        task = self._buffer.get(block)
+        if task is None:
+            task = self._start(block)
+        try:
+            return await asyncio.shield(task)
+        except BaseException:
+            if task.done():
+                self._release(block)
+            raise
+
+    def _start(self, block: int) -> asyncio.Task[ParsedBlock]:
+        task = asyncio.ensure_future(self._fetch(block))
+        task.add_done_callback(_retrieve)
+        self._buffer[block] = task
+        length = self._index.blocks[block].length
+        self._buffered_bytes += length
+        self._counters.read_ahead_bytes += length
+        return task
+
+    def _release(self, block: int) -> None:
+        task = self._buffer.pop(block, None)
+        if task is None:
+            return
+        if not task.done():
+            task.cancel()
+        length = self._index.blocks[block].length
+        self._buffered_bytes -= length
+        self._counters.read_ahead_bytes -= length
+
+    def _drop_buffer(self, keep: range) -> None:
+        for block in [b for b in self._buffer if b not in keep]:
+            self._release(block)
+
+    def _prefetch(self, start: int) -> None:
+        blocks = self._index.blocks
+        block = start
+        while block < len(blocks):
+            if block not in self._buffer:
+                if self._buffered_bytes + blocks[block].length > self._read_ahead_bytes_max:
+                    return
+                self._start(block)
+            block += 1
+
+    async def _fetch(self, block: int) -> ParsedBlock:
+        ref = self._index.blocks[block]
+
+        def retried(exc: OffloadError) -> None:
+            self._counters.read_retries += 1
+            log.info("offloaded ledger %d block %d: retrying (%s)", self.ledger_id, block, exc)
+
+        for attempt in (1, 2):
+            data = await with_retries(
+                lambda: self._store.get_range(self._data_key, ref.offset, ref.length),
+                self._retry,
+                self._clock,
+                self._rng,
+                retried,
+            )
+            self._counters.blocks_fetched += 1
+            self._counters.block_bytes_fetched += len(data)
+            try:
+                return parse_block(data, self.ledger_id, ref.first_entry_id)
+            except OffloadCorrupt as exc:
+                self._counters.corrupt_reads += 1
+                if attempt == 2:
+                    raise OffloadCorrupt(
+                        f"{self._data_key} block {block} (entries from {ref.first_entry_id}): {exc}"
+                    ) from exc
+                log.warning(
+                    "offloaded ledger %d block %d did not verify, fetching it again: %s",
+                    self.ledger_id,
+                    block,
+                    exc,
+                )
+        raise AssertionError("unreachable")
+
+
+__all__ = ["OffloadedReadHandle", "ReadCounters", "ReadHandleStatistics"]

@@ -1,0 +1,70 @@
+"""Two clusters of one instance sharing a configuration store (Pulsar's global ZooKeeper):
+real ZooKeeper, a bookie and two ``magnetar broker`` processes per cluster, each cluster
+initialised with ``magnetar zookeeper-init --configuration-metadata-store``. Clusters,
+tenants, namespace policies and partitioned-topic metadata exist once for both; bundle
+ownership, bookies and managed ledgers stay in each cluster's local store."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import pulsar
+from support.admin import http
+from support.geo import SharedConfiguration
+
+
+def test_one_configuration_two_local_stores(geo_shared_configuration: SharedConfiguration) -> None:
+    geo = geo_shared_configuration
+    east, west = geo["east"], geo["west"]
+    # the clusters, registered once by zookeeper-init, seen from every broker
+    for cluster in (east, west):
+        for url in cluster.web_urls:
+            status, names = http(url, "GET", "/admin/v2/clusters")
+            assert status == 200 and sorted(names) == ["east", "west"]
+    assert east.ok("GET", "/admin/v2/clusters/west")["brokerServiceUrl"] == west.service_url
+    # the second cluster's init joined the public tenant and public/default, as Pulsar's does
+    assert sorted(west.ok("GET", "/admin/v2/tenants/public")["allowedClusters"]) == [
+        "east",
+        "west",
+    ]
+    assert east.ok("GET", "/admin/v2/namespaces/public/default/replication") == ["east", "west"]
+    # tenants and policies made through one cluster are the other's too
+    tenant = f"t{uuid.uuid4().hex[:6]}"
+    east.ok("PUT", f"/admin/v2/tenants/{tenant}", {"allowedClusters": ["east", "west"]})
+    east.ok("PUT", f"/admin/v2/namespaces/{tenant}/ns")
+    west.ok("POST", f"/admin/v2/namespaces/{tenant}/ns/replication", ["east", "west"])
+    west.ok("POST", f"/admin/v2/namespaces/{tenant}/ns/messageTTL", 3600)
+    assert east.ok("GET", f"/admin/v2/namespaces/{tenant}/ns/replication") == ["east", "west"]
+    assert east.ok("GET", f"/admin/v2/namespaces/{tenant}/ns/messageTTL") == 3600
+    east.ok("PUT", f"/admin/v2/persistent/{tenant}/ns/parts/partitions", 3)
+    assert west.ok("GET", f"/admin/v2/persistent/{tenant}/ns/parts/partitions")["partitions"] == 3
+    # bookies are each cluster's own
+    east_bookies = json.dumps(east.ok("GET", "/admin/v2/bookies/all"))
+    west_bookies = json.dumps(west.ok("GET", "/admin/v2/bookies/all"))
+    east_ids = {b.address for b in geo.bookies.bookies[: geo.bookies_per_cluster]}
+    west_ids = {b.address for b in geo.bookies.bookies[geo.bookies_per_cluster :]}
+    assert all(i in east_bookies and i not in west_bookies for i in east_ids)
+    assert all(i in west_bookies and i not in east_bookies for i in west_ids)
+    # each cluster serves the topic from its own brokers and its own storage
+    topic = f"persistent://{tenant}/ns/orders"
+    for cluster in (east, west):
+        owner = cluster.ok("GET", f"/lookup/v2/topic/persistent/{tenant}/ns/orders")["brokerUrl"]
+        assert owner.removeprefix("pulsar://") in cluster.service_url
+        client = pulsar.Client(cluster.service_url, operation_timeout_seconds=30)
+        try:
+            consumer = client.subscribe(
+                topic, "s", initial_position=pulsar.InitialPosition.Earliest
+            )
+            producer = client.create_producer(topic)
+            for i in range(5):
+                producer.send(f"{cluster.name}-{i}".encode())
+            own = []
+            while len(own) < 5:  # (once replication is wired, the other's arrive too)
+                m = consumer.receive(30_000)
+                consumer.acknowledge(m)
+                if m.data().startswith(cluster.name.encode()):
+                    own.append(m.data())
+            assert own == [f"{cluster.name}-{i}".encode() for i in range(5)]
+        finally:
+            client.close()
