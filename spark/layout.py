@@ -39,6 +39,12 @@ class LedgerLayout:
     closed: bool
     write_quorum: int
     fragments: tuple[Fragment, ...]
+    ack_quorum: int = 1
+    ensemble_size: int = 1
+    last_entry_id: int = -1
+    """The last entry of a closed ledger (-1 while open)."""
+    length: int = 0
+    """Bytes of a closed ledger (0 while open)."""
 
     @property
     def entry_bytes(self) -> float:
@@ -89,13 +95,22 @@ def _ledger(doc: Any) -> LedgerLayout:
         raise LayoutError(f"ledger {doc.get('ledgerId')}: fragments out of order")
     if qw < 1 or any(len(f.bookies) < qw for f in fragments):
         raise LayoutError(f"ledger {doc.get('ledgerId')}: an ensemble smaller than Qw={qw}")
+    aq = doc.get("ackQuorum", 1)
+    es = doc.get("ensembleSize", len(fragments[0].bookies))
+    if not isinstance(aq, int) or not isinstance(es, int) or not es >= qw >= aq >= 1:
+        raise LayoutError(f"ledger {doc.get('ledgerId')}: quorums {es}/{qw}/{aq}")
+    closed = doc.get("state") == "CLOSED"
     return LedgerLayout(
         ledger_id=_int(doc, "ledgerId"),
         entries=max(0, _int(doc, "entries")),
         size=max(0, _int(doc, "size")),
-        closed=doc.get("state") == "CLOSED",
+        closed=closed,
         write_quorum=qw,
         fragments=tuple(fragments),
+        ack_quorum=aq,
+        ensemble_size=es,
+        last_entry_id=_int(doc, "lastEntryId") if closed else -1,
+        length=max(0, _int(doc, "length")) if closed else 0,
     )
 
 

@@ -239,7 +239,7 @@ async def plan_splits(
         if loc.entries == 0 and loc.lost is None:
             out.append(broker_split)  # the ledgers did not show the range: the reader will
             continue
-        for i, ranges in enumerate(cut(loc, n)):
+        for ranges in cut(loc, n):
             out.append(
                 Split(
                     p,
@@ -250,7 +250,6 @@ async def plan_splits(
                     fallback=opts.read_path is None,
                     bookie_tls=layouts[p].bookie_tls,
                     ending_time_ms=ending_time_ms,
-                    index=i,
                 )
             )
     return out

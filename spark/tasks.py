@@ -7,9 +7,10 @@ ledgers that are this task's, with the bookies holding them: no driver state), a
 - storage (``readPath=storage``, or unset): the entries of each range from the bookies
   (``storage.LedgerReader``), decoded in bulk (``columns.EntryColumns``). An open ledger is
   read from the bookies up to the last add confirmed they know; its tail after that goes
-  through a broker. When no bookie answers, a split planned with ``readPath`` unset goes on
-  through a broker (``fallback``); with ``readPath=storage`` the task fails naming the option.
-  A ledger deleted meanwhile is data loss (``failOnDataLoss``). Chunked messages are not
+  through a broker. When no bookie serves the entries (down, refused, or the ledger deleted
+  meanwhile), a split planned with ``readPath`` unset goes on through a broker (``fallback``,
+  whose reader reports lost data as ``failOnDataLoss`` says); with ``readPath=storage`` the
+  task fails naming the option. Chunked messages are not
   assembled from storage: the task fails, naming ``readPath=broker``.
 - broker: a non-durable reader over the split's entries (``cluster.read_entries``) or the
   whole range (``cluster.read_range``), rows made from its messages (``rows.BatchBuilder``).
@@ -62,7 +63,6 @@ class Split(InputPartition):  # type: ignore[misc]
     fallback: bool = False
     bookie_tls: bool = False
     ending_time_ms: int | None = None
-    index: int = 0
 
     @property
     def first(self) -> Position:
@@ -174,7 +174,7 @@ def _read_from_storage(
     from magnetar.spark.columns import ChunkedEntry, EntryColumns
 
     tls = bookie_tls(opts) if split.bookie_tls else None
-    reader = storage.LedgerReader(tls=tls, spread=split.index)
+    reader = storage.LedgerReader(tls=tls)
     writers = _SchemaWriters(loop, opts, split.topic) if typed is not None else None
     cols = EntryColumns(
         split.topic,
@@ -202,9 +202,6 @@ def _read_from_storage(
                         cols.add(lid, first + i, data)
                     if len(cols) >= ARROW_BATCH_ROWS or cols.nbytes >= ARROW_BATCH_BYTES:
                         yield cols.build()
-            except storage.StorageDataLost as exc:
-                cluster.data_loss(opts.fail_on_data_loss, f"{split.topic}: {exc}")
-                continue
             except storage.StorageUnavailable as exc:
                 if not split.fallback:
                     raise storage.StorageUnavailable(

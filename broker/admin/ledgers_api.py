@@ -10,13 +10,16 @@ Owns one route::
         "bookieTls": bool,                    # the bookies speak gRPC over TLS
         "ledgers": [{"ledgerId": L, "entries": N, "size": B, "state": "OPEN" | "CLOSED" | ...,
                      "ensembleSize": E, "writeQuorum": Qw, "ackQuorum": Qa,
+                     "lastEntryId": -1 | last (closed), "length": bytes (closed),
                      "ensembles": [{"firstEntryId": F, "bookies": ["host:port", ...]}]}]}
 
 ``entries`` counts the ledger's entries a reader may take (``0 .. entries-1``): for the open
 ledger, those the broker has confirmed so far. ``bookies`` are the addresses the bookies
 registered (their ids when they registered none), in ensemble order, so a reader computes
 each entry's write set (entry e: ``Qw`` members from ``e mod E``) as the writer did. A ledger
-whose metadata is gone (deleted by retention meanwhile) is left out.
+whose metadata is gone (deleted by retention meanwhile) is left out; a topic none of whose
+ledgers has metadata (a storage without bookies) is refused (405). The ledgers' master keys
+are not given out: a reader needs none.
 
 Answered by the broker that owns the topic (others answer 404, as for ``internalStats``;
 readers look the owner up first). Authorization is that of the other topic admin reads:
@@ -35,8 +38,8 @@ from urllib.parse import unquote
 from aiohttp import web
 
 from magnetar.broker.admin.topic_ops import TopicOperations, not_allowed
-from magnetar.broker.ledger.metadata import LedgerMetadata
-from magnetar.broker.ledger.placement import parse_registration
+from magnetar.broker.bookkeeper.metadata import LedgerMetadata
+from magnetar.broker.bookkeeper.placement import parse_registration
 from magnetar.broker.namespace.resources import PreconditionFailed
 from magnetar.zk import paths
 
@@ -53,8 +56,6 @@ class LedgerLayoutRoutes:
         r.add_get(ROUTE, self.ledgers)
 
     async def ledgers(self, request: web.Request) -> web.Response:
-        from magnetar.broker.storage.managed_ledger import ManagedTopicLedger
-
         m = request.match_info
         if m["domain"] != "persistent":
             raise not_allowed("Only persistent topics are stored in ledgers")
@@ -64,8 +65,6 @@ class LedgerLayoutRoutes:
         topic_name = f"persistent://{m['tenant']}/{m['namespace']}/{local}"
         topic = await self.ops.persistent(topic_name)
         ledger = topic.ledger
-        if not isinstance(ledger, ManagedTopicLedger):
-            raise not_allowed("The topic's storage keeps no ledgers")
         service = self.ops.service
         store = service.store
         addresses: dict[str, str] = {}
@@ -79,7 +78,8 @@ class LedgerLayoutRoutes:
             return addresses[bookie_id]
 
         out: list[dict[str, Any]] = []
-        for ledger_id, entries, size in ledger.ml.ledger_sizes():
+        sizes = ledger.ledger_sizes()
+        for ledger_id, entries, size in sizes:
             got = await store.get(paths.ledger_metadata(ledger_id))
             if got is None:
                 continue
@@ -93,12 +93,16 @@ class LedgerLayoutRoutes:
                     "ensembleSize": meta.ensemble_size,
                     "writeQuorum": meta.write_quorum,
                     "ackQuorum": meta.ack_quorum,
+                    "lastEntryId": meta.last_entry_id,
+                    "length": meta.length,
                     "ensembles": [
                         {"firstEntryId": first, "bookies": [await address(b) for b in ensemble]}
                         for first, ensemble in meta.ensembles
                     ],
                 }
             )
+        if sizes and not out:
+            raise not_allowed("The topic's storage keeps no ledgers on bookies")
         counters = topic.counters
         last = ledger.last_confirmed
         body = {

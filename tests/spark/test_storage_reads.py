@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import dataclasses
 import threading
 from typing import Any
 
@@ -19,7 +20,7 @@ from support.standalone import StandaloneProcess
 
 from magnetar.client import Client as AsyncClient
 from magnetar.spark import cluster, options
-from magnetar.spark.layout import Fragment, LedgerLayout
+from magnetar.spark.layout import Fragment
 from magnetar.spark.read import StreamReader
 from magnetar.spark.splits import EntryRange
 from magnetar.spark.storage import StorageUnavailable
@@ -163,9 +164,8 @@ def _unreachable_split(sa: StandaloneProcess, topic: str, *, fallback: bool) -> 
         options.read_options(_opts(sa, topic=topic), streaming=False).client, topic
     )
     led = layout.ledgers[0]
-    gone = LedgerLayout(
-        led.ledger_id, led.entries, led.size, led.closed, 1, (Fragment(0, ("127.0.0.1:9",)),)
-    )
+    assert led.closed
+    gone = dataclasses.replace(led, fragments=(Fragment(0, ("127.0.0.1:9",)),))
     return Split(
         topic,
         "earliest",

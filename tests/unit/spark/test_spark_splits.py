@@ -128,7 +128,11 @@ def test_layout_from_the_admin_document() -> None:
                 "entries": 10,
                 "size": 5000,
                 "state": "CLOSED",
+                "ensembleSize": 3,
                 "writeQuorum": 2,
+                "ackQuorum": 2,
+                "lastEntryId": 9,
+                "length": 4000,
                 "ensembles": [
                     {"firstEntryId": 0, "bookies": ["a:1", "b:1"]},
                     {"firstEntryId": 6, "bookies": ["a:1", "c:1", "d:1"]},
@@ -140,6 +144,7 @@ def test_layout_from_the_admin_document() -> None:
     led = lay.ledgers[0]
     assert (lay.messages_per_entry, lay.bookie_tls) == (250.0, True)
     assert led.closed and led.entry_bytes == 500 and led.striped
+    assert (led.ensemble_size, led.ack_quorum, led.last_entry_id, led.length) == (3, 2, 9, 4000)
     assert led.fragments[1] == Fragment(6, ("a:1", "c:1", "d:1"))
 
 
