@@ -3,11 +3,14 @@
 Owns: ``LedgerReader``: the entries ``first`` .. ``last`` of one ledger (a ``LedgerLayout``
 from the planner: its fragments and the bookies' addresses; no metadata store) read through
 BookKeeper's read-handle contract (``broker.bookkeeper``: any replica of an entry's write
-set, range reads on unstriped fragments, each entry's checksum verified): a sealed ledger
-with ``open_sealed_ledger``, the open one with a read handle whose last add confirmed is
-what its bookies know (``confirmed``; entries after it belong to the writer, the caller reads
-them through the broker). It keeps ``READ_WINDOW`` reads of about ``READ_BYTES`` in flight
-ahead of the caller (what bounds a task's memory for reading).
+set, range reads on unstriped fragments, each entry's checksum verified) with
+``open_sealed_ledger``. A sealed ledger is read as it is; the ledger still open is read as the
+snapshot its writer had confirmed when the read was planned (the broker's last add confirmed,
+given by the ledgers endpoint as ``entries``): those entries are on an ack quorum of bookies
+and never change, and nothing after them is read here (the caller reads any later entry
+through the broker). The bookies' own last add confirmed lags the writer's (it rides on the
+next add), so it is not the bound. ``READ_WINDOW`` reads of about ``READ_BYTES`` are kept in
+flight ahead of the caller (what bounds a task's memory for reading).
 
 Never writes, never fences, never opens a ledger for recovery: the topic's writer is never
 disturbed. With bookie TLS the bookie clients present the job's certificate (``GrpcTls``).
@@ -29,7 +32,6 @@ import logging
 from collections.abc import AsyncIterator
 
 from magnetar.bookie.client import BookieClient
-from magnetar.bookie.errors import BookieError
 from magnetar.bookie.tls import GrpcTls
 from magnetar.broker.bookkeeper.errors import LedgerError
 from magnetar.broker.bookkeeper.metadata import LedgerMetadata
@@ -76,40 +78,14 @@ class LedgerReader:
                 ensemble_size=ledger.ensemble_size,
                 write_quorum=ledger.write_quorum,
                 ack_quorum=ledger.ack_quorum,
-                state=LedgerState.CLOSED if ledger.closed else LedgerState.OPEN,
+                state=LedgerState.CLOSED,  # sealed, or the confirmed snapshot of the open one
                 ensembles=tuple((f.first_entry, f.bookies) for f in ledger.fragments),
                 master_key=b"",
-                last_entry_id=ledger.last_entry_id,
-                length=ledger.length,
+                last_entry_id=confirmed(ledger),
+                length=ledger.length if ledger.closed else ledger.size,
             )
-            handle = (
-                open_sealed_ledger(metadata, self.pool)
-                if ledger.closed
-                else BookieReadHandle(self.pool, metadata)
-            )
-            self._handles[ledger.ledger_id] = handle
+            handle = self._handles[ledger.ledger_id] = open_sealed_ledger(metadata, self.pool)
         return handle
-
-    async def confirmed(self, ledger: LedgerLayout) -> int:
-        """The last entry of the ledger readable from the bookies: a sealed one's last, an
-        open one's last add confirmed as its last fragment's bookies know it."""
-        handle = self._handle(ledger)
-        lac = await handle.read_lac()
-        if lac < 0 <= ledger.entries - 2:  # none answered, or none knows a LAC: which?
-            errors = []
-            for address in ledger.fragments[-1].bookies:
-                try:
-                    await self.pool.client(address).read_lac(ledger.ledger_id)
-                except BookieError as exc:
-                    errors.append(f"{address}: {type(exc).__name__}: {exc}")
-                else:
-                    return lac
-            raise StorageUnavailable(
-                f"ledger {ledger.ledger_id}: no bookie answered its last add confirmed ("
-                + "; ".join(errors)
-                + ")"
-            )
-        return lac
 
     async def _read(self, ledger: LedgerLayout, first: int, last: int) -> list[bytes]:
         try:
@@ -122,9 +98,7 @@ class LedgerReader:
 
     async def sample(self, ledger: LedgerLayout, entry_ids: list[int]) -> list[bytes]:
         """The stored payloads of a few entries (read concurrently)."""
-        if not ledger.closed:
-            lac = await self.confirmed(ledger)
-            entry_ids = [e for e in entry_ids if e <= lac]
+        entry_ids = [e for e in entry_ids if e <= confirmed(ledger)]
         got = await asyncio.gather(*(self._read(ledger, e, e) for e in entry_ids))
         return [chunk[0] for chunk in got]
 
@@ -132,7 +106,7 @@ class LedgerReader:
         self, ledger: LedgerLayout, first: int, last: int
     ) -> AsyncIterator[tuple[int, list[bytes]]]:
         """(id of the first, stored payloads) of consecutive entries ``first`` .. ``last``
-        (at most the ledger's ``confirmed``), in order, in chunks; at most ``READ_WINDOW``
+        (at most ``confirmed(ledger)``), in order, in chunks; at most ``READ_WINDOW``
         reads ahead of the caller."""
         step = max(1, min(READ_ENTRIES_MAX, int(READ_BYTES / ledger.entry_bytes)))
         todo = collections.deque((a, min(last, a + step - 1)) for a in range(first, last + 1, step))
@@ -149,6 +123,12 @@ class LedgerReader:
                 t.cancel()
 
 
+def confirmed(ledger: LedgerLayout) -> int:
+    """The last entry of ``ledger`` read from the bookies: a sealed ledger's last, the open
+    one's last add confirmed by its writer when the read was planned."""
+    return ledger.last_entry_id if ledger.closed else ledger.entries - 1
+
+
 def grpc_tls(
     trust_certs_file: str | None, certificate_file: str | None, key_file: str | None
 ) -> GrpcTls:
@@ -160,4 +140,4 @@ def grpc_tls(
     )
 
 
-__all__ = ["LedgerReader", "StorageError", "StorageUnavailable", "grpc_tls"]
+__all__ = ["LedgerReader", "StorageError", "StorageUnavailable", "confirmed", "grpc_tls"]

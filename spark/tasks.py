@@ -5,13 +5,14 @@ ledgers that are this task's, with the bookies holding them: no driver state), a
 ``read_split``, its two paths:
 
 - storage (``readPath=storage``, or unset): the entries of each range from the bookies
-  (``storage.LedgerReader``), decoded in bulk (``columns.EntryColumns``). An open ledger is
-  read from the bookies up to the last add confirmed they know; its tail after that goes
-  through a broker. When no bookie serves the entries (down, refused, or the ledger deleted
-  meanwhile), a split planned with ``readPath`` unset goes on through a broker (``fallback``,
-  whose reader reports lost data as ``failOnDataLoss`` says); with ``readPath=storage`` the
-  task fails naming the option. Chunked messages are not
-  assembled from storage: the task fails, naming ``readPath=broker``.
+  (``storage.LedgerReader``), decoded in bulk (``columns.EntryColumns``). The open ledger is
+  read from the bookies up to what its writer had confirmed at planning; an entry of the
+  split after that (its tail) goes through a broker. When no bookie serves the entries
+  (down, refused, or the ledger deleted meanwhile), a split planned with ``readPath`` unset
+  goes on through a broker (``fallback``, whose reader reports lost data as
+  ``failOnDataLoss`` says); with ``readPath=storage`` the task fails naming the option.
+  Chunked messages are not assembled from storage: the task fails, naming
+  ``readPath=broker``.
 - broker: a non-durable reader over the split's entries (``cluster.read_entries``) or the
   whole range (``cluster.read_range``), rows made from its messages (``rows.BatchBuilder``).
 
@@ -190,8 +191,7 @@ def _read_from_storage(
             lid = r.ledger.ledger_id
             last = r.last
             try:
-                if not r.ledger.closed:  # the open ledger: the bookies' part up to their LAC
-                    last = min(last, loop.run_until_complete(reader.confirmed(r.ledger)))
+                last = min(last, storage.confirmed(r.ledger))
                 chunks = reader.entries(r.ledger, r.first, last)
                 while True:
                     try:
@@ -218,8 +218,8 @@ def _read_from_storage(
                     "readers only; read this topic with readPath=broker (and without "
                     "minPartitions / maxRecordsPerPartition, so no split cuts a message)"
                 ) from None
-            if last < r.last:  # the open ledger's tail, through the broker
-                resume = Position(lid, last + 1, -1)
+            if last < r.last:  # entries confirmed after planning: through the broker
+                resume = Position(lid, max(r.first, last + 1), -1)
                 break
         if len(cols):
             yield cols.build()
