@@ -90,8 +90,12 @@ def message_id_bytes(runs: Sequence[tuple[int, ...]], partition: int) -> Any:
     encoded once and each member adds its index's tag from a table."""
     tail = b"\x18" + encode_varint(partition & _UINT64)
     out: list[bytes] = []
+    heads: dict[int, bytes] = {}
     for ledger, entry, count, lo, *_ in runs:
-        prefix = b"\x08" + encode_varint(ledger) + b"\x10" + encode_varint(entry) + tail
+        head = heads.get(ledger)
+        if head is None:
+            head = heads[ledger] = b"\x08" + encode_varint(ledger) + b"\x10"
+        prefix = head + encode_varint(entry) + tail
         if lo < 0:
             out.append(prefix)
         else:
@@ -180,38 +184,50 @@ class EntryColumns:
         return self.start.includes(pos) and ends_by(pos, self.end)
 
     def add(self, ledger: int, entry: int, data: bytes) -> None:
-        """Take the messages of one stored entry (``EntryError`` when it does not decode).
-        The entry's checksum is the storage's (verified where it was read), as the broker
-        reads entries."""
-        try:
-            md, at = entry_metadata(data)
-        except RemoteProtocolError as exc:
-            raise EntryError(f"entry {ledger}:{entry}: {exc}") from None
-        if md.HasField("num_chunks_from_msg"):
-            raise ChunkedEntry(ledger, entry)
-        publish = md.publish_time
-        if self.until is not None and publish >= self.until:
-            return
-        payload = data[at:]
-        if md.compression:
+        """Take the messages of one stored entry (``EntryError`` when it does not decode)."""
+        self.add_entries(ledger, entry, [data])
+
+    def add_entries(self, ledger: int, first: int, datas: list[bytes]) -> None:
+        """Take the messages of consecutive stored entries ``first``, ``first + 1``, ...
+        (``EntryError`` when one does not decode). Their checksums are the storage's
+        (verified where they were read), as the broker reads entries. One loop for the
+        whole chunk: an entry that is one message costs a metadata parse and a few appends."""
+        values, runs, versions = self.values, self._runs, self._versions
+        keys, props, edges, until = self._keys, self._props, self._edges, self.until
+        for entry, data in enumerate(datas, first):
             try:
-                payload = decompress(md.compression, payload, md.uncompressed_size)
-            except DecompressionError as exc:
+                md, at = entry_metadata(data)
+            except RemoteProtocolError as exc:
                 raise EntryError(f"entry {ledger}:{entry}: {exc}") from None
-        row = len(self.values)
-        edge = (ledger, entry) in self._edges
-        if not md.HasField("num_messages_in_batch"):
+            if md.HasField("num_chunks_from_msg"):
+                raise ChunkedEntry(ledger, entry)
+            publish = md.publish_time
+            if until is not None and publish >= until:
+                continue
+            payload = data[at:]
+            if md.compression:
+                try:
+                    payload = decompress(md.compression, payload, md.uncompressed_size)
+                except DecompressionError as exc:
+                    raise EntryError(f"entry {ledger}:{entry}: {exc}") from None
+            edge = (ledger, entry) in edges
+            if md.HasField("num_messages_in_batch"):
+                self._add_batch(ledger, entry, md, payload, edge)
+                continue
             if edge and not self._takes_whole(ledger, entry):
-                return
-            self.values.append(payload)
+                continue
+            row = len(values)
+            values.append(payload)
             self.nbytes += len(payload)
-            self._runs.append((ledger, entry, 1, -1, publish, md.event_time))
-            self._versions.append(md.schema_version)
+            runs.append((ledger, entry, 1, -1, publish, md.event_time))
+            versions.append(md.schema_version)
             if md.HasField("partition_key"):
-                self._keys[row] = md.partition_key.encode()
+                keys[row] = md.partition_key.encode()
             if md.properties:
-                self._props[row] = [(kv.key, kv.value) for kv in md.properties]
-            return
+                props[row] = [(kv.key, kv.value) for kv in md.properties]
+
+    def _add_batch(self, ledger: int, entry: int, md: Any, payload: bytes, edge: bool) -> None:
+        """The members of one batch entry the read takes, cut by the codec's ``scan_batch``."""
         n = md.num_messages_in_batch
         lo, hi = self._bounds(ledger, entry, n) if edge else (0, n)
         if lo >= hi:
@@ -220,10 +236,11 @@ class EntryColumns:
             spans = scan_batch(payload, n)
         except RemoteProtocolError as exc:
             raise EntryError(f"entry {ledger}:{entry}: {exc}") from None
+        row = len(self.values)
         k_lo, k_hi = 3 * lo, 3 * hi
         self.values.extend([payload[spans[k + 1] : spans[k + 2]] for k in range(k_lo, k_hi, 3)])
         self.nbytes += spans[k_hi - 1] - spans[k_lo + 1]
-        self._runs.append((ledger, entry, hi - lo, lo, publish, md.event_time))
+        self._runs.append((ledger, entry, hi - lo, lo, md.publish_time, md.event_time))
         self._versions.append(md.schema_version)
         if max(spans[k_lo:k_hi:3]) < 0:
             return  # plain members: no key, properties or event time of their own

@@ -198,8 +198,7 @@ def _read_from_storage(
                         first, got = loop.run_until_complete(anext(chunks))
                     except StopAsyncIteration:
                         break
-                    for i, data in enumerate(got):
-                        cols.add(lid, first + i, data)
+                    cols.add_entries(lid, first, got)
                     if len(cols) >= ARROW_BATCH_ROWS or cols.nbytes >= ARROW_BATCH_BYTES:
                         yield cols.build()
             except storage.StorageUnavailable as exc:
