@@ -47,6 +47,7 @@ from magnetar.settings_accepted import ADMIN_BODY_BYTES_MAX
 from magnetar.zk.errors import MetadataError
 
 if TYPE_CHECKING:
+    from magnetar.broker.schema.topics import TopicSchemas
     from magnetar.broker.service import BrokerService
 
 log = logging.getLogger(__name__)
@@ -213,6 +214,7 @@ class AdminApi:
         extra_routes: Callable[[web.UrlDispatcher], None] | None = None,
         operations: TopicOperations | None = None,
         topic_level_policies: bool = True,
+        schemas: TopicSchemas | None = None,
     ) -> None:
         self.resources = resources
         self.topics = topics
@@ -227,6 +229,8 @@ class AdminApi:
         """Subscription, topic, namespace and cluster operations (``admin_ops_api``)."""
         self.topic_level_policies = topic_level_policies
         """Pulsar's ``topicLevelPoliciesEnabled``: off, the topic-policy routes answer 405."""
+        self.schemas = schemas
+        """The schema registry's REST routes (``/admin/v2/schemas/...``) when given."""
 
     @classmethod
     def of_service(
@@ -247,6 +251,7 @@ class AdminApi:
             metrics=BrokerMetrics(service).chunks,
             extra_routes=extra_routes,
             topic_level_policies=service.config.topic_level_policies_enabled,
+            schemas=service.schemas,
         )
 
     def app(self) -> web.Application:
@@ -259,9 +264,8 @@ class AdminApi:
         if self.extra_routes is not None:  # first: more specific than the topic routes
             self.extra_routes(r)
         ReplicationRoutes(self.resources).add_routes(r)  # clusters, replication clusters
-        schemas = getattr(self.topics, "schemas", None)
-        if schemas is not None:  # /admin/v2/schemas/...: before /admin/v2/{domain}/...
-            SchemaAdminRoutes(schemas).add_routes(r)
+        if self.schemas is not None:  # /admin/v2/schemas/...: before /admin/v2/{domain}/...
+            SchemaAdminRoutes(self.schemas).add_routes(r)
         ops = OperationRoutes(self.operations) if self.operations is not None else None
         if ops is not None:
             ops.add_priority_routes(r)  # before the generic topic routes that would match
