@@ -160,27 +160,6 @@ class BrokerService:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    # ------------------------------------------------------------------ passed to ``namespaces``
-    # until their callers ask it: ``port`` (``protocol/producers.py`` names producers),
-    # ``lookup`` (``protocol/lookups.py``), ``lookup_urls`` and ``unload_namespace_bundle``
-    # (the HTTP API's ``TopicRegistry``)
-    @property
-    def port(self) -> int:
-        return self.namespaces.port
-
-    async def lookup(
-        self, topic: str, authoritative: bool = False, listener_name: str = ""
-    ) -> LookupResult:
-        return await self.namespaces.lookup(topic, authoritative, listener_name)
-
-    async def lookup_urls(
-        self, topic: str, authoritative: bool = False, listener_name: str = ""
-    ) -> tuple[str, ...]:
-        return await self.namespaces.lookup_urls(topic, authoritative, listener_name)
-
-    async def unload_namespace_bundle(self, tenant: str, namespace: str, name: str) -> str | None:
-        return await self.namespaces.unload_namespace_bundle(tenant, namespace, name)
-
     # ------------------------------------------------------------------ names
     @staticmethod
     def parse_topic(topic: str) -> TopicName:

@@ -6,7 +6,7 @@ limiters, the backlog-quota verdict, sends held by ``producer_request_hold``), t
 which re-arms the watch, and re-applies the policies to that namespace's loaded topics),
 the periodic message-expiry (TTL), backlog-quota and retention (trim) checks on an injected
 ``Clock``, and the small hooks the connection calls: ``check_producer``, ``check_consumer``,
-``admit_send``, ``publish_or_hold`` (``hold_queue`` without a callable).
+``admit_send``, ``hold_queue`` (where a SEND waits while held or throttled).
 
 Applying a policy to a loaded topic: the topic applies deduplication, unacked limits,
 delayed delivery and retention itself (``Topic.apply_policies``); here: rate limiters (a
@@ -386,33 +386,13 @@ class PolicyManager:
                 )
         return None
 
-    def publish_or_hold(
-        self,
-        topic: Topic,
-        cnx: ReadThrottled,
-        num_msgs: int,
-        size: int,
-        publish: Callable[[], None],
-    ) -> None:
-        """Run ``publish`` now, or hold it (in order) while ``producer_request_hold`` is in
-        force. Publish throttling pauses reading from ``cnx`` until the rate limiter is
-        out of debt (other connections are not affected)."""
-        held = self.hold_queue(topic, cnx, num_msgs, size)
-        if held is None:
-            publish()
-        else:
-            held.append(publish)
-
-    publish = publish_or_hold
-    """The present name in ``protocol/publish.py`` (until it calls ``publish_or_hold``)."""
-
     def hold_queue(
         self, topic: Topic, cnx: ReadThrottled, num_msgs: int, size: int
     ) -> collections.deque[Callable[[], None]] | None:
-        """``publish_or_hold`` without a callable (the per-SEND path makes none when it need not):
-        None when the SEND is to be published now, else the queue its publish must join (held,
-        in order, while ``producer_request_hold`` is in force). Charges the publish rate
-        limiter and throttles ``cnx`` as ``publish_or_hold`` does."""
+        """None when the SEND is to be published now, else the queue its publish must join
+        (held, in order, while ``producer_request_hold`` is in force). Charges the publish rate
+        limiter; publish throttling pauses reading from ``cnx`` until the limiter is out of
+        debt (other connections are not affected). No callable is made on the hot path."""
         state = self._states.get(topic.full_name)
         if state is None:
             return None
