@@ -31,7 +31,7 @@ from magnetar.broker.offload.errors import OffloadError
 from magnetar.broker.offload.index import OffloadIndex
 from magnetar.broker.offload.keys import data_key, index_key, parse_key
 from magnetar.broker.offload.policies import EffectiveOffloadPolicies
-from magnetar.broker.offload.reader import OffloadedReadHandle, ReadCounters
+from magnetar.broker.offload.reader import OffloadedReadHandle, ReadBudget, ReadCounters
 from magnetar.broker.offload.records import LedgerSource, OffloadedLedger, OffloaderStatistics
 from magnetar.broker.offload.retry import RetryPolicy, with_retries
 from magnetar.broker.offload.store import BlobStore, open_blob_store
@@ -51,7 +51,9 @@ class Offloader(Protocol):
         self, source: LedgerSource, attempt: uuid_mod.UUID, extra_metadata: Mapping[str, str]
     ) -> OffloadedLedger: ...
 
-    async def open(self, offloaded: OffloadedLedger) -> OffloadedReadHandle: ...
+    async def open(
+        self, offloaded: OffloadedLedger, *, read_budget: ReadBudget | None = None
+    ) -> OffloadedReadHandle: ...
 
     async def delete(self, offloaded: OffloadedLedger) -> None: ...
 
@@ -213,11 +215,16 @@ class BlobStoreOffloader:
             extra=dict(extra_metadata),
         )
 
-    async def open(self, offloaded: OffloadedLedger) -> OffloadedReadHandle:
+    async def open(
+        self, offloaded: OffloadedLedger, *, read_budget: ReadBudget | None = None
+    ) -> OffloadedReadHandle:
+        """A read handle on an offloaded ledger; its read-ahead draws from ``read_budget``
+        when given. The index comes from the cache or one GET (retried as reads are)."""
         self._check_ours(offloaded)
         self._opens += 1
         index = self._cache.get(offloaded.index_key)
         if index is None:
+            started_ms = self._clock.monotonic_ms()
 
             def retried(exc: OffloadError) -> None:
                 self._counters.read_retries += 1
@@ -229,6 +236,8 @@ class BlobStoreOffloader:
                 self._rng,
                 retried,
             )
+            self._counters.index_fetches += 1
+            self._counters.index_fetch_ms_total += self._clock.monotonic_ms() - started_ms
             index = OffloadIndex.decode(raw)
             if index.ledger_id != offloaded.ledger_id or (
                 index.data_object_bytes != offloaded.data_object_bytes
@@ -248,6 +257,7 @@ class BlobStoreOffloader:
             clock=self._clock,
             rng=self._rng,
             counters=self._counters,
+            budget=read_budget,
         )
 
     async def delete(self, offloaded: OffloadedLedger) -> None:
@@ -305,12 +315,16 @@ class BlobStoreOffloader:
             index_cache_entries=len(self._cache),
             index_cache_bytes=self._cache.bytes,
             reads=c.reads,
+            read_errors=c.read_errors,
             blocks_fetched=c.blocks_fetched,
             block_bytes_fetched=c.block_bytes_fetched,
             read_ahead_bytes=c.read_ahead_bytes,
             read_retries=c.read_retries,
             corrupt_reads=c.corrupt_reads,
             objects_deleted=self._deleted,
+            block_fetch_ms_total=c.block_fetch_ms_total,
+            index_fetches=c.index_fetches,
+            index_fetch_ms_total=c.index_fetch_ms_total,
         )
 
     async def close(self) -> None:
