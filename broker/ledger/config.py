@@ -8,7 +8,7 @@ settings it passes on) and the
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from magnetar.broker.bookkeeper.context import LedgerClientConfig
 from magnetar.broker.offload.policies import OffloadPolicies
@@ -63,7 +63,7 @@ class ManagedLedgerConfig:
     ensemble_change_timeout_ms: int = 10_000
     quarantine_ms: int = 30_000
     password: bytes = b""
-    offload: OffloadPolicies = OffloadPolicies()
+    offload: OffloadPolicies = field(default_factory=OffloadPolicies)
     """The broker's offload policies (broker.conf): in force until the topic's own are
     applied (``Offloading.set_policies``); no driver = no offloading."""
 

@@ -3,12 +3,12 @@
 Owns: ``LedgerInfo`` (one ledger: id, entries, bytes, creation then close time, and its
 ``OffloadContext`` once an offload of it was attempted: Pulsar's ``uid``, ``complete``,
 ``bookkeeperDeleted``, timestamp, driver name and metadata, and the offload record once
-complete) and ``LedgerList``: the ledgers in log order and the managed ledger's properties,
-their JSON codec (``zk.paths.managed_ledger(name)`` holds ``{ledgers: [{id, entries, size,
-ts[, offload]}], properties}``), appending a new ledger, and navigation over the list (how many entries a
-ledger has, the next ledger, the next position that names an entry, the next readable range,
-sizes) up to the last confirmed position. The current ledger's numbers are its writer's
-(confirmed so far): ``current`` is that writer.
+complete) and ``LedgerList``: the ledgers in log order and the managed ledger's
+properties, their JSON codec (``zk.paths.managed_ledger(name)`` holds ``{ledgers: [{id,
+entries, size, ts[, offload]}], properties}``), appending a new ledger, and navigation over
+the list (how many entries a ledger has, the next ledger, the next position that names an
+entry, the next readable range, sizes) up to the last confirmed position. The current
+ledger's numbers are its writer's (confirmed so far): ``current`` is that writer.
 Invariants: ledger ids strictly increase along the list, and a new ledger's id is above
 every id this managed ledger has had (``max_ledger_id``, dropped empty ledgers included):
 positions compare by ledger id first, so cursors, backlog, trimming and publish-time search
@@ -79,7 +79,9 @@ class OffloadContext:
             bookkeeper_deleted=bool(doc.get("bookkeeperDeleted", False)),
             timestamp_ms=int(doc.get("timestamp", 0)),
             driver_name=str(doc.get("driverName", "")),
-            driver_metadata={str(k): str(v) for k, v in dict(doc.get("driverMetadata", {})).items()},
+            driver_metadata={
+                str(k): str(v) for k, v in dict(doc.get("driverMetadata", {})).items()
+            },
             record=OffloadedLedger.from_json(record) if record is not None else None,
         )
 

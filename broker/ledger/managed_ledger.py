@@ -108,7 +108,9 @@ class ManagedLedgerFactory:
         self.store = store
         self.config = config or ManagedLedgerConfig()
         self.clock: Clock = clock or SystemClock()
-        self.offloaders = offloaders or OffloaderRegistry(clock=self.clock)
+        self.offloaders = (
+            offloaders if offloaders is not None else OffloaderRegistry(clock=self.clock)
+        )
         """The broker's offloaders (tiered storage), one per store location."""
         self.ledger_client = LedgerClient(
             store,
@@ -425,7 +427,7 @@ class ManagedLedger:
         if current is not None:
             self._abort_task = asyncio.ensure_future(current.abort())
         self.rollover.stop_timer()
-        self.offloading.stop()
+        self.offloading.stop(cancel=False)
         self._cache.close()
         self.factory.forget(self)
 

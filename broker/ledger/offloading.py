@@ -53,7 +53,7 @@ from magnetar.broker.bookkeeper.entry import LedgerEntry
 from magnetar.broker.bookkeeper.read_handle import ReadHandle
 from magnetar.broker.ledger.config import ManagedLedgerConfig
 from magnetar.broker.ledger.errors import (
-    LedgerError,
+    ManagedLedgerClosed,
     ManagedLedgerError,
     ManagedLedgerFenced,
 )
@@ -420,8 +420,14 @@ class Offloading:
     async def offload_prefix(self, until: Position) -> Position:
         """``trigger(until)`` and wait: returns the first position not offloaded."""
         self.trigger(until)
-        assert self._manual is not None
-        return await asyncio.shield(self._manual)
+        task = self._manual
+        assert task is not None
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            if task.cancelled():  # the managed ledger closed under it, not our caller
+                raise ManagedLedgerClosed(f"{self._host.name} closed during the offload") from None
+            raise
 
     def status(self) -> OffloadProcessStatus:
         return self._status
@@ -429,7 +435,10 @@ class Offloading:
     def _check_position(self, until: Position) -> None:
         ledgers = self._host.ledgers
         end = ledgers.position_after(ledgers.last_confirmed)
-        if until.ledger_id not in ledgers.ids or until > end or until.entry_id < 0:
+        valid = until.ledger_id in ledgers.ids and (
+            until.entry_id == 0 or (until.entry_id >= 0 and until <= end)  # a ledger's first
+        )  # position is valid even while it is empty (Pulsar's rule for the current ledger)
+        if not valid:
             raise InvalidOffloadPosition(f"Invalid position for offload: {until}")
 
     async def _manual_run(self, until: Position) -> Position:
@@ -512,9 +521,7 @@ class Offloading:
             if info.ledger_id not in sealed or info.offloaded:
                 continue
             over_size = size_threshold is not None and summed > size_threshold
-            too_old = age_threshold is not None and (
-                now - info.timestamp_ms > age_threshold * 1000
-            )
+            too_old = age_threshold is not None and (now - info.timestamp_ms > age_threshold * 1000)
             if over_size or too_old:
                 chosen.append(info)
         chosen.reverse()
@@ -825,14 +832,17 @@ class Offloading:
                     await self.clock.sleep(RETRY_FIRST_MS * attempt / 1000.0)
 
     # -- lifecycle --------------------------------------------------------------------------
-    def stop(self) -> None:
-        """The managed ledger closes or was fenced: runs stop, readers close."""
+    def stop(self, *, cancel: bool = True) -> None:
+        """The managed ledger closes (``cancel``: a running offload stops now) or was fenced
+        (a running offload fails at its next metadata write, with that error): no new run
+        starts, readers close."""
         self._stopped = True
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        for task in list(self._tasks):
-            task.cancel()
+        if cancel:
+            for task in list(self._tasks):
+                task.cancel()
         for reader in self._readers.values():
             reader.close_now()
         self._readers.clear()
