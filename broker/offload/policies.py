@@ -250,7 +250,7 @@ class OffloadPolicies:
                 level = cls.from_json(raw)
             except InvalidOffloadPolicies:
                 level = None
-        legacy: dict[str, int] = {}
+        legacy: dict[str, Any] = {}
         for key, attr, unset in (
             (NAMESPACE_THRESHOLD_KEY, "threshold_bytes", -1),
             (NAMESPACE_THRESHOLD_SECONDS_KEY, "threshold_seconds", -1),
@@ -496,15 +496,15 @@ def _read_hadoop_profile(path: str) -> dict[str, str]:
 
 
 __all__ = [
+    "DEFAULT_DELETION_LAG_MS",
+    "DEFAULT_MAX_BLOCK_SIZE_BYTES",
+    "DEFAULT_READ_BUFFER_SIZE_BYTES",
+    "JSON_NAMES",
     "NAMESPACE_DELETION_LAG_KEY",
     "NAMESPACE_KEY",
     "NAMESPACE_THRESHOLD_KEY",
     "NAMESPACE_THRESHOLD_SECONDS_KEY",
     "TOPIC_KEY",
-    "DEFAULT_DELETION_LAG_MS",
-    "DEFAULT_MAX_BLOCK_SIZE_BYTES",
-    "DEFAULT_READ_BUFFER_SIZE_BYTES",
-    "JSON_NAMES",
     "Driver",
     "EffectiveOffloadPolicies",
     "OffloadPolicies",
