@@ -28,6 +28,8 @@ from magnetar.broker.admin.http_security import add_permission_routes, security_
 from magnetar.broker.bookkeeper.placement import RackPolicy
 from magnetar.broker.config import BrokerConfig
 from magnetar.broker.ledger import ManagedLedgerConfig, ManagedLedgerFactory
+from magnetar.broker.offload.registry import OffloaderRegistry
+from magnetar.broker.policies.offload import broker_level
 from magnetar.broker.protocol.listener import BinaryListener
 from magnetar.broker.service import BrokerService
 from magnetar.broker.storage.managed_adapter import ManagedLedgerStorage
@@ -59,6 +61,7 @@ def managed_ledger_config(config: BrokerConfig) -> ManagedLedgerConfig:
         read_ahead_entries=config.managed_ledger_read_ahead_entries,
         read_ahead_bytes=config.managed_ledger_read_ahead_max_size_bytes,
         read_ahead_total_bytes=config.managed_ledger_read_ahead_total_max_size_bytes,
+        offload=broker_level(config),
     )
 
 
@@ -91,8 +94,14 @@ class BrokerRuntime:
         registered bookies (tests serving topics from memory)."""
         self.config = config
         self.store = store
+        ml_config = managed_ledger_config(config)
+        # offload settings that cannot work (a driver without its bucket, ...) stop the
+        # broker here with the setting's name (InvalidOffloadPolicies is a ValueError)
         self.factory = ManagedLedgerFactory(
-            store, self._bookie_client, managed_ledger_config(config)
+            store,
+            self._bookie_client,
+            ml_config,
+            offloaders=OffloaderRegistry(defaults=ml_config.offload.resolve()),
         )
         self.factory.ledger_client.registry.rack_policy = rack_policy(config)
         self.storage = storage if storage is not None else ManagedLedgerStorage(self.factory)

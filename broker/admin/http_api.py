@@ -22,6 +22,7 @@ from aiohttp import web
 
 from magnetar.broker.admin.http_guard import BadRequest, guard, quiet_bad_requests, read_json
 from magnetar.broker.admin.metrics import BrokerMetrics
+from magnetar.broker.admin.offload_api import OffloadRoutes
 from magnetar.broker.admin.ops_api import OperationRoutes, json_unknown_routes
 from magnetar.broker.admin.replication_api import ReplicationRoutes
 from magnetar.broker.admin.schema_api import SchemaAdminRoutes
@@ -264,6 +265,10 @@ class AdminApi:
         ops = OperationRoutes(self.operations) if self.operations is not None else None
         if ops is not None:
             ops.add_priority_routes(r)  # before the generic topic routes that would match
+        if self.operations is not None:  # tiered storage: namespace and topic offload routes
+            OffloadRoutes(
+                self.operations.service, topic_level_policies=self.topic_level_policies
+            ).add_routes(r)
         r.add_get("/admin/v2/brokers/health", self.health)
         r.add_get("/metrics", self.metrics)
         r.add_get("/metrics/", self.metrics)

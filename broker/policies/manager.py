@@ -10,8 +10,9 @@ the periodic message-expiry (TTL), backlog-quota and retention (trim) checks on 
 
 Applying a policy to a loaded topic changes: deduplication on/off, unacked limits (topic,
 subscriptions, dispatchers, consumers), delayed delivery on/off, the managed ledger's
-retention (then a trim), rate limiters. Nothing here awaits between a check and the change
-it guards: verdicts are computed by the periodic check and read synchronously by the hooks.
+retention (then a trim) and offload policies, rate limiters. Nothing here awaits between a
+check and the change it guards: verdicts are computed by the periodic check and read
+synchronously by the hooks.
 Must not know: frames (the connection answers errors), HTTP.
 """
 
@@ -348,6 +349,7 @@ class PolicyManager:
                 self._set_throttle(state, sub)
                 d.schedule()
         topic.ledger.set_retention(policies.retention_time_ms, policies.retention_size_bytes)
+        topic.ledger.set_offload_policies(policies.offload)
         if state.quota_action is not None and not policies.backlog_quotas:
             self._quota_cleared(topic, state)
 

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from magnetar.broker.config import BrokerConfig
+from magnetar.broker.offload import EffectiveOffloadPolicies
+from magnetar.broker.policies.offload import resolve_offload
 
 TOPIC_POLICIES = "/admin/topic-policies"
 """Metadata root of topic-level policies (one node per topic, as Pulsar's system topic
@@ -112,6 +114,8 @@ class TopicPolicies:
     """Per subscription."""
     replicator_dispatch_rate: Rate = NO_RATE
     """Per replicator (one topic partition towards one remote cluster)."""
+    offload: EffectiveOffloadPolicies | None = None
+    """Tiered storage (``policies/offload.py``): None = no driver, nothing is offloaded."""
 
     def quota(self, kind: BacklogQuotaType) -> BacklogQuota | None:
         for k, q in self.backlog_quotas:
@@ -258,6 +262,7 @@ def resolve_policies(config: BrokerConfig, ns: dict[str, Any]) -> TopicPolicies:
         dispatch_rate=dispatch_rate,
         subscription_dispatch_rate=sub_rate,
         replicator_dispatch_rate=replicator_rate,
+        offload=resolve_offload(config, ns),
     )
 
 
