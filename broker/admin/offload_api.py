@@ -118,7 +118,7 @@ def offload_topic_stats(ledger: object) -> dict[str, Any]:
     no ledgers: non-persistent, or in memory)."""
     if not isinstance(ledger, ManagedLedgerAdapter):
         return {}
-    stats = ledger.offload_statistics()
+    stats = ledger.ml.offloading.statistics()
     return {
         "offloadedStorageSize": stats.offloaded_size_bytes,
         "lastOffloadLedgerId": stats.last_offload_ledger_id,
