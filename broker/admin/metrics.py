@@ -21,6 +21,12 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.process_collector import ProcessCollector
 
+from magnetar.broker.admin.offload_api import (
+    OFFLOAD_TOPIC_COUNTERS,
+    OFFLOAD_TOPIC_GAUGES,
+    offload_metric_counters,
+    offload_metric_values,
+)
 from magnetar.broker.topics.persistent import PersistentTopic
 from magnetar.broker.topics.subscription import Subscription
 
@@ -39,6 +45,7 @@ TOPIC_GAUGES: dict[str, str] = {
     "pulsar_msg_backlog": "Entries not yet acknowledged, over all subscriptions",
     "pulsar_storage_write_latency_count": "Batches written to storage",
     "pulsar_storage_write_latency_sum": "Milliseconds spent writing batches to storage",
+    **OFFLOAD_TOPIC_GAUGES,
 }
 TOPIC_COUNTERS: dict[str, str] = {
     "pulsar_in_messages": "Messages published",
@@ -46,6 +53,7 @@ TOPIC_COUNTERS: dict[str, str] = {
     "pulsar_out_messages": "Messages dispatched to consumers",
     "pulsar_out_bytes": "Bytes dispatched to consumers",
     "pulsar_out_entries": "Entries dispatched to consumers",
+    **OFFLOAD_TOPIC_COUNTERS,
 }
 SUBSCRIPTION_GAUGES: dict[str, str] = {
     "pulsar_subscription_back_log": "Entries not yet acknowledged by the subscription",
@@ -255,6 +263,8 @@ class BrokerMetrics:
                 ):
                     subs[metric].add_metric(sub_labels, value)
         live.add(name)
+        ledger = getattr(t, "ledger", None)
+        offload_counters = offload_metric_counters(ledger)
         rates = self.sampler.rates(
             name,
             {
@@ -263,9 +273,9 @@ class BrokerMetrics:
                 "entries": c.entries_in,
                 "out": out_msgs,
                 "out_bytes": out_bytes,
+                **offload_counters,
             },
         )
-        ledger = getattr(t, "ledger", None)
         values: dict[str, float] = {
             "pulsar_subscriptions_count": len(t.subscriptions),
             "pulsar_producers_count": len(t.producers.producers),
@@ -282,6 +292,7 @@ class BrokerMetrics:
             "pulsar_out_messages": out_msgs,
             "pulsar_out_bytes": out_bytes,
             "pulsar_out_entries": out_entries,
+            **offload_metric_values(ledger, rates),
         }
         buckets = t.write_latency if isinstance(t, PersistentTopic) else None
         if buckets is not None:
