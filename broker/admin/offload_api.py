@@ -5,6 +5,7 @@ Owns the routes::
     # a namespace's offload policies (Pulsar's Namespaces resource)
     GET|PUT  /admin/v2/namespaces/{t}/{ns}/offloadThreshold            long (-1: not set)
     GET|PUT  /admin/v2/namespaces/{t}/{ns}/offloadThresholdInSeconds   long (-1: not set)
+             (and DELETE: back to not set, which Pulsar has no route for)
     GET|PUT|DELETE /admin/v2/namespaces/{t}/{ns}/offloadDeletionLagMs  long | null
     GET|POST /admin/v2/namespaces/{t}/{ns}/offloadPolicies             OffloadPolicies | null
     DELETE   /admin/v2/namespaces/{t}/{ns}/removeOffloadPolicies
@@ -198,8 +199,7 @@ class OffloadRoutes:
             r.add_get(ns + name, self._get_older(key))
             r.add_put(ns + name, self._set_older(key, name))
             r.add_post(ns + name, self._set_older(key, name))
-            if key == NAMESPACE_DELETION_LAG_KEY:
-                r.add_delete(ns + name, self._clear_older(key))
+            r.add_delete(ns + name, self._clear_older(key))
         r.add_get(ns + "offloadPolicies", self.get_namespace_policies)
         r.add_post(ns + "offloadPolicies", self.set_namespace_policies)
         r.add_put(ns + "offloadPolicies", self.set_namespace_policies)
