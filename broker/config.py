@@ -240,6 +240,12 @@ class BrokerConfig:
     gcs_managed_ledger_offload_service_account_key_file: str = ""
     file_system_uri: str = ""
     file_system_profile_path: str = ""
+    # Magnetar only: how long one object-store request may take, how often the library
+    # retries it, and how long a read of an offloaded ledger waits for an unavailable store
+    # before it fails (retriably: the dispatcher reads again, nothing is skipped)
+    managed_ledger_offload_store_timeout_ms: int = 30_000
+    managed_ledger_offload_store_retries: int = 10
+    managed_ledger_offload_read_deadline_ms: int = 120_000
     # bounds against hostile input (docs/operations.md "Hostile input")
     max_num_partitions_per_partitioned_topic: int = 0  # 0: Magnetar's ceiling, 65,536
     max_buffered_partial_frames_size_in_mb: int = 128

@@ -28,7 +28,9 @@ from magnetar.broker.admin.http_security import add_permission_routes, security_
 from magnetar.broker.bookkeeper.placement import RackPolicy
 from magnetar.broker.config import BrokerConfig
 from magnetar.broker.ledger import ManagedLedgerConfig, ManagedLedgerFactory
+from magnetar.broker.offload.offloader import OffloaderTuning
 from magnetar.broker.offload.registry import OffloaderRegistry
+from magnetar.broker.offload.retry import RetryPolicy
 from magnetar.broker.policies.offload import broker_level
 from magnetar.broker.protocol.listener import BinaryListener
 from magnetar.broker.service import BrokerService
@@ -62,6 +64,15 @@ def managed_ledger_config(config: BrokerConfig) -> ManagedLedgerConfig:
         read_ahead_bytes=config.managed_ledger_read_ahead_max_size_bytes,
         read_ahead_total_bytes=config.managed_ledger_read_ahead_total_max_size_bytes,
         offload=broker_level(config),
+    )
+
+
+def offloader_tuning(config: BrokerConfig) -> OffloaderTuning:
+    """The object-store request bounds and the read deadline of tiered storage."""
+    return OffloaderTuning(
+        read_retry=RetryPolicy(deadline_ms=config.managed_ledger_offload_read_deadline_ms),
+        store_request_timeout_ms=config.managed_ledger_offload_store_timeout_ms,
+        store_retries=config.managed_ledger_offload_store_retries,
     )
 
 
@@ -101,7 +112,9 @@ class BrokerRuntime:
             store,
             self._bookie_client,
             ml_config,
-            offloaders=OffloaderRegistry(defaults=ml_config.offload.resolve()),
+            offloaders=OffloaderRegistry(
+                defaults=ml_config.offload.resolve(), tuning=offloader_tuning(config)
+            ),
         )
         self.factory.ledger_client.registry.rack_policy = rack_policy(config)
         self.storage = storage if storage is not None else ManagedLedgerStorage(self.factory)

@@ -469,6 +469,21 @@ BROKER_ALIASES: tuple[Alias, ...] = (
     ),
     Alias("fileSystemURI", "file_system_uri", note=OFFLOAD),
     Alias("fileSystemProfilePath", "file_system_profile_path", note=OFFLOAD),
+    Alias(
+        "managedLedgerOffloadStoreTimeoutMs",
+        "managed_ledger_offload_store_timeout_ms",
+        note="Magnetar only: one object-store request's timeout",
+    ),
+    Alias(
+        "managedLedgerOffloadStoreRetries",
+        "managed_ledger_offload_store_retries",
+        note="Magnetar only: the object-store library's retries of one request",
+    ),
+    Alias(
+        "managedLedgerOffloadReadDeadlineMs",
+        "managed_ledger_offload_read_deadline_ms",
+        note="Magnetar only: how long an offloaded read waits for an unavailable store",
+    ),
     # -- implemented by the inactive-topic sweeper (its fields in broker/config.py) --------
     Alias(
         "brokerDeleteInactiveTopicsEnabled",

@@ -19,6 +19,7 @@ attempt named in ``keep``.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import logging
 import random
 import uuid as uuid_mod
@@ -80,6 +81,18 @@ class OffloaderTuning:
     """Multipart parts in flight per offload: upload memory is about this x part size."""
     read_retry: RetryPolicy = field(default_factory=RetryPolicy)
     """How long reads (and opens) wait for an unavailable store, and how they back off."""
+    store_request_timeout_ms: int | None = None
+    """One request's timeout (None: the library's, 30 s)."""
+    store_retries: int | None = None
+    """The library's retries of one request (None: its own, 10 with back-off)."""
+
+    def spec_of(self, spec: StoreSpec) -> StoreSpec:
+        """``spec`` with these request bounds."""
+        return dataclasses.replace(
+            spec,
+            request_timeout_ms=self.store_request_timeout_ms,
+            library_retries=self.store_retries,
+        )
 
 
 class _IndexCache:
@@ -343,7 +356,8 @@ def create_offloader(
     """The offloader resolved policies describe. ``spec`` overrides the store configuration
     (timeouts, the library's retries); ``store`` replaces the store (a fault wrapper)."""
     if store is None:
-        store = open_blob_store(spec or store_spec(policies))
+        spec = spec or store_spec(policies)
+        store = open_blob_store(tuning.spec_of(spec) if tuning is not None else spec)
     return BlobStoreOffloader(
         store,
         driver=policies.driver.value,
