@@ -21,7 +21,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.process_collector import ProcessCollector
 
-from magnetar.broker.admin.offload_api import (
+from magnetar.broker.admin.offload_stats import (
     OFFLOAD_TOPIC_COUNTERS,
     OFFLOAD_TOPIC_GAUGES,
     offload_metric_counters,

@@ -161,7 +161,7 @@ class TopicOperations:
         return compaction.status_json()
 
     async def topic_stats(self, topic: str) -> dict[str, Any]:
-        from magnetar.broker.admin.offload_api import offload_topic_stats
+        from magnetar.broker.admin.offload_stats import offload_topic_stats
 
         t = await self.service.existing_topic(topic)
         return {
