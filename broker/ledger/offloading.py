@@ -77,9 +77,10 @@ from magnetar.clock import Clock, TimerHandle
 log = logging.getLogger(__name__)
 
 _GONE = (ManagedLedgerState.CLOSED, ManagedLedgerState.FENCED)
-STORE_READERS_MAX = 4
+STORE_READERS_MAX = 8
 """Offloaded ledgers kept open for reading per managed ledger (each holds its index and up
-to its read-ahead): the least recently used idle one is closed beyond this."""
+to its read-ahead): the least recently used idle one is closed beyond this (a reader that
+finds its handle closed so opens a new one)."""
 RETRY_FIRST_MS = 1_000
 RETRY_MAX_MS = 60_000
 """A failed automatic offload is tried again after this back-off, doubling per failure."""
@@ -253,6 +254,8 @@ class StoreReader:
         self.in_flight += 1
         started = owner.clock.monotonic_ms()
         try:
+            if self._handle.released:  # closed as least recently used since it was handed out
+                self._handle = await owner.reopen(self)
             got = await self._handle.read(first_entry_id, last_entry_id)
         except OffloadError as exc:
             owner.counts.store_read_errors += 1
@@ -265,6 +268,10 @@ class StoreReader:
         counts.store_read_bytes += sum(len(e.payload) for e in got)
         counts.store_read_ms_total += owner.clock.monotonic_ms() - started
         return got
+
+    @property
+    def released(self) -> bool:
+        return self._handle.released
 
     def close_now(self) -> None:
         self._handle.close_now()
@@ -747,6 +754,20 @@ class Offloading:
         return await asyncio.shield(opening)
 
     async def _open_reader(self, ledger_id: int) -> StoreReader:
+        reader = StoreReader(await self._open_handle(ledger_id), self)
+        self._readers[ledger_id] = reader
+        self._evict()
+        return reader
+
+    async def reopen(self, reader: StoreReader) -> OffloadedReadHandle:
+        """A fresh handle for ``reader``, whose handle was closed; it is kept open again."""
+        handle = await self._open_handle(reader.ledger_id)
+        self._readers[reader.ledger_id] = reader
+        self._readers.move_to_end(reader.ledger_id)
+        self._evict()
+        return handle
+
+    async def _open_handle(self, ledger_id: int) -> OffloadedReadHandle:
         info = self._host.ledgers.info(ledger_id)
         if info is None or info.offload is None or info.offload.record is None:
             raise OffloadedLedgerUnavailable(
@@ -762,17 +783,14 @@ class Offloading:
             raise self.translate(ledger_id, exc) from exc
         self.counts.store_opens += 1
         self.counts.store_open_ms_total += self.clock.monotonic_ms() - started
-        reader = StoreReader(handle, self)
-        self._readers[ledger_id] = reader
-        self._evict()
-        return reader
+        return handle
 
     def _evict(self) -> None:
         while len(self._readers) > STORE_READERS_MAX:
             idle = next((lid for lid, r in self._readers.items() if r.in_flight == 0), None)
             if idle is None:
                 return
-            self._readers.pop(idle).close_now()
+            self._readers.pop(idle).close_now()  # its next read opens a new handle
 
     def forget(self, ledger_id: int) -> None:
         """The ledger left the list: its store reader closes."""

@@ -156,6 +156,11 @@ class OffloadedReadHandle:
     def index(self) -> OffloadIndex:
         return self._index
 
+    @property
+    def released(self) -> bool:
+        """Closed by its owner: reads fail, a new handle must be opened."""
+        return self._closed
+
     async def read_lac(self) -> int:
         return self.last_add_confirmed
 
