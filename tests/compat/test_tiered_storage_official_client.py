@@ -72,9 +72,7 @@ def test_offloaded_topic_reads_back_whole_after_a_full_restart(
     sa.stop()
     sa.start()
     client = pulsar.Client(sa.service_url, operation_timeout_seconds=30)
-    consumer = client.subscribe(
-        TOPIC, "all", initial_position=pulsar.InitialPosition.Earliest
-    )
+    consumer = client.subscribe(TOPIC, "all", initial_position=pulsar.InitialPosition.Earliest)
     got = _read_all(consumer.receive, MESSAGES)
     assert [m.data() for m in got] == data
     assert [str(m.message_id()) for m in got] == [str(i) for i in ids]

@@ -118,7 +118,9 @@ class OffloadAdmin:
                 for ledger in ledgers
             )
 
-        wait_until(done, timeout_s, lambda: f"every sealed ledger offloaded: {self.sealed_ledgers()}")
+        wait_until(
+            done, timeout_s, lambda: f"every sealed ledger offloaded: {self.sealed_ledgers()}"
+        )
 
     def http_error(self, method: str, suffix: str, body: Any = None) -> tuple[int, str]:
         """The status and reason of a call expected to fail."""
