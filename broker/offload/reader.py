@@ -125,6 +125,8 @@ class OffloadedReadHandle:
         self._budgeted: set[int] = set()
         """Blocks prefetched with bytes of the budget (given back when they leave)."""
         self._buffer: dict[int, asyncio.Task[ParsedBlock]] = {}
+        self._pins: dict[int, int] = {}
+        """Blocks reads are waiting for, and how many reads."""
         self._buffered_bytes = 0
         self._next_entry: int | None = None
         self._closed = False
@@ -214,7 +216,8 @@ class OffloadedReadHandle:
         """Close without awaiting anything: what is buffered or in flight is dropped (its
         budget given back)."""
         self._closed = True
-        self._drop_buffer(keep=range(0))
+        for block in list(self._buffer):
+            self._release(block, force=True)
 
     def statistics(self) -> ReadHandleStatistics:
         return ReadHandleStatistics(
@@ -228,15 +231,33 @@ class OffloadedReadHandle:
 
     # -- blocks -----------------------------------------------------------------------------
     async def _block(self, block: int) -> ParsedBlock:
-        task = self._buffer.get(block)
-        if task is None:
-            task = self._start(block)
-        try:
-            return await asyncio.shield(task)
-        except BaseException:
-            if task.done():
-                self._release(block)
-            raise
+        """The parsed block, fetched (or awaited: prefetched). Reads of one handle may run
+        concurrently (a cursor's read-ahead issues several): a block a read waits for is
+        pinned, so another read's drop leaves it; one dropped anyway (the handle closed, a
+        failed fetch) is fetched again, or the read fails with ``OffloadError``."""
+        while True:
+            task = self._buffer.get(block)
+            if task is None:
+                task = self._start(block)
+            self._pins[block] = self._pins.get(block, 0) + 1
+            try:
+                return await asyncio.shield(task)
+            except asyncio.CancelledError:
+                me = asyncio.current_task()
+                if not task.cancelled() or (me is not None and me.cancelling()):
+                    raise  # our caller was cancelled
+                if self._closed:
+                    raise OffloadError(f"read handle of ledger {self.ledger_id} closed") from None
+            except BaseException:
+                if task.done():
+                    self._release(block, force=True)
+                raise
+            finally:
+                left = self._pins[block] - 1
+                if left:
+                    self._pins[block] = left
+                else:
+                    del self._pins[block]
 
     def _start(self, block: int) -> asyncio.Task[ParsedBlock]:
         task = asyncio.ensure_future(self._fetch(block))
@@ -247,7 +268,10 @@ class OffloadedReadHandle:
         self._counters.read_ahead_bytes += length
         return task
 
-    def _release(self, block: int) -> None:
+    def _release(self, block: int, *, force: bool = False) -> None:
+        """Drop a buffered block (not one another read waits for, unless ``force``)."""
+        if not force and self._pins.get(block):
+            return
         task = self._buffer.pop(block, None)
         if task is None:
             return
