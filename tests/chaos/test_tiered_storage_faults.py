@@ -14,6 +14,7 @@ and the official client.
 
 from __future__ import annotations
 
+import itertools
 import pathlib
 from collections.abc import Iterator
 
@@ -182,15 +183,15 @@ def test_sigkill_after_the_upload_before_the_metadata_write_leaves_an_orphan_tha
     writes, before it reads both back and records them): the killed attempt's objects are
     in the bucket, recorded nowhere as complete. Up to three ledgers are tried, until the
     kill lands before the record (it is a race with the broker's verification read)."""
-    conf = broker_settings(bucket=bucket, entries_per_ledger=60)
+    conf = broker_settings(bucket=bucket, entries_per_ledger=50)
     sa = standalone_factory.create(config=conf).start()
-    data = payloads(250, 60_000)  # four sealed ledgers of about 3.6 MB
+    data = payloads(160, 50_000)  # three sealed ledgers of about 2.5 MB
     admin = OffloadAdmin(sa.web_url, TOPIC)
     _publish(sa, data)
     s3 = bucket.server.client()
     landed = False
     ids = [ledger["ledgerId"] for ledger in admin.internal_stats()["ledgers"]]
-    for ledger_id, following in list(zip(ids, ids[1:], strict=False))[:3]:
+    for ledger_id, following in list(itertools.pairwise(ids))[:3]:
         admin.trigger({"ledgerId": following, "entryId": 0})
 
         def index_written(lid: int = ledger_id) -> bool:
