@@ -30,9 +30,15 @@ from _common import read_collapsed
 BROKER: list[tuple[str, str]] = [
     ("gc", r"^<gc>|\(gc\)|garbage"),
     ("frame decoding (decode_command, protobuf parse)", r"decode_command|protocol/commands\.py"),
-    ("SEND checks (checksum, check_entry, policies)", r"check_entry|admit_send|crc32c|policies/"),
-    ("SEND handling (connection)", r"_handle_send\b"),
-    ("receipts (encode, on_published)", r"on_published|encode_send_receipt|_sends_done"),
+    (
+        "SEND checks (checksum, check_entry, policies)",
+        r"check_entry|admit_send|crc32c|checksum_matches|policies/",
+    ),
+    ("SEND handling (connection)", r"\bon_send \(|_handle_send\b"),
+    (
+        "receipts (encode, on_published)",
+        r"on_published|encode_send_receipt|send_receipts|_sends_done",
+    ),
     ("topic publish (_submit, complete_ready)", r"topics/persistent\.py|topics/producer\.py"),
     (
         "managed ledger add",
@@ -43,15 +49,15 @@ BROKER: list[tuple[str, str]] = [
     ("bookie client + gRPC stream", r"bookie/client\.py|bookie/wire\.py|grpc"),
     (
         "dispatch (cursor reads, MESSAGE frames)",
-        r"dispatch/|subscription\.py|encode_message|cursor\.py|ledger/cache\.py"
+        r"dispatch/|subscription\.py|encode_message|send_messages|cursor\.py|ledger/cache\.py"
         r"|ledger/reads\.py|ledger/read_ahead\.py|storage/managed_adapter\.py",
     ),
-    ("acks (ACK command, ack state)", r"_on_ack|_handle_ack|ackstate\.py"),
+    ("acks (ACK command, ack state)", r"_on_ack|_handle_ack|protocol/acks\.py|ackstate\.py"),
     (
         "connection output (flush, transport.write)",
-        r"_flush_out|write_command|\bwrite \(.*connection\.py",
+        r"_flush_out|write_command|write_frames|\bwrite \(.*connection\.py",
     ),
-    ("frame loop (data_received)", r"data_received|_handle_frame"),
+    ("frame loop (data_received)", r"data_received|_handle_frame|next_command|receive_data"),
     ("event loop (asyncio, uvloop)", r"asyncio/|uvloop|selectors\.py|_run_once|run_forever"),
 ]
 

@@ -4,17 +4,18 @@ GET_OR_CREATE_SCHEMA.
 Owns: converting ``pb.Schema`` to and from ``SchemaData`` (an unknown type number is
 ``InvalidSchemaData``, answered as IncompatibleSchema), the version bytes of PRODUCER_SUCCESS
 (Pulsar's 8-byte big-endian ``LongSchemaVersion``; the client copies them into every
-message's metadata, and ``Message.schema_version()`` returns them), and building the
-GET_SCHEMA / GET_OR_CREATE_SCHEMA responses, errors included (GET_SCHEMA errors travel in
-its own response: the C++ client does not match ERROR against it). ``SchemaError``s carry
-their ServerError code; storage trouble is ServiceNotReady (retriable).
+message's metadata, and ``Message.schema_version()`` returns them), and the GET_SCHEMA /
+GET_OR_CREATE_SCHEMA responses (built with the codec's builders), errors included (they
+travel in each command's own response: the C++ client does not match ERROR against them).
+``SchemaError``s carry their ServerError code; storage trouble is ServiceNotReady
+(retriable).
 Must not know: sockets, the connection's state, HTTP.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 from magnetar.broker.errors import ServerError
 from magnetar.broker.naming import InvalidTopicName, TopicName
@@ -27,15 +28,10 @@ from magnetar.broker.schema.model import (
     version_of,
 )
 from magnetar.broker.schema.topics import TopicSchemas, schema_id, topic_is_idle
+from magnetar.client.protocol import commands
 from magnetar.client.protocol.proto import pulsar_api_pb2 as pb
 
 log = logging.getLogger(__name__)
-
-T = pb.BaseCommand
-
-
-def _error_code(code: ServerError) -> Any:
-    return int(code)
 
 
 def from_wire(schema: pb.Schema) -> SchemaData:
@@ -68,13 +64,21 @@ async def producer_version(
     return None if version is None else version_bytes(version)
 
 
-async def check_consumer(schemas: TopicSchemas, topic: object, req: pb.CommandSubscribe) -> None:
+class NamedTopic(Protocol):
+    """A loaded topic, as far as a consumer's schema check needs it."""
+
+    @property
+    def name(self) -> TopicName: ...
+
+
+async def check_consumer(
+    schemas: TopicSchemas, topic: NamedTopic, req: pb.CommandSubscribe
+) -> None:
     """Register or check a SUBSCRIBE's schema on ``topic`` (a loaded topic); raises
     ``SchemaError``."""
     if not req.HasField("schema"):
         return
-    name = getattr(topic, "name", None)
-    assert isinstance(name, TopicName)
+    name = topic.name
     schema = from_wire(req.schema)
     try:
         await schemas.for_consumer(name, schema, topic_is_idle(topic))
@@ -85,15 +89,6 @@ async def check_consumer(schemas: TopicSchemas, topic: object, req: pb.CommandSu
         raise SchemaStorageError(f"cannot check the schema: {exc}") from None
 
 
-def _get_schema_error(request_id: int, code: ServerError, message: str) -> pb.BaseCommand:
-    return T(
-        type=T.GET_SCHEMA_RESPONSE,
-        getSchemaResponse=pb.CommandGetSchemaResponse(
-            request_id=request_id, error_code=_error_code(code), error_message=message
-        ),
-    )
-
-
 async def get_schema_response(schemas: TopicSchemas, req: pb.CommandGetSchema) -> pb.BaseCommand:
     rid = req.request_id
     try:
@@ -101,37 +96,28 @@ async def get_schema_response(schemas: TopicSchemas, req: pb.CommandGetSchema) -
         version = version_of(req.schema_version) if req.HasField("schema_version") else None
         found = await schemas.get(topic, version)
     except InvalidTopicName as exc:
-        return _get_schema_error(rid, ServerError.InvalidTopicName, str(exc))
+        return commands.get_schema_error(rid, ServerError.InvalidTopicName, str(exc))
     except SchemaError as exc:
-        return _get_schema_error(rid, exc.code, exc.message)
+        return commands.get_schema_error(rid, exc.code, exc.message)
     except Exception as exc:
         log.exception("GET_SCHEMA of %s failed", req.topic)
-        return _get_schema_error(rid, ServerError.ServiceNotReady, f"cannot read the schema: {exc}")
-    return T(
-        type=T.GET_SCHEMA_RESPONSE,
-        getSchemaResponse=pb.CommandGetSchemaResponse(
-            request_id=rid,
-            schema=to_wire(schema_id(topic), found.schema),
-            schema_version=version_bytes(found.version),
-        ),
+        return commands.get_schema_error(
+            rid, ServerError.ServiceNotReady, f"cannot read the schema: {exc}"
+        )
+    return commands.get_schema_response(
+        rid, to_wire(schema_id(topic), found.schema), version_bytes(found.version)
     )
 
 
-def denied(
-    response_type: int, req: pb.CommandGetSchema | pb.CommandGetOrCreateSchema, reason: str
-) -> pb.BaseCommand:
-    """An AuthorizationError answer to GET_SCHEMA or GET_OR_CREATE_SCHEMA."""
-    if response_type == T.GET_SCHEMA_RESPONSE:
-        return _get_schema_error(req.request_id, ServerError.AuthorizationError, reason)
-    return _get_or_create_error(req.request_id, ServerError.AuthorizationError, reason)
+def get_schema_denied(req: pb.CommandGetSchema, reason: str) -> pb.BaseCommand:
+    """The AuthorizationError answer to GET_SCHEMA."""
+    return commands.get_schema_error(req.request_id, ServerError.AuthorizationError, reason)
 
 
-def _get_or_create_error(request_id: int, code: ServerError, message: str) -> pb.BaseCommand:
-    return T(
-        type=T.GET_OR_CREATE_SCHEMA_RESPONSE,
-        getOrCreateSchemaResponse=pb.CommandGetOrCreateSchemaResponse(
-            request_id=request_id, error_code=_error_code(code), error_message=message
-        ),
+def get_or_create_denied(req: pb.CommandGetOrCreateSchema, reason: str) -> pb.BaseCommand:
+    """The AuthorizationError answer to GET_OR_CREATE_SCHEMA."""
+    return commands.get_or_create_schema_error(
+        req.request_id, ServerError.AuthorizationError, reason
     )
 
 
@@ -143,27 +129,24 @@ async def get_or_create_response(
         topic = TopicName.parse(req.topic)
         version = await schemas.get_or_create(topic, from_wire(req.schema))
     except InvalidTopicName as exc:
-        return _get_or_create_error(rid, ServerError.InvalidTopicName, str(exc))
+        return commands.get_or_create_schema_error(rid, ServerError.InvalidTopicName, str(exc))
     except SchemaError as exc:
-        return _get_or_create_error(rid, exc.code, exc.message)
+        return commands.get_or_create_schema_error(rid, exc.code, exc.message)
     except Exception as exc:
         log.exception("GET_OR_CREATE_SCHEMA of %s failed", req.topic)
-        return _get_or_create_error(
+        return commands.get_or_create_schema_error(
             rid, ServerError.ServiceNotReady, f"cannot store the schema: {exc}"
         )
-    return T(
-        type=T.GET_OR_CREATE_SCHEMA_RESPONSE,
-        getOrCreateSchemaResponse=pb.CommandGetOrCreateSchemaResponse(
-            request_id=rid, schema_version=version_bytes(version)
-        ),
-    )
+    return commands.get_or_create_schema_response(rid, version_bytes(version))
 
 
 __all__ = [
+    "NamedTopic",
     "check_consumer",
-    "denied",
     "from_wire",
+    "get_or_create_denied",
     "get_or_create_response",
+    "get_schema_denied",
     "get_schema_response",
     "producer_version",
     "to_wire",

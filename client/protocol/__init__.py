@@ -2,9 +2,13 @@
 
 Decode: ``Connection(Role.BROKER).receive_data(b)`` then ``next_event()`` until ``NEED_DATA``;
 events are ``Command`` (``.type``, ``.base``, ``.command``) or ``PayloadCommand`` (SEND/MESSAGE:
-also ``.metadata``, ``.headers_and_payload``, ``.payload``), or ``ConnectionClosed``.
-Encode: ``Connection.send(commands.success(request_id))`` -> bytes;
-``Connection.send_message(consumer_id, ledger_id, entry_id, stored_bytes, ...)`` for dispatch.
+also ``.metadata``, ``.headers_and_payload``, ``.payload``), or ``ConnectionClosed``. The
+broker's hot path, ``next_command()``, is the same loop without event objects: the
+``BaseCommand``, a SEND's payload section left in ``headers_and_payload`` for
+``checksum_matches`` and ``entry_metadata``.
+Encode: ``Connection.send(commands.success(request_id))`` -> bytes; for dispatch and
+receipts ``Connection.send_message`` / ``send_messages`` and ``send_receipt`` /
+``send_receipts`` (stored entry bytes around a hand-encoded command, no protobuf objects).
 
 No I/O here: never import asyncio, sockets or anything of the broker.
 """
@@ -57,8 +61,10 @@ from ._framing import (
     Command,
     PayloadCommand,
     StoredEntry,
+    checksum_matches,
     crc32c,
     decode_command,
+    decode_event,
     decode_frame_body,
     encode_command,
     encode_headers_and_payload,
@@ -146,10 +152,12 @@ __all__ = [
     "TopicName",
     "batch_metadata",
     "build_batch",
+    "checksum_matches",
     "chunk_info",
     "commands",
     "crc32c",
     "decode_command",
+    "decode_event",
     "decode_frame_body",
     "encode_command",
     "encode_headers_and_payload",

@@ -313,6 +313,33 @@ def get_schema_error(
     )
 
 
+def get_or_create_schema_response(request_id: int, schema_version: bytes) -> pb.BaseCommand:
+    return make_command(
+        CommandType.GET_OR_CREATE_SCHEMA_RESPONSE,
+        pb.CommandGetOrCreateSchemaResponse(request_id=request_id, schema_version=schema_version),
+    )
+
+
+def get_or_create_schema_error(
+    request_id: int, error: ServerError | int, message: str = ""
+) -> pb.BaseCommand:
+    return make_command(
+        CommandType.GET_OR_CREATE_SCHEMA_RESPONSE,
+        pb.CommandGetOrCreateSchemaResponse(
+            request_id=request_id,
+            error_code=_enum(error),
+            error_message=message,
+        ),
+    )
+
+
+def reached_end_of_topic(consumer_id: int) -> pb.BaseCommand:
+    """REACHED_END_OF_TOPIC (a terminated topic); not in ``CPP_CLIENT_HANDLED_TYPES``."""
+    return make_command(
+        CommandType.REACHED_END_OF_TOPIC, pb.CommandReachedEndOfTopic(consumer_id=consumer_id)
+    )
+
+
 def ack_response(
     consumer_id: int,
     request_id: int,

@@ -422,13 +422,21 @@ def decode_command(frame: bytes, start: int, end: int) -> tuple[pb.BaseCommand, 
     return base, cmd_end
 
 
-def decode_frame_body(body: bytes) -> Command:
-    """Decode one frame without its 4-byte totalSize prefix; raises ``RemoteProtocolError``."""
-    base, rest_start = decode_command(body, 0, len(body))
+def decode_event(base: pb.BaseCommand, headers_and_payload: bytes) -> Command:
+    """The event of a command ``decode_command`` returned: a ``Command``, or for SEND and
+    MESSAGE a ``PayloadCommand`` whose payload section (``headers_and_payload``: the bytes
+    after the command) is decoded. Raises ``RemoteProtocolError``, or
+    ``ChecksumMismatchError`` (carrying the event) when the checksum does not match."""
     ctype = _TYPE_OF[base.type]
     if ctype not in PAYLOAD_TYPES:
         return Command(ctype, base)
-    return _decode_payload(ctype, base, body, rest_start)
+    return _decode_payload(ctype, base, headers_and_payload, 0)
+
+
+def decode_frame_body(body: bytes) -> Command:
+    """Decode one frame without its 4-byte totalSize prefix; raises ``RemoteProtocolError``."""
+    base, rest_start = decode_command(body, 0, len(body))
+    return decode_event(base, body[rest_start:])
 
 
 def _decode_payload(
@@ -455,13 +463,10 @@ def _decode_payload(
     return PayloadCommand(ctype, base, metadata, tail, meta_start, meta_end, checksum, bem)
 
 
-def _split_tail(
-    tail: bytes, what: str, *, compute: bool = True
-) -> tuple[int | None, int | None, int, int]:
-    """(checksum, computed crc, metadata start, metadata end) of headers-and-payload bytes;
-    the crc is computed only with ``compute``."""
+def _checksum_header(tail: bytes, what: str) -> tuple[int | None, int]:
+    """(checksum or None, offset of the metadata size) of headers-and-payload bytes; raises
+    ``RemoteProtocolError`` when they are too short for the headers they announce."""
     checksum: int | None = None
-    computed: int | None = None
     meta_size_at = 0
     if tail[:2] == _MAGIC_CRC32C_BYTES:
         if len(tail) < 6:
@@ -470,13 +475,47 @@ def _split_tail(
         meta_size_at = 6
     if len(tail) - meta_size_at < 4:
         raise RemoteProtocolError(f"{what} frame has no metadata size")
+    return checksum, meta_size_at
+
+
+def _crc_after(tail: bytes, at: int) -> int:
+    """The CRC32C a checksum section covers: everything after it (metadata size onwards)."""
+    return crc32c(memoryview(tail)[at:])
+
+
+def checksum_matches(headers_and_payload: bytes) -> bool:
+    """True when SEND headers-and-payload bytes carry no checksum or one that matches their
+    content (the broker answers a mismatch with SEND_ERROR before anything is stored);
+    raises ``RemoteProtocolError`` when they are too short for their headers. The metadata
+    itself is not looked at (see ``entry_metadata``). Per SEND: ``_checksum_header``'s
+    checks written out."""
+    tail = headers_and_payload
+    if tail[:2] != _MAGIC_CRC32C_BYTES:
+        if len(tail) < 4:
+            raise RemoteProtocolError("SEND frame has no metadata size")
+        return True
+    if len(tail) < 10:
+        raise RemoteProtocolError(
+            "truncated checksum" if len(tail) < 6 else "SEND frame has no metadata size"
+        )
+    (checksum,) = _U32.unpack_from(tail, 2)
+    return bool(_crc32c.crc32c(memoryview(tail)[6:]) == checksum)
+
+
+def _split_tail(
+    tail: bytes, what: str, *, compute: bool = True
+) -> tuple[int | None, int | None, int, int]:
+    """(checksum, computed crc, metadata start, metadata end) of headers-and-payload bytes;
+    the crc is computed only with ``compute``."""
+    checksum, meta_size_at = _checksum_header(tail, what)
     (meta_size,) = _U32.unpack_from(tail, meta_size_at)
     meta_start = meta_size_at + 4
     meta_end = meta_start + meta_size
     if meta_end > len(tail):
         raise RemoteProtocolError(f"metadata size {meta_size} exceeds frame")
+    computed: int | None = None
     if checksum is not None and compute:
-        computed = crc32c(memoryview(tail)[meta_size_at:])
+        computed = _crc_after(tail, meta_size_at)
     return checksum, computed, meta_start, meta_end
 
 

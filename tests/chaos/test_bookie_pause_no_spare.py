@@ -53,9 +53,7 @@ def test_a_paused_bookie_with_no_spare_delays_receipts_and_loses_nothing(
     finally:
         victim.resume()
     resumed_with = checker.acked_count()
-    wait_until(
-        lambda: checker.acked_count() >= resumed_with + 200, 120, "receipts after the pause"
-    )
+    wait_until(lambda: checker.acked_count() >= resumed_with + 200, 120, "receipts after the pause")
     acked = checker.stop()
     # a full pending queue refuses a send at once (the client's back-pressure: never sent);
     # any other failed receipt would be a publish the broker gave up

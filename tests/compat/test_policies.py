@@ -531,7 +531,7 @@ def test_publish_rate_pauses_only_the_throttled_connection(
             (cnx,) = [
                 c
                 for c in broker.service.connections
-                if any(t.full_name == topic for t in c.producer_topics.values())
+                if any(s.topic.full_name == topic for s in c.producers.sessions.values())
             ]
             assert cnx.transport is not None
             return bool(cnx.transport.is_reading())
@@ -618,7 +618,7 @@ def _ledger_count(broker: InProcessBroker, topic: str) -> int:
 
     async def get() -> int:
         assert broker.service is not None
-        return len(broker.service.topics[topic].ledger.ml.ledger_ids)
+        return len(broker.service.topics[topic].ledger.ml.ledgers.ids())
 
     return int(broker.call(get))
 

@@ -10,8 +10,10 @@ from collections.abc import Iterator
 
 import pytest
 from support.broker import InProcessBroker
+from support.fuzz import BrokerWatch
 from support.hostile import Tracebacks, batch_payload, entry, ml_broker
 from support.raw_client import RawClient, T
+from support.standalone import StandaloneFactory
 from support.waiting import wait_until
 
 from magnetar.broker.ledger.position import Position
@@ -422,3 +424,51 @@ def test_batch_ack_of_entry_minus_one_never_breaks_cursor_persistence(
         assert cursor.is_acknowledged(pos)
     assert not tb.records, tb.text()
     c.close()
+
+
+def test_an_absurd_topic_epoch_is_refused_by_a_real_standalone(
+    standalone_factory: StandaloneFactory,
+) -> None:
+    """Issue 32 §4, as the fuzzer found it: a raw PRODUCER carrying topic_epoch 2^64-1 was
+    stored, and from then on every Exclusive producer on the topic failed with a traceback
+    and no answer. Now it is refused, the topic keeps serving exclusive producers (epochs 0,
+    1), and the broker logs no error."""
+    standalone = standalone_factory.create("epoch").start()
+    assert standalone.proc is not None
+    watch = BrokerWatch(standalone.proc.pid, standalone.log_path)
+    watch.mark()
+    topic = "persistent://public/default/absurd-epoch"
+    c = RawClient(standalone.port)
+    c.connect()
+
+    def produce(pid: int, epoch: int | None = None) -> pb.BaseCommand:
+        req = pb.CommandProducer(
+            topic=topic,
+            producer_id=pid,
+            request_id=pid + 100,
+            producer_access_mode=pb.ProducerAccessMode.Exclusive,
+        )
+        if epoch is not None:
+            req.topic_epoch = epoch
+        c.send(T(type=T.PRODUCER, producer=req))
+        return c.recv()
+
+    for pid in (1, 2):  # each attempt used to push the stored epoch further
+        got = produce(pid, epoch=U64)
+        assert got.type == T.ERROR and got.error.request_id == pid + 100, got
+        assert got.error.error == pb.NotAllowedError
+    got = produce(3)
+    assert got.type == T.PRODUCER_SUCCESS and got.producer_success.topic_epoch == 0, got
+    c.send(
+        T(
+            type=T.CLOSE_PRODUCER,
+            close_producer=pb.CommandCloseProducer(producer_id=3, request_id=7),
+        )
+    )
+    assert c.recv().type == T.SUCCESS
+    got = produce(4)
+    assert got.type == T.PRODUCER_SUCCESS and got.producer_success.topic_epoch == 1, got
+    c.ping_pong()
+    c.close()
+    tracebacks = watch.tracebacks_since_mark()
+    assert not tracebacks, "\n\n".join(tracebacks)

@@ -81,7 +81,9 @@ async def test_paused_transport_stops_dispatch_until_it_drains() -> None:
         )
         written = lambda kind: count(bytes(transport.written), kind)  # noqa: E731
         await wait_for(lambda: written(T.SUCCESS) == 1, what="the subscription")
-        _, sub, _ = cnx.consumers[0]
+        session = cnx.consumers.get(0)
+        assert session is not None
+        sub = session.subscription
         cnx.data_received(
             frame(T(type=T.FLOW, flow=pb.CommandFlow(consumer_id=0, messagePermits=100)))
         )

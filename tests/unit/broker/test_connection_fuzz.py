@@ -23,7 +23,7 @@ T = pb.BaseCommand
 
 
 class Errors(logging.Handler):
-    """Collects ERROR records of the connection module: a bug, not a refused input."""
+    """Collects ERROR records of the protocol's modules: a bug, not a refused input."""
 
     def __init__(self) -> None:
         super().__init__(logging.ERROR)
@@ -34,7 +34,7 @@ class Errors(logging.Handler):
 
 
 ERRORS = Errors()
-logging.getLogger("magnetar.broker.protocol.connection").addHandler(ERRORS)
+logging.getLogger("magnetar.broker.protocol").addHandler(ERRORS)
 
 
 def new_connection() -> tuple[ServerConnection, FakeTransport]:
@@ -51,7 +51,7 @@ def new_connection() -> tuple[ServerConnection, FakeTransport]:
 
 
 def settled(cnx: ServerConnection, transport: FakeTransport) -> bool:
-    return transport.closed or transport.written.endswith(PONG) or len(cnx._buf) > 0
+    return transport.closed or transport.written.endswith(PONG) or cnx.codec.buffered_bytes > 0
 
 
 def test_handshake_and_ping() -> None:

@@ -16,6 +16,7 @@ from support.waiting import wait_for
 from magnetar.broker.config import BrokerConfig
 from magnetar.broker.dispatch.consumer import Consumer, SubType
 from magnetar.broker.protocol.connection import ServerConnection
+from magnetar.broker.protocol.consumers import ConsumerSession
 from magnetar.broker.service import BrokerService
 from magnetar.broker.storage.memory import MemoryStorageFactory
 from magnetar.client.protocol.proto import pulsar_api_pb2 as pb
@@ -86,10 +87,13 @@ async def test_ping_every_interval_and_close_without_pong(service: BrokerService
 async def _barrier(
     cnx: ServerConnection, transport: FakeTransport, timeout_s: float
 ) -> tuple[asyncio.Future[None], Consumer]:
-    consumer = Consumer(7, "c", SubType.EXCLUSIVE, sink=cnx)
-    cnx.consumers[7] = (consumer, None, None)  # type: ignore[assignment]  # not used here
+    consumer = Consumer(7, "c", SubType.EXCLUSIVE, sink=cnx.consumers)
+    # subscription and topic are not used here
+    cnx.consumers.sessions[7] = ConsumerSession(consumer, None, None)  # type: ignore[arg-type]
     before = pings(transport)
-    barrier = asyncio.ensure_future(cnx.close_consumer_with_ack_barrier(consumer, timeout_s))
+    barrier = asyncio.ensure_future(
+        cnx.consumers.close_consumer_with_ack_barrier(consumer, timeout_s)
+    )
     await wait_for(lambda: pings(transport) == before + 1, what="the barrier's PING")
     return barrier, consumer
 
@@ -103,14 +107,16 @@ async def test_the_ack_barrier_passes_on_the_pong_to_its_own_ping(service: Broke
     clock.advance(INTERVAL_S)
     await wait_for(lambda: pings(transport) == 1, what="the keep-alive PING")
     barrier, _ = await _barrier(cnx, transport, 5)
-    assert 7 not in cnx.consumers and 7 in cnx._closing  # ACKs for it are still taken
+    assert (
+        cnx.consumers.get(7) is None and 7 in cnx.consumers.acks.closing
+    )  # ACKs for it are still taken
     cnx.data_received(PONG)  # the keep-alive PING's answer
     for _ in range(10):
         await asyncio.sleep(0)  # let anything the PONG woke run (ordering only)
-    assert not barrier.done() and 7 in cnx._closing
+    assert not barrier.done() and 7 in cnx.consumers.acks.closing
     cnx.data_received(PONG)
     await wait_for(barrier.done, what="the barrier passed")
-    assert 7 not in cnx._closing
+    assert 7 not in cnx.consumers.acks.closing
 
 
 async def test_the_ack_barrier_is_bounded_for_a_client_that_does_not_answer(
@@ -126,4 +132,4 @@ async def test_the_ack_barrier_is_bounded_for_a_client_that_does_not_answer(
     assert not barrier.done()
     clock.advance(0.001)
     await wait_for(barrier.done, what="the barrier given up")
-    assert 7 not in cnx._closing
+    assert 7 not in cnx.consumers.acks.closing

@@ -25,6 +25,7 @@ from magnetar.client.protocol import (
     ServerError,
     commands,
     crc32c,
+    encode_command,
     pb,
 )
 
@@ -101,6 +102,44 @@ FIXTURES = [
         h("00000012 0000000e 0807 3a0a 0800 1005 1a04 0807 1009"),
     ),
     Fixture(
+        "send_error",
+        B2C,
+        commands.send_error(1, 2, ServerError.ChecksumError, "x"),
+        h("00000011 0000000d 0808 4209 0801 1002 1809 220178"),
+    ),
+    Fixture(
+        "ack_response_with_error",
+        B2C,
+        commands.ack_response(3, 4, error=ServerError.ConsumerNotFound, message="nf"),
+        # consumer_id, error, message, request_id (field 6); BaseCommand field 38: tag b202
+        h("00000013 0000000f 0826 b202 0a 0803 200d 2a02" + b"nf".hex() + "3004"),
+    ),
+    Fixture(
+        "active_consumer_change",
+        B2C,
+        commands.active_consumer_change(5, True),
+        h("0000000d 00000009 081f fa01 04 0805 1001"),
+    ),
+    Fixture(
+        "get_topics_of_namespace_response",
+        B2C,
+        commands.get_topics_of_namespace_response(6, ["a"], filtered=False, changed=True),
+        h("00000012 0000000e 0821 8a02 09 0806 120161 1800 2801"),
+    ),
+    Fixture(
+        "lookup_error",
+        B2C,
+        commands.lookup_error(2, ServerError.ServiceNotReady, "no"),
+        # response=Failed (2), request_id, error, message
+        h("00000013 0000000f 0818 c201 0a 1802 2002 3006 3a02" + b"no".hex()),
+    ),
+    Fixture(
+        "consumer_stats_error",
+        B2C,
+        commands.consumer_stats_error(7, ServerError.ConsumerNotFound, "nf"),
+        h("00000011 0000000d 081a d201 08 0807 100d 1a02" + b"nf".hex()),
+    ),
+    Fixture(
         "close_consumer_from_broker",
         B2C,
         commands.close_consumer(4),
@@ -139,6 +178,23 @@ FIXTURES = [
         METADATA,
         b"hi",
         checksum=True,
+    ),
+]
+
+# Sent only to clients other than the C++ client core (outside CPP_CLIENT_HANDLED_TYPES)
+WIDE_FIXTURES = [
+    Fixture(
+        "reached_end_of_topic",
+        B2C,
+        commands.reached_end_of_topic(3),
+        h("0000000b 00000007 081b da01 02 0803"),
+    ),
+    Fixture(
+        "get_or_create_schema_response",
+        B2C,
+        commands.get_or_create_schema_response(4, b"\x00\x01"),
+        # request_id, schema_version (field 4); BaseCommand field 40: tag c202
+        h("0000000f 0000000b 0828 c202 06 0804 2202 0001"),
     ),
 ]
 
@@ -264,3 +320,16 @@ def test_message_fast_path_equals_protobuf_encoding() -> None:
     from magnetar.client.protocol import encode_payload_command
 
     assert encode_payload_command(fx.command, CRC_TAIL) == fx.frame
+
+
+@pytest.mark.parametrize("fx", WIDE_FIXTURES, ids=lambda f: f.name)
+def test_commands_outside_the_cpp_set_need_a_wider_broker(fx: Fixture) -> None:
+    client, _ = connected_pair()
+    wide = Connection(Role.BROKER, sendable_types=list(CommandType))
+    wide.receive_data(encode_command(commands.connect("Pulsar-Java-v4.0.0")))
+    wide.next_event()
+    wide.send(commands.connected("b", 20))
+    assert wide.send(fx.command) == fx.frame
+    client.receive_data(fx.frame)
+    _check_event(client.next_event(), fx)
+    assert client.next_event() is NEED_DATA

@@ -213,7 +213,7 @@ def test_stream_of_frames_split_anywhere(frames: list[pb.BaseCommand], data: st.
         pos += 4 + size
     # ...and with a Connection fed arbitrary chunks; both must agree.
     conn = Connection(Role.BROKER, sendable_types=())
-    conn._on_receive = lambda event: None  # type: ignore[method-assign]  # no direction rules
+    conn._on_receive = lambda t, base: None  # type: ignore[method-assign]  # no direction rules
     seen: list[pb.BaseCommand] = []
     for chunk in chunks:
         if not chunk:
