@@ -253,10 +253,21 @@ def _auto_topic_canonical(v: Any) -> Any:
 
 
 # -- tiered storage: offloadPolicies as Pulsar's JSON; thresholds and lag with units
+_OFFLOAD_TWINS = frozenset(
+    {
+        "managedLedgerOffloadThresholdInBytes",
+        "managedLedgerOffloadThresholdInSeconds",
+        "managedLedgerOffloadDeletionLagInMillis",
+    }
+)
+"""Kept by the server in step with offloadThreshold, offloadThresholdInSeconds and
+offloadDeletionLag: a manifest sets them through those keys."""
+
+
 def _offload_policies_from_server(v: Any) -> Any:
     if not isinstance(v, dict):
         return None
-    return {k: v[k] for k in sorted(v) if v[k] is not None} or None
+    return {k: v[k] for k in sorted(v) if v[k] is not None and k not in _OFFLOAD_TWINS} or None
 
 
 def _offload_policies_canonical(v: Any) -> Any:
@@ -369,7 +380,8 @@ POLICIES: dict[str, PolicySpec] = {
             _offload_policies_canonical,
             lambda v: v,
             "tiered storage, Pulsar's OffloadPolicies JSON names: {managedLedgerOffloadDriver: "
-            "S3, s3ManagedLedgerOffloadBucket: b, s3ManagedLedgerOffloadServiceEndpoint: ...}",
+            "S3, s3ManagedLedgerOffloadBucket: b, s3ManagedLedgerOffloadServiceEndpoint: ...} "
+            "(thresholds and deletion lag: their own keys below)",
         ),
         PolicySpec(
             "offloadThreshold",
