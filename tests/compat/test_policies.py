@@ -618,7 +618,7 @@ def _ledger_count(broker: InProcessBroker, topic: str) -> int:
 
     async def get() -> int:
         assert broker.service is not None
-        return len(broker.service.topics[topic].ledger.ml.ledgers.ids())
+        return len(broker.service.topics[topic].ledger.ml.ledgers.ids)
 
     return int(broker.call(get))
 
