@@ -70,8 +70,7 @@ from magnetar.broker.offload import (
     ReadPriority,
 )
 from magnetar.broker.offload.reader import ReadBudget
-from magnetar.broker.offload.records import OffloadedLedger
-from magnetar.broker.offload.registry import OffloaderRegistry, policies_for_record
+from magnetar.broker.offload.registry import OffloaderRegistry, policies_for_location
 from magnetar.clock import Clock, TimerHandle
 
 log = logging.getLogger(__name__)
@@ -564,20 +563,7 @@ class Offloading:
         """The policies whose store an attempt wrote to (the policies may have changed)."""
         if dict(ctx.driver_metadata) == policies.driver_metadata():
             return policies
-        probe = OffloadedLedger(
-            ledger_id=-1,
-            attempt=ctx.uid,
-            driver=ctx.driver_name,
-            driver_metadata=dict(ctx.driver_metadata),
-            data_key="",
-            index_key="",
-            last_entry_id=-1,
-            ledger_length=0,
-            data_object_bytes=0,
-            index_object_bytes=0,
-            offloaded_at_ms=0,
-        )
-        return policies_for_record(probe, policies)
+        return policies_for_location(ctx.driver_name, ctx.driver_metadata, policies)
 
     async def _offload_ledger(self, info: LedgerInfo, policies: EffectiveOffloadPolicies) -> None:
         host = self._host

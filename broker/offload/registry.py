@@ -66,18 +66,23 @@ def _key(policies: EffectiveOffloadPolicies) -> EffectiveOffloadPolicies:
 def policies_for_record(
     record: OffloadedLedger, base: EffectiveOffloadPolicies | None
 ) -> EffectiveOffloadPolicies:
-    """Policies that reach the store a record names: its driver and location (bucket or
-    directory, region, endpoint) from the record's driver metadata, the rest (credentials,
-    block sizes) from ``base`` when it is the same driver, else the defaults."""
-    meta = record.driver_metadata
-    driver = Driver.parse(meta.get("managedLedgerOffloadDriver") or record.driver)
+    """Policies that reach the store a record names (``policies_for_location``)."""
+    return policies_for_location(record.driver, record.driver_metadata, base)
+
+
+def policies_for_location(
+    driver_name: str, driver_metadata: Mapping[str, str], base: EffectiveOffloadPolicies | None
+) -> EffectiveOffloadPolicies:
+    """Policies that reach the store Pulsar's driver metadata names: the driver and the
+    location (bucket or directory, region, endpoint) from it, the rest (credentials, block
+    sizes) from ``base`` when it is the same driver, else the defaults."""
+    meta = driver_metadata
+    driver = Driver.parse(meta.get("managedLedgerOffloadDriver") or driver_name)
     location = meta.get("bucket", "")
     region = meta.get("region") or None
     endpoint = meta.get("serviceEndpoint") or None
     if not location:
-        raise InvalidOffloadPolicies(
-            f"offloaded ledger {record.ledger_id}: its record names no bucket or directory"
-        )
+        raise InvalidOffloadPolicies(f"driver metadata {dict(meta)} names no bucket or directory")
     changes: dict[str, Any] = {
         "driver": driver,
         "bucket": location if driver.is_cloud else "",
@@ -231,4 +236,10 @@ def _resolved_or_none(
     return filled.resolve()
 
 
-__all__ = ["OffloaderRegistry", "StoreFactory", "open_offloaded_ledger", "policies_for_record"]
+__all__ = [
+    "OffloaderRegistry",
+    "StoreFactory",
+    "open_offloaded_ledger",
+    "policies_for_location",
+    "policies_for_record",
+]

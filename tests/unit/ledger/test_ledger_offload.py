@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import pathlib
 import re
 import uuid
 from collections.abc import AsyncIterator
@@ -26,6 +27,7 @@ from magnetar.broker.ledger import (
 from magnetar.broker.ledger.errors import ManagedLedgerFenced
 from magnetar.broker.ledger.ledger_list import LedgerList, OffloadContext
 from magnetar.broker.ledger.offloading import (
+    STORE_READERS_MAX,
     InvalidOffloadPosition,
     OffloadedLedgerCorrupt,
     OffloadedLedgerUnavailable,
@@ -531,3 +533,63 @@ async def test_offload_contexts_round_trip_through_the_stored_list() -> None:
         OffloadContext(uuid.uuid4(), complete=True)
     lst = LedgerList.from_bytes("x", b'{"ledgers":[{"id":1,"entries":2,"size":3,"ts":4}]}')
     assert lst.ledgers[0].offload is None
+
+
+async def test_store_readers_are_bounded_and_a_closed_one_reopens(
+    meta_server: MemoryMetadataServer, fake_bookies: FakeBookieCluster
+) -> None:
+    clock = VirtualClock()
+    rig = make_rig(meta_server, fake_bookies, clock, policies(), max_entries_per_ledger=3)
+    ml = await rig.open()
+    await fill(ml, 3 * (STORE_READERS_MAX + 3) + 1)
+    await wait_for(lambda: len(ml.ledgers.ids) == STORE_READERS_MAX + 4, what="rollovers")
+    await ml.offloading.offload_prefix(Position(ml.ledgers.ids[-1], 0))
+    sealed = ml.ledgers.ids[:-1]
+    first = await ml.offloading.reader(sealed[0])  # handed out, not read yet
+    for lid in sealed:
+        ml.reads.cache.evict_ledger(lid)
+        await ml.read_range(lid, 0, 2)
+    assert first.released  # closed as least recently used
+    got = await first.read(0, 2)  # ... and reopened by its next read
+    assert [e.payload for e in got] == [payload(i) for i in range(3)]
+    ml.check_invariants()
+    await rig.factory.close()
+
+
+async def test_ledgers_offloaded_before_the_policies_changed_are_read_from_where_they_went(
+    meta_server: MemoryMetadataServer, fake_bookies: FakeBookieCluster, tmp_path: pathlib.Path
+) -> None:
+    """One offloader per store location: a record names its driver and location, so a
+    namespace that moves its offload directory (or bucket) still reads what went before."""
+    clock = VirtualClock()
+    cfg = ManagedLedgerConfig(
+        min_ledger_rollover_time_ms=0,
+        max_entries_per_ledger=10,
+        retention_time_ms=-1,
+        retention_size_bytes=-1,
+    )
+    factory = ManagedLedgerFactory(
+        meta_server.connect(),
+        fake_bookies.factory,
+        cfg,
+        clock=clock,
+        offloaders=OffloaderRegistry(clock=clock),
+    )
+    ml = await factory.open(NAME)
+    old = policies(file_system_uri=f"file://{tmp_path / 'old'}").resolve()
+    new = policies(file_system_uri=f"file://{tmp_path / 'new'}").resolve()
+    ml.offloading.set_policies(old)
+    await fill(ml, 12)
+    await wait_for(lambda: len(ml.ledgers.ids) == 2, what="a rollover")
+    await ml.offloading.offload_prefix(Position(ml.ledgers.ids[1], 0))
+    ml.offloading.set_policies(new)
+    await fill(ml, 10, start=12)
+    await wait_for(lambda: len(ml.ledgers.ids) == 3, what="a rollover")
+    await ml.offloading.offload_prefix(Position(ml.ledgers.ids[2], 0))
+    assert len(list((tmp_path / "old").iterdir())) == 2
+    assert len(list((tmp_path / "new").iterdir())) == 2
+    for lid in ml.ledgers.ids[:2]:
+        ml.reads.cache.evict_ledger(lid)
+    assert await read_all(ml) == [payload(i) for i in range(22)]
+    assert len(factory.offloaders) == 2
+    await factory.close()
