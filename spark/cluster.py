@@ -5,10 +5,12 @@ topic-partitions (a pattern through the namespace's topic list); each partition'
 id (the fixed end of a batch read or a micro-batch), waiting for topics that do not exist yet
 when asked (``waitingForNonExistedTopic``, else ``TopicMissing``); the first message at or
 after a publish time; reading a range of one topic-partition with a non-durable reader
-(``read_range``: the data-loss check and the end bound live here); the optional durable
-progress cursor (``advance_cursor``); and deduplication on write targets
-(``ensure_deduplication``: the topic-level ``deduplicationEnabled`` policy over HTTP, then
-waiting until loaded partitions report it).
+(``read_range``: the data-loss check and the end bound live here) and one split of it, its
+entries ``first`` .. ``last`` (``read_entries``); a topic-partition's storage layout, its
+ledgers and their bookies (``fetch_layout``: the broker's ``/ledgers`` admin endpoint, asked
+of the topic's owner); the optional durable progress cursor (``advance_cursor``); and
+deduplication on write targets (``ensure_deduplication``: the topic-level
+``deduplicationEnabled`` policy over HTTP, then waiting until loaded partitions report it).
 
 Must not know: Spark.
 """
@@ -28,8 +30,9 @@ from collections.abc import AsyncGenerator
 from typing import Any
 
 from magnetar.client import Client, InitialPosition, Message, MessageId, Timeout, TopicNotFound
+from magnetar.spark.layout import LayoutError, PartitionLayout, parse_layout
 from magnetar.spark.options import ClientSettings, TopicSelection
-from magnetar.spark.positions import Position, Start
+from magnetar.spark.positions import Position, Start, ends_by
 
 log = logging.getLogger(__name__)
 
@@ -169,7 +172,7 @@ async def read_range(
             try:
                 msg = await reader.read_next(poll_timeout_ms)
             except Timeout:
-                _data_loss(
+                data_loss(
                     fail_on_data_loss,
                     f"{partition}: no message after {poll_timeout_ms} ms (pollTimeoutMs) though "
                     f"the range ends at {end}; the messages may have been deleted",
@@ -178,29 +181,99 @@ async def read_range(
             pos = position_of(msg.message_id())
             if first:
                 first = False
-                assert start.position is not None
-                if pos != start.position:
-                    _data_loss(
+                p = start.position
+                assert p is not None
+                if pos != p and (p.batch >= 0 or (pos.ledger, pos.entry) != (p.ledger, p.entry)):
+                    data_loss(
                         fail_on_data_loss,
-                        f"{partition}: the message {start.position} the query "
+                        f"{partition}: the message {p} the query "
                         f"{'resumes after' if start.kind == 'after' else 'starts at'} is gone "
                         f"(the first message still there is {pos}); messages were deleted by "
                         "retention or the topic was deleted",
                     )
-                elif start.kind == "after":
-                    if pos >= end:
-                        return
-                    continue
-            if pos > end:
+            if not ends_by(pos, end):
                 return
-            yield msg
-            if pos >= end:
+            if start.includes(pos):
+                yield msg
+            if await _end_reached(reader, pos, end):
                 return
     finally:
         await reader.close()
 
 
-def _data_loss(fail: bool, what: str) -> None:
+async def _end_reached(reader: Any, pos: Position, end: Position) -> bool:
+    """Whether no message after ``pos`` is within ``end`` (an end naming a whole entry: once
+    its members are read, which the reader tells when nothing more is available)."""
+    if end.batch >= 0:
+        return pos >= end
+    if (pos.ledger, pos.entry) < (end.ledger, end.entry):
+        return False
+    return pos.batch < 0 or not await reader.has_message_available()
+
+
+async def read_entries(
+    client: Client,
+    partition: str,
+    first: Position,
+    last: Position,
+    *,
+    start: Start,
+    end: Position,
+    fail_on_data_loss: bool,
+    poll_timeout_ms: int,
+    reader_kwargs: dict[str, Any],
+) -> AsyncGenerator[Message, None]:
+    """The messages of the entries ``first`` .. ``last`` (their ledger and entry ids) of
+    ``partition`` that lie after/at ``start`` and up to ``end``, in order: one split of a
+    read, through a non-durable reader opened inclusive on ``first``'s entry.
+
+    The first message must be in that entry: a later one means the entries before it are
+    gone (or are chunks of a message that started before the split: a split boundary must
+    not cut a chunked message, see docs/spark.md), which is data loss."""
+    reader = await client.create_reader(
+        partition,
+        MessageId(-1, first.ledger, first.entry, -1),
+        start_message_id_inclusive=True,
+        **reader_kwargs,
+    )
+    last_entry = (last.ledger, last.entry)
+    try:
+        checked = False
+        while True:
+            try:
+                msg = await reader.read_next(poll_timeout_ms)
+            except Timeout:
+                data_loss(
+                    fail_on_data_loss,
+                    f"{partition}: no message after {poll_timeout_ms} ms (pollTimeoutMs) though "
+                    f"the split ends at {last.ledger}:{last.entry}; the messages may have been "
+                    "deleted",
+                )
+                return
+            pos = position_of(msg.message_id())
+            if not checked:
+                checked = True
+                if (pos.ledger, pos.entry) != (first.ledger, first.entry):
+                    data_loss(
+                        fail_on_data_loss,
+                        f"{partition}: entry {first.ledger}:{first.entry} is gone (the first "
+                        f"message there is {pos}); messages were deleted by retention, the "
+                        "topic was deleted, or a chunked message crosses a split boundary",
+                    )
+            if (pos.ledger, pos.entry) > last_entry or not ends_by(pos, end):
+                return
+            if start.includes(pos):
+                yield msg
+            if (pos.ledger, pos.entry) == last_entry and (
+                pos.batch < 0 or await _end_reached(reader, pos, end)
+            ):
+                return  # else more members, or the next entry (beyond the split) ends it
+    finally:
+        await reader.close()
+
+
+def data_loss(fail: bool, what: str) -> None:
+    """Lost messages: ``DataLossError`` (``failOnDataLoss=true``) or a warning."""
     if fail:
         raise DataLossError(
             f"data loss: {what}. Set the option failOnDataLoss=false to skip the lost "
@@ -290,6 +363,35 @@ def _rest_path(topic: str) -> str:
     return f"{domain}/{tenant}/{ns}/{urllib.parse.quote(local, safe='')}"
 
 
+class LayoutUnavailable(RuntimeError):
+    """The admin REST API did not give a topic-partition's ledgers (no admin URL, refused,
+    unreachable, or a broker without the ``/ledgers`` endpoint)."""
+
+
+def fetch_layout(settings: ClientSettings, partition: str) -> PartitionLayout:
+    """Where ``partition``'s entries are stored: its ``/ledgers`` document from the broker
+    that owns it (found with the HTTP lookup; the admin URL itself when the lookup names no
+    other), with the client options' credentials. ``LayoutUnavailable`` says why not."""
+    admin = settings.admin_url
+    if admin is None:
+        raise LayoutUnavailable("no 'admin.url' option")
+    path = _rest_path(partition)
+    owner = admin
+    status, doc = _http("GET", f"{admin}/lookup/v2/topic/{path}", settings=settings)
+    if status == 200 and isinstance(doc, dict):
+        key = "httpUrlTls" if admin.startswith("https:") else "httpUrl"
+        owner = str(doc.get(key) or admin).rstrip("/")
+    status, doc = _http("GET", f"{owner}/admin/v2/{path}/ledgers", settings=settings)
+    if status != 200 and owner != admin:
+        status, doc = _http("GET", f"{admin}/admin/v2/{path}/ledgers", settings=settings)
+    if status != 200:
+        raise LayoutUnavailable(f"GET {owner}/admin/v2/{path}/ledgers: HTTP {status}: {doc}")
+    try:
+        return parse_layout(partition, doc)
+    except LayoutError as exc:
+        raise LayoutUnavailable(f"{partition}: {exc}") from None
+
+
 def ensure_deduplication(
     admin_url: str,
     topic: str,
@@ -338,12 +440,16 @@ def ensure_deduplication(
 __all__ = [
     "DataLossError",
     "DeduplicationError",
+    "LayoutUnavailable",
     "advance_cursor",
+    "data_loss",
     "ensure_deduplication",
+    "fetch_layout",
     "last_positions",
     "message_id",
     "open_client",
     "position_of",
+    "read_entries",
     "read_range",
     "resolve_partitions",
     "start_at_time",

@@ -51,8 +51,13 @@ _READ_KEYS = frozenset(
         "polltimeoutms",
         "waitingfornonexistedtopic",
         "filterpushdown",
+        "readpath",
+        "minpartitions",
+        "maxrecordsperpartition",
     }
 )
+READ_PATHS = ("storage", "broker")
+"""``readPath``: sealed data straight from the bookies, or everything through a broker."""
 _WRITE_KEYS = frozenset({"service.url", "admin.url", "topic", "exactlyonce"})
 
 
@@ -234,6 +239,12 @@ class ReadOptions:
     """``waitingForNonExistedTopic``: planning waits for missing topics to be created."""
     filter_pushdown: bool = False
     """``filterPushdown``: batch reads take ``__topic`` filters (Spark's pushdown conf on)."""
+    read_path: str | None = None
+    """``readPath``: "storage", "broker", or None (storage where the bookies answer)."""
+    min_partitions: int | None = None
+    """``minPartitions``: at least about this many Spark tasks per batch (Kafka's option)."""
+    max_records_per_partition: int | None = None
+    """``maxRecordsPerPartition``: at most about this many messages per Spark task."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -447,6 +458,23 @@ def read_options(options: Mapping[str, str], *, streaming: bool | None) -> ReadO
         raise OptionError(f"option 'filterPushdown': {exc}") from None
     if pushdown and streaming:
         raise OptionError("option 'filterPushdown' applies to batch reads only, not readStream")
+    read_path = opts.get("readpath", "").strip().lower() or None
+    if read_path is not None and read_path not in READ_PATHS:
+        raise OptionError(
+            f"option 'readPath': {opts['readpath']!r} is neither 'storage' (sealed ledgers "
+            "straight from the bookies) nor 'broker'"
+        )
+    if read_path == "storage" and client.admin_url is None:
+        raise OptionError(
+            "option 'readPath' = 'storage' needs option 'admin.url' (the broker's HTTP admin "
+            "URL: the planner asks it for the topic's ledgers and bookies); or set "
+            "readPath=broker"
+        )
+    if read_path == "storage" and passed["pulsar.reader."].get("is_read_compacted"):
+        raise OptionError(
+            "options 'readPath' = 'storage' and 'pulsar.reader.readCompacted' conflict: the "
+            "compacted view is read through the broker (readPath=broker)"
+        )
     sub = opts.get("subscriptionname")
     if sub is not None and not sub.strip():
         raise OptionError("option 'subscriptionName' must not be empty")
@@ -465,6 +493,11 @@ def read_options(options: Mapping[str, str], *, streaming: bool | None) -> ReadO
         reader_kwargs=passed["pulsar.reader."],
         wait_for_topics=wait,
         filter_pushdown=pushdown,
+        read_path=read_path,
+        min_partitions=_positive_int(opts, "minpartitions", "minPartitions"),
+        max_records_per_partition=_positive_int(
+            opts, "maxrecordsperpartition", "maxRecordsPerPartition"
+        ),
     )
 
 
@@ -481,13 +514,19 @@ def write_options(options: Mapping[str, str]) -> WriteOptions:
     except ValueError as exc:
         raise OptionError(f"option 'exactlyOnce': {exc}") from None
     producer = passed["pulsar.producer."]
+    if "batching_max_publish_delay_ms" in producer:
+        raise OptionError(
+            "option 'pulsar.producer.batchingMaxPublishDelayMs' is not supported: the sink cuts "
+            "batches by count and size only (batchingMaxMessages, batchingMaxBytes), so a "
+            "retried task cuts them the same way"
+        )
+    for key, name in (
+        ("batching_max_messages", "batchingMaxMessages"),
+        ("batching_max_allowed_size_in_bytes", "batchingMaxBytes"),
+    ):
+        if key in producer and producer[key] <= 0:
+            raise OptionError(f"option 'pulsar.producer.{name}' must be positive")
     if exactly_once:
-        if producer.get("batching_enabled"):
-            raise OptionError(
-                "option 'pulsar.producer.batchingEnabled' = true conflicts with exactlyOnce=true "
-                "(a retried task could re-batch messages differently, and the broker "
-                "deduplicates a batch by its first sequence id); set exactlyOnce=false to batch"
-            )
         if producer.get("chunking_enabled"):
             raise OptionError(
                 "option 'pulsar.producer.chunkingEnabled' conflicts with exactlyOnce=true"

@@ -5,6 +5,11 @@ topic-partition), its readable form ``"ledger:entry[:batch]"``, and ``Start``, t
 begins: ``earliest`` (nothing consumed yet), ``after`` a position (the last message consumed:
 what a checkpoint records) or ``at`` a position (a user-given id, read inclusive).
 
+A position with batch index -1 as a read's bound stands for its whole entry: the broker names
+the last message of a batch entry of one message so (its "last message id"), and a user gives
+``"ledger:entry"``. So ``after`` it excludes every message of that entry, ``at`` it includes
+them all, and an end at it (``ends_by``) takes them all.
+
 An offset, as Spark stores it in a checkpoint, is a flat JSON object mapping each
 topic-partition's full name to the string form of its ``Start``: ``"earliest"``,
 ``"after:L:E:B"`` or ``"at:L:E:B"``. It survives Spark's JSON round trip unchanged.
@@ -82,14 +87,37 @@ class Start:
         return f"{self.kind}:{self.position}"
 
     def is_before_or_at(self, last: Position | None) -> bool:
-        """True when a message at or before ``last`` (inclusive) is still to be read."""
+        """True when a message at or before ``last`` (inclusive) may still be read (a last
+        position of a whole entry, batch index -1, may hold members after the start's)."""
         if last is None:
             return False
-        if self.position is None:
+        p = self.position
+        if p is None:
+            return True
+        if (last.ledger, last.entry) != (p.ledger, p.entry):
+            return (last.ledger, last.entry) > (p.ledger, p.entry)
+        if self.kind == "after":
+            return p.batch >= 0 and (last.batch < 0 or last.batch > p.batch)
+        return last.batch < 0 or p.batch < 0 or last.batch >= p.batch
+
+    def includes(self, pos: Position) -> bool:
+        """Whether a read starting here takes the message at ``pos``."""
+        p = self.position
+        if p is None:
             return True
         if self.kind == "after":
-            return last > self.position
-        return last >= self.position
+            if p.batch < 0:  # the whole entry was read
+                return (pos.ledger, pos.entry) > (p.ledger, p.entry)
+            return pos > p
+        return pos >= p
+
+
+def ends_by(pos: Position, end: Position) -> bool:
+    """Whether ``pos`` is within a read ending at ``end`` inclusive (an end with batch index
+    -1 takes its whole entry)."""
+    if end.batch < 0:
+        return (pos.ledger, pos.entry) <= (end.ledger, end.entry)
+    return pos <= end
 
 
 def encode_offset(starts: dict[str, Start]) -> dict[str, str]:
@@ -107,4 +135,11 @@ def decode_offset(offset: dict[str, object] | None) -> dict[str, Start]:
     return out
 
 
-__all__ = ["Position", "PositionError", "Start", "decode_offset", "encode_offset"]
+__all__ = [
+    "Position",
+    "PositionError",
+    "Start",
+    "decode_offset",
+    "encode_offset",
+    "ends_by",
+]

@@ -1,17 +1,24 @@
 """Reading: batch (``DataSourceReader``) and streaming (``DataSourceStreamReader``).
 
-Owns: planning a read into one ``RangePartition`` per topic-partition (its start and its
-inclusive end, fixed when planned: a batch read is a snapshot), the streaming offsets (see
+Owns: planning a read into ``Split``s (each topic-partition's range, its start and its
+inclusive end fixed when planned: a batch read is a snapshot; cut into splits by ``splits``
+from the partition's ledgers, asked of the admin REST API, so one topic-partition is read by
+several tasks at once), the choice of the read path (``readPath``: sealed entries straight
+from the bookies in the tasks, or everything through a broker; unset: the bookies where the
+planner gets the ledgers and the bookies answer the tasks), the streaming offsets (see
 ``positions``), admission control (``maxRecordsPerTrigger`` / ``maxBytesPerTrigger``: the
 driver reads the ids ahead to cut each micro-batch exactly at the cap, across all partitions),
 ``Trigger.AvailableNow`` (the end is fixed when the query starts), the optional progress
 cursor advanced on ``commit``, filter pushdown of batch reads (``__topic`` equal to, in, or
-starting with: topic-partitions pruned at planning), and the executor side
-(``read_partition``: a non-durable reader per range, yielding Arrow record batches).
+starting with: topic-partitions pruned at planning), and the executor side (``read_split``:
+Arrow record batches of one split, from the bookies through ``storage`` and ``columns``, or
+from a non-durable reader).
 
 Invariants: a partition's range is ``start`` (exclusive after / inclusive at / earliest) to
-``end`` (inclusive); a micro-batch's end offset is never before its start offset; partitions
-found later (a pattern, more partitions) start at earliest.
+``end`` (inclusive); its splits cover it exactly once; a micro-batch's end offset is never
+before its start offset; partitions found later (a pattern, more partitions) start at
+earliest. A split carries everything its task needs (bookie addresses included): tasks share
+nothing with the driver's process.
 
 Must not know: how Spark serialises offsets (they are flat JSON objects of strings here).
 """
@@ -21,7 +28,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 from pyspark.sql.datasource import (
@@ -40,74 +46,16 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
+from magnetar.client.protocol import RemoteProtocolError, entry_num_messages
 from magnetar.spark import cluster
+from magnetar.spark.layout import PartitionLayout
 from magnetar.spark.options import OptionError, ReadOptions
 from magnetar.spark.positions import Position, Start, decode_offset, encode_offset
-from magnetar.spark.rows import BatchBuilder
+from magnetar.spark.splits import Located, cut, locate, split_counts
+from magnetar.spark.tasks import Split, bookie_tls, read_split, storage_missing
 from magnetar.spark.typed import TopicSchema
 
 log = logging.getLogger(__name__)
-
-ARROW_BATCH_ROWS = 10_000
-
-
-@dataclass
-class RangePartition(InputPartition):  # type: ignore[misc]
-    """One topic-partition's messages of one batch: after/at ``start`` up to ``end``."""
-
-    topic: str
-    start: str  # Start's string form
-    end: str  # Position's string form, inclusive
-    ending_time_ms: int | None = None
-
-
-def read_partition(
-    opts: ReadOptions, part: RangePartition, typed: TopicSchema | None = None
-) -> Iterator[Any]:
-    """Executor side: the range as Arrow record batches (a private event loop per task)."""
-    loop = asyncio.new_event_loop()
-    try:
-        client = cluster.open_client(opts.client)
-        builder = BatchBuilder(part.topic, typed)
-        writers: dict[bytes, Any] = {}  # schema version -> the pb.Schema that wrote it
-        it = cluster.read_range(
-            client,
-            part.topic,
-            Start.parse(part.start),
-            Position.parse(part.end),
-            fail_on_data_loss=opts.fail_on_data_loss,
-            poll_timeout_ms=opts.poll_timeout_ms,
-            reader_kwargs=opts.reader_kwargs,
-        )
-        until = part.ending_time_ms
-
-        async def fill() -> bool:
-            """Fill the builder; False once the range is done."""
-            async for msg in it:
-                if until is not None and msg.publish_timestamp() >= until:
-                    continue
-                version = msg.schema_version()
-                if typed is not None and version and version not in writers:
-                    answer = await client.get_schema_info(
-                        part.topic, int.from_bytes(version, "big", signed=True)
-                    )
-                    writers[version] = None if answer is None else answer.schema
-                builder.add(msg, writers.get(version) if version else None)
-                if len(builder) >= ARROW_BATCH_ROWS:
-                    return True
-            return False
-
-        try:
-            more = True
-            while more:
-                more = loop.run_until_complete(fill())
-                if len(builder):
-                    yield builder.build()
-        finally:
-            loop.run_until_complete(it.aclose())
-            loop.run_until_complete(client.close())
-    finally:
-        loop.close()
 
 
 def _run(coro: Any) -> Any:
@@ -179,16 +127,144 @@ def passes(tests: list[TopicTest], partition: str) -> bool:
     )
 
 
+async def _layouts(opts: ReadOptions, parts: list[str]) -> dict[str, PartitionLayout] | None:
+    """Where ``parts`` are stored (the admin REST API's ``/ledgers``), or None when the read
+    goes through a broker in one task per topic-partition: no ``admin.url``, or the admin
+    API did not answer and ``readPath`` is not ``storage`` (which then fails, naming it)."""
+    if not parts or (opts.client.admin_url is None and opts.read_path != "storage"):
+        return None
+    if opts.reader_kwargs.get("is_read_compacted"):
+        return None  # the compacted view is the broker's
+    try:
+        got = await asyncio.gather(
+            *(asyncio.to_thread(cluster.fetch_layout, opts.client, p) for p in parts)
+        )
+    except cluster.LayoutUnavailable as exc:
+        if opts.read_path == "storage":
+            raise OptionError(
+                f"option 'readPath' = 'storage': the admin API did not give the topic's "
+                f"ledgers ({exc}); the role needs to be allowed the topic's admin reads, or "
+                "set readPath=broker to read through the broker"
+            ) from None
+        log.info("reading through the broker, in one task per topic-partition: %s", exc)
+        return None
+    return dict(zip(parts, got, strict=True))
+
+
+SAMPLE_ENTRIES = 32
+"""Entries a planner reads from the bookies per topic-partition to estimate its messages per
+entry (what ``maxRecordsPerPartition`` and ``minPartitions`` count in)."""
+SAMPLE_TIMEOUT_S = 5.0
+
+
+async def _sampled_messages_per_entry(
+    opts: ReadOptions, layout: PartitionLayout, loc: Located
+) -> float | None:
+    """Messages per entry over ``SAMPLE_ENTRIES`` entries spread evenly over the range, read
+    from the bookies (None when they do not answer the planner: the broker's count since it
+    loaded the topic is used, else one)."""
+    if storage_missing() is not None:
+        return None
+    from magnetar.spark import storage
+
+    total = loc.entries
+    if total == 0:
+        return None
+    wanted = sorted({(k * total) // SAMPLE_ENTRIES for k in range(min(SAMPLE_ENTRIES, total))})
+    picks: dict[int, tuple[Any, list[int]]] = {}
+    seen = 0
+    for r in loc.ranges:
+        ids = [r.first + w - seen for w in wanted if seen <= w < seen + r.entries]
+        if ids:
+            picks[r.ledger.ledger_id] = (r.ledger, ids)
+        seen += r.entries
+    reader = storage.LedgerReader(tls=bookie_tls(opts) if layout.bookie_tls else None)
+    try:
+        got = await asyncio.wait_for(
+            asyncio.gather(*(reader.sample(led, ids) for led, ids in picks.values())),
+            SAMPLE_TIMEOUT_S,
+        )
+        counts = [entry_num_messages(data) for chunk in got for data in chunk]
+    except (storage.StorageError, RemoteProtocolError, TimeoutError) as exc:
+        log.info("%s: no entries sampled from the bookies: %s", layout.topic, exc)
+        return None
+    finally:
+        await reader.close()
+    return sum(counts) / len(counts) if counts else None
+
+
+async def plan_splits(
+    opts: ReadOptions,
+    starts: dict[str, Start],
+    ends: dict[str, Position],
+    ending_time_ms: int | None,
+) -> list[Split]:
+    """The splits of reading each topic-partition of ``ends`` from ``starts`` (earliest when
+    missing) up to its end. With the partitions' ledgers known, each range is cut by
+    ``splits``: by default on the storage path (``SPLIT_BYTES_MAX`` a split), on the broker
+    path only when ``minPartitions`` or ``maxRecordsPerPartition`` asks for it (a split
+    boundary must not cut a chunked message there). Messages the range needed that are gone
+    fail the read or are skipped, as ``failOnDataLoss`` says."""
+    parts = [p for p in sorted(ends) if starts.get(p, Start.earliest()).is_before_or_at(ends[p])]
+    begin = {p: starts.get(p, Start.earliest()) for p in parts}
+    layouts = await _layouts(opts, parts)
+    whole = [Split(p, str(begin[p]), str(ends[p]), ending_time_ms=ending_time_ms) for p in parts]
+    if layouts is None:
+        return whole
+    storage = opts.read_path != "broker"
+    if storage:
+        missing = storage_missing()
+        if missing is not None and opts.read_path == "storage":
+            raise OptionError(f"option 'readPath' = 'storage': {missing}")
+        storage = missing is None
+    located = []
+    for p in parts:
+        loc = locate(layouts[p], begin[p], ends[p])
+        if loc.lost is not None:
+            cluster.data_loss(opts.fail_on_data_loss, loc.lost)
+        mpe = layouts[p].messages_per_entry
+        if opts.max_records_per_partition or opts.min_partitions:
+            mpe = await _sampled_messages_per_entry(opts, layouts[p], loc) or mpe
+        located.append((loc, mpe))
+    if storage or opts.min_partitions or opts.max_records_per_partition:
+        counts = split_counts(
+            located,
+            max_records_per_partition=opts.max_records_per_partition,
+            min_partitions=opts.min_partitions,
+        )
+    else:
+        counts = [min(1, loc.entries) for loc, _ in located]
+    out = []
+    for p, (loc, _), n, broker_split in zip(parts, located, counts, whole, strict=True):
+        if loc.entries == 0 and loc.lost is None:
+            out.append(broker_split)  # the ledgers did not show the range: the reader will
+            continue
+        for ranges in cut(loc, n):
+            out.append(
+                Split(
+                    p,
+                    str(begin[p]),
+                    str(ends[p]),
+                    ranges,
+                    storage=storage,
+                    fallback=opts.read_path is None,
+                    bookie_tls=layouts[p].bookie_tls,
+                    ending_time_ms=ending_time_ms,
+                )
+            )
+    return out
+
+
 class BatchReader(DataSourceReader):  # type: ignore[misc]
     def __init__(self, opts: ReadOptions, typed: TopicSchema | None = None) -> None:
         self.opts = opts
         self.typed = typed
         self.topic_tests: list[TopicTest] = []
 
-    def partitions(self) -> list[RangePartition]:
+    def partitions(self) -> list[Split]:
         opts = self.opts
 
-        async def plan() -> list[RangePartition]:
+        async def plan() -> list[Split]:
             client = cluster.open_client(opts.client)
             try:
                 parts, lasts = await cluster.partitions_and_lasts(
@@ -201,22 +277,14 @@ class BatchReader(DataSourceReader):  # type: ignore[misc]
             if opts.ending.keyword is None:
                 _check_known(set(opts.ending.per_partition), parts, "endingOffsets")
                 ends.update(opts.ending.per_partition)
-            out = []
-            for p in parts:
-                end = ends[p]
-                if (
-                    end is not None
-                    and starts[p].is_before_or_at(end)
-                    and passes(self.topic_tests, p)
-                ):
-                    out.append(RangePartition(p, str(starts[p]), str(end), opts.ending_time_ms))
-            return out
+            read = {p: e for p, e in ends.items() if e is not None and passes(self.topic_tests, p)}
+            return await plan_splits(opts, starts, read, opts.ending_time_ms)
 
         return _run(plan())  # type: ignore[no-any-return]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        assert isinstance(partition, RangePartition)
-        yield from read_partition(self.opts, partition, self.typed)
+        assert isinstance(partition, Split)
+        yield from read_split(self.opts, partition, self.typed)
 
 
 class FilteringBatchReader(BatchReader):
@@ -336,21 +404,19 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # type
     def reportLatestOffset(self) -> dict[str, str] | None:
         return self._latest
 
-    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[RangePartition]:
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[Split]:
         starts = decode_offset(start)
-        ends = decode_offset(end)
-        out = []
-        for name, e in sorted(ends.items()):
-            if e.kind != "after" or e.position is None:
-                continue
-            s = starts.get(name, Start.earliest())
-            if s.is_before_or_at(e.position):
-                out.append(RangePartition(name, str(s), str(e.position)))
-        return out
+        ends = {
+            name: e.position
+            for name, e in decode_offset(end).items()
+            if e.kind == "after" and e.position is not None
+        }
+        begin = {name: starts.get(name, Start.earliest()) for name in ends}
+        return _run(plan_splits(self.opts, begin, ends, None))  # type: ignore[no-any-return]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        assert isinstance(partition, RangePartition)
-        yield from read_partition(self.opts, partition, self.typed)
+        assert isinstance(partition, Split)
+        yield from read_split(self.opts, partition, self.typed)
 
     def commit(self, end: dict[str, Any]) -> None:
         name = self.opts.subscription_name
@@ -439,4 +505,4 @@ async def _capped(
     return out
 
 
-__all__ = ["BatchReader", "RangePartition", "StreamReader", "read_partition"]
+__all__ = ["BatchReader", "StreamReader", "plan_splits"]

@@ -21,6 +21,7 @@ from urllib.parse import unquote
 from aiohttp import web
 
 from magnetar.broker.admin.http_guard import BadRequest, guard, quiet_bad_requests, read_json
+from magnetar.broker.admin.ledgers_api import LedgerLayoutRoutes
 from magnetar.broker.admin.metrics import BrokerMetrics
 from magnetar.broker.admin.offload_api import OffloadRoutes
 from magnetar.broker.admin.ops_api import OperationRoutes, json_unknown_routes
@@ -265,6 +266,7 @@ class AdminApi:
         ops = OperationRoutes(self.operations) if self.operations is not None else None
         if ops is not None:
             ops.add_priority_routes(r)  # before the generic topic routes that would match
+            LedgerLayoutRoutes(ops.ops).add_routes(r)
         if self.operations is not None:  # tiered storage: namespace and topic offload routes
             OffloadRoutes(
                 self.operations.service, topic_level_policies=self.topic_level_policies

@@ -1,6 +1,7 @@
 """What a topic's stats and metrics show of its tiered storage.
 
-Owns: ``offload_topic_stats`` (the fields Pulsar's topic stats carry: ``offloadedStorageSize``,
+Owns: ``offload_contexts`` (each ledger's offload context, for the ledger layouts a reader
+outside the broker plans with), ``offload_topic_stats`` (the fields Pulsar's topic stats carry: ``offloadedStorageSize``,
 ``lastOffloadLedgerId``, ``lastOffloadSuccessTimeStamp``, ``lastOffloadFailureTimeStamp``),
 ``OFFLOAD_TOPIC_GAUGES`` / ``OFFLOAD_TOPIC_COUNTERS`` and ``offload_metric_values``: Pulsar's
 series (``pulsar_storage_offloaded_size``, ``LedgerOffloaderStats``' ``brk_ledgeroffloader_*``)
@@ -14,6 +15,18 @@ from __future__ import annotations
 from typing import Any
 
 from magnetar.broker.storage.managed_adapter import ManagedLedgerAdapter
+
+
+def offload_contexts(ledger: object) -> dict[int, dict[str, Any]]:
+    """Each ledger's offload context (``offloadContext`` of internal stats) by ledger id,
+    for the ledgers that have one."""
+    if not isinstance(ledger, ManagedLedgerAdapter):
+        return {}
+    return {
+        info.ledger_id: info.offload.to_json()
+        for info in ledger.ml.ledgers.ledgers
+        if info.offload is not None
+    }
 
 
 def offload_topic_stats(ledger: object) -> dict[str, Any]:
@@ -86,6 +99,7 @@ def offload_metric_values(ledger: object, rates: dict[str, float]) -> dict[str, 
 __all__ = [
     "OFFLOAD_TOPIC_COUNTERS",
     "OFFLOAD_TOPIC_GAUGES",
+    "offload_contexts",
     "offload_metric_counters",
     "offload_metric_values",
     "offload_topic_stats",

@@ -4,14 +4,19 @@ directly with ``magnetar.client``.
 
 Spark's Python workers must run the venv's interpreter (``PYSPARK_PYTHON``), or they start
 the system ``python3`` without pyarrow. ``local[2, 4]``: two cores, and a failed task is
-retried (up to 4 attempts) as on a cluster.
+retried (up to 4 attempts) as on a cluster. ``cluster_spark``: ``local-cluster[2,1,1024]``,
+a standalone master and two worker JVMs started by Spark itself, each executor with its own
+Python workers: nothing shared with the driver's process (about a minute to start on a
+loaded two-core machine, so one module uses it).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import pathlib
+import signal
 import sys
 from collections.abc import Iterator
 from typing import Any
@@ -35,13 +40,16 @@ def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneP
         sa.stop()
 
 
-def spark_session(app: str, master: str = "local[2, 4]") -> Any:
+def spark_session(app: str, master: str = "local[2, 4]", executor_memory: str | None = None) -> Any:
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
 
+    builder = SparkSession.builder
+    if executor_memory is not None:
+        builder = builder.config("spark.executor.memory", executor_memory)
     return (
-        SparkSession.builder.master(master)
+        builder.master(master)
         .appName(app)
         .config("spark.ui.enabled", "false")
         .config("spark.driver.host", "127.0.0.1")
@@ -67,12 +75,37 @@ def spark(request: pytest.FixtureRequest) -> Iterator[Any]:
         session.stop()
 
 
-def publish(service_url: str, topic: str, payloads: list[bytes], **send: Any) -> list[MessageId]:
-    """Send ``payloads`` (a partitioned topic: round robin); their ids, in order."""
+@pytest.fixture(scope="module")
+def cluster_spark(request: pytest.FixtureRequest) -> Iterator[Any]:
+    import magnetar.spark
+
+    session = spark_session(
+        pathlib.Path(str(request.fspath)).stem, master=LOCAL_CLUSTER, executor_memory="768m"
+    )
+    magnetar.spark.register(session)
+    try:
+        yield session
+    finally:
+        session.stop()
+
+
+LOCAL_CLUSTER = "local-cluster[2,1,1024]"
+"""Two executors of one core and 1,024 MB each (their worker's memory)."""
+
+
+def publish(
+    service_url: str, topic: str, payloads: list[bytes], *, batch: bool = False, **send: Any
+) -> list[MessageId]:
+    """Send ``payloads`` (a partitioned topic: round robin); their ids, in order. ``batch``:
+    in batch entries of 1,000 (``send_batch``), else one entry each."""
 
     async def go() -> list[MessageId]:
         async with AsyncClient(service_url) as client:
-            producer = await client.create_producer(topic, batching_enabled=False)
+            producer = await client.create_producer(
+                topic, batching_enabled=False, block_if_queue_full=True
+            )
+            if batch:
+                return list(await (await producer.send_batch(payloads)))
             futs = [await producer.send_async(p, **send) for p in payloads]
             await producer.flush()
             return [f.result() for f in futs]
@@ -90,6 +123,29 @@ def read_all(service_url: str, topic: str, timeout_ms: int = 5000) -> list[Any]:
                 out.append(reader.read_next(timeout_ms))
             reader.close()
     return out
+
+
+def kill_python_workers() -> int:
+    """SIGKILL the Python worker processes Spark forked for running tasks (the children of
+    ``pyspark.daemon``): their tasks fail as on a lost executor, and Spark retries them."""
+    procs: dict[int, tuple[int, str]] = {}
+    for d in pathlib.Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        procs[int(d.name)] = (ppid, cmd)
+    daemons = {pid for pid, (_, cmd) in procs.items() if "pyspark.daemon" in cmd}
+    killed = 0
+    for pid, (ppid, _) in procs.items():
+        if ppid in daemons:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+                killed += 1
+    return killed
 
 
 def admin(sa: StandaloneProcess, method: str, path: str, body: Any = None) -> Any:

@@ -10,7 +10,14 @@ import pytest
 
 from magnetar.client import AuthenticationToken, CompressionType
 from magnetar.spark.options import OptionError, read_options, write_options
-from magnetar.spark.positions import Position, PositionError, Start, decode_offset, encode_offset
+from magnetar.spark.positions import (
+    Position,
+    PositionError,
+    Start,
+    decode_offset,
+    encode_offset,
+    ends_by,
+)
 
 URL = {"service.url": "pulsar://127.0.0.1:6650"}
 T0 = "persistent://public/default/t-partition-0"
@@ -141,8 +148,16 @@ def test_write_options() -> None:
     [
         ({"topic": "t"}, "exactlyOnce=true needs option 'admin.url'"),
         (
-            {"topic": "t", "admin.url": "http://a", "pulsar.producer.batchingEnabled": "true"},
-            "conflicts with exactlyOnce=true",
+            {"topic": "t", "admin.url": "http://a", "pulsar.producer.batchingMaxMessages": "0"},
+            "option 'pulsar.producer.batchingMaxMessages' must be positive",
+        ),
+        (
+            {
+                "topic": "t",
+                "exactlyOnce": "false",
+                "pulsar.producer.batchingMaxPublishDelayMs": "5",
+            },
+            "cuts batches by count and size only",
         ),
         (
             {"topic": "t", "admin.url": "http://a", "pulsar.producer.chunkingEnabled": "true"},
@@ -165,6 +180,62 @@ def test_bad_write_options_name_the_option(extra: dict[str, str], message: str) 
     with pytest.raises(OptionError) as info:
         write_options({**URL, **extra})
     assert message in str(info.value)
+
+
+def test_split_and_read_path_options() -> None:
+    opts = read_options(
+        {
+            **URL,
+            "admin.url": "http://a:8080",
+            "topic": "t",
+            "readPath": "Storage",
+            "minPartitions": "8",
+            "maxRecordsPerPartition": "100000",
+        },
+        streaming=False,
+    )
+    assert (opts.read_path, opts.min_partitions, opts.max_records_per_partition) == (
+        "storage",
+        8,
+        100_000,
+    )
+    stream = read_options({**URL, "topic": "t", "readPath": "broker"}, streaming=True)
+    assert stream.read_path == "broker" and stream.min_partitions is None
+    assert read_options({**URL, "topic": "t"}, streaming=False).read_path is None
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ({"readPath": "bookies"}, "option 'readPath': 'bookies' is neither 'storage'"),
+        ({"readPath": "storage"}, "option 'readPath' = 'storage' needs option 'admin.url'"),
+        (
+            {"readPath": "storage", "admin.url": "http://a", "pulsar.reader.readCompacted": "1"},
+            "'pulsar.reader.readCompacted' conflict",
+        ),
+        ({"minPartitions": "0"}, "option 'minPartitions' must be positive"),
+        ({"maxRecordsPerPartition": "many"}, "option 'maxRecordsPerPartition': 'many' is not"),
+    ],
+)
+def test_bad_split_options_name_the_option(extra: dict[str, str], message: str) -> None:
+    with pytest.raises(OptionError) as info:
+        read_options({**URL, "topic": "t", **extra}, streaming=False)
+    assert message in str(info.value)
+
+
+def test_a_bound_without_batch_index_stands_for_its_whole_entry() -> None:
+    """The broker names the last message of a one-message batch ``L:E:-1``."""
+    whole = Position(5, 7, -1)
+    assert Start.after(whole).includes(Position(5, 8, 0))
+    assert not Start.after(whole).includes(Position(5, 7, 0))
+    assert Start.at(whole).includes(Position(5, 7, 0))
+    assert Start.after(Position(5, 7, 2)).includes(Position(5, 7, 3))
+    assert ends_by(Position(5, 7, 9), whole) and not ends_by(Position(5, 8, -1), whole)
+    assert not ends_by(Position(5, 7, 3), Position(5, 7, 2))
+    assert not Start.after(whole).is_before_or_at(whole)
+    assert Start.after(Position(5, 7, 0)).is_before_or_at(whole)  # more members, maybe
+    assert Start.at(Position(5, 7, 4)).is_before_or_at(whole)
+    assert not Start.after(Position(5, 7, 4)).is_before_or_at(Position(5, 7, 4))
 
 
 def test_offsets_round_trip_through_json() -> None:

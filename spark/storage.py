@@ -1,0 +1,143 @@
+"""Reading ledger entries straight from the bookies, inside a Spark task (read-only).
+
+Owns: ``LedgerReader``: the entries ``first`` .. ``last`` of one ledger (a ``LedgerLayout``
+from the planner: its fragments and the bookies' addresses; no metadata store) read through
+BookKeeper's read-handle contract (``broker.bookkeeper``: any replica of an entry's write
+set, range reads on unstriped fragments, each entry's checksum verified) with
+``open_sealed_ledger``. A sealed ledger is read as it is; the ledger still open is read as the
+snapshot its writer had confirmed when the read was planned (the broker's last add confirmed,
+given by the ledgers endpoint as ``entries``): those entries are on an ack quorum of bookies
+and never change, and nothing after them is read here (the caller reads any later entry
+through the broker). The bookies' own last add confirmed lags the writer's (it rides on the
+next add), so it is not the bound. ``READ_WINDOW`` reads of about ``READ_BYTES`` are kept in
+flight ahead of the caller (what bounds a task's memory for reading).
+
+Never writes, never fences, never opens a ledger for recovery: the topic's writer is never
+disturbed. With bookie TLS the bookie clients present the job's certificate (``GrpcTls``).
+
+Errors: ``StorageUnavailable`` (no replica served an entry: down, unreachable, refused,
+corrupt, or the ledger deleted meanwhile).
+
+The one module of ``magnetar.spark`` that imports the bookie client and BookKeeper's client
+(the import-linter contract ``spark`` allows exactly these imports, here).
+
+Must not know: Spark, topics, messages.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+from collections.abc import AsyncIterator
+
+from magnetar.bookie.client import BookieClient
+from magnetar.bookie.tls import GrpcTls
+from magnetar.broker.bookkeeper.errors import LedgerError
+from magnetar.broker.bookkeeper.metadata import LedgerMetadata
+from magnetar.broker.bookkeeper.read_handle import BookieReadHandle, open_sealed_ledger
+from magnetar.broker.bookkeeper.replicas import BookiePool
+from magnetar.broker.bookkeeper.states import LedgerState
+from magnetar.spark.layout import LedgerLayout
+
+log = logging.getLogger(__name__)
+
+READ_BYTES = 2 << 20
+"""Entries asked per read: about this many stored bytes (by the ledger's average)."""
+READ_WINDOW = 3
+"""Reads in flight per task."""
+READ_ENTRIES_MAX = 10_000
+"""Entries per read at most."""
+
+
+class StorageError(RuntimeError):
+    """Entries could not be read from the bookies."""
+
+
+class StorageUnavailable(StorageError):
+    """No bookie holding the entries served them."""
+
+
+class LedgerReader:
+    """Reads of ledger entries from the bookies for one task (a client per bookie)."""
+
+    def __init__(self, *, tls: GrpcTls | None, timeout_ms: int = 30_000) -> None:
+        self.pool = BookiePool(
+            lambda address: BookieClient(address, timeout_ms=timeout_ms, tls=tls, fast_add=False)
+        )
+        self._handles: dict[int, BookieReadHandle] = {}
+
+    async def close(self) -> None:
+        await self.pool.close()
+
+    def _handle(self, ledger: LedgerLayout) -> BookieReadHandle:
+        handle = self._handles.get(ledger.ledger_id)
+        if handle is None:
+            metadata = LedgerMetadata(
+                ledger_id=ledger.ledger_id,
+                ensemble_size=ledger.ensemble_size,
+                write_quorum=ledger.write_quorum,
+                ack_quorum=ledger.ack_quorum,
+                state=LedgerState.CLOSED,  # sealed, or the confirmed snapshot of the open one
+                ensembles=tuple((f.first_entry, f.bookies) for f in ledger.fragments),
+                master_key=b"",
+                last_entry_id=confirmed(ledger),
+                length=ledger.length if ledger.closed else ledger.size,
+            )
+            handle = self._handles[ledger.ledger_id] = open_sealed_ledger(metadata, self.pool)
+        return handle
+
+    async def _read(self, ledger: LedgerLayout, first: int, last: int) -> list[bytes]:
+        try:
+            return [e.payload for e in await self._handle(ledger).read(first, last)]
+        except LedgerError as exc:
+            raise StorageUnavailable(
+                f"entries {ledger.ledger_id}:{first}..{last} from "
+                f"{sorted({b for f in ledger.fragments for b in f.bookies})}: {exc}"
+            ) from None
+
+    async def sample(self, ledger: LedgerLayout, entry_ids: list[int]) -> list[bytes]:
+        """The stored payloads of a few entries (read concurrently)."""
+        entry_ids = [e for e in entry_ids if e <= confirmed(ledger)]
+        got = await asyncio.gather(*(self._read(ledger, e, e) for e in entry_ids))
+        return [chunk[0] for chunk in got]
+
+    async def entries(
+        self, ledger: LedgerLayout, first: int, last: int
+    ) -> AsyncIterator[tuple[int, list[bytes]]]:
+        """(id of the first, stored payloads) of consecutive entries ``first`` .. ``last``
+        (at most ``confirmed(ledger)``), in order, in chunks; at most ``READ_WINDOW``
+        reads ahead of the caller."""
+        step = max(1, min(READ_ENTRIES_MAX, int(READ_BYTES / ledger.entry_bytes)))
+        todo = collections.deque((a, min(last, a + step - 1)) for a in range(first, last + 1, step))
+        inflight: collections.deque[tuple[int, asyncio.Task[list[bytes]]]] = collections.deque()
+        try:
+            while todo or inflight:
+                while todo and len(inflight) < READ_WINDOW:
+                    a, b = todo.popleft()
+                    inflight.append((a, asyncio.ensure_future(self._read(ledger, a, b))))
+                a, task = inflight.popleft()
+                yield a, await task
+        finally:
+            for _, t in inflight:
+                t.cancel()
+
+
+def confirmed(ledger: LedgerLayout) -> int:
+    """The last entry of ``ledger`` read from the bookies: a sealed ledger's last, the open
+    one's last add confirmed by its writer when the read was planned."""
+    return ledger.last_entry_id if ledger.closed else ledger.entries - 1
+
+
+def grpc_tls(
+    trust_certs_file: str | None, certificate_file: str | None, key_file: str | None
+) -> GrpcTls:
+    """The job's TLS files as the bookie client's TLS settings."""
+    return GrpcTls(
+        certificate_file=certificate_file or "",
+        key_file=key_file or "",
+        trust_certs_file=trust_certs_file or "",
+    )
+
+
+__all__ = ["LedgerReader", "StorageError", "StorageUnavailable", "confirmed", "grpc_tls"]
