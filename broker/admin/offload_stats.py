@@ -1,8 +1,9 @@
 """What a topic's stats and metrics show of its tiered storage.
 
 Owns: ``offload_contexts`` (each ledger's offload context, for the ledger layouts a reader
-outside the broker plans with), ``offload_topic_stats`` (the fields Pulsar's topic stats carry: ``offloadedStorageSize``,
-``lastOffloadLedgerId``, ``lastOffloadSuccessTimeStamp``, ``lastOffloadFailureTimeStamp``),
+outside the broker plans with), ``offload_topic_stats`` (the fields Pulsar's topic stats
+carry: ``offloadedStorageSize``, ``lastOffloadLedgerId``, ``lastOffloadSuccessTimeStamp``,
+``lastOffloadFailureTimeStamp``),
 ``OFFLOAD_TOPIC_GAUGES`` / ``OFFLOAD_TOPIC_COUNTERS`` and ``offload_metric_values``: Pulsar's
 series (``pulsar_storage_offloaded_size``, ``LedgerOffloaderStats``' ``brk_ledgeroffloader_*``)
 for ``/metrics``, and ``offload_metric_counters`` (what their rates are sampled from).
