@@ -145,6 +145,15 @@ def test_magctl_offload_describe_peek_and_metrics(
     )
     assert float(line.rsplit(" ", 1)[1]) > 0
     assert "brk_ledgeroffloader_offload_error_total{" in text
+    # the storage layout readers outside the broker plan with (the Spark connector's):
+    # offloaded ledgers are listed with their record, never left out once off the bookies
+    layout = http(url, "GET", f"{T}/via-magctl/ledgers")[1]
+    stats = admin.internal_stats()["ledgers"]
+    assert [led["ledgerId"] for led in layout["ledgers"]] == [led["ledgerId"] for led in stats]
+    for led in layout["ledgers"][:-1]:
+        assert led["offloaded"] and led["bookkeeperDeleted"] and led["ensembles"] == []
+        assert led["offloadContext"]["record"]["ledgerId"] == led["ledgerId"]
+    assert "offloaded" not in layout["ledgers"][-1]  # the current ledger, on the bookies
 
 
 def test_namespace_manifest_carries_the_offload_policies(
