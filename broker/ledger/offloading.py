@@ -81,7 +81,7 @@ STORE_READERS_MAX = 8
 to its read-ahead): the least recently used idle one is closed beyond this (a reader that
 finds its handle closed so opens a new one)."""
 RETRY_FIRST_MS = 1_000
-RETRY_MAX_MS = 60_000
+RETRY_MAX_MS = 30_000
 """A failed automatic offload is tried again after this back-off, doubling per failure."""
 DELETE_ATTEMPTS = 3
 
@@ -478,7 +478,10 @@ class Offloading:
                     return
                 policies = self.policies
                 await self._delete_due_bookie_copies()
-                if policies is not None and self.clock.monotonic_ms() >= self._retry_at_ms:
+                backing_off_ms = self._retry_at_ms - self.clock.monotonic_ms()
+                if policies is not None and backing_off_ms > 0:
+                    self._arm(backing_off_ms)  # after a failure: not before the back-off ends
+                elif policies is not None:
                     await self._settle(policies)
                     for info in self._by_threshold(policies):
                         await self._offload_ledger(info, policies)

@@ -593,3 +593,27 @@ async def test_ledgers_offloaded_before_the_policies_changed_are_read_from_where
     assert await read_all(ml) == [payload(i) for i in range(22)]
     assert len(factory.offloaders) == 2
     await factory.close()
+
+
+async def test_a_failed_automatic_offload_is_tried_again_after_its_back_off_by_itself(
+    meta_server: MemoryMetadataServer, fake_bookies: FakeBookieCluster, autojump: AutojumpClock
+) -> None:
+    """No rollover and no periodic check comes (the check interval is a day): the back-off
+    timer alone resumes the offload once the store answers again."""
+    rig = make_rig(
+        meta_server,
+        fake_bookies,
+        autojump,
+        policies(threshold_bytes=0),
+        rollover_check_interval_ms=86_400_000,
+    )
+    ml = await rig.open()
+    rig.store.take_down()
+    await fill(ml, 12)
+    await wait_for(lambda: ml.offloading.statistics().offloads_failed >= 1, what="a failure")
+    assert not ml.ledgers.ledgers[0].offloaded
+    rig.store.bring_back()
+    await wait_for(lambda: ml.ledgers.ledgers[0].offloaded, what="the retried offload")
+    await ml.offloading.idle()
+    assert ml.ledgers.ledgers[0].bookkeeper_deleted
+    await rig.factory.close()
