@@ -47,7 +47,7 @@ from magnetar.broker.bookkeeper.testing import FakeBookieCluster
 from magnetar.broker.config import BrokerConfig
 from magnetar.broker.ledger import ManagedLedgerConfig, ManagedLedgerFactory
 from magnetar.broker.protocol.listener import BinaryListener
-from magnetar.broker.runtime import tune_gc_for_serving
+from magnetar.broker.runtime import BrokerServiceRunner, tune_gc_for_serving
 from magnetar.broker.service import BrokerService
 from magnetar.broker.storage.managed_adapter import ManagedLedgerStorage
 from magnetar.zk.memory import MemoryMetadataServer
@@ -123,7 +123,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     service = BrokerService(config, server.connect(), ManagedLedgerStorage(factory))
     listener = BinaryListener(service)
     await listener.start()
-    await service.start()
+    runner = BrokerServiceRunner(service)
+    await runner.start()
     freezer = None
     if args.gc == "serving":
         freezer = tune_gc_for_serving(service)
@@ -171,7 +172,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         if freezer is not None:
             freezer.close()
             result["gc_freezes"] = freezer.freezes
-        await service.close()
+        await runner.close()
         await listener.close()
         await factory.close()
     return result

@@ -1,10 +1,12 @@
 """One broker process's parts wired together: metadata, managed ledgers, service, HTTP.
 
 Owns: building a ``BrokerService`` on managed ledgers over the bookies registered in the
-metadata store (``BookieClient`` per bookie), serving the admin REST API / HTTP lookup /
-metrics on the web port, logging setup, the configuration store beside the local one when
-``configuration_metadata_store_url`` names one, and orderly shutdown in reverse order. Used by
-``magnetar broker`` (cluster) and ``magnetar standalone``.
+metadata store (``BookieClient`` per bookie), starting the service's parts in order and
+stopping them in reverse (``BrokerServiceRunner``: security, namespaces, policies, the
+compaction monitor, load management), serving the admin REST API / HTTP lookup / metrics on
+the web port, logging setup, the configuration store beside the local one when
+``configuration_metadata_store_url`` names one. Used by ``magnetar broker`` (cluster) and
+``magnetar standalone``; tests run a service with ``BrokerServiceRunner`` alone.
 Must not know: how the metadata store or the bookies were started.
 """
 
@@ -26,15 +28,21 @@ from magnetar.broker.admin.cluster_api import ClusterApi
 from magnetar.broker.admin.http_api import AdminApi
 from magnetar.broker.admin.http_security import add_permission_routes, security_middleware
 from magnetar.broker.bookkeeper.placement import RackPolicy
+from magnetar.broker.compaction import CompactionMonitor
 from magnetar.broker.config import BrokerConfig
 from magnetar.broker.ledger import ManagedLedgerConfig, ManagedLedgerFactory
+from magnetar.broker.loadbalance.cluster import BrokerCluster
 from magnetar.broker.offload.offloader import OffloaderTuning
 from magnetar.broker.offload.registry import OffloaderRegistry
 from magnetar.broker.offload.retry import RetryPolicy
 from magnetar.broker.policies.offload import broker_level
 from magnetar.broker.protocol.listener import BinaryListener
+from magnetar.broker.security.broker_client import BrokerClientAuth
 from magnetar.broker.service import BrokerService
 from magnetar.broker.storage.managed_adapter import ManagedLedgerStorage
+from magnetar.broker.topics.persistent import PersistentTopic
+from magnetar.clock import SystemClock
+from magnetar.zk.errors import MetadataError
 from magnetar.zk.routing import RoutingMetadataStore
 from magnetar.zk.store import MetadataStore
 
@@ -97,6 +105,83 @@ def bookie_tls(config: BrokerConfig) -> GrpcTls | None:
     )
 
 
+class BrokerServiceRunner:
+    """Starts a ``BrokerService``'s parts in order and stops them in reverse.
+
+    ``start``: TLS reloading and authentication, the namespace service (ownership; the
+    default cluster, ``public`` tenant and ``public/default`` namespace), the policy
+    manager's watches and periodic checks, the ``CompactionMonitor`` (the loaded persistent
+    topics over their resolved ``compaction_threshold``). ``start_cluster`` (once the web URL
+    is known) joins load management when it is enabled. ``close``: hand the bundles over
+    (load management), stop loading topics and accepting connections, leave load
+    management, stop the periodic work and security, close the topics and connections, then
+    release what is still owned.
+    """
+
+    def __init__(self, service: BrokerService) -> None:
+        self.service = service
+        self.compaction_monitor = CompactionMonitor(
+            self._persistent_topics,
+            service.policies.compaction_threshold,
+            float(service.config.broker_service_compaction_monitor_interval_seconds),
+            service.clock,
+        )
+        self.closed = False
+
+    def __repr__(self) -> str:
+        return f"<BrokerServiceRunner {self.service!r}>"
+
+    def _persistent_topics(self) -> list[PersistentTopic]:
+        return [t for t in self.service.topics.values() if isinstance(t, PersistentTopic)]
+
+    async def start(self) -> None:
+        service = self.service
+        if service.tls is not None:
+            service.tls.start()
+        service.authn.start()
+        service.namespaces.start()
+        await service.namespaces.ensure_defaults()
+        service.policies.start()
+        self.compaction_monitor.start()
+        log.info("broker service listening on %s", service.namespaces.service_url)
+
+    async def start_cluster(self) -> None:
+        """Join the cluster's load management (once the web URL is known)."""
+        service = self.service
+        if not service.config.load_balancer_enabled or service.cluster is not None:
+            return
+        credentials = BrokerClientAuth.from_config(service.config)  # bad settings: ValueError
+        service.cluster = BrokerCluster(
+            service, service.clock or SystemClock(), credentials=credentials
+        )
+        service.namespaces.placement = service.cluster
+        await service.cluster.start(service.namespaces.web_service_url)
+
+    async def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        service = self.service
+        cluster = service.cluster
+        if cluster is not None:
+            await cluster.drain(service.namespaces.unload_bundle)
+        service.stop_loading()
+        if cluster is not None:
+            await cluster.close()
+        service.policies.close()
+        self.compaction_monitor.close()
+        if service.tls is not None:
+            service.tls.close()
+        service.authn.close()
+        await service.close()
+        try:
+            await service.namespaces.release_all()
+        except MetadataError as exc:
+            # Metadata unreachable (a whole cluster stopping together): the ownership
+            # nodes are ephemeral and go with this broker's session.
+            log.warning("bundles not released (%s): they go when the session expires", exc)
+
+
 class BrokerRuntime:
     """A broker on an open metadata store: ``await start()``, then ``await close()``."""
 
@@ -119,6 +204,7 @@ class BrokerRuntime:
         self.factory.ledger_client.registry.rack_policy = rack_policy(config)
         self.storage = storage if storage is not None else ManagedLedgerStorage(self.factory)
         self.service = BrokerService(config, store, self.storage)
+        self.runner = BrokerServiceRunner(self.service)
         self.listener = BinaryListener(self.service)
         self._web: web.AppRunner | None = None
         self.web_port = config.web_service_port
@@ -138,7 +224,7 @@ class BrokerRuntime:
 
     async def start(self) -> None:
         await self.listener.start()
-        await self.service.start()
+        await self.runner.start()
         api = AdminApi.of_service(self.service, extra_routes=ClusterApi(self.service).register)
         app = api.app()
         app.middlewares.append(security_middleware(self.service.authn, self.service.authz))
@@ -150,7 +236,7 @@ class BrokerRuntime:
             site = web.TCPSite(self._web, host, self.config.web_service_port)
             await site.start()
             self.web_port = int(self._web.addresses[-1][1])
-            self.service.set_web_service_url(
+            self.service.namespaces.set_web_service_url(
                 f"http://{self.config.advertised_address}:{self.web_port}"
             )
         tls = self.service.tls
@@ -161,13 +247,13 @@ class BrokerRuntime:
             await site.start()
             self.web_port_tls = int(self._web.addresses[-1][1])
             url = f"https://{self.config.advertised_address}:{self.web_port_tls}"
-            self.service.set_web_service_url_tls(url)
+            self.service.namespaces.set_web_service_url_tls(url)
             if self.config.web_service_port < 0:
-                self.service.set_web_service_url(url)
-        await self.service.start_cluster()
+                self.service.namespaces.set_web_service_url(url)
+        await self.runner.start_cluster()
         log.info(
             "broker ready service_url=%s web_url=http://%s:%d",
-            self.service.service_url,
+            self.service.namespaces.service_url,
             self.config.advertised_address,
             self.web_port,
         )
@@ -176,7 +262,7 @@ class BrokerRuntime:
         if self._web is not None:
             await self._web.cleanup()
             self._web = None
-        await self.service.close()
+        await self.runner.close()
         await self.listener.close()
         await self.storage.close()
 
@@ -366,8 +452,9 @@ async def run_broker(config: BrokerConfig) -> int:
                 return code
             assert runtime is not None
             freezer = tune_gc_for_serving(runtime.service)
+            service_url = runtime.service.namespaces.service_url
             print(
-                f"Magnetar broker is ready\n  service URL: {runtime.service.service_url}\n"
+                f"Magnetar broker is ready\n  service URL: {service_url}\n"
                 f"  admin URL:   http://{config.advertised_address}:{runtime.web_port}",
                 flush=True,
             )
@@ -420,6 +507,7 @@ async def initialize_metadata(
 
 __all__ = [
     "BrokerRuntime",
+    "BrokerServiceRunner",
     "TopicGcFreezer",
     "bookie_tls",
     "initialize_metadata",

@@ -111,7 +111,7 @@ class Standalone:
     @property
     def service_url(self) -> str:
         assert self.runtime is not None
-        return self.runtime.service.service_url
+        return self.runtime.service.namespaces.service_url
 
     @property
     def web_service_url(self) -> str:
@@ -280,10 +280,10 @@ async def run_standalone(
     freezer = tune_gc_for_serving(standalone.runtime.service)
     service = standalone.runtime.service
     tls = ""
-    if service.service_url_tls:
-        tls += f"\n  TLS service URL: {service.service_url_tls}"
-    if service.web_service_url_tls:
-        tls += f"\n  HTTPS admin URL: {service.web_service_url_tls}"
+    if service.namespaces.service_url_tls:
+        tls += f"\n  TLS service URL: {service.namespaces.service_url_tls}"
+    if service.namespaces.web_service_url_tls:
+        tls += f"\n  HTTPS admin URL: {service.namespaces.web_service_url_tls}"
     print(
         f"Magnetar standalone is ready\n"
         f"  service URL: {standalone.service_url}\n"

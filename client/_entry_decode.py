@@ -1,7 +1,8 @@
 """Decoding one received entry into application messages: a pure step over bytes.
 
 Owns: decompressing an entry's payload, splitting a batch into its members (the codec's
-``split_batch``), and making the ``Message`` of each member still to deliver: not acked
+``split_batch``; its size is the codec's ``num_messages_of``), and making the ``Message`` of
+each member still to deliver: not acked
 according to ``still`` (the broker's ack set and the consumer's own batch tracker), not
 compacted out, not dropped by a start filter.
 Must not know: permits, acknowledgement trackers, the receive queue, connections, I/O. The
@@ -16,7 +17,13 @@ from typing import Any
 
 from magnetar.client._compression import DecompressionError, decompress
 from magnetar.client._message import Message, MessageId
-from magnetar.client.protocol import BatchDeserializeError, is_batch, pb, split_batch
+from magnetar.client.protocol import (
+    BatchDeserializeError,
+    is_batch,
+    num_messages_of,
+    pb,
+    split_batch,
+)
 
 # CommandAck.ValidationError values a consumer reports when it drops an entry it cannot read.
 VALIDATION_DECOMPRESSION_ERROR = 1
@@ -66,7 +73,7 @@ def decode_entry(
     ``consumer_ref`` is stored in each message for its acknowledgement. Raises
     ``EntryDecodeError`` for a payload that does not decompress or a malformed batch."""
     batched = is_batch(md)
-    n = md.num_messages_in_batch if batched else 1
+    n = num_messages_of(md)
     if md.HasField("compression") and md.compression != 0:
         try:
             payload = decompress(md.compression, payload, md.uncompressed_size)

@@ -4,7 +4,7 @@ Owns: ``EntryColumns``, which takes whole stored entries (the bytes a broker sto
 entry: checksum, ``MessageMetadata``, payload) as they come from the bookies, and builds the
 source's columns (``rows.arrow_schema`` or a schema'd topic's value columns, then the
 metadata columns) without a Python object per message: one ``MessageMetadata`` per entry
-(the codec's ``parse_entry``, checksum verified), a batch payload cut in one pass by the
+(the codec's ``entry_metadata``; checksums are the storage's), a batch payload cut by the
 codec's ``scan_batch`` (members that carry nothing but their size and sequence id, as
 batching producers write them, are never parsed), payloads sliced and joined into one Arrow
 buffer, and the per-message columns (ids, times) computed per entry and expanded with numpy;

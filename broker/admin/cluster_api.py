@@ -93,7 +93,7 @@ class ClusterApi:
     async def _owned_here_or_redirect(self, request: web.Request, bundle: NamespaceBundle) -> None:
         """Return when this broker owns ``bundle`` (taking it when nobody does, as Pulsar's
         owner validation does); else redirect (307) to the owner."""
-        ownership = self.service.ownership
+        ownership = self.service.namespaces.ownership
         assert ownership is not None
         if ownership.is_owned(bundle):
             return
@@ -161,7 +161,7 @@ class ClusterApi:
 
     async def owned_namespaces(self, request: web.Request) -> web.Response:
         cluster = self.service.cluster
-        ownership = self.service.ownership
+        ownership = self.service.namespaces.ownership
         if request.match_info["cluster"] != self.service.config.cluster_name:
             raise ResourceNotFound(f"Cluster {request.match_info['cluster']} does not exist")
         broker = request.match_info["broker"]

@@ -48,6 +48,7 @@ from magnetar.settings_accepted import ADMIN_BODY_BYTES_MAX
 from magnetar.zk.errors import MetadataError
 
 if TYPE_CHECKING:
+    from magnetar.broker.schema.topics import TopicSchemas
     from magnetar.broker.service import BrokerService
 
 log = logging.getLogger(__name__)
@@ -91,15 +92,8 @@ async def join_yielding(
 
 
 class TopicRegistry(Protocol):
-    """What the HTTP API needs of the topic registry (``BrokerService``): lookups, topic
+    """What the HTTP API needs of the topic registry (``BrokerService``): topic listing,
     creation, deletion and unloads."""
-
-    async def lookup_urls(
-        self, topic: str, authoritative: bool = False, listener_name: str = ""
-    ) -> tuple[str, ...]:
-        """(binary service URL, HTTP URL[, TLS binary URL, HTTPS URL]) of the broker owning
-        ``topic``, assigning it if needed."""
-        ...
 
     async def list_topics(self, tenant: str, namespace: str, domain: str) -> list[str]:
         """Full names of the namespace's non-partitioned topics (partitions included)."""
@@ -119,6 +113,18 @@ class TopicRegistry(Protocol):
 
     async def delete_topic_schemas(self, topic: str) -> None:
         """Delete the schemas of ``topic`` (a whole partitioned topic's)."""
+        ...
+
+
+class Lookups(Protocol):
+    """What the HTTP API needs of namespace ownership (``namespace.lookup.NamespaceService``):
+    lookups and bundle unloads."""
+
+    async def lookup_urls(
+        self, topic: str, authoritative: bool = False, listener_name: str = ""
+    ) -> tuple[str, ...]:
+        """(binary service URL, HTTP URL[, TLS binary URL, HTTPS URL]) of the broker owning
+        ``topic``, assigning it if needed."""
         ...
 
     async def unload_namespace_bundle(self, tenant: str, namespace: str, name: str) -> str | None:
@@ -206,6 +212,7 @@ class AdminApi:
         resources: Resources,
         topics: TopicRegistry,
         *,
+        lookups: Lookups,
         admin: TopicAdmin,
         default_bundles: int = 4,
         metrics: Callable[[], Iterable[str]],
@@ -214,9 +221,11 @@ class AdminApi:
         extra_routes: Callable[[web.UrlDispatcher], None] | None = None,
         operations: TopicOperations | None = None,
         topic_level_policies: bool = True,
+        schemas: TopicSchemas | None = None,
     ) -> None:
         self.resources = resources
         self.topics = topics
+        self.lookups = lookups
         self.admin = admin
         self.default_bundles = default_bundles
         self.metrics_source = metrics
@@ -228,6 +237,8 @@ class AdminApi:
         """Subscription, topic, namespace and cluster operations (``admin_ops_api``)."""
         self.topic_level_policies = topic_level_policies
         """Pulsar's ``topicLevelPoliciesEnabled``: off, the topic-policy routes answer 405."""
+        self.schemas = schemas
+        """The schema registry's REST routes (``/admin/v2/schemas/...``) when given."""
 
     @classmethod
     def of_service(
@@ -242,12 +253,14 @@ class AdminApi:
         return cls(
             service.resources,
             service,
+            lookups=service.namespaces,
             admin=operations,
             operations=operations,
             default_bundles=service.config.default_number_of_namespace_bundles,
             metrics=BrokerMetrics(service).chunks,
             extra_routes=extra_routes,
             topic_level_policies=service.config.topic_level_policies_enabled,
+            schemas=service.schemas,
         )
 
     def app(self) -> web.Application:
@@ -260,9 +273,8 @@ class AdminApi:
         if self.extra_routes is not None:  # first: more specific than the topic routes
             self.extra_routes(r)
         ReplicationRoutes(self.resources).add_routes(r)  # clusters, replication clusters
-        schemas = getattr(self.topics, "schemas", None)
-        if schemas is not None:  # /admin/v2/schemas/...: before /admin/v2/{domain}/...
-            SchemaAdminRoutes(schemas).add_routes(r)
+        if self.schemas is not None:  # /admin/v2/schemas/...: before /admin/v2/{domain}/...
+            SchemaAdminRoutes(self.schemas).add_routes(r)
         ops = OperationRoutes(self.operations) if self.operations is not None else None
         if ops is not None:
             ops.add_priority_routes(r)  # before the generic topic routes that would match
@@ -437,7 +449,7 @@ class AdminApi:
 
     async def unload_namespace_bundle(self, request: web.Request) -> web.Response:
         m = request.match_info
-        owner = await self.topics.unload_namespace_bundle(m["tenant"], m["namespace"], m["bundle"])
+        owner = await self.lookups.unload_namespace_bundle(m["tenant"], m["namespace"], m["bundle"])
         if owner is not None:
             raise web.HTTPTemporaryRedirect(owner.rstrip("/") + request.path_qs)
         return _no_content()
@@ -700,7 +712,7 @@ class AdminApi:
         listener = (
             request.query.get("listenerName") or request.headers.get("X-Pulsar-ListenerName") or ""
         )
-        urls = await self.topics.lookup_urls(topic, authoritative, listener.strip())
+        urls = await self.lookups.lookup_urls(topic, authoritative, listener.strip())
         broker_url, http_url = urls[0], urls[1]
         broker_tls, http_tls = (urls[2], urls[3]) if len(urls) >= 4 else ("", "")
         return _json(

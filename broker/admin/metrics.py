@@ -27,6 +27,7 @@ from magnetar.broker.admin.offload_stats import (
     offload_metric_counters,
     offload_metric_values,
 )
+from magnetar.broker.topics.contract import Topic
 from magnetar.broker.topics.persistent import PersistentTopic
 from magnetar.broker.topics.subscription import Subscription
 
@@ -191,7 +192,7 @@ class BrokerMetrics:
                     ("pulsar_ml_AddEntryLatencyBuckets_count", t.write_latency.count),
                 ):
                     m[metric] = m.get(metric, 0.0) + value
-            comp = getattr(t, "compaction", None)
+            comp = t.compaction if isinstance(t, PersistentTopic) else None
             if topic_level and comp is not None and (comp.runs or comp.view is not None):
                 for metric, value in comp.metrics().items():
                     fam = compaction.setdefault(
@@ -223,7 +224,7 @@ class BrokerMetrics:
     def _topic_values(
         self,
         name: str,
-        t: Any,
+        t: Topic,
         live: set[Any],
         subs: dict[str, GaugeMetricFamily],
         labels: tuple[str, str, str],
@@ -234,8 +235,8 @@ class BrokerMetrics:
         backlog = 0
         for sub_name, s in t.subscriptions.items():
             stats = s.statistics()
-            persistent_sub = isinstance(s, Subscription)
-            d = s.dispatcher if persistent_sub else None
+            own = s if isinstance(s, Subscription) else None  # dispatched from storage
+            d = own.dispatcher if own is not None else None
             sub_out = (d.dispatched_messages, d.dispatched_bytes) if d is not None else (0, 0)
             out_msgs += sub_out[0]
             out_bytes += sub_out[1]
@@ -245,11 +246,11 @@ class BrokerMetrics:
             if subs:
                 key = (name, sub_name)
                 live.add(key)
-                redeliver = s.redelivery_requests if persistent_sub else 0
+                redeliver = own.redelivery_requests if own is not None else 0
                 r = self.sampler.rates(
                     key, {"out": sub_out[0], "bytes": sub_out[1], "redeliver": redeliver}
                 )
-                index = s.delayed_index if persistent_sub else None
+                index = own.delayed_index if own is not None else None
                 delayed = index.size() if index is not None else 0
                 sub_labels = [*labels, sub_name]
                 for metric, value in (
@@ -263,7 +264,7 @@ class BrokerMetrics:
                 ):
                     subs[metric].add_metric(sub_labels, value)
         live.add(name)
-        ledger = getattr(t, "ledger", None)
+        ledger = t.ledger if isinstance(t, PersistentTopic) else None
         offload_counters = offload_metric_counters(ledger)
         rates = self.sampler.rates(
             name,
@@ -285,7 +286,7 @@ class BrokerMetrics:
             "pulsar_throughput_in": rates["in_bytes"],
             "pulsar_throughput_out": rates["out_bytes"],
             "entries_rate": rates["entries"],
-            "pulsar_storage_size": ledger.total_size if ledger is not None else 0,
+            "pulsar_storage_size": t.storage_size,
             "pulsar_msg_backlog": backlog,
             "pulsar_in_messages": c.msg_in,
             "pulsar_in_bytes": c.bytes_in,

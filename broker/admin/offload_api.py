@@ -59,6 +59,7 @@ from magnetar.broker.offload.policies import (
 )
 from magnetar.broker.policies.offload import merged_offload
 from magnetar.broker.storage.managed_adapter import ManagedLedgerAdapter
+from magnetar.broker.topics.persistent import PersistentTopic
 
 if TYPE_CHECKING:
     from magnetar.broker.service import BrokerService
@@ -265,7 +266,7 @@ class OffloadRoutes:
                 "Offload a partitioned topic partition by partition (<topic>-partition-<n>)"
             )
         topic = await self.service.existing_topic(f"{domain}://{tenant}/{namespace}/{local}")
-        ledger = topic.ledger
+        ledger = topic.ledger if isinstance(topic, PersistentTopic) else None
         if not isinstance(ledger, ManagedLedgerAdapter):
             raise PreconditionFailed("The topic's storage keeps no ledgers to offload")
         return ledger

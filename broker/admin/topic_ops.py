@@ -31,14 +31,14 @@ from magnetar.broker.namespace.resources import (
 )
 from magnetar.broker.naming import InvalidTopicName, TopicName
 from magnetar.broker.storage.contract import Entry
-from magnetar.broker.topics.subscription import SubscriptionError
-from magnetar.client.protocol import RemoteProtocolError, parse_entry
+from magnetar.broker.topics.contract import Topic
+from magnetar.broker.topics.persistent import PersistentTopic
+from magnetar.broker.topics.subscription import Subscription, SubscriptionError
+from magnetar.client.protocol import EntryView, RemoteProtocolError
 from magnetar.zk import paths
 
 if TYPE_CHECKING:
     from magnetar.broker.service import BrokerService
-    from magnetar.broker.topics.persistent import PersistentTopic
-    from magnetar.broker.topics.subscription import Subscription
 
 READ_CHUNK = 1000
 """Entries read per step when an operation walks a backlog (skip, expire, peek)."""
@@ -83,7 +83,7 @@ def _peeked(entry: Entry) -> PeekedMessage:
     pos = entry.position
     headers = {"X-Pulsar-Message-ID": f"{pos.ledger_id}:{pos.entry_id}"}
     try:
-        stored = parse_entry(entry.data, verify_checksum=False)
+        stored = EntryView.parse(entry.data, verify_checksum=False)
     except Exception:
         return PeekedMessage(pos, headers, bytes(entry.data))
     md = stored.metadata
@@ -133,7 +133,7 @@ class TopicOperations:
             err.http_status = 405
             raise err
         t = await self.service.existing_topic(topic)
-        if t.compaction is None:
+        if not isinstance(t, PersistentTopic) or t.compaction is None:
             raise ResourceError("Topic has no compaction state")
         return t, t.compaction
 
@@ -167,7 +167,7 @@ class TopicOperations:
         return {
             **t.stats(),
             **self.service.policies.topic_stats(t),
-            **offload_topic_stats(t.ledger),
+            **(offload_topic_stats(t.ledger) if isinstance(t, PersistentTopic) else {}),
         }
 
     # -- lookup helpers ------------------------------------------------------------------
@@ -187,7 +187,7 @@ class TopicOperations:
             tn.tenant, tn.namespace, tn.domain, tn.local
         )
 
-    async def topic(self, topic: str) -> PersistentTopic:
+    async def topic(self, topic: str) -> Topic:
         from magnetar.broker.service import ServiceError
 
         try:
@@ -201,7 +201,9 @@ class TopicOperations:
     async def persistent(self, topic: str) -> PersistentTopic:
         if not self.parse(topic).persistent:
             raise not_allowed("The operation is not supported on non-persistent topics")
-        return await self.topic(topic)
+        got = await self.topic(topic)
+        assert isinstance(got, PersistentTopic)  # a persistent name loads one
+        return got
 
     async def subscription(self, topic: str, sub: str) -> tuple[PersistentTopic, Subscription]:
         t = await self.persistent(topic)
@@ -563,7 +565,7 @@ class TopicOperations:
     async def _owned_bundles(self, tenant: str, namespace: str) -> list[NamespaceBundle]:
         if not await self.service.resources.namespace_exists(tenant, namespace):
             raise ResourceNotFound("Namespace does not exist")
-        ownership = self.service.ownership
+        ownership = self.service.namespaces.ownership
         if ownership is None:
             return []
         bundles = await self.service.resources.bundles(tenant, namespace)
@@ -575,7 +577,7 @@ class TopicOperations:
 
     async def unload_namespace(self, tenant: str, namespace: str) -> None:
         for bundle in await self._owned_bundles(tenant, namespace):
-            await self.service.unload_bundle(bundle)
+            await self.service.namespaces.unload_bundle(bundle)
 
     # -- cluster -------------------------------------------------------------------------
     # -- properties (magctl's labels) -----------------------------------------------------
@@ -639,7 +641,7 @@ class TopicOperations:
         tn = self.parse(topic)
         if not await self.service.resources.namespace_exists(tn.tenant, tn.namespace):
             raise ResourceNotFound("Namespace does not exist")
-        return (await self.service.bundle_of(tn)).range.name
+        return (await self.service.namespaces.bundle_of(tn)).range.name
 
     async def bookies(self) -> list[dict[str, Any]]:
         """Registered bookies (Pulsar's ``BookiesClusterInfo`` entries), with what each one
@@ -678,7 +680,7 @@ class TopicOperations:
         for name, t in sorted(self.service.topics.items()):
             tn = t.name
             try:
-                bundle = (await self.service.bundle_of(tn)).range.name
+                bundle = (await self.service.namespaces.bundle_of(tn)).range.name
                 stats = await self.topic_stats(name) if tn.persistent else t.stats()
             except ResourceError:
                 continue
@@ -693,10 +695,6 @@ class TopicOperations:
 
         cfg = self.service.config
         return {f.name: str(getattr(cfg, f.name)) for f in dataclasses.fields(cfg)}
-
-
-def _host_port(url: str) -> str:
-    return url.split("://", 1)[-1].rstrip("/")
 
 
 __all__ = ["PeekedMessage", "TopicOperations", "not_allowed", "parse_position"]

@@ -22,8 +22,8 @@ One module per concern (trio-style: private-ish modules, public names re-exporte
 - ``monitor``: ``CompactionMonitor``, the periodic check that compacts topics whose bytes not
   yet compacted exceed their ``compaction_threshold``.
 
-Dependencies inside the package run one way: fold <- view <- compactor, cursor; monitor
-needs none of them. ``fold`` is pure (import-linter contract ``compaction-fold-is-pure``).
+Dependencies inside the package run one way: fold <- view <- compactor <- monitor, cursor.
+``fold`` is pure (import-linter contract ``compaction-fold-is-pure``).
 
 Invariants: a generation becomes visible only once its trailer is written (one append: a
 crash leaves either the old or the new view); on load the newest sealed generation wins and
@@ -41,7 +41,7 @@ from magnetar.broker.compaction.compactor import (
 )
 from magnetar.broker.compaction.cursor import CompactedCursor, int_to_words, words_to_int
 from magnetar.broker.compaction.fold import KeyedMessage, LatestPerKey, entry_messages
-from magnetar.broker.compaction.monitor import CompactionMonitor
+from magnetar.broker.compaction.monitor import CompactionMonitor, MonitoredTopic
 from magnetar.broker.compaction.view import (
     COMPACTION_SUBSCRIPTION,
     CompactedView,
@@ -62,6 +62,7 @@ __all__ = [
     "CompactionStatus",
     "KeyedMessage",
     "LatestPerKey",
+    "MonitoredTopic",
     "TopicCompaction",
     "Trailer",
     "ViewRecord",

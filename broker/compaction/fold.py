@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from magnetar.broker.ledger.position import Position
-from magnetar.client.protocol import parse_batch, parse_entry
+from magnetar.client.protocol import EntryView, parse_batch
 
 CHUNKS_PENDING_MAX = 10_000
 """Chunked messages being assembled at most; older incomplete ones are forgotten."""
@@ -48,7 +48,7 @@ class KeyedMessage:
 def entry_messages(data: bytes) -> tuple[int, list[KeyedMessage]]:
     """(messages in the entry, its messages as compaction sees them). A batch that cannot
     be opened (encrypted, unknown codec) counts as one message keyed by the outer key."""
-    stored = parse_entry(data, verify_checksum=False)
+    stored = EntryView.parse(data, verify_checksum=False)
     md = stored.metadata
     if not md.HasField("num_messages_in_batch"):
         key = md.partition_key if md.HasField("partition_key") else None

@@ -6,28 +6,43 @@ loaded persistent topic whose bytes not yet compacted exceed its threshold (reso
 
 Invariants: a timer tick while the previous check still runs starts no second one; a
 topic already compacting, closing or closed is skipped; after ``close()`` nothing is armed.
-Must not know: how a compaction runs or how views are stored (each topic's ``compaction`` is
-duck-typed: ``running``, ``closed``, ``uncompacted_bytes``, ``trigger``), policies (the
-threshold comes from ``threshold_of``), sockets, frames, dispatch.
+Must not know: how a compaction runs or how views are stored (a topic's ``TopicCompaction``
+is asked whether it runs and how much is not compacted, and told to start), topics beyond
+``MonitoredTopic``, policies (the threshold comes from ``threshold_of``), sockets, frames,
+dispatch.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar
 
+from magnetar.broker.compaction.compactor import TopicCompaction
 from magnetar.clock import Clock, SystemClock
 
 
-class CompactionMonitor:
+class MonitoredTopic(Protocol):
+    """What the monitor reads of a loaded persistent topic."""
+
+    @property
+    def closed(self) -> bool: ...
+
+    @property
+    def compaction(self) -> TopicCompaction | None: ...
+
+
+T = TypeVar("T", bound=MonitoredTopic)
+
+
+class CompactionMonitor(Generic[T]):
     """Every ``interval_s``: compact each loaded persistent topic whose bytes not yet
     compacted exceed its threshold (resolved ``compaction_threshold``; 0 = off)."""
 
     def __init__(
         self,
-        topics: Callable[[], Iterable[Any]],
-        threshold_of: Callable[[Any], int],
+        topics: Callable[[], Iterable[T]],
+        threshold_of: Callable[[T], int],
         interval_s: float,
         clock: Clock | None = None,
     ) -> None:
@@ -71,8 +86,8 @@ class CompactionMonitor:
         self.checks += 1
         started = 0
         for topic in list(self.topics()):
-            comp = getattr(topic, "compaction", None)
-            if comp is None or comp.running or comp.closed or getattr(topic, "closed", False):
+            comp = topic.compaction
+            if comp is None or comp.running or comp.closed or topic.closed:
                 continue
             threshold = self.threshold_of(topic)
             if threshold <= 0:
@@ -88,4 +103,4 @@ class CompactionMonitor:
         return started
 
 
-__all__ = ["CompactionMonitor"]
+__all__ = ["CompactionMonitor", "MonitoredTopic"]

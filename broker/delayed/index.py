@@ -66,9 +66,10 @@ from magnetar.broker.delayed.codec import (
 )
 from magnetar.broker.delayed.store import SegmentStore
 from magnetar.broker.delayed.wheel import NearWheel
-from magnetar.broker.ledger.errors import ManagedLedgerClosed, ManagedLedgerFenced
+from magnetar.broker.ledger.errors import LedgerError, ManagedLedgerClosed, ManagedLedgerFenced
 from magnetar.broker.ledger.position import Position
 from magnetar.clock import Clock, TimerHandle
+from magnetar.zk.errors import MetadataError
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +80,14 @@ _SUPPRESS_MAX = 100_000
 
 class DelayedIndexError(Exception):
     retriable = False
+
+
+def _retriable(exc: Exception) -> bool:
+    """May storing be tried again after ``exc``? Our error trees say (``retriable``);
+    anything else (an I/O hiccup of a store) is tried again."""
+    if isinstance(exc, (LedgerError, MetadataError, DelayedIndexError)):
+        return exc.retriable
+    return True
 
 
 class DelayedIndexClosed(DelayedIndexError):
@@ -771,7 +780,7 @@ class DelayedDeliveryIndex:
                     raise
                 except Exception as exc:
                     self.last_error = exc
-                    if not getattr(exc, "retriable", True) or isinstance(
+                    if not _retriable(exc) or isinstance(
                         exc, (ManagedLedgerFenced, ManagedLedgerClosed)
                     ):
                         log.error("%s: storage refused (%r): memory only now", self.name, exc)

@@ -100,10 +100,6 @@ class Consumer:
         )
 
     @property
-    def tracks_unacked_limit(self) -> bool:
-        return self.sub_type in (SubType.SHARED, SubType.KEY_SHARED) and self.max_unacked > 0
-
-    @property
     def available(self) -> bool:
         return self.permits > 0 and not self.blocked and not self.closed and not self.paused
 

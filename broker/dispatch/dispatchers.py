@@ -51,7 +51,7 @@ import logging
 import math
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from magnetar.broker.delayed import DelayedDeliveryIndex, DelayedIndexError
 from magnetar.broker.dispatch.consumer import Consumer, OutMessage, SubType
@@ -65,6 +65,7 @@ from magnetar.broker.dispatch.key_shared import (
 from magnetar.broker.dispatch.key_shared import KeySharedSelector as KsSelector
 from magnetar.broker.ledger.position import Position
 from magnetar.broker.storage.contract import Entry, TopicCursor
+from magnetar.client.protocol import ChunkInfo
 from magnetar.clock import Clock, SystemClock, TimerHandle
 
 log = logging.getLogger(__name__)
@@ -94,6 +95,13 @@ AVG_MSGS_PER_ENTRY_WEIGHT = 0.9
 
 _COUNTS_REDELIVERIES = frozenset((SubType.SHARED, SubType.KEY_SHARED))
 _new_tuple = tuple.__new__  # OutMessage(...) without the NamedTuple's Python-level __new__
+
+
+def _unreadable(entry: Entry, exc: Exception) -> None:
+    """An entry whose metadata cannot be read is delivered as stored (not delayed, not a
+    chunk): a consumer discards a corrupt message and acknowledges it, so one bad entry never
+    stalls a subscription. Entries stored since SEND validation always parse."""
+    log.warning("entry %s has unparseable metadata (%s): delivered as stored", entry.position, exc)
 
 
 # ---------------------------------------------------------------------- pure selection
@@ -142,6 +150,22 @@ class DispatcherStats:
 
 
 CountOf = Callable[[Entry], int]
+DeliverAtOf = Callable[[bytes], int]
+"""An entry's ``deliver_at_time`` from its bytes, 0 if none (the codec's ``entry_deliver_at``)."""
+ChunkOf = Callable[[bytes], ChunkInfo | None]
+"""An entry's chunk fields from its bytes, None if not a chunk (the codec's ``entry_chunk``)."""
+
+
+class Throttle(Protocol):
+    """A dispatch rate limit (the policy manager's ``DispatchThrottle``): caps the permits a
+    round may use, arming ``wake`` for when a message may go again, and is charged with
+    what was sent."""
+
+    def allowed(self, permits: int, wake: Callable[[], None]) -> int: ...
+
+    def charge(self, messages: int, size: int) -> None: ...
+
+    def cancel(self) -> None: ...
 
 
 class Dispatcher:
@@ -171,9 +195,9 @@ class Dispatcher:
         self._round_messages = 0
         self._round_entries = 0
         self._bg: set[asyncio.Task[None]] = set()
-        # dispatch rate limit, set by policy_manager (a DispatchThrottle): caps the permits
-        # a round may use and is charged with what was sent; None = unthrottled
-        self.throttle: Any = None
+        # dispatch rate limit, set by the subscription (the policy manager's): caps the
+        # permits a round may use and is charged with what was sent; None = unthrottled
+        self.throttle: Throttle | None = None
         # broker settings, set by the subscription: entries read at most per read
         # (dispatcherMaxReadBatchSize) and whether redelivery counts are tracked and sent
         # (subscriptionRedeliveryTrackerEnabled; off: every message says 0, as Pulsar)
@@ -370,6 +394,17 @@ class Dispatcher:
             self._retry_timer.cancel()
             self._retry_timer = None
 
+    def apply_limits(
+        self,
+        max_unacked_per_subscription: int,
+        max_unacked_per_consumer: int,
+        deliver_at_of: DeliverAtOf | None,
+    ) -> None:
+        """Policies changed: the consumers' unacked limit (the subscription's limit and
+        delayed delivery concern Shared and Key_Shared only)."""
+        for c in self.consumers:
+            c.max_unacked = max_unacked_per_consumer
+
     # overridden
     def add_consumer(self, consumer: Consumer) -> None:
         raise NotImplementedError
@@ -543,9 +578,9 @@ class MultipleConsumersDispatcher(Dispatcher):
         redelivery: dict[Position, int],
         *,
         max_unacked_per_subscription: int = 200_000,
-        deliver_at_of: Callable[[Entry], int] | None = None,
+        deliver_at_of: DeliverAtOf | None = None,
         delayed_index: Callable[[], Awaitable[DelayedDeliveryIndex]] | None = None,
-        chunk_of: Callable[[Entry], tuple[str, int, int] | None] | None = None,
+        chunk_of: ChunkOf | None = None,
     ) -> None:
         super().__init__(cursor, count_of, redelivery)
         # chunked messages: every chunk of one message goes to the consumer of its chunk 0
@@ -567,6 +602,16 @@ class MultipleConsumersDispatcher(Dispatcher):
             f"<SharedDispatcher consumers={len(self.consumers)} replay={len(self.replay)}"
             f"{' blocked' if self.blocked else ''}>"
         )
+
+    def apply_limits(
+        self,
+        max_unacked_per_subscription: int,
+        max_unacked_per_consumer: int,
+        deliver_at_of: DeliverAtOf | None,
+    ) -> None:
+        self.max_unacked = max_unacked_per_subscription
+        self.deliver_at_of = deliver_at_of
+        super().apply_limits(max_unacked_per_subscription, max_unacked_per_consumer, deliver_at_of)
 
     def add_replay(self, positions: list[Position]) -> None:
         for pos in positions:
@@ -602,8 +647,9 @@ class MultipleConsumersDispatcher(Dispatcher):
         out = []
         for entry in entries:
             try:
-                at = deliver_at_of(entry)
-            except Exception:
+                at = deliver_at_of(entry.data)
+            except Exception as exc:
+                _unreadable(entry, exc)
                 at = 0
             held = False
             if at > 0:
@@ -745,15 +791,20 @@ class MultipleConsumersDispatcher(Dispatcher):
             if limit > 0 and self.total_unacked >= limit:
                 leftovers = [e.position for e in entries[i:]]
                 break
-            chunk = self.chunk_of(entry) if self.chunk_of is not None else None
-            if chunk is not None and chunk[1] > 0:  # a later chunk: same consumer as chunk 0
-                owner = self._chunk_owner.get(chunk[0])
+            chunk = None
+            if self.chunk_of is not None:
+                try:
+                    chunk = self.chunk_of(entry.data)
+                except Exception as exc:
+                    _unreadable(entry, exc)
+            if chunk is not None and chunk.chunk_id > 0:  # a later chunk: chunk 0's consumer
+                owner = self._chunk_owner.get(chunk.uuid)
                 if owner is not None and owner in self.consumers:
                     if not owner.available:
                         waiting_chunks.append(entry.position)
                         continue
-                    if chunk[1] == chunk[2] - 1:
-                        del self._chunk_owner[chunk[0]]
+                    if chunk.is_last:
+                        del self._chunk_owner[chunk.uuid]
                     owner_idx = self.consumers.index(owner)
                     self._assign(owner, entry, per_consumer.setdefault(owner_idx, []))
                     continue
@@ -762,8 +813,8 @@ class MultipleConsumersDispatcher(Dispatcher):
                 leftovers = [e.position for e in entries[i:]]
                 break
             self._rr = idx + 1
-            if chunk is not None and chunk[2] > 1:
-                self._chunk_owner[chunk[0]] = self.consumers[idx]
+            if chunk is not None and chunk.num_chunks_from_msg > 1:
+                self._chunk_owner[chunk.uuid] = self.consumers[idx]
             self._assign(self.consumers[idx], entry, per_consumer.setdefault(idx, []))
         leftovers = waiting_chunks + leftovers
         for idx, out in per_consumer.items():
@@ -814,7 +865,7 @@ class KeySharedDispatcher(MultipleConsumersDispatcher):
         *,
         max_unacked_per_subscription: int = 200_000,
         slot_of: Callable[[Entry], int] | None = None,
-        deliver_at_of: Callable[[Entry], int] | None = None,
+        deliver_at_of: DeliverAtOf | None = None,
         delayed_index: Callable[[], Awaitable[DelayedDeliveryIndex]] | None = None,
     ) -> None:
         super().__init__(
@@ -1125,8 +1176,8 @@ def new_dispatcher(
     partition_index: int = -1,
     max_unacked_per_subscription: int = 200_000,
     slot_of: Callable[[Entry], int] | None = None,
-    deliver_at_of: Callable[[Entry], int] | None = None,
-    chunk_of: Callable[[Entry], tuple[str, int, int] | None] | None = None,
+    deliver_at_of: DeliverAtOf | None = None,
+    chunk_of: ChunkOf | None = None,
     delayed_index: Callable[[], Awaitable[DelayedDeliveryIndex]] | None = None,
     clock: Clock | None = None,
 ) -> Dispatcher:
@@ -1152,11 +1203,18 @@ def new_dispatcher(
 
 
 __all__ = [
+    "MIN_READ_ENTRIES",
+    "READ_BYTES_MAX",
+    "READ_ENTRIES_MAX",
+    "ChunkOf",
+    "CountOf",
+    "DeliverAtOf",
     "Dispatcher",
     "DispatcherStats",
     "KeySharedDispatcher",
     "MultipleConsumersDispatcher",
     "SingleActiveConsumerDispatcher",
+    "Throttle",
     "new_dispatcher",
     "next_shared_consumer",
     "pick_active_consumer",

@@ -3,11 +3,10 @@
 Owns the decisions of a Key_Shared dispatcher, made synchronously and without I/O:
 
 - ``KeySharedSelector``: slot (0..65535) -> consumer. A message's slot is Murmur3_32 of its
-  sticky key (ordering key, else partition key, else ``NONE_KEY``) mod 65,536, computed by
-  ``magnetar.client.protocol.key_shared_slot`` (``entry_slot`` below); this module never
-  hashes keys a second way. ``entry_slot_from_bytes`` gives the same slot from a stored
-  entry's bytes several times cheaper (a key-only view of the metadata, key -> slot
-  memoised); ``select`` is memoised per slot until the consumers change.
+  sticky key (ordering key, else partition key, else ``NONE_KEY``) mod 65,536, read from a
+  stored entry by the codec (``magnetar.client.protocol.entry_slot``); this module never
+  hashes keys a second way (ring points use ``key_shared_slot``). ``select`` is memoised per
+  slot until the consumers change.
 
   * ``AUTO_SPLIT`` (default): consistent hashing. Each consumer puts
     ``points_per_consumer`` (Pulsar: 100) points on a ring of 65,536 positions, point ``i``
@@ -72,16 +71,8 @@ from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, NamedTuple, Protocol, TypeVar
 
-from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
-
 from magnetar.broker.errors import BrokerError, ServerError
-from magnetar.client.protocol import (
-    KEY_SHARED_HASH_RANGE_SIZE,
-    NONE_KEY,
-    key_shared_slot,
-    parse_entry,
-    sticky_key,
-)
+from magnetar.client.protocol import KEY_SHARED_HASH_RANGE_SIZE, key_shared_slot
 
 #: Slots are 0 .. KEY_SHARED_SLOTS - 1.
 KEY_SHARED_SLOTS = KEY_SHARED_HASH_RANGE_SIZE
@@ -92,7 +83,6 @@ LOOKAHEAD_PER_CONSUMER = 2000
 LOOKAHEAD_MAX = 20_000
 #: Slots whose owner a selector remembers between consumer changes.
 SELECT_MEMO_MAX = 8192
-_NONE_KEY_SLOT = key_shared_slot(NONE_KEY)
 
 
 class _Ordered(Protocol):
@@ -149,98 +139,6 @@ class HashRange:
 class KeySharedPolicy:
     mode: KeySharedMode = KeySharedMode.AUTO_SPLIT
     allow_out_of_order: bool = False
-
-
-def entry_slot(metadata: Any) -> int:
-    """Slot of an entry from its outer ``MessageMetadata`` (for a batch: the first key)."""
-    return key_shared_slot(sticky_key(metadata))
-
-
-def _entry_slot_parsed(data: bytes) -> int:
-    """Reference for ``entry_slot_from_bytes``: a full ``MessageMetadata`` parse."""
-    return entry_slot(parse_entry(data, verify_checksum=False).metadata)
-
-
-_CRC32C_MAGIC = b"\x0e\x01"
-
-
-def _sticky_key_view_class() -> Any:
-    """A protobuf message type with only the ``MessageMetadata`` fields a slot depends on
-    (same numbers and types; ``partition_key`` as bytes) and the required top-level ones.
-    Parsing an entry's metadata as this type skips every other field as unknown bytes, in
-    C: a fraction of the cost of building the full ``MessageMetadata``."""
-    fdp = descriptor_pb2.FileDescriptorProto(
-        name="magnetar/broker/key_shared_view.proto", package="magnetar.broker", syntax="proto2"
-    )
-    msg = fdp.message_type.add(name="StickyKeyView")
-    f = descriptor_pb2.FieldDescriptorProto
-    for name, number, kind, label in (
-        ("producer_name", 1, f.TYPE_STRING, f.LABEL_REQUIRED),
-        ("sequence_id", 2, f.TYPE_UINT64, f.LABEL_REQUIRED),
-        ("publish_time", 3, f.TYPE_UINT64, f.LABEL_REQUIRED),
-        ("partition_key", 6, f.TYPE_BYTES, f.LABEL_OPTIONAL),
-        ("partition_key_b64_encoded", 17, f.TYPE_BOOL, f.LABEL_OPTIONAL),
-        ("ordering_key", 18, f.TYPE_BYTES, f.LABEL_OPTIONAL),
-    ):
-        msg.field.add(name=name, number=number, type=kind, label=label)
-    pool = descriptor_pool.DescriptorPool()
-    pool.Add(fdp)
-    return message_factory.GetMessageClass(
-        pool.FindMessageTypeByName("magnetar.broker.StickyKeyView")
-    )
-
-
-_StickyKeyView = _sticky_key_view_class()
-#: key bytes -> slot, a memo of ``key_shared_slot`` (process-wide, cleared when full)
-_slot_memo: dict[bytes, int] = {}
-SLOT_MEMO_MAX = 16_384
-
-
-def _slot_of_key(key: bytes) -> int:
-    slot = _slot_memo.get(key)
-    if slot is None:
-        if len(_slot_memo) >= SLOT_MEMO_MAX:
-            _slot_memo.clear()
-        slot = _slot_memo[key] = key_shared_slot(key)
-    return slot
-
-
-def entry_slot_from_bytes(data: bytes) -> int:
-    """Slot of a stored entry (headers and payload, as the broker keeps it): the same as
-    ``entry_slot`` of its parsed ``MessageMetadata``, about 5x cheaper.
-
-    The metadata is parsed as ``StickyKeyView`` (only the key fields, the rest skipped in
-    C) and key -> slot is memoised; the full parse (``_entry_slot_parsed``) decides
-    whatever is unusual: a base64-flagged or non-UTF-8 partition key, bytes the view cannot
-    parse, a missing required top-level field, so the result (or the exception) is the
-    reference one. One difference, on malformed entries only: required fields *inside*
-    nested messages (a property without its value) are not checked, so such an entry gets
-    its key's slot where the full parse fails (and the dispatcher uses its fixed slot).
-    Either way an entry's slot is a pure function of its bytes."""
-    off = 6 if data[:2] == _CRC32C_MAGIC else 0
-    start = off + 4
-    end = start + int.from_bytes(data[off:start], "big")
-    if end > len(data):
-        return _entry_slot_parsed(data)
-    try:
-        view = _StickyKeyView.FromString(data[start:end])
-    except Exception:
-        return _entry_slot_parsed(data)
-    if not view.IsInitialized():
-        return _entry_slot_parsed(data)
-    if view.HasField("ordering_key"):
-        return _slot_of_key(view.ordering_key)
-    if view.HasField("partition_key"):
-        key = view.partition_key
-        if view.partition_key_b64_encoded:
-            return _entry_slot_parsed(data)
-        if not key.isascii():
-            try:
-                key.decode("utf-8")
-            except UnicodeDecodeError:
-                return _entry_slot_parsed(data)  # the reference fails on it
-        return _slot_of_key(key)
-    return _NONE_KEY_SLOT
 
 
 def lookahead_limit(consumers: int) -> int:
@@ -502,10 +400,6 @@ class KeyOrderingGuard(Generic[C, E]):
             return True
         held = self._held.get(slot)
         return not held or (len(held) == 1 and consumer in held)
-
-    def first_parked(self, slot: int) -> E | None:
-        lst = self._parked_per_slot.get(slot)
-        return lst[0] if lst else None
 
     # -- transitions
     def on_sent(self, entry: E, slot: int, consumer: C) -> None:
@@ -1003,8 +897,6 @@ __all__ = [
     "KeySharedSelector",
     "KeySharedStats",
     "PlanEntry",
-    "entry_slot",
-    "entry_slot_from_bytes",
     "lookahead_limit",
     "plan_dispatch",
     "validate_sticky_ranges",

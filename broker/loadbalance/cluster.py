@@ -48,10 +48,11 @@ from magnetar.broker.loadbalance.manager import (
 )
 from magnetar.broker.loadbalance.reporter import BundleCounters, LoadReporter
 from magnetar.broker.namespace.bundles import BundleRange, NamespaceBundles, topic_hash
-from magnetar.broker.namespace.ownership import NamespaceBundle, OwnershipCache
+from magnetar.broker.namespace.lookup import NamespaceService
+from magnetar.broker.namespace.ownership import NamespaceBundle
 from magnetar.broker.namespace.resources import Resources
 from magnetar.broker.naming import TopicName
-from magnetar.broker.topics.persistent import PersistentTopic
+from magnetar.broker.topics.contract import Topic
 from magnetar.clock import Clock
 from magnetar.zk.store import MetadataStore
 
@@ -203,7 +204,7 @@ class HttpClusterActions:
 
     async def _base_url(self, owner: BrokerLoadReport, bundle: str) -> str:
         """The owner's admin URL: its HTTPS one (from the ownership data) when TLS is on."""
-        ownership = self._cluster.service.ownership
+        ownership = self._cluster.service.namespaces.ownership
         if self.auth.tls_enabled and ownership is not None:
             info = await ownership.get_owner(bundle_of_key(bundle))
             if info is not None:
@@ -212,7 +213,7 @@ class HttpClusterActions:
 
     async def unload(self, owner: BrokerLoadReport, bundle: str) -> None:
         if owner.broker_id == self._cluster.broker_id:
-            await self._cluster.service.unload_bundle(bundle_of_key(bundle))
+            await self._cluster.service.namespaces.unload_bundle(bundle_of_key(bundle))
             return
         t, ns, rng = bundle.split("/")
         base = await self._base_url(owner, bundle)
@@ -259,7 +260,8 @@ class HttpClusterActions:
 
 class ClusterHost(Protocol):
     """What this broker's part in the cluster needs of its service (``BrokerService`` is
-    one): settings, metadata, ownership, the loaded topics, and the bundle operations."""
+    one): settings, metadata, the namespace service (ownership, identity, unloads), the
+    loaded topics, and closing a bundle's topics."""
 
     @property
     def config(self) -> BrokerConfig: ...
@@ -271,21 +273,12 @@ class ClusterHost(Protocol):
     def resources(self) -> Resources: ...
 
     @property
-    def ownership(self) -> OwnershipCache | None: ...
+    def namespaces(self) -> NamespaceService: ...
 
     @property
-    def topics(self) -> Mapping[str, PersistentTopic]: ...
-
-    @property
-    def service_url(self) -> str: ...
-
-    async def unload_bundle(self, bundle: NamespaceBundle) -> None: ...
+    def topics(self) -> Mapping[str, Topic]: ...
 
     async def close_topics_of(self, bundle: NamespaceBundle) -> None: ...
-
-    def unloading(self, bundle: NamespaceBundle) -> contextlib.AbstractContextManager[None]:
-        """While ``bundle``'s topics close (unload, split): none of them loads here."""
-        ...
 
     async def list_topics(
         self, tenant: str, namespace: str, domain: str = "persistent"
@@ -322,7 +315,7 @@ class BrokerCluster:
             self.service.store,
             self._clock,
             self.broker_id,
-            pulsar_service_url=self.service.service_url,
+            pulsar_service_url=self.service.namespaces.service_url,
             web_service_url=web_service_url,
             counters=self.counters,
             sampler=HostUsageSampler(nic_speed_gbps=c.load_balancer_override_broker_nic_speed_gbps),
@@ -332,7 +325,7 @@ class BrokerCluster:
         self.manager = LoadManager(
             self.service.store,
             self._clock,
-            LeaderInfo(self.broker_id, web_service_url, self.service.service_url),
+            LeaderInfo(self.broker_id, web_service_url, self.service.namespaces.service_url),
             load_manager_config(c),
             self.actions,
             rng=self._rng,
@@ -350,7 +343,7 @@ class BrokerCluster:
 
     async def counters(self) -> dict[str, BundleCounters]:
         """Cumulative figures per owned bundle, from the loaded topics."""
-        ownership = self.service.ownership
+        ownership = self.service.namespaces.ownership
         if ownership is None:
             return {}
         owned = ownership.owned
@@ -477,7 +470,7 @@ class BrokerCluster:
         are closed and both halves left for the next lookups to place; without, this broker
         takes both halves before the new boundaries are published, so its topics stay."""
         service = self.service
-        ownership = service.ownership
+        ownership = service.namespaces.ownership
         assert ownership is not None
         if not ownership.is_owned(bundle):
             raise SplitError(f"bundle {bundle} is not owned by this broker")
@@ -496,7 +489,7 @@ class BrokerCluster:
             )
         ]
         children = [NamespaceBundle(bundle.tenant, bundle.namespace, r) for r in halves]
-        with service.unloading(bundle) if unload else contextlib.nullcontext():
+        with service.namespaces.unloading(bundle) if unload else contextlib.nullcontext():
             if unload:
                 await ownership.set_disabled(bundle)
                 await service.close_topics_of(bundle)
@@ -558,7 +551,7 @@ class BrokerCluster:
         if self.manager is not None and self.manager.is_leader:
             await self.manager.close()  # the next contender leads and places our bundles
             self.manager = None
-        ownership = self.service.ownership
+        ownership = self.service.namespaces.ownership
         if ownership is None:
             return
         for bundle in ownership.owned:

@@ -613,18 +613,6 @@ class Resources:
                 continue
         raise ResourceConflict("Concurrent modification of the namespace policies")
 
-    async def set_bundles(self, tenant: str, namespace: str, bundles: NamespaceBundles) -> None:
-        await self.update_policies(
-            tenant,
-            namespace,
-            {
-                "bundles": {
-                    "boundaries": [f"0x{b:08x}" for b in bundles.boundaries],
-                    "numBundles": len(bundles.boundaries) - 1,
-                }
-            },
-        )
-
     async def delete_namespace(self, tenant: str, namespace: str) -> None:
         path = paths.namespace_policies(tenant, namespace)
         if await self.store.exists(path) is None:

@@ -13,8 +13,6 @@ Must not know: producers, connections.
 
 from __future__ import annotations
 
-from typing import Any
-
 from magnetar.broker.ledger.position import Position
 from magnetar.broker.policies.model import BacklogQuota, BacklogQuotaType
 from magnetar.broker.policies.ttl import (
@@ -22,26 +20,27 @@ from magnetar.broker.policies.ttl import (
     expire_messages,
     next_position,
     publish_time_of,
-    skip_to,
 )
+from magnetar.broker.topics.persistent import PersistentTopic
+from magnetar.broker.topics.subscription import Subscription
 
 EVICTION_READ_ENTRIES = 500
 
 
-def average_entry_size(topic: Any) -> float:
+def average_entry_size(topic: PersistentTopic) -> float:
     n = topic.ledger.num_entries
     return topic.ledger.total_size / n if n > 0 else 0.0
 
 
-def backlog_bytes(topic: Any, sub: Any) -> int:
+def backlog_bytes(topic: PersistentTopic, sub: Subscription) -> int:
     return int(sub.cursor.backlog() * average_entry_size(topic))
 
 
-def _durable_subs(topic: Any) -> list[Any]:
+def _durable_subs(topic: PersistentTopic) -> list[Subscription]:
     return [s for s in topic.subscriptions.values() if s.durable]
 
 
-async def oldest_unacked_publish_time(topic: Any, sub: Any) -> int | None:
+async def oldest_unacked_publish_time(topic: PersistentTopic, sub: Subscription) -> int | None:
     start = next_position(sub.cursor.mark_delete_position)
     last = topic.ledger.last_confirmed
     if last is None or start > last:
@@ -53,7 +52,7 @@ async def oldest_unacked_publish_time(topic: Any, sub: Any) -> int | None:
 
 
 async def backlog_exceeded(
-    topic: Any, kind: BacklogQuotaType, quota: BacklogQuota, now_ms: int
+    topic: PersistentTopic, kind: BacklogQuotaType, quota: BacklogQuota, now_ms: int
 ) -> bool:
     subs = _durable_subs(topic)
     if not subs:
@@ -72,7 +71,7 @@ async def backlog_exceeded(
 
 
 async def evict_backlog(
-    topic: Any, kind: BacklogQuotaType, quota: BacklogQuota, now_ms: int
+    topic: PersistentTopic, kind: BacklogQuotaType, quota: BacklogQuota, now_ms: int
 ) -> int:
     """Skip the oldest messages of every subscription over the quota; returns entries."""
     if kind is BacklogQuotaType.MESSAGE_AGE:
@@ -91,12 +90,14 @@ async def evict_backlog(
             continue
         target = await _position_after_skipping(topic, s, excess)
         if target is not None and target > s.cursor.mark_delete_position:
-            await skip_to(s, target)
+            await s.skip_to(target)
             total += excess
     return total
 
 
-async def _position_after_skipping(topic: Any, sub: Any, n: int) -> Position | None:
+async def _position_after_skipping(
+    topic: PersistentTopic, sub: Subscription, n: int
+) -> Position | None:
     """The position of the ``n``-th entry after the mark-delete position (the last entry if
     there are fewer). On a managed ledger it is counted from the ledger sizes, reading
     nothing (reading ``n`` entries to count them cost a bookie read per entry: a 1,000,000

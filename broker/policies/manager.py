@@ -6,14 +6,15 @@ limiters, the backlog-quota verdict, sends held by ``producer_request_hold``), t
 which re-arms the watch, and re-applies the policies to that namespace's loaded topics),
 the periodic message-expiry (TTL), backlog-quota and retention (trim) checks on an injected
 ``Clock``, and the small hooks the connection calls: ``check_producer``, ``check_consumer``,
-``publish``.
+``admit_send``, ``hold_queue`` (where a SEND waits while held or throttled).
 
-Applying a policy to a loaded topic changes: deduplication on/off, unacked limits (topic,
-subscriptions, dispatchers, consumers), delayed delivery on/off, the managed ledger's
-retention (then a trim) and offload policies, rate limiters. Nothing here awaits between a
-check and the change it guards: verdicts are computed by the periodic check and read
-synchronously by the hooks.
-Must not know: frames (the connection answers errors), HTTP.
+Applying a policy to a loaded topic: the topic applies deduplication, unacked limits,
+delayed delivery, retention and offload policies itself (``Topic.apply_policies``); here:
+rate limiters (a subscription's ``DispatchThrottle``) and the backlog-quota verdict. Nothing
+here awaits between a check and the change it guards: verdicts are computed by the periodic
+check and read synchronously by the hooks.
+Must not know: frames (the connection answers errors), HTTP, dispatchers (a subscription
+takes its throttle), a topic's insides.
 """
 
 from __future__ import annotations
@@ -23,13 +24,13 @@ import collections
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 from urllib.parse import unquote
 
 from magnetar.broker.compaction import COMPACTION_SUBSCRIPTION
 from magnetar.broker.config import BrokerConfig
+from magnetar.broker.dispatch.consumer import Consumer
 from magnetar.broker.errors import ResourceError, ServerError
-from magnetar.broker.ledger.position import EARLIEST
 from magnetar.broker.naming import TopicName
 from magnetar.broker.policies.backlog_quota import backlog_bytes, backlog_exceeded, evict_backlog
 from magnetar.broker.policies.model import (
@@ -41,17 +42,14 @@ from magnetar.broker.policies.model import (
 )
 from magnetar.broker.policies.rate_limit import RateLimiter
 from magnetar.broker.policies.ttl import expire_messages
-from magnetar.broker.storage.contract import Entry
+from magnetar.broker.topics.contract import AppliedPolicies, Topic, TopicSubscription
 from magnetar.broker.topics.persistent import PersistentTopic
 from magnetar.broker.topics.producer import ProducerError
 from magnetar.broker.topics.subscription import SubscriptionError
-from magnetar.client.protocol import parse_entry_metadata
+from magnetar.client.protocol import EntryView, RemoteProtocolError
 from magnetar.clock import Clock, SystemClock, TimerHandle
 from magnetar.zk import paths
 from magnetar.zk.store import MetadataStore, Notification
-
-if TYPE_CHECKING:
-    from magnetar.broker.dispatch.consumer import Consumer
 
 log = logging.getLogger(__name__)
 
@@ -89,10 +87,6 @@ def _topic_key(tn: TopicName) -> tuple[str, str, str, str]:
     """Whose topic-level policies apply: a partition's are its partitioned topic's."""
     base = tn.partitioned_base if tn.partition_index >= 0 else tn
     return (base.tenant, base.namespace, base.domain, base.local)
-
-
-def _never_delayed(entry: Any) -> int:
-    return 0
 
 
 class DispatchThrottle:
@@ -171,7 +165,7 @@ class PolicyHost(Protocol):
     def resources(self) -> PolicyStore: ...
 
     @property
-    def topics(self) -> Mapping[str, PersistentTopic]: ...
+    def topics(self) -> Mapping[str, Topic]: ...
 
 
 class PolicyManager:
@@ -293,16 +287,16 @@ class PolicyManager:
         await self.check_backlog_quotas()
 
     # -- applying
-    def attach(self, topic: Any, policies: TopicPolicies) -> None:
+    def attach(self, topic: Topic, policies: TopicPolicies) -> None:
         self.apply(topic, policies)
 
-    def state_of(self, topic: Any) -> TopicPolicyState | None:
+    def state_of(self, topic: Topic) -> TopicPolicyState | None:
         if topic.full_name not in self.service.topics:  # unloaded: forget its state
             self._states.pop(topic.full_name, None)
             return None
         return self._states.get(topic.full_name)
 
-    def apply(self, topic: Any, policies: TopicPolicies) -> None:
+    def apply(self, topic: Topic, policies: TopicPolicies) -> None:
         old = self._states.get(topic.full_name)
         state = TopicPolicyState(policies)
         if old is not None:
@@ -323,38 +317,16 @@ class PolicyManager:
         if policies.dispatch_rate.enabled and state.dispatch_limiter is None:
             state.dispatch_limiter = RateLimiter(policies.dispatch_rate, self.clock)
         self._states[topic.full_name] = state
-        if not isinstance(topic, PersistentTopic):
-            return
-        if policies.deduplication and not topic.dedup.enabled:
-            # switched on live: learn the stored sequence ids, as on load (max-merge with
-            # what producers send meanwhile)
-            topic.dedup.enabled = True
-            self._spawn(topic.restore_dedup())  # the topic's own recovery on load
-        topic.dedup.enabled = policies.deduplication
-        topic.max_unacked_per_consumer = policies.max_unacked_per_consumer
-        topic.max_unacked_per_subscription = policies.max_unacked_per_subscription
-        deliver_at = PersistentTopic.deliver_at_of if policies.delayed_delivery else _never_delayed
-        topic.deliver_at_of = deliver_at  # type: ignore[method-assign]
+        restore = topic.apply_policies(applied_policies(policies))
+        if restore is not None:
+            self._spawn(restore)  # deduplication switched on: the topic's own recovery
         for sub in topic.subscriptions.values():
-            sub.max_unacked_per_subscription = policies.max_unacked_per_subscription
-            sub.deliver_at_of = deliver_at
-            d = sub.dispatcher
-            if d is not None:
-                if hasattr(d, "max_unacked"):
-                    d.max_unacked = policies.max_unacked_per_subscription
-                if hasattr(d, "deliver_at_of"):
-                    d.deliver_at_of = deliver_at
-                for c in d.consumers:
-                    c.max_unacked = policies.max_unacked_per_consumer
-                self._set_throttle(state, sub)
-                d.schedule()
-        topic.ledger.set_retention(policies.retention_time_ms, policies.retention_size_bytes)
-        topic.ledger.set_offload_policies(policies.offload)
+            self._set_throttle(state, sub)
         if state.quota_action is not None and not policies.backlog_quotas:
             self._quota_cleared(topic, state)
 
     # -- hooks (called synchronously by the connection)
-    def check_producer(self, topic: Any) -> None:
+    def check_producer(self, topic: Topic) -> None:
         """Before admitting a producer: the producer cap and the backlog quota."""
         state = self.state_of(topic)
         if state is None:
@@ -373,7 +345,7 @@ class PolicyManager:
                 f"Cannot create producer on topic with backlog quota exceeded: {topic.full_name}",
             )
 
-    def check_consumer(self, topic: Any, consumer: Consumer) -> None:
+    def check_consumer(self, topic: Topic, consumer: Consumer) -> None:
         """Before a consumer joins: the consumer cap; sets its unacked limit."""
         state = self.state_of(topic)
         if state is None:
@@ -387,7 +359,9 @@ class PolicyManager:
                 )
         consumer.max_unacked = state.policies.max_unacked_per_consumer
 
-    def admit_send(self, topic: Any, data: bytes | None = None) -> tuple[ServerError, str] | None:
+    def admit_send(
+        self, topic: Topic, data: bytes | None = None
+    ) -> tuple[ServerError, str] | None:
         """Before a SEND is accepted: (ServerError name, message) to refuse it with, or None.
         ``data`` (metadata + payload) is checked against the maximum delivery delay."""
         state = self._states.get(topic.full_name)
@@ -399,36 +373,26 @@ class PolicyManager:
             return (ServerError.ProducerBlockedQuotaExceededError, "Backlog quota exceeded")
         max_delay = state.policies.delayed_delivery_max_delay_ms
         if max_delay > 0 and data is not None and state.policies.delayed_delivery:
-            deliver_at = PersistentTopic.deliver_at_of(Entry(EARLIEST, data))
-            if deliver_at > 0:
-                publish_time = parse_entry_metadata(data).publish_time
-                if deliver_at - publish_time > max_delay:
-                    # Pulsar's NotAllowedException text
-                    return (
-                        ServerError.NotAllowedError,
-                        f"Exceeds max allowed delivery delay of {max_delay} milliseconds",
-                    )
+            try:  # checked by the connection (``check_entry``): readable
+                entry = EntryView(data)
+                deliver_at = entry.deliver_at
+            except RemoteProtocolError:
+                deliver_at = 0
+            if deliver_at > 0 and deliver_at - entry.publish_time > max_delay:
+                # Pulsar's NotAllowedException text
+                return (
+                    ServerError.NotAllowedError,
+                    f"Exceeds max allowed delivery delay of {max_delay} milliseconds",
+                )
         return None
 
-    def publish(
-        self, topic: Any, cnx: Any, num_msgs: int, size: int, publish: Callable[[], None]
-    ) -> None:
-        """Run ``publish`` now, or hold it (in order) while ``producer_request_hold`` is in
-        force. Publish throttling pauses reading from ``cnx`` until the rate limiter is
-        out of debt (other connections are not affected)."""
-        held = self.hold_queue(topic, cnx, num_msgs, size)
-        if held is None:
-            publish()
-        else:
-            held.append(publish)
-
     def hold_queue(
-        self, topic: Any, cnx: Any, num_msgs: int, size: int
+        self, topic: Topic, cnx: ReadThrottled, num_msgs: int, size: int
     ) -> collections.deque[Callable[[], None]] | None:
-        """``publish`` without a callable (the per-SEND path makes none when it need not):
-        None when the SEND is to be published now, else the queue its publish must join (held,
-        in order, while ``producer_request_hold`` is in force). Charges the publish rate
-        limiter and throttles ``cnx`` as ``publish`` does."""
+        """None when the SEND is to be published now, else the queue its publish must join
+        (held, in order, while ``producer_request_hold`` is in force). Charges the publish rate
+        limiter; publish throttling pauses reading from ``cnx`` until the limiter is out of
+        debt (other connections are not affected). No callable is made on the hot path."""
         state = self._states.get(topic.full_name)
         if state is None:
             return None
@@ -445,16 +409,13 @@ class PolicyManager:
         if cnx.pause_reads("publish-rate"):
             self.clock.call_later(delay_s, lambda: cnx.resume_reads("publish-rate"))
 
-    def after_subscribe(self, topic: Any, sub: Any) -> None:
+    def after_subscribe(self, topic: Topic, sub: TopicSubscription) -> None:
         """A consumer joined (its subscription may have a new dispatcher): throttle it."""
         state = self.state_of(topic)
         if state is not None:
             self._set_throttle(state, sub)
 
-    def _set_throttle(self, state: TopicPolicyState, sub: Any) -> None:
-        d = getattr(sub, "dispatcher", None)
-        if d is None or not hasattr(d, "throttle"):
-            return
+    def _set_throttle(self, state: TopicPolicyState, sub: TopicSubscription) -> None:
         limiters: list[RateLimiter] = []
         if state.dispatch_limiter is not None:
             limiters.append(state.dispatch_limiter)
@@ -464,12 +425,12 @@ class PolicyManager:
             if limiter is None:
                 limiter = state.subscription_limiters[sub.name] = RateLimiter(rate, self.clock)
             limiters.append(limiter)
-        old = d.throttle
+        old = sub.dispatch_throttle
         if isinstance(old, DispatchThrottle):
             if old.limiters == limiters:
                 return
             old.cancel()
-        d.throttle = DispatchThrottle(limiters, self.clock) if limiters else None
+        sub.set_dispatch_throttle(DispatchThrottle(limiters, self.clock) if limiters else None)
 
     # -- periodic checks
     async def check_now(self) -> None:
@@ -555,7 +516,7 @@ class PolicyManager:
 
             self.clock.call_later(HOLD_RECHECK_S, again)
 
-    def _quota_cleared(self, topic: Any, state: TopicPolicyState) -> None:
+    def _quota_cleared(self, topic: Topic, state: TopicPolicyState) -> None:
         state.quota_action = None
         held, state.held = state.held, collections.deque()
         for publish in held:
@@ -563,7 +524,15 @@ class PolicyManager:
         if held:
             log.info("%s: backlog within quota, released %d held sends", topic.full_name, len(held))
 
-    def topic_stats(self, topic: Any) -> dict[str, Any]:
+    def compaction_threshold(self, topic: Topic) -> int:
+        """Bytes not yet compacted above which ``topic`` is compacted (0: never): its
+        resolved ``compaction_threshold``, the broker setting while it has none."""
+        state = self.state_of(topic)
+        if state is not None:
+            return int(state.policies.compaction_threshold_bytes)
+        return int(self.config.broker_service_compaction_threshold_in_bytes)
+
+    def topic_stats(self, topic: Topic) -> dict[str, Any]:
         """Pulsar's policy-related TopicStats fields for ``topic``."""
         state = self.state_of(topic)
         if state is None or not isinstance(topic, PersistentTopic):
@@ -591,10 +560,27 @@ class PolicyManager:
         )
 
 
+def applied_policies(policies: TopicPolicies) -> AppliedPolicies:
+    """What of ``policies`` a topic applies itself."""
+    return AppliedPolicies(
+        deduplication=policies.deduplication,
+        max_unacked_per_consumer=policies.max_unacked_per_consumer,
+        max_unacked_per_subscription=policies.max_unacked_per_subscription,
+        delayed_delivery=policies.delayed_delivery,
+        retention_time_ms=policies.retention_time_ms,
+        retention_size_bytes=policies.retention_size_bytes,
+        offload=policies.offload,
+    )
+
+
 __all__ = [
     "HELD_SENDS_MAX",
     "DispatchThrottle",
+    "PolicyHost",
     "PolicyManager",
     "PolicyStatistics",
+    "PolicyStore",
+    "ReadThrottled",
     "TopicPolicyState",
+    "applied_policies",
 ]

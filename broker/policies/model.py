@@ -157,21 +157,28 @@ def _cluster_value(value: Any, cluster: str) -> Any:
     return None
 
 
-def resolve_policies(config: BrokerConfig, ns: dict[str, Any]) -> TopicPolicies:
-    """Broker defaults overridden by the namespace Policies JSON (Pulsar's field names)."""
-    cluster = config.cluster_name
+def _num(ns: dict[str, Any], key: str, default: int) -> int:
+    """An integer policy of the namespace (a bool is not one), else ``default``."""
+    v = ns.get(key)
+    return v if isinstance(v, int) and not isinstance(v, bool) else default
 
-    def num(key: str, default: int) -> int:
-        v = ns.get(key)
-        return v if isinstance(v, int) and not isinstance(v, bool) else default
 
+def _retention(config: BrokerConfig, ns: dict[str, Any]) -> tuple[int, int]:
+    """(minutes, MB): the namespace's ``retention_policies``, else the broker defaults."""
     retention = ns.get("retention_policies")
     if isinstance(retention, dict):
-        r_time = int(retention.get("retentionTimeInMinutes", 0))
-        r_size = int(retention.get("retentionSizeInMB", 0))
-    else:
-        r_time = config.default_retention_time_in_minutes
-        r_size = config.default_retention_size_in_mb
+        return (
+            int(retention.get("retentionTimeInMinutes", 0)),
+            int(retention.get("retentionSizeInMB", 0)),
+        )
+    return config.default_retention_time_in_minutes, config.default_retention_size_in_mb
+
+
+def _backlog_quotas(
+    config: BrokerConfig, ns: dict[str, Any]
+) -> tuple[tuple[BacklogQuotaType, BacklogQuota], ...]:
+    """The broker's default quotas, each replaced by the namespace's of its type (one that
+    does not parse is ignored), in type order."""
     quotas: dict[BacklogQuotaType, BacklogQuota] = {}
     default_policy = RetentionPolicy(config.backlog_quota_default_retention_policy)
     if config.backlog_quota_default_limit_bytes > 0:
@@ -190,73 +197,94 @@ def resolve_policies(config: BrokerConfig, ns: dict[str, Any]) -> TopicPolicies:
                     quotas[kind] = BacklogQuota.from_json(quota_map[kind.value])
                 except PolicyError:
                     pass
-    dedup = ns.get("deduplicationEnabled")
+    return tuple(sorted(quotas.items(), key=lambda kv: kv[0].value))
+
+
+def _delayed_delivery(config: BrokerConfig, ns: dict[str, Any]) -> tuple[bool, int, int]:
+    """(active, tick ms, maximum delay ms): the namespace's ``delayed_delivery_policies``
+    (its missing fields defaulted), else the broker settings."""
     delayed = ns.get("delayed_delivery_policies")
-    default_max_delay = config.delayed_delivery_max_delay_in_millis
+    if not isinstance(delayed, dict):
+        return (
+            config.delayed_delivery_enabled,
+            config.delayed_delivery_tick_time_millis,
+            config.delayed_delivery_max_delay_in_millis,
+        )
+    return (
+        bool(delayed.get("active", True)),
+        int(delayed.get("tickTime", config.delayed_delivery_tick_time_millis)),
+        int(delayed.get("maxDeliveryDelayInMillis", config.delayed_delivery_max_delay_in_millis)),
+    )
+
+
+_DISPATCH_RATE_FIELDS = ("dispatchThrottlingRateInMsg", "dispatchThrottlingRateInByte")
+"""A dispatch rate's message and byte fields (``_rate_of`` reads the period itself)."""
+
+
+def _rates(config: BrokerConfig, ns: dict[str, Any]) -> tuple[Rate, Rate, Rate, Rate]:
+    """(publish, topic dispatch, subscription dispatch, replicator dispatch): the
+    namespace's rate for this cluster, else the broker default, for each."""
 
     def rate(key: str, fields: tuple[str, str], default: Rate) -> Rate:
-        """The namespace's rate for this cluster, else the broker default."""
-        value = _cluster_value(ns.get(key), cluster)
+        value = _cluster_value(ns.get(key), config.cluster_name)
         return default if value is None else _rate_of(value, *fields)
 
-    publish_rate = rate(
-        "publishMaxMessageRate",
-        ("publishThrottlingRateInMsg", "publishThrottlingRateInByte"),
-        Rate(
-            config.max_publish_rate_per_topic_in_messages,
-            config.max_publish_rate_per_topic_in_bytes,
+    return (
+        rate(
+            "publishMaxMessageRate",
+            ("publishThrottlingRateInMsg", "publishThrottlingRateInByte"),
+            Rate(
+                config.max_publish_rate_per_topic_in_messages,
+                config.max_publish_rate_per_topic_in_bytes,
+            ),
         ),
-    )
-    dispatch_fields = ("dispatchThrottlingRateInMsg", "dispatchThrottlingRateInByte")
-    dispatch_rate = rate(
-        "topicDispatchRate",
-        dispatch_fields,
-        Rate(
-            config.dispatch_throttling_rate_per_topic_in_msg,
-            config.dispatch_throttling_rate_per_topic_in_byte,
+        rate(
+            "topicDispatchRate",
+            _DISPATCH_RATE_FIELDS,
+            Rate(
+                config.dispatch_throttling_rate_per_topic_in_msg,
+                config.dispatch_throttling_rate_per_topic_in_byte,
+            ),
         ),
-    )
-    sub_rate = rate(
-        "subscriptionDispatchRate",
-        dispatch_fields,
-        Rate(
-            config.dispatch_throttling_rate_per_subscription_in_msg,
-            config.dispatch_throttling_rate_per_subscription_in_byte,
+        rate(
+            "subscriptionDispatchRate",
+            _DISPATCH_RATE_FIELDS,
+            Rate(
+                config.dispatch_throttling_rate_per_subscription_in_msg,
+                config.dispatch_throttling_rate_per_subscription_in_byte,
+            ),
         ),
+        rate("replicatorDispatchRate", _DISPATCH_RATE_FIELDS, NO_RATE),
     )
-    replicator_rate = rate("replicatorDispatchRate", dispatch_fields, NO_RATE)
+
+
+def resolve_policies(config: BrokerConfig, ns: dict[str, Any]) -> TopicPolicies:
+    """Broker defaults overridden by the namespace Policies JSON (Pulsar's field names)."""
+    r_time, r_size = _retention(config, ns)
+    delayed, tick_ms, max_delay_ms = _delayed_delivery(config, ns)
+    publish_rate, dispatch_rate, sub_rate, replicator_rate = _rates(config, ns)
+    dedup = ns.get("deduplicationEnabled")
     return TopicPolicies(
-        message_ttl_s=num("message_ttl_in_seconds", config.ttl_duration_default_in_seconds),
+        message_ttl_s=_num(ns, "message_ttl_in_seconds", config.ttl_duration_default_in_seconds),
         retention_time_minutes=r_time,
         retention_size_mb=r_size,
-        backlog_quotas=tuple(sorted(quotas.items(), key=lambda kv: kv[0].value)),
-        max_producers=num("max_producers_per_topic", config.max_producers_per_topic),
-        max_consumers=num("max_consumers_per_topic", config.max_consumers_per_topic),
-        max_unacked_per_consumer=num(
-            "max_unacked_messages_per_consumer", config.max_unacked_messages_per_consumer
+        backlog_quotas=_backlog_quotas(config, ns),
+        max_producers=_num(ns, "max_producers_per_topic", config.max_producers_per_topic),
+        max_consumers=_num(ns, "max_consumers_per_topic", config.max_consumers_per_topic),
+        max_unacked_per_consumer=_num(
+            ns, "max_unacked_messages_per_consumer", config.max_unacked_messages_per_consumer
         ),
-        max_unacked_per_subscription=num(
-            "max_unacked_messages_per_subscription", config.max_unacked_messages_per_subscription
+        max_unacked_per_subscription=_num(
+            ns,
+            "max_unacked_messages_per_subscription",
+            config.max_unacked_messages_per_subscription,
         ),
         deduplication=dedup if isinstance(dedup, bool) else config.broker_deduplication_enabled,
-        delayed_delivery=(
-            bool(delayed.get("active", True))
-            if isinstance(delayed, dict)
-            else config.delayed_delivery_enabled
-        ),
-        delayed_delivery_tick_ms=(
-            int(delayed.get("tickTime", config.delayed_delivery_tick_time_millis))
-            if isinstance(delayed, dict)
-            else config.delayed_delivery_tick_time_millis
-        ),
-        delayed_delivery_max_delay_ms=(
-            int(delayed.get("maxDeliveryDelayInMillis", default_max_delay))
-            if isinstance(delayed, dict)
-            else default_max_delay
-        ),
-        compaction_threshold_bytes=num(
-            "compaction_threshold",
-            config.broker_service_compaction_threshold_in_bytes,
+        delayed_delivery=delayed,
+        delayed_delivery_tick_ms=tick_ms,
+        delayed_delivery_max_delay_ms=max_delay_ms,
+        compaction_threshold_bytes=_num(
+            ns, "compaction_threshold", config.broker_service_compaction_threshold_in_bytes
         ),
         publish_rate=publish_rate,
         dispatch_rate=dispatch_rate,

@@ -2,9 +2,10 @@
 
 Owns: ``expire_messages`` — find the newest entry published at or before the cutoff from the
 subscription's mark-delete position on (publish time from the entry's ``MessageMetadata``),
-and move the mark-delete position there (a cumulative acknowledgement on the cursor, so the
-state is durable and trimming follows). Dispatched-but-unacknowledged messages up to there
-are forgotten by the dispatcher. Also used by the ``message_age`` backlog quota's eviction.
+and move the mark-delete position there (the subscription's ``skip_to``: a cumulative
+acknowledgement on the cursor, so the state is durable and trimming follows, and
+dispatched-but-unacknowledged messages up to there are forgotten). Also used by the
+``message_age`` backlog quota's eviction.
 
 Finding the boundary, as Pulsar's expiry monitor (``findNewestMatching``): entries are taken
 to be in publish-time order, so on a managed ledger it is a binary search over the entries
@@ -20,12 +21,13 @@ Must not know: policies, clocks (the caller passes the cutoff), the wire protoco
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from magnetar.broker.ledger.position import Position
 from magnetar.broker.storage.contract import TopicLedger
-from magnetar.broker.topics.persistent import publish_time_or_zero
-from magnetar.client.protocol import parse_entry_metadata
+from magnetar.broker.topics.entries import publish_time_or_zero
+from magnetar.broker.topics.persistent import PersistentTopic
+from magnetar.broker.topics.subscription import Subscription
+from magnetar.client.protocol import RemoteProtocolError, entry_publish_time
 
 log = logging.getLogger(__name__)
 
@@ -38,9 +40,10 @@ def next_position(pos: Position) -> Position:
 
 
 def publish_time_of(data: bytes) -> int | None:
+    """An entry's publish time, None when its metadata cannot be read (skipped)."""
     try:
-        return int(parse_entry_metadata(data).publish_time)
-    except Exception:
+        return entry_publish_time(data)
+    except RemoteProtocolError:
         return None
 
 
@@ -78,7 +81,9 @@ class LedgerSpans:
         raise IndexError(index)
 
 
-async def find_expired(topic: Any, start: Position, cutoff_ms: int) -> tuple[Position | None, int]:
+async def find_expired(
+    topic: PersistentTopic, start: Position, cutoff_ms: int
+) -> tuple[Position | None, int]:
     """(newest position published at or before ``cutoff_ms`` from ``start`` on, entries)."""
     try:
         return await find_expired_by_search(topic.ledger, start, cutoff_ms)
@@ -106,7 +111,7 @@ async def find_expired_by_search(
 
 
 async def _find_expired_by_scan(
-    topic: Any, start: Position, cutoff_ms: int
+    topic: PersistentTopic, start: Position, cutoff_ms: int
 ) -> tuple[Position | None, int]:
     last = topic.ledger.last_confirmed
     if last is None:
@@ -134,33 +139,15 @@ async def _find_expired_by_scan(
     return found, count
 
 
-async def skip_to(sub: Any, position: Position) -> None:
-    """Move the subscription's mark-delete to ``position`` (cumulative ack) and let the
-    dispatcher forget what it had handed out up to there."""
-    d = sub.dispatcher
-    unblocked = False
-    if d is not None:
-        unblocked = d.forget_up_to(position)
-    else:
-        for pos in [p for p in sub.redelivery if p <= position]:
-            sub.redelivery.pop(pos, None)
-    await sub.cursor.ack_cumulative(position)
-    after_ack = getattr(sub, "_after_ack", None)
-    if after_ack is not None:
-        after_ack(unblocked)
-    elif d is not None:
-        d.schedule()
-
-
-async def expire_messages(topic: Any, sub: Any, cutoff_ms: int) -> int:
+async def expire_messages(topic: PersistentTopic, sub: Subscription, cutoff_ms: int) -> int:
     """Expire ``sub``'s messages published at or before ``cutoff_ms``; returns entries."""
-    if getattr(topic, "closed", False):
+    if topic.closed:
         return 0
     start = next_position(sub.cursor.mark_delete_position)
     found, count = await find_expired(topic, start, cutoff_ms)
     if found is None or found <= sub.cursor.mark_delete_position:
         return 0
-    await skip_to(sub, found)
+    await sub.skip_to(found)
     log.info("%s/%s: expired %d entries up to %s", topic.full_name, sub.name, count, found)
     return count
 
@@ -171,5 +158,6 @@ __all__ = [
     "expire_messages",
     "find_expired",
     "find_expired_by_search",
-    "skip_to",
+    "next_position",
+    "publish_time_of",
 ]

@@ -15,7 +15,7 @@ Must not know: sockets, the connection's state, HTTP.
 from __future__ import annotations
 
 import logging
-from typing import Any, Protocol, cast
+from typing import Any, cast
 
 from magnetar.broker.errors import ServerError
 from magnetar.broker.naming import InvalidTopicName, TopicName
@@ -28,6 +28,7 @@ from magnetar.broker.schema.model import (
     version_of,
 )
 from magnetar.broker.schema.topics import TopicSchemas, schema_id, topic_is_idle
+from magnetar.broker.topics.contract import Topic
 from magnetar.client.protocol import commands
 from magnetar.client.protocol.proto import pulsar_api_pb2 as pb
 
@@ -64,16 +65,7 @@ async def producer_version(
     return None if version is None else version_bytes(version)
 
 
-class NamedTopic(Protocol):
-    """A loaded topic, as far as a consumer's schema check needs it."""
-
-    @property
-    def name(self) -> TopicName: ...
-
-
-async def check_consumer(
-    schemas: TopicSchemas, topic: NamedTopic, req: pb.CommandSubscribe
-) -> None:
+async def check_consumer(schemas: TopicSchemas, topic: Topic, req: pb.CommandSubscribe) -> None:
     """Register or check a SUBSCRIBE's schema on ``topic`` (a loaded topic); raises
     ``SchemaError``."""
     if not req.HasField("schema"):
@@ -141,7 +133,6 @@ async def get_or_create_response(
 
 
 __all__ = [
-    "NamedTopic",
     "check_consumer",
     "from_wire",
     "get_or_create_denied",

@@ -275,10 +275,10 @@ class LedgerSchemaStorage:
 def storage_for(store: MetadataStore, topic_storage: object) -> SchemaStorage:
     """Ledgers when the broker's topics live in managed ledgers (a cluster, standalone),
     else memory (topics served from memory in tests)."""
-    factory = getattr(topic_storage, "factory", None)
-    ledgers = getattr(factory, "ledger_client", None)
-    if ledgers is not None:
-        return LedgerSchemaStorage(store, ledgers)
+    from magnetar.broker.storage.managed_adapter import ManagedLedgerStorage
+
+    if isinstance(topic_storage, ManagedLedgerStorage):
+        return LedgerSchemaStorage(store, topic_storage.factory.ledger_client)
     return MemorySchemaStorage()
 
 

@@ -38,6 +38,7 @@ from magnetar.broker.schema.model import (
     schema_id_of,
 )
 from magnetar.broker.schema.registry import SchemaRegistry
+from magnetar.broker.topics.contract import Topic
 
 PolicySource = Callable[[TopicName], Awaitable[tuple[dict[str, Any], dict[str, Any]]]]
 """(namespace policies, topic policies) of a topic."""
@@ -84,14 +85,9 @@ def schema_id(topic: TopicName) -> str:
     return schema_id_of(topic.tenant, topic.namespace, topic.local, PARTITION_SUFFIX)
 
 
-def topic_is_idle(topic: Any) -> bool:
+def topic_is_idle(topic: Topic) -> bool:
     """No producers, no consumers (other than AUTO_CONSUME ones), no stored data."""
-    if getattr(getattr(topic, "producers", None), "producers", None):
-        return False
-    for sub in getattr(topic, "subscriptions", {}).values():
-        if getattr(sub, "consumers", None):
-            return False
-    return getattr(getattr(topic, "ledger", None), "num_entries", 0) == 0
+    return topic.is_idle()
 
 
 class TopicSchemas:

@@ -1,11 +1,12 @@
 """Non-persistent topics: messages go straight from producers to connected consumers.
 
-Owns: ``NonPersistentTopic`` and ``NonPersistentSubscription`` (Pulsar's semantics: nothing
-is stored; a message reaches the consumers attached at publish time that have permits, and
-is dropped for a subscription whose chosen consumer has none; the client sends no acks;
-a subscription disappears with its last consumer; seek is refused). Consumer selection
-reuses the pure rules of ``dispatchers.py`` (active consumer for Exclusive/Failover, round
-robin over permits for Shared, the key selector for Key_Shared).
+Owns: ``NonPersistentTopic`` and ``NonPersistentSubscription``, a ``Topic`` and its
+``TopicSubscription`` with Pulsar's semantics: nothing is stored; a message reaches the
+consumers attached at publish time that have permits, and is dropped for a subscription whose
+chosen consumer has none; the client sends no acks; a subscription disappears with its last
+consumer; seek and read_compacted are refused. Consumer selection reuses the pure rules of
+``dispatchers.py`` (active consumer for Exclusive/Failover, round robin over permits for
+Shared, the key selector for Key_Shared, the slot read by the codec).
 Message ids: a per-topic ledger id from the same counter as in-memory ledgers, entry ids
 counting up, so ids are unique per topic and never negative (reference pitfall 17).
 Must not know: sockets, storage.
@@ -15,50 +16,40 @@ from __future__ import annotations
 
 import itertools
 import logging
-from dataclasses import dataclass
+from collections.abc import Coroutine
 from typing import Any
 
 from magnetar.broker.dispatch.consumer import Consumer, OutMessage, SubType
-from magnetar.broker.dispatch.dispatchers import next_shared_consumer, pick_active_consumer
+from magnetar.broker.dispatch.dispatchers import (
+    Throttle,
+    next_shared_consumer,
+    pick_active_consumer,
+)
 from magnetar.broker.dispatch.key_shared import KeySharedMode, KeySharedSelector
 from magnetar.broker.errors import ServerError
 from magnetar.broker.ledger.position import Position
 from magnetar.broker.naming import TopicName
-from magnetar.broker.storage.contract import Entry
 from magnetar.broker.storage.memory import next_ledger_id
-from magnetar.broker.topics.persistent import LastMessageId, PersistentTopic, TopicCounters
+from magnetar.broker.topics.contract import (
+    AppliedPolicies,
+    LastMessageId,
+    SubscriptionStats,
+    TopicCounters,
+    TopicSubscription,
+)
 from magnetar.broker.topics.producer import Admission, Deduplication, Producer, ProducerRegistry
+from magnetar.broker.topics.publish import PendingSend, PublishSink
 from magnetar.broker.topics.subscription import SubscriptionError
-from magnetar.client.protocol import entry_num_messages
+from magnetar.client.protocol import entry_slot
 
 log = logging.getLogger(__name__)
 
-
-class _NoCursor:
-    durable = False
-
-    def backlog(self) -> int:
-        return 0
-
-    @property
-    def mark_delete_position(self) -> Position:
-        return Position(-1, -1)
-
-    @property
-    def read_position(self) -> Position:
-        return Position(-1, -1)
+_NOT_STORED = "-1:-1"
+"""Mark-delete and read positions of a subscription that retains nothing."""
 
 
-@dataclass(slots=True)
-class _Stats:
-    name: str
-    type: str
-    durable: bool
-    consumers: int
-    backlog: int
-    unacked: int
-    mark_delete: str
-    read_position: str
+def _not_allowed(what: str) -> SubscriptionError:
+    return SubscriptionError(ServerError.NotAllowedError, f"{what} on non-persistent topics")
 
 
 class NonPersistentSubscription:
@@ -71,13 +62,14 @@ class NonPersistentSubscription:
         self._rr = 0
         self._selector: KeySharedSelector[Consumer] | None = None
         self._active: Consumer | None = None
-        self.cursor = _NoCursor()
         self.dropped = 0
 
     def __repr__(self) -> str:
         return f"<NonPersistentSubscription {self.topic_name} {self.name!r}>"
 
-    durable = False
+    @property
+    def durable(self) -> bool:
+        return False
 
     @property
     def consumers(self) -> list[Consumer]:
@@ -132,14 +124,15 @@ class NonPersistentSubscription:
     def flow(self, consumer: Consumer, permits: int) -> None:
         consumer.flow(permits)
 
-    def deliver(self, entry: Entry, count: int, slot_of: Any) -> None:
-        """Send one published entry to this subscription's consumer, or drop it."""
+    def deliver(self, message: OutMessage, count: int) -> None:
+        """Send one published entry (as it goes out: nothing is stored, nothing redelivered)
+        to this subscription's consumer, or drop it."""
         target: Consumer | None
         if self.sub_type in (SubType.EXCLUSIVE, SubType.FAILOVER):
             target = self._active
         elif self.sub_type is SubType.KEY_SHARED and self._selector is not None:
             try:
-                target = self._selector.select(slot_of(entry))
+                target = self._selector.select(entry_slot(message.data))
             except Exception:
                 target = None
         else:
@@ -153,70 +146,95 @@ class NonPersistentSubscription:
         target.permits -= count
         target.msg_out += count
         if target.sink is not None:
-            target.sink.send_messages(target, [OutMessage(entry.position, entry.data)])
+            target.sink.send_messages(target, [message])
 
-    # no acknowledgements or redelivery for non-persistent topics
-    async def ack_individual(self, consumer: Consumer, acks: Any) -> None:
+    # nothing is retained: no acknowledgements, redelivery, backlog or dispatch rate
+    async def ack_individual(
+        self, consumer: Consumer, acks: list[tuple[Position, list[int] | None]]
+    ) -> None:
         return None
 
-    async def ack_positions(self, consumer: Consumer, whole: Any, partial: Any = None) -> None:
+    async def ack_positions(
+        self,
+        consumer: Consumer,
+        whole: list[Position],
+        partial: list[tuple[Position, list[int]]] | None = None,
+    ) -> None:
         return None
 
     async def ack_cumulative(self, consumer: Consumer, position: Position) -> None:
         return None
 
-    def redeliver(self, consumer: Consumer, positions: Any) -> None:
+    def redeliver(self, consumer: Consumer, positions: list[Position] | None) -> None:
         return None
 
     async def settle_acks(self) -> None:
         return None
 
-    async def reset_cursor(self, position: Position) -> list[Consumer]:
-        raise SubscriptionError(
-            ServerError.NotAllowedError, "Seek is not supported on non-persistent topics"
-        )
+    def backlog(self) -> int:
+        return 0
 
-    def statistics(self) -> _Stats:
-        return _Stats(
+    @property
+    def dispatch_throttle(self) -> Throttle | None:
+        return None
+
+    def set_dispatch_throttle(self, throttle: Throttle | None) -> None:
+        """Nothing is dispatched from storage: no dispatch rate to limit."""
+
+    async def reset_cursor(self, position: Position) -> list[Consumer]:
+        raise _not_allowed("Seek is not supported")
+
+    def statistics(self) -> SubscriptionStats:
+        return SubscriptionStats(
             self.name,
             self.sub_type.name.title() if self.sub_type else "None",
             False,
             len(self._consumers),
             0,
             0,
-            "-1:-1",
-            "-1:-1",
+            _NOT_STORED,
+            _NOT_STORED,
         )
 
     def close(self) -> None:
         self._consumers.clear()
 
 
-class _NoLedger:
-    total_size = 0
-    num_entries = 0
-
-
 class NonPersistentTopic:
     def __init__(self, name: TopicName) -> None:
         self.name = name
+        self.full_name = name.full
         self.producers = ProducerRegistry()
         self.dedup = Deduplication(False)
         self.subscriptions: dict[str, NonPersistentSubscription] = {}
         self.counters = TopicCounters()
-        self.ledger = _NoLedger()
         self._ledger_id = next_ledger_id()
         self._entry_ids = itertools.count()
         self._last: Position | None = None
-        self.closed = False
+        self._closed = False
 
     def __repr__(self) -> str:
         return f"<NonPersistentTopic {self.name} subs={len(self.subscriptions)}>"
 
+    # -- state
     @property
-    def full_name(self) -> str:
-        return self.name.full
+    def closed(self) -> bool:
+        return self._closed
 
+    @property
+    def terminated(self) -> bool:
+        return False  # only a persistent topic is terminated
+
+    @property
+    def storage_size(self) -> int:
+        return 0
+
+    def is_idle(self) -> bool:
+        return not self.producers.producers and not any(
+            sub.consumers for sub in self.subscriptions.values()
+        )
+
+    # -- producers and publishing
     def add_producer(self, producer: Producer) -> Admission:
         return self.producers.admit(producer)
 
@@ -232,30 +250,29 @@ class NonPersistentTopic:
     def last_sequence_id(self, producer_name: str) -> int:
         return -1
 
-    async def create_subscription(self, sub_name: str, *, earliest: bool = True) -> None:
-        return None  # nothing is retained: a subscription without consumers is meaningless
-
-    def publish(  # noqa: PLR0917 - same call shape as PersistentTopic.publish
+    def publish_message(  # noqa: PLR0917 - hot path, positional on purpose
         self,
+        sink: PublishSink,
         producer: Producer,
         sequence_id: int,
         highest_sequence_id: int,
         num_msgs: int,
         data: bytes,
-        callback: Any,
-        *,
         check_dedup: bool = True,
     ) -> None:
+        """Hand ``data`` to the consumers attached now (or drop it); ``sink`` hears at once."""
         pos = Position(self._ledger_id, next(self._entry_ids))
         self._last = pos
         self.counters.msg_in += num_msgs
         self.counters.bytes_in += len(data)
         self.counters.entries_in += 1
-        entry = Entry(pos, data)
+        message = OutMessage(pos, data)
         for sub in list(self.subscriptions.values()):
-            sub.deliver(entry, num_msgs, PersistentTopic.slot_of)
-        callback(pos, None)
+            sub.deliver(message, num_msgs)
+        item = PendingSend(producer, data, num_msgs, sink, sequence_id, highest_sequence_id)
+        sink.on_published([item], [pos])
 
+    # -- subscriptions
     async def subscribe(
         self,
         consumer: Consumer,
@@ -264,7 +281,10 @@ class NonPersistentTopic:
         durable: bool = True,
         initial_earliest: bool = False,
         start: Position | None = None,
+        read_compacted: bool = False,
     ) -> NonPersistentSubscription:
+        if read_compacted:
+            raise _not_allowed("readCompacted is not supported")
         sub = self.subscriptions.get(sub_name)
         if sub is None:
             sub = NonPersistentSubscription(self.full_name, sub_name, self.name.partition_index)
@@ -277,12 +297,15 @@ class NonPersistentTopic:
             raise
         return sub
 
-    def remove_consumer(self, sub: NonPersistentSubscription, consumer: Consumer) -> None:
+    async def create_subscription(self, sub_name: str, *, earliest: bool = True) -> None:
+        return None  # nothing is retained: a subscription without consumers is meaningless
+
+    def remove_consumer(self, sub: TopicSubscription, consumer: Consumer) -> None:
         sub.remove_consumer(consumer)
         if not sub.consumers and self.subscriptions.get(sub.name) is sub:
             del self.subscriptions[sub.name]
 
-    async def unsubscribe(self, sub: NonPersistentSubscription, consumer: Consumer | None) -> None:
+    async def unsubscribe(self, sub: TopicSubscription, consumer: Consumer | None) -> None:
         if [c for c in sub.consumers if c is not consumer]:
             raise SubscriptionError(
                 ServerError.ConsumerBusy, "Subscription has other connected consumers"
@@ -305,21 +328,25 @@ class NonPersistentTopic:
         return dropped
 
     async def find_position_by_time(self, publish_time_ms: int) -> Position:
-        raise SubscriptionError(
-            ServerError.NotAllowedError, "Seek is not supported on non-persistent topics"
-        )
+        raise _not_allowed("Seek is not supported")
 
-    async def resolve_last_message_id(self, sub: Any) -> LastMessageId:
+    async def resolve_last_message_id(self, sub: TopicSubscription | None) -> LastMessageId:
         last = self._last or Position(self._ledger_id, -1)
         return LastMessageId(last.ledger_id, last.entry_id, -1, None)
 
-    def count_of(self, entry: Entry) -> int:
-        return entry_num_messages(entry.data)
+    # -- policies, statistics, life
+    def apply_policies(self, policies: AppliedPolicies) -> Coroutine[Any, Any, None] | None:
+        """Nothing here is stored or dispatched from storage: deduplication, unacked limits,
+        delayed delivery and retention do not apply (rate limits are the manager's)."""
+        return None
+
+    async def delete_side_storage(self) -> None:
+        """Nothing is stored."""
 
     async def close(self) -> None:
-        if self.closed:
+        if self._closed:
             return
-        self.closed = True
+        self._closed = True
         for producer in list(self.producers.producers.values()) + list(self.producers.waiting):
             if producer.cnx is not None:
                 producer.cnx.send_close_producer(producer)

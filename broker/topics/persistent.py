@@ -1,10 +1,10 @@
-"""A persistent topic: one managed ledger, its producers and subscriptions.
+"""A persistent topic: one managed ledger, its producers and subscriptions (a ``Topic``).
 
 Owns: the publish pipeline (SENDs collected during one loop iteration are appended as one
 ``add_entries`` call, submitted at once even while earlier batches are in flight; the managed
 ledger completes adds in order and completions are handled in submission order, so
 positions and receipts keep arrival order; duplicates found by deduplication ride in the
-same queue so their receipts keep order too), the entry-count cache used for permits,
+same queue so their receipts keep order too), its entries' message counts (``EntryCounts``),
 subscriptions (durable ones reopened from the ledger's cursors on load; non-durable ones
 dropped with their last consumer), last-message-id, finding a position by publish time,
 close/unload. Compaction (``compaction/``): the service attaches a ``TopicCompaction``;
@@ -13,9 +13,11 @@ the ``__compaction`` subscription name is reserved, and deleting it deletes the 
 Lifecycle (``TOPIC_TRANSITIONS``): ACTIVE -> CLOSING -> CLOSED on unload; ACTIVE -> FENCED
 when the managed ledger refuses writes for good (another owner), after which the service
 unloads the topic so clients look up the new owner.
+Policies it applies itself (``apply_policies``): deduplication, unacked limits, delayed
+delivery, retention.
 Invariant: every SEND gets exactly one outcome, in arrival order per topic: a ``PublishSink``
 (the connection) hears once per run of its consecutive SENDs in a completed append (so it
-writes that run's receipts as one buffer); ``publish`` adapts a per-SEND callback to it. On
+writes that run's receipts as one buffer). On
 the managed ledger a batch completes through ``add_entries_then`` (a callback when its last
 add is done, no task or future per batch).
 Must not know: sockets or frames (callers pass callbacks and sinks).
@@ -28,8 +30,7 @@ import collections
 import enum
 import logging
 import time
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Protocol, runtime_checkable
 
 from magnetar.broker.compaction import (
@@ -39,25 +40,40 @@ from magnetar.broker.compaction import (
     entry_messages,
 )
 from magnetar.broker.dispatch.consumer import Consumer, SubType
-from magnetar.broker.dispatch.key_shared import entry_slot_from_bytes
+from magnetar.broker.dispatch.dispatchers import DeliverAtOf
 from magnetar.broker.errors import ServerError
 from magnetar.broker.ledger.errors import LedgerFenced, ManagedLedgerClosed
 from magnetar.broker.ledger.position import EARLIEST, LATEST, Position
 from magnetar.broker.naming import TopicName
-from magnetar.broker.storage.contract import Entry, TopicLedger
+from magnetar.broker.storage.contract import TopicLedger
+from magnetar.broker.topics.contract import (
+    AppliedPolicies,
+    LastMessageId,
+    TopicCounters,
+    TopicSubscription,
+)
+from magnetar.broker.topics.entries import (
+    EntryCounts,
+    never_delayed,
+    publish_time_or_zero,
+    slot_of,
+)
 from magnetar.broker.topics.producer import Admission, Deduplication, Producer, ProducerRegistry
+from magnetar.broker.topics.publish import (
+    PendingSend,
+    PublishSink,
+    runs_by_sink,
+)
 from magnetar.broker.topics.stats_buckets import StatsBuckets
 from magnetar.broker.topics.subscription import Subscription, SubscriptionError
 from magnetar.client.protocol import (
-    MAGIC_CRC32C_BYTES,
     RemoteProtocolError,
-    entry_num_messages,
+    entry_chunk,
+    entry_deliver_at,
     parse_entry_metadata,
 )
 
 log = logging.getLogger(__name__)
-
-PublishCallback = Callable[[Position | None, Exception | None], None]
 
 
 class TopicState(enum.Enum):
@@ -96,7 +112,6 @@ def next_topic_state(state: TopicState, event: TopicEvent) -> TopicState:
         raise InvalidTopicTransition(f"{event.value} in state {state.value}") from None
 
 
-_COUNT_CACHE_MAX = 200_000
 ACK_QUIET_S = 0.15
 """Closing: no ACK for this long means the consumers acknowledged what they will (longer
 than the official client's 100 ms acknowledgement grouping)."""
@@ -120,117 +135,12 @@ class AckBarrierSink(Protocol):
     ) -> None: ...
 
 
-def _metadata_or_none(entry: Entry) -> Any:
-    """The entry's metadata, or None (reported) when it cannot be parsed: dispatch then
-    treats it as a plain message and delivers it as stored (a consumer discards a corrupt
-    message and acknowledges it), so one bad entry never stalls a subscription. Entries
-    stored since SEND validation always parse; older ones may not."""
-    try:
-        return parse_entry_metadata(entry.data)
-    except RemoteProtocolError as exc:
-        log.warning(
-            "entry %s has unparseable metadata (%s): delivered as stored", entry.position, exc
-        )
-        return None
-
-
-_DELIVER_AT_TAG = b"\x98\x01"  # MessageMetadata field 19 (deliver_at_time), varint
-_UUID_TAG = b"\xd2\x01"  # MessageMetadata field 26 (uuid, chunking), length-delimited
-
-
-class _Pending:
-    """One SEND waiting for its append (positional init: one is made per SEND)."""
-
-    __slots__ = (
-        "data",
-        "dedup_name",
-        "duplicate",
-        "highest",
-        "highest_sequence_id",
-        "num_messages",
-        "producer",
-        "sequence_id",
-        "sink",
-    )
-
-    def __init__(  # noqa: PLR0917 - hot path, positional on purpose
-        self,
-        producer: Producer,
-        data: bytes,
-        num_messages: int,
-        sink: PublishSink,
-        sequence_id: int,
-        highest_sequence_id: int,
-    ) -> None:
-        self.producer = producer
-        self.data = data
-        self.num_messages = num_messages
-        self.sink = sink
-        self.sequence_id = sequence_id
-        self.highest_sequence_id = highest_sequence_id  # as the SEND carried it
-        self.duplicate = False
-        self.dedup_name: str | None = None
-        self.highest = -1  # the highest sequence id deduplication records
-
-
-class PublishSink(Protocol):
-    """Where a topic reports its SENDs' outcomes: once per run of consecutive SENDs of one
-    sink in a completed append, in arrival order (a duplicate's position is None)."""
-
-    def on_published(self, items: list[_Pending], positions: list[Position | None]) -> None: ...
-
-    def on_publish_failed(self, items: list[_Pending], exc: Exception) -> None: ...
-
-
-class _CallbackSink:
-    """A ``PublishSink`` calling ``callback(position, error)`` per SEND."""
-
-    __slots__ = ("callback",)
-
-    def __init__(self, callback: PublishCallback) -> None:
-        self.callback = callback
-
-    def on_published(self, items: list[_Pending], positions: list[Position | None]) -> None:
-        for pos in positions:
-            self.callback(pos, None)
-
-    def on_publish_failed(self, items: list[_Pending], exc: Exception) -> None:
-        for _ in items:
-            self.callback(None, exc)
-
-
-@dataclass(frozen=True, slots=True)
-class LastMessageId:
-    ledger_id: int
-    entry_id: int
-    batch_index: int
-    mark_delete: Position | None
-
-
-@dataclass(slots=True)
-class TopicCounters:
-    msg_in: int = 0
-    bytes_in: int = 0
-    entries_in: int = 0
-    publish_batches: int = 0
-    extra: dict[str, int] = field(default_factory=dict)
-
-
-def publish_time_or_zero(data: bytes) -> int:
-    """An entry's publish time; 0 for bytes without readable metadata (a search by time
-    treats them as old, as a scan skipping them would)."""
-    try:
-        return int(parse_entry_metadata(data).publish_time)
-    except Exception:
-        return 0
-
-
 class _Inflight:
     """One submitted batch of SENDs and, once its append is done, the outcome."""
 
     __slots__ = ("batch", "done", "error", "positions", "started", "topic")
 
-    def __init__(self, topic: PersistentTopic, batch: list[_Pending]) -> None:
+    def __init__(self, topic: PersistentTopic, batch: list[PendingSend]) -> None:
         self.topic = topic
         self.batch = batch
         self.done = False
@@ -245,23 +155,6 @@ class _Inflight:
             self.topic.write_latency.add((time.monotonic() - self.started) * 1000)
         self.error = error
         self.topic.complete_ready()
-
-
-def _runs_by_sink(
-    batch: list[_Pending], positions: list[Position | None] | None
-) -> list[tuple[PublishSink, list[_Pending], list[Position | None] | None]]:
-    """``batch`` (and its positions) cut into runs of consecutive SENDs of one sink."""
-    first = batch[0].sink
-    if all(p.sink is first for p in batch):
-        return [(first, batch, positions)]
-    runs: list[tuple[PublishSink, list[_Pending], list[Position | None] | None]] = []
-    start = 0
-    for i in range(1, len(batch) + 1):
-        if i == len(batch) or batch[i].sink is not batch[start].sink:
-            poss = positions[start:i] if positions is not None else None
-            runs.append((batch[start].sink, batch[start:i], poss))
-            start = i
-    return runs
 
 
 TOPIC_EPOCH_PROPERTY = "pulsar.topic.epoch"
@@ -305,19 +198,16 @@ class PersistentTopic:
         self.subscriptions: dict[str, Subscription] = {}
         self.max_unacked_per_consumer = max_unacked_per_consumer
         self.max_unacked_per_subscription = max_unacked_per_subscription
+        # delivery times are read while delayed delivery is on (a policy)
+        self._deliver_at_of: DeliverAtOf = entry_deliver_at
         self.counters = TopicCounters()
         self.write_latency = StatsBuckets()
         """Milliseconds from handing a batch to storage until it is durable
         (``pulsar_storage_write_latency_le_*``)."""
-        # message counts of batch entries; entries in [``_counted_from``, ``_counted_to``]
-        # that are absent are single messages; others are parsed (and cached) when needed.
-        # ``_counted_to`` is the last position whose append was reported: a dispatcher can
-        # read an entry between its storage and that report, and must not take a batch for
-        # one message then (it would charge one permit for the whole batch)
-        self._counts: dict[Position, int] = {}
-        self._counted_from: Position | None = None
-        self._counted_to: Position | None = None
-        self._pending: list[_Pending] = []
+        self.counts = EntryCounts()
+        """Message counts of the entries (permits), without parsing what was published here."""
+        self.count_of = self.counts.count_of  # what an entry costs in permits
+        self._pending: list[PendingSend] = []
         self._submit_scheduled = False
         self._inflight: collections.deque[_Inflight] = collections.deque()
         self._drain_waiters: list[asyncio.Future[None]] = []
@@ -359,72 +249,6 @@ class PersistentTopic:
             if not entries or entries[-1].position >= last:
                 break
             start = Position(entries[-1].position.ledger_id, entries[-1].position.entry_id + 1)
-
-    # -- entry counts (permits)
-    def count_of(self, entry: Entry) -> int:
-        pos = entry.position
-        counts = self._counts
-        if counts:  # empty while no batch entry was published since load: no hashing
-            n = counts.get(pos)
-            if n is not None:
-                return n
-        if self._single_if_uncounted(pos):
-            return 1
-        try:
-            n = entry_num_messages(entry.data)
-        except Exception:
-            n = 1
-        if n > 1:
-            self._remember_count(pos, n)
-        return n
-
-    def known_count(self, pos: Position) -> int | None:
-        """Messages in the entry at ``pos`` if known without reading it."""
-        n = self._counts.get(pos)
-        if n is None and self._single_if_uncounted(pos):
-            n = 1
-        return n
-
-    def _single_if_uncounted(self, pos: Position) -> bool:
-        """Is an entry at ``pos`` absent from ``_counts`` known to be a single message?
-        True only within the span whose appends this topic has reported."""
-        start, end = self._counted_from, self._counted_to
-        return start is not None and end is not None and start <= pos <= end
-
-    @staticmethod
-    def slot_of(entry: Entry) -> int:
-        """Key_Shared slot of an entry (its outer metadata's sticky key)."""
-        return entry_slot_from_bytes(entry.data)
-
-    @staticmethod
-    def deliver_at_of(entry: Entry) -> int:
-        """``deliver_at_time`` of an entry, 0 if none (a byte scan first: cheap when absent)."""
-        data = entry.data
-        off = 6 if data[:2] == MAGIC_CRC32C_BYTES else 0
-        size = int.from_bytes(data[off : off + 4], "big")
-        if _DELIVER_AT_TAG not in data[off + 4 : off + 4 + size]:
-            return 0
-        md = _metadata_or_none(entry)
-        return md.deliver_at_time if md is not None and md.HasField("deliver_at_time") else 0
-
-    @staticmethod
-    def chunk_of(entry: Entry) -> tuple[str, int, int] | None:
-        """(uuid, chunk id, chunks) of a chunk entry, else None (a byte scan first)."""
-        data = entry.data
-        off = 6 if data[:2] == MAGIC_CRC32C_BYTES else 0
-        size = int.from_bytes(data[off : off + 4], "big")
-        if _UUID_TAG not in data[off + 4 : off + 4 + size]:
-            return None
-        md = _metadata_or_none(entry)
-        if md is None or not md.HasField("uuid") or not md.HasField("num_chunks_from_msg"):
-            return None
-        return md.uuid, md.chunk_id, md.num_chunks_from_msg
-
-    def _remember_count(self, pos: Position, n: int) -> None:
-        if len(self._counts) >= _COUNT_CACHE_MAX:  # forget: older entries get parsed again
-            self._counts.clear()
-            self._counted_from = self._counted_to = None
-        self._counts[pos] = n
 
     # -- producers
     def add_producer(self, producer: Producer) -> Admission:
@@ -471,30 +295,7 @@ class PersistentTopic:
         return last
 
     # -- publish
-    def publish(  # noqa: PLR0917 - hot path, positional on purpose
-        self,
-        producer: Producer,
-        sequence_id: int,
-        highest_sequence_id: int,
-        num_msgs: int,
-        data: bytes,
-        callback: PublishCallback,
-        *,
-        check_dedup: bool = True,
-    ) -> None:
-        """Append ``data``; ``callback(position, None)`` once it is stored, ``(None, None)``
-        for a duplicate, ``(None, error)`` if the append failed."""
-        self.publish_to(
-            _CallbackSink(callback),
-            producer,
-            sequence_id,
-            highest_sequence_id,
-            num_msgs,
-            data,
-            check_dedup,
-        )
-
-    def publish_to(  # noqa: PLR0917 - hot path, positional on purpose
+    def publish_message(  # noqa: PLR0917 - hot path, positional on purpose
         self,
         sink: PublishSink,
         producer: Producer,
@@ -506,7 +307,7 @@ class PersistentTopic:
     ) -> None:
         """Append ``data``; its outcome goes to ``sink`` (see ``PublishSink``), with the
         SENDs completed in the same append and the same sink."""
-        item = _Pending(producer, data, num_msgs, sink, sequence_id, highest_sequence_id)
+        item = PendingSend(producer, data, num_msgs, sink, sequence_id, highest_sequence_id)
         if check_dedup and self.dedup.enabled:
             highest = max(highest_sequence_id, sequence_id + num_msgs - 1)
             if self.dedup.is_duplicate(producer.name, sequence_id, highest):
@@ -564,17 +365,17 @@ class PersistentTopic:
                 if not w.done():
                     w.set_result(None)
 
-    def _failed(self, batch: list[_Pending], exc: Exception) -> None:
+    def _failed(self, batch: list[PendingSend], exc: Exception) -> None:
         log.warning("append to %s failed: %s", self.name, exc)
         if isinstance(exc, (LedgerFenced, ManagedLedgerClosed)):
             self.fence(str(exc))
         for p in batch:
             if p.dedup_name is not None:
                 self.dedup.failed(p.dedup_name)
-        for sink, items, _ in _runs_by_sink(batch, None):
+        for sink, items, _ in runs_by_sink(batch, None):
             sink.on_publish_failed(items, exc)
 
-    def _completed(self, batch: list[_Pending], stored: list[Position]) -> None:
+    def _completed(self, batch: list[PendingSend], stored: list[Position]) -> None:
         self.counters.publish_batches += 1
         positions: list[Position | None]
         if len(stored) == len(batch):
@@ -582,8 +383,9 @@ class PersistentTopic:
         else:  # duplicates ride along without a position
             it = iter(stored)
             positions = [None if p.duplicate else next(it) for p in batch]
-        if stored and self._counted_from is None:
-            self._counted_from = stored[0]
+        counts = self.counts
+        if stored:
+            counts.reporting(stored[0])
         msgs = nbytes = entries = 0
         dedup = self.dedup
         for p, pos in zip(batch, positions, strict=True):
@@ -591,19 +393,19 @@ class PersistentTopic:
                 continue
             n = p.num_messages
             if n != 1:
-                self._remember_count(pos, n)
+                counts.remember(pos, n)
             msgs += n
             nbytes += len(p.data)
             entries += 1
             if p.dedup_name is not None:
                 dedup.persisted(p.dedup_name, p.highest)
-        if stored and self._counted_from is not None:
-            self._counted_to = stored[-1]  # counts of this batch recorded: single if absent
+        if stored:
+            counts.reported(stored[-1])  # counts of this batch recorded: single if absent
         counters = self.counters
         counters.msg_in += msgs
         counters.bytes_in += nbytes
         counters.entries_in += entries
-        for sink, items, poss in _runs_by_sink(batch, positions):
+        for sink, items, poss in runs_by_sink(batch, positions):
             sink.on_published(items, poss)  # type: ignore[arg-type]  # not None here
 
     async def _drain_publishes(self) -> None:
@@ -628,10 +430,10 @@ class PersistentTopic:
             self.count_of,
             partition_index=self.name.partition_index,
             max_unacked_per_subscription=self.max_unacked_per_subscription,
-            slot_of=self.slot_of,
-            deliver_at_of=self.deliver_at_of,
-            chunk_of=self.chunk_of,
-            batch_size_hint=self.known_count,
+            slot_of=slot_of,
+            deliver_at_of=self._deliver_at_of,
+            chunk_of=entry_chunk,
+            batch_size_hint=self.counts.known,
             delayed_ledger=self.ledger.index_home,
             max_read_entries=self.dispatcher_max_read_batch_size,
             max_read_bytes=self.dispatcher_max_read_size_bytes,
@@ -714,13 +516,13 @@ class PersistentTopic:
         self.subscriptions.setdefault(sub_name, self._new_subscription(sub_name, cursor))
         log.info("[%s][%s] subscription opened", self.name, sub_name)
 
-    def remove_consumer(self, sub: Subscription, consumer: Consumer) -> None:
+    def remove_consumer(self, sub: TopicSubscription, consumer: Consumer) -> None:
         sub.remove_consumer(consumer)
         if not sub.durable and not sub.consumers and self.subscriptions.get(sub.name) is sub:
             sub.close()
             del self.subscriptions[sub.name]
 
-    async def unsubscribe(self, sub: Subscription, consumer: Consumer | None) -> None:
+    async def unsubscribe(self, sub: TopicSubscription, consumer: Consumer | None) -> None:
         others = [c for c in sub.consumers if c is not consumer]
         if others:
             raise SubscriptionError(
@@ -760,14 +562,15 @@ class PersistentTopic:
             ledger_id = mark.ledger_id if mark is not None and mark.ledger_id >= 0 else 0
             return LastMessageId(ledger_id, -1, -1, mark)
         batch_index = -1
-        n = self.known_count(last)
+        n = self.counts.known(last)
         if n is None:
             return LastMessageId(last.ledger_id, last.entry_id, -2, mark)  # caller resolves
         if n > 1:
             batch_index = n - 1
         return LastMessageId(last.ledger_id, last.entry_id, batch_index, mark)
 
-    async def resolve_last_message_id(self, sub: Subscription | None) -> LastMessageId:
+    async def resolve_last_message_id(self, sub: TopicSubscription | None) -> LastMessageId:
+        assert sub is None or isinstance(sub, Subscription)  # a persistent topic's own
         compacted = await self._last_compacted_message_id(sub)
         if compacted is not None:
             return compacted
@@ -821,6 +624,51 @@ class PersistentTopic:
     @property
     def closed(self) -> bool:
         return self.state in (TopicState.CLOSING, TopicState.CLOSED)
+
+    @property
+    def storage_size(self) -> int:
+        return self.ledger.total_size
+
+    def is_idle(self) -> bool:
+        """No producers, no consumers, no stored entries."""
+        if self.producers.producers:
+            return False
+        if any(sub.consumers for sub in self.subscriptions.values()):
+            return False
+        return self.ledger.num_entries == 0
+
+    # -- policies
+    def apply_policies(self, policies: AppliedPolicies) -> Coroutine[Any, Any, None] | None:
+        """Deduplication, unacked limits (topic, subscriptions, dispatchers, consumers),
+        delayed delivery, the managed ledger's retention (then a trim) and offload policies
+        as ``policies`` say. Deduplication switched on live must first learn the stored
+        sequence ids, as on load (max-merged with what producers send meanwhile): returned for
+        the caller to run."""
+        restore: Coroutine[Any, Any, None] | None = None
+        if policies.deduplication and not self.dedup.enabled:
+            self.dedup.enabled = True
+            restore = self.restore_dedup()
+        self.dedup.enabled = policies.deduplication
+        self.max_unacked_per_consumer = policies.max_unacked_per_consumer
+        self.max_unacked_per_subscription = policies.max_unacked_per_subscription
+        self._deliver_at_of = entry_deliver_at if policies.delayed_delivery else never_delayed
+        for sub in self.subscriptions.values():
+            sub.apply_limits(
+                policies.max_unacked_per_subscription,
+                policies.max_unacked_per_consumer,
+                self._deliver_at_of,
+            )
+        self.ledger.set_retention(policies.retention_time_ms, policies.retention_size_bytes)
+        self.ledger.set_offload_policies(policies.offload)
+        return restore
+
+    async def delete_side_storage(self) -> None:
+        """Before the ledger is deleted: the subscriptions' delayed-delivery indexes and the
+        compacted views (stored under the ledger's nodes)."""
+        for sub in list(self.subscriptions.values()):
+            await sub.delete_delayed_index()
+        if self.compaction is not None:
+            await self.compaction.delete()  # the views sit under the __compaction cursor
 
     def fence(self, reason: str) -> None:
         """The storage refused a write for good: stop serving; the owner closes us."""
@@ -940,12 +788,11 @@ class PersistentTopic:
 
 
 __all__ = [
+    "TOPIC_EPOCH_PROPERTY",
     "TOPIC_TRANSITIONS",
+    "AckBarrierSink",
     "InvalidTopicTransition",
-    "LastMessageId",
     "PersistentTopic",
-    "PublishCallback",
-    "PublishSink",
     "TopicEvent",
     "TopicState",
     "next_topic_state",

@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
 
 from magnetar.broker.delayed import (
@@ -32,14 +31,18 @@ from magnetar.broker.dispatch.dispatchers import (
     MIN_READ_ENTRIES,
     READ_BYTES_MAX,
     READ_ENTRIES_MAX,
+    ChunkOf,
+    DeliverAtOf,
     Dispatcher,
     KeySharedDispatcher,
     MultipleConsumersDispatcher,
+    Throttle,
     new_dispatcher,
 )
 from magnetar.broker.errors import BrokerError, CodedError, ServerError
 from magnetar.broker.ledger.position import Position
-from magnetar.broker.storage.contract import Entry, TopicCursor
+from magnetar.broker.storage.contract import TopicCursor
+from magnetar.broker.topics.contract import SubscriptionStats
 from magnetar.clock import Clock, SystemClock
 from magnetar.zk import paths
 
@@ -48,22 +51,6 @@ log = logging.getLogger(__name__)
 
 class SubscriptionError(CodedError):
     """Refusal of a subscription operation, answered with ``code``."""
-
-
-@dataclass(frozen=True, slots=True)
-class SubscriptionStats:
-    name: str
-    type: str
-    durable: bool
-    consumers: int
-    backlog: int
-    unacked: int
-    mark_delete: str
-    read_position: str
-    # Key_Shared (Pulsar 4 PIP-379 names); 0 for other types
-    draining_hashes_count: int = 0
-    draining_hashes_pending_messages: int = 0
-    draining_hashes_cleared_total: int = 0
 
 
 class Subscription:
@@ -77,8 +64,8 @@ class Subscription:
         partition_index: int = -1,
         max_unacked_per_subscription: int = 200_000,
         slot_of: Any = None,
-        deliver_at_of: Any = None,
-        chunk_of: Any = None,
+        deliver_at_of: DeliverAtOf | None = None,
+        chunk_of: ChunkOf | None = None,
         batch_size_hint: Any = None,
         delayed_ledger: Any = None,
         clock: Clock | None = None,
@@ -119,6 +106,8 @@ class Subscription:
         self.clock = clock
         self.delayed_index: DelayedDeliveryIndex | None = None
         self._index_opening: asyncio.Future[DelayedDeliveryIndex] | None = None
+        # the dispatch rate limit (the policy manager's), handed to each dispatcher
+        self._throttle: Throttle | None = None
 
     def __repr__(self) -> str:
         return f"<Subscription {self.topic_name} {self.name!r} {self.sub_type}>"
@@ -165,6 +154,7 @@ class Subscription:
             self.dispatcher.min_read_entries = self.min_read_entries
             self.dispatcher.redelivery_tracker = self.redelivery_tracker
             self.dispatcher.on_read_nothing = self.check_end_of_topic
+            self.dispatcher.throttle = self._throttle
             if self.delayed_index is not None and stype in (SubType.SHARED, SubType.KEY_SHARED):
                 d = self.dispatcher
                 assert isinstance(d, MultipleConsumersDispatcher)
@@ -175,6 +165,35 @@ class Subscription:
             raise SubscriptionError(exc.code, exc.message) from None
         except ValueError as exc:
             raise SubscriptionError(ServerError.ConsumerAssignError, str(exc)) from None
+
+    # -- policies
+    def apply_limits(
+        self,
+        max_unacked_per_subscription: int,
+        max_unacked_per_consumer: int,
+        deliver_at_of: DeliverAtOf,
+    ) -> None:
+        """Policies changed: unacked limits and delayed delivery, here and in the dispatcher
+        (scheduled, so a limit raised lets it go on at once)."""
+        self.max_unacked_per_subscription = max_unacked_per_subscription
+        self.deliver_at_of = deliver_at_of
+        d = self.dispatcher
+        if d is not None:
+            d.apply_limits(max_unacked_per_subscription, max_unacked_per_consumer, deliver_at_of)
+            d.schedule()
+
+    @property
+    def dispatch_throttle(self) -> Throttle | None:
+        return self._throttle
+
+    def set_dispatch_throttle(self, throttle: Throttle | None) -> None:
+        """The dispatch rate limit, for the dispatcher now and those made later."""
+        self._throttle = throttle
+        if self.dispatcher is not None:
+            self.dispatcher.throttle = throttle
+
+    def backlog(self) -> int:
+        return self.cursor.backlog()
 
     # -- delayed delivery
     async def prepare(self, sub_type: SubType) -> None:
@@ -337,6 +356,20 @@ class Subscription:
         await self._track(asyncio.ensure_future(self.cursor.ack_cumulative(position)))
         self._after_ack(unblocked)
 
+    async def skip_to(self, position: Position) -> None:
+        """Expiry, backlog eviction: move the mark-delete position to ``position`` (a
+        cumulative ack whatever the subscription type) and forget what the dispatcher handed
+        out up to there."""
+        d = self.dispatcher
+        unblocked = False
+        if d is not None:
+            unblocked = d.forget_up_to(position)
+        else:
+            for pos in [p for p in self.redelivery if p <= position]:
+                self.redelivery.pop(pos, None)
+        await self.cursor.ack_cumulative(position)
+        self._after_ack(unblocked)
+
     async def _track(self, fut: asyncio.Future[Any]) -> Any:
         self._ack_ops.add(fut)
         fut.add_done_callback(self._ack_ops.discard)
@@ -442,4 +475,4 @@ class Subscription:
             self.delayed_index.abandon()  # memory only: nothing to keep, stop its timers
 
 
-__all__ = ["Entry", "Subscription", "SubscriptionError", "SubscriptionStats"]
+__all__ = ["Subscription", "SubscriptionError"]

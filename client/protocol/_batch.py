@@ -1,4 +1,4 @@
-"""Batched payloads: one entry holding N messages, and chunked-message metadata.
+"""Batched payloads: one entry holding N messages.
 
 Wire layout of a batch payload (after decompression; reference §2.6)::
 
@@ -8,8 +8,7 @@ The entry's outer MessageMetadata has ``num_messages_in_batch = N``; its *presen
 value) marks the entry as a batch. Compression, if any, covers the whole concatenation and is
 undone by the caller before ``parse_batch``.
 
-Chunking: a large message becomes K entries sharing ``uuid``, each with ``chunk_id`` 0..K-1,
-``num_chunks_from_msg`` = K and ``total_chunk_msg_size``; see ``ChunkInfo``.
+Chunking (a large message as K entries sharing ``uuid``) is an entry's metadata: ``_entry``.
 
 Must not know: compression codecs, consumers, receive queues.
 """
@@ -24,7 +23,7 @@ from dataclasses import dataclass
 from google.protobuf.message import DecodeError
 
 from ._errors import BatchDeserializeError, LocalProtocolError
-from ._framing import encode_varint
+from ._primitives import encode_varint
 from .proto import pulsar_api_pb2 as pb
 
 _U32 = struct.Struct(">I")
@@ -241,29 +240,3 @@ def batch_metadata(
         md.ordering_key = first.ordering_key
     md.num_messages_in_batch = len(messages)
     return md
-
-
-@dataclass(frozen=True, slots=True)
-class ChunkInfo:
-    """Chunking fields of an entry's metadata."""
-
-    uuid: str
-    chunk_id: int
-    num_chunks_from_msg: int
-    total_chunk_msg_size: int
-
-    @property
-    def is_last(self) -> bool:
-        return self.chunk_id == self.num_chunks_from_msg - 1
-
-
-def chunk_info(metadata: pb.MessageMetadata) -> ChunkInfo | None:
-    """The chunk fields when the entry is one chunk of a larger message, else ``None``."""
-    if not metadata.HasField("chunk_id") or not metadata.HasField("uuid"):
-        return None
-    return ChunkInfo(
-        metadata.uuid,
-        metadata.chunk_id,
-        metadata.num_chunks_from_msg,
-        metadata.total_chunk_msg_size,
-    )

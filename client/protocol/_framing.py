@@ -26,20 +26,23 @@ Must not know: sockets, asyncio, connection state (see ``_connection``).
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-import crc32c as _crc32c
 from google.protobuf.message import Message
 
+from ._entry import (
+    CHECKSUM_HEADER_BYTES,
+    MAGIC_CRC32C_BYTES,
+    EntryView,
+    split_entry,
+)
 from ._errors import ChecksumMismatchError, LocalProtocolError, RemoteProtocolError
+from ._primitives import SMALL_VARINTS, U32, U32U32, crc32c, encode_varint, missing_fields
 from ._types import FIELD_NAME, PAYLOAD_TYPES, CommandType
 from .proto import pulsar_api_pb2 as pb
 
-MAGIC_CRC32C = 0x0E01
 MAGIC_BROKER_ENTRY_METADATA = 0x0E02
-_MAGIC_CRC32C_BYTES = b"\x0e\x01"
 _MAGIC_BEM_BYTES = b"\x0e\x02"
 
 #: Broker ``maxMessageSize`` default (5 MiB), advertised in CONNECTED.max_message_size.
@@ -49,43 +52,8 @@ FRAME_PADDING = 10 * 1024
 #: Largest ``totalSize`` accepted by default.
 DEFAULT_MAX_FRAME_SIZE = DEFAULT_MAX_MESSAGE_SIZE + FRAME_PADDING
 
-_U32 = struct.Struct(">I")
-_U32U32 = struct.Struct(">II")
-_UINT64_MASK = (1 << 64) - 1
-
-
-def crc32c(data: bytes | bytearray | memoryview, value: int = 0) -> int:
-    """CRC-32C (Castagnoli); pass ``value`` to continue a running checksum."""
-    return int(_crc32c.crc32c(data, value))
-
-
-def _missing_fields(message: Message) -> str:
-    errors: list[str] = message.FindInitializationErrors()  # type: ignore[attr-defined]
-    return ", ".join(errors)
-
-
-_SMALL_VARINTS = [bytes([i]) for i in range(128)]
 _TYPE_OF = {int(t): t for t in CommandType}
 _PARTITION_NONE = b"\x18" + b"\xff" * 9 + b"\x01"  # MessageIdData.partition = -1
-
-
-def encode_varint(value: int) -> bytes:
-    """Protobuf varint of ``value``; negative numbers as 64-bit two's complement (10 bytes).
-    Unrolled for the small values of hot paths (ids, sequence ids, lengths)."""
-    if 0 <= value < 0x80:
-        return _SMALL_VARINTS[value]
-    if 0 < value < 0x4000:
-        return bytes(((value & 0x7F) | 0x80, value >> 7))
-    if 0 < value < 0x200000:
-        return bytes(((value & 0x7F) | 0x80, ((value >> 7) & 0x7F) | 0x80, value >> 14))
-    value &= _UINT64_MASK
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
 
 _varint = encode_varint
 
@@ -104,7 +72,7 @@ def serialize_command(base: pb.BaseCommand) -> bytes:
     if not base.HasField(field):  # type: ignore[arg-type]
         raise LocalProtocolError(f"{CommandType(base.type).name} without its '{field}' body")
     if not base.IsInitialized():
-        missing = _missing_fields(base)
+        missing = missing_fields(base)
         raise LocalProtocolError(f"missing required fields: {missing}")
     return base.SerializeToString()
 
@@ -112,7 +80,7 @@ def serialize_command(base: pb.BaseCommand) -> bytes:
 def encode_command(base: pb.BaseCommand) -> bytes:
     """Frame a simple command: ``[totalSize][cmdSize][BaseCommand]``."""
     cmd = serialize_command(base)
-    return _U32U32.pack(4 + len(cmd), len(cmd)) + cmd
+    return U32U32.pack(4 + len(cmd), len(cmd)) + cmd
 
 
 def encode_headers_and_payload(
@@ -121,20 +89,20 @@ def encode_headers_and_payload(
     """The part after a SEND command: ``[0x0e01][crc]`` (if checksum) ``[size][md][payload]``."""
     if isinstance(metadata, pb.MessageMetadata):
         if not metadata.IsInitialized():
-            missing = _missing_fields(metadata)
+            missing = missing_fields(metadata)
             raise LocalProtocolError(f"MessageMetadata misses required fields: {missing}")
         metadata = metadata.SerializeToString()
-    body = _U32.pack(len(metadata)) + metadata + payload
+    body = U32.pack(len(metadata)) + metadata + payload
     if not checksum:
         return body
-    return _MAGIC_CRC32C_BYTES + _U32.pack(crc32c(body)) + body
+    return MAGIC_CRC32C_BYTES + U32.pack(crc32c(body)) + body
 
 
 def encode_payload_command(base: pb.BaseCommand, headers_and_payload: bytes) -> bytes:
     """Frame a payload command whose tail (checksum, metadata, payload) is already encoded."""
     cmd = serialize_command(base)
     return (
-        _U32U32.pack(4 + len(cmd) + len(headers_and_payload), len(cmd)) + cmd + headers_and_payload
+        U32U32.pack(4 + len(cmd) + len(headers_and_payload), len(cmd)) + cmd + headers_and_payload
     )
 
 
@@ -171,7 +139,7 @@ def encode_message_frame(
         body += b"(" + _varint(consumer_epoch)  # field 5 varint: tag 0x28
     cmd = b"\x08\x09J" + _varint(len(body)) + body  # type=9; field 9 bytes: tag 0x4a
     return (
-        _U32U32.pack(4 + len(cmd) + len(headers_and_payload), len(cmd)) + cmd + headers_and_payload
+        U32U32.pack(4 + len(cmd) + len(headers_and_payload), len(cmd)) + cmd + headers_and_payload
     )
 
 
@@ -194,7 +162,28 @@ def encode_send_receipt_frame(
     if highest_sequence_id is not None:
         body += b" " + _varint(highest_sequence_id)  # field 4 varint: tag 0x20
     cmd = b"\x08\x07:" + _varint(len(body)) + body  # type=7; field 7 bytes: tag 0x3a
-    return _U32U32.pack(4 + len(cmd), len(cmd)) + cmd
+    return U32U32.pack(4 + len(cmd), len(cmd)) + cmd
+
+
+def encode_simple_send_frame(
+    producer_id: int, sequence_id: int, metadata: bytes, payload: bytes
+) -> bytes:
+    """A whole SEND frame, ``CommandSend{producer_id, sequence_id}``, checksum, ``metadata``
+    (serialised) and ``payload``, without protobuf objects (a producer's hot path): the bytes
+    of ``encode_payload_command(commands.send(...), encode_headers_and_payload(md, payload))``
+    (a test checks the equivalence)."""
+    send = b"\x08" + _varint(producer_id) + b"\x10" + _varint(sequence_id)
+    cmd = b"\x08\x062" + _varint(len(send)) + send  # type=SEND(6); field 6 bytes: tag 0x32
+    body = U32.pack(len(metadata)) + metadata + payload
+    return b"".join(
+        (
+            U32U32.pack(4 + len(cmd) + CHECKSUM_HEADER_BYTES + len(body), len(cmd)),
+            cmd,
+            MAGIC_CRC32C_BYTES,
+            U32.pack(crc32c(body)),
+            body,
+        )
+    )
 
 
 def encode_message_frames(
@@ -209,8 +198,8 @@ def encode_message_frames(
     path)."""
     cid_part = b"\x08" + _varint(consumer_id) + b"\x12"
     part = _PARTITION_NONE if partition == -1 else b"\x18" + _varint(partition)
-    pack = _U32U32.pack
-    small = _SMALL_VARINTS
+    pack = U32U32.pack
+    small = SMALL_VARINTS
     last_ledger: int | None = None
     ledger_part = b""
     out: list[bytes] = []
@@ -238,8 +227,8 @@ def encode_send_receipt_frames(receipts: Iterable[tuple[int, int, int, int, int]
     """SEND_RECEIPT frames for ``(producer id, sequence id, highest sequence id, ledger id,
     entry id)`` each, the bytes of ``encode_send_receipt_frame(..., highest_sequence_id=h)``
     (a test checks it); the producer id and ledger id of a run are encoded once."""
-    pack = _U32U32.pack
-    small = _SMALL_VARINTS
+    pack = U32U32.pack
+    small = SMALL_VARINTS
     last_pid: int | None = None
     last_ledger: int | None = None
     pid_part = ledger_part = b""
@@ -307,6 +296,17 @@ class PayloadCommand(Command):
         """The raw payload: one message or a whole batch, possibly compressed."""
         return self.headers_and_payload[self.payload_offset :]
 
+    @property
+    def entry(self) -> EntryView:
+        """The headers and payload as an ``EntryView`` (nothing parsed again)."""
+        return EntryView.known(
+            self.headers_and_payload,
+            self.metadata_offset,
+            self.payload_offset,
+            self.checksum,
+            self.metadata,
+        )
+
 
 _STRING = 9  # FieldDescriptor.TYPE_STRING
 _MESSAGE = 11  # FieldDescriptor.TYPE_MESSAGE
@@ -348,7 +348,7 @@ def _parse(
     except Exception as exc:  # protobuf raises DecodeError and, on odd input, others
         raise RemoteProtocolError(f"cannot parse {what}: {exc}") from None
     if not message.IsInitialized():
-        missing = _missing_fields(message)
+        missing = missing_fields(message)
         raise RemoteProtocolError(f"{what} misses required fields: {missing}")
 
 
@@ -389,7 +389,7 @@ def decode_command(frame: bytes, start: int, end: int) -> tuple[pb.BaseCommand, 
     """
     if end - start < 4:
         raise RemoteProtocolError(f"frame of {end - start} bytes has no command size")
-    (cmd_size,) = _U32.unpack_from(frame, start)
+    (cmd_size,) = U32.unpack_from(frame, start)
     cmd_end = start + 4 + cmd_size
     if cmd_size == 0 or cmd_end > end:
         raise RemoteProtocolError(f"command size {cmd_size} exceeds frame size {end - start}")
@@ -409,7 +409,7 @@ def decode_command(frame: bytes, start: int, end: int) -> tuple[pb.BaseCommand, 
             raise RemoteProtocolError("SEND misses required fields")
         return base, cmd_end
     if not base.IsInitialized():
-        raise RemoteProtocolError(f"BaseCommand misses required fields: {_missing_fields(base)}")
+        raise RemoteProtocolError(f"BaseCommand misses required fields: {missing_fields(base)}")
     ctype = _TYPE_OF.get(kind)
     if ctype is None:  # pragma: no cover - closed proto2 enum already rejects it
         raise RemoteProtocolError(f"unknown command type {kind}")
@@ -447,164 +447,17 @@ def _decode_payload(
     if ctype is CommandType.MESSAGE and body[pos : pos + 2] == _MAGIC_BEM_BYTES:
         if end - pos < 6:
             raise RemoteProtocolError("truncated broker entry metadata header")
-        (bem_size,) = _U32.unpack_from(body, pos + 2)
+        (bem_size,) = U32.unpack_from(body, pos + 2)
         if bem_size > end - pos - 6:
             raise RemoteProtocolError(f"broker entry metadata size {bem_size} exceeds frame")
         bem = pb.BrokerEntryMetadata()
         _parse(bem, body[pos + 6 : pos + 6 + bem_size], "BrokerEntryMetadata")
         pos += 6 + bem_size
     tail = body[pos:]
-    checksum, computed, meta_start, meta_end = _split_tail(tail, ctype.name)
+    checksum, computed, meta_start, meta_end = split_entry(tail, ctype.name)
     if checksum is not None and computed != checksum:
         event = PayloadCommand(ctype, base, None, tail, meta_start, meta_end, checksum, bem)
         raise ChecksumMismatchError(checksum, computed or 0, event)
     metadata = pb.MessageMetadata()
     _parse(metadata, tail[meta_start:meta_end], "MessageMetadata")
     return PayloadCommand(ctype, base, metadata, tail, meta_start, meta_end, checksum, bem)
-
-
-def _checksum_header(tail: bytes, what: str) -> tuple[int | None, int]:
-    """(checksum or None, offset of the metadata size) of headers-and-payload bytes; raises
-    ``RemoteProtocolError`` when they are too short for the headers they announce."""
-    checksum: int | None = None
-    meta_size_at = 0
-    if tail[:2] == _MAGIC_CRC32C_BYTES:
-        if len(tail) < 6:
-            raise RemoteProtocolError("truncated checksum")
-        (checksum,) = _U32.unpack_from(tail, 2)
-        meta_size_at = 6
-    if len(tail) - meta_size_at < 4:
-        raise RemoteProtocolError(f"{what} frame has no metadata size")
-    return checksum, meta_size_at
-
-
-def _crc_after(tail: bytes, at: int) -> int:
-    """The CRC32C a checksum section covers: everything after it (metadata size onwards)."""
-    return crc32c(memoryview(tail)[at:])
-
-
-def checksum_matches(headers_and_payload: bytes) -> bool:
-    """True when SEND headers-and-payload bytes carry no checksum or one that matches their
-    content (the broker answers a mismatch with SEND_ERROR before anything is stored);
-    raises ``RemoteProtocolError`` when they are too short for their headers. The metadata
-    itself is not looked at (see ``entry_metadata``). Per SEND: ``_checksum_header``'s
-    checks written out."""
-    tail = headers_and_payload
-    if tail[:2] != _MAGIC_CRC32C_BYTES:
-        if len(tail) < 4:
-            raise RemoteProtocolError("SEND frame has no metadata size")
-        return True
-    if len(tail) < 10:
-        raise RemoteProtocolError(
-            "truncated checksum" if len(tail) < 6 else "SEND frame has no metadata size"
-        )
-    (checksum,) = _U32.unpack_from(tail, 2)
-    return bool(_crc32c.crc32c(memoryview(tail)[6:]) == checksum)
-
-
-def _split_tail(
-    tail: bytes, what: str, *, compute: bool = True
-) -> tuple[int | None, int | None, int, int]:
-    """(checksum, computed crc, metadata start, metadata end) of headers-and-payload bytes;
-    the crc is computed only with ``compute``."""
-    checksum, meta_size_at = _checksum_header(tail, what)
-    (meta_size,) = _U32.unpack_from(tail, meta_size_at)
-    meta_start = meta_size_at + 4
-    meta_end = meta_start + meta_size
-    if meta_end > len(tail):
-        raise RemoteProtocolError(f"metadata size {meta_size} exceeds frame")
-    computed: int | None = None
-    if checksum is not None and compute:
-        computed = _crc_after(tail, meta_size_at)
-    return checksum, computed, meta_start, meta_end
-
-
-@dataclass(frozen=True, slots=True)
-class StoredEntry:
-    """Headers-and-payload bytes of an entry (as stored by the broker), parsed."""
-
-    metadata: pb.MessageMetadata
-    headers_and_payload: bytes
-    metadata_offset: int
-    payload_offset: int
-    checksum: int | None
-
-    @property
-    def payload(self) -> bytes:
-        return self.headers_and_payload[self.payload_offset :]
-
-    @property
-    def num_messages(self) -> int:
-        """Messages in the entry: what it costs in permits (1 unless it is a batch)."""
-        md = self.metadata
-        return md.num_messages_in_batch if md.HasField("num_messages_in_batch") else 1
-
-
-def parse_entry(headers_and_payload: bytes, *, verify_checksum: bool = True) -> StoredEntry:
-    """Parse stored entry bytes (the tail of a SEND) without any command around them.
-
-    Raises ``RemoteProtocolError`` when the bytes are malformed or (with ``verify_checksum``)
-    the CRC32C does not match.
-    """
-    data = bytes(headers_and_payload)
-    checksum, computed, meta_start, meta_end = _split_tail(data, "entry", compute=verify_checksum)
-    if verify_checksum and checksum is not None and computed != checksum:
-        raise RemoteProtocolError(
-            f"entry checksum mismatch: stored {checksum:#010x}, computed {computed or 0:#010x}"
-        )
-    metadata = pb.MessageMetadata()
-    _parse(metadata, data[meta_start:meta_end], "MessageMetadata")
-    return StoredEntry(metadata, data, meta_start, meta_end, checksum)
-
-
-def entry_metadata(headers_and_payload: bytes) -> tuple[pb.MessageMetadata, int]:
-    """The ``MessageMetadata`` of stored entry bytes and the offset where the payload starts
-    (checksum not verified). The broker's per-SEND path: ``parse_entry``'s checks and errors
-    without its ``StoredEntry`` (or the checksum's work). Raises ``RemoteProtocolError`` for
-    bytes that are not an entry."""
-    data = headers_and_payload
-    if type(data) is not bytes:
-        data = bytes(data)
-    n = len(data)
-    at = 0
-    if data[:2] == _MAGIC_CRC32C_BYTES:
-        if n < 6:
-            raise RemoteProtocolError("truncated checksum")
-        at = 6
-    if n - at < 4:
-        raise RemoteProtocolError("entry frame has no metadata size")
-    (meta_size,) = _U32.unpack_from(data, at)
-    start = at + 4
-    end = start + meta_size
-    if end > n:
-        raise RemoteProtocolError(f"metadata size {meta_size} exceeds frame")
-    metadata = pb.MessageMetadata()
-    try:
-        metadata.ParseFromString(data[start:end])
-    except Exception as exc:  # protobuf raises DecodeError and, on odd input, others
-        raise RemoteProtocolError(f"cannot parse MessageMetadata: {exc}") from None
-    if not metadata.IsInitialized():
-        missing = _missing_fields(metadata)
-        raise RemoteProtocolError(f"MessageMetadata misses required fields: {missing}")
-    return metadata, end
-
-
-def parse_entry_metadata(headers_and_payload: bytes) -> pb.MessageMetadata:
-    """The ``MessageMetadata`` of stored entry bytes (checksum not verified: the broker checked
-    it on publish). Raises ``RemoteProtocolError`` for bytes that are not an entry."""
-    try:
-        return entry_metadata(headers_and_payload)[0]
-    except RemoteProtocolError:
-        raise
-    except Exception as exc:
-        raise RemoteProtocolError(f"malformed entry: {exc}") from None
-
-
-def entry_num_messages(headers_and_payload: bytes) -> int:
-    """Messages in stored entry bytes: 1, or the batch's size (what it costs in permits)."""
-    md = parse_entry_metadata(headers_and_payload)
-    return md.num_messages_in_batch if md.HasField("num_messages_in_batch") else 1
-
-
-MAGIC_CRC32C_BYTES = _MAGIC_CRC32C_BYTES
-"""The two bytes that start a checksummed SEND tail / stored entry."""

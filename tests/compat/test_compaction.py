@@ -217,10 +217,10 @@ def test_automatic_compaction_over_the_threshold_policy(
     status, got = http(admin.url, "POST", topic_path(topic) + "/compactionThreshold", 500)
     assert status == 204, (status, got)
     # under the threshold: the monitor (every second here) leaves the topic alone
-    broker_service = admin.broker.service
-    assert broker_service is not None
-    checks = broker_service.compaction_monitor.checks
-    wait_until(lambda: broker_service.compaction_monitor.checks >= checks + 2, 10, "checks")
+    runner = admin.broker.runner
+    assert runner is not None
+    checks = runner.compaction_monitor.checks
+    wait_until(lambda: runner.compaction_monitor.checks >= checks + 2, 10, "checks")
     assert http(admin.url, "GET", topic_path(topic) + "/compaction")[1]["status"] == "NOT_RUN"
     for i in range(40):
         producer.send(f"value-{i:03d}".encode() * 2, partition_key=f"k{i % 4}")

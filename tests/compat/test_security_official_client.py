@@ -32,7 +32,7 @@ class SecureBroker:
     @property
     def url(self) -> str:
         assert self.broker.service is not None
-        return self.broker.service.service_url_tls
+        return self.broker.service.namespaces.service_url_tls
 
     def client(self, token: str | None, *, ca: str | None = None, **kw: object) -> pulsar.Client:
         return pulsar.Client(
@@ -101,7 +101,7 @@ def _roundtrip(client: pulsar.Client, topic: str, sub: str = "s") -> None:
 def test_lookup_answers_carry_the_tls_url(secure: SecureBroker) -> None:
     service = secure.broker.service
     assert service is not None
-    got = secure.broker.call(lambda: service.lookup("persistent://public/default/lk"))
+    got = secure.broker.call(lambda: service.namespaces.lookup("persistent://public/default/lk"))
     assert got.broker_url_tls == secure.url
     assert got.broker_url_tls.startswith("pulsar+ssl://")
 
@@ -258,7 +258,7 @@ def test_client_certificate_required(
 ) -> None:
     broker, ca, ca_path = mtls_broker
     assert broker.service is not None
-    url = broker.service.service_url_tls
+    url = broker.service.namespaces.service_url_tls
     ops = issue(ca, ca_path, tmp_path, "ops", "ops.example", common_name="ops")
     with_cert = pulsar.Client(
         url,
@@ -290,7 +290,7 @@ def test_client_certificate_role_is_authorized_by_cn(
     assert broker.service is not None
     guest = issue(ca, ca_path, tmp_path, "guest", "guest.example", common_name="guest")
     client = pulsar.Client(
-        broker.service.service_url_tls,
+        broker.service.namespaces.service_url_tls,
         authentication=pulsar.AuthenticationTLS(guest.cert, guest.key),
         tls_trust_certs_file_path=ca_path,
         operation_timeout_seconds=10,

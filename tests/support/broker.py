@@ -22,6 +22,7 @@ import pytest
 
 from magnetar.broker.config import BrokerConfig
 from magnetar.broker.protocol.listener import BinaryListener
+from magnetar.broker.runtime import BrokerServiceRunner
 from magnetar.broker.service import BrokerService
 from magnetar.broker.storage.memory import MemoryStorageFactory
 from magnetar.clock import Clock, SystemClock
@@ -66,17 +67,18 @@ class InProcessBroker:
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, name="broker", daemon=True)
         self.service: BrokerService | None = None
+        self.runner: BrokerServiceRunner | None = None
         self.listener: BinaryListener | None = None
 
     @property
     def service_url(self) -> str:
         assert self.service is not None
-        return self.service.service_url
+        return self.service.namespaces.service_url
 
     @property
     def port(self) -> int:
         assert self.service is not None
-        return self.service.port
+        return self.service.namespaces.port
 
     def call(self, fn: Callable[[], Coroutine[Any, Any, Any]], timeout: float = 10) -> Any:
         return asyncio.run_coroutine_threadsafe(fn(), self.loop).result(timeout)
@@ -111,8 +113,9 @@ class InProcessBroker:
                     self.storage = MemoryStorageFactory()
             service = BrokerService(self.config, store, self.storage, clock=self.clock)
             self.listener = BinaryListener(service)
+            self.runner = BrokerServiceRunner(service)
             await self.listener.start()
-            await service.start()
+            await self.runner.start()
             return service
 
         self.service = self.call(boot)
@@ -121,12 +124,13 @@ class InProcessBroker:
     def stop(self) -> None:
         if self.service is not None:
             service = self.service
+            runner = self.runner
             listener = self.listener
-
             storage = self.storage
 
             async def down() -> None:
-                await service.close()
+                assert runner is not None
+                await runner.close()
                 await listener.close()
                 if hasattr(storage, "close"):
                     await storage.close()

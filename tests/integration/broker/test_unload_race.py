@@ -60,10 +60,10 @@ def test_bundle_being_unloaded_loads_no_topic_and_is_released(
 
     async def scenario() -> None:
         first = await service.topic_for_client(TOPIC)
-        bundle = await service.bundle_of(service.parse_topic(TOPIC))
+        bundle = await service.namespaces.bundle_of(service.parse_topic(TOPIC))
         # a topic of the same bundle, not loaded yet
         others = [f"{TOPIC}-{i}" for i in range(200)]
-        bundles = [await service.bundle_of(service.parse_topic(c)) for c in others]
+        bundles = [await service.namespaces.bundle_of(service.parse_topic(c)) for c in others]
         other = others[bundles.index(bundle)]
         release, closing = asyncio.Event(), asyncio.Event()
         close = first.close
@@ -75,7 +75,7 @@ def test_bundle_being_unloaded_loads_no_topic_and_is_released(
 
         first.close = slow_close  # type: ignore[method-assign]
         unload = asyncio.create_task(
-            service.unload_namespace_bundle("public", "default", bundle.range.name)
+            service.namespaces.unload_namespace_bundle("public", "default", bundle.range.name)
         )
         async with asyncio.timeout(10):
             await closing.wait()
@@ -84,6 +84,7 @@ def test_bundle_being_unloaded_loads_no_topic_and_is_released(
                 await service.topic_for_client(name)
         release.set()
         assert await unload is None
-        assert service.ownership is not None and not service.ownership.is_owned(bundle)
+        ownership = service.namespaces.ownership
+        assert ownership is not None and not ownership.is_owned(bundle)
 
     magnetar_broker.call(scenario)

@@ -135,7 +135,7 @@ async def test_tenant_admin_and_permissions(secured: Secured) -> None:
     lookup = "/lookup/v2/topic/persistent/acme/ns/t1"
     status, body = await secured.call("GET", lookup, "app")
     assert status == 200
-    assert body["brokerUrlTls"] == secured.runtime.service.service_url_tls
+    assert body["brokerUrlTls"] == secured.runtime.service.namespaces.service_url_tls
     assert body["httpUrlTls"] == secured.base
     assert (await secured.call("GET", lookup, "stranger"))[0] == 403
     assert (await secured.call("DELETE", perms + "/app", "acme-admin"))[0] == 204
@@ -185,7 +185,7 @@ async def _handshake(port: int, ca: str, **kw: Any) -> bool:
 async def test_certificate_files_are_reloaded(tmp_path: pathlib.Path) -> None:
     s = await _start(tmp_path, tls_cert_refresh_check_duration_sec=1)
     try:
-        port = s.runtime.service.port_tls
+        port = s.runtime.service.namespaces.port_tls
         assert await _handshake(port, s.tls.ca)
         new_ca, new_ca_path = make_ca(tmp_path, "rotated")
         fresh = issue(new_ca, new_ca_path, tmp_path, "fresh", "localhost", "127.0.0.1")
@@ -205,7 +205,7 @@ async def test_certificate_files_are_reloaded(tmp_path: pathlib.Path) -> None:
 async def test_tls_protocols_setting(tmp_path: pathlib.Path) -> None:
     s = await _start(tmp_path, tls_protocols="TLSv1.3")
     try:
-        port = s.runtime.service.port_tls
+        port = s.runtime.service.namespaces.port_tls
         assert await _handshake(port, s.tls.ca)
         assert not await _handshake(port, s.tls.ca, maximum_version=ssl.TLSVersion.TLSv1_2)
     finally:
@@ -213,7 +213,7 @@ async def test_tls_protocols_setting(tmp_path: pathlib.Path) -> None:
 
 
 async def test_default_is_tls12_or_newer(secured: Secured) -> None:
-    port = secured.runtime.service.port_tls
+    port = secured.runtime.service.namespaces.port_tls
     assert await _handshake(port, secured.tls.ca, maximum_version=ssl.TLSVersion.TLSv1_2)
     assert secured.runtime.service.tls is not None
     assert secured.runtime.service.tls.front.minimum_version == ssl.TLSVersion.TLSv1_2

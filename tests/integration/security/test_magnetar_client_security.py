@@ -70,7 +70,7 @@ def broker(env: Env) -> Iterator[InProcessBroker]:
 def _client(broker: InProcessBroker, env: Env, token: object) -> Client:
     assert broker.service is not None
     return Client(
-        broker.service.service_url_tls,
+        broker.service.namespaces.service_url_tls,
         authentication=AuthenticationToken(token),  # type: ignore[arg-type]
         tls_trust_certs_file_path=env.tls.ca,
         operation_timeout_seconds=10,
@@ -122,10 +122,10 @@ async def test_lookup_redirects_to_the_owner_tls_url(env: Env) -> None:
     try:
         assert first.service is not None and second.service is not None
         topic = "persistent://public/default/mclient-redirect"
-        owner = first.call(lambda: first.service.lookup(topic))  # type: ignore[union-attr]
-        got = second.call(lambda: second.service.lookup(topic))  # type: ignore[union-attr]
-        assert got.redirect and got.broker_url_tls == first.service.service_url_tls
-        assert owner.broker_url_tls == first.service.service_url_tls
+        owner = first.call(lambda: first.service.namespaces.lookup(topic))  # type: ignore[union-attr]
+        got = second.call(lambda: second.service.namespaces.lookup(topic))  # type: ignore[union-attr]
+        assert got.redirect and got.broker_url_tls == first.service.namespaces.service_url_tls
+        assert owner.broker_url_tls == first.service.namespaces.service_url_tls
         # a client given the second broker follows the redirect over TLS
         async with _client(second, env, env.kit.token("admin")) as client:
             producer = await client.create_producer(topic)
@@ -142,8 +142,8 @@ async def test_tls_only_broker(env: Env) -> None:
     b = InProcessBroker(**config).start()  # type: ignore[arg-type]
     try:
         assert b.service is not None
-        assert b.service.service_url == b.service.service_url_tls
-        assert b.service.service_url.startswith("pulsar+ssl://")
+        assert b.service.namespaces.service_url == b.service.namespaces.service_url_tls
+        assert b.service.namespaces.service_url.startswith("pulsar+ssl://")
         async with _client(b, env, env.kit.token("admin")) as client:
             producer = await client.create_producer("persistent://public/default/tls-only")
             await producer.send(b"only tls")

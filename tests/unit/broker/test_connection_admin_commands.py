@@ -11,6 +11,7 @@ from support.waiting import wait_for
 
 from magnetar.broker.config import BrokerConfig
 from magnetar.broker.protocol.connection import ServerConnection
+from magnetar.broker.runtime import BrokerServiceRunner
 from magnetar.broker.service import BrokerService, ServiceError
 from magnetar.broker.storage.memory import MemoryStorageFactory
 from magnetar.client.protocol import (
@@ -34,11 +35,12 @@ async def service() -> AsyncIterator[BrokerService]:
         MemoryMetadataServer().connect(),
         MemoryStorageFactory(),
     )
-    await svc.start()
+    runner = BrokerServiceRunner(svc)
+    await runner.start()
     try:
         yield svc
     finally:
-        await svc.close()
+        await runner.close()
 
 
 async def connected(service: BrokerService) -> tuple[ServerConnection, FakeTransport, Connection]:

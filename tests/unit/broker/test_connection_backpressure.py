@@ -11,6 +11,7 @@ from support.waiting import wait_for
 
 from magnetar.broker.config import BrokerConfig
 from magnetar.broker.protocol.connection import ServerConnection
+from magnetar.broker.runtime import BrokerServiceRunner
 from magnetar.broker.service import BrokerService
 from magnetar.broker.storage.memory import MemoryStorageFactory
 from magnetar.client.protocol import encode_headers_and_payload
@@ -51,7 +52,8 @@ async def test_paused_transport_stops_dispatch_until_it_drains() -> None:
         MemoryMetadataServer().connect(),
         MemoryStorageFactory(),
     )
-    await service.start()
+    runner = BrokerServiceRunner(service)
+    await runner.start()
     try:
         cnx = ServerConnection(service)
         transport = FakeTransport()
@@ -98,4 +100,4 @@ async def test_paused_transport_stops_dispatch_until_it_drains() -> None:
         cnx.resume_writing()
         await wait_for(lambda: messages(bytes(transport.written)) == 3, what="the held messages")
     finally:
-        await service.close()
+        await runner.close()

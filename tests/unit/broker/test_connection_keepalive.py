@@ -17,6 +17,7 @@ from magnetar.broker.config import BrokerConfig
 from magnetar.broker.dispatch.consumer import Consumer, SubType
 from magnetar.broker.protocol.connection import ServerConnection
 from magnetar.broker.protocol.consumers import ConsumerSession
+from magnetar.broker.runtime import BrokerServiceRunner
 from magnetar.broker.service import BrokerService
 from magnetar.broker.storage.memory import MemoryStorageFactory
 from magnetar.client.protocol.proto import pulsar_api_pb2 as pb
@@ -34,11 +35,12 @@ async def service() -> AsyncIterator[BrokerService]:
         MemoryMetadataServer().connect(),
         MemoryStorageFactory(),
     )
-    await svc.start()
+    runner = BrokerServiceRunner(svc)
+    await runner.start()
     try:
         yield svc
     finally:
-        await svc.close()
+        await runner.close()
 
 
 def connect(service: BrokerService) -> tuple[ServerConnection, FakeTransport, VirtualClock]:

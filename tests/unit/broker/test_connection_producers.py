@@ -15,6 +15,7 @@ from support.waiting import wait_for
 from magnetar.broker.config import BrokerConfig
 from magnetar.broker.protocol.connection import ServerConnection
 from magnetar.broker.protocol.producers import TOPIC_EPOCH_MAX
+from magnetar.broker.runtime import BrokerServiceRunner
 from magnetar.broker.service import BrokerService
 from magnetar.broker.storage.memory import MemoryStorageFactory
 from magnetar.broker.topics.persistent import TOPIC_EPOCH_PROPERTY
@@ -95,11 +96,12 @@ async def service() -> AsyncIterator[BrokerService]:
         MemoryMetadataServer().connect(),
         MemoryStorageFactory(),
     )
-    await svc.start()
+    runner = BrokerServiceRunner(svc)
+    await runner.start()
     try:
         yield svc
     finally:
-        await svc.close()
+        await runner.close()
 
 
 def producer(

@@ -32,7 +32,7 @@ from support.dispatch import dispatched
 from magnetar.broker.dispatch.consumer import Consumer, OutMessage, SubType
 from magnetar.broker.ledger.position import Position
 from magnetar.broker.storage.memory import MemoryLedger
-from magnetar.broker.topics.persistent import PersistentTopic
+from magnetar.broker.topics.entries import slot_of
 from magnetar.broker.topics.subscription import Subscription
 from magnetar.client.protocol import entry_num_messages
 from magnetar.client.protocol.proto import pulsar_api_pb2 as pb
@@ -247,7 +247,7 @@ async def run(seed: int, sc: Scenario, *, steps: int = 150, poll_one: bool = Tru
         "s",
         cursor,
         lambda e: entry_num_messages(e.data),
-        slot_of=PersistentTopic.slot_of,
+        slot_of=slot_of,
         max_unacked_per_subscription=rng.choice([0, 200, 200_000]),
     )
     world = World(sub, ordered=sc.sub_type is SubType.KEY_SHARED and not sc.out_of_order)
@@ -388,7 +388,7 @@ async def test_key_shared_keys_moved_by_a_join_flow_once_the_old_consumer_acks(
     ledger = MemoryLedger("t", LEDGER)
     cursor = await ledger.open_cursor("s", initial_earliest=True)
     sub = Subscription(
-        "t", "s", cursor, lambda e: entry_num_messages(e.data), slot_of=PersistentTopic.slot_of
+        "t", "s", cursor, lambda e: entry_num_messages(e.data), slot_of=slot_of
     )
     world = World(sub, ordered=True)
     a = Consumer(1, "a", SubType.KEY_SHARED, sink=world)

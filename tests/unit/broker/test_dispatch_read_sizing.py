@@ -210,14 +210,14 @@ async def test_key_shared_replays_parked_entries_from_memory_not_storage() -> No
     others have plenty, so each read parks most entries. Replaying them must not read each
     one back from storage (a bookie round trip per entry with the real ledger)."""
     from magnetar.broker.dispatch.dispatchers import KeySharedDispatcher
-    from magnetar.broker.topics.persistent import PersistentTopic
+    from magnetar.broker.topics.entries import slot_of
 
     ledger = MemoryLedger("t", 25)
     md = pb.MessageMetadata(producer_name="p", sequence_id=0, publish_time=1, partition_key="hot")
     raw = md.SerializeToString()
     data = len(raw).to_bytes(4, "big") + raw + b"x"
     await ledger.add_entries([data] * 300)
-    sub, cursor = await make_sub(ledger, slot_of=PersistentTopic.slot_of)
+    sub, cursor = await make_sub(ledger, slot_of=slot_of)
     sink = Sink()
     cs = [Consumer(i, f"c{i}", SubType.KEY_SHARED, sink=sink) for i in (1, 2, 3)]
     for c in cs:

@@ -256,12 +256,12 @@ def keyed(key: str) -> bytes:
 
 
 async def make_key_shared_sub(ledger: MemoryLedger) -> Subscription:
-    from magnetar.broker.topics.persistent import PersistentTopic
+    from magnetar.broker.topics.entries import slot_of
     from magnetar.client.protocol import entry_num_messages
 
     cursor = await ledger.open_cursor("s", initial_earliest=True)
     return Subscription(
-        "t", "s", cursor, lambda e: entry_num_messages(e.data), slot_of=PersistentTopic.slot_of
+        "t", "s", cursor, lambda e: entry_num_messages(e.data), slot_of=slot_of
     )
 
 

@@ -20,9 +20,9 @@ from magnetar.broker.dispatch.consumer import Consumer, OutMessage, SubType
 from magnetar.broker.dispatch.dispatchers import KeySharedDispatcher
 from magnetar.broker.ledger.position import Position
 from magnetar.broker.storage.memory import MemoryLedger
-from magnetar.broker.topics.persistent import PersistentTopic
+from magnetar.broker.topics.entries import slot_of
 from magnetar.broker.topics.subscription import Subscription, SubscriptionError
-from magnetar.client.protocol import ServerError, entry_num_messages
+from magnetar.client.protocol import ServerError, entry_deliver_at, entry_num_messages
 from magnetar.client.protocol.proto import pulsar_api_pb2 as pb
 from magnetar.clock import VirtualClock
 
@@ -99,8 +99,8 @@ async def make_sub(ledger: MemoryLedger, **kw: object) -> Subscription:
         "s",
         cursor,
         lambda e: entry_num_messages(e.data),
-        slot_of=PersistentTopic.slot_of,
-        deliver_at_of=PersistentTopic.deliver_at_of,
+        slot_of=slot_of,
+        deliver_at_of=entry_deliver_at,
         **kw,  # type: ignore[arg-type]
     )
 

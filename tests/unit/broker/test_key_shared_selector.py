@@ -13,10 +13,14 @@ from magnetar.broker.dispatch.key_shared import (
     KeySharedPolicyMismatch,
     KeySharedScheduler,
     KeySharedSelector,
-    entry_slot,
     validate_sticky_ranges,
 )
-from magnetar.client.protocol import ServerError, key_shared_slot
+from magnetar.client.protocol import (
+    ServerError,
+    encode_headers_and_payload,
+    entry_slot,
+    key_shared_slot,
+)
 from magnetar.client.protocol.proto import pulsar_api_pb2 as pb
 
 
@@ -201,8 +205,12 @@ def test_auto_split_hash_ranges_partition_the_space() -> None:
 
 def test_entry_slot_uses_ordering_key_then_partition_key_then_none_key() -> None:
     md = pb.MessageMetadata(producer_name="p", sequence_id=1, publish_time=1)
-    assert entry_slot(md) == key_shared_slot(b"NONE_KEY")
+
+    def slot() -> int:
+        return entry_slot(encode_headers_and_payload(md, b""))
+
+    assert slot() == key_shared_slot(b"NONE_KEY")
     md.partition_key = "k1"
-    assert entry_slot(md) == key_shared_slot(b"k1")
+    assert slot() == key_shared_slot(b"k1")
     md.ordering_key = b"ok"
-    assert entry_slot(md) == key_shared_slot(b"ok")
+    assert slot() == key_shared_slot(b"ok")

@@ -2,7 +2,7 @@
 
 - ``encode_message_frames`` / ``encode_send_receipt_frames`` (frames with shared parts encoded once)
   produce exactly the bytes of the protocol codec's per-frame encoders.
-- ``PersistentTopic.publish_to`` reports each completed append to its sinks in runs of
+- ``PersistentTopic.publish_message`` reports each completed append to its sinks in runs of
   consecutive SENDs, in arrival order, with duplicates (deduplication) as None and failures
   to every SEND of the failed append.
 """
@@ -119,17 +119,17 @@ def _producer(pid: int, name: str) -> Producer:
     return Producer(pid, name, AccessMode.SHARED)
 
 
-async def test_publish_to_reports_runs_in_order_with_duplicates() -> None:
+async def test_publish_message_reports_runs_in_order_with_duplicates() -> None:
     ledger = _FailingLedger("t", 3)
     topic = PersistentTopic(TopicName.parse("persistent://a/b/t"), ledger, dedup_enabled=True)
     log: list[Any] = []
     a, b = _Sink(log, "a"), _Sink(log, "b")
     pa, pb_ = _producer(0, "pa"), _producer(1, "pb")
-    topic.publish_to(a, pa, 0, 0, 1, b"a0")
-    topic.publish_to(a, pa, 1, 1, 1, b"a1")
-    topic.publish_to(b, pb_, 0, 0, 1, b"b0")
-    topic.publish_to(a, pa, 1, 1, 1, b"a1 again")  # duplicate: acknowledged, not stored
-    topic.publish_to(a, pa, 2, 2, 1, b"a2")
+    topic.publish_message(a, pa, 0, 0, 1, b"a0")
+    topic.publish_message(a, pa, 1, 1, 1, b"a1")
+    topic.publish_message(b, pb_, 0, 0, 1, b"b0")
+    topic.publish_message(a, pa, 1, 1, 1, b"a1 again")  # duplicate: acknowledged, not stored
+    topic.publish_message(a, pa, 2, 2, 1, b"a2")
     await wait_for(lambda: len(log) == 3, what="three runs reported")
     assert log == [
         ("a", [0, 1], [Position(3, 0), Position(3, 1)]),
@@ -140,33 +140,25 @@ async def test_publish_to_reports_runs_in_order_with_duplicates() -> None:
     assert topic.last_sequence_id("pa") == 2
 
 
-async def test_publish_to_reports_a_failed_append_to_every_send() -> None:
+async def test_publish_message_reports_a_failed_append_to_every_send() -> None:
     ledger = _FailingLedger("t", 3)
     topic = PersistentTopic(TopicName.parse("persistent://a/b/t"), ledger)
     log: list[Any] = []
     a, b = _Sink(log, "a"), _Sink(log, "b")
     ledger.fail = True
-    topic.publish_to(a, _producer(0, "pa"), 5, 5, 1, b"x")
-    topic.publish_to(b, _producer(1, "pb"), 6, 6, 1, b"y")
+    topic.publish_message(a, _producer(0, "pa"), 5, 5, 1, b"x")
+    topic.publish_message(b, _producer(1, "pb"), 6, 6, 1, b"y")
     await wait_for(lambda: len(log) == 2, what="both sends reported")
     assert log == [("a", [5], "disk gone"), ("b", [6], "disk gone")]
-
-
-async def test_publish_with_a_callback_still_works() -> None:
-    topic = PersistentTopic(TopicName.parse("persistent://a/b/t"), MemoryLedger("t", 4))
-    got: list[Any] = []
-    topic.publish(_producer(0, "p"), 0, 0, 1, b"x", lambda pos, exc: got.append((pos, exc)))
-    await wait_for(lambda: got, what="the callback")
-    assert got == [(Position(4, 0), None)]
 
 
 @pytest.mark.parametrize("n", [1, 3])
 async def test_batch_counts_are_remembered(n: int) -> None:
     topic = PersistentTopic(TopicName.parse("persistent://a/b/t"), MemoryLedger("t", 5))
     log: list[Any] = []
-    topic.publish_to(_Sink(log, "a"), _producer(0, "p"), 0, n - 1, n, b"x")
+    topic.publish_message(_Sink(log, "a"), _producer(0, "p"), 0, n - 1, n, b"x")
     await wait_for(lambda: log, what="the send reported")
-    assert topic.known_count(Position(5, 0)) == n
+    assert topic.counts.known(Position(5, 0)) == n
     assert topic.counters.msg_in == n
 
 
@@ -217,7 +209,7 @@ async def test_drain_waits_until_every_send_is_reported() -> None:
     log: list[Any] = []
     sink = _Sink(log, "a")
     for seq in range(3):
-        topic.publish_to(sink, _producer(0, "p"), seq, seq, 1, b"x")
+        topic.publish_message(sink, _producer(0, "p"), seq, seq, 1, b"x")
     await topic._drain_publishes()  # what close() awaits before disconnecting producers
     assert [seqs for _, seqs, _ in log] == [[0, 1, 2]]
 
@@ -239,12 +231,12 @@ async def test_an_entry_read_before_its_append_is_reported_is_counted_from_its_b
     ledger = MemoryLedger("t", 6)
     topic = PersistentTopic(TopicName.parse("persistent://a/b/t"), ledger)
     log: list[Any] = []
-    topic.publish_to(_Sink(log, "a"), _producer(0, "p"), 0, 0, 1, _batch_entry(1))
+    topic.publish_message(_Sink(log, "a"), _producer(0, "p"), 0, 0, 1, _batch_entry(1))
     await wait_for(lambda: log, what="the send reported")
-    assert topic.known_count(Position(6, 0)) == 1
+    assert topic.counts.known(Position(6, 0)) == 1
     # stored, not yet reported (the topic's completion callback has not run)
     data = _batch_entry(1000)
     [pos] = await ledger.add_entries([data])
-    assert topic.known_count(pos) is None
+    assert topic.counts.known(pos) is None
     assert topic.count_of(Entry(pos, data)) == 1000
     assert topic.last_message_id(None).batch_index in (-2, 999)  # resolved by a read

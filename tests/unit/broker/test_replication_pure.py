@@ -41,7 +41,7 @@ from magnetar.broker.replication.states import (
     State,
     next_transition,
 )
-from magnetar.client.protocol import parse_batch, parse_entry
+from magnetar.client.protocol import EntryView, parse_batch
 
 LINK = ReplicationLink("east", "west")
 AT = Position(12, 34)
@@ -173,10 +173,10 @@ def test_an_entry_is_republished_as_stored() -> None:
         txnid_most_bits=6,
     )
     out = rewrite(_inspected(data), LINK)
-    stored = parse_entry(out.headers_and_payload)  # checksum verified
+    stored = EntryView.parse(out.headers_and_payload)  # checksum verified
     assert stored.payload == b"payload"
     md = stored.metadata
-    original = parse_entry(data).metadata
+    original = EntryView.parse(data).metadata
     assert md.replicated_from == "east"
     assert [(p.key, p.value) for p in md.properties] == [
         ("k", "v"),
@@ -197,21 +197,22 @@ def test_an_entry_is_republished_as_stored() -> None:
     assert out.sequence_id == SourcePosition(12, 34).sequence_id
     assert (out.num_messages, out.is_chunk, out.size) == (1, False, len(data))
     again = rewrite(_inspected(data), LINK, b"\x00" * 7 + b"\x09")
-    assert parse_entry(again.headers_and_payload).metadata.schema_version == b"\x00" * 7 + b"\x09"
+    version = EntryView.parse(again.headers_and_payload).metadata.schema_version
+    assert version == b"\x00" * 7 + b"\x09"
 
 
 def test_a_batch_stays_one_batch_entry() -> None:
     data = batch_entry_bytes([b"a", b"bb", b"ccc"])
     out = rewrite(_inspected(data), LINK)
     assert out.num_messages == 3
-    stored = parse_entry(out.headers_and_payload)
+    stored = EntryView.parse(out.headers_and_payload)
     assert stored.metadata.num_messages_in_batch == 3
     assert [m.payload for m in parse_batch(stored.payload, 3)] == [
         b"a",
         b"bb",
         b"ccc",
     ]
-    assert stored.payload == parse_entry(data).payload  # the very bytes
+    assert stored.payload == EntryView.parse(data).payload  # the very bytes
 
 
 def test_a_chunk_is_sent_as_a_chunk() -> None:

@@ -18,13 +18,13 @@ from magnetar.broker.policies.model import Rate
 from magnetar.broker.replication.names import ReplicationLink
 from magnetar.broker.replication.replicator import Replicator, ReplicatorSettings
 from magnetar.broker.replication.states import State
-from magnetar.client.protocol import parse_entry, pb
+from magnetar.client.protocol import EntryView, pb
 
 LINK = ReplicationLink("east", "west")
 
 
 def _payloads(remote: FakeRemote) -> list[bytes]:
-    return [parse_entry(e.headers_and_payload).payload for e in remote.stored]
+    return [EntryView.parse(e.headers_and_payload).payload for e in remote.stored]
 
 
 def _replicator(
@@ -272,7 +272,7 @@ async def test_schemas_are_mapped_to_the_remote_versions() -> None:
         rep.start()
         await _caught_up(rep, source)
         versions = [
-            parse_entry(e.headers_and_payload).metadata.schema_version for e in remote.stored
+            EntryView.parse(e.headers_and_payload).metadata.schema_version for e in remote.stored
         ]
         assert versions == [v2] * 5 + [b""]
         assert remote.schema_calls == 1  # remembered

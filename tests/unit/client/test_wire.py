@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from magnetar.client._wire import (
-    SimpleSendEncoder,
-    encode_simple_metadata,
-    encode_simple_send_frame,
-)
+from magnetar.client._wire import SimpleSendEncoder
 from magnetar.client.protocol import (
     commands,
     encode_headers_and_payload,
     encode_payload_command,
+    encode_simple_metadata,
+    encode_simple_send_frame,
     pb,
 )
 

@@ -15,6 +15,7 @@ from magnetar.client.protocol import (
     Connection,
     ConnectionClosed,
     ConnectionState,
+    EntryView,
     FrameTooLargeError,
     LocalProtocolError,
     MessageId,
@@ -29,7 +30,6 @@ from magnetar.client.protocol import (
     encode_payload_command,
     encode_send_receipt_frame,
     entry_metadata,
-    parse_entry,
     pb,
 )
 
@@ -325,35 +325,42 @@ def test_broker_entry_metadata_prefix_is_stripped_on_message() -> None:
     assert event.headers_and_payload == tail and event.payload == b"v"
 
 
-def test_parse_entry_reads_stored_send_tails() -> None:
+def test_entry_view_parse_reads_stored_send_tails() -> None:
     _, broker = connected_pair()
     broker.receive_data(_send_frame(b"stored"))
     event = broker.next_event()
     assert isinstance(event, PayloadCommand)
-    entry = parse_entry(event.headers_and_payload)
+    entry = EntryView.parse(event.headers_and_payload)
     assert entry.metadata == event.metadata and entry.payload == b"stored"
     assert entry.num_messages == 1 and entry.checksum == event.checksum
+    view = event.entry  # the frame decoder's split, nothing parsed again
+    assert view.metadata is event.metadata and view.payload == b"stored"
+    assert (view.metadata_offset, view.payload_offset) == (
+        entry.metadata_offset,
+        entry.payload_offset,
+    )
     batch_md = pb.MessageMetadata(producer_name="p", sequence_id=0, publish_time=0)
     batch_md.num_messages_in_batch = 5
-    assert parse_entry(encode_headers_and_payload(batch_md, b"")).num_messages == 5
+    assert EntryView.parse(encode_headers_and_payload(batch_md, b"")).num_messages == 5
     corrupt = bytearray(event.headers_and_payload)
     corrupt[-1] ^= 1
     with pytest.raises(RemoteProtocolError, match="checksum"):
-        parse_entry(bytes(corrupt))
-    assert parse_entry(bytes(corrupt), verify_checksum=False).payload != b"stored"
+        EntryView.parse(bytes(corrupt))
+    assert EntryView.parse(bytes(corrupt), verify_checksum=False).payload != b"stored"
+    assert not EntryView(bytes(corrupt)).checksum_ok and entry.checksum_ok
     with pytest.raises(RemoteProtocolError):
-        parse_entry(b"\x00\x00")
+        EntryView.parse(b"\x00\x00")
 
 
-def test_entry_metadata_agrees_with_parse_entry_and_refuses_what_it_refuses() -> None:
-    """The broker's per-SEND parse (``entry_metadata``) gives ``parse_entry``'s metadata and
-    payload offset, and refuses the same malformed bytes with the same messages."""
+def test_entry_metadata_agrees_with_entry_view_and_refuses_what_it_refuses() -> None:
+    """The broker's per-SEND parse (``entry_metadata``) gives ``EntryView.parse``'s metadata
+    and payload offset, and refuses the same malformed bytes with the same messages."""
     md = pb.MessageMetadata(producer_name="p", sequence_id=7, publish_time=1)
     md.num_messages_in_batch = 3
     for checksum in (True, False):
         tail = encode_headers_and_payload(md, b"payload", checksum=checksum)
         got, payload_at = entry_metadata(tail)
-        entry = parse_entry(tail)
+        entry = EntryView.parse(tail)
         assert got == entry.metadata and payload_at == entry.payload_offset
         assert tail[payload_at:] == b"payload"
         assert entry_metadata(memoryview(tail))[0] == got
@@ -368,7 +375,7 @@ def test_entry_metadata_agrees_with_parse_entry_and_refuses_what_it_refuses() ->
     ]
     for data in bad:
         with pytest.raises(RemoteProtocolError) as theirs:
-            parse_entry(data, verify_checksum=False)
+            EntryView.parse(data, verify_checksum=False)
         with pytest.raises(RemoteProtocolError) as ours:
             entry_metadata(data)
         assert str(ours.value) == str(theirs.value)

@@ -15,10 +15,10 @@ from magnetar.client import CompressionType
 from magnetar.client._compression import compress
 from magnetar.client._entry_decode import decode_entry
 from magnetar.client.protocol import (
+    EntryView,
     build_batch,
     encode_headers_and_payload,
     encode_plain_batch,
-    parse_entry,
     pb,
 )
 from magnetar.spark.columns import ChunkedEntry, EntryColumns
@@ -83,7 +83,7 @@ def entries() -> list[bytes]:
 def by_messages(data: list[bytes], start: Start, end: Position, typed: Any = None) -> Any:
     builder = BatchBuilder(TOPIC, typed)
     for entry_id, raw in enumerate(data):
-        stored = parse_entry(raw)
+        stored = EntryView.parse(raw)
         for msg in decode_entry(
             stored.metadata,
             stored.payload,
