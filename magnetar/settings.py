@@ -108,7 +108,7 @@ def _gigabytes_to_bytes(value: Any) -> Any:
 
 # -- the table ------------------------------------------------------------------------------
 
-SWEEPER = "implemented by the inactive-topic sweeper"
+SWEEPER = "inactive-topic deletion: see docs/policies.md"
 OFFLOAD = "tiered storage: the broker's offloadPolicies (docs/tiered-storage.md)"
 
 BROKER_ALIASES: tuple[Alias, ...] = (
@@ -484,7 +484,8 @@ BROKER_ALIASES: tuple[Alias, ...] = (
         "managed_ledger_offload_read_deadline_ms",
         note="Magnetar only: how long an offloaded read waits for an unavailable store",
     ),
-    # -- implemented by the inactive-topic sweeper (its fields in broker/config.py) --------
+    # -- inactive-topic deletion (policies/inactive.py; the namespace and topic policy
+    # inactiveTopicPolicies overrides them) ----------------------------------------------
     Alias(
         "brokerDeleteInactiveTopicsEnabled",
         "broker_delete_inactive_topics_enabled",
