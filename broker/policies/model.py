@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from magnetar.broker.config import BrokerConfig
+from magnetar.broker.offload import EffectiveOffloadPolicies
+from magnetar.broker.policies.offload import resolve_offload
 
 TOPIC_POLICIES = "/admin/topic-policies"
 """Metadata root of topic-level policies (one node per topic, as Pulsar's system topic
@@ -138,6 +140,8 @@ class TopicPolicies:
     replicator_dispatch_rate: Rate = NO_RATE
     """Per replicator (one topic partition towards one remote cluster)."""
     inactive_topic_policies: InactiveTopicPolicies = InactiveTopicPolicies()
+    offload: EffectiveOffloadPolicies | None = None
+    """Tiered storage (``policies/offload.py``): None = no driver, nothing is offloaded."""
 
     def quota(self, kind: BacklogQuotaType) -> BacklogQuota | None:
         for k, q in self.backlog_quotas:
@@ -343,6 +347,7 @@ def resolve_policies(config: BrokerConfig, ns: dict[str, Any]) -> TopicPolicies:
         subscription_dispatch_rate=sub_rate,
         replicator_dispatch_rate=replicator_rate,
         inactive_topic_policies=_inactive_topic_policies(config, ns),
+        offload=resolve_offload(config, ns),
     )
 
 
