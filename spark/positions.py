@@ -5,10 +5,12 @@ topic-partition), its readable form ``"ledger:entry[:batch]"``, and ``Start``, t
 begins: ``earliest`` (nothing consumed yet), ``after`` a position (the last message consumed:
 what a checkpoint records) or ``at`` a position (a user-given id, read inclusive).
 
-A position with batch index -1 as a read's bound stands for its whole entry: the broker names
-the last message of a batch entry of one message so (its "last message id"), and a user gives
-``"ledger:entry"``. So ``after`` it excludes every message of that entry, ``at`` it includes
-them all, and an end at it (``ends_by``) takes them all.
+A position with batch index -1 as a read's bound stands for its whole entry: a user gives
+``"ledger:entry"``, and brokers before Pulsar's ``hasNumMessagesInBatch`` rule (older Pulsar
+releases, Magnetar before it answered as Pulsar does) name the last message of a batch entry
+of one message so in their "last message id" (current ones answer batch index 0). So
+``after`` it excludes every message of that entry, ``at`` it includes them all, and an end at
+it (``ends_by``) takes them all.
 
 An offset, as Spark stores it in a checkpoint, is a flat JSON object mapping each
 topic-partition's full name to the string form of its ``Start``: ``"earliest"``,

@@ -561,13 +561,12 @@ class PersistentTopic:
         if last is None:
             ledger_id = mark.ledger_id if mark is not None and mark.ledger_id >= 0 else 0
             return LastMessageId(ledger_id, -1, -1, mark)
-        batch_index = -1
         n = self.counts.known(last)
-        if n is None:
-            return LastMessageId(last.ledger_id, last.entry_id, -2, mark)  # caller resolves
-        if n > 1:
-            batch_index = n - 1
-        return LastMessageId(last.ledger_id, last.entry_id, batch_index, mark)
+        if n is None or n == 1:
+            # caller resolves: one message is a single one (-1) or a batch of one (batch index
+            # 0, as Pulsar answers), which only its metadata tells
+            return LastMessageId(last.ledger_id, last.entry_id, -2, mark)
+        return LastMessageId(last.ledger_id, last.entry_id, n - 1, mark)
 
     async def resolve_last_message_id(self, sub: TopicSubscription | None) -> LastMessageId:
         assert sub is None or isinstance(sub, Subscription)  # a persistent topic's own
