@@ -1,6 +1,6 @@
 """The contracts between the bookie's parts and its users.
 
-Owns: the value types that cross the bookie boundary (``Entry``, ``AddResult``,
+Owns: the value types that cross the bookie boundary (``Entry``, ``EntryRun``, ``AddResult``,
 ``BookieInfo``) and two protocols:
 - ``BookieStorage``: what the gRPC service (``server.py``) calls on the storage node
   (``core.py``); implemented by the real storage engine and by test fakes.
@@ -82,6 +82,26 @@ AddRequest.__init__ = _add_request_init  # type: ignore[method-assign]
 
 
 @dataclass(frozen=True, slots=True)
+class EntryRun:
+    """Consecutive entries of one ledger in one buffer, as a packed read returns them: entry
+    ``first_entry_id + i`` is ``data[starts[i]:ends[i]]``, its checksum verified (no object
+    per entry: a reader slices what it needs)."""
+
+    ledger_id: int
+    first_entry_id: int
+    data: bytes
+    starts: list[int]
+    ends: list[int]
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    @property
+    def last_entry_id(self) -> int:
+        return self.first_entry_id + len(self.starts) - 1
+
+
+@dataclass(frozen=True, slots=True)
 class BookieInfo:
     bookie_id: str
     read_only: bool
@@ -120,6 +140,15 @@ class BookieStorage(Protocol):
     ) -> list[Entry]:
         """Entries first..last (inclusive) that exist, in order, stopping at a gap or max_bytes
         (at least one entry is returned if the first exists)."""
+        ...
+
+    async def read_packed(
+        self, ledger_id: int, first_entry_id: int, last_entry_id: int, max_bytes: int
+    ) -> tuple[list[bytes | memoryview], int]:
+        """``read_range``'s entries in the packed layout (``wire.py``: header, payload, per
+        entry), as parts to join, and how many entries: the bookie answers a packed read
+        without an object per entry. Checksums are left to the reader. Raises as
+        ``read_range``."""
         ...
 
     async def wait_for_lac(self, ledger_id: int, previous_lac: int, timeout_ms: int) -> int:
@@ -192,6 +221,13 @@ class BookieClientAPI(Protocol):
         self, ledger_id: int, first_entry_id: int, last_entry_id: int, max_bytes: int = 4 << 20
     ) -> list[Entry]: ...
 
+    async def read_packed(
+        self, ledger_id: int, first_entry_id: int, last_entry_id: int, max_bytes: int = 4 << 20
+    ) -> EntryRun:
+        """Entries first..last (at most ``max_bytes``, at least one) as one ``EntryRun``,
+        each entry's checksum verified (``CorruptEntry`` when one does not match)."""
+        ...
+
     async def read_lac(self, ledger_id: int) -> int: ...
 
     async def wait_for_lac(self, ledger_id: int, previous_lac: int, timeout_ms: int) -> int: ...
@@ -234,5 +270,6 @@ __all__ = [
     "BookieInfo",
     "BookieStorage",
     "Entry",
+    "EntryRun",
     "EntryToAdd",
 ]

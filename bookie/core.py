@@ -664,6 +664,15 @@ class Bookie:
             raise NoEntry(f"entry {ledger_id}:{first_entry_id} not found")
         return out
 
+    async def read_packed(
+        self, ledger_id: int, first_entry_id: int, last_entry_id: int, max_bytes: int
+    ) -> tuple[list[bytes | memoryview], int]:
+        self._state(ledger_id)
+        parts, count = self.storage.read_packed(ledger_id, first_entry_id, last_entry_id, max_bytes)
+        if not count and first_entry_id <= last_entry_id:
+            raise NoEntry(f"entry {ledger_id}:{first_entry_id} not found")
+        return parts, count
+
     def _current_lac(self, st: _LedgerState) -> int:
         if not st.lac_known:
             st.lac_known = True

@@ -12,8 +12,11 @@ File ``<ledger dir>/<016x log id>.log``::
 A location is (log id, offset of the record's header), packed as ``log_id << 32 | offset``.
 Invariants: a record is referenced by the index only after it was written and the log was
 fsynced; readers verify the header's (ledger, entry) and the payload's crc32c (a mismatch is
-``CorruptEntry``, never served). A new log is started on every open, so bytes left after a
-crash in an older log are never appended to. Must not know: the index, the write cache.
+``CorruptEntry``, never served), except ``read_run``: a packed read's records go out as they
+lie, their (ledger, entry) checked, their checksums left to the reader, who verifies each
+(``wire.run_spans``; BookKeeper's bookies leave digests to their clients too). A new log is
+started on every open, so bytes left after a crash in an older log are never appended to.
+Must not know: the index, the write cache.
 """
 
 from __future__ import annotations
@@ -231,6 +234,53 @@ class EntryLogger:
             out.append(EntryLogRecord(lid, eid, lac, crc, payload, offset + pos))
             pos = end
         return out
+
+    def read_run(  # noqa: PLR0917 (a run's bounds)
+        self,
+        log_id: int,
+        offset: int,
+        ledger_id: int,
+        first_entry_id: int,
+        last_entry_id: int,
+        max_bytes: int,
+    ) -> tuple[bytes | memoryview, int, int]:
+        """(records, count, payload bytes): the records from ``offset`` while they are
+        ``ledger_id``'s entries ``first_entry_id``, ``first_entry_id + 1``, ... up to
+        ``last_entry_id``, within about ``max_bytes`` of payload (at least the first), as they
+        lie in the log (the packed read layout: header, payload). The first record must be
+        the one asked (``CorruptEntry`` otherwise: the index and the log disagree)."""
+        reader = self._reader(log_id)
+        block = reader.pread(ENTRY_HEADER_LEN + max(max_bytes, 4096), offset)
+        if len(block) < ENTRY_HEADER_LEN:
+            raise CorruptEntry(f"entry log {log_id:x} offset {offset}: short header")
+        lid, eid, _lac, _crc_value, length = ENTRY_HEADER.unpack_from(block, 0)
+        if lid != ledger_id or eid != first_entry_id:
+            raise CorruptEntry(
+                f"entry log {log_id:x} offset {offset}: holds ({lid},{eid}), "
+                f"index said ({ledger_id},{first_entry_id})"
+            )
+        end = ENTRY_HEADER_LEN + length
+        if end > len(block):  # one entry larger than the block: read it whole
+            block = reader.pread(end, offset)
+            if len(block) < end:
+                raise CorruptEntry(f"entry log {log_id:x} offset {offset}: short record")
+            return block, 1, length
+        unpack = ENTRY_HEADER.unpack_from
+        n = len(block)
+        pos = end
+        count = 1
+        size = length
+        expect = first_entry_id + 1
+        while expect <= last_entry_id and pos + ENTRY_HEADER_LEN <= n:
+            lid, eid, _lac, _crc_value, length = unpack(block, pos)
+            stop = pos + ENTRY_HEADER_LEN + length
+            if lid != ledger_id or eid != expect or stop > n or size + length > max_bytes:
+                break
+            pos = stop
+            size += length
+            count += 1
+            expect += 1
+        return memoryview(block)[:pos], count, size
 
     def scan(self, log_id: int) -> Iterator[EntryLogRecord]:
         """Every intact record of a log, in file order (compaction); stops at a bad record."""

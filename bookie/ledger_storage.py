@@ -109,6 +109,63 @@ class LedgerStorage:
             return stored.lac, stored.crc32c, stored.payload
         return None
 
+    def read_packed(
+        self, ledger_id: int, first_entry_id: int, last_entry_id: int, max_bytes: int
+    ) -> tuple[list[bytes | memoryview], int]:
+        """(parts, count): entries ``first_entry_id`` .. at most ``last_entry_id`` in the
+        packed read layout (header, payload), stopping at a gap or past about ``max_bytes`` of
+        payload (at least the first entry if it exists). Entries still in the write cache go
+        out as cached (the header is the record's); entries in an entry log go out as runs of
+        records read in one ``pread`` each (``EntryLogger.read_run``), never one by one; the
+        read cache is neither consulted for those runs nor filled by them (a scan must not
+        evict what tailing readers use)."""
+        parts: list[bytes | memoryview] = []
+        add = parts.append
+        wc_get = self.write_cache.get
+        index = self.index
+        assert index is not None
+        entry_id = first_entry_id
+        size = 0
+        while entry_id <= last_entry_id and (not parts or size < max_bytes):
+            hit = wc_get(ledger_id, entry_id)
+            if hit is not None:
+                header, payload = hit
+                if parts and size + len(payload) > max_bytes:
+                    break
+                add(header)
+                add(payload)
+                size += len(payload)
+                entry_id += 1
+                continue
+            run = self._log_run(
+                ledger_id, entry_id, last_entry_id, max_bytes - size if parts else max_bytes
+            )
+            if run is None:
+                break
+            records, count, nbytes = run
+            add(records)
+            size += nbytes
+            entry_id += count
+        return parts, entry_id - first_entry_id
+
+    def _log_run(
+        self, ledger_id: int, entry_id: int, last_entry_id: int, max_bytes: int
+    ) -> tuple[bytes | memoryview, int, int] | None:
+        """A run of records from ``entry_id`` in its entry log (None: not stored here)."""
+        assert self.index is not None
+        for _attempt in range(2):
+            loc = self.index.get_location(ledger_id, entry_id)
+            if loc is None:
+                return None
+            log_id, offset = split_location(loc)
+            try:
+                return self.entry_logger.read_run(
+                    log_id, offset, ledger_id, entry_id, last_entry_id, max(1, max_bytes)
+                )
+            except FileNotFoundError:
+                self.index.invalidate_cache()  # compaction moved it: look again
+        return None
+
     def _read_ahead(self, log_id: int, offset: int, ledger_id: int) -> None:
         if self.readahead_entries <= 0:
             return

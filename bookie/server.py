@@ -382,6 +382,8 @@ class BookieService(pb_grpc.BookieServicer):
         first, last = request.first_entry_id, request.last_entry_id
         if first < NO_ENTRY_ID:
             raise _bad(f"invalid entry id {first}")
+        if request.packed and first >= 0:
+            return await self._read_packed(lid, first, max(first, last), request.max_bytes)
         if last <= first:
             entry = await self.storage.read_entry(lid, first)
             self._read_bytes += len(entry.payload)
@@ -393,6 +395,17 @@ class BookieService(pb_grpc.BookieServicer):
         entries = await self.storage.read_range(lid, first, last, max_bytes)
         self._read_bytes += sum(len(e.payload) for e in entries)
         return pb.ReadResponse(status=0, entries=[_entry_pb(e) for e in entries], lac=NO_ENTRY_ID)
+
+    async def _read_packed(
+        self, lid: int, first: int, last: int, max_bytes: int
+    ) -> pb.ReadResponse:
+        """Entries first..last in one buffer (``ReadResponse.packed``): no message per entry;
+        each entry's checksum is the reader's to verify."""
+        limit = min(max_bytes if max_bytes > 0 else READ_BYTES_MAX, READ_BYTES_MAX)
+        parts, _count = await self.storage.read_packed(lid, first, last, limit)
+        packed = b"".join(parts)
+        self._read_bytes += len(packed)
+        return pb.ReadResponse(status=0, packed=packed, lac=NO_ENTRY_ID)
 
     async def _long_poll(self, lid: int, request: pb.ReadRequest) -> pb.ReadResponse:
         timeout_ms = min(max(0, request.timeout_ms), LONG_POLL_MS_MAX)

@@ -20,7 +20,13 @@ import crc32c
 
 from magnetar.bookie.api import NO_ENTRY_ID, AddRequest, BookieInfo, BookieStorage, Entry
 from magnetar.bookie.errors import NoEntry, NoLedger, StatusCode, Unauthorized
-from magnetar.bookie.wire import ENTRY_HEADER, ENTRY_HEADER_LEN, PackedEntry, parse_packed
+from magnetar.bookie.wire import (
+    ENTRY_HEADER,
+    ENTRY_HEADER_LEN,
+    PackedEntry,
+    pack_entries,
+    parse_packed,
+)
 
 DEFAULT_MAX_ENTRY_BYTES = 5 * 1024 * 1024 + 64 * 1024
 
@@ -145,6 +151,13 @@ class MemoryBookieStorage:
         if not out:
             raise NoEntry(f"no entry {ledger_id}:{first_entry_id}")
         return out
+
+    async def read_packed(
+        self, ledger_id: int, first_entry_id: int, last_entry_id: int, max_bytes: int
+    ) -> tuple[list[bytes | memoryview], int]:
+        entries = await self.read_range(ledger_id, first_entry_id, last_entry_id, max_bytes)
+        parts, _ = pack_entries(ledger_id, entries)
+        return list(parts), len(entries)
 
     async def wait_for_lac(self, ledger_id: int, previous_lac: int, timeout_ms: int) -> int:
         ledger = self._ledger(ledger_id)

@@ -1,6 +1,9 @@
-"""The packed entry layout of ``AddBatch.packed``: encoding (client) and parsing (bookie).
+"""The packed entry layout of ``AddBatch.packed`` and ``ReadResponse.packed``: encoding and
+parsing.
 
-Owns: the byte layout below and the two pure functions over it. Sans-I/O: no gRPC, no asyncio.
+Owns: the byte layout below and the pure functions over it (``pack_entries``,
+``parse_packed``, ``parse_batch_header`` for adds; ``run_spans`` for packed reads, which
+verifies every entry of a read in one pass). Sans-I/O: no gRPC, no asyncio.
 
 ``AddBatch.packed`` is ``count`` entries back to back, each a 32-byte header followed by its
 payload::
@@ -29,6 +32,8 @@ from __future__ import annotations
 import struct
 from collections.abc import Sequence
 from typing import NamedTuple
+
+from crc32c import crc32c as _crc32c
 
 from magnetar.bookie.api import EntryToAdd
 
@@ -155,6 +160,45 @@ def parse_packed(packed: bytes) -> list[PackedEntry]:
     return out
 
 
+def run_spans(packed: bytes, ledger_id: int, first_entry_id: int) -> tuple[list[int], list[int]]:
+    """(starts, ends) of the payloads of a packed read of ``ledger_id`` from ``first_entry_id``:
+    entry ``first_entry_id + i`` is ``packed[starts[i]:ends[i]]``. One pass checks the layout,
+    that the entries are that ledger's, consecutive from ``first_entry_id``, and each
+    payload's crc32c; anything else raises ``MalformedBatch`` saying what (a reader takes
+    the entries of another replica then)."""
+    n = len(packed)
+    if n == 0:
+        raise MalformedBatch("empty packed read")
+    starts: list[int] = []
+    ends: list[int] = []
+    add_start = starts.append
+    add_end = ends.append
+    unpack = ENTRY_HEADER.unpack_from
+    crc = _crc32c
+    view = memoryview(packed)
+    pos = 0
+    expect = first_entry_id
+    try:
+        while pos < n:
+            lid, eid, _lac, checksum, length = unpack(packed, pos)
+            start = pos + ENTRY_HEADER_LEN
+            pos = start + length
+            if eid != expect or lid != ledger_id or pos > n or crc(view[start:pos]) != checksum:
+                raise MalformedBatch(_run_error(start, (lid, eid), (ledger_id, expect)))
+            expect += 1
+            add_start(start)
+            add_end(pos)
+    except struct.error:
+        raise MalformedBatch(f"truncated entry header at offset {pos}") from None
+    return starts, ends
+
+
+def _run_error(start: int, got: tuple[int, int], wanted: tuple[int, int]) -> str:
+    if got != wanted:
+        return f"entry {got[0]}:{got[1]} where {wanted[0]}:{wanted[1]} was expected"
+    return f"entry {got[0]}:{got[1]} at offset {start} runs past the end or fails its checksum"
+
+
 __all__ = [
     "ENTRY_HEADER",
     "ENTRY_HEADER_LEN",
@@ -164,4 +208,5 @@ __all__ = [
     "pack_entries",
     "parse_batch_header",
     "parse_packed",
+    "run_spans",
 ]

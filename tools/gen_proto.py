@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import filecmp
 import pathlib
+import re
 import sys
 
 from grpc_tools import protoc
@@ -41,13 +42,20 @@ def generate(out_root: pathlib.Path) -> list[pathlib.Path]:
             if protoc.main(args) != 0:
                 raise SystemExit(f"protoc failed for {proto}")
             stem = proto.stem
+            siblings = [p.stem for p in src.glob("*.proto")]
             for suffix in ("_pb2.py", "_pb2.pyi") + (("_pb2_grpc.py",) if grpc else ()):
                 path = out / f"{stem}{suffix}"
-                if grpc and suffix == "_pb2_grpc.py":
-                    # protoc emits an absolute import; make it package-relative.
-                    text = path.read_text()
-                    text = text.replace(f"import {stem}_pb2 as", f"from . import {stem}_pb2 as")
-                    path.write_text(text)
+                # protoc emits absolute imports of the folder's other modules (a service's
+                # messages, a .proto importing another); make them package-relative.
+                text = path.read_text()
+                for other in siblings:
+                    text = re.sub(
+                        rf"^import {other}_pb2 as",
+                        f"from . import {other}_pb2 as",
+                        text,
+                        flags=re.M,
+                    )
+                path.write_text(text)
                 produced.append(path.relative_to(out_root))
     return produced
 

@@ -57,7 +57,7 @@ class Entry(_message.Message):
     def __init__(self, ledger_id: _Optional[int] = ..., entry_id: _Optional[int] = ..., lac: _Optional[int] = ..., crc32c: _Optional[int] = ..., payload: _Optional[bytes] = ...) -> None: ...
 
 class ReadRequest(_message.Message):
-    __slots__ = ("ledger_id", "first_entry_id", "last_entry_id", "max_bytes", "long_poll", "previous_lac", "timeout_ms")
+    __slots__ = ("ledger_id", "first_entry_id", "last_entry_id", "max_bytes", "long_poll", "previous_lac", "timeout_ms", "packed")
     LEDGER_ID_FIELD_NUMBER: _ClassVar[int]
     FIRST_ENTRY_ID_FIELD_NUMBER: _ClassVar[int]
     LAST_ENTRY_ID_FIELD_NUMBER: _ClassVar[int]
@@ -65,6 +65,7 @@ class ReadRequest(_message.Message):
     LONG_POLL_FIELD_NUMBER: _ClassVar[int]
     PREVIOUS_LAC_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    PACKED_FIELD_NUMBER: _ClassVar[int]
     ledger_id: int
     first_entry_id: int
     last_entry_id: int
@@ -72,19 +73,22 @@ class ReadRequest(_message.Message):
     long_poll: bool
     previous_lac: int
     timeout_ms: int
-    def __init__(self, ledger_id: _Optional[int] = ..., first_entry_id: _Optional[int] = ..., last_entry_id: _Optional[int] = ..., max_bytes: _Optional[int] = ..., long_poll: _Optional[bool] = ..., previous_lac: _Optional[int] = ..., timeout_ms: _Optional[int] = ...) -> None: ...
+    packed: bool
+    def __init__(self, ledger_id: _Optional[int] = ..., first_entry_id: _Optional[int] = ..., last_entry_id: _Optional[int] = ..., max_bytes: _Optional[int] = ..., long_poll: _Optional[bool] = ..., previous_lac: _Optional[int] = ..., timeout_ms: _Optional[int] = ..., packed: _Optional[bool] = ...) -> None: ...
 
 class ReadResponse(_message.Message):
-    __slots__ = ("status", "message", "entries", "lac")
+    __slots__ = ("status", "message", "entries", "lac", "packed")
     STATUS_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     ENTRIES_FIELD_NUMBER: _ClassVar[int]
     LAC_FIELD_NUMBER: _ClassVar[int]
+    PACKED_FIELD_NUMBER: _ClassVar[int]
     status: int
     message: str
     entries: _containers.RepeatedCompositeFieldContainer[Entry]
     lac: int
-    def __init__(self, status: _Optional[int] = ..., message: _Optional[str] = ..., entries: _Optional[_Iterable[_Union[Entry, _Mapping]]] = ..., lac: _Optional[int] = ...) -> None: ...
+    packed: bytes
+    def __init__(self, status: _Optional[int] = ..., message: _Optional[str] = ..., entries: _Optional[_Iterable[_Union[Entry, _Mapping]]] = ..., lac: _Optional[int] = ..., packed: _Optional[bytes] = ...) -> None: ...
 
 class LedgerRequest(_message.Message):
     __slots__ = ("ledger_id",)

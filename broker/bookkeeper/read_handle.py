@@ -7,9 +7,12 @@ Owns:
   ``read(first, last)``, entries first..last inclusive, never past the last add confirmed,
   each a ``LedgerEntry`` whose checksum was verified.
 - ``BookieReadHandle``, the contract over bookies: each entry is read from any replica of
-  its write set (those with a recent failure asked last), an unstriped fragment with range
-  reads; when no replica of the ensembles it knows answers and it can reload the metadata,
-  it reads again with the current ensembles (auto-recovery may have moved the entries).
+  its write set (those with a recent failure asked last), an unstriped fragment with packed
+  range reads (one buffer per read, no message per entry: ``BookieClientAPI.read_packed``);
+  when no replica of the ensembles it knows answers and it can reload the metadata, it reads
+  again with the current ensembles (auto-recovery may have moved the entries). Besides
+  ``read``, ``read_runs`` gives the same entries as ``LedgerEntries`` (buffers and offsets),
+  for readers that decode entries in bulk.
 - ``open_sealed_ledger``: a read-only handle on a CLOSED ledger from its metadata and a
   ``BookiePool``, without a metadata store. It never fences (only plain reads reach the
   bookies) and never reloads metadata.
@@ -23,7 +26,7 @@ from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from magnetar.bookie.errors import BookieError, BookieTimeout, BookieUnavailable
-from magnetar.broker.bookkeeper.entry import LedgerEntry, unframe
+from magnetar.broker.bookkeeper.entry import LedgerEntries, LedgerEntry, unframe, unframe_run
 from magnetar.broker.bookkeeper.errors import (
     BookieFailure,
     EntryCorrupt,
@@ -145,12 +148,7 @@ class BookieReadHandle:
 
     async def read(self, first_entry_id: int, last_entry_id: int) -> list[LedgerEntry]:
         """Entries first..last inclusive; never past the last add confirmed."""
-        if first_entry_id < 0 or last_entry_id < first_entry_id:
-            raise ValueError(f"bad range {first_entry_id}..{last_entry_id}")
-        if last_entry_id > self.last_add_confirmed:
-            raise ReadBeyondLastConfirmed(
-                f"ledger {self.ledger_id}: {last_entry_id} > LAC {self.last_add_confirmed}"
-            )
+        self._check_range(first_entry_id, last_entry_id)
         try:
             return await read_entries(self._replicas, self.metadata, first_entry_id, last_entry_id)
         except BookieFailure:
@@ -160,6 +158,25 @@ class BookieReadHandle:
             if fresh is None:
                 raise
             return await read_entries(self._replicas, fresh, first_entry_id, last_entry_id)
+
+    async def read_runs(self, first_entry_id: int, last_entry_id: int) -> list[LedgerEntries]:
+        """``read``'s entries as consecutive runs in buffers (no object per entry)."""
+        self._check_range(first_entry_id, last_entry_id)
+        try:
+            return await read_runs(self._replicas, self.metadata, first_entry_id, last_entry_id)
+        except BookieFailure:
+            fresh = await self._fresh_ensembles()
+            if fresh is None:
+                raise
+            return await read_runs(self._replicas, fresh, first_entry_id, last_entry_id)
+
+    def _check_range(self, first_entry_id: int, last_entry_id: int) -> None:
+        if first_entry_id < 0 or last_entry_id < first_entry_id:
+            raise ValueError(f"bad range {first_entry_id}..{last_entry_id}")
+        if last_entry_id > self.last_add_confirmed:
+            raise ReadBeyondLastConfirmed(
+                f"ledger {self.ledger_id}: {last_entry_id} > LAC {self.last_add_confirmed}"
+            )
 
     async def _fresh_ensembles(self) -> LedgerMetadata | None:
         """The metadata as stored now if its ensembles differ from ours (else None); a
@@ -195,56 +212,85 @@ async def read_entries(
 ) -> list[LedgerEntry]:
     """Entries first..last of the ledger ``meta`` describes, from its replicas."""
     out: list[LedgerEntry] = []
+    for ensemble, start, stop in _fragments(meta, first, last):
+        if len(ensemble) == meta.write_quorum:
+            for run in await _read_range_any(replicas, meta.ledger_id, ensemble, start, stop):
+                out.extend(run.entries())
+        else:
+            out.extend(await _read_striped(replicas, meta, ensemble, start, stop))
+    return out
+
+
+async def read_runs(
+    replicas: BookieReplicas, meta: LedgerMetadata, first: int, last: int
+) -> list[LedgerEntries]:
+    """``read_entries``' entries as consecutive runs in buffers."""
+    out: list[LedgerEntries] = []
+    for ensemble, start, stop in _fragments(meta, first, last):
+        if len(ensemble) == meta.write_quorum:
+            out.extend(await _read_range_any(replicas, meta.ledger_id, ensemble, start, stop))
+        else:
+            out.append(LedgerEntries.of(await _read_striped(replicas, meta, ensemble, start, stop)))
+    return out
+
+
+def _fragments(
+    meta: LedgerMetadata, first: int, last: int
+) -> list[tuple[tuple[str, ...], int, int]]:
+    """(ensemble, first, last) of each fragment's part of first..last."""
+    out = []
     entry_id = first
     while entry_id <= last:
         idx = meta.fragment_index(entry_id)
         _frag_first, ensemble = meta.ensembles[idx]
         frag_last = meta.ensembles[idx + 1][0] - 1 if idx + 1 < len(meta.ensembles) else last
         stop = min(last, frag_last)
-        if len(ensemble) == meta.write_quorum:
-            got = await _read_range_any(replicas, meta.ledger_id, ensemble, entry_id, stop)
-        else:
-            got = list(
-                await asyncio.gather(
-                    *(
-                        _read_one(
-                            replicas, meta.ledger_id, write_set(ensemble, meta.write_quorum, e), e
-                        )
-                        for e in range(entry_id, stop + 1)
-                    )
-                )
-            )
-        out.extend(got)
+        out.append((tuple(ensemble), entry_id, stop))
         entry_id = stop + 1
     return out
 
 
+async def _read_striped(
+    replicas: BookieReplicas,
+    meta: LedgerMetadata,
+    ensemble: tuple[str, ...],
+    first: int,
+    last: int,
+) -> list[LedgerEntry]:
+    """A striped fragment (E > Qw): each entry from its own write set."""
+    return list(
+        await asyncio.gather(
+            *(
+                _read_one(replicas, meta.ledger_id, write_set(ensemble, meta.write_quorum, e), e)
+                for e in range(first, last + 1)
+            )
+        )
+    )
+
+
 async def _read_range_any(
     replicas: BookieReplicas, ledger_id: int, ensemble: tuple[str, ...], first: int, last: int
-) -> list[LedgerEntry]:
-    """Every bookie of an unstriped fragment holds every entry: read ranges, falling back."""
-    out: list[LedgerEntry] = []
+) -> list[LedgerEntries]:
+    """Every bookie of an unstriped fragment holds every entry: packed range reads, from
+    another replica when one fails, entry by entry when none serves a range."""
+    out: list[LedgerEntries] = []
     start = first
-    errors: list[Exception] = []
     while start <= last:
         progressed = False
         for bookie in _read_order(replicas, ensemble):
             try:
-                raw = await replicas.client(bookie).read_range(ledger_id, start, last)
-                chunk = [unframe(e) for e in raw]
+                run = unframe_run(await replicas.client(bookie).read_packed(ledger_id, start, last))
             except (BookieError, EntryCorrupt) as exc:
                 _read_failed(replicas, bookie, exc)
-                errors.append(exc)
                 continue
-            if chunk and chunk[0].entry_id == start:
-                out.extend(chunk)
-                start = chunk[-1].entry_id + 1
+            if len(run) and run.first_entry_id == start:
+                out.append(run)
+                start = run.last_entry_id + 1
                 progressed = True
                 break
         if not progressed:
             # fall back to entry-by-entry reads on the replicas
-            ws = tuple(ensemble)
-            out.append(await _read_one(replicas, ledger_id, ws, start))
+            out.append(LedgerEntries.of([await _read_one(replicas, ledger_id, ensemble, start)]))
             start += 1
     return out
 
@@ -283,4 +329,5 @@ __all__ = [
     "ReadHandle",
     "open_sealed_ledger",
     "read_entries",
+    "read_runs",
 ]

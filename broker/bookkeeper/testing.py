@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import crc32c
 
-from magnetar.bookie.api import AddRequest, BookieInfo, Entry
+from magnetar.bookie.api import AddRequest, BookieInfo, Entry, EntryRun
 from magnetar.bookie.client import AddEntryLike
 from magnetar.bookie.errors import (
     BookieError,
@@ -279,6 +279,23 @@ class FakeBookieClient:
         if not out:
             raise NoEntry(f"no entry {ledger_id}:{first_entry_id}")
         return out
+
+    async def read_packed(
+        self, ledger_id: int, first_entry_id: int, last_entry_id: int, max_bytes: int = 4 << 20
+    ) -> EntryRun:
+        """``read_range``'s entries as one run, checked as the real client checks them."""
+        entries = await self.read_range(ledger_id, first_entry_id, last_entry_id, max_bytes)
+        starts: list[int] = []
+        ends: list[int] = []
+        at = 0
+        for entry in entries:
+            if crc32c.crc32c(entry.payload) != entry.crc32c:
+                raise CorruptEntry(f"checksum mismatch on {ledger_id}:{entry.entry_id}")
+            starts.append(at)
+            at += len(entry.payload)
+            ends.append(at)
+        data = b"".join(e.payload for e in entries)
+        return EntryRun(ledger_id, first_entry_id, data, starts, ends)
 
     async def read_lac(self, ledger_id: int) -> int:
         await self._gate()

@@ -22,15 +22,20 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from . import pulsar_api_pb2 as pulsar__api__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x13metadata_view.proto\x12\x0emagnetar.views\"\xa1\x01\n\rStickyKeyView\x12\x15\n\rproducer_name\x18\x01 \x02(\t\x12\x13\n\x0bsequence_id\x18\x02 \x02(\x04\x12\x14\n\x0cpublish_time\x18\x03 \x02(\x04\x12\x15\n\rpartition_key\x18\x06 \x01(\x0c\x12!\n\x19partition_key_b64_encoded\x18\x11 \x01(\x08\x12\x14\n\x0cordering_key\x18\x12 \x01(\x0c')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x13metadata_view.proto\x12\x0emagnetar.views\x1a\x10pulsar_api.proto\"\xa1\x01\n\rStickyKeyView\x12\x15\n\rproducer_name\x18\x01 \x02(\t\x12\x13\n\x0bsequence_id\x18\x02 \x02(\x04\x12\x14\n\x0cpublish_time\x18\x03 \x02(\x04\x12\x15\n\rpartition_key\x18\x06 \x01(\x0c\x12!\n\x19partition_key_b64_encoded\x18\x11 \x01(\x08\x12\x14\n\x0cordering_key\x18\x12 \x01(\x0c\"A\n\x0cMetadataList\x12\x31\n\x07\x65ntries\x18\x01 \x03(\x0b\x32 .magnetar.pulsar.MessageMetadata\"\xbf\x01\n\x14PlainMetadataColumns\x12\x15\n\rproducer_name\x18\x01 \x03(\t\x12\x13\n\x0bsequence_id\x18\x02 \x03(\x04\x12\x14\n\x0cpublish_time\x18\x03 \x03(\x04\x12\x17\n\x0freplicated_from\x18\x05 \x03(\t\x12\x14\n\x0creplicate_to\x18\x07 \x03(\t\x12\x19\n\x11uncompressed_size\x18\t \x03(\r\x12\x1b\n\x13highest_sequence_id\x18\x18 \x03(\x04')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'metadata_view_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_STICKYKEYVIEW']._serialized_start=40
-  _globals['_STICKYKEYVIEW']._serialized_end=201
+  _globals['_STICKYKEYVIEW']._serialized_start=58
+  _globals['_STICKYKEYVIEW']._serialized_end=219
+  _globals['_METADATALIST']._serialized_start=221
+  _globals['_METADATALIST']._serialized_end=286
+  _globals['_PLAINMETADATACOLUMNS']._serialized_start=289
+  _globals['_PLAINMETADATACOLUMNS']._serialized_end=480
 # @@protoc_insertion_point(module_scope)

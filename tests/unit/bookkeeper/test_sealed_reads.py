@@ -23,6 +23,7 @@ from magnetar.broker.bookkeeper import (
     WriteHandle,
     open_sealed_ledger,
 )
+from magnetar.broker.bookkeeper.metadata import write_set
 from magnetar.broker.bookkeeper.testing import FakeBookieCluster
 from magnetar.zk.memory import MemoryMetadataServer
 
@@ -79,6 +80,28 @@ async def test_replicas_fall_back_and_corruption_is_caught(
         fake_bookies.crash(b)
         with pytest.raises(BookieFailure):
             await handle.read(0, 0)  # no store to reload from: the failure is the answer
+
+
+@pytest.mark.parametrize(("ensemble", "quorum"), [(2, 2), (3, 2)], ids=["ranges", "striped"])
+async def test_runs_hold_what_read_gives(
+    meta_server: MemoryMetadataServer,
+    fake_bookies: FakeBookieCluster,
+    ensemble: int,
+    quorum: int,
+) -> None:
+    """``read_runs``: the same entries as ``read`` in buffers (packed range reads where every
+    bookie holds the fragment, one entry per read where it is striped), a corrupt replica
+    skipped as ``read`` skips it."""
+    meta = await _sealed(meta_server, fake_bookies, 30, ensemble_size=ensemble, write_quorum=quorum)
+    fake_bookies[write_set(meta.last_ensemble, quorum, 7)[0]].corrupt(meta.ledger_id, 7)
+    async with BookiePool(fake_bookies.factory) as bookies:
+        handle = open_sealed_ledger(meta, bookies)
+        runs = await handle.read_runs(3, 29)
+        assert [e for run in runs for e in run.entries()] == await handle.read(3, 29)
+        assert [p for run in runs for p in run.payloads()] == [b"e%d" % i for i in range(3, 30)]
+        assert runs[0].first_entry_id == 3 and runs[-1].last_entry_id == 29
+        with pytest.raises(ReadBeyondLastConfirmed):
+            await handle.read_runs(0, 30)
 
 
 async def test_bookie_ids_map_to_the_addresses_given(
