@@ -1,15 +1,18 @@
 """Stored entries into Arrow record batches, in bulk: what a reading task yields to Spark.
 
-Owns: ``EntryColumns``, which takes whole stored entries (the bytes a broker stores per
-entry: checksum, ``MessageMetadata``, payload) as they come from the bookies, and builds the
-source's columns (``rows.arrow_schema`` or a schema'd topic's value columns, then the
-metadata columns) without a Python object per message: one ``MessageMetadata`` per entry
-(the codec's ``entry_metadata``; checksums are the storage's), a batch payload cut by the
-codec's ``scan_batch`` (members that carry nothing but their size and sequence id, as
-batching producers write them, are never parsed), payloads sliced and joined into one Arrow
-buffer, and the per-message columns (ids, times) computed per entry and expanded with numpy;
-``binary_array`` is that buffer building. Typed (schema'd) topics decode a whole batch's
-payloads per writer schema at once (``TopicSchema.decode_column``).
+Owns: ``EntryColumns``, which takes runs of whole stored entries (the bytes a broker stores
+per entry: checksum, ``MessageMetadata``, payload) as storage reads them, one buffer and the
+entries' offsets in it (``add_run``), and builds the source's columns (``rows.arrow_schema``
+or a schema'd topic's value columns, then the metadata columns) without a Python object per
+message: the entries' metadata parsed together by the codec's ``entries_metadata``
+(checksums are the storage's); a run of plain messages (no key, properties, batch,
+compression, event time: ``EntriesMetadata.plain``) is taken whole, its per-row columns
+extended in C; other entries one by one from their parsed metadata, a batch payload cut by
+the codec's ``scan_batch`` (members that carry nothing but their size and sequence id, as
+batching producers write them, are never parsed); payloads sliced and joined into one Arrow
+buffer (``binary_array``), and the per-row columns (ids, times) computed with numpy: the
+``__messageId`` bytes of every row at once (``message_id_bytes``). Typed (schema'd) topics
+decode a whole batch's payloads per writer schema at once (``TopicSchema.decode_column``).
 
 Which messages of an entry are taken: those after/at the read's ``start`` and up to its
 ``end`` (only the first and last entries of a read hold others), published before
@@ -25,6 +28,7 @@ Must not know: bookies, Spark, the network.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from itertools import accumulate, repeat
 from typing import Any
 
 import numpy as np
@@ -32,7 +36,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from magnetar.client._compression import DecompressionError, decompress
-from magnetar.client.protocol import RemoteProtocolError, encode_varint, entry_metadata, scan_batch
+from magnetar.client.protocol import (
+    RemoteProtocolError,
+    entries_metadata,
+    entry_metadata,
+    scan_batch,
+)
 from magnetar.spark.positions import Position, Start, ends_by
 from magnetar.spark.rows import arrow_schema
 
@@ -72,35 +81,134 @@ def binary_array(values: Sequence[bytes], kind: Any = None) -> Any:
     return arr.cast(kind or pa.binary())
 
 
+class _Spans:
+    """Values that are slices of one buffer: ``data[starts[i]:ends[i]]`` (disjoint, in
+    order)."""
+
+    __slots__ = ("data", "ends", "starts")
+
+    def __init__(self, data: bytes, starts: Sequence[int], ends: Sequence[int]) -> None:
+        self.data = data
+        self.starts = starts
+        self.ends = ends
+
+    def array(self) -> Any:
+        """The values as an Arrow binary array, picked out of the buffer in C++: the buffer
+        seen as an array whose elements are the spans and the gaps between them (offsets
+        ``s0, e0, s1, e1, ...``), of which every other element is taken."""
+        n = len(self.starts)
+        if n == 0:
+            return pa.array([], pa.binary())
+        offsets = np.empty(2 * n, dtype=np.int64)
+        offsets[0::2] = self.starts
+        offsets[1::2] = self.ends
+        kind, width = (
+            (pa.binary(), np.int32) if len(self.data) < 1 << 31 else (pa.large_binary(), np.int64)
+        )
+        whole = pa.Array.from_buffers(
+            kind, 2 * n - 1, [None, pa.py_buffer(offsets.astype(width)), pa.py_buffer(self.data)]
+        )
+        return whole.take(pa.array(np.arange(0, 2 * n, 2, dtype=np.int64))).cast(pa.binary())
+
+    def values(self) -> list[bytes]:
+        data = self.data
+        return list(map(data.__getitem__, map(slice, self.starts, self.ends)))
+
+
+class _Values:
+    """The value column of a batch being built: ``bytes`` (decompressed payloads, batch
+    members) and spans of read buffers (plain messages: no bytes object per row)."""
+
+    def __init__(self) -> None:
+        self._segments: list[list[bytes] | _Spans] = []
+        self._loose: list[bytes] | None = None
+        self._rows = 0
+
+    def __len__(self) -> int:
+        return self._rows
+
+    def append(self, value: bytes) -> None:
+        self.extend([value])
+
+    def extend(self, values: list[bytes]) -> None:
+        if self._loose is None:
+            self._loose = []
+            self._segments.append(self._loose)
+        self._loose.extend(values)
+        self._rows += len(values)
+
+    def add_spans(self, data: bytes, starts: Sequence[int], ends: Sequence[int]) -> None:
+        self._segments.append(_Spans(data, starts, ends))
+        self._loose = None
+        self._rows += len(starts)
+
+    def as_list(self) -> list[bytes]:
+        out: list[bytes] = []
+        for seg in self._segments:
+            out.extend(seg if isinstance(seg, list) else seg.values())
+        return out
+
+    def array(self) -> Any:
+        """The values as one Arrow binary array."""
+        if all(isinstance(seg, list) for seg in self._segments):
+            return binary_array(self.as_list())
+        parts = [
+            binary_array(seg) if isinstance(seg, list) else seg.array() for seg in self._segments
+        ]
+        return pa.concat_arrays(parts)
+
+
 _UINT64 = (1 << 64) - 1
-_MEMBER_TAGS: list[bytes] = []
-"""``_MEMBER_TAGS[i]``: the ``batch_index`` field of a ``MessageIdData`` (tag 4, varint i)."""
+_VARINT_BYTES_MAX = 10
 
 
-def _member_tags(hi: int) -> list[bytes]:
-    while len(_MEMBER_TAGS) < hi:
-        _MEMBER_TAGS.append(b"\x20" + encode_varint(len(_MEMBER_TAGS)))
-    return _MEMBER_TAGS
+def _varints(values: Any) -> tuple[Any, Any]:
+    """(bytes, lengths) of the base-128 varints of ``values`` (uint64, one row each):
+    ``bytes[i, :lengths[i]]`` is value i's varint, as protobuf writes it."""
+    v = np.asarray(values).astype(np.uint64)
+    lengths = np.ones(len(v), dtype=np.int64)
+    for k in range(1, _VARINT_BYTES_MAX):
+        lengths += v >= np.uint64(1 << (7 * k))
+    width = int(lengths.max()) if len(v) else 1
+    out = np.empty((len(v), width), dtype=np.uint8)
+    for k in range(width):
+        out[:, k] = ((v >> np.uint64(7 * k)) & np.uint64(0x7F)).astype(np.uint8)
+        out[:, k] |= np.where(lengths > k + 1, 0x80, 0).astype(np.uint8)
+    return out, lengths
 
 
-def message_id_bytes(runs: Sequence[tuple[int, ...]], partition: int) -> Any:
+def message_id_bytes(ledgers: Any, entries: Any, batches: Any, partition: int) -> Any:
     """``MessageIdData`` bytes (``MessageId.serialize()``, Pulsar's ``toByteArray``) of every
-    row: ledgerId (1), entryId (2), partition (3), then batch_index (4) for a batch member.
-    ``runs``: (ledger, entry, rows, first batch index or -1) per entry; the entry's fields are
-    encoded once and each member adds its index's tag from a table."""
-    tail = b"\x18" + encode_varint(partition & _UINT64)
-    out: list[bytes] = []
-    heads: dict[int, bytes] = {}
-    for ledger, entry, count, lo, *_ in runs:
-        head = heads.get(ledger)
-        if head is None:
-            head = heads[ledger] = b"\x08" + encode_varint(ledger) + b"\x10"
-        prefix = head + encode_varint(entry) + tail
-        if lo < 0:
-            out.append(prefix)
-        else:
-            out.extend([prefix + t for t in _member_tags(lo + count)[lo : lo + count]])
-    return binary_array(out)
+    row, as one Arrow binary array: ledgerId (1), entryId (2), partition (3), then
+    batch_index (4) for a batch member (``batches[i] >= 0``); the varints of all rows are
+    made at once (numpy), the rows' bytes picked out of one matrix in row order."""
+    n = len(ledgers)
+    parts: list[tuple[Any, Any]] = []
+
+    def tag(byte: int, present: Any = None) -> None:
+        col = np.full((n, 1), byte, dtype=np.uint8)
+        parts.append((col, np.ones(n, dtype=np.int64) if present is None else present))
+
+    tag(0x08)
+    parts.append(_varints(ledgers))
+    tag(0x10)
+    parts.append(_varints(entries))
+    tag(0x18)
+    parts.append(_varints(np.full(n, partition & _UINT64, dtype=np.uint64)))
+    member = np.asarray(batches) >= 0
+    tag(0x20, member.astype(np.int64))
+    index, index_len = _varints(np.where(member, batches, 0))
+    parts.append((index, np.where(member, index_len, 0)))
+    matrix = np.hstack([m for m, _ in parts])
+    keep = np.hstack([np.arange(m.shape[1]) < lens[:, None] for m, lens in parts])
+    lengths = sum(lens for _, lens in parts)
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    return pa.Array.from_buffers(
+        pa.binary(),
+        n,
+        [None, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(matrix[keep].tobytes())],
+    )
 
 
 def _smm(raw: bytes) -> Any:
@@ -148,12 +256,20 @@ class EntryColumns:
         self.clear()
 
     def clear(self) -> None:
-        self.values: list[bytes] = []
+        self.values = _Values()
         self.nbytes = 0
-        self._runs: list[tuple[int, int, int, int, int, int]] = []
-        """One per entry (its rows are consecutive): ledger, entry, rows, batch index of the
-        first row (-1: not a batch), publish time, event time."""
-        self._versions: list[bytes] = []  # per run: the schema version that wrote it
+        """Bytes held for the batch: payloads copied, and whole read buffers whose spans
+        are values (what bounds a task's memory)."""
+        # one item per entry taken (its rows are consecutive): ledger, entry, rows, batch
+        # index of the first row (-1: not a batch), publish time, event time, the schema
+        # version that wrote it
+        self._ledgers: list[int] = []
+        self._entries: list[int] = []
+        self._counts: list[int] = []
+        self._firsts: list[int] = []
+        self._publish: list[int] = []
+        self._event: list[int] = []
+        self._versions: list[bytes] = []
         # rows with their own key, properties or event time
         self._keys: dict[int, bytes] = {}
         self._props: dict[int, list[tuple[str, str]]] = {}
@@ -185,26 +301,41 @@ class EntryColumns:
 
     def add(self, ledger: int, entry: int, data: bytes) -> None:
         """Take the messages of one stored entry (``EntryError`` when it does not decode)."""
-        self.add_entries(ledger, entry, [data])
+        self.add_run(ledger, entry, data, [0], [len(data)])
 
-    def add_entries(self, ledger: int, first: int, datas: list[bytes]) -> None:
-        """Take the messages of consecutive stored entries ``first``, ``first + 1``, ...
-        (``EntryError`` when one does not decode). Their checksums are the storage's
-        (verified where they were read), as the broker reads entries. One loop for the
-        whole chunk: an entry that is one message costs a metadata parse and a few appends."""
-        values, runs, versions = self.values, self._runs, self._versions
+    def add_entries(self, ledger: int, first: int, datas: Sequence[bytes]) -> None:
+        """``add_run`` of entries given one by one."""
+        ends = list(accumulate(map(len, datas)))
+        self.add_run(ledger, first, b"".join(datas), [0, *ends[:-1]], ends)
+
+    def add_run(
+        self, ledger: int, first: int, data: bytes, starts: Sequence[int], ends: Sequence[int]
+    ) -> None:
+        """Take the messages of consecutive stored entries ``first``, ``first + 1``, ...,
+        entry ``first + i`` being ``data[starts[i]:ends[i]]`` (``EntryError`` when one does
+        not decode). Their checksums are the storage's (verified where they were read), as
+        the broker reads entries. A run of plain messages costs a slice per entry and list
+        extensions; other entries are taken one by one from their parsed metadata."""
+        if not len(starts):
+            return
+        try:
+            mds = entries_metadata(data, starts, ends)
+        except RemoteProtocolError:
+            raise self._entry_error(ledger, first, data, starts, ends) from None
+        if mds.plain:
+            self._add_plain(ledger, first, data, mds.payload_starts, ends, mds.publish_times)
+            return
+        values, versions = self.values, self._versions
         keys, props, edges, until = self._keys, self._props, self._edges, self.until
-        for entry, data in enumerate(datas, first):
-            try:
-                md, at = entry_metadata(data)
-            except RemoteProtocolError as exc:
-                raise EntryError(f"entry {ledger}:{entry}: {exc}") from None
+        payload_starts = mds.payload_starts
+        for i, md in enumerate(mds.metadata):
+            entry = first + i
             if md.HasField("num_chunks_from_msg"):
                 raise ChunkedEntry(ledger, entry)
             publish = md.publish_time
             if until is not None and publish >= until:
                 continue
-            payload = data[at:]
+            payload = data[payload_starts[i] : ends[i]]
             if md.compression:
                 try:
                     payload = decompress(md.compression, payload, md.uncompressed_size)
@@ -219,12 +350,80 @@ class EntryColumns:
             row = len(values)
             values.append(payload)
             self.nbytes += len(payload)
-            runs.append((ledger, entry, 1, -1, publish, md.event_time))
+            self._run(ledger, entry, 1, -1, publish, md.event_time)
             versions.append(md.schema_version)
             if md.HasField("partition_key"):
                 keys[row] = md.partition_key.encode()
             if md.properties:
                 props[row] = [(kv.key, kv.value) for kv in md.properties]
+
+    def _add_plain(  # noqa: PLR0917 (a run's buffer and offsets)
+        self,
+        ledger: int,
+        first: int,
+        data: bytes,
+        payload_starts: Sequence[int],
+        ends: Sequence[int],
+        publish: Sequence[int],
+    ) -> None:
+        """A run of plain messages: each entry one row, nothing of its own but its payload and
+        publish time."""
+        k = len(payload_starts)
+        take = self._plain_taken(ledger, first, publish)
+        if take is not None:  # the read's edges or its ending time leave some out
+            payload_starts = [payload_starts[i] for i in take]
+            ends = [ends[i] for i in take]
+            publish = [publish[i] for i in take]
+            entries: Sequence[int] = [first + i for i in take]
+            k = len(take)
+        else:
+            entries = range(first, first + k)
+        self.values.add_spans(data, payload_starts, ends)
+        self.nbytes += len(data)
+        self._ledgers.extend(repeat(ledger, k))
+        self._entries.extend(entries)
+        self._counts.extend(repeat(1, k))
+        self._firsts.extend(repeat(-1, k))
+        self._publish.extend(publish)
+        self._event.extend(repeat(0, k))
+        self._versions.extend(repeat(b"", k))
+
+    def _plain_taken(self, ledger: int, first: int, publish: Sequence[int]) -> list[int] | None:
+        """The entries of a plain run the read takes (None: all of them)."""
+        last = first + len(publish) - 1
+        drop = {
+            e - first
+            for lid, e in self._edges
+            if lid == ledger and first <= e <= last and not self._takes_whole(ledger, e)
+        }
+        until = self.until
+        if until is not None:
+            drop.update(i for i, t in enumerate(publish) if t >= until)
+        if not drop:
+            return None
+        return [i for i in range(len(publish)) if i not in drop]
+
+    def _run(  # noqa: PLR0917 (one entry's per-row columns)
+        self, ledger: int, entry: int, count: int, first: int, publish: int, event: int
+    ) -> None:
+        self._ledgers.append(ledger)
+        self._entries.append(entry)
+        self._counts.append(count)
+        self._firsts.append(first)
+        self._publish.append(publish)
+        self._event.append(event)
+
+    @staticmethod
+    def _entry_error(
+        ledger: int, first: int, data: bytes, starts: Sequence[int], ends: Sequence[int]
+    ) -> EntryError:
+        """The error of the first entry of a run that does not decode, naming it."""
+        for i, (a, b) in enumerate(zip(starts, ends, strict=True)):
+            try:
+                entry_metadata(data[a:b])
+            except RemoteProtocolError as exc:
+                return EntryError(f"entry {ledger}:{first + i}: {exc}")
+        return EntryError(f"entries {ledger}:{first}..: do not decode")
 
     def _add_batch(self, ledger: int, entry: int, md: Any, payload: bytes, edge: bool) -> None:
         """The members of one batch entry the read takes, cut by the codec's ``scan_batch``."""
@@ -240,7 +439,7 @@ class EntryColumns:
         k_lo, k_hi = 3 * lo, 3 * hi
         self.values.extend([payload[spans[k + 1] : spans[k + 2]] for k in range(k_lo, k_hi, 3)])
         self.nbytes += spans[k_hi - 1] - spans[k_lo + 1]
-        self._runs.append((ledger, entry, hi - lo, lo, md.publish_time, md.event_time))
+        self._run(ledger, entry, hi - lo, lo, md.publish_time, md.event_time)
         self._versions.append(md.schema_version)
         if max(spans[k_lo:k_hi:3]) < 0:
             return  # plain members: no key, properties or event time of their own
@@ -269,17 +468,21 @@ class EntryColumns:
         """The rows added since the last ``build`` as one ``pyarrow.RecordBatch``."""
         s = self.schema
         n = len(self.values)
-        runs = np.array(self._runs, dtype=np.int64).reshape(-1, 6)
-        counts = runs[:, 2]
-        ledgers = np.repeat(runs[:, 0], counts)
-        entries = np.repeat(runs[:, 1], counts)
-        run_start = np.zeros(len(counts), dtype=np.int64)
-        np.cumsum(counts[:-1], out=run_start[1:])
-        first = runs[:, 3]
-        batches = np.arange(n, dtype=np.int64) - np.repeat(run_start - first, counts)
-        batches[np.repeat(first < 0, counts)] = -1
-        publish = np.repeat(runs[:, 4], counts) * 1000
-        event = np.repeat(runs[:, 5], counts)
+        counts = np.array(self._counts, dtype=np.int64)
+        ledgers = np.repeat(np.array(self._ledgers, dtype=np.int64), counts)
+        entries = np.repeat(np.array(self._entries, dtype=np.int64), counts)
+        if len(counts) == n:  # one row per entry: no batch member
+            batches = np.array(self._firsts, dtype=np.int64)
+            publish = np.array(self._publish, dtype=np.int64) * 1000
+            event = np.array(self._event, dtype=np.int64)
+        else:
+            run_start = np.zeros(len(counts), dtype=np.int64)
+            np.cumsum(counts[:-1], out=run_start[1:])
+            first = np.array(self._firsts, dtype=np.int64)
+            batches = np.arange(n, dtype=np.int64) - np.repeat(run_start - first, counts)
+            batches[np.repeat(first < 0, counts)] = -1
+            publish = np.repeat(np.array(self._publish, dtype=np.int64), counts) * 1000
+            event = np.repeat(np.array(self._event, dtype=np.int64), counts)
         for r, ms in self._member_event.items():
             event[r] = ms
         id_string = pc.binary_join_element_wise(
@@ -296,18 +499,18 @@ class EntryColumns:
         meta = [
             self._sparse(self._keys, n, s.field("__key").type),
             topic_col,
-            message_id_bytes(self._runs, self.partition),
+            message_id_bytes(ledgers, entries, batches, self.partition),
             id_string,
             pa.array(publish, s.field("__publishTime").type),
             pa.array(event * 1000, s.field("__eventTime").type, mask=event == 0),
             self._sparse(self._props, n, s.field("__messageProperties").type),
         ]
         if self.typed is None:
-            columns = [binary_array(self.values)]
+            columns = [self.values.array()]
         else:
             run_of_row = np.repeat(np.arange(len(counts)), counts)
             columns = self.typed.decode_column(
-                self.values, run_of_row, self._versions, self.writer_of
+                self.values.as_list(), run_of_row, self._versions, self.writer_of
             )
         batch = pa.RecordBatch.from_arrays([*columns, *meta], schema=s)
         self.clear()

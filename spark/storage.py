@@ -3,14 +3,16 @@
 Owns: ``LedgerReader``: the entries ``first`` .. ``last`` of one ledger (a ``LedgerLayout``
 from the planner: its fragments and the bookies' addresses; no metadata store) read through
 BookKeeper's read-handle contract (``broker.bookkeeper``: any replica of an entry's write
-set, range reads on unstriped fragments, each entry's checksum verified) with
-``open_sealed_ledger``. A sealed ledger is read as it is; the ledger still open is read as the
-snapshot its writer had confirmed when the read was planned (the broker's last add confirmed,
-given by the ledgers endpoint as ``entries``): those entries are on an ack quorum of bookies
-and never change, and nothing after them is read here (the caller reads any later entry
-through the broker). The bookies' own last add confirmed lags the writer's (it rides on the
-next add), so it is not the bound. ``READ_WINDOW`` reads of about ``READ_BYTES`` are kept in
-flight ahead of the caller (what bounds a task's memory for reading).
+set, packed range reads on unstriped fragments, each entry's checksum verified) with
+``open_sealed_ledger``, handed to the caller as runs (``LedgerEntries``: a buffer and the
+entries' offsets, no object per entry). A sealed ledger is read as it is; the ledger still
+open is read as the snapshot its writer had confirmed when the read was planned (the
+broker's last add confirmed, given by the ledgers endpoint as ``entries``): those entries
+are on an ack quorum of bookies and never change, and nothing after them is read here (the
+caller reads any later entry through the broker). The bookies' own last add confirmed lags
+the writer's (it rides on the next add), so it is not the bound. ``READ_WINDOW`` reads of
+about ``READ_BYTES`` are kept in flight ahead of the caller (what bounds a task's memory for
+reading).
 
 Never writes, never fences, never opens a ledger for recovery: the topic's writer is never
 disturbed. With bookie TLS the bookie clients present the job's certificate (``GrpcTls``).
@@ -33,6 +35,7 @@ from collections.abc import AsyncIterator
 
 from magnetar.bookie.client import BookieClient
 from magnetar.bookie.tls import GrpcTls
+from magnetar.broker.bookkeeper.entry import LedgerEntries
 from magnetar.broker.bookkeeper.errors import LedgerError
 from magnetar.broker.bookkeeper.metadata import LedgerMetadata
 from magnetar.broker.bookkeeper.read_handle import BookieReadHandle, open_sealed_ledger
@@ -87,9 +90,9 @@ class LedgerReader:
             handle = self._handles[ledger.ledger_id] = open_sealed_ledger(metadata, self.pool)
         return handle
 
-    async def _read(self, ledger: LedgerLayout, first: int, last: int) -> list[bytes]:
+    async def _read(self, ledger: LedgerLayout, first: int, last: int) -> list[LedgerEntries]:
         try:
-            return [e.payload for e in await self._handle(ledger).read(first, last)]
+            return await self._handle(ledger).read_runs(first, last)
         except LedgerError as exc:
             raise StorageUnavailable(
                 f"entries {ledger.ledger_id}:{first}..{last} from "
@@ -100,26 +103,26 @@ class LedgerReader:
         """The stored payloads of a few entries (read concurrently)."""
         entry_ids = [e for e in entry_ids if e <= confirmed(ledger)]
         got = await asyncio.gather(*(self._read(ledger, e, e) for e in entry_ids))
-        return [chunk[0] for chunk in got]
+        return [run.payloads()[0] for runs in got for run in runs[:1]]
 
     async def entries(
         self, ledger: LedgerLayout, first: int, last: int
-    ) -> AsyncIterator[tuple[int, list[bytes]]]:
-        """(id of the first, stored payloads) of consecutive entries ``first`` .. ``last``
-        (at most ``confirmed(ledger)``), in order, in chunks; at most ``READ_WINDOW``
+    ) -> AsyncIterator[LedgerEntries]:
+        """Consecutive entries ``first`` .. ``last`` (at most ``confirmed(ledger)``), in
+        order, in runs (buffers and offsets: no object per entry); at most ``READ_WINDOW``
         reads ahead of the caller."""
         step = max(1, min(READ_ENTRIES_MAX, int(READ_BYTES / ledger.entry_bytes)))
         todo = collections.deque((a, min(last, a + step - 1)) for a in range(first, last + 1, step))
-        inflight: collections.deque[tuple[int, asyncio.Task[list[bytes]]]] = collections.deque()
+        inflight: collections.deque[asyncio.Task[list[LedgerEntries]]] = collections.deque()
         try:
             while todo or inflight:
                 while todo and len(inflight) < READ_WINDOW:
                     a, b = todo.popleft()
-                    inflight.append((a, asyncio.ensure_future(self._read(ledger, a, b))))
-                a, task = inflight.popleft()
-                yield a, await task
+                    inflight.append(asyncio.ensure_future(self._read(ledger, a, b)))
+                for run in await inflight.popleft():
+                    yield run
         finally:
-            for _, t in inflight:
+            for t in inflight:
                 t.cancel()
 
 

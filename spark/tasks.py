@@ -192,13 +192,13 @@ def _read_from_storage(
             last = r.last
             try:
                 last = min(last, storage.confirmed(r.ledger))
-                chunks = reader.entries(r.ledger, r.first, last)
+                runs = reader.entries(r.ledger, r.first, last)
                 while True:
                     try:
-                        first, got = loop.run_until_complete(anext(chunks))
+                        run = loop.run_until_complete(anext(runs))
                     except StopAsyncIteration:
                         break
-                    cols.add_entries(lid, first, got)
+                    cols.add_run(lid, run.first_entry_id, run.data, run.starts, run.ends)
                     if len(cols) >= ARROW_BATCH_ROWS or cols.nbytes >= ARROW_BATCH_BYTES:
                         yield cols.build()
             except storage.StorageUnavailable as exc:

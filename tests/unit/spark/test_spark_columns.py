@@ -1,14 +1,20 @@
 """Stored entries into Arrow columns in bulk (``columns.EntryColumns``): the rows equal, column
 for column, those the per-message path makes from the client's own decoding of the same
 entries (``decode_entry`` -> ``rows.BatchBuilder``), for plain and keyed messages, plain and
-detailed batches, compressed batches and typed topics; the read's bounds cut batches by
-member, a bound with batch index -1 standing for its whole entry."""
+detailed batches, compressed batches and typed topics, entry by entry and as runs in one
+buffer (as storage reads them: plain runs taken whole, values picked out of the buffer); the
+read's bounds and ending time cut batches by member and runs by entry, a bound with batch
+index -1 standing for its whole entry; ``__messageId`` bytes are the codec's
+``MessageId.serialize()``."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
 from magnetar.client import CompressionType
@@ -16,12 +22,13 @@ from magnetar.client._compression import compress
 from magnetar.client._entry_decode import decode_entry
 from magnetar.client.protocol import (
     EntryView,
+    MessageId,
     build_batch,
     encode_headers_and_payload,
     encode_plain_batch,
     pb,
 )
-from magnetar.spark.columns import ChunkedEntry, EntryColumns
+from magnetar.spark.columns import ChunkedEntry, EntryColumns, message_id_bytes
 from magnetar.spark.layout import Fragment, LedgerLayout, PartitionLayout
 from magnetar.spark.positions import Position, Start, ends_by
 from magnetar.spark.rows import BatchBuilder
@@ -109,6 +116,32 @@ def by_entries(data: list[bytes], start: Start, end: Position, typed: Any = None
     return cols.build()
 
 
+def by_runs(
+    data: list[bytes], start: Start, end: Position, *, ending_time_ms: int | None = None
+) -> Any:
+    """The entries as storage hands them over: runs of a few entries in one buffer each,
+    behind a framing of the storage's."""
+    ledger = LedgerLayout(LEDGER, len(data), 100, True, 1, (Fragment(0, ("b:1",)),))
+    located = locate(PartitionLayout(TOPIC, (ledger,), None, False), start, end)
+    cols = EntryColumns(TOPIC, start, end, ending_time_ms=ending_time_ms)
+    for r in located.ranges:
+        ids = list(range(r.first, min(r.last, len(data) - 1) + 1))
+        for k in range(0, len(ids), 3):
+            chunk = ids[k : k + 3]
+            buf, starts, ends = b"", [], []
+            for entry_id in chunk:
+                buf += b"\xee" * 8
+                starts.append(len(buf))
+                buf += data[entry_id]
+                ends.append(len(buf))
+            cols.add_run(LEDGER, chunk[0], buf, starts, ends)
+    return cols.build()
+
+
+def plain_entries(n: int) -> list[bytes]:
+    return [encode_headers_and_payload(md(i), b"v%d" % i) for i in range(n)]
+
+
 def test_entries_make_the_rows_the_per_message_path_makes() -> None:
     data = entries()
     got, want = by_entries(data, *EVERYTHING), by_messages(data, *EVERYTHING)
@@ -176,3 +209,66 @@ def test_a_chunk_is_left_to_the_broker() -> None:
     cols = EntryColumns(TOPIC, *EVERYTHING)
     with pytest.raises(ChunkedEntry):
         cols.add(LEDGER, 0, chunk)
+
+
+@pytest.mark.parametrize(
+    ("start", "end"),
+    [
+        EVERYTHING,
+        (Start.after(Position(LEDGER, 2, 1)), Position(LEDGER, 3, 1)),
+        (Start.at(Position(LEDGER, 2, 3)), Position(LEDGER, 4, -1)),
+        (Start.after(Position(LEDGER, 0, -1)), Position(LEDGER, 2, -1)),
+    ],
+)
+def test_runs_in_one_buffer_make_the_same_rows(start: Start, end: Position) -> None:
+    data = entries() + plain_entries(7)
+    got, want = by_runs(data, start, end), by_messages(data, start, end)
+    assert got.schema == want.schema
+    for name in got.schema.names:
+        assert got.column(name).to_pylist() == want.column(name).to_pylist(), name
+
+
+@pytest.mark.parametrize(
+    ("start", "end", "until"),
+    [
+        (*EVERYTHING, None),
+        (Start.after(Position(LEDGER, 3, -1)), Position(LEDGER, 8, -1), None),
+        (Start.at(Position(LEDGER, 2, -1)), Position(LEDGER, 5, 0), None),
+        (*EVERYTHING, 1_700_000_000_000 + 6),
+    ],
+)
+def test_plain_runs_are_cut_by_the_bounds_and_the_ending_time(
+    start: Start, end: Position, until: int | None
+) -> None:
+    data = plain_entries(11)
+    got = by_runs(data, start, end, ending_time_ms=until)
+    want = by_messages(data, start, end)
+    if until is not None:
+        want = want.filter(
+            pc.less(
+                want.column("__publishTime"),
+                pa.scalar(until * 1000, want.schema.field("__publishTime").type),
+            )
+        )
+    for name in got.schema.names:
+        assert got.column(name).to_pylist() == want.column(name).to_pylist(), name
+
+
+@pytest.mark.parametrize("partition", [-1, 0, 3, 200])
+def test_message_id_bytes_are_the_codec_s(partition: int) -> None:
+    rows = [
+        (0, 0, -1),
+        (1, 127, -1),
+        (2**40, 2**21 + 5, 0),
+        (7, 300, 999),
+        (2**63 - 1, 1, 2**31 - 1),
+    ]
+    got = message_id_bytes(
+        np.array([r[0] for r in rows], dtype=np.int64),
+        np.array([r[1] for r in rows], dtype=np.int64),
+        np.array([r[2] for r in rows], dtype=np.int64),
+        partition,
+    )
+    assert got.to_pylist() == [
+        MessageId(ledger, entry, partition, batch).serialize() for ledger, entry, batch in rows
+    ]
