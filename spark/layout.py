@@ -3,18 +3,22 @@
 
 Owns: the records ``Fragment``, ``LedgerLayout`` and ``PartitionLayout`` (frozen and
 picklable: they travel to the executors inside the splits, so an executor needs the bookies'
-addresses and nothing else: no ZooKeeper, no driver state) and ``parse_layout``, which turns
-the endpoint's JSON into them, refusing a body that does not have that shape.
+addresses, or the offload record of a ledger offloaded to tiered storage, and nothing else:
+no ZooKeeper, no driver state) and ``parse_layout``, which turns the endpoint's JSON into
+them, refusing a body that does not have that shape.
 
-Invariants: ledgers are in the topic's order (ascending ids); a ledger's fragments are sorted
-by first entry and the first starts at 0; every fragment has at least ``write_quorum``
-bookies; ``entries`` is what a reader may take (``0 .. entries-1``).
+Invariants: ledgers are in the topic's order (ascending ids); a ledger still on the bookies
+has fragments sorted by first entry, the first at 0, each with at least ``write_quorum``
+bookies; a ledger whose bookie copy is deleted has no fragments, is closed and has an offload
+record (``offload``: where its objects are); ``entries`` is what a reader may take
+(``0 .. entries-1``).
 
 Must not know: Spark, HTTP, the bookies' protocol.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,6 +49,14 @@ class LedgerLayout:
     """The last entry of a closed ledger (-1 while open)."""
     length: int = 0
     """Bytes of a closed ledger (0 while open)."""
+    offload: str | None = None
+    """The ledger is offloaded to tiered storage: its offload record (the endpoint's
+    ``offloadContext.record``: driver, bucket, keys), as JSON text. None: not offloaded."""
+
+    @property
+    def on_bookies(self) -> bool:
+        """The bookies still hold the ledger (its copy is not deleted after an offload)."""
+        return bool(self.fragments)
 
     @property
     def entry_bytes(self) -> float:
@@ -79,9 +91,37 @@ def _int(doc: dict[str, Any], key: str) -> int:
     return value
 
 
+def _offload_record(doc: dict[str, Any]) -> str | None:
+    """A completely offloaded ledger's record as JSON text (None: not offloaded)."""
+    if doc.get("offloaded") is not True:
+        return None
+    context = doc.get("offloadContext")
+    record = context.get("record") if isinstance(context, dict) else None
+    if not isinstance(record, dict) or not record:
+        raise LayoutError(f"ledger {doc.get('ledgerId')}: offloaded without an offload record")
+    return json.dumps(record, sort_keys=True)
+
+
 def _ledger(doc: Any) -> LedgerLayout:
     if not isinstance(doc, dict):
         raise LayoutError(f"a ledger is {doc!r}, not an object")
+    offload = _offload_record(doc)
+    if doc.get("bookkeeperDeleted") is True or (offload is not None and not doc.get("ensembles")):
+        if offload is None:
+            raise LayoutError(
+                f"ledger {doc.get('ledgerId')}: deleted from the bookies and not offloaded"
+            )
+        return LedgerLayout(
+            ledger_id=_int(doc, "ledgerId"),
+            entries=max(0, _int(doc, "entries")),
+            size=max(0, _int(doc, "size")),
+            closed=True,
+            write_quorum=0,
+            fragments=(),
+            last_entry_id=_int(doc, "lastEntryId"),
+            length=max(0, _int(doc, "length")),
+            offload=offload,
+        )
     fragments = []
     for f in doc.get("ensembles") or []:
         if not isinstance(f, dict) or not isinstance(f.get("bookies"), list):
@@ -111,6 +151,7 @@ def _ledger(doc: Any) -> LedgerLayout:
         ensemble_size=es,
         last_entry_id=_int(doc, "lastEntryId") if closed else -1,
         length=max(0, _int(doc, "length")) if closed else 0,
+        offload=offload,
     )
 
 

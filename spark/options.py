@@ -188,10 +188,32 @@ _PRODUCER_PASS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "chunkingenabled": ("chunking_enabled", _bool),
 }
 
+OFFLOAD_SETTINGS = (
+    "s3ManagedLedgerOffloadCredentialId",
+    "s3ManagedLedgerOffloadCredentialSecret",
+    "s3ManagedLedgerOffloadRole",
+    "s3ManagedLedgerOffloadRoleSessionName",
+    "s3ManagedLedgerOffloadRegion",
+    "s3ManagedLedgerOffloadServiceEndpoint",
+    "managedLedgerOffloadRegion",
+    "managedLedgerOffloadServiceEndpoint",
+    "gcsManagedLedgerOffloadServiceAccountKeyFile",
+    "fileSystemURI",
+    "fileSystemProfilePath",
+)
+"""``pulsar.offload.<name>``: how the tasks reach tiered storage, by Pulsar's offload setting
+names (credentials; where the executors reach the store when it is not where the broker
+does: endpoint, region, the directory a filesystem store is mounted at). The bucket and the
+objects' keys come from each ledger's offload record."""
+_OFFLOAD_PASS: dict[str, tuple[str, Callable[[str], Any]]] = {
+    name.lower(): (name, str) for name in OFFLOAD_SETTINGS
+}
+
 _PREFIXES: dict[str, dict[str, tuple[str, Callable[[str], Any]]]] = {
     "pulsar.client.": _CLIENT_PASS,
     "pulsar.reader.": _READER_PASS,
     "pulsar.producer.": _PRODUCER_PASS,
+    "pulsar.offload.": _OFFLOAD_PASS,
 }
 
 
@@ -245,6 +267,9 @@ class ReadOptions:
     """``minPartitions``: at least about this many Spark tasks per batch (Kafka's option)."""
     max_records_per_partition: int | None = None
     """``maxRecordsPerPartition``: at most about this many messages per Spark task."""
+    offload: dict[str, str] = field(default_factory=dict)
+    """``pulsar.offload.*``: how the tasks reach tiered storage, by Pulsar's offload setting
+    names (``OFFLOAD_SETTINGS``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -274,7 +299,11 @@ def _split_passthrough(
             if name not in table:
                 raise OptionError(
                     f"option {key!r} is not supported; supported {prefix}* options: "
-                    + ", ".join(sorted(table))
+                    + ", ".join(
+                        sorted(
+                            kw if prefix == "pulsar.offload." else n for n, (kw, _) in table.items()
+                        )
+                    )
                 )
             kw, conv = table[name]
             try:
@@ -411,7 +440,7 @@ def _time(opts: dict[str, str], key: str, name: str) -> int | None:
 def read_options(options: Mapping[str, str], *, streaming: bool | None) -> ReadOptions:
     """``streaming=None`` checks what does not depend on batch or streaming (``schema()``)."""
     opts = _lower(options)
-    passed = _split_passthrough(opts, ("pulsar.client.", "pulsar.reader."))
+    passed = _split_passthrough(opts, ("pulsar.client.", "pulsar.reader.", "pulsar.offload."))
     _check_unknown(opts, _READ_KEYS)
     client = _client_settings(opts, passed["pulsar.client."])
     selection = _selection(opts)
@@ -498,6 +527,7 @@ def read_options(options: Mapping[str, str], *, streaming: bool | None) -> ReadO
         max_records_per_partition=_positive_int(
             opts, "maxrecordsperpartition", "maxRecordsPerPartition"
         ),
+        offload=passed["pulsar.offload."],
     )
 
 
@@ -546,6 +576,7 @@ def write_options(options: Mapping[str, str]) -> WriteOptions:
 
 
 __all__ = [
+    "OFFLOAD_SETTINGS",
     "ClientSettings",
     "OffsetSpec",
     "OptionError",

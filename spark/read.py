@@ -178,7 +178,9 @@ async def _sampled_messages_per_entry(
         if ids:
             picks[r.ledger.ledger_id] = (r.ledger, ids)
         seen += r.entries
-    reader = storage.LedgerReader(tls=bookie_tls(opts) if layout.bookie_tls else None)
+    reader = storage.LedgerReader(
+        tls=bookie_tls(opts) if layout.bookie_tls else None, offload=opts.offload
+    )
     try:
         got = await asyncio.wait_for(
             asyncio.gather(*(reader.sample(led, ids) for led, ids in picks.values())),

@@ -1,24 +1,34 @@
-"""Reading ledger entries straight from the bookies, inside a Spark task (read-only).
+"""Reading ledger entries straight from storage, inside a Spark task (read-only): from the
+bookies, and a ledger offloaded to tiered storage from its object store.
 
 Owns: ``LedgerReader``: the entries ``first`` .. ``last`` of one ledger (a ``LedgerLayout``
-from the planner: its fragments and the bookies' addresses; no metadata store) read through
-BookKeeper's read-handle contract (``broker.bookkeeper``: any replica of an entry's write
-set, packed range reads on unstriped fragments, each entry's checksum verified) with
-``open_sealed_ledger``, handed to the caller as runs (``LedgerEntries``: a buffer and the
-entries' offsets, no object per entry). A sealed ledger is read as it is; the ledger still
-open is read as the snapshot its writer had confirmed when the read was planned (the
-broker's last add confirmed, given by the ledgers endpoint as ``entries``): those entries
-are on an ack quorum of bookies and never change, and nothing after them is read here (the
-caller reads any later entry through the broker). The bookies' own last add confirmed lags
-the writer's (it rides on the next add), so it is not the bound. ``READ_WINDOW`` reads of
-about ``READ_BYTES`` are kept in flight ahead of the caller (what bounds a task's memory for
-reading).
+from the planner: its fragments and the bookies' addresses, or its offload record; no
+metadata store), handed to the caller as runs (``LedgerEntries``: a buffer and the entries'
+offsets, no object per entry).
+
+- A ledger on the bookies is read through BookKeeper's read-handle contract
+  (``broker.bookkeeper``: any replica of an entry's write set, packed range reads on
+  unstriped fragments, each entry's checksum verified) with ``open_sealed_ledger``. A sealed
+  ledger is read as it is; the ledger still open is read as the snapshot its writer had
+  confirmed when the read was planned (the broker's last add confirmed, given by the ledgers
+  endpoint as ``entries``): those entries are on an ack quorum of bookies and never change,
+  and nothing after them is read here (the caller reads any later entry through the
+  broker). The bookies' own last add confirmed lags the writer's (it rides on the next add),
+  so it is not the bound.
+- A ledger whose bookie copy is deleted after its offload is read from its object store
+  (``offloaded.OffloadedLedgers``, with the job's ``pulsar.offload.*`` settings); so is an
+  offloaded ledger still on the bookies when no bookie serves it (its copy deleted since the
+  planner looked).
+
+``READ_WINDOW`` reads of about ``READ_BYTES`` are kept in flight ahead of the caller (what
+bounds a task's memory for reading, with the store's read-ahead).
 
 Never writes, never fences, never opens a ledger for recovery: the topic's writer is never
 disturbed. With bookie TLS the bookie clients present the job's certificate (``GrpcTls``).
 
 Errors: ``StorageUnavailable`` (no replica served an entry: down, unreachable, refused,
-corrupt, or the ledger deleted meanwhile).
+corrupt, or the ledger deleted meanwhile), and its kind ``OffloadUnavailable`` (an offloaded
+ledger's store did not serve it).
 
 The one module of ``magnetar.spark`` that imports the bookie client and BookKeeper's client
 (the import-linter contract ``spark`` allows exactly these imports, here).
@@ -42,6 +52,7 @@ from magnetar.broker.bookkeeper.read_handle import BookieReadHandle, open_sealed
 from magnetar.broker.bookkeeper.replicas import BookiePool
 from magnetar.broker.bookkeeper.states import LedgerState
 from magnetar.spark.layout import LedgerLayout
+from magnetar.spark.offloaded import OffloadedLedgers, OffloadUnreadable, describe
 
 log = logging.getLogger(__name__)
 
@@ -61,16 +72,29 @@ class StorageUnavailable(StorageError):
     """No bookie holding the entries served them."""
 
 
-class LedgerReader:
-    """Reads of ledger entries from the bookies for one task (a client per bookie)."""
+class OffloadUnavailable(StorageUnavailable):
+    """An offloaded ledger's object store did not serve its entries."""
 
-    def __init__(self, *, tls: GrpcTls | None, timeout_ms: int = 30_000) -> None:
+
+class LedgerReader:
+    """Reads of ledger entries from storage for one task (a client per bookie; one
+    offloaded ledger open at a time). ``offload``: the job's ``pulsar.offload.*`` settings."""
+
+    def __init__(
+        self,
+        *,
+        tls: GrpcTls | None,
+        offload: dict[str, str] | None = None,
+        timeout_ms: int = 30_000,
+    ) -> None:
         self.pool = BookiePool(
             lambda address: BookieClient(address, timeout_ms=timeout_ms, tls=tls, fast_add=False)
         )
         self._handles: dict[int, BookieReadHandle] = {}
+        self._offloaded = OffloadedLedgers(offload or {})
 
     async def close(self) -> None:
+        await self._offloaded.close()
         await self.pool.close()
 
     def _handle(self, ledger: LedgerLayout) -> BookieReadHandle:
@@ -91,16 +115,30 @@ class LedgerReader:
         return handle
 
     async def _read(self, ledger: LedgerLayout, first: int, last: int) -> list[LedgerEntries]:
+        if ledger.on_bookies:
+            try:
+                return await self._handle(ledger).read_runs(first, last)
+            except LedgerError as exc:
+                failed = StorageUnavailable(
+                    f"entries {ledger.ledger_id}:{first}..{last} from "
+                    f"{sorted({b for f in ledger.fragments for b in f.bookies})}: {exc}"
+                )
+                if ledger.offload is None:
+                    raise failed from None
+                log.info("%s; reading them from tiered storage", failed)
         try:
-            return await self._handle(ledger).read_runs(first, last)
-        except LedgerError as exc:
-            raise StorageUnavailable(
-                f"entries {ledger.ledger_id}:{first}..{last} from "
-                f"{sorted({b for f in ledger.fragments for b in f.bookies})}: {exc}"
+            return [await self._offloaded.read(ledger, first, last)]
+        except OffloadUnreadable as exc:
+            raise OffloadUnavailable(
+                f"entries {ledger.ledger_id}:{first}..{last}, offloaded to "
+                f"{describe(ledger)}: {exc}"
             ) from None
 
     async def sample(self, ledger: LedgerLayout, entry_ids: list[int]) -> list[bytes]:
-        """The stored payloads of a few entries (read concurrently)."""
+        """The stored payloads of a few entries (read concurrently; none of a ledger only in
+        tiered storage: a planner's estimate is not worth opening its objects)."""
+        if not ledger.on_bookies:
+            return []
         entry_ids = [e for e in entry_ids if e <= confirmed(ledger)]
         got = await asyncio.gather(*(self._read(ledger, e, e) for e in entry_ids))
         return [run.payloads()[0] for runs in got for run in runs[:1]]
@@ -143,4 +181,11 @@ def grpc_tls(
     )
 
 
-__all__ = ["LedgerReader", "StorageError", "StorageUnavailable", "confirmed", "grpc_tls"]
+__all__ = [
+    "LedgerReader",
+    "OffloadUnavailable",
+    "StorageError",
+    "StorageUnavailable",
+    "confirmed",
+    "grpc_tls",
+]

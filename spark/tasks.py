@@ -1,24 +1,26 @@
 """The executor side of reading: one ``Split`` into Arrow record batches.
 
 Owns: ``Split`` (what a task gets: a topic-partition's range and the entry ranges of its
-ledgers that are this task's, with the bookies holding them: no driver state), and
-``read_split``, its two paths:
+ledgers that are this task's, with the bookies holding them or, for a ledger offloaded to
+tiered storage, its offload record: no driver state), and ``read_split``, its two paths:
 
-- storage (``readPath=storage``, or unset): the entries of each range from the bookies
-  (``storage.LedgerReader``), decoded in bulk (``columns.EntryColumns``). The open ledger is
-  read from the bookies up to what its writer had confirmed at planning; an entry of the
-  split after that (its tail) goes through a broker. When no bookie serves the entries
-  (down, refused, or the ledger deleted meanwhile), a split planned with ``readPath`` unset
-  goes on through a broker (``fallback``, whose reader reports lost data as
-  ``failOnDataLoss`` says); with ``readPath=storage`` the task fails naming the option.
-  Chunked messages are not assembled from storage: the task fails, naming
+- storage (``readPath=storage``, or unset): the entries of each range from storage
+  (``storage.LedgerReader``: the bookies, or an offloaded ledger's object store with the
+  job's ``pulsar.offload.*`` settings), decoded in bulk (``columns.EntryColumns``). The open
+  ledger is read from the bookies up to what its writer had confirmed at planning; an entry
+  of the split after that (its tail) goes through a broker. When storage does not serve the
+  entries (no bookie answers, the ledger was deleted meanwhile, its object store is
+  unreachable or refuses the credentials), a split planned with ``readPath`` unset goes on
+  through a broker from that ledger on (``fallback``, whose reader reports lost data as
+  ``failOnDataLoss`` says); with ``readPath=storage`` the task fails naming the options to
+  change. Chunked messages are not assembled from storage: the task fails, naming
   ``readPath=broker``.
 - broker: a non-durable reader over the split's entries (``cluster.read_entries``) or the
   whole range (``cluster.read_range``), rows made from its messages (``rows.BatchBuilder``).
 
-A yielded batch holds at most ``ARROW_BATCH_ROWS`` rows and about ``ARROW_BATCH_BYTES``
-payload bytes; with the bookie reads in flight (``storage.READ_WINDOW`` x
-``storage.READ_BYTES``) that bounds a reading task's memory.
+A yielded batch holds at most about ``ARROW_BATCH_ROWS`` rows and ``ARROW_BATCH_BYTES`` of
+buffers; with the storage reads in flight (``storage.READ_WINDOW`` x ``storage.READ_BYTES``,
+and one offloaded ledger's read-ahead) that bounds a reading task's memory.
 
 Must not know: planning, Spark's offsets.
 """
@@ -44,9 +46,12 @@ log = logging.getLogger(__name__)
 
 ARROW_BATCH_ROWS = 65_536
 ARROW_BATCH_BYTES = 16 << 20
-"""A yielded record batch holds at most this many rows and about this many payload bytes:
-with ``storage.READ_WINDOW`` requests of ``storage.READ_BYTES`` in flight, what bounds a
-reading task's memory (about 24 MiB of entries and one batch, plus Spark's copy of it)."""
+"""A yielded record batch holds about this many rows at most (a run of entries read
+together may pass it by one read's entries) and this many bytes of buffers (payloads copied
+out, or whole read buffers whose spans are the values): with ``storage.READ_WINDOW``
+requests of ``storage.READ_BYTES`` in flight and one offloaded ledger's read-ahead
+(``offloaded.READ_AHEAD_BYTES``), what bounds a reading task's memory (about 40 MiB of
+entries and one batch, plus Spark's copy of it)."""
 
 
 @dataclass
@@ -175,7 +180,7 @@ def _read_from_storage(
     from magnetar.spark.columns import ChunkedEntry, EntryColumns
 
     tls = bookie_tls(opts) if split.bookie_tls else None
-    reader = storage.LedgerReader(tls=tls)
+    reader = storage.LedgerReader(tls=tls, offload=opts.offload)
     writers = _SchemaWriters(loop, opts, split.topic) if typed is not None else None
     cols = EntryColumns(
         split.topic,
@@ -203,10 +208,8 @@ def _read_from_storage(
                         yield cols.build()
             except storage.StorageUnavailable as exc:
                 if not split.fallback:
-                    raise storage.StorageUnavailable(
-                        f"{split.topic}: readPath=storage: {exc}. Make the bookies reachable "
-                        "from the executors (and, with bookie TLS, trust the job's certificate "
-                        "and its role), or set readPath=broker to read through the broker"
+                    raise type(exc)(
+                        f"{split.topic}: readPath=storage: {exc}. {_remedy(exc)}"
                     ) from None
                 log.warning("%s: reading through the broker: %s", split.topic, exc)
                 resume = Position(lid, r.first, -1)
@@ -226,6 +229,24 @@ def _read_from_storage(
         loop.run_until_complete(reader.close())
     if resume is not None:
         yield from _read_from_broker(loop, opts, split, typed, first=resume)
+
+
+def _remedy(exc: Exception) -> str:
+    """What to change when the storage path fails (``readPath=storage``)."""
+    from magnetar.spark import storage
+
+    if isinstance(exc, storage.OffloadUnavailable):
+        return (
+            "Give the executors the object store's credentials and location with the "
+            "pulsar.offload.* options (pulsar.offload.s3ManagedLedgerOffloadCredentialId and "
+            "...CredentialSecret, ...Region or ...ServiceEndpoint; "
+            "pulsar.offload.gcsManagedLedgerOffloadServiceAccountKeyFile; "
+            "pulsar.offload.fileSystemURI), or set readPath=broker to read through the broker"
+        )
+    return (
+        "Make the bookies reachable from the executors (and, with bookie TLS, trust the "
+        "job's certificate and its role), or set readPath=broker to read through the broker"
+    )
 
 
 def bookie_tls(opts: ReadOptions) -> Any:

@@ -195,9 +195,12 @@ async def open_offloaded_ledger(
 
     ``record``: the offload record of the ledger (``OffloadedLedger`` or its JSON, as the
     admin API shows it). ``credentials``: policies giving what the record does not (S3 keys
-    or role, a GCS key file; with the same driver, block sizes); without them the store's
-    environment is used (``AWS_ACCESS_KEY_ID``..., ``GOOGLE_APPLICATION_CREDENTIALS``,
-    ``AZURE_STORAGE_ACCOUNT``). Entries come back checksum-verified, as from the broker."""
+    or role, a GCS key file; with the same driver, block sizes) and where this reader reaches
+    the store when it is not where the broker did (a region, an endpoint, the directory a
+    filesystem store is mounted at: these win over the record's; the bucket and keys are the
+    record's); without them the store's environment is used (``AWS_ACCESS_KEY_ID``...,
+    ``GOOGLE_APPLICATION_CREDENTIALS``, ``AZURE_STORAGE_ACCOUNT``). Entries come back
+    checksum-verified, as from the broker."""
     offloaded = record if isinstance(record, OffloadedLedger) else OffloadedLedger.from_json(record)
     base = None
     if credentials is not None:
@@ -209,9 +212,18 @@ async def open_offloaded_ledger(
             None,
         )
         base = _resolved_or_none(merged, offloaded)
-    offloader = create_offloader(policies_for_record(offloaded, base), tuning=tuning)
+    policies = policies_for_record(offloaded, base)
+    if base is not None:
+        policies = policies.with_changes(
+            region=base.region,
+            service_endpoint=base.service_endpoint,
+            file_system_root=base.file_system_root,
+        )
+    offloader = create_offloader(policies, tuning=tuning)
+    # the same objects (bucket, keys), at the location this reader reaches them
+    reached = dataclasses.replace(offloaded, driver_metadata=offloader.driver_metadata())
     try:
-        handle = await offloader.open(offloaded)
+        handle = await offloader.open(reached)
         try:
             yield handle
         finally:

@@ -18,6 +18,7 @@ import os
 import pathlib
 import signal
 import sys
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -152,3 +153,44 @@ def admin(sa: StandaloneProcess, method: str, path: str, body: Any = None) -> An
     status, got = http(sa.web_url, method, path, body)
     assert status in (200, 204), (method, path, status, got)
     return got
+
+
+class DispatchWatch:
+    """Samples, while a read runs, what the broker reports it dispatched from a topic: the
+    ``msgOutCounter`` of every consumer of its subscriptions (readers included) in the
+    topic's stats; ``most`` is the largest total seen."""
+
+    def __init__(self, sa: StandaloneProcess, name: str) -> None:
+        """``name``: a topic of ``public/default``, or a full ``persistent://`` name."""
+        local = name.removeprefix("persistent://")
+        self.path = (
+            "/admin/v2/persistent/"
+            + (local if "/" in local else f"public/default/{local}")
+            + "/stats"
+        )
+        self.sa = sa
+        self.most = 0
+        self.samples = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            status, stats = http(self.sa.web_url, "GET", self.path)
+            if status == 200:
+                out = sum(
+                    c.get("msgOutCounter", 0)
+                    for s in stats.get("subscriptions", {}).values()
+                    for c in s.get("consumers", [])
+                )
+                self.most = max(self.most, out)
+                self.samples += 1
+            self._stop.wait(0.01)  # sampling period, not a synchronisation
+
+    def __enter__(self) -> DispatchWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(10)

@@ -9,13 +9,11 @@ from __future__ import annotations
 import asyncio
 import collections
 import dataclasses
-import threading
 from typing import Any
 
 import pytest
-from conftest import admin
+from conftest import DispatchWatch, admin
 from pyspark.sql import functions as F
-from support.admin import http
 from support.standalone import StandaloneProcess
 
 from magnetar.client import Client as AsyncClient
@@ -50,41 +48,6 @@ def _produce(sa: StandaloneProcess, topic: str, plain: int, batched: int) -> Non
             await producer.flush()
 
     asyncio.run(go())
-
-
-class DispatchWatch:
-    """Samples, while a read runs, what the broker reports it dispatched from a topic: the
-    ``msgOutCounter`` of every consumer of its subscriptions (readers included) in the
-    topic's stats; ``most`` is the largest total seen."""
-
-    def __init__(self, sa: StandaloneProcess, name: str) -> None:
-        self.path = f"/admin/v2/persistent/public/default/{name}/stats"
-        self.sa = sa
-        self.most = 0
-        self.samples = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            status, stats = http(self.sa.web_url, "GET", self.path)
-            if status == 200:
-                out = sum(
-                    c.get("msgOutCounter", 0)
-                    for s in stats.get("subscriptions", {}).values()
-                    for c in s.get("consumers", [])
-                )
-                self.most = max(self.most, out)
-                self.samples += 1
-            self._stop.wait(0.01)  # sampling period, not a synchronisation
-
-    def __enter__(self) -> DispatchWatch:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(10)
 
 
 def _expected(plain: int, batched: int) -> set[str]:

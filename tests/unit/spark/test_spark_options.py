@@ -223,8 +223,37 @@ def test_bad_split_options_name_the_option(extra: dict[str, str], message: str) 
     assert message in str(info.value)
 
 
+def test_offload_settings_are_pulsar_s_names() -> None:
+    opts = read_options(
+        {
+            **URL,
+            "topic": "t",
+            "pulsar.offload.s3ManagedLedgerOffloadCredentialId": "id",
+            "PULSAR.OFFLOAD.S3MANAGEDLEDGEROFFLOADCREDENTIALSECRET": "secret",
+            "pulsar.offload.s3managedledgeroffloadserviceendpoint": "http://s3:9000",
+            "pulsar.offload.fileSystemURI": "file:///mnt/offload",
+        },
+        streaming=False,
+    )
+    assert opts.offload == {
+        "s3ManagedLedgerOffloadCredentialId": "id",
+        "s3ManagedLedgerOffloadCredentialSecret": "secret",
+        "s3ManagedLedgerOffloadServiceEndpoint": "http://s3:9000",
+        "fileSystemURI": "file:///mnt/offload",
+    }
+    with pytest.raises(OptionError) as info:
+        read_options(
+            {**URL, "topic": "t", "pulsar.offload.s3ManagedLedgerOffloadBucket": "b"},
+            streaming=False,
+        )
+    assert "s3ManagedLedgerOffloadCredentialId" in str(info.value)  # what is supported
+    with pytest.raises(OptionError, match="do not apply here"):
+        write_options({**URL, "exactlyOnce": "false", "pulsar.offload.fileSystemURI": "/x"})
+
+
 def test_a_bound_without_batch_index_stands_for_its_whole_entry() -> None:
-    """The broker names the last message of a one-message batch ``L:E:-1``."""
+    """A user's ``"ledger:entry"``, and the last message id older brokers give for a
+    one-message batch (``L:E:-1``)."""
     whole = Position(5, 7, -1)
     assert Start.after(whole).includes(Position(5, 8, 0))
     assert not Start.after(whole).includes(Position(5, 7, 0))

@@ -5,6 +5,8 @@ Kafka source does, with data loss found where the range starts."""
 
 from __future__ import annotations
 
+import json
+import pickle
 from typing import Any
 
 import pytest
@@ -148,10 +150,101 @@ def test_layout_from_the_admin_document() -> None:
     assert led.fragments[1] == Fragment(6, ("a:1", "c:1", "d:1"))
 
 
+RECORD = {
+    "ledgerId": 3,
+    "uid": "0f1e2d3c-0000-4000-8000-000000000001",
+    "driverName": "S3",
+    "driverMetadata": {"managedLedgerOffloadDriver": "S3", "bucket": "b", "region": "r"},
+    "dataKey": "k",
+    "indexKey": "k-index",
+    "lastEntryId": 39,
+    "length": 8000,
+}
+
+
+def test_offloaded_ledgers_carry_their_record() -> None:
+    """A ledger offloaded and deleted from the bookies has no fragments but its record; one
+    offloaded and still on the bookies has both; an offload in progress is neither."""
+    on_bookies = {
+        "ledgerId": 4,
+        "entries": 40,
+        "size": 8000,
+        "state": "CLOSED",
+        "writeQuorum": 1,
+        "lastEntryId": 39,
+        "length": 8000,
+        "ensembles": [{"firstEntryId": 0, "bookies": ["a:1"]}],
+    }
+    doc = {
+        "ledgers": [
+            {
+                "ledgerId": 3,
+                "entries": 40,
+                "size": 8000,
+                "state": "CLOSED",
+                "lastEntryId": 39,
+                "length": 8000,
+                "ensembles": [],
+                "offloaded": True,
+                "bookkeeperDeleted": True,
+                "offloadContext": {"complete": True, "record": RECORD},
+            },
+            {
+                **on_bookies,
+                "offloaded": True,
+                "offloadContext": {"complete": True, "record": {**RECORD, "ledgerId": 4}},
+            },
+            {
+                **on_bookies,
+                "ledgerId": 5,
+                "offloaded": False,
+                "offloadContext": {"complete": False},
+            },
+        ]
+    }
+    deleted, both, moving = parse_layout(T, doc).ledgers
+    assert not deleted.on_bookies and deleted.closed and deleted.fragments == ()
+    assert (deleted.entries, deleted.last_entry_id, deleted.length) == (40, 39, 8000)
+    assert deleted.offload is not None and json.loads(deleted.offload) == RECORD
+    assert both.on_bookies and both.offload is not None
+    assert json.loads(both.offload)["ledgerId"] == 4
+    assert moving.on_bookies and moving.offload is None
+    assert pickle.loads(pickle.dumps(deleted)) == deleted  # it travels in a split
+
+
 @pytest.mark.parametrize(
     "doc",
     [
         {"reason": "Topic not found"},
+        {
+            "ledgers": [
+                {
+                    "ledgerId": 3,
+                    "entries": 1,
+                    "size": 1,
+                    "state": "CLOSED",
+                    "lastEntryId": 0,
+                    "length": 1,
+                    "ensembles": [],
+                    "bookkeeperDeleted": True,
+                }
+            ]
+        },
+        {
+            "ledgers": [
+                {
+                    "ledgerId": 3,
+                    "entries": 1,
+                    "size": 1,
+                    "state": "CLOSED",
+                    "lastEntryId": 0,
+                    "length": 1,
+                    "ensembles": [],
+                    "offloaded": True,
+                    "offloadContext": {"complete": True},
+                }
+            ]
+        },
         {"ledgers": [{"ledgerId": 1, "entries": 1, "size": 1, "writeQuorum": 1, "ensembles": []}]},
         {
             "ledgers": [
