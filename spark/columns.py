@@ -38,6 +38,7 @@ import pyarrow.compute as pc
 from magnetar.client._compression import DecompressionError, decompress
 from magnetar.client.protocol import (
     RemoteProtocolError,
+    encode_varint,
     entries_metadata,
     entry_metadata,
     scan_batch,
@@ -162,19 +163,27 @@ _UINT64 = (1 << 64) - 1
 _VARINT_BYTES_MAX = 10
 
 
+_VARINT_LIMITS = np.array([1 << (7 * k) for k in range(1, _VARINT_BYTES_MAX)], dtype=np.uint64)
+"""A value below ``_VARINT_LIMITS[k]`` takes ``k + 1`` varint bytes."""
+
+
 def _varints(values: Any) -> tuple[Any, Any]:
     """(bytes, lengths) of the base-128 varints of ``values`` (uint64, one row each):
     ``bytes[i, :lengths[i]]`` is value i's varint, as protobuf writes it."""
     v = np.asarray(values).astype(np.uint64)
-    lengths = np.ones(len(v), dtype=np.int64)
-    for k in range(1, _VARINT_BYTES_MAX):
-        lengths += v >= np.uint64(1 << (7 * k))
+    lengths = np.searchsorted(_VARINT_LIMITS, v, side="right").astype(np.int64) + 1
     width = int(lengths.max()) if len(v) else 1
     out = np.empty((len(v), width), dtype=np.uint8)
     for k in range(width):
-        out[:, k] = ((v >> np.uint64(7 * k)) & np.uint64(0x7F)).astype(np.uint8)
-        out[:, k] |= np.where(lengths > k + 1, 0x80, 0).astype(np.uint8)
+        byte = ((v >> np.uint64(7 * k)) & np.uint64(0x7F)).astype(np.uint8)
+        out[:, k] = byte | ((lengths > k + 1).astype(np.uint8) << 7)
     return out, lengths
+
+
+def _constant(data: bytes, n: int) -> tuple[Any, Any]:
+    """``data`` on every one of ``n`` rows, as ``_varints`` gives its columns."""
+    row = np.frombuffer(data, dtype=np.uint8)
+    return np.broadcast_to(row, (n, len(data))), np.full(n, len(data), dtype=np.int64)
 
 
 def message_id_bytes(ledgers: Any, entries: Any, batches: Any, partition: int) -> Any:
@@ -183,31 +192,41 @@ def message_id_bytes(ledgers: Any, entries: Any, batches: Any, partition: int) -
     batch_index (4) for a batch member (``batches[i] >= 0``); the varints of all rows are
     made at once (numpy), the rows' bytes picked out of one matrix in row order."""
     n = len(ledgers)
-    parts: list[tuple[Any, Any]] = []
-
-    def tag(byte: int, present: Any = None) -> None:
-        col = np.full((n, 1), byte, dtype=np.uint8)
-        parts.append((col, np.ones(n, dtype=np.int64) if present is None else present))
-
-    tag(0x08)
-    parts.append(_varints(ledgers))
-    tag(0x10)
-    parts.append(_varints(entries))
-    tag(0x18)
-    parts.append(_varints(np.full(n, partition & _UINT64, dtype=np.uint64)))
+    if n == 0:
+        return pa.array([], pa.binary())
+    ledger_bytes, ledger_len = _varints(ledgers)
+    entry_bytes, entry_len = _varints(entries)
+    parts = [
+        _constant(b"\x08", n),
+        (ledger_bytes, ledger_len),
+        _constant(b"\x10", n),
+        (entry_bytes, entry_len),
+        _constant(b"\x18" + encode_varint(partition & _UINT64), n),
+    ]
     member = np.asarray(batches) >= 0
-    tag(0x20, member.astype(np.int64))
-    index, index_len = _varints(np.where(member, batches, 0))
-    parts.append((index, np.where(member, index_len, 0)))
+    if member.any():
+        index, index_len = _varints(np.where(member, batches, 0))
+        parts.append((np.full((n, 1), 0x20, dtype=np.uint8), member.astype(np.int64)))
+        parts.append((index, np.where(member, index_len, 0)))
     matrix = np.hstack([m for m, _ in parts])
-    keep = np.hstack([np.arange(m.shape[1]) < lens[:, None] for m, lens in parts])
     lengths = sum(lens for _, lens in parts)
+    if lengths.min() == matrix.shape[1]:  # every row fills the matrix: no mask
+        data = matrix.tobytes()
+    else:
+        keep = np.empty(matrix.shape, dtype=np.bool_)
+        at = 0
+        for m, lens in parts:
+            width = m.shape[1]
+            if lens.min() == width:
+                keep[:, at : at + width] = True
+            else:
+                np.less(np.arange(width), lens[:, None], out=keep[:, at : at + width])
+            at += width
+        data = matrix[keep].tobytes()
     offsets = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
     return pa.Array.from_buffers(
-        pa.binary(),
-        n,
-        [None, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(matrix[keep].tobytes())],
+        pa.binary(), n, [None, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(data)]
     )
 
 
@@ -261,15 +280,17 @@ class EntryColumns:
         """Bytes held for the batch: payloads copied, and whole read buffers whose spans
         are values (what bounds a task's memory)."""
         # one item per entry taken (its rows are consecutive): ledger, entry, rows, batch
-        # index of the first row (-1: not a batch), publish time, event time, the schema
-        # version that wrote it
+        # index of the first row (-1: not a batch), publish time, event time; entries taken
+        # one by one go to these lists, plain runs to blocks of numpy columns (``_blocks``,
+        # in order with the lists flushed into them: ``_flush``)
         self._ledgers: list[int] = []
         self._entries: list[int] = []
         self._counts: list[int] = []
         self._firsts: list[int] = []
         self._publish: list[int] = []
         self._event: list[int] = []
-        self._versions: list[bytes] = []
+        self._blocks: list[tuple[Any, ...]] = []
+        self._versions: list[bytes] = []  # per entry: the schema version that wrote it
         # rows with their own key, properties or event time
         self._keys: dict[int, bytes] = {}
         self._props: dict[int, list[tuple[str, str]]] = {}
@@ -380,13 +401,48 @@ class EntryColumns:
             entries = range(first, first + k)
         self.values.add_spans(data, payload_starts, ends)
         self.nbytes += len(data)
-        self._ledgers.extend(repeat(ledger, k))
-        self._entries.extend(entries)
-        self._counts.extend(repeat(1, k))
-        self._firsts.extend(repeat(-1, k))
-        self._publish.extend(publish)
-        self._event.extend(repeat(0, k))
+        self._flush()
+        ones = np.ones(k, dtype=np.int64)
+        self._blocks.append(
+            (
+                np.full(k, ledger, dtype=np.int64),
+                np.arange(first, first + k, dtype=np.int64)
+                if take is None
+                else np.array(entries, dtype=np.int64),
+                ones,
+                -ones,
+                np.array(publish, dtype=np.int64),
+                np.zeros(k, dtype=np.int64),
+            )
+        )
         self._versions.extend(repeat(b"", k))
+
+    def _flush(self) -> None:
+        """The entries taken one by one since the last block, as a block."""
+        if not self._counts:
+            return
+        self._blocks.append(
+            tuple(
+                np.array(column, dtype=np.int64)
+                for column in (
+                    self._ledgers,
+                    self._entries,
+                    self._counts,
+                    self._firsts,
+                    self._publish,
+                    self._event,
+                )
+            )
+        )
+        for column in (
+            self._ledgers,
+            self._entries,
+            self._counts,
+            self._firsts,
+            self._publish,
+            self._event,
+        ):
+            column.clear()
 
     def _plain_taken(self, ledger: int, first: int, publish: Sequence[int]) -> list[int] | None:
         """The entries of a plain run the read takes (None: all of them)."""
@@ -468,21 +524,25 @@ class EntryColumns:
         """The rows added since the last ``build`` as one ``pyarrow.RecordBatch``."""
         s = self.schema
         n = len(self.values)
-        counts = np.array(self._counts, dtype=np.int64)
-        ledgers = np.repeat(np.array(self._ledgers, dtype=np.int64), counts)
-        entries = np.repeat(np.array(self._entries, dtype=np.int64), counts)
-        if len(counts) == n:  # one row per entry: no batch member
-            batches = np.array(self._firsts, dtype=np.int64)
-            publish = np.array(self._publish, dtype=np.int64) * 1000
-            event = np.array(self._event, dtype=np.int64)
-        else:
+        self._flush()
+        empty = np.zeros(0, dtype=np.int64)
+        by_entry = [
+            np.concatenate([block[i] for block in self._blocks]) if self._blocks else empty
+            for i in range(6)
+        ]
+        ledgers, entries, counts, first, publish, event = by_entry
+        if len(counts) != n:  # batch members: an entry's columns repeated for its rows
             run_start = np.zeros(len(counts), dtype=np.int64)
             np.cumsum(counts[:-1], out=run_start[1:])
-            first = np.array(self._firsts, dtype=np.int64)
+            ledgers = np.repeat(ledgers, counts)
+            entries = np.repeat(entries, counts)
             batches = np.arange(n, dtype=np.int64) - np.repeat(run_start - first, counts)
             batches[np.repeat(first < 0, counts)] = -1
-            publish = np.repeat(np.array(self._publish, dtype=np.int64), counts) * 1000
-            event = np.repeat(np.array(self._event, dtype=np.int64), counts)
+            publish = np.repeat(publish, counts)
+            event = np.repeat(event, counts)
+        else:
+            batches = first
+        publish = publish * 1000
         for r, ms in self._member_event.items():
             event[r] = ms
         id_string = pc.binary_join_element_wise(

@@ -170,7 +170,7 @@ def test_the_bounds_cut_batches_by_member(start: Start, end: Position) -> None:
 
 
 def test_a_batch_named_by_its_entry_is_read_whole() -> None:
-    """The broker names the last message of a one-message batch ``L:E:-1``: an end there
+    """Older brokers name the last message of a one-message batch ``L:E:-1``: an end there
     takes the member, and a read resuming after it takes nothing more of the entry."""
     data = [
         encode_headers_and_payload(md(0, num_messages_in_batch=1), encode_plain_batch([b"a"], 0))
