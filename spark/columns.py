@@ -493,8 +493,8 @@ class EntryColumns:
             raise EntryError(f"entry {ledger}:{entry}: {exc}") from None
         row = len(self.values)
         k_lo, k_hi = 3 * lo, 3 * hi
-        self.values.extend([payload[spans[k + 1] : spans[k + 2]] for k in range(k_lo, k_hi, 3)])
-        self.nbytes += spans[k_hi - 1] - spans[k_lo + 1]
+        self.values.add_spans(payload, spans[k_lo + 1 : k_hi : 3], spans[k_lo + 2 : k_hi : 3])
+        self.nbytes += len(payload)
         self._run(ledger, entry, hi - lo, lo, md.publish_time, md.event_time)
         self._versions.append(md.schema_version)
         if max(spans[k_lo:k_hi:3]) < 0:
