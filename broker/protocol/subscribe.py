@@ -99,6 +99,8 @@ async def attach(
     start = start_of(req.start_message_id) if req.HasField("start_message_id") else None
     cnx.service.policies.check_consumer(topic, consumer)  # max consumers, unacked
     extra = {"read_compacted": True} if req.read_compacted else {}
+    if req.replicate_subscription_state:
+        extra["replicated"] = True
     try:
         return await topic.subscribe(
             consumer,

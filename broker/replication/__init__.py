@@ -18,14 +18,14 @@ from magnetar.broker.replication.contracts import (
     ReplicationError,
     ReplicationSource,
 )
-from magnetar.broker.replication.names import (
+from magnetar.broker.topics.replication_names import (
     REPLICATOR_PREFIX,
     ReplicationLink,
     cursor_name,
     is_replicator_producer,
     remote_of_cursor,
 )
-from magnetar.broker.replication.positions import SOURCE_POSITION_PROPERTY, SourcePosition
+from magnetar.broker.topics.replication_positions import SOURCE_POSITION_PROPERTY, SourcePosition
 from magnetar.broker.replication.replicator import (
     REPLICATION_PRODUCER_QUEUE_SIZE,
     Replicator,

@@ -28,8 +28,8 @@ import enum
 from dataclasses import dataclass
 
 from magnetar.broker.ledger.position import Position
-from magnetar.broker.replication.names import ReplicationLink
-from magnetar.broker.replication.positions import SOURCE_POSITION_PROPERTY, SourcePosition
+from magnetar.broker.topics.replication_names import ReplicationLink
+from magnetar.broker.topics.replication_positions import SOURCE_POSITION_PROPERTY, SourcePosition
 from magnetar.client.protocol import (
     RemoteProtocolError,
     encode_headers_and_payload,

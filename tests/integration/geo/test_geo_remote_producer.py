@@ -16,8 +16,8 @@ from support.replication_fakes import batch_entry_bytes, entry_bytes
 
 from magnetar.broker.ledger.position import Position
 from magnetar.broker.namespace.cluster_data import ClusterData
-from magnetar.broker.replication.names import ReplicationLink
-from magnetar.broker.replication.positions import SOURCE_POSITION_PROPERTY
+from magnetar.broker.topics.replication_names import ReplicationLink
+from magnetar.broker.topics.replication_positions import SOURCE_POSITION_PROPERTY
 from magnetar.broker.replication.remote import ClientRemoteCluster
 from magnetar.broker.replication.republish import Inspected, inspect, rewrite
 

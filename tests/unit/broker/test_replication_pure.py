@@ -13,13 +13,13 @@ from support.replication_fakes import batch_entry_bytes, entry_bytes
 
 from magnetar.broker.ledger.position import Position
 from magnetar.broker.replication.clusters import replication_plan
-from magnetar.broker.replication.names import (
+from magnetar.broker.topics.replication_names import (
     ReplicationLink,
     cursor_name,
     is_replicator_producer,
     remote_of_cursor,
 )
-from magnetar.broker.replication.positions import (
+from magnetar.broker.topics.replication_positions import (
     ENTRY_ID_MAX,
     LEDGER_ID_MAX,
     SOURCE_POSITION_PROPERTY,

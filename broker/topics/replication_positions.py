@@ -1,5 +1,8 @@
 """The exactly-once link: each replicated entry named by its position in the source topic.
 
+Here, below ``replication/``, because both sides use it: the replicator sends the positions,
+the receiving topic recognises them (``inbound_links``).
+
 Owns: ``SourcePosition`` (ledger id, entry id in the source cluster's topic partition),
 its 64-bit ``sequence_id`` (the SEND's sequence id; the position's order is the id's
 order) and the message property that carries it in the replicated entry
