@@ -128,6 +128,7 @@ class BrokerServiceRunner:
         service.namespaces.start()
         await service.namespaces.ensure_defaults()
         service.policies.start()
+        service.replication.start()
         self.compaction_monitor.start()
         log.info("broker service listening on %s", service.namespaces.service_url)
 
@@ -160,6 +161,7 @@ class BrokerServiceRunner:
             service.tls.close()
         service.authn.close()
         await service.close()
+        await service.replication.close()
         try:
             await service.namespaces.release_all()
         except MetadataError as exc:

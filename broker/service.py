@@ -4,9 +4,10 @@ Owns: the loaded ``Topic`` of each name and loading it when this broker owns its
 (``NamespaceService.ensure_owned``; a topic whose bundle moved while it loaded is closed, not
 installed), topic auto-creation and partitioned metadata (with auto-creation), what a loaded
 persistent topic is made of (its managed ledger, ``TopicCompaction`` with its stored view,
-policies attached), unloading and deleting topics, closing the topics of a bundle
-(``close_topics_of``, for the namespace service's unloads) or of bundles lost, topic listings
-and the ``TopicRegistry`` the HTTP API uses; and the parts topics and connections reach
+policies attached, its geo-replication attached: ``replication.GeoReplication``), unloading
+and deleting topics, closing the topics of a bundle (``close_topics_of``, for the namespace
+service's unloads) or of bundles lost, topic listings and the ``TopicRegistry`` the HTTP API
+uses; and the parts topics and connections reach
 through it (settings, metadata store, namespace resources and ``namespaces``, schemas,
 policies, security, the connections served).
 Lookup, ownership and the broker's advertised identity are ``namespaces``'
@@ -54,6 +55,7 @@ from magnetar.broker.namespace.resources import (
 from magnetar.broker.naming import TopicName
 from magnetar.broker.policies.manager import PolicyManager
 from magnetar.broker.policies.model import AutoTopicCreation, resolve_auto_topic_creation
+from magnetar.broker.replication.geo import GeoReplication
 from magnetar.broker.schema import topic_schemas_for
 from magnetar.broker.security.authentication import AuthenticationService
 from magnetar.broker.security.authorization import AuthorizationService
@@ -105,6 +107,9 @@ class BrokerService:
         self.authn = AuthenticationService.from_config(config)
         self.authz = AuthorizationService(config, self.resources)
         self.policies = PolicyManager(self, clock)
+        self.replication = GeoReplication(config, self.resources, self.schemas, store, clock)
+        """Geo-replication: the replicators of the loaded topics, remote clusters' clients."""
+        self.policies.listeners.append(self.replication.policies_applied)
         self.cluster: BrokerCluster | None = None
         """This broker's part in load management (set by the runner when enabled)."""
         self.topics: dict[str, Topic] = {}
@@ -288,6 +293,7 @@ class BrokerService:
             dispatcher_min_read_batch_size=self.config.dispatcher_min_read_batch_size,
             redelivery_tracker_enabled=self.config.subscription_redelivery_tracker_enabled,
             max_unacked_per_subscription=policies.max_unacked_per_subscription,
+            local_cluster=self.config.cluster_name,
         )
         await topic.load()
         topic.compaction = TopicCompaction(self.storage, ml_name, clock=self.clock)
@@ -303,6 +309,7 @@ class BrokerService:
         self.topics[tn.full] = topic
         self.topics_loaded_total += 1
         self.policies.attach(topic, policies)
+        await self.replication.attach(topic, policies)  # replicators start in the background
         log.info("loaded topic %s", tn.full)
         return topic
 
@@ -536,8 +543,6 @@ class BrokerService:
             "producers": sum(len(t.producers.producers) for t in self.topics.values()),
             "subscriptions": sum(len(t.subscriptions) for t in self.topics.values()),
         }
-
-
 
 
 __all__ = ["UNLOAD_CONCURRENCY", "BrokerService", "LookupResult", "ServiceError"]

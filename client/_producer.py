@@ -49,7 +49,6 @@ from magnetar.client._handler import ClientContext, Handler, HandlerState
 from magnetar.client._message import Message, MessageId
 from magnetar.client._routing import HashingScheme, hash_key
 from magnetar.client._wire import SimpleSendEncoder
-from magnetar.client.protocol import MessageId as _Id
 from magnetar.client.protocol import (
     CommandType,
     TopicName,
@@ -60,6 +59,7 @@ from magnetar.client.protocol import (
     encode_plain_batch,
     pb,
 )
+from magnetar.client.protocol import MessageId as _Id
 
 log = logging.getLogger(__name__)
 
@@ -1270,7 +1270,9 @@ class Producer:
         body = pb.CommandGetOrCreateSchema(
             request_id=rid, topic=part.topic.full_name, schema=schema
         )
-        event = await cnx.request(commands.make_command(CommandType.GET_OR_CREATE_SCHEMA, body), rid)
+        event = await cnx.request(
+            commands.make_command(CommandType.GET_OR_CREATE_SCHEMA, body), rid
+        )
         resp = event.base.getOrCreateSchemaResponse
         if resp.HasField("error_code"):
             raise for_code(resp.error_code, resp.error_message or "schema refused")

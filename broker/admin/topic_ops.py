@@ -162,7 +162,11 @@ class TopicOperations:
 
     async def topic_stats(self, topic: str) -> dict[str, Any]:
         t = await self.service.existing_topic(topic)
-        return {**t.stats(), **self.service.policies.topic_stats(t)}
+        return {
+            **t.stats(),
+            **self.service.policies.topic_stats(t),
+            **self.service.replication.topic_stats(t),
+        }
 
     # -- lookup helpers ------------------------------------------------------------------
     def parse(self, topic: str) -> TopicName:
@@ -500,6 +504,16 @@ class TopicOperations:
                 "active": bool(s.consumers),
                 "properties": {},
             }
+        for remote, c in sorted(self.service.replication.replicator_cursors(t).items()):
+            cursors[c.name] = {
+                "markDeletePosition": str(c.mark_delete_position),
+                "readPosition": str(c.read_position),
+                "numberOfEntriesSinceFirstNotAckedMessage": c.backlog(),
+                "state": "Open",
+                "active": True,
+                "properties": {},
+                "remoteCluster": remote,
+            }
         current = ledgers[-1] if ledgers else {"entries": 0, "size": 0}
         return {
             "entriesAddedCounter": t.counters.entries_in,
@@ -511,6 +525,7 @@ class TopicOperations:
             "state": state,
             "ledgers": ledgers,
             "cursors": cursors,
+            **self.service.replication.topic_stats(t),
         }
 
     async def partitioned_stats(self, topic: str, *, per_partition: bool) -> dict[str, Any]:

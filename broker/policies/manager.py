@@ -180,6 +180,9 @@ class PolicyManager:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._checking = False
         self.closed = False
+        self.listeners: list[Callable[[Topic, TopicPolicies], None]] = []
+        """Told after policies are applied to a loaded topic (geo-replication follows the
+        topic's replication clusters and replicator rate)."""
 
     def __repr__(self) -> str:
         return f"<PolicyManager topics={len(self._states)}>"
@@ -324,6 +327,8 @@ class PolicyManager:
             self._set_throttle(state, sub)
         if state.quota_action is not None and not policies.backlog_quotas:
             self._quota_cleared(topic, state)
+        for listener in self.listeners:
+            listener(topic, policies)
 
     # -- hooks (called synchronously by the connection)
     def check_producer(self, topic: Topic) -> None:
@@ -359,9 +364,7 @@ class PolicyManager:
                 )
         consumer.max_unacked = state.policies.max_unacked_per_consumer
 
-    def admit_send(
-        self, topic: Topic, data: bytes | None = None
-    ) -> tuple[ServerError, str] | None:
+    def admit_send(self, topic: Topic, data: bytes | None = None) -> tuple[ServerError, str] | None:
         """Before a SEND is accepted: (ServerError name, message) to refuse it with, or None.
         ``data`` (metadata + payload) is checked against the maximum delivery delay."""
         state = self._states.get(topic.full_name)

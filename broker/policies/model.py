@@ -112,6 +112,9 @@ class TopicPolicies:
     """Per subscription."""
     replicator_dispatch_rate: Rate = NO_RATE
     """Per replicator (one topic partition towards one remote cluster)."""
+    replication_clusters: tuple[str, ...] = ()
+    """The clusters the topic lives in (the topic's own list over its namespace's); empty:
+    the local cluster alone."""
 
     def quota(self, kind: BacklogQuotaType) -> BacklogQuota | None:
         for k, q in self.backlog_quotas:
@@ -286,7 +289,15 @@ def resolve_policies(config: BrokerConfig, ns: dict[str, Any]) -> TopicPolicies:
         dispatch_rate=dispatch_rate,
         subscription_dispatch_rate=sub_rate,
         replicator_dispatch_rate=replicator_rate,
+        replication_clusters=_replication_clusters(ns),
     )
+
+
+def _replication_clusters(policies: dict[str, Any]) -> tuple[str, ...]:
+    value = policies.get("replication_clusters")
+    if not isinstance(value, list):
+        return ()
+    return tuple(sorted({c for c in value if isinstance(c, str) and c}))
 
 
 # -- the REST table ------------------------------------------------------------------------

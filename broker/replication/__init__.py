@@ -18,6 +18,12 @@ from magnetar.broker.replication.contracts import (
     ReplicationError,
     ReplicationSource,
 )
+from magnetar.broker.replication.replicator import (
+    REPLICATION_PRODUCER_QUEUE_SIZE,
+    Replicator,
+    ReplicatorSettings,
+)
+from magnetar.broker.replication.stats import InboundReplication, ReplicatorStatistics
 from magnetar.broker.topics.replication_names import (
     REPLICATOR_PREFIX,
     ReplicationLink,
@@ -26,12 +32,6 @@ from magnetar.broker.topics.replication_names import (
     remote_of_cursor,
 )
 from magnetar.broker.topics.replication_positions import SOURCE_POSITION_PROPERTY, SourcePosition
-from magnetar.broker.replication.replicator import (
-    REPLICATION_PRODUCER_QUEUE_SIZE,
-    Replicator,
-    ReplicatorSettings,
-)
-from magnetar.broker.replication.stats import InboundReplication, ReplicatorStatistics
 
 __all__ = [
     "REPLICATION_PRODUCER_QUEUE_SIZE",

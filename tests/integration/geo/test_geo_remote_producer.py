@@ -16,10 +16,10 @@ from support.replication_fakes import batch_entry_bytes, entry_bytes
 
 from magnetar.broker.ledger.position import Position
 from magnetar.broker.namespace.cluster_data import ClusterData
-from magnetar.broker.topics.replication_names import ReplicationLink
-from magnetar.broker.topics.replication_positions import SOURCE_POSITION_PROPERTY
 from magnetar.broker.replication.remote import ClientRemoteCluster
 from magnetar.broker.replication.republish import Inspected, inspect, rewrite
+from magnetar.broker.topics.replication_names import ReplicationLink
+from magnetar.broker.topics.replication_positions import SOURCE_POSITION_PROPERTY
 
 LINK = ReplicationLink("east", "west")
 

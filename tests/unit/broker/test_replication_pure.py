@@ -13,18 +13,6 @@ from support.replication_fakes import batch_entry_bytes, entry_bytes
 
 from magnetar.broker.ledger.position import Position
 from magnetar.broker.replication.clusters import replication_plan
-from magnetar.broker.topics.replication_names import (
-    ReplicationLink,
-    cursor_name,
-    is_replicator_producer,
-    remote_of_cursor,
-)
-from magnetar.broker.topics.replication_positions import (
-    ENTRY_ID_MAX,
-    LEDGER_ID_MAX,
-    SOURCE_POSITION_PROPERTY,
-    SourcePosition,
-)
 from magnetar.broker.replication.republish import (
     Inspected,
     Skip,
@@ -40,6 +28,18 @@ from magnetar.broker.replication.states import (
     InvalidTransition,
     State,
     next_transition,
+)
+from magnetar.broker.topics.replication_names import (
+    ReplicationLink,
+    cursor_name,
+    is_replicator_producer,
+    remote_of_cursor,
+)
+from magnetar.broker.topics.replication_positions import (
+    ENTRY_ID_MAX,
+    LEDGER_ID_MAX,
+    SOURCE_POSITION_PROPERTY,
+    SourcePosition,
 )
 from magnetar.client.protocol import EntryView, parse_batch
 

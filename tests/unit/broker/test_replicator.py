@@ -15,9 +15,9 @@ from support.waiting import wait_for
 
 from magnetar.broker.ledger.position import Position
 from magnetar.broker.policies.model import Rate
-from magnetar.broker.topics.replication_names import ReplicationLink
 from magnetar.broker.replication.replicator import Replicator, ReplicatorSettings
 from magnetar.broker.replication.states import State
+from magnetar.broker.topics.replication_names import ReplicationLink
 from magnetar.client.protocol import EntryView, pb
 
 LINK = ReplicationLink("east", "west")
