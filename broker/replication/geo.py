@@ -332,13 +332,10 @@ class GeoReplication:
                 replication[remote] = stats.to_json(inbound.get(remote))
             else:
                 replication[remote] = inbound[remote].to_json()
-        return {"replication": replication}
-
-    def replicated_subscriptions_stats(self, topic: Topic) -> dict[str, int] | None:
-        tr = self.topics.get(topic.full_name)
-        if tr is None or tr.subscriptions is None:
-            return None
-        return tr.subscriptions.statistics()
+        out: dict[str, Any] = {"replication": replication}
+        if tr is not None and tr.topic is topic and tr.subscriptions is not None:
+            out["replicatedSubscriptions"] = tr.subscriptions.statistics()
+        return out
 
     def replicator_cursors(self, topic: Topic) -> Mapping[str, TopicCursor]:
         """The replicators' cursors of ``topic`` by remote cluster (internal stats)."""

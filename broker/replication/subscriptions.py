@@ -72,6 +72,7 @@ class ReplicatedSubscriptions:
         self._timer: TimerHandle | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self.closed = False
+        self.ticks = 0
         self.markers_written = 0
         self.updates_sent = 0
         self.updates_applied = 0
@@ -114,6 +115,7 @@ class ReplicatedSubscriptions:
         self._timer = None
         if self.closed:
             return
+        self.ticks += 1
         try:
             if self._replicated() and not self.topic.closed:
                 snapshot_id = self.taker.start(
@@ -229,6 +231,7 @@ class ReplicatedSubscriptions:
             "snapshotsCompleted": self.taker.completed,
             "snapshotsTimedOut": self.taker.timed_out,
             "snapshotsPending": self.taker.pending,
+            "ticks": self.ticks,
             "markersWritten": self.markers_written,
             "updatesSent": self.updates_sent,
             "updatesApplied": self.updates_applied,

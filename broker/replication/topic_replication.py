@@ -195,5 +195,4 @@ class TopicReplication:
         return {name: rep.statistics() for name, rep in sorted(self.replicators.items())}
 
 
-
 __all__ = ["ReplicationSettings", "TopicReplication"]
