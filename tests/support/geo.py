@@ -1,14 +1,14 @@
 """Two clusters for geo-replication tests, in Pulsar's two deployments, with real processes.
 
 Owns:
-- ``GeoStandalones`` / fixtures ``geo_standalones`` (per test) and ``geo_pair`` (per
-  module; ``restart`` brings a killed cluster back on its data and ports): clusters
-  configured separately, each a ``magnetar standalone`` with its own metadata store on
-  its own ports (``--port``, ``--web-port``, ``--bookie-port``), named ``east``
-  (``--cluster-name``) and ``west`` (``clusterName`` in its config file: both ways are
-  exercised), each registering the other with ``PUT /admin/v2/clusters/{name}``. ``replicated_namespace`` makes the same
-  tenant and namespace, replicated to both, in each cluster (separately configured
-  clusters need the same tenants, namespaces and policies set in each).
+- ``GeoStandalones`` / fixtures ``geo_standalones`` (per test) and ``geo_pair`` (per module;
+  ``restart`` brings a killed cluster back on its data and ports): clusters configured
+  separately, each a ``magnetar standalone`` with its own metadata store on its own ports
+  (``--port``, ``--web-port``, ``--bookie-port``), named ``east`` (``--cluster-name``) and
+  ``west`` (``clusterName`` in its config file: both ways are exercised), each registering the
+  other with ``PUT /admin/v2/clusters/{name}``. ``replicated_namespace`` makes the same tenant
+  and namespace, replicated to both, in each cluster (separately configured clusters need the
+  same tenants, namespaces and policies set in each).
 - ``SharedConfiguration`` / fixture ``geo_shared_configuration``: one instance, Pulsar's
   global ZooKeeper: a configuration store (a ZooKeeper chroot) holding clusters, tenants
   and policies once for both clusters, and per cluster its own local store (another
