@@ -232,11 +232,8 @@ class BrokerMetrics:
         labels = ["cluster", "namespace", *(["topic"] if topic_level else []), "remote_cluster"]
         per_key: dict[tuple[str, ...], dict[str, float]] = {}
         for row in self.service.replication.values():
-            key = (
-                (cluster, row.namespace, row.topic, row.remote)
-                if topic_level
-                else (cluster, row.namespace, row.remote)
-            )
+            key: tuple[str, ...] = (cluster, row.namespace)
+            key += (row.topic, row.remote) if topic_level else (row.remote,)
             v = per_key.setdefault(key, {})
             for name, value in (
                 ("pulsar_replication_backlog", row.backlog),
@@ -249,7 +246,7 @@ class BrokerMetrics:
                 v[name] = v.get(name, 0.0) + value
             delay = "pulsar_replication_delay_in_seconds"
             v[delay] = max(v.get(delay, 0.0), row.delay_s)
-        families = []
+        families: list[Metric] = []
         for name, help_text in REPLICATION_GAUGES.items():
             fam = GaugeMetricFamily(name, help_text, labels=labels)
             for key, values in sorted(per_key.items()):
