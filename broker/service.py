@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from magnetar.broker.compaction import TopicCompaction
 from magnetar.broker.config import BrokerConfig
-from magnetar.broker.errors import ServerError
+from magnetar.broker.errors import ResourceError, ServerError
 from magnetar.broker.namespace.bundles import BundleRange, topic_hash
 from magnetar.broker.namespace.lookup import (
     LookupResult,
@@ -64,7 +64,9 @@ from magnetar.broker.storage.contract import TopicStorageFactory
 from magnetar.broker.topics.contract import Topic
 from magnetar.broker.topics.nonpersistent import NonPersistentTopic
 from magnetar.broker.topics.persistent import PersistentTopic
+from magnetar.broker.topics.replication_names import remote_of_cursor
 from magnetar.clock import Clock
+from magnetar.zk import paths
 from magnetar.zk.store import MetadataStore
 
 if TYPE_CHECKING:
@@ -312,6 +314,52 @@ class BrokerService:
         await self.replication.attach(topic, policies)  # replicators start in the background
         log.info("loaded topic %s", tn.full)
         return topic
+
+    async def resume_replication(self) -> int:
+        """Load the topics of replicated namespaces that keep a backlog for another cluster
+        (a replicator cursor ``pulsar.repl.*``) and are not loaded, so their replicators
+        run without waiting for a client: after a restart, or a bundle that came here. A
+        topic whose bundle nobody owns is looked up first (placed as a client's lookup
+        would be); one owned by another broker is left to it. Returns the topics loaded."""
+        loaded = 0
+        local = self.config.cluster_name
+        for tenant in await self.resources.list_tenants():
+            try:
+                namespaces = await self.resources.list_namespaces(tenant)
+            except ResourceNotFound:
+                continue
+            for ns_name in namespaces:
+                ns = ns_name.partition("/")[2]
+                try:
+                    policies = await self.resources.get_policies(tenant, ns)
+                except ResourceNotFound:
+                    continue
+                clusters = policies.get("replication_clusters") or []
+                if local not in clusters or not set(clusters) - {local}:
+                    continue
+                prefix = f"{tenant}/{ns}/persistent/"
+                for ml in await self.storage.list(prefix):
+                    loaded += await self._resume_one(tenant, ns, ml[len(prefix) :], ml)
+        return loaded
+
+    async def _resume_one(self, tenant: str, ns: str, encoded_local: str, ml: str) -> int:
+        from urllib.parse import unquote
+
+        topic = f"persistent://{tenant}/{ns}/{unquote(encoded_local)}"
+        if topic in self.topics or self.closed:
+            return 0
+        cursors = await self.store.children(paths.managed_ledger(ml))
+        if not any(remote_of_cursor(c) is not None for c in cursors):
+            return 0
+        try:
+            found = await self.namespaces.lookup(topic, authoritative=False)
+            if found.redirect:
+                return 0
+            got = await self.get_topic(topic, create=False)
+        except (ServiceError, ResourceError) as exc:
+            log.info("replication of %s not resumed here: %s", topic, exc)
+            return 0
+        return 1 if got is not None else 0
 
     async def _auto_topic_creation(self, tn: TopicName) -> AutoTopicCreation:
         """The namespace's ``autoTopicCreationOverride`` over the broker settings, as Pulsar."""
