@@ -43,7 +43,7 @@ from _common import free_port, install_uvloop
 MARKS = [
     ("send", None),
     ("conn_read", "magnetar.broker.protocol.connection:ServerConnection.data_received"),
-    ("publish", "magnetar.broker.topics.persistent:PersistentTopic.publish_to"),
+    ("publish", "magnetar.broker.topics.persistent:PersistentTopic.publish_message"),
     ("submit", "magnetar.broker.topics.persistent:PersistentTopic._submit"),
     ("handle_flush", "magnetar.broker.bookkeeper.write_handle:WriteHandle._flush_outbox"),
     ("bookie_built", "magnetar.bookie.client:_Stream._build"),

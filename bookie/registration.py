@@ -229,10 +229,6 @@ class BookieRegistration:
         self.decommissioned = False
         self._cookie_seen = False  # a cookie seen and then gone means decommissioned
 
-    @property
-    def registered_path(self) -> str | None:
-        return self._registered_path
-
     async def start(self) -> None:
         self.store.add_session_listener(self._on_session)
         await self._ensure()

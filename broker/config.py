@@ -53,7 +53,7 @@ class BrokerConfig:
     # the topic-level policy endpoints (/admin/v2/{domain}/{t}/{ns}/{topic}/...policies);
     # off: they answer 405 as Pulsar's topicLevelPoliciesEnabled=false
     topic_level_policies_enabled: bool = True
-    # -- implemented by the inactive-topic sweeper --------------------------------------
+    # -- inactive-topic deletion (policies/inactive.py) ---------------------------------
     # Pulsar's brokerDeleteInactiveTopics* (mode: delete_when_no_subscriptions or
     # delete_when_subscriptions_caught_up; max inactive duration None: the frequency)
     broker_delete_inactive_topics_enabled: bool = True

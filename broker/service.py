@@ -53,8 +53,13 @@ from magnetar.broker.namespace.resources import (
     Resources,
 )
 from magnetar.broker.naming import TopicName
+from magnetar.broker.policies.inactive import is_active
 from magnetar.broker.policies.manager import PolicyManager
-from magnetar.broker.policies.model import AutoTopicCreation, resolve_auto_topic_creation
+from magnetar.broker.policies.model import (
+    AutoTopicCreation,
+    InactiveTopicDeleteMode,
+    resolve_auto_topic_creation,
+)
 from magnetar.broker.replication.geo import GeoReplication
 from magnetar.broker.schema import topic_schemas_for
 from magnetar.broker.security.authentication import AuthenticationService
@@ -166,27 +171,6 @@ class BrokerService:
         task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-
-    # ------------------------------------------------------------------ passed to ``namespaces``
-    # until their callers ask it: ``port`` (``protocol/producers.py`` names producers),
-    # ``lookup`` (``protocol/lookups.py``), ``lookup_urls`` and ``unload_namespace_bundle``
-    # (the HTTP API's ``TopicRegistry``)
-    @property
-    def port(self) -> int:
-        return self.namespaces.port
-
-    async def lookup(
-        self, topic: str, authoritative: bool = False, listener_name: str = ""
-    ) -> LookupResult:
-        return await self.namespaces.lookup(topic, authoritative, listener_name)
-
-    async def lookup_urls(
-        self, topic: str, authoritative: bool = False, listener_name: str = ""
-    ) -> tuple[str, ...]:
-        return await self.namespaces.lookup_urls(topic, authoritative, listener_name)
-
-    async def unload_namespace_bundle(self, tenant: str, namespace: str, name: str) -> str | None:
-        return await self.namespaces.unload_namespace_bundle(tenant, namespace, name)
 
     # ------------------------------------------------------------------ names
     @staticmethod
@@ -559,9 +543,62 @@ class BrokerService:
         await loaded.delete_side_storage()  # delayed-delivery indexes, compacted views
         self.topics.pop(tn.full, None)
         await loaded.close()
+        await self._delete_stored(tn)
+
+    async def _delete_stored(self, tn: TopicName) -> None:
+        """What stays of a closed, deleted topic: its managed ledger and its schemas."""
         if tn.persistent:
             await self.storage.delete(tn.managed_ledger_name)
         await self.schemas.delete_for_topic(tn)  # a partition keeps the partitioned topic's
+
+    async def delete_if_inactive(self, name: str, mode: InactiveTopicDeleteMode) -> bool:
+        """Delete the loaded topic ``name`` if it is still inactive by ``mode`` (the
+        inactive-topic sweep found it idle past its policy). The check and the topic leaving
+        the registry happen with nothing awaited between them, and lookups of it answer
+        ServiceNotReady until the delete is done, so a producer or consumer arriving
+        meanwhile finds the topic again (re-created) or keeps it. With
+        ``brokerDeleteInactivePartitionedTopicMetadataEnabled``, the last partition of a
+        partitioned topic to go takes the partitioned metadata with it."""
+        topic = self.topics.get(name)
+        if topic is None or topic.closed or name in self._deleting or is_active(topic, mode):
+            return False
+        tn = topic.name
+        self.topics.pop(name)
+        self._closing.add(name)
+        try:
+            await topic.delete_side_storage()
+            await topic.close()
+            await self._delete_stored(tn)
+        finally:
+            self._closing.discard(name)
+        if self.config.broker_delete_inactive_partitioned_topic_metadata_enabled:
+            await self._delete_partitioned_metadata_if_empty(tn)
+        return True
+
+    async def _delete_partitioned_metadata_if_empty(self, tn: TopicName) -> None:
+        """The partitioned topic of partition ``tn`` loses its metadata once none of its
+        partitions is loaded or stored."""
+        if tn.partition_index < 0:
+            return
+        base = tn.partitioned_base
+        parts = await self.resources.get_partitions(
+            base.tenant, base.namespace, base.domain, base.local
+        )
+        for i in range(parts):
+            other = base.partition(i)
+            if other.full in self.topics or other.full in self._loading:
+                return
+            if other.persistent and await self.storage.exists(other.managed_ledger_name):
+                return
+        if parts:
+            try:
+                await self.resources.delete_partitioned(
+                    base.tenant, base.namespace, base.domain, base.local
+                )
+            except ResourceNotFound:
+                return
+            await self.schemas.delete_for_topic(base)
+            log.info("deleted the metadata of inactive partitioned topic %s", base.full)
 
     async def delete_topic_schemas(self, topic: str) -> None:
         """A partitioned topic was deleted: its schemas go with it (as Pulsar)."""

@@ -108,7 +108,7 @@ def _gigabytes_to_bytes(value: Any) -> Any:
 
 # -- the table ------------------------------------------------------------------------------
 
-SWEEPER = "implemented by the inactive-topic sweeper"
+SWEEPER = "inactive-topic deletion: see docs/policies.md"
 
 BROKER_ALIASES: tuple[Alias, ...] = (
     Alias("clusterName", "cluster_name"),
@@ -376,7 +376,8 @@ BROKER_ALIASES: tuple[Alias, ...] = (
     Alias("maxNumPartitionsPerPartitionedTopic", "max_num_partitions_per_partitioned_topic"),
     Alias("maxBufferedPartialFramesSizeInMb", "max_buffered_partial_frames_size_in_mb"),
     Alias("topicLevelPoliciesEnabled", "topic_level_policies_enabled"),
-    # -- implemented by the inactive-topic sweeper (its fields in broker/config.py) --------
+    # -- inactive-topic deletion (policies/inactive.py; the namespace and topic policy
+    # inactiveTopicPolicies overrides them) ----------------------------------------------
     Alias(
         "brokerDeleteInactiveTopicsEnabled",
         "broker_delete_inactive_topics_enabled",

@@ -91,15 +91,8 @@ async def join_yielding(
 
 
 class TopicRegistry(Protocol):
-    """What the HTTP API needs of the topic registry (``BrokerService``): lookups, topic
+    """What the HTTP API needs of the topic registry (``BrokerService``): topic listing,
     creation, deletion and unloads."""
-
-    async def lookup_urls(
-        self, topic: str, authoritative: bool = False, listener_name: str = ""
-    ) -> tuple[str, ...]:
-        """(binary service URL, HTTP URL[, TLS binary URL, HTTPS URL]) of the broker owning
-        ``topic``, assigning it if needed."""
-        ...
 
     async def list_topics(self, tenant: str, namespace: str, domain: str) -> list[str]:
         """Full names of the namespace's non-partitioned topics (partitions included)."""
@@ -119,6 +112,18 @@ class TopicRegistry(Protocol):
 
     async def delete_topic_schemas(self, topic: str) -> None:
         """Delete the schemas of ``topic`` (a whole partitioned topic's)."""
+        ...
+
+
+class Lookups(Protocol):
+    """What the HTTP API needs of namespace ownership (``namespace.lookup.NamespaceService``):
+    lookups and bundle unloads."""
+
+    async def lookup_urls(
+        self, topic: str, authoritative: bool = False, listener_name: str = ""
+    ) -> tuple[str, ...]:
+        """(binary service URL, HTTP URL[, TLS binary URL, HTTPS URL]) of the broker owning
+        ``topic``, assigning it if needed."""
         ...
 
     async def unload_namespace_bundle(self, tenant: str, namespace: str, name: str) -> str | None:
@@ -206,6 +211,7 @@ class AdminApi:
         resources: Resources,
         topics: TopicRegistry,
         *,
+        lookups: Lookups,
         admin: TopicAdmin,
         default_bundles: int = 4,
         metrics: Callable[[], Iterable[str]],
@@ -218,6 +224,7 @@ class AdminApi:
     ) -> None:
         self.resources = resources
         self.topics = topics
+        self.lookups = lookups
         self.admin = admin
         self.default_bundles = default_bundles
         self.metrics_source = metrics
@@ -245,6 +252,7 @@ class AdminApi:
         return cls(
             service.resources,
             service,
+            lookups=service.namespaces,
             admin=operations,
             operations=operations,
             default_bundles=service.config.default_number_of_namespace_bundles,
@@ -436,7 +444,7 @@ class AdminApi:
 
     async def unload_namespace_bundle(self, request: web.Request) -> web.Response:
         m = request.match_info
-        owner = await self.topics.unload_namespace_bundle(m["tenant"], m["namespace"], m["bundle"])
+        owner = await self.lookups.unload_namespace_bundle(m["tenant"], m["namespace"], m["bundle"])
         if owner is not None:
             raise web.HTTPTemporaryRedirect(owner.rstrip("/") + request.path_qs)
         return _no_content()
@@ -699,7 +707,7 @@ class AdminApi:
         listener = (
             request.query.get("listenerName") or request.headers.get("X-Pulsar-ListenerName") or ""
         )
-        urls = await self.topics.lookup_urls(topic, authoritative, listener.strip())
+        urls = await self.lookups.lookup_urls(topic, authoritative, listener.strip())
         broker_url, http_url = urls[0], urls[1]
         broker_tls, http_tls = (urls[2], urls[3]) if len(urls) >= 4 else ("", "")
         return _json(

@@ -92,9 +92,6 @@ class ThresholdShedder:
     def __repr__(self) -> str:
         return f"<ThresholdShedder brokers={len(self._usage)}>"
 
-    def smoothed_usage(self, broker: str) -> float | None:
-        return self._usage.get(broker)
-
     def _update(self, reports: Mapping[str, BrokerLoadReport]) -> dict[str, float]:
         h = self.config.history_fraction
         usage = {}

@@ -16,7 +16,11 @@ from typing import Any
 
 import jsonschema
 
-from magnetar.broker.policies.model import SCHEMA_COMPATIBILITY_STRATEGIES, PolicyError
+from magnetar.broker.policies.model import (
+    SCHEMA_COMPATIBILITY_STRATEGIES,
+    InactiveTopicDeleteMode,
+    PolicyError,
+)
 
 INT64_MIN = -(1 << 63)
 INT64_MAX = (1 << 63) - 1
@@ -117,6 +121,15 @@ def policies_schema(max_bundles: int) -> dict[str, Any]:
                     {"subscribeThrottlingRatePerConsumer": _int(), "ratePeriodInSecond": _int()}
                 ),
             },
+            "inactive_topic_policies": _object(
+                {
+                    "inactiveTopicDeleteMode": {
+                        "enum": [m.value for m in InactiveTopicDeleteMode] + [None]
+                    },
+                    "maxInactiveDurationSeconds": _int(0),
+                    "deleteWhileInactive": {"type": ["boolean", "null"]},
+                }
+            ),
             "autoTopicCreationOverride": _object(
                 {
                     "allowAutoTopicCreation": {"type": "boolean"},

@@ -4,9 +4,10 @@ Owns: the per-topic policy state (resolved ``TopicPolicies``, publish and dispat
 limiters, the backlog-quota verdict, sends held by ``producer_request_hold``), the watch on
 ``/admin/policies/<tenant>/<ns>`` (metadata-store notifications; each one re-reads the node,
 which re-arms the watch, and re-applies the policies to that namespace's loaded topics),
-the periodic message-expiry (TTL), backlog-quota and retention (trim) checks on an injected
-``Clock``, and the small hooks the connection calls: ``check_producer``, ``check_consumer``,
-``admit_send``, ``publish_or_hold`` (``hold_queue`` without a callable).
+the periodic message-expiry (TTL), backlog-quota, retention (trim) and inactive-topic
+(``delete_inactive_topics``) checks on an injected ``Clock``, and the small hooks the
+connection calls: ``check_producer``, ``check_consumer``,
+``admit_send``, ``hold_queue`` (where a SEND waits while held or throttled).
 
 Applying a policy to a loaded topic: the topic applies deduplication, unacked limits,
 delayed delivery and retention itself (``Topic.apply_policies``); here: rate limiters (a
@@ -33,9 +34,11 @@ from magnetar.broker.dispatch.consumer import Consumer
 from magnetar.broker.errors import ResourceError, ServerError
 from magnetar.broker.naming import TopicName
 from magnetar.broker.policies.backlog_quota import backlog_bytes, backlog_exceeded, evict_backlog
+from magnetar.broker.policies.inactive import InactivityTracker
 from magnetar.broker.policies.model import (
     TOPIC_POLICIES,
     BacklogQuotaType,
+    InactiveTopicDeleteMode,
     RetentionPolicy,
     TopicPolicies,
     resolve_policies,
@@ -167,6 +170,10 @@ class PolicyHost(Protocol):
     @property
     def topics(self) -> Mapping[str, Topic]: ...
 
+    async def delete_if_inactive(self, name: str, mode: InactiveTopicDeleteMode) -> bool:
+        """Delete the loaded topic ``name`` if it is still inactive by ``mode``."""
+        ...
+
 
 class PolicyManager:
     def __init__(self, service: PolicyHost, clock: Clock | None = None) -> None:
@@ -179,6 +186,7 @@ class PolicyManager:
         self._timers: dict[str, TimerHandle] = {}  # the periodic checks' next runs
         self._tasks: set[asyncio.Task[Any]] = set()
         self._checking = False
+        self._inactivity = InactivityTracker()
         self.closed = False
         self.listeners: list[Callable[[Topic, TopicPolicies], None]] = []
         """Told after policies are applied to a loaded topic (geo-replication follows the
@@ -197,6 +205,10 @@ class PolicyManager:
                 float(self.config.backlog_quota_check_interval_in_seconds),
             )
         self._schedule(self.trim_all, float(self.config.retention_check_interval_in_seconds))
+        self._schedule(
+            self.delete_inactive_topics,
+            float(self.config.broker_delete_inactive_topics_frequency_seconds),
+        )
 
     def close(self) -> None:
         self.closed = True
@@ -389,33 +401,13 @@ class PolicyManager:
                 )
         return None
 
-    def publish_or_hold(
-        self,
-        topic: Topic,
-        cnx: ReadThrottled,
-        num_msgs: int,
-        size: int,
-        publish: Callable[[], None],
-    ) -> None:
-        """Run ``publish`` now, or hold it (in order) while ``producer_request_hold`` is in
-        force. Publish throttling pauses reading from ``cnx`` until the rate limiter is
-        out of debt (other connections are not affected)."""
-        held = self.hold_queue(topic, cnx, num_msgs, size)
-        if held is None:
-            publish()
-        else:
-            held.append(publish)
-
-    publish = publish_or_hold
-    """The present name in ``protocol/publish.py`` (until it calls ``publish_or_hold``)."""
-
     def hold_queue(
         self, topic: Topic, cnx: ReadThrottled, num_msgs: int, size: int
     ) -> collections.deque[Callable[[], None]] | None:
-        """``publish_or_hold`` without a callable (the per-SEND path makes none when it need not):
-        None when the SEND is to be published now, else the queue its publish must join (held,
-        in order, while ``producer_request_hold`` is in force). Charges the publish rate
-        limiter and throttles ``cnx`` as ``publish_or_hold`` does."""
+        """None when the SEND is to be published now, else the queue its publish must join
+        (held, in order, while ``producer_request_hold`` is in force). Charges the publish rate
+        limiter; publish throttling pauses reading from ``cnx`` until the limiter is out of
+        debt (other connections are not affected). No callable is made on the hot path."""
         state = self._states.get(topic.full_name)
         if state is None:
             return None
@@ -474,6 +466,26 @@ class PolicyManager:
                 topic.ledger.trim_soon()
                 asked += 1
         return asked
+
+    async def delete_inactive_topics(self) -> list[str]:
+        """Pulsar's inactivity monitor (every ``brokerDeleteInactiveTopicsFrequencySeconds``):
+        delete the loaded topics idle past their ``inactiveTopicPolicies`` (the broker's
+        ``brokerDeleteInactiveTopics*`` unless the namespace or topic sets its own). Returns
+        the names deleted."""
+        due = self._inactivity.due(self.service.topics, self._resolved, self.clock.now_ms())
+        deleted = []
+        for d in due:
+            try:
+                if await self.service.delete_if_inactive(d.name, d.mode):
+                    deleted.append(d.name)
+                    log.info("deleted inactive topic %s (%s)", d.name, d.mode.value)
+            except Exception as exc:  # one topic's failure must not stop the sweep
+                log.warning("could not delete inactive topic %s: %s", d.name, exc)
+        return deleted
+
+    def _resolved(self, topic: Topic) -> TopicPolicies | None:
+        state = self.state_of(topic)
+        return None if state is None else state.policies
 
     async def expire_all(self) -> int:
         """Expire messages older than each topic's TTL in every subscription."""

@@ -3,7 +3,7 @@
 Owns: ``TopicPolicies`` (what a loaded topic obeys: TTL, retention, backlog quotas, producer
 and consumer caps, unacked limits, deduplication, delayed delivery (on/off, tick, maximum
 delay), the automatic compaction threshold, publish and dispatch rates, the replicators'
-dispatch rate),
+dispatch rate, the inactive-topic deletion policy),
 ``resolve_policies`` (broker default -> namespace policies; a namespace value that is
 absent or ``null`` falls back to the broker default, as in Pulsar), and ``NAMESPACE_POLICIES``:
 the table that maps each REST path segment under ``/admin/v2/namespaces/{t}/{ns}/`` to its
@@ -88,6 +88,31 @@ class Rate:
 NO_RATE = Rate()
 
 
+class InactiveTopicDeleteMode(enum.Enum):
+    """When an inactive topic may be deleted (Pulsar's ``InactiveTopicDeleteMode``)."""
+
+    DELETE_WHEN_NO_SUBSCRIPTIONS = "delete_when_no_subscriptions"
+    DELETE_WHEN_SUBSCRIPTIONS_CAUGHT_UP = "delete_when_subscriptions_caught_up"
+
+
+@dataclass(frozen=True, slots=True)
+class InactiveTopicPolicies:
+    """Pulsar's ``InactiveTopicPolicies``: whether a topic idle for ``max_inactive_duration_s``
+    (no producer, no consumer, and no subscription or none with a backlog, by ``mode``) is
+    deleted by the inactive-topic sweep."""
+
+    delete_while_inactive: bool = True
+    mode: InactiveTopicDeleteMode = InactiveTopicDeleteMode.DELETE_WHEN_NO_SUBSCRIPTIONS
+    max_inactive_duration_s: int = 60
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "inactiveTopicDeleteMode": self.mode.value,
+            "maxInactiveDurationSeconds": self.max_inactive_duration_s,
+            "deleteWhileInactive": self.delete_while_inactive,
+        }
+
+
 @dataclass(frozen=True, slots=True)
 class TopicPolicies:
     message_ttl_s: int = 0
@@ -115,6 +140,7 @@ class TopicPolicies:
     replication_clusters: tuple[str, ...] = ()
     """The clusters the topic lives in (the topic's own list over its namespace's); empty:
     the local cluster alone."""
+    inactive_topic_policies: InactiveTopicPolicies = InactiveTopicPolicies()
 
     def quota(self, kind: BacklogQuotaType) -> BacklogQuota | None:
         for k, q in self.backlog_quotas:
@@ -257,6 +283,36 @@ def _rates(config: BrokerConfig, ns: dict[str, Any]) -> tuple[Rate, Rate, Rate, 
     )
 
 
+def broker_inactive_topic_policies(config: BrokerConfig) -> InactiveTopicPolicies:
+    """The broker's ``brokerDeleteInactiveTopics*`` settings as a policy (the maximum
+    inactive duration defaults to the sweep's frequency, as in Pulsar)."""
+    max_s = config.broker_delete_inactive_topics_max_inactive_duration_seconds
+    return InactiveTopicPolicies(
+        config.broker_delete_inactive_topics_enabled,
+        InactiveTopicDeleteMode(config.broker_delete_inactive_topics_mode),
+        config.broker_delete_inactive_topics_frequency_seconds if max_s is None else max_s,
+    )
+
+
+def _inactive_topic_policies(config: BrokerConfig, ns: dict[str, Any]) -> InactiveTopicPolicies:
+    """The namespace's (or topic's) ``inactive_topic_policies``, its missing fields from
+    the broker settings; else the broker settings."""
+    default = broker_inactive_topic_policies(config)
+    own = ns.get("inactive_topic_policies")
+    if not isinstance(own, dict):
+        return default
+    try:
+        mode = InactiveTopicDeleteMode(own.get("inactiveTopicDeleteMode") or default.mode.value)
+    except ValueError:
+        mode = default.mode
+    delete = own.get("deleteWhileInactive")
+    return InactiveTopicPolicies(
+        delete if isinstance(delete, bool) else default.delete_while_inactive,
+        mode,
+        _num(own, "maxInactiveDurationSeconds", default.max_inactive_duration_s),
+    )
+
+
 def resolve_policies(config: BrokerConfig, ns: dict[str, Any]) -> TopicPolicies:
     """Broker defaults overridden by the namespace Policies JSON (Pulsar's field names)."""
     r_time, r_size = _retention(config, ns)
@@ -290,6 +346,7 @@ def resolve_policies(config: BrokerConfig, ns: dict[str, Any]) -> TopicPolicies:
         subscription_dispatch_rate=sub_rate,
         replicator_dispatch_rate=replicator_rate,
         replication_clusters=_replication_clusters(ns),
+        inactive_topic_policies=_inactive_topic_policies(config, ns),
     )
 
 
@@ -362,6 +419,25 @@ def _store_delayed(body: Any, policies: dict[str, Any], cluster: str) -> dict[st
             body["maxDeliveryDelayInMillis"], "maxDeliveryDelayInMillis"
         )
     return {"delayed_delivery_policies": out}
+
+
+def _store_inactive(body: Any, policies: dict[str, Any], cluster: str) -> dict[str, Any]:
+    """Pulsar's InactiveTopicPolicies body (every field required, as its REST model)."""
+    if not isinstance(body, dict):
+        raise PolicyError("InactiveTopicPolicies must be a JSON object")
+    try:
+        mode = InactiveTopicDeleteMode(body.get("inactiveTopicDeleteMode"))
+    except ValueError:
+        modes = ", ".join(m.value for m in InactiveTopicDeleteMode)
+        raise PolicyError(f"inactiveTopicDeleteMode must be one of {modes}") from None
+    delete = body.get("deleteWhileInactive")
+    if not isinstance(delete, bool):
+        raise PolicyError("deleteWhileInactive must be a boolean")
+    max_s = _int(body.get("maxInactiveDurationSeconds"), "maxInactiveDurationSeconds")
+    if max_s <= 0:
+        raise PolicyError("maxInactiveDurationSeconds must be greater than 0")
+    policy = InactiveTopicPolicies(delete, mode, max_s)
+    return {"inactive_topic_policies": policy.to_json()}
 
 
 def _rate_route(name: str, key: str, fields: tuple[str, ...]) -> PolicyRoute:
@@ -503,6 +579,12 @@ NAMESPACE_POLICIES: dict[str, PolicyRoute] = {
         _rate_route("subscriptionDispatchRate", "subscriptionDispatchRate", _DISPATCH_FIELDS),
         _rate_route("replicatorDispatchRate", "replicatorDispatchRate", _DISPATCH_FIELDS),
         PolicyRoute(
+            "inactiveTopicPolicies",
+            _store_inactive,
+            lambda p, c: p.get("inactive_topic_policies"),
+            lambda p, c: {"inactive_topic_policies": None},
+        ),
+        PolicyRoute(
             "schemaCompatibilityStrategy",
             _store_schema_strategy,
             lambda p, c: p.get("schema_compatibility_strategy") or "UNDEFINED",
@@ -566,11 +648,14 @@ __all__ = [
     "AutoTopicCreation",
     "BacklogQuota",
     "BacklogQuotaType",
+    "InactiveTopicDeleteMode",
+    "InactiveTopicPolicies",
     "PolicyError",
     "PolicyRoute",
     "Rate",
     "RetentionPolicy",
     "TopicPolicies",
+    "broker_inactive_topic_policies",
     "remove_backlog_quota",
     "resolve_auto_topic_creation",
     "resolve_policies",

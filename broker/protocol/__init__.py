@@ -8,7 +8,7 @@ wrapper: transport, handshake, keep-alive, routing), ``producers`` and ``publish
 (PRODUCER, CLOSE_PRODUCER, SEND), ``consumers``, ``subscribe`` and ``acks`` (SUBSCRIBE and
 the commands naming a consumer), ``lookups`` (LOOKUP, PARTITIONED_METADATA,
 GET_TOPICS_OF_NAMESPACE), ``admin_commands`` (CONSUMER_STATS, schemas), ``message_ids``
-(wire ids as positions), ``topic_loading``, ``topic_probes``, ``tasks`` (command order),
+(wire ids as positions), ``topic_loading``, ``tasks`` (command order),
 ``connection_security``, ``input_budget``, ``listener``.
 Owns: turning frames into calls on the service and topics, and results into frames.
 Must not know: HTTP administration (``admin/``); the wire format itself lives in the

@@ -54,7 +54,7 @@ def on_consumer_stats(
             blockedConsumerOnUnackedMsgs=consumer.blocked,
             address=consumer.address,
             type=sub.sub_type.name.title() if sub.sub_type else "",
-            msgBacklog=sub.cursor.backlog(),
+            msgBacklog=sub.backlog(),
         )
     )
 

@@ -60,7 +60,7 @@ async def _lookup(
         denied = await cnx.security.denied_lookup(topic)
         if denied is not None:
             raise ServiceError(ServerError.AuthorizationError, denied)
-        got = await cnx.service.lookup(topic, authoritative, listener_name)
+        got = await cnx.service.namespaces.lookup(topic, authoritative, listener_name)
         answer = commands.lookup_response(
             request_id,
             got.broker_url,

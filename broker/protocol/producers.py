@@ -29,14 +29,13 @@ from magnetar.broker.protocol.context import ConnectionContext, Handler
 from magnetar.broker.protocol.sessions import ProducerSession
 from magnetar.broker.protocol.tasks import CommandChains
 from magnetar.broker.protocol.topic_loading import load_topic
-from magnetar.broker.protocol.topic_probes import is_terminated, takes_publish_runs
 from magnetar.broker.schema import protocol as schema_protocol
 from magnetar.broker.topics.producer import AccessMode, Admission, Producer
 from magnetar.broker.validation import check_subscription_name
 from magnetar.client.protocol import INT64_MAX, commands, pb
 
 if TYPE_CHECKING:
-    from magnetar.broker.topics.persistent import PersistentTopic
+    from magnetar.broker.topics.contract import Topic
 
 log = logging.getLogger(__name__)
 
@@ -118,9 +117,7 @@ class ProducerCommands:
                 evicted.cnx.send_close_producer(evicted)
         try:
             await self._prepare(topic, producer, admission, req)
-            session = ProducerSession(
-                producer, topic, req.request_id, schema_version, takes_publish_runs(topic)
-            )
+            session = ProducerSession(producer, topic, req.request_id, schema_version)
             if admission is Admission.QUEUED:
                 answer = commands.producer_success(
                     req.request_id, producer.name, last_sequence_id=-1, producer_ready=False
@@ -148,7 +145,7 @@ class ProducerCommands:
         )
         self.cnx.write(frame)
 
-    async def _target(self, req: pb.CommandProducer) -> PersistentTopic | None:
+    async def _target(self, req: pb.CommandProducer) -> Topic | None:
         """The topic ``req`` may produce to (permission, loaded, not terminated); None when the
         connection closed meanwhile."""
         denied = await self.cnx.security.denied_produce(req.topic)
@@ -157,7 +154,7 @@ class ProducerCommands:
         topic = await load_topic(self.cnx.service, req.topic, "producer")
         if self.cnx.closed:
             return None
-        if is_terminated(topic):
+        if topic.terminated:
             raise CodedError(
                 ServerError.TopicTerminatedError, f"Topic {req.topic} was already terminated"
             )
@@ -169,7 +166,7 @@ class ProducerCommands:
             name = req.producer_name
         else:
             config = self.cnx.service.config
-            name = f"{config.cluster_name}-{self.cnx.service.port}-{next(_names)}"
+            name = f"{config.cluster_name}-{self.cnx.service.namespaces.port}-{next(_names)}"
         try:
             mode = AccessMode(req.producer_access_mode)
         except ValueError:
@@ -193,7 +190,7 @@ class ProducerCommands:
 
     async def _prepare(
         self,
-        topic: PersistentTopic,
+        topic: Topic,
         producer: Producer,
         admission: Admission,
         req: pb.CommandProducer,
@@ -260,7 +257,7 @@ class ProducerCommands:
             session.topic.epoch_not_stored()
         self.cnx.error_response(session.request_id, exc.code, exc.message)
 
-    def _withdraw(self, topic: PersistentTopic, producer: Producer) -> None:
+    def _withdraw(self, topic: Topic, producer: Producer) -> None:
         """Take a producer that will not be served off its topic (waiting producers it made
         room for are told)."""
         notify_admitted(topic.remove_producer(producer))
@@ -297,7 +294,7 @@ class ProducerCommands:
             self.cnx.write_command(commands.close_producer(pid))
 
 
-async def store_topic_epoch(topic: PersistentTopic) -> None:
+async def store_topic_epoch(topic: Topic) -> None:
     """Make the topic epoch an exclusive admission moved durable; raises ``_EpochNotStored``:
     NotAllowedError when the epoch is beyond the wire's uint64 (never stored: only a topic
     whose stored epoch came from before epochs were bounded gets there), ServiceNotReady when

@@ -102,31 +102,17 @@ class Publisher:
         if self.pending_sends >= self.max_pending_sends:
             self.cnx.pause_reads("pending-sends")
         highest = send.highest_sequence_id
-        if session.publishes_runs:
-            held = policies.hold_queue(topic, self.cnx, num, len(tail))
-            if held is None:  # the hot path: no callable made
-                topic.publish_to(self, producer, seq, highest, num, tail, check_dedup)
-            else:  # held by the backlog quota
-                held.append(
-                    functools.partial(
-                        topic.publish_to, self, producer, seq, highest, num, tail, check_dedup
-                    )
+        held = policies.hold_queue(topic, self.cnx, num, len(tail))
+        if held is None:  # the hot path: no callable made
+            topic.publish_message(self, producer, seq, highest, num, tail, check_dedup)
+        else:  # held by the backlog quota or publish throttling, in order
+            held.append(
+                functools.partial(
+                    topic.publish_message, self, producer, seq, highest, num, tail, check_dedup
                 )
-            return
-        publish = functools.partial(
-            topic.publish,
-            producer,
-            seq,
-            highest,
-            num,
-            tail,
-            functools.partial(self._published_one, pid, seq, highest),
-            check_dedup=check_dedup,
-        )
-        # held by the backlog quota, publish throttling
-        policies.publish(topic, self.cnx, num, len(tail), publish)
+            )
 
-    # PublishSink of persistent topics: one call per run of this connection's SENDs
+    # PublishSink: one call per run of this connection's SENDs to one topic
     def on_published(self, items: list[Any], positions: list[Position | None]) -> None:
         self._sends_done(len(items))
         if self.cnx.closed:
@@ -158,24 +144,6 @@ class Publisher:
         )
         for p in items:
             self.send_error(p.producer.producer_id, p.sequence_id, code, f"write failed: {exc}")
-
-    def _published_one(
-        self, pid: int, seq: int, highest: int, pos: Position | None, exc: Exception | None
-    ) -> None:
-        """Completion of one SEND to a non-persistent topic."""
-        self._sends_done(1)
-        if exc is not None:
-            self.send_error(pid, seq, ServerError.PersistenceError, f"write failed: {exc}")
-        elif pos is None:
-            self.cnx.write(
-                self.cnx.codec.send_receipt(pid, seq, U64, U64, highest_sequence_id=highest)
-            )
-        else:
-            self.cnx.write(
-                self.cnx.codec.send_receipt(
-                    pid, seq, pos.ledger_id, pos.entry_id, highest_sequence_id=highest
-                )
-            )
 
     def _sends_done(self, n: int) -> None:
         self.pending_sends -= n

@@ -2,7 +2,7 @@
 
 Owns: ``ProducerSession`` (a producer id, from its PRODUCER to its close: the topic's
 ``Producer``, its topic, the PRODUCER's request id, the schema version of its
-PRODUCER_SUCCESS, how its SENDs are published) and ``ConsumerSession`` (a consumer id, from
+PRODUCER_SUCCESS) and ``ConsumerSession`` (a consumer id, from
 its SUBSCRIBE to its close: the dispatcher's ``Consumer``, its subscription, its topic).
 Invariant: a session never changes; a connection holds at most one per id.
 Must not know: commands, frames.
@@ -15,29 +15,25 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from magnetar.broker.dispatch.consumer import Consumer
-    from magnetar.broker.topics.persistent import PersistentTopic
+    from magnetar.broker.topics.contract import Topic, TopicSubscription
     from magnetar.broker.topics.producer import Producer
-    from magnetar.broker.topics.subscription import Subscription
 
 
 @dataclass(frozen=True, slots=True)
 class ProducerSession:
     producer: Producer
-    topic: PersistentTopic
+    topic: Topic
     request_id: int
     """The PRODUCER's request id: a queued producer is answered on it again when admitted."""
     schema_version: bytes | None
     """PRODUCER_SUCCESS.schema_version (None: the producer has no schema)."""
-    publishes_runs: bool
-    """The topic reports this producer's SENDs per run to the connection (``publish_to``);
-    else one callback per SEND."""
 
 
 @dataclass(frozen=True, slots=True)
 class ConsumerSession:
     consumer: Consumer
-    subscription: Subscription
-    topic: PersistentTopic
+    subscription: TopicSubscription
+    topic: Topic
 
 
 __all__ = ["ConsumerSession", "ProducerSession"]

@@ -24,15 +24,14 @@ from magnetar.broker.validation import check_subscription_name
 from magnetar.client.protocol import pb
 
 if TYPE_CHECKING:
-    from magnetar.broker.topics.persistent import PersistentTopic
-    from magnetar.broker.topics.subscription import Subscription
+    from magnetar.broker.topics.contract import Topic, TopicSubscription
 
 log = logging.getLogger(__name__)
 
 
 async def subscription_target(
     cnx: ConnectionContext, req: pb.CommandSubscribe
-) -> PersistentTopic | None:
+) -> Topic | None:
     """The topic a SUBSCRIBE may attach to, after the checks Pulsar makes; raises the
     refusal, or returns None when the connection closed meanwhile."""
     check_subscription_name(req.subscription)
@@ -62,7 +61,7 @@ async def subscription_target(
 
 
 def new_consumer(
-    cnx: ConnectionContext, req: pb.CommandSubscribe, topic: PersistentTopic, sink: ConsumerSink
+    cnx: ConnectionContext, req: pb.CommandSubscribe, topic: Topic, sink: ConsumerSink
 ) -> Consumer:
     """The consumer a SUBSCRIBE describes, dispatched to through ``sink``."""
     consumer = Consumer(
@@ -92,8 +91,8 @@ def new_consumer(
 
 
 async def attach(
-    cnx: ConnectionContext, req: pb.CommandSubscribe, topic: PersistentTopic, consumer: Consumer
-) -> Subscription:
+    cnx: ConnectionContext, req: pb.CommandSubscribe, topic: Topic, consumer: Consumer
+) -> TopicSubscription:
     """Attach ``consumer`` to its subscription (created if needed) from the requested
     start; a storage failure is ServiceNotReady (the client retries)."""
     start = start_of(req.start_message_id) if req.HasField("start_message_id") else None

@@ -17,12 +17,12 @@ from magnetar.broker.ledger.errors import LedgerError
 from magnetar.broker.service import BrokerService, ServiceError
 
 if TYPE_CHECKING:
-    from magnetar.broker.topics.persistent import PersistentTopic
+    from magnetar.broker.topics.contract import Topic
 
 log = logging.getLogger(__name__)
 
 
-async def load_topic(service: BrokerService, name: str, what: str) -> PersistentTopic:
+async def load_topic(service: BrokerService, name: str, what: str) -> Topic:
     """The topic ``name`` for a ``what`` (``"producer"``, ``"subscribe"``); raises
     ``BrokerError`` (retriable ServiceNotReady unless the service refused)."""
     try:

@@ -25,14 +25,13 @@ from magnetar.broker.topics.producer import (
     ProducerError,
     ProducerRegistry,
 )
-from magnetar.broker.topics.publish import CallbackSink, PendingSend, PublishCallback, PublishSink
+from magnetar.broker.topics.publish import PendingSend, PublishSink
 from magnetar.broker.topics.subscription import Subscription, SubscriptionError
 
 __all__ = [
     "AccessMode",
     "Admission",
     "AppliedPolicies",
-    "CallbackSink",
     "Deduplication",
     "LastMessageId",
     "NonPersistentSubscription",
@@ -42,7 +41,6 @@ __all__ = [
     "Producer",
     "ProducerError",
     "ProducerRegistry",
-    "PublishCallback",
     "PublishSink",
     "Subscription",
     "SubscriptionError",

@@ -38,7 +38,7 @@ from magnetar.broker.topics.contract import (
     TopicSubscription,
 )
 from magnetar.broker.topics.producer import Admission, Deduplication, Producer, ProducerRegistry
-from magnetar.broker.topics.publish import CallbackSink, PendingSend, PublishCallback, PublishSink
+from magnetar.broker.topics.publish import PendingSend, PublishSink
 from magnetar.broker.topics.subscription import SubscriptionError
 from magnetar.client.protocol import entry_slot
 
@@ -198,12 +198,6 @@ class NonPersistentSubscription:
 
     def close(self) -> None:
         self._consumers.clear()
-
-    # -- the protocol's present read for CONSUMER_STATS (``protocol/admin_commands.py``:
-    # ``sub.cursor.backlog()``); goes once it calls ``sub.backlog()``
-    @property
-    def cursor(self) -> NonPersistentSubscription:
-        return self
 
 
 class NonPersistentTopic:
@@ -388,30 +382,6 @@ class NonPersistentTopic:
                 for name, s in self.subscriptions.items()
             },
         }
-
-    # -- the protocol's present call (``protocol/publish.py``: ``publish`` with a callback, to
-    # a topic without ``publish_to``); goes once it calls ``publish_message`` for every topic
-    def publish(  # noqa: PLR0917 - the protocol's present call shape
-        self,
-        producer: Producer,
-        sequence_id: int,
-        highest_sequence_id: int,
-        num_msgs: int,
-        data: bytes,
-        callback: PublishCallback,
-        *,
-        check_dedup: bool = True,
-    ) -> None:
-        """``publish_message`` reporting to ``callback(position, error)``."""
-        self.publish_message(
-            CallbackSink(callback),
-            producer,
-            sequence_id,
-            highest_sequence_id,
-            num_msgs,
-            data,
-            check_dedup,
-        )
 
 
 __all__ = ["NonPersistentSubscription", "NonPersistentTopic"]

@@ -17,7 +17,7 @@ Policies it applies itself (``apply_policies``): deduplication, unacked limits, 
 delivery, retention.
 Invariant: every SEND gets exactly one outcome, in arrival order per topic: a ``PublishSink``
 (the connection) hears once per run of its consecutive SENDs in a completed append (so it
-writes that run's receipts as one buffer; ``CallbackSink`` adapts a per-SEND callback). On
+writes that run's receipts as one buffer). On
 the managed ledger a batch completes through ``add_entries_then`` (a callback when its last
 add is done, no task or future per batch).
 Must not know: sockets or frames (callers pass callbacks and sinks).
@@ -75,9 +75,7 @@ from magnetar.broker.topics.producer import (
     ProducerRegistry,
 )
 from magnetar.broker.topics.publish import (
-    CallbackSink,
     PendingSend,
-    PublishCallback,
     PublishSink,
     runs_by_sink,
 )
@@ -1080,33 +1078,6 @@ class PersistentTopic:
             **({"compaction": self.compaction.stats_json()} if self.compaction else {}),
             "topicEpoch": self.producers.topic_epoch,
         }
-
-    # -- the protocol's present names for ``publish_message``: ``protocol/topic_probes.py``
-    # asks ``hasattr(topic, "publish_to")`` and ``protocol/publish.py`` publishes to other
-    # topics with a callback; both go once it calls ``publish_message`` for every topic
-    publish_to = publish_message
-
-    def publish(  # noqa: PLR0917 - the protocol's present call shape
-        self,
-        producer: Producer,
-        sequence_id: int,
-        highest_sequence_id: int,
-        num_msgs: int,
-        data: bytes,
-        callback: PublishCallback,
-        *,
-        check_dedup: bool = True,
-    ) -> None:
-        """``publish_message`` reporting to ``callback(position, error)`` per SEND."""
-        self.publish_message(
-            CallbackSink(callback),
-            producer,
-            sequence_id,
-            highest_sequence_id,
-            num_msgs,
-            data,
-            check_dedup,
-        )
 
 
 def _retrieve(task: asyncio.Future[Any]) -> None:

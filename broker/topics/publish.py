@@ -5,25 +5,19 @@ message count, the sequence ids as the SEND carried them, what deduplication dec
 replication link it came over and whether it is a marker, or the error it was refused with),
 ``PublishSink`` (where a topic reports outcomes: once per run of consecutive SENDs of one sink
 in a completed append, in arrival order, so a connection writes a run's receipts as one
-buffer), ``CallbackSink`` (a sink calling ``callback(position, error)`` per SEND) and
-``runs_by_sink`` (a completed batch cut into those runs).
+buffer) and ``runs_by_sink`` (a completed batch cut into those runs).
 Invariant: every SEND handed to a topic gets exactly one outcome, in arrival order per topic.
 Must not know: sockets, frames, storage, how a topic appends.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 from magnetar.broker.ledger.position import Position
 
 if TYPE_CHECKING:
     from magnetar.broker.topics.producer import Producer
-
-PublishCallback = Callable[[Position | None, Exception | None], None]
-"""``(position, None)`` once stored, ``(None, None)`` for a duplicate, ``(None, error)``."""
-
 
 class PendingSend:
     """One SEND waiting for its outcome (positional init: one is made per SEND)."""
@@ -78,26 +72,6 @@ class PublishSink(Protocol):
     def on_publish_failed(self, items: list[PendingSend], exc: Exception) -> None: ...
 
 
-class CallbackSink:
-    """A ``PublishSink`` calling ``callback(position, error)`` per SEND."""
-
-    __slots__ = ("callback",)
-
-    def __init__(self, callback: PublishCallback) -> None:
-        self.callback = callback
-
-    def __repr__(self) -> str:
-        return f"<CallbackSink {self.callback!r}>"
-
-    def on_published(self, items: list[PendingSend], positions: list[Position | None]) -> None:
-        for pos in positions:
-            self.callback(pos, None)
-
-    def on_publish_failed(self, items: list[PendingSend], exc: Exception) -> None:
-        for _ in items:
-            self.callback(None, exc)
-
-
 def runs_by_sink(
     batch: list[PendingSend], positions: list[Position | None] | None
 ) -> list[tuple[PublishSink, list[PendingSend], list[Position | None] | None]]:
@@ -115,4 +89,4 @@ def runs_by_sink(
     return runs
 
 
-__all__ = ["CallbackSink", "PendingSend", "PublishCallback", "PublishSink", "runs_by_sink"]
+__all__ = ["PendingSend", "PublishSink", "runs_by_sink"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import os
 import time
+from collections.abc import Callable
 from typing import IO, TYPE_CHECKING, Any
 
 from magnetar.client.magctl.errors import EXIT_OK, MagctlError, UsageError
@@ -28,7 +29,7 @@ def run(verb: str, args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
         return api_resources(args, out)
     if verb == "explain":
         return explain(args, out)
-    return int(globals()[f"cmd_{verb}"](args, out, err))
+    return _COMMANDS[verb](args, out, err)
 
 
 # ------------------------------------------------------------------------------- get
@@ -552,5 +553,17 @@ def _explain_text(target: str) -> str:
         return text + f"FIELD:    {path[0]} {fields[path[0]]}\n"
     raise UsageError(f'field "{".".join(path)}" does not exist in {rtype.kind}')
 
+
+_COMMANDS: dict[str, Callable[[argparse.Namespace, IO[str], IO[str]], int]] = {
+    "get": cmd_get,
+    "describe": cmd_describe,
+    "create": cmd_create,
+    "delete": cmd_delete,
+    "edit": cmd_edit,
+    "apply": cmd_apply,
+    "diff": cmd_diff,
+}
+"""The resource verbs' commands (``commands.RESOURCE_VERBS`` but ``api-resources`` and
+``explain``, answered without a server)."""
 
 __all__ = ["run"]

@@ -105,10 +105,6 @@ class TopicName:
         return self.domain == "persistent"
 
     @property
-    def is_v2(self) -> bool:
-        return self.cluster is None
-
-    @property
     def partition_index(self) -> int:
         return partition_index_of(self.local_name)
 

@@ -56,17 +56,6 @@ CASES = [
 ]
 
 
-READ_BY_WORK_NOT_YET_MERGED = frozenset(
-    {
-        "broker_delete_inactive_topics_enabled",
-        "broker_delete_inactive_topics_frequency_seconds",
-        "broker_delete_inactive_topics_mode",
-        "broker_delete_inactive_topics_max_inactive_duration_seconds",
-        "broker_delete_inactive_partitioned_topic_metadata_enabled",
-    }
-)
-"""Pulsar's brokerDeleteInactiveTopics* settings, loaded for the inactive-topic sweeper that
-reads them; remove this exemption with that sweeper."""
 
 
 @pytest.mark.parametrize(
@@ -76,11 +65,7 @@ def test_every_setting_is_read_somewhere(
     cls: type, folders: tuple[str, ...], declaring: pathlib.Path | None
 ) -> None:
     read = _names_read(_trees(*folders), declaring)
-    unread = [
-        f.name
-        for f in dataclasses.fields(cls)
-        if f.name not in read and f.name not in READ_BY_WORK_NOT_YET_MERGED
-    ]
+    unread = [f.name for f in dataclasses.fields(cls) if f.name not in read]
     assert unread == [], f"{cls.__module__}.{cls.__name__}: settings never read: {unread}"
 
 

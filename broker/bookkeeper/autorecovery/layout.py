@@ -127,10 +127,6 @@ class UnderReplication:
         """The replication lock of a ledger (``acquire`` raises ``LockBusy`` when held)."""
         return OwnershipLock(self.store, paths.replication_lock(ledger_id), owner.encode())
 
-    async def lock_owner(self, ledger_id: int) -> str | None:
-        got = await self.store.get(paths.replication_lock(ledger_id))
-        return None if got is None else got.value.decode(errors="replace")
-
     # -- draining --------------------------------------------------------------------------
     async def drain(self, bookie_id: str) -> None:
         with contextlib.suppress(AlreadyExists):

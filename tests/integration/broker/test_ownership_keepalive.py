@@ -36,9 +36,9 @@ def test_lookup_redirects_to_the_owner_and_the_client_follows(
     topic = "persistent://public/default/owned"
     assert a.service is not None and b.service is not None
     sa, sb = a.service, b.service
-    first = a.call(lambda: sa.lookup(topic))
+    first = a.call(lambda: sa.namespaces.lookup(topic))
     assert not first.redirect and first.broker_url == a.service_url
-    other = b.call(lambda: sb.lookup(topic))
+    other = b.call(lambda: sb.namespaces.lookup(topic))
     assert other.redirect and other.broker_url == a.service_url
     client = pulsar.Client(b.service_url, operation_timeout_seconds=5)  # asks the non-owner
     try:
@@ -55,7 +55,7 @@ def test_non_owner_refuses_to_serve(two_brokers: tuple[InProcessBroker, InProces
     topic = "persistent://public/default/elsewhere"
     assert a.service is not None
     sa = a.service
-    a.call(lambda: sa.lookup(topic))
+    a.call(lambda: sa.namespaces.lookup(topic))
     raw = RawClient(b.port)
     raw.connect()
     raw.send(

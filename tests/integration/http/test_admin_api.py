@@ -72,7 +72,9 @@ async def admin() -> AsyncIterator[tuple[str, FakeTopics]]:
     await resources.create_namespace("public", "default")
     topics = FakeTopics()
     runner = web.AppRunner(
-        AdminApi(resources, topics, admin=topics, metrics=topics.metrics_chunks).app()
+        AdminApi(
+            resources, topics, lookups=topics, admin=topics, metrics=topics.metrics_chunks
+        ).app()
     )
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)

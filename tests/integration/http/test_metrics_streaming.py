@@ -47,7 +47,12 @@ async def test_a_request_is_served_while_metrics_are_built() -> None:
     topics = ManyTopics()
     runner = web.AppRunner(
         AdminApi(
-            resources, topics, admin=topics, metrics=topics.metrics_chunks, metrics_slice_s=0.0
+            resources,
+            topics,
+            lookups=topics,
+            admin=topics,
+            metrics=topics.metrics_chunks,
+            metrics_slice_s=0.0,
         ).app()
     )
     await runner.setup()

@@ -28,12 +28,6 @@ ALLOWED: dict[Probe, str] = {
         "AutoRecoveryConfig.from_config copies the fields it shares with a broker or bookie "
         "config by name (BookKeeper's client, another piece of work)"
     ),
-    # The protocol's questions both kinds of topic did not answer, kept in one module until
-    # the handlers ask the Topic contract (broker/topics/contract.py) instead:
-    ("protocol/topic_probes.py", "getattr", "terminated"): "-> Topic.terminated",
-    ("protocol/topic_probes.py", "hasattr", "publish_to"): (
-        "-> Topic.publish_message for every topic (and the callback path goes)"
-    ),
 }
 
 

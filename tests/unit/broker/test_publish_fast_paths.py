@@ -4,7 +4,7 @@
   produce exactly the bytes of the protocol codec's per-frame encoders.
 - ``PersistentTopic.publish_message`` reports each completed append to its sinks in runs of
   consecutive SENDs, in arrival order, with duplicates (deduplication) as None and failures
-  to every SEND of the failed append; a ``CallbackSink`` hears each SEND.
+  to every SEND of the failed append.
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ from magnetar.broker.storage.contract import AddedCallback
 from magnetar.broker.storage.memory import MemoryLedger
 from magnetar.broker.topics.persistent import PersistentTopic
 from magnetar.broker.topics.producer import AccessMode, Producer
-from magnetar.broker.topics.publish import CallbackSink
 from magnetar.client.protocol import (
     encode_message_frame,
     encode_message_frames,
@@ -151,15 +150,6 @@ async def test_publish_message_reports_a_failed_append_to_every_send() -> None:
     topic.publish_message(b, _producer(1, "pb"), 6, 6, 1, b"y")
     await wait_for(lambda: len(log) == 2, what="both sends reported")
     assert log == [("a", [5], "disk gone"), ("b", [6], "disk gone")]
-
-
-async def test_publish_with_a_callback_still_works() -> None:
-    topic = PersistentTopic(TopicName.parse("persistent://a/b/t"), MemoryLedger("t", 4))
-    got: list[Any] = []
-    sink = CallbackSink(lambda pos, exc: got.append((pos, exc)))
-    topic.publish_message(sink, _producer(0, "p"), 0, 0, 1, b"x")
-    await wait_for(lambda: got, what="the callback")
-    assert got == [(Position(4, 0), None)]
 
 
 @pytest.mark.parametrize("n", [1, 3])
