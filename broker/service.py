@@ -558,9 +558,13 @@ class BrokerService:
         ServiceNotReady until the delete is done, so a producer or consumer arriving
         meanwhile finds the topic again (re-created) or keeps it. With
         ``brokerDeleteInactivePartitionedTopicMetadataEnabled``, the last partition of a
-        partitioned topic to go takes the partitioned metadata with it."""
+        partitioned topic to go takes the partitioned metadata with it. A topic whose
+        replicators still have a backlog is kept (Pulsar closes them first, once caught up).
+        """
         topic = self.topics.get(name)
         if topic is None or topic.closed or name in self._deleting or is_active(topic, mode):
+            return False
+        if self.replication.keeps(topic):  # not yet replicated everywhere: kept, as Pulsar
             return False
         tn = topic.name
         self.topics.pop(name)

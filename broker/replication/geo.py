@@ -300,6 +300,14 @@ class GeoReplication:
             return None
         return to_wire(schema_id(topic), found.schema)
 
+    def keeps(self, topic: Topic) -> bool:
+        """``topic`` still has something to replicate (a replicator with a backlog): it must
+        not be deleted as inactive."""
+        tr = self.topics.get(topic.full_name)
+        if tr is None or tr.topic is not topic:
+            return False
+        return any(s.replication_backlog > 0 for s in tr.statistics().values())
+
     # -- numbers -----------------------------------------------------------------------------
     def _inbound(self, topic: Topic) -> dict[str, InboundReplication]:
         """Other clusters' replicators producing on ``topic`` here, by their cluster."""

@@ -443,22 +443,11 @@ class PersistentTopic:
     def publish_marker(self, data: bytes) -> asyncio.Future[Position]:
         """Store a marker entry (``client.protocol.markers``) in publish order; the future
         gives its position. Markers are acknowledged on every subscription once stored."""
-        fut: asyncio.Future[Position] = asyncio.get_running_loop().create_future()
-
-        def done(pos: Position | None, exc: Exception | None) -> None:
-            if fut.done():
-                return
-            if exc is not None:
-                fut.set_exception(exc)
-            elif pos is not None:
-                fut.set_result(pos)
-            else:
-                fut.set_exception(ManagedLedgerClosed(f"marker not stored on {self.name}"))
-
         if self.closed:
             raise ManagedLedgerClosed(f"{self.name} is closing")
-        self.publish_message(CallbackSink(done), self._marker_producer, 0, 0, 1, data, False)
-        return fut
+        sink = _MarkerSink(asyncio.get_running_loop().create_future())
+        self.publish_message(sink, self._marker_producer, 0, 0, 1, data, False)
+        return sink.stored
 
     def _submit(self) -> None:
         """End of a loop iteration: append what arrived as one batch, without waiting for
@@ -1078,6 +1067,23 @@ class PersistentTopic:
             **({"compaction": self.compaction.stats_json()} if self.compaction else {}),
             "topicEpoch": self.producers.topic_epoch,
         }
+
+
+class _MarkerSink:
+    """The ``PublishSink`` of one marker the topic writes: its position, or the error."""
+
+    __slots__ = ("stored",)
+
+    def __init__(self, stored: asyncio.Future[Position]) -> None:
+        self.stored = stored
+
+    def on_published(self, items: list[PendingSend], positions: list[Position | None]) -> None:
+        if not self.stored.done() and positions and positions[0] is not None:
+            self.stored.set_result(positions[0])
+
+    def on_publish_failed(self, items: list[PendingSend], exc: Exception) -> None:
+        if not self.stored.done():
+            self.stored.set_exception(exc)
 
 
 def _retrieve(task: asyncio.Future[Any]) -> None:
