@@ -94,6 +94,11 @@ class SnapshotTaker:
     def pending(self) -> int:
         return len(self._pending)
 
+    def covers(self, last_message: Position | None) -> bool:
+        """A completed snapshot started after ``last_message`` was stored: nothing newer to
+        snapshot (an idle topic stays without new markers)."""
+        return last_message is None or (self._covered is not None and last_message <= self._covered)
+
     def start(
         self,
         now_ms: int,

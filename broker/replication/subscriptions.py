@@ -231,6 +231,7 @@ class ReplicatedSubscriptions:
             "snapshotsCompleted": self.taker.completed,
             "snapshotsTimedOut": self.taker.timed_out,
             "snapshotsPending": self.taker.pending,
+            "upToDate": int(self.taker.covers(self.topic.markers.last_data)),
             "ticks": self.ticks,
             "markersWritten": self.markers_written,
             "updatesSent": self.updates_sent,

@@ -13,9 +13,11 @@ import urllib.request
 import pulsar
 from support.geo import GeoStandalones
 from support.replication_fakes import batch_entry_bytes, entry_bytes
+from support.waiting import wait_for
 
 from magnetar.broker.ledger.position import Position
 from magnetar.broker.namespace.cluster_data import ClusterData
+from magnetar.broker.replication.contracts import ReplicationError
 from magnetar.broker.replication.remote import ClientRemoteCluster
 from magnetar.broker.replication.republish import Inspected, inspect, rewrite
 from magnetar.broker.topics.replication_names import ReplicationLink
@@ -33,10 +35,21 @@ def _republished(entries: list[tuple[Position, bytes]]) -> list[object]:
     return out
 
 
+async def _created(remote: ClientRemoteCluster, topic: str) -> object:
+    return await remote.create_producer(topic, LINK.producer_name)
+
+
 async def _send(data: ClusterData, topic: str, entries: list[tuple[Position, bytes]]) -> None:
     remote = ClientRemoteCluster(data)
     try:
-        producer = await remote.create_producer(topic, LINK.producer_name)
+        # the link's previous producer may still be leaving the broker (its connection just
+        # closed): a replicator retries too
+        producer = await wait_for(
+            lambda: _created(remote, topic),
+            30,
+            "the link's producer made",
+            ignore=(ReplicationError,),
+        )
         assert producer.connected and producer.address
         futures = [producer.send(e) for e in _republished(entries)]  # type: ignore[arg-type]
         await asyncio.wait_for(asyncio.gather(*futures), 60)

@@ -389,17 +389,23 @@ def test_markers_never_pile_up_nor_stall_readers(geo_pair: GeoStandalones) -> No
         pe = ce.create_producer(topic, batching_enabled=False)
         for i in range(30):
             pe.send(f"x{i}".encode())
-        snapshots = wait_until(
-            lambda: (
-                (s := _stats(east, topic)["replicatedSubscriptions"])["snapshotsCompleted"] >= 1
-                and s
-            ),
+        for cluster in (west, east):  # west snapshots too: east's messages are new there
+            snapshots = wait_until(
+                lambda c=cluster: (
+                    (s := _stats(c, topic)["replicatedSubscriptions"])["upToDate"]
+                    and not s["snapshotsPending"]
+                    and s
+                ),
+                30,
+                "a snapshot covering every message, none pending",
+            )
+        assert snapshots["snapshotsCompleted"] >= 1 and snapshots["markersWritten"] >= 1
+        wait_until(  # the markers' acknowledgements settle: only the messages are a backlog
+            lambda: _stats(east, topic)["subscriptions"]["idle"]["msgBacklog"] == 30,
             30,
-            "a snapshot taken while messages flowed",
+            "the subscription's backlog: the 30 messages",
         )
-        assert snapshots["markersWritten"] >= 1
         east_stats = _stats(east, topic)
-        assert east_stats["subscriptions"]["idle"]["msgBacklog"] == 30  # the messages only
         entries = east_stats["numberOfEntries"]
         # idle: several snapshot periods pass, and not one marker is written
         ticks = east_stats["replicatedSubscriptions"]["ticks"]
@@ -410,6 +416,7 @@ def test_markers_never_pile_up_nor_stall_readers(geo_pair: GeoStandalones) -> No
         )
         later = _stats(east, topic)
         assert later["numberOfEntries"] == entries
+        assert later["replicatedSubscriptions"]["markersWritten"] == snapshots["markersWritten"]
         assert later["subscriptions"]["idle"]["msgBacklog"] == 30
         # readers in both clusters read to the end and are told so (no marker to wait for)
         for client in (ce, cw):
