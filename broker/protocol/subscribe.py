@@ -29,9 +29,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-async def subscription_target(
-    cnx: ConnectionContext, req: pb.CommandSubscribe
-) -> Topic | None:
+async def subscription_target(cnx: ConnectionContext, req: pb.CommandSubscribe) -> Topic | None:
     """The topic a SUBSCRIBE may attach to, after the checks Pulsar makes; raises the
     refusal, or returns None when the connection closed meanwhile."""
     check_subscription_name(req.subscription)

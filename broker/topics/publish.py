@@ -19,6 +19,7 @@ from magnetar.broker.ledger.position import Position
 if TYPE_CHECKING:
     from magnetar.broker.topics.producer import Producer
 
+
 class PendingSend:
     """One SEND waiting for its outcome (positional init: one is made per SEND)."""
 
