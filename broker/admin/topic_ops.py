@@ -30,6 +30,7 @@ from magnetar.broker.namespace.resources import (
     ResourceNotFound,
 )
 from magnetar.broker.naming import InvalidTopicName, TopicName
+from magnetar.broker.replication.stats import merge_replication
 from magnetar.broker.storage.contract import Entry
 from magnetar.broker.topics.contract import Topic
 from magnetar.broker.topics.persistent import PersistentTopic
@@ -543,6 +544,7 @@ class TopicOperations:
             "metadata": {"partitions": n},
         }
         parts: dict[str, Any] = {}
+        replication: list[dict[str, Any]] = []
         for i in range(n):
             name = f"{base}-partition-{i}"
             try:
@@ -550,6 +552,7 @@ class TopicOperations:
             except ResourceNotFound:
                 continue  # a partition nobody has written to or subscribed yet
             parts[name] = stats
+            replication.append(stats.get("replication") or {})
             for key in ("msgInCounter", "bytesInCounter", "storageSize", "numberOfEntries"):
                 totals[key] += int(stats.get(key, 0))
             totals["publishers"] += stats.get("publishers") or []
@@ -567,6 +570,7 @@ class TopicOperations:
                 into["msgBacklog"] += int(s.get("msgBacklog", 0))
                 into["unackedMessages"] += int(s.get("unackedMessages", 0))
                 into["consumers"] += s.get("consumers") or []
+        totals["replication"] = merge_replication(replication)
         if per_partition:
             totals["partitions"] = parts
         return totals

@@ -129,9 +129,44 @@ class ReplicatorStatistics:
         }
 
 
+_SUMMED = (
+    "msgRateIn",
+    "msgThroughputIn",
+    "msgRateOut",
+    "msgThroughputOut",
+    "msgRateExpired",
+    "replicationBacklog",
+    "retries",
+)
+
+
+def merge_replication(maps: list[dict[str, Any]]) -> dict[str, Any]:
+    """The ``replication`` maps of a partitioned topic's partitions as one (Pulsar's
+    ``ReplicatorStatsImpl.add``): rates, throughputs, backlogs and retries summed, the delay
+    the largest, ``connected`` only when every partition's replicator is."""
+    out: dict[str, dict[str, Any]] = {}
+    for replication in maps:
+        for remote, stats in replication.items():
+            into = out.get(remote)
+            if into is None:
+                out[remote] = dict(stats)
+                continue
+            for key in _SUMMED:
+                if key in stats:
+                    into[key] = into.get(key, 0) + stats[key]
+            into["replicationDelayInSeconds"] = max(
+                into.get("replicationDelayInSeconds", 0), stats.get("replicationDelayInSeconds", 0)
+            )
+            into["connected"] = bool(into.get("connected")) and bool(stats.get("connected"))
+            if stats.get("lastError") and not into.get("lastError"):
+                into["lastError"] = stats["lastError"]
+    return out
+
+
 __all__ = [
     "InboundReplication",
     "RateMeter",
     "ReplicatorCounters",
     "ReplicatorStatistics",
+    "merge_replication",
 ]

@@ -243,7 +243,9 @@ def build() -> Parser:
     p.add_argument("--once", action="store_true", help="print once and exit (for scripts)")
     p.add_argument("--interval", type=float, default=2.0, help="seconds between refreshes")
     p.add_argument(
-        "--sort-by", default="rate-in", help="rate-in, rate-out, throughput-in or backlog"
+        "--sort-by",
+        default="rate-in",
+        help="rate-in, rate-out, throughput-in, backlog or replication-backlog",
     )
 
     p = _sub(subs, "seek", "Move a subscription's cursor")

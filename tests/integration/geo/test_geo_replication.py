@@ -16,6 +16,7 @@ from collections.abc import Iterable
 import pulsar
 import pytest
 from support.geo import GeoCluster, GeoStandalones
+from support.magctl import Magctl
 from support.waiting import wait_until
 
 BARRIER = b"--barrier--"
@@ -184,10 +185,11 @@ def test_per_message_disable_replication_and_replication_clusters(
         cw.close()
 
 
-def test_remote_killed_mid_stream_then_back(geo_pair: GeoStandalones) -> None:
+def test_remote_killed_mid_stream_then_back(geo_pair: GeoStandalones, magctl: Magctl) -> None:
     """West is SIGKILLed while east replicates to it: east keeps the backlog (visible in its
     stats, the reason too), and once west is back everything arrives exactly once (west
-    recovers what its links stored from its snapshot and the entries after it)."""
+    recovers what its links stored from its snapshot and the entries after it); ``magctl
+    describe topic`` and ``magctl top topics`` show the replication and its backlog."""
     east, west = geo_pair["east"], geo_pair["west"]
     ns = _ns(geo_pair)
     topic = f"persistent://{ns}/remote-down"
@@ -225,6 +227,27 @@ def test_remote_killed_mid_stream_then_back(geo_pair: GeoStandalones) -> None:
             "east's stats showing west down with a backlog",
         )
         assert down["lastError"]
+        # magctl shows it too: the replication of the topic, and its backlog in top
+        described = magctl("describe", "topic", topic, admin_url=east.web_url)
+        assert described.code == 0, described.err
+        assert "Replication:" in described.out and "west:" in described.out
+        assert "connected:" in described.out and "lastError:" in described.out
+        top = magctl(
+            "top",
+            "topics",
+            "-n",
+            ns,
+            "--once",
+            "--interval",
+            "0.1",
+            "--sort-by",
+            "replication-backlog",
+            admin_url=east.web_url,
+        )
+        assert top.code == 0, top.err
+        header, row = top.out.splitlines()[:2]
+        column = header.split().index("REPL-BACKLOG")
+        assert int(row.split()[column]) > 0
         geo_pair.restart("west", kill=False)
         pe.send(BARRIER)
         cw = _client(west)
