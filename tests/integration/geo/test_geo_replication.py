@@ -9,6 +9,9 @@ published, and everything received before it is compared with what was sent.
 from __future__ import annotations
 
 import collections
+import json
+import pathlib
+import re
 import urllib.request
 import uuid
 from collections.abc import Iterable
@@ -20,6 +23,7 @@ from support.magctl import Magctl
 from support.waiting import wait_until
 
 BARRIER = b"--barrier--"
+DASHBOARD = pathlib.Path(__file__).parents[3] / "deploy" / "grafana" / "magnetar.json"
 
 
 def _ns(geo: GeoStandalones) -> str:
@@ -128,6 +132,14 @@ def test_one_way_as_stored_with_stats(geo_pair: GeoStandalones) -> None:
         with urllib.request.urlopen(f"{east.web_url}/metrics", timeout=10) as resp:
             metrics = resp.read().decode()
         assert "pulsar_replication_backlog{" in metrics and 'remote_cluster="west"' in metrics
+        dashboard = json.loads(DASHBOARD.read_text())
+        used = {
+            name
+            for panel in dashboard["panels"]
+            for target in panel.get("targets", [])
+            for name in re.findall(r"pulsar_replication_\w+", target["expr"])
+        }
+        assert len(used) >= 6 and all(f"{name}{{" in metrics for name in used)  # the row
     finally:
         ce.close()
         cw.close()
