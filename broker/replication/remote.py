@@ -56,6 +56,10 @@ CLOSE_TIMEOUT_S = 2.0
 sent again by the next replicator, and recognised: a close never waits for a remote that
 stopped answering)."""
 ADMIN_TIMEOUT_S = 10.0
+OPERATION_TIMEOUT_S = 5.0
+"""How long making the producer on the remote may take (lookups and connections retried
+meanwhile) before the replicator shows why and backs off: a remote down is visible in its
+stats within seconds."""
 
 PartitionCount = Callable[[str], Awaitable[int]]
 """This cluster's partition count of a partitioned topic (its full name)."""
@@ -182,8 +186,8 @@ class ClientRemoteCluster:
         *,
         producer_queue_size: int = 1000,
         send_timeout_ms: int = 0,
-        connection_timeout_ms: int = 10_000,
-        operation_timeout_s: float = 30.0,
+        connection_timeout_ms: int = 5_000,
+        operation_timeout_s: float = OPERATION_TIMEOUT_S,
         partitions_of: PartitionCount | None = None,
     ) -> None:
         self.data = data

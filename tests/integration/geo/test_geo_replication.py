@@ -521,3 +521,41 @@ def test_schema_registered_on_the_remote(geo_pair: GeoStandalones, schema_kind: 
     finally:
         ce.close()
         cw.close()
+
+
+def test_a_changed_cluster_registration_is_used(geo_pair: GeoStandalones) -> None:
+    """East's registration of west changes (a wrong URL, then the right one again): the
+    replicators towards west reconnect with each, the reason shown meanwhile, and what was
+    published in between arrives once."""
+    east, west = geo_pair["east"], geo_pair["west"]
+    ns = _ns(geo_pair)
+    topic = f"persistent://{ns}/registration"
+    ce, cw = _client(east), _client(west)
+    try:
+        sub = cw.subscribe(topic, "s", initial_position=pulsar.InitialPosition.Earliest)
+        pe = ce.create_producer(topic)
+        pe.send(b"a")
+        sub.acknowledge(msg := sub.receive(30_000))
+        assert msg.data() == b"a"
+        wrong = {**west.cluster_data(), "brokerServiceUrl": "pulsar://127.0.0.1:1"}
+        east.ok("POST", "/admin/v2/clusters/west", wrong)
+        pe.send(b"b")
+        failing = wait_until(
+            lambda: (
+                (r := _replication(east, topic, "west"))
+                and not r["connected"]
+                and "127.0.0.1:1" in r["lastError"]
+                and r
+            ),
+            30,
+            "the replicator failing on the new registration",
+        )
+        assert failing["replicationBacklog"] >= 1
+        east.ok("POST", "/admin/v2/clusters/west", west.cluster_data())
+        pe.send(BARRIER)
+        assert _until_barrier(sub) == [b"b"]
+
+    finally:
+        east.ok("POST", "/admin/v2/clusters/west", west.cluster_data())
+        ce.close()
+        cw.close()

@@ -4,7 +4,8 @@ initialised with ``magnetar zookeeper-init --configuration-metadata-store``. Clu
 tenants, namespace policies and partitioned-topic metadata exist once for both; bundle
 ownership, bookies and managed ledgers stay in each cluster's local store; the namespace,
 replicated to both, is replicated between them (each cluster's owner broker runs the
-replicator, reaching the other cluster through its list of brokers)."""
+replicator, reaching the other cluster through its list of brokers), and its replicator
+follows the topic when its bundle is unloaded."""
 
 from __future__ import annotations
 
@@ -82,8 +83,29 @@ def test_one_configuration_two_local_stores(geo_shared_configuration: SharedConf
                 else:
                     got.append(m.data())
             assert sorted(got) == sorted(sent), (name, got)
-        stats = east.ok("GET", f"/admin/v2/persistent/{tenant}/ns/orders/stats")
-        assert stats["replication"]["west"]["connected"] is True
+        looked = east.ok("GET", f"/lookup/v2/topic/persistent/{tenant}/ns/orders")
+        status, stats = http(
+            looked["httpUrl"], "GET", f"/admin/v2/persistent/{tenant}/ns/orders/stats"
+        )
+        assert status == 200 and stats["replication"]["west"]["connected"] is True
+        # the topic moves in east (its bundles unloaded mid-stream): its replicator follows
+        # it to the next owner, which sends again from the cursor; west stores nothing twice
+        more = [f"moved-{i}".encode() for i in range(300)]
+        for i, body in enumerate(more):
+            producers["east"].send_async(body, None)
+            if i == 100:
+                east.ok("PUT", f"/admin/v2/namespaces/{tenant}/ns/unload")
+        producers["east"].flush()
+        producers["east"].send(b"barrier")
+        got, barriers = [], 0
+        while barriers < 1:
+            m = consumers["west"].receive(30_000)
+            consumers["west"].acknowledge(m)
+            if m.data() == b"barrier":
+                barriers += 1
+            else:
+                got.append(m.data())
+        assert got == more
     finally:
         for c in clients.values():
             c.close()
