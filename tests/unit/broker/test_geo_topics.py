@@ -296,3 +296,50 @@ async def test_replicated_subscriptions_between_two_linked_topics(acked: int) ->
         )
         await east_rep.detach()
         await west_rep.detach()
+
+
+async def test_a_topic_with_a_replication_backlog_is_kept() -> None:
+    """The broker's geo-replication says a topic must not be deleted as inactive while one
+    of its replicators has a backlog (here: the remote is not registered, so nothing can go
+    there; the reason is shown)."""
+    from magnetar.broker.config import BrokerConfig
+    from magnetar.broker.errors import ResourceNotFound
+    from magnetar.broker.namespace.cluster_data import ClusterData
+    from magnetar.broker.replication.geo import GeoReplication
+    from magnetar.zk.embedded import MemoryMetadataServer
+
+    class NoClusters:
+        async def cluster_data(self, cluster: str) -> ClusterData:
+            raise ResourceNotFound("Cluster does not exist")
+
+        async def get_partitions(self, tenant: str, namespace: str, domain: str, local: str) -> int:
+            return 0
+
+    async with AutojumpClock() as clock:
+        store = MemoryMetadataServer().connect()
+        geo = GeoReplication(
+            BrokerConfig(cluster_name="east"),
+            NoClusters(),
+            None,
+            store,
+            clock,  # type: ignore[arg-type]
+        )
+        geo.start()
+        topic = await local_topic(MemoryStorageFactory(), TOPIC, "east")
+        await geo.attach(topic, _policies("east", "west"))
+        assert not geo.keeps(topic)
+        producer = Producer(7, "app", AccessMode.SHARED)
+        topic.add_producer(producer)
+        sink = _Outcomes()
+        topic.publish_message(sink, producer, 0, 0, 1, entry_bytes(b"for west"))
+        await _settled(topic, sink, 1)
+        shown = await wait_for(
+            lambda: (s := geo.topic_stats(topic)["replication"]["west"])["lastError"] and s,
+            30,
+            "the reason shown",
+        )
+        assert "not registered" in shown["lastError"] and shown["replicationBacklog"] == 1
+        assert geo.keeps(topic)
+        await topic.close()  # detaches its replication
+        assert TOPIC not in geo.topics
+        await geo.close()
