@@ -1019,16 +1019,11 @@ ACCEPTED_BOOKIE: tuple[Accepted, ...] = (
 """The bookie's accepted keys (``magnetar bookie --config bk_server.conf``)."""
 
 
-def by_key(rows: tuple[Accepted, ...]) -> dict[str, Accepted]:
-    return {row.key: row for row in rows}
-
-
 __all__ = [
     "ACCEPTED_BOOKIE",
     "ACCEPTED_BROKER",
     "Accepted",
     "any_value",
-    "by_key",
     "no_limit",
     "only",
     "same_set",
