@@ -10,12 +10,23 @@ offloader (no cache) sequentially, ``--batch`` entries per read, and finally
 a ``--compare-mb`` multipart upload and 1 MiB ranged GETs against the same moto server through
 obstore, boto3 and (if installed) aiobotocore, with the client process's CPU seconds.
 
-The first line printed is the command; the last is one JSON object. Phase 2 adds the same
-backlog read from bookies in the same run. Against moto (a Python server) the figures measure
-moto more than the client: compare drivers and libraries with each other, not with S3.
+``--broker`` measures the whole path instead, on a real ``magnetar standalone`` with the
+official client: a ``--backlog-mb`` backlog published (batched) into ledgers of
+``--ledger-entries`` entries; the standalone restarted (no cache) and the backlog read by a
+sequential consumer from the bookies (msg/s); publish latency (one message at a time, p99)
+with nothing else going on, then while the whole backlog is offloaded (``PUT .../offload``;
+offload MB/s); the bookie copies deleted (deletion lag 0) and the bookie's disk bytes before
+and after (its GC every second); the standalone restarted again and the same backlog read
+by a new consumer from the object store (msg/s, and its ratio to the bookie read: the
+targets are >= 0.5 with the filesystem driver, >= 0.25 through S3).
+
+The first line printed is the command; the last is one JSON object. Against moto (a Python
+server) the figures measure moto more than the client: compare drivers and libraries with
+each other, not with S3.
 
     .venv/bin/python bench/offload_perf.py --driver both --ledger-mb 64 --entry-bytes 1024
     .venv/bin/python bench/offload_perf.py --driver s3 --ledger-mb 4 --compare-libraries
+    .venv/bin/python bench/offload_perf.py --broker --driver both --backlog-mb 256
 """
 
 from __future__ import annotations
@@ -38,7 +49,10 @@ from typing import Any
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
+from support.offload import OffloadAdmin, broker_settings  # noqa: E402
 from support.s3 import ACCESS_KEY, REGION, SECRET_KEY, S3Bucket, S3Server  # noqa: E402
+from support.standalone import StandaloneProcess  # noqa: E402
+from support.waiting import wait_until  # noqa: E402
 
 from magnetar.broker.offload import (  # noqa: E402
     OffloaderTuning,
@@ -272,6 +286,119 @@ def _compare_libraries(server: S3Server, args: argparse.Namespace) -> list[dict[
     return out
 
 
+# -- the whole path: a standalone, the official client ----------------------------------------
+
+TOPIC = "persistent://public/default/offload-perf"
+
+
+def _disk_bytes(path: pathlib.Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def _consume_rate(sa: StandaloneProcess, sub: str, expected: int) -> float:
+    """Messages per second of one consumer reading the topic from its start."""
+    import pulsar
+
+    client = pulsar.Client(sa.service_url, operation_timeout_seconds=60, log_conf_file_path=None)
+    consumer = client.subscribe(
+        TOPIC,
+        sub,
+        initial_position=pulsar.InitialPosition.Earliest,
+        receiver_queue_size=1000,
+    )
+    t0 = time.perf_counter()
+    for _ in range(expected):
+        consumer.acknowledge(consumer.receive(60_000))
+    elapsed = time.perf_counter() - t0
+    client.close()
+    return expected / elapsed
+
+
+def _publish_latencies(producer: Any, count: int, stop: Any = None) -> list[float]:
+    """Milliseconds of ``count`` sends one at a time (more while ``stop()`` says go on)."""
+    out: list[float] = []
+    body = b"p" * 256
+    while len(out) < count or (stop is not None and not stop()):
+        t0 = time.perf_counter()
+        producer.send(body)
+        out.append((time.perf_counter() - t0) * 1000)
+    return sorted(out)
+
+
+def _broker_run(name: str, extra: dict[str, object], args: argparse.Namespace) -> dict[str, Any]:
+    import pulsar
+
+    data_dir = pathlib.Path(tempfile.mkdtemp(prefix="offload-perf-broker-"))
+    conf = broker_settings(entries_per_ledger=args.ledger_entries, **extra)
+    conf["managedLedgerOffloadReadBufferSizeInBytes"] = args.block_bytes
+    os.environ["MAGNETAR_BOOKIE_GC_INTERVAL_S"] = "1"
+    sa = StandaloneProcess(data_dir / "sa", data_dir / "sa.log", config=conf)
+    try:
+        sa.start()
+        count = max(1, args.backlog_mb * MIB // args.message_bytes)
+        client = pulsar.Client(sa.service_url, log_conf_file_path=None)
+        producer = client.create_producer(TOPIC, block_if_queue_full=True)
+        body = random.Random(args.seed).randbytes(args.message_bytes)
+        for _ in range(count):
+            producer.send_async(body, None)
+        producer.flush()
+        client.close()
+        bookie_dir = data_dir / "sa" / "bookie-0"
+        disk_before = _disk_bytes(bookie_dir)
+        sa.stop()
+        sa.start()  # cold: what is read comes from the bookies
+        bookie_rate = _consume_rate(sa, "from-bookies", count)
+
+        client = pulsar.Client(sa.service_url, log_conf_file_path=None)
+        probe = client.create_producer(TOPIC + "-probe", batching_enabled=False)
+        idle = _publish_latencies(probe, args.probe_messages)
+        admin = OffloadAdmin(sa.web_url, TOPIC)
+        t0 = time.perf_counter()
+        admin.trigger()
+        busy = _publish_latencies(
+            probe, args.probe_messages, stop=lambda: admin.status()["status"] != "RUNNING"
+        )
+        admin.wait_status("SUCCESS", timeout_s=3600)
+        offload_s = time.perf_counter() - t0
+        admin.wait_offloaded(bookie_deleted=True, timeout_s=600)
+        offloaded = admin.stats()["offloadedStorageSize"]
+        client.close()
+        try:  # bookie GC reclaims dead entry logs in its own time
+            wait_until(lambda: _disk_bytes(bookie_dir) < disk_before // 2, 30, "bookie GC")
+        except AssertionError:
+            pass
+        disk_after = _disk_bytes(bookie_dir)
+        sa.stop()
+        sa.start()  # cold again: what is read comes from the object store
+        store_rate = _consume_rate(sa, "from-store", count)
+    finally:
+        sa.stop()
+        os.environ.pop("MAGNETAR_BOOKIE_GC_INTERVAL_S", None)
+    target = 0.5 if name == "filesystem" else 0.25
+    p99_idle = _percentile(idle, 0.99)
+    p99_busy = _percentile(busy, 0.99)
+    return {
+        "mode": "broker",
+        "driver": name,
+        "backlog_mb": args.backlog_mb,
+        "messages": count,
+        "message_bytes": args.message_bytes,
+        "ledger_entries": args.ledger_entries,
+        "offloaded_bytes": offloaded,
+        "offload_mb_s": round(offloaded / MIB / offload_s, 1),
+        "bookie_read_msgs_s": round(bookie_rate),
+        "offloaded_read_msgs_s": round(store_rate),
+        "offloaded_to_bookie_read_ratio": round(store_rate / bookie_rate, 2),
+        "ratio_target": target,
+        "publish_p99_ms_idle": round(p99_idle, 2),
+        "publish_p99_ms_offloading": round(p99_busy, 2),
+        "publish_p99_increase_pct": round((p99_busy / max(p99_idle, 1e-9) - 1) * 100, 1),
+        "publish_p99_increase_target_pct": 20,
+        "bookie_disk_bytes_before": disk_before,
+        "bookie_disk_bytes_after": disk_after,
+    }
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--driver", choices=["s3", "filesystem", "both"], default="both")
@@ -286,8 +413,16 @@ def main() -> None:
     p.add_argument("--compare-libraries", action="store_true")
     p.add_argument("--compare-mb", type=int, default=64)
     p.add_argument("--compare-gets", type=int, default=40)
+    p.add_argument("--broker", action="store_true", help="the whole path (see above)")
+    p.add_argument("--backlog-mb", type=int, default=256)
+    p.add_argument("--message-bytes", type=int, default=1024)
+    p.add_argument("--ledger-entries", type=int, default=500, help="entries (batches) a ledger")
+    p.add_argument("--probe-messages", type=int, default=2000, help="publishes timed per phase")
     args = p.parse_args()
     print("command:", shlex.join([sys.executable, *sys.argv]), flush=True)
+    if args.broker:
+        _main_broker(args)
+        return
 
     results: list[dict[str, Any]] = []
     libraries: list[dict[str, Any]] = []
@@ -318,6 +453,35 @@ def main() -> None:
                 "bench": "offload_perf",
                 "drivers": results,
                 "libraries": libraries,
+                "loadavg": [round(x, 2) for x in os.getloadavg()],
+            }
+        )
+    )
+
+
+def _main_broker(args: argparse.Namespace) -> None:
+    results: list[dict[str, Any]] = []
+    server: S3Server | None = None
+    try:
+        if args.driver in ("s3", "both"):
+            server = S3Server()
+            server.start()
+            bucket = S3Bucket(server, server.create_bucket())
+            results.append(_broker_run("s3 (moto)", {"bucket": bucket}, args))
+        if args.driver in ("filesystem", "both"):
+            root = pathlib.Path(tempfile.mkdtemp(prefix="offload-perf-fs-"))
+            results.append(_broker_run("filesystem", {"directory": root}, args))
+    finally:
+        if server is not None:
+            server.close()
+    for row in results:
+        print(json.dumps(row), file=sys.stderr)
+    print(
+        json.dumps(
+            {
+                "bench": "offload_perf",
+                "mode": "broker",
+                "drivers": results,
                 "loadavg": [round(x, 2) for x in os.getloadavg()],
             }
         )

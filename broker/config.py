@@ -217,6 +217,45 @@ class BrokerConfig:
     broker_client_trust_certs_file_path: str = ""
     broker_client_certificate_file_path: str = ""
     broker_client_key_file_path: str = ""
+    # -- tiered storage (broker/offload/, docs/tiered-storage.md) -------------------------
+    # the broker's offloadPolicies: namespace and topic offloadPolicies override them field
+    # by field. No driver: nothing is offloaded (offloaded ledgers are still read). A size
+    # left unset (None) is the driver-specific one, else the universal one, else Pulsar's
+    # default (64 MiB blocks written, 1 MiB blocks read); a threshold < 0 is off
+    managed_ledger_offload_driver: str = ""
+    managed_ledger_offload_max_threads: int = 2
+    managed_ledger_offload_prefetch_rounds: int = 1
+    managed_ledger_offload_auto_trigger_size_threshold_bytes: int = -1
+    managed_ledger_offload_threshold_in_seconds: int = -1
+    managed_ledger_offload_deletion_lag_ms: int = 14_400_000
+    managed_ledger_data_read_priority: str = "tiered-storage-first"
+    managed_ledger_offload_bucket: str = ""
+    managed_ledger_offload_region: str = ""
+    managed_ledger_offload_service_endpoint: str = ""
+    managed_ledger_offload_max_block_size_in_bytes: int | None = None
+    managed_ledger_offload_read_buffer_size_in_bytes: int | None = None
+    s3_managed_ledger_offload_region: str = ""
+    s3_managed_ledger_offload_bucket: str = ""
+    s3_managed_ledger_offload_service_endpoint: str = ""
+    s3_managed_ledger_offload_max_block_size_in_bytes: int | None = None
+    s3_managed_ledger_offload_read_buffer_size_in_bytes: int | None = None
+    s3_managed_ledger_offload_credential_id: str = ""
+    s3_managed_ledger_offload_credential_secret: str = ""
+    s3_managed_ledger_offload_role: str = ""
+    s3_managed_ledger_offload_role_session_name: str = "pulsar-s3-offload"
+    gcs_managed_ledger_offload_region: str = ""
+    gcs_managed_ledger_offload_bucket: str = ""
+    gcs_managed_ledger_offload_max_block_size_in_bytes: int | None = None
+    gcs_managed_ledger_offload_read_buffer_size_in_bytes: int | None = None
+    gcs_managed_ledger_offload_service_account_key_file: str = ""
+    file_system_uri: str = ""
+    file_system_profile_path: str = ""
+    # Magnetar only: how long one object-store request may take, how often the library
+    # retries it, and how long a read of an offloaded ledger waits for an unavailable store
+    # before it fails (retriably: the dispatcher reads again, nothing is skipped)
+    managed_ledger_offload_store_timeout_ms: int = 30_000
+    managed_ledger_offload_store_retries: int = 10
+    managed_ledger_offload_read_deadline_ms: int = 120_000
     # bounds against hostile input (docs/operations.md "Hostile input")
     max_num_partitions_per_partitioned_topic: int = 0  # 0: Magnetar's ceiling, 65,536
     max_buffered_partial_frames_size_in_mb: int = 128

@@ -32,6 +32,10 @@ from magnetar.broker.compaction import CompactionMonitor
 from magnetar.broker.config import BrokerConfig
 from magnetar.broker.ledger import ManagedLedgerConfig, ManagedLedgerFactory
 from magnetar.broker.loadbalance.cluster import BrokerCluster
+from magnetar.broker.offload.offloader import OffloaderTuning
+from magnetar.broker.offload.registry import OffloaderRegistry
+from magnetar.broker.offload.retry import RetryPolicy
+from magnetar.broker.policies.offload import broker_level
 from magnetar.broker.protocol.listener import BinaryListener
 from magnetar.broker.security.broker_client import BrokerClientAuth
 from magnetar.broker.service import BrokerService
@@ -67,6 +71,16 @@ def managed_ledger_config(config: BrokerConfig) -> ManagedLedgerConfig:
         read_ahead_entries=config.managed_ledger_read_ahead_entries,
         read_ahead_bytes=config.managed_ledger_read_ahead_max_size_bytes,
         read_ahead_total_bytes=config.managed_ledger_read_ahead_total_max_size_bytes,
+        offload=broker_level(config),
+    )
+
+
+def offloader_tuning(config: BrokerConfig) -> OffloaderTuning:
+    """The object-store request bounds and the read deadline of tiered storage."""
+    return OffloaderTuning(
+        read_retry=RetryPolicy(deadline_ms=config.managed_ledger_offload_read_deadline_ms),
+        store_request_timeout_ms=config.managed_ledger_offload_store_timeout_ms,
+        store_retries=config.managed_ledger_offload_store_retries,
     )
 
 
@@ -201,8 +215,16 @@ class BrokerRuntime:
         registered bookies (tests serving topics from memory)."""
         self.config = config
         self.store = store
+        ml_config = managed_ledger_config(config)
+        # offload settings that cannot work (a driver without its bucket, ...) stop the
+        # broker here with the setting's name (InvalidOffloadPolicies is a ValueError)
         self.factory = ManagedLedgerFactory(
-            store, self._bookie_client, managed_ledger_config(config)
+            store,
+            self._bookie_client,
+            ml_config,
+            offloaders=OffloaderRegistry(
+                defaults=ml_config.offload.resolve(), tuning=offloader_tuning(config)
+            ),
         )
         self.factory.ledger_client.registry.rack_policy = rack_policy(config)
         self.storage = storage if storage is not None else ManagedLedgerStorage(self.factory)

@@ -109,6 +109,7 @@ def _gigabytes_to_bytes(value: Any) -> Any:
 # -- the table ------------------------------------------------------------------------------
 
 SWEEPER = "inactive-topic deletion: see docs/policies.md"
+OFFLOAD = "tiered storage: the broker's offloadPolicies (docs/tiered-storage.md)"
 
 BROKER_ALIASES: tuple[Alias, ...] = (
     Alias("clusterName", "cluster_name"),
@@ -376,6 +377,129 @@ BROKER_ALIASES: tuple[Alias, ...] = (
     Alias("maxNumPartitionsPerPartitionedTopic", "max_num_partitions_per_partitioned_topic"),
     Alias("maxBufferedPartialFramesSizeInMb", "max_buffered_partial_frames_size_in_mb"),
     Alias("topicLevelPoliciesEnabled", "topic_level_policies_enabled"),
+    # -- tiered storage: the broker's offloadPolicies (broker/offload/) -------------------
+    Alias("managedLedgerOffloadDriver", "managed_ledger_offload_driver", note=OFFLOAD),
+    Alias("managedLedgerOffloadMaxThreads", "managed_ledger_offload_max_threads", note=OFFLOAD),
+    Alias(
+        "managedLedgerOffloadPrefetchRounds",
+        "managed_ledger_offload_prefetch_rounds",
+        note=OFFLOAD,
+    ),
+    Alias(
+        "managedLedgerOffloadAutoTriggerSizeThresholdBytes",
+        "managed_ledger_offload_auto_trigger_size_threshold_bytes",
+        note=OFFLOAD,
+    ),
+    Alias(
+        "managedLedgerOffloadThresholdInBytes",
+        "managed_ledger_offload_auto_trigger_size_threshold_bytes",
+        note="the offloadPolicies JSON name",
+    ),
+    Alias(
+        "managedLedgerOffloadThresholdInSeconds",
+        "managed_ledger_offload_threshold_in_seconds",
+        note=OFFLOAD,
+    ),
+    Alias(
+        "managedLedgerOffloadDeletionLagMs",
+        "managed_ledger_offload_deletion_lag_ms",
+        note=OFFLOAD,
+    ),
+    Alias(
+        "managedLedgerOffloadDeletionLagInMillis",
+        "managed_ledger_offload_deletion_lag_ms",
+        note="the offloadPolicies JSON name",
+    ),
+    Alias("managedLedgerDataReadPriority", "managed_ledger_data_read_priority", note=OFFLOAD),
+    Alias(
+        "managedLedgerOffloadedReadPriority",
+        "managed_ledger_data_read_priority",
+        note="the offloadPolicies JSON name",
+    ),
+    Alias("managedLedgerOffloadBucket", "managed_ledger_offload_bucket", note=OFFLOAD),
+    Alias("managedLedgerOffloadRegion", "managed_ledger_offload_region", note=OFFLOAD),
+    Alias(
+        "managedLedgerOffloadServiceEndpoint",
+        "managed_ledger_offload_service_endpoint",
+        note=OFFLOAD,
+    ),
+    Alias(
+        "managedLedgerOffloadMaxBlockSizeInBytes",
+        "managed_ledger_offload_max_block_size_in_bytes",
+        note=OFFLOAD,
+    ),
+    Alias(
+        "managedLedgerOffloadReadBufferSizeInBytes",
+        "managed_ledger_offload_read_buffer_size_in_bytes",
+        note=OFFLOAD,
+    ),
+    Alias("s3ManagedLedgerOffloadRegion", "s3_managed_ledger_offload_region", note=OFFLOAD),
+    Alias("s3ManagedLedgerOffloadBucket", "s3_managed_ledger_offload_bucket", note=OFFLOAD),
+    Alias(
+        "s3ManagedLedgerOffloadServiceEndpoint",
+        "s3_managed_ledger_offload_service_endpoint",
+        note=OFFLOAD,
+    ),
+    Alias(
+        "s3ManagedLedgerOffloadMaxBlockSizeInBytes",
+        "s3_managed_ledger_offload_max_block_size_in_bytes",
+        note=OFFLOAD,
+    ),
+    Alias(
+        "s3ManagedLedgerOffloadReadBufferSizeInBytes",
+        "s3_managed_ledger_offload_read_buffer_size_in_bytes",
+        note=OFFLOAD,
+    ),
+    Alias(
+        "s3ManagedLedgerOffloadCredentialId",
+        "s3_managed_ledger_offload_credential_id",
+        note=OFFLOAD,
+    ),
+    Alias(
+        "s3ManagedLedgerOffloadCredentialSecret",
+        "s3_managed_ledger_offload_credential_secret",
+        note=OFFLOAD,
+    ),
+    Alias("s3ManagedLedgerOffloadRole", "s3_managed_ledger_offload_role", note=OFFLOAD),
+    Alias(
+        "s3ManagedLedgerOffloadRoleSessionName",
+        "s3_managed_ledger_offload_role_session_name",
+        note=OFFLOAD,
+    ),
+    Alias("gcsManagedLedgerOffloadRegion", "gcs_managed_ledger_offload_region", note=OFFLOAD),
+    Alias("gcsManagedLedgerOffloadBucket", "gcs_managed_ledger_offload_bucket", note=OFFLOAD),
+    Alias(
+        "gcsManagedLedgerOffloadMaxBlockSizeInBytes",
+        "gcs_managed_ledger_offload_max_block_size_in_bytes",
+        note=OFFLOAD,
+    ),
+    Alias(
+        "gcsManagedLedgerOffloadReadBufferSizeInBytes",
+        "gcs_managed_ledger_offload_read_buffer_size_in_bytes",
+        note=OFFLOAD,
+    ),
+    Alias(
+        "gcsManagedLedgerOffloadServiceAccountKeyFile",
+        "gcs_managed_ledger_offload_service_account_key_file",
+        note=OFFLOAD,
+    ),
+    Alias("fileSystemURI", "file_system_uri", note=OFFLOAD),
+    Alias("fileSystemProfilePath", "file_system_profile_path", note=OFFLOAD),
+    Alias(
+        "managedLedgerOffloadStoreTimeoutMs",
+        "managed_ledger_offload_store_timeout_ms",
+        note="Magnetar only: one object-store request's timeout",
+    ),
+    Alias(
+        "managedLedgerOffloadStoreRetries",
+        "managed_ledger_offload_store_retries",
+        note="Magnetar only: the object-store library's retries of one request",
+    ),
+    Alias(
+        "managedLedgerOffloadReadDeadlineMs",
+        "managed_ledger_offload_read_deadline_ms",
+        note="Magnetar only: how long an offloaded read waits for an unavailable store",
+    ),
     # -- inactive-topic deletion (policies/inactive.py; the namespace and topic policy
     # inactiveTopicPolicies overrides them) ----------------------------------------------
     Alias(

@@ -106,10 +106,9 @@ JAVA_TLS = (
 )
 NO_TXN = "Magnetar has no transactions (transactionCoordinatorEnabled=false asks for none)"
 NO_FUNCTIONS = "Magnetar has no Pulsar Functions, packages or connectors"
-NO_OFFLOAD = (
-    "tiered storage is not wired into the broker yet (docs/tiered-storage.md): nothing is "
-    "offloaded, so the offload keys have nothing to configure; left empty, a driver asks for "
-    "none"
+BUILT_IN_OFFLOADERS = (
+    "Magnetar's offload drivers are built in (docs/tiered-storage.md): there is no directory "
+    "of offloader packages to load"
 )
 NO_WEBSOCKET = "Magnetar serves no WebSocket API"
 MODULAR_LB = (
@@ -661,10 +660,6 @@ ACCEPTED_BROKER: tuple[Accepted, ...] = (
         "2048",
         reason="a ledger rolls over at 2 GiB",
     ),
-    any_value("managedLedgerOffloadDeletionLagMs", NO_OFFLOAD),
-    no_limit("managedLedgerOffloadAutoTriggerSizeThresholdBytes", NO_OFFLOAD),
-    any_value("managedLedgerDataReadPriority", NO_OFFLOAD),
-    no_limit("managedLedgerOffloadThresholdInSeconds", NO_OFFLOAD),
     any_value(
         "managedLedgerMaxUnackedRangesToPersist",
         "deliberately better: the whole acknowledgement state is durable, with no cap on ranges",
@@ -882,24 +877,8 @@ ACCEPTED_BROKER: tuple[Accepted, ...] = (
         "org.apache.pulsar.broker.service.schema.BookkeeperSchemaStorageFactory",
         reason="schemas are stored in ledgers on the bookies, as this factory does",
     ),
-    any_value("offloadersDirectory", NO_OFFLOAD),
-    unset("managedLedgerOffloadDriver", NO_OFFLOAD),
-    any_value("managedLedgerOffloadMaxThreads", THREADS),
+    any_value("offloadersDirectory", BUILT_IN_OFFLOADERS),
     any_value("narExtractionDirectory", "no NAR plugins are loaded"),
-    any_value("managedLedgerOffloadPrefetchRounds", NO_OFFLOAD),
-    unset("s3ManagedLedgerOffloadRegion", NO_OFFLOAD),
-    unset("s3ManagedLedgerOffloadBucket", NO_OFFLOAD),
-    unset("s3ManagedLedgerOffloadServiceEndpoint", NO_OFFLOAD),
-    any_value("s3ManagedLedgerOffloadMaxBlockSizeInBytes", NO_OFFLOAD),
-    any_value("s3ManagedLedgerOffloadReadBufferSizeInBytes", NO_OFFLOAD),
-    unset("gcsManagedLedgerOffloadRegion", NO_OFFLOAD),
-    unset("gcsManagedLedgerOffloadBucket", NO_OFFLOAD),
-    any_value("gcsManagedLedgerOffloadMaxBlockSizeInBytes", NO_OFFLOAD),
-    any_value("gcsManagedLedgerOffloadReadBufferSizeInBytes", NO_OFFLOAD),
-    unset("gcsManagedLedgerOffloadServiceAccountKeyFile", NO_OFFLOAD),
-    unset("managedLedgerOffloadBucket", NO_OFFLOAD),
-    any_value("fileSystemProfilePath", NO_OFFLOAD),
-    unset("fileSystemURI", NO_OFFLOAD),
     only("transactionCoordinatorEnabled", "false", reason=NO_TXN),
     any_value("transactionMetadataStoreProviderClassName", NO_TXN),
     any_value("transactionBufferSnapshotMaxTransactionCount", NO_TXN),
@@ -1033,16 +1012,11 @@ ACCEPTED_BOOKIE: tuple[Accepted, ...] = (
 """The bookie's accepted keys (``magnetar bookie --config bk_server.conf``)."""
 
 
-def by_key(rows: tuple[Accepted, ...]) -> dict[str, Accepted]:
-    return {row.key: row for row in rows}
-
-
 __all__ = [
     "ACCEPTED_BOOKIE",
     "ACCEPTED_BROKER",
     "Accepted",
     "any_value",
-    "by_key",
     "no_limit",
     "only",
     "same_set",

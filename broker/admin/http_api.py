@@ -23,6 +23,7 @@ from aiohttp import web
 from magnetar.broker.admin.http_guard import BadRequest, guard, quiet_bad_requests, read_json
 from magnetar.broker.admin.ledgers_api import LedgerLayoutRoutes
 from magnetar.broker.admin.metrics import BrokerMetrics
+from magnetar.broker.admin.offload_api import OffloadRoutes
 from magnetar.broker.admin.ops_api import OperationRoutes, json_unknown_routes
 from magnetar.broker.admin.replication_api import ReplicationRoutes
 from magnetar.broker.admin.schema_api import SchemaAdminRoutes
@@ -278,6 +279,10 @@ class AdminApi:
         if ops is not None:
             ops.add_priority_routes(r)  # before the generic topic routes that would match
             LedgerLayoutRoutes(ops.ops).add_routes(r)
+        if self.operations is not None:  # tiered storage: namespace and topic offload routes
+            OffloadRoutes(
+                self.operations.service, topic_level_policies=self.topic_level_policies
+            ).add_routes(r)
         r.add_get("/admin/v2/brokers/health", self.health)
         r.add_get("/metrics", self.metrics)
         r.add_get("/metrics/", self.metrics)

@@ -11,14 +11,20 @@ Owns one route::
         "ledgers": [{"ledgerId": L, "entries": N, "size": B, "state": "OPEN" | "CLOSED" | ...,
                      "ensembleSize": E, "writeQuorum": Qw, "ackQuorum": Qa,
                      "lastEntryId": -1 | last (closed), "length": bytes (closed),
-                     "ensembles": [{"firstEntryId": F, "bookies": ["host:port", ...]}]}]}
+                     "ensembles": [{"firstEntryId": F, "bookies": ["host:port", ...]}],
+                     "offloaded": bool, "offloadContext": {...}   # tiered storage, if any
+                    }]}
 
 ``entries`` counts the ledger's entries a reader may take (``0 .. entries-1``): for the open
 ledger, those the broker has confirmed so far. ``bookies`` are the addresses the bookies
 registered (their ids when they registered none), in ensemble order, so a reader computes
 each entry's write set (entry e: ``Qw`` members from ``e mod E``) as the writer did. A ledger
-whose metadata is gone (deleted by retention meanwhile) is left out; a topic none of whose
-ledgers has metadata (a storage without bookies) is refused (405). The ledgers' master keys
+whose metadata is gone (deleted by retention meanwhile) is left out, unless it is offloaded
+(its bookie copy deleted after tiered storage's deletion lag): then it is listed with
+``"bookkeeperDeleted": true``, no ensembles, and its ``offloadContext``, whose ``record`` is
+what ``magnetar.broker.offload.registry.open_offloaded_ledger`` opens; a ledger offloaded and
+still on the bookies has both. A topic none of whose ledgers has metadata (a storage without
+bookies) is refused (405). The ledgers' master keys
 are not given out: a reader needs none.
 
 Answered by the broker that owns the topic (others answer 404, as for ``internalStats``;
@@ -37,6 +43,7 @@ from urllib.parse import unquote
 
 from aiohttp import web
 
+from magnetar.broker.admin.offload_stats import offload_contexts
 from magnetar.broker.admin.topic_ops import TopicOperations, not_allowed
 from magnetar.broker.bookkeeper.metadata import LedgerMetadata
 from magnetar.broker.bookkeeper.placement import parse_registration
@@ -79,11 +86,32 @@ class LedgerLayoutRoutes:
 
         out: list[dict[str, Any]] = []
         sizes = ledger.ledger_sizes()
+        offloaded = offload_contexts(ledger)
         for ledger_id, entries, size in sizes:
             got = await store.get(paths.ledger_metadata(ledger_id))
+            context = offloaded.get(ledger_id)
             if got is None:
+                if context is not None and context["complete"]:
+                    record = context["record"]
+                    out.append(
+                        {
+                            "ledgerId": ledger_id,
+                            "entries": entries,
+                            "size": size,
+                            "state": "CLOSED",
+                            "lastEntryId": record["lastEntryId"],
+                            "length": record["length"],
+                            "ensembles": [],
+                            "offloaded": True,
+                            "bookkeeperDeleted": True,
+                            "offloadContext": context,
+                        }
+                    )
                 continue
             meta = LedgerMetadata.from_bytes(got.value)
+            tiered: dict[str, Any] = {}
+            if context is not None:
+                tiered = {"offloaded": bool(context["complete"]), "offloadContext": context}
             out.append(
                 {
                     "ledgerId": ledger_id,
@@ -99,6 +127,7 @@ class LedgerLayoutRoutes:
                         {"firstEntryId": first, "bookies": [await address(b) for b in ensemble]}
                         for first, ensemble in meta.ensembles
                     ],
+                    **tiered,
                 }
             )
         if sizes and not out:

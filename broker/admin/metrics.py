@@ -22,6 +22,12 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.process_collector import ProcessCollector
 
+from magnetar.broker.admin.offload_stats import (
+    OFFLOAD_TOPIC_COUNTERS,
+    OFFLOAD_TOPIC_GAUGES,
+    offload_metric_counters,
+    offload_metric_values,
+)
 from magnetar.broker.topics.contract import Topic
 from magnetar.broker.topics.persistent import PersistentTopic
 from magnetar.broker.topics.subscription import Subscription
@@ -41,6 +47,7 @@ TOPIC_GAUGES: dict[str, str] = {
     "pulsar_msg_backlog": "Entries not yet acknowledged, over all subscriptions",
     "pulsar_storage_write_latency_count": "Batches written to storage",
     "pulsar_storage_write_latency_sum": "Milliseconds spent writing batches to storage",
+    **OFFLOAD_TOPIC_GAUGES,
 }
 TOPIC_COUNTERS: dict[str, str] = {
     "pulsar_in_messages": "Messages published",
@@ -48,6 +55,7 @@ TOPIC_COUNTERS: dict[str, str] = {
     "pulsar_out_messages": "Messages dispatched to consumers",
     "pulsar_out_bytes": "Bytes dispatched to consumers",
     "pulsar_out_entries": "Entries dispatched to consumers",
+    **OFFLOAD_TOPIC_COUNTERS,
 }
 SUBSCRIPTION_GAUGES: dict[str, str] = {
     "pulsar_subscription_back_log": "Entries not yet acknowledged by the subscription",
@@ -297,6 +305,8 @@ class BrokerMetrics:
                 ):
                     subs[metric].add_metric(sub_labels, value)
         live.add(name)
+        ledger = t.ledger if isinstance(t, PersistentTopic) else None
+        offload_counters = offload_metric_counters(ledger)
         rates = self.sampler.rates(
             name,
             {
@@ -305,6 +315,7 @@ class BrokerMetrics:
                 "entries": c.entries_in,
                 "out": out_msgs,
                 "out_bytes": out_bytes,
+                **offload_counters,
             },
         )
         values: dict[str, float] = {
@@ -323,6 +334,7 @@ class BrokerMetrics:
             "pulsar_out_messages": out_msgs,
             "pulsar_out_bytes": out_bytes,
             "pulsar_out_entries": out_entries,
+            **offload_metric_values(ledger, rates),
         }
         buckets = t.write_latency if isinstance(t, PersistentTopic) else None
         if buckets is not None:

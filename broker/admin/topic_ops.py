@@ -162,11 +162,14 @@ class TopicOperations:
         return compaction.status_json()
 
     async def topic_stats(self, topic: str) -> dict[str, Any]:
+        from magnetar.broker.admin.offload_stats import offload_topic_stats
+
         t = await self.service.existing_topic(topic)
         return {
             **t.stats(),
             **self.service.policies.topic_stats(t),
             **self.service.replication.topic_stats(t),
+            **(offload_topic_stats(t.ledger) if isinstance(t, PersistentTopic) else {}),
         }
 
     # -- lookup helpers ------------------------------------------------------------------
@@ -483,16 +486,7 @@ class TopicOperations:
         ledgers: list[dict[str, Any]] = []
         state = "LedgerOpened"
         if isinstance(ledger, ManagedLedgerAdapter):
-            for ledger_id, entries, size in ledger.ml.ledger_sizes():
-                ledgers.append(
-                    {
-                        "ledgerId": ledger_id,
-                        "entries": entries,
-                        "size": size,
-                        "offloaded": False,
-                        "underReplicated": False,
-                    }
-                )
+            ledgers = ledger.ledger_details()  # with each ledger's tiered-storage state
             state = ledger.ml.state.name.title().replace("_", "")
         cursors = {}
         for name, s in sorted(t.subscriptions.items()):

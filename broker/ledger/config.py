@@ -1,15 +1,17 @@
 """A managed ledger's settings.
 
 Owns: ``ManagedLedgerConfig`` (rollover limits, retention, the entry cache and read-ahead
-bounds, cursor ledger limits, the BookKeeper client's settings it passes on) and the
+bounds, cursor ledger limits, the broker's offload policies, the BookKeeper client's
+settings it passes on) and the
 ``LedgerClientConfig`` derived from it. Must not know: anything but values.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from magnetar.broker.bookkeeper.context import LedgerClientConfig
+from magnetar.broker.offload.policies import OffloadPolicies
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +63,9 @@ class ManagedLedgerConfig:
     ensemble_change_timeout_ms: int = 10_000
     quarantine_ms: int = 30_000
     password: bytes = b""
+    offload: OffloadPolicies = field(default_factory=OffloadPolicies)
+    """The broker's offload policies (broker.conf): in force until the topic's own are
+    applied (``Offloading.set_policies``); no driver = no offloading."""
 
     def ledger_client_config(self) -> LedgerClientConfig:
         return LedgerClientConfig(

@@ -1,16 +1,20 @@
 """A managed ledger's list of ledgers: what its metadata node holds, and how to walk it.
 
-Owns: ``LedgerInfo`` (one ledger: id, entries, bytes, creation then close time) and
-``LedgerList``: the ledgers in log order and the managed ledger's properties, their JSON
-codec (``zk.paths.managed_ledger(name)`` holds ``{ledgers: [{id, entries, size, ts}],
-properties}``), appending a new ledger, and navigation over the list (how many entries a
-ledger has, the next ledger, the next position that names an entry, the next readable range,
-sizes) up to the last confirmed position. The current ledger's numbers are its writer's
-(confirmed so far): ``current`` is that writer.
+Owns: ``LedgerInfo`` (one ledger: id, entries, bytes, creation then close time, and its
+``OffloadContext`` once an offload of it was attempted: Pulsar's ``uid``, ``complete``,
+``bookkeeperDeleted``, timestamp, driver name and metadata, and the offload record once
+complete) and ``LedgerList``: the ledgers in log order and the managed ledger's
+properties, their JSON codec (``zk.paths.managed_ledger(name)`` holds ``{ledgers: [{id,
+entries, size, ts[, offload]}], properties}``), appending a new ledger, and navigation over
+the list (how many entries a ledger has, the next ledger, the next position that names an
+entry, the next readable range, sizes) up to the last confirmed position. The current
+ledger's numbers are its writer's (confirmed so far): ``current`` is that writer.
 Invariants: ledger ids strictly increase along the list, and a new ledger's id is above
 every id this managed ledger has had (``max_ledger_id``, dropped empty ledgers included):
 positions compare by ledger id first, so cursors, backlog, trimming and publish-time search
 rely on it. ``append`` refuses a ledger that is not above (``LedgerOutOfOrder``).
+A complete ``OffloadContext`` always carries its record (the data and index keys of a
+verified upload); an incomplete one names only the attempt that may have left objects.
 Must not know: bookies, cursors, the metadata store (the owner stores ``to_bytes``).
 """
 
@@ -19,13 +23,67 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+import uuid as uuid_mod
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from magnetar.broker.bookkeeper.write_handle import WriteHandle
 from magnetar.broker.ledger.errors import LedgerOutOfOrder
 from magnetar.broker.ledger.position import Position
+from magnetar.broker.offload.records import OffloadedLedger
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class OffloadContext:
+    """Pulsar's ``OffloadContext`` of one ledger: the attempt recorded before it started
+    (``uid``), whether it completed (then ``record`` says where the objects are), whether
+    the bookies' copy was deleted since."""
+
+    uid: uuid_mod.UUID
+    complete: bool = False
+    bookkeeper_deleted: bool = False
+    timestamp_ms: int = 0
+    """When the attempt started, then when it completed."""
+    driver_name: str = ""
+    driver_metadata: Mapping[str, str] = field(default_factory=dict)
+    record: OffloadedLedger | None = None
+
+    def __post_init__(self) -> None:
+        if self.complete != (self.record is not None):
+            raise ValueError("a complete offload context carries its record, only then")
+        if self.bookkeeper_deleted and not self.complete:
+            raise ValueError("only an offloaded ledger's bookie copy is deleted")
+
+    def to_json(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {
+            "uid": str(self.uid),
+            "complete": self.complete,
+            "bookkeeperDeleted": self.bookkeeper_deleted,
+            "timestamp": self.timestamp_ms,
+            "driverName": self.driver_name,
+            "driverMetadata": dict(self.driver_metadata),
+        }
+        if self.record is not None:
+            doc["record"] = self.record.to_json()
+        return doc
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> OffloadContext:
+        record = doc.get("record")
+        return cls(
+            uid=uuid_mod.UUID(str(doc["uid"])),
+            complete=bool(doc.get("complete", False)),
+            bookkeeper_deleted=bool(doc.get("bookkeeperDeleted", False)),
+            timestamp_ms=int(doc.get("timestamp", 0)),
+            driver_name=str(doc.get("driverName", "")),
+            driver_metadata={
+                str(k): str(v) for k, v in dict(doc.get("driverMetadata", {})).items()
+            },
+            record=OffloadedLedger.from_json(record) if record is not None else None,
+        )
 
 
 @dataclass(slots=True)
@@ -36,6 +94,40 @@ class LedgerInfo:
     timestamp_ms: int = 0
     """Creation time, then close time once closed: retention counts from the close, as in
     Pulsar (a ledger written for hours is not expired by the age of its first entry)."""
+    offload: OffloadContext | None = None
+    """Set when an offload of this ledger was attempted (see ``OffloadContext``)."""
+
+    @property
+    def offloaded(self) -> bool:
+        """A verified copy is in the object store (and recorded)."""
+        return self.offload is not None and self.offload.complete
+
+    @property
+    def bookkeeper_deleted(self) -> bool:
+        """The bookies' copy is gone: only the object store holds the entries."""
+        return self.offload is not None and self.offload.bookkeeper_deleted
+
+    def to_json(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {
+            "id": self.ledger_id,
+            "entries": self.entries,
+            "size": self.size,
+            "ts": self.timestamp_ms,
+        }
+        if self.offload is not None:
+            doc["offload"] = self.offload.to_json()
+        return doc
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> LedgerInfo:
+        offload = doc.get("offload")
+        return cls(
+            int(doc["id"]),
+            int(doc["entries"]),
+            int(doc["size"]),
+            int(doc["ts"]),
+            OffloadContext.from_json(offload) if offload is not None else None,
+        )
 
 
 @dataclass(slots=True)
@@ -56,13 +148,7 @@ class LedgerList:
     # -- codec --------------------------------------------------------------------------------
     def to_bytes(self) -> bytes:
         return json.dumps(
-            {
-                "ledgers": [
-                    {"id": i.ledger_id, "entries": i.entries, "size": i.size, "ts": i.timestamp_ms}
-                    for i in self.ledgers
-                ],
-                "properties": self.properties,
-            },
+            {"ledgers": [i.to_json() for i in self.ledgers], "properties": self.properties},
             separators=(",", ":"),
         ).encode()
 
@@ -73,10 +159,7 @@ class LedgerList:
         if not data:
             return cls(name)
         doc = json.loads(data)
-        ledgers = [
-            LedgerInfo(int(d["id"]), int(d["entries"]), int(d["size"]), int(d["ts"]))
-            for d in doc["ledgers"]
-        ]
+        ledgers = [LedgerInfo.from_json(d) for d in doc["ledgers"]]
         ids = [i.ledger_id for i in ledgers]
         if any(a >= b for a, b in itertools.pairwise(ids)):
             log.error("%s: stored ledger ids are not increasing: %s", name, ids)
@@ -108,6 +191,12 @@ class LedgerList:
 
     def remove(self, gone: set[int]) -> None:
         self.ledgers = [i for i in self.ledgers if i.ledger_id not in gone]
+
+    def info(self, ledger_id: int) -> LedgerInfo | None:
+        for info in self.ledgers:
+            if info.ledger_id == ledger_id:
+                return info
+        return None
 
     # -- navigation (the cursors' ``LedgerNavigator``) -----------------------------------------
     @property
@@ -212,4 +301,4 @@ class LedgerList:
         return 1
 
 
-__all__ = ["LedgerInfo", "LedgerList"]
+__all__ = ["LedgerInfo", "LedgerList", "OffloadContext"]

@@ -1,7 +1,8 @@
 """Managed ledgers: an append-only log made of a list of ledgers, with named cursors.
 
 Owns: ``ManagedLedgerFactory`` (opens managed ledgers over one ``LedgerClient`` and one
-metadata store session, shares the entry cache and the read-ahead budget) and
+metadata store session, shares the entry cache, the read-ahead budget and the offloaders)
+and
 ``ManagedLedger``, the state of one log and its parts:
 - the state: lifecycle (``states.MANAGED_LEDGER_FSM``), the ledger list with the last
   confirmed position and the current ledger's writer (``LedgerList``), the metadata node's
@@ -11,7 +12,9 @@ metadata store session, shares the entry cache and the read-ahead budget) and
 - ``trimming`` (``Trimming``): ledgers nobody needs any more are deleted; truncate;
 - ``reads`` (``LedgerReads``): range reads through the entry cache, the forward read loop,
   publish-time search, tailing waits;
-- ``cursors`` (``CursorRegistry``): durable and non-durable cursors.
+- ``cursors`` (``CursorRegistry``): durable and non-durable cursors;
+- ``offloading`` (``Offloading``): tiered storage: sealed ledgers offloaded, read back from
+  the object store, their bookie copies deleted after the deletion lag.
 Metadata: ``zk.paths.managed_ledger(name)`` holds the ledger list (``LedgerList``), changed
 only by CAS (``write_info``); a lost CAS means another owner: FENCED.
 Open: read the list, recover (fence + close) the last ledger, drop it if empty, create a
@@ -47,6 +50,7 @@ from magnetar.broker.ledger.errors import (
     ManagedLedgerTerminated,
 )
 from magnetar.broker.ledger.ledger_list import LedgerList
+from magnetar.broker.ledger.offloading import Offloading
 from magnetar.broker.ledger.position import LATEST, Position
 from magnetar.broker.ledger.read_ahead import ReadAheadBudget
 from magnetar.broker.ledger.reads import LedgerReads, ManagedEntry
@@ -57,6 +61,7 @@ from magnetar.broker.ledger.states import (
     ManagedLedgerState,
 )
 from magnetar.broker.ledger.trimming import Trimming
+from magnetar.broker.offload.registry import OffloaderRegistry
 from magnetar.clock import Clock, SystemClock
 from magnetar.zk import paths
 from magnetar.zk.errors import AlreadyExists, BadVersion, NotFound
@@ -98,10 +103,15 @@ class ManagedLedgerFactory:
         *,
         clock: Clock | None = None,
         rng: random.Random | None = None,
+        offloaders: OffloaderRegistry | None = None,
     ) -> None:
         self.store = store
         self.config = config or ManagedLedgerConfig()
         self.clock: Clock = clock or SystemClock()
+        self.offloaders = (
+            offloaders if offloaders is not None else OffloaderRegistry(clock=self.clock)
+        )
+        """The broker's offloaders (tiered storage), one per store location."""
         self.ledger_client = LedgerClient(
             store,
             bookie_client_factory,
@@ -164,6 +174,7 @@ class ManagedLedgerFactory:
             except LedgerError:
                 log.debug("closing %s failed", ml.name, exc_info=True)
         self.entry_cache.close()
+        await self.offloaders.close()
         await self.ledger_client.close()
 
 
@@ -197,6 +208,7 @@ class ManagedLedger:
         self.reads = LedgerReads(self, self._cache, factory.read_ahead_budget)
         self.trimming = Trimming(self)
         self.rollover = Rollover(self)
+        self.offloading = Offloading(self)
 
     def __repr__(self) -> str:
         return f"<ManagedLedger {self.name} {self.state.value} last={self.last_confirmed}>"
@@ -228,10 +240,13 @@ class ManagedLedger:
                 await self.ledger_client.delete_ledger(empty_last)
             self.state = MANAGED_LEDGER_FSM.next(self.state, _E.TERMINATE)
             await self.cursors.recover()
+            self.offloading.offload_soon()
             return
         await self.rollover.first_ledger(empty_last)
         await self.cursors.recover()
         self.rollover.schedule_timer()
+        # unfinished attempts of a previous owner, bookie copies past their deletion lag
+        self.offloading.offload_soon()
 
     async def _read_list(self) -> None:
         got = await self.store.get(self._path)
@@ -412,6 +427,7 @@ class ManagedLedger:
         if current is not None:
             self._abort_task = asyncio.ensure_future(current.abort())
         self.rollover.stop_timer()
+        self.offloading.stop(cancel=False)
         self._cache.close()
         self.factory.forget(self)
 
@@ -424,6 +440,7 @@ class ManagedLedger:
         await self.rollover.wait()
         self.state = MANAGED_LEDGER_FSM.next(self.state, _E.CLOSE)
         self.rollover.stop_timer()
+        self.offloading.stop()
         await self.cursors.close()
         current = self.ledgers.current
         if current is not None:
@@ -453,12 +470,14 @@ class ManagedLedger:
         return self.state is _S.TERMINATED or "terminated" in self.ledgers.properties
 
     async def delete(self) -> None:
-        """Delete every ledger, cursor and the metadata of this managed ledger."""
+        """Delete every ledger (and its offloaded copy), cursor and the metadata of this
+        managed ledger."""
         await self.close()
         for cursor in self.cursors.values():
             await cursor.delete_durable_state()
         for info in self.ledgers.ledgers:
             await self.ledger_client.delete_ledger(info.ledger_id)
+        await self.offloading.delete_objects(self.ledgers.ledgers)
         await self.store.delete_recursive(self._path)
         self._cache.clear()
 
@@ -495,6 +514,7 @@ class ManagedLedger:
             assert ids[-1] == current.ledger_id, (ids, current.ledger_id)
             current.check_invariants()
         self.cursors.check_invariants()
+        self.offloading.check_invariants()
         self._cache.check_invariants()
 
     def statistics(self) -> ManagedLedgerStatistics:

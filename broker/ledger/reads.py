@@ -1,7 +1,9 @@
 """A managed ledger's reads: entries forward from a position, from the cache or the bookies.
 
 Owns: ``ManagedEntry`` and ``LedgerReads``: the read handles of the ledgers (the current
-writer, closed ledgers' ``ReadHandle``s opened on first read), range reads through the
+writer, closed ledgers' ``ReadHandle``s opened on first read, an offloaded ledger's handle
+on the object store when tiered storage says its reads go there: ``StoreRoutes``), range
+reads through the
 entry cache, the one forward read loop (``read_from``: up to N entries from a position,
 skipping what a reader acknowledged, through its read-ahead when it reads behind the cache;
 it returns where the reader is to go on, and moves nobody), publish-time search, and the
@@ -20,7 +22,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import NamedTuple, Protocol
 
 from magnetar.broker.bookkeeper.client import LedgerClient
-from magnetar.broker.bookkeeper.errors import LedgerError
+from magnetar.broker.bookkeeper.errors import LedgerError, LedgerNotFound
 from magnetar.broker.bookkeeper.read_handle import ReadHandle
 from magnetar.broker.ledger.cache import EntryCache
 from magnetar.broker.ledger.config import ManagedLedgerConfig
@@ -40,6 +42,18 @@ class ManagedEntry(NamedTuple):
 _new_tuple = tuple.__new__
 
 
+class StoreRoutes(Protocol):
+    """Where an offloaded ledger is read (the managed ledger's ``Offloading``)."""
+
+    def routes_to_store(self, ledger_id: int) -> bool: ...
+
+    def has_copy(self, ledger_id: int) -> bool: ...
+
+    def bookie_copy_gone(self, ledger_id: int) -> None: ...
+
+    async def reader(self, ledger_id: int) -> ReadHandle: ...
+
+
 class ReadsHost(Protocol):
     """What reads need of their managed ledger (``ManagedLedger`` is one)."""
 
@@ -54,6 +68,9 @@ class ReadsHost(Protocol):
 
     @property
     def state(self) -> ManagedLedgerState: ...
+
+    @property
+    def offloading(self) -> StoreRoutes: ...
 
     def state_error(self) -> LedgerError: ...
 
@@ -93,7 +110,13 @@ class LedgerReads:
         self._readers.pop(ledger_id, None)
         self.cache.evict_ledger(ledger_id)
 
-    async def _reader(self, ledger_id: int) -> ReadHandle:
+    def drop_bookie_reader(self, ledger_id: int) -> None:
+        """The ledger's bookie copy is about to go: later reads open its store copy."""
+        self._readers.pop(ledger_id, None)
+
+    async def bookie_reader(self, ledger_id: int) -> ReadHandle:
+        """The ledger's handle over the bookies, whatever tiered storage says (what an
+        offload reads from)."""
         current = self._host.ledgers.current
         if current is not None and ledger_id == current.ledger_id:
             return current
@@ -102,6 +125,19 @@ class LedgerReads:
             handle = await self._host.ledger_client.open_ledger(ledger_id, recovery=False)
             self._readers[ledger_id] = handle
         return handle
+
+    async def _reader(self, ledger_id: int) -> ReadHandle:
+        store = self._host.offloading
+        if store.routes_to_store(ledger_id):
+            return await store.reader(ledger_id)
+        try:
+            return await self.bookie_reader(ledger_id)
+        except LedgerNotFound:
+            if not store.has_copy(ledger_id):
+                raise
+            # offloaded, and its bookie copy deleted by a run that stopped before saying so
+            store.bookie_copy_gone(ledger_id)
+            return await store.reader(ledger_id)
 
     # -- reading --------------------------------------------------------------------------------
     async def read_range(self, ledger_id: int, first: int, last: int) -> list[ManagedEntry]:

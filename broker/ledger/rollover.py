@@ -10,7 +10,8 @@ new ledger in order; a writer that failed for want of bookies hands its unconfir
 back first (they go ahead of the queue and their futures resolve to their new positions).
 An empty closed ledger is dropped from the list and deleted once the list without it is
 stored. Creating and recovering retry with back-off until the managed ledger closes. The
-periodic check (``rollover_check_interval_ms``) also asks for a trim.
+periodic check (``rollover_check_interval_ms``) and each rollover also ask for a trim and an
+offload check.
 Also opens the first ledger of a managed ledger being opened (the same create, CAS, install).
 Must not know: cursors, reads, topics.
 """
@@ -59,6 +60,10 @@ class Trims(Protocol):
     def trim_soon(self) -> None: ...
 
 
+class Offloads(Protocol):
+    def offload_soon(self) -> None: ...
+
+
 class FailureCounts(Protocol):
     """Where ledgers given up for want of bookies are counted (the factory)."""
 
@@ -91,6 +96,9 @@ class RolloverHost(Protocol):
 
     @property
     def trimming(self) -> Trims: ...
+
+    @property
+    def offloading(self) -> Offloads: ...
 
     @property
     def factory(self) -> FailureCounts: ...
@@ -285,6 +293,7 @@ class Rollover:
                 continue
             inner.add_done_callback(functools.partial(_chain, fut))
         host.trimming.trim_soon()
+        host.offloading.offload_soon()
 
     async def first_ledger(self, dropped: int | None) -> None:
         """Open a managed ledger's first ledger of this owner: create it, store the list
@@ -351,6 +360,7 @@ class Rollover:
         if host.state is _S.LEDGER_OPENED and self.due():
             self.start()
         host.trimming.trim_soon()
+        host.offloading.offload_soon()
         self.schedule_timer()
 
 

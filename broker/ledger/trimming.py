@@ -6,8 +6,8 @@ over all ledgers), coalescing trim requests (a request during a trim runs one mo
 after it: that trim may have read the cursors before they moved), and Pulsar's truncate
 (roll the current ledger over, move every durable cursor past the earlier ledgers, delete
 them whatever retention says). Deleting is: the list without them is stored (CAS), then
-their reads and cached entries are dropped and their ledger metadata deleted; bookies
-reclaim the space in GC.
+their reads and cached entries are dropped and their ledger metadata deleted (bookies
+reclaim the space in GC), and their offloaded objects deleted from the object store.
 Invariants: the current ledger is never trimmed; nothing at or after a durable mark-delete
 is deleted (the stored cursor state never names a deleted ledger); when every entry is
 deleted the last confirmed position is the start of the current ledger.
@@ -39,6 +39,12 @@ class RollsOver(Protocol):
     async def roll_now(self) -> None: ...
 
 
+class DeletesOffloaded(Protocol):
+    """What deletes the offloaded copies of deleted ledgers (``Offloading``)."""
+
+    async def delete_objects(self, infos: list[LedgerInfo]) -> None: ...
+
+
 class TrimmingHost(Protocol):
     """What trimming needs of its managed ledger (``ManagedLedger`` is one)."""
 
@@ -68,6 +74,9 @@ class TrimmingHost(Protocol):
 
     @property
     def rollover(self) -> RollsOver: ...
+
+    @property
+    def offloading(self) -> DeletesOffloaded: ...
 
     async def write_info(self) -> None: ...
 
@@ -172,6 +181,7 @@ class Trimming:
         """Store the list without ``gone``, then drop their reads and metadata."""
         host = self._host
         ledgers = host.ledgers
+        infos = [i for i in ledgers.ledgers if i.ledger_id in gone]
         ledgers.remove(gone)
         await host.write_info()
         current = ledgers.current
@@ -183,6 +193,7 @@ class Trimming:
         for ledger_id in sorted(gone):
             host.reads.forget_ledger(ledger_id)
             await host.ledger_client.delete_ledger(ledger_id)
+        await host.offloading.delete_objects([i for i in infos if i.offload is not None])
         return sorted(gone)
 
 

@@ -19,6 +19,7 @@ attempt named in ``keep``.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import logging
 import random
 import uuid as uuid_mod
@@ -31,7 +32,7 @@ from magnetar.broker.offload.errors import OffloadError
 from magnetar.broker.offload.index import OffloadIndex
 from magnetar.broker.offload.keys import data_key, index_key, parse_key
 from magnetar.broker.offload.policies import EffectiveOffloadPolicies
-from magnetar.broker.offload.reader import OffloadedReadHandle, ReadCounters
+from magnetar.broker.offload.reader import OffloadedReadHandle, ReadBudget, ReadCounters
 from magnetar.broker.offload.records import LedgerSource, OffloadedLedger, OffloaderStatistics
 from magnetar.broker.offload.retry import RetryPolicy, with_retries
 from magnetar.broker.offload.store import BlobStore, open_blob_store
@@ -51,7 +52,9 @@ class Offloader(Protocol):
         self, source: LedgerSource, attempt: uuid_mod.UUID, extra_metadata: Mapping[str, str]
     ) -> OffloadedLedger: ...
 
-    async def open(self, offloaded: OffloadedLedger) -> OffloadedReadHandle: ...
+    async def open(
+        self, offloaded: OffloadedLedger, *, read_budget: ReadBudget | None = None
+    ) -> OffloadedReadHandle: ...
 
     async def delete(self, offloaded: OffloadedLedger) -> None: ...
 
@@ -78,6 +81,18 @@ class OffloaderTuning:
     """Multipart parts in flight per offload: upload memory is about this x part size."""
     read_retry: RetryPolicy = field(default_factory=RetryPolicy)
     """How long reads (and opens) wait for an unavailable store, and how they back off."""
+    store_request_timeout_ms: int | None = None
+    """One request's timeout (None: the library's, 30 s)."""
+    store_retries: int | None = None
+    """The library's retries of one request (None: its own, 10 with back-off)."""
+
+    def spec_of(self, spec: StoreSpec) -> StoreSpec:
+        """``spec`` with these request bounds."""
+        return dataclasses.replace(
+            spec,
+            request_timeout_ms=self.store_request_timeout_ms,
+            library_retries=self.store_retries,
+        )
 
 
 class _IndexCache:
@@ -213,11 +228,16 @@ class BlobStoreOffloader:
             extra=dict(extra_metadata),
         )
 
-    async def open(self, offloaded: OffloadedLedger) -> OffloadedReadHandle:
+    async def open(
+        self, offloaded: OffloadedLedger, *, read_budget: ReadBudget | None = None
+    ) -> OffloadedReadHandle:
+        """A read handle on an offloaded ledger; its read-ahead draws from ``read_budget``
+        when given. The index comes from the cache or one GET (retried as reads are)."""
         self._check_ours(offloaded)
         self._opens += 1
         index = self._cache.get(offloaded.index_key)
         if index is None:
+            started_ms = self._clock.monotonic_ms()
 
             def retried(exc: OffloadError) -> None:
                 self._counters.read_retries += 1
@@ -229,6 +249,8 @@ class BlobStoreOffloader:
                 self._rng,
                 retried,
             )
+            self._counters.index_fetches += 1
+            self._counters.index_fetch_ms_total += self._clock.monotonic_ms() - started_ms
             index = OffloadIndex.decode(raw)
             if index.ledger_id != offloaded.ledger_id or (
                 index.data_object_bytes != offloaded.data_object_bytes
@@ -248,6 +270,7 @@ class BlobStoreOffloader:
             clock=self._clock,
             rng=self._rng,
             counters=self._counters,
+            budget=read_budget,
         )
 
     async def delete(self, offloaded: OffloadedLedger) -> None:
@@ -305,12 +328,16 @@ class BlobStoreOffloader:
             index_cache_entries=len(self._cache),
             index_cache_bytes=self._cache.bytes,
             reads=c.reads,
+            read_errors=c.read_errors,
             blocks_fetched=c.blocks_fetched,
             block_bytes_fetched=c.block_bytes_fetched,
             read_ahead_bytes=c.read_ahead_bytes,
             read_retries=c.read_retries,
             corrupt_reads=c.corrupt_reads,
             objects_deleted=self._deleted,
+            block_fetch_ms_total=c.block_fetch_ms_total,
+            index_fetches=c.index_fetches,
+            index_fetch_ms_total=c.index_fetch_ms_total,
         )
 
     async def close(self) -> None:
@@ -329,7 +356,8 @@ def create_offloader(
     """The offloader resolved policies describe. ``spec`` overrides the store configuration
     (timeouts, the library's retries); ``store`` replaces the store (a fault wrapper)."""
     if store is None:
-        store = open_blob_store(spec or store_spec(policies))
+        spec = spec or store_spec(policies)
+        store = open_blob_store(tuning.spec_of(spec) if tuning is not None else spec)
     return BlobStoreOffloader(
         store,
         driver=policies.driver.value,

@@ -132,6 +132,13 @@ _FIELDS = (
     _Field("managedLedgerOffloadReadBufferSizeInBytes", "read_buffer_size_bytes", int),
 )
 JSON_NAMES = tuple(f.json for f in _FIELDS)
+NAMESPACE_KEY = "offload_policies"
+"""Where a namespace's Policies JSON keeps its ``OffloadPolicies`` (Pulsar's name)."""
+NAMESPACE_THRESHOLD_KEY = "offload_threshold"
+NAMESPACE_THRESHOLD_SECONDS_KEY = "offload_threshold_in_seconds"
+NAMESPACE_DELETION_LAG_KEY = "offload_deletion_lag_ms"
+TOPIC_KEY = "offloadPolicies"
+"""Where a topic's policies JSON keeps its ``OffloadPolicies`` (Pulsar's TopicPolicies name)."""
 _BY_JSON = {f.json: f for f in _FIELDS}
 
 
@@ -228,6 +235,36 @@ class OffloadPolicies:
         """The fields set at this level, by Pulsar's JSON names."""
         return {f.json: v for f, v in self._set_fields()}
 
+    @classmethod
+    def from_namespace_policies(cls, doc: Mapping[str, Any]) -> OffloadPolicies | None:
+        """A namespace's level from its Policies JSON, as Pulsar's ``oldPoliciesCompatible``:
+        ``offload_policies``, with the thresholds and the deletion lag of the older fields
+        (``offload_threshold``, ``offload_threshold_in_seconds``, ``offload_deletion_lag_ms``;
+        -1 / null: not set) where ``offload_policies`` leaves them unset. None when the
+        namespace sets none of them. A stored value that does not parse is left out (the REST
+        API refuses such bodies; the rest of the namespace's policies still apply)."""
+        raw = doc.get(NAMESPACE_KEY)
+        level: OffloadPolicies | None = None
+        if isinstance(raw, Mapping):
+            try:
+                level = cls.from_json(raw)
+            except InvalidOffloadPolicies:
+                level = None
+        legacy: dict[str, Any] = {}
+        for key, attr, unset in (
+            (NAMESPACE_THRESHOLD_KEY, "threshold_bytes", -1),
+            (NAMESPACE_THRESHOLD_SECONDS_KEY, "threshold_seconds", -1),
+            (NAMESPACE_DELETION_LAG_KEY, "deletion_lag_ms", None),
+        ):
+            value = doc.get(key)
+            if isinstance(value, int) and not isinstance(value, bool) and value != unset:
+                legacy[attr] = value
+        if level is None and not legacy:
+            return None
+        level = level or cls()
+        fill = {a: v for a, v in legacy.items() if getattr(level, a) is None}
+        return dataclasses.replace(level, **fill) if fill else level
+
     # -- combining --------------------------------------------------------------------------
     @staticmethod
     def merge(
@@ -290,12 +327,6 @@ class OffloadPolicies:
         _check_range("managedLedgerOffloadMaxThreads", max_threads, 1, 64)
         _check_range("managedLedgerOffloadPrefetchRounds", prefetch, 1, 16)
         _check_range("managedLedgerOffloadDeletionLagInMillis", lag, 0, 2**63 - 1)
-        for name, value in (
-            ("managedLedgerOffloadThresholdInBytes", self.threshold_bytes),
-            ("managedLedgerOffloadThresholdInSeconds", self.threshold_seconds),
-        ):
-            if value is not None and value < 0:
-                raise InvalidOffloadPolicies(f"{name} must be >= 0 (or unset), got {value}")
         try:
             priority = ReadPriority(
                 (self.read_priority or ReadPriority.TIERED_STORAGE_FIRST.value).strip().lower()
@@ -332,8 +363,8 @@ class OffloadPolicies:
             read_buffer_size_bytes=read_buffer,
             max_threads=max_threads,
             prefetch_rounds=prefetch,
-            threshold_bytes=self.threshold_bytes,
-            threshold_seconds=self.threshold_seconds,
+            threshold_bytes=_enabled(self.threshold_bytes),
+            threshold_seconds=_enabled(self.threshold_seconds),
             deletion_lag_ms=lag,
             read_priority=priority,
             s3_credential_id=self.s3_credential_id,
@@ -411,6 +442,12 @@ def _driver_field_names(driver: Driver) -> _Names:
     )
 
 
+def _enabled(threshold: int | None) -> int | None:
+    """A threshold in force, or None: unset, or negative (Pulsar's "disabled": set at a
+    level, it overrides a lower level's threshold)."""
+    return threshold if threshold is not None and threshold >= 0 else None
+
+
 def _first(*values: Any) -> Any:
     for value in values:
         if value is not None and value != "":
@@ -463,6 +500,11 @@ __all__ = [
     "DEFAULT_MAX_BLOCK_SIZE_BYTES",
     "DEFAULT_READ_BUFFER_SIZE_BYTES",
     "JSON_NAMES",
+    "NAMESPACE_DELETION_LAG_KEY",
+    "NAMESPACE_KEY",
+    "NAMESPACE_THRESHOLD_KEY",
+    "NAMESPACE_THRESHOLD_SECONDS_KEY",
+    "TOPIC_KEY",
     "Driver",
     "EffectiveOffloadPolicies",
     "OffloadPolicies",

@@ -108,12 +108,16 @@ class OffloaderStatistics:
     index_cache_entries: int
     index_cache_bytes: int
     reads: int
+    read_errors: int
     blocks_fetched: int
     block_bytes_fetched: int
     read_ahead_bytes: int
     read_retries: int
     corrupt_reads: int
     objects_deleted: int
+    block_fetch_ms_total: float
+    index_fetches: int
+    index_fetch_ms_total: float
 
 
 __all__ = ["LedgerSource", "OffloadedLedger", "OffloaderStatistics"]

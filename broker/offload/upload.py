@@ -168,6 +168,7 @@ async def upload_ledger(
                     block = packer.add(entry)
                     if block is not None:
                         yield block
+                await asyncio.sleep(0)  # packing is CPU: let the broker's clients in between
             block = packer.flush()
             if block is not None:
                 yield block
@@ -251,6 +252,7 @@ async def _verify(
                 raise OffloadCorrupt(f"{data_key}: block {block} checksums differ from written")
             seen += len(parsed.checksums)
             block += 1
+            await asyncio.sleep(0)  # verifying is CPU: let the broker's clients in between
     if total != index.data_object_bytes or block != len(index.blocks) or buffer:
         raise OffloadCorrupt(
             f"{data_key}: read back {total} bytes, {block} blocks; wrote "

@@ -10,10 +10,10 @@ connection calls: ``check_producer``, ``check_consumer``,
 ``admit_send``, ``hold_queue`` (where a SEND waits while held or throttled).
 
 Applying a policy to a loaded topic: the topic applies deduplication, unacked limits,
-delayed delivery and retention itself (``Topic.apply_policies``); here: rate limiters (a
-subscription's ``DispatchThrottle``) and the backlog-quota verdict. Nothing here awaits
-between a check and the change it guards: verdicts are computed by the periodic check and
-read synchronously by the hooks.
+delayed delivery, retention and offload policies itself (``Topic.apply_policies``); here:
+rate limiters (a subscription's ``DispatchThrottle``) and the backlog-quota verdict. Nothing
+here awaits between a check and the change it guards: verdicts are computed by the periodic
+check and read synchronously by the hooks.
 Must not know: frames (the connection answers errors), HTTP, dispatchers (a subscription
 takes its throttle), a topic's insides.
 """
@@ -604,6 +604,7 @@ def applied_policies(policies: TopicPolicies) -> AppliedPolicies:
         delayed_delivery=policies.delayed_delivery,
         retention_time_ms=policies.retention_time_ms,
         retention_size_bytes=policies.retention_size_bytes,
+        offload=policies.offload,
     )
 
 

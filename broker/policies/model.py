@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from magnetar.broker.config import BrokerConfig
+from magnetar.broker.offload import EffectiveOffloadPolicies
+from magnetar.broker.policies.offload import resolve_offload
 
 TOPIC_POLICIES = "/admin/topic-policies"
 """Metadata root of topic-level policies (one node per topic, as Pulsar's system topic
@@ -141,6 +143,8 @@ class TopicPolicies:
     """The clusters the topic lives in (the topic's own list over its namespace's); empty:
     the local cluster alone."""
     inactive_topic_policies: InactiveTopicPolicies = InactiveTopicPolicies()
+    offload: EffectiveOffloadPolicies | None = None
+    """Tiered storage (``policies/offload.py``): None = no driver, nothing is offloaded."""
 
     def quota(self, kind: BacklogQuotaType) -> BacklogQuota | None:
         for k, q in self.backlog_quotas:
@@ -347,6 +351,7 @@ def resolve_policies(config: BrokerConfig, ns: dict[str, Any]) -> TopicPolicies:
         replicator_dispatch_rate=replicator_rate,
         replication_clusters=_replication_clusters(ns),
         inactive_topic_policies=_inactive_topic_policies(config, ns),
+        offload=resolve_offload(config, ns),
     )
 
 

@@ -19,7 +19,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple, Protocol
 
+from magnetar.broker.ledger.offloading import OffloadStatistics
 from magnetar.broker.ledger.position import Position
+from magnetar.broker.offload import EffectiveOffloadPolicies
 
 _WORD = 1 << 64
 
@@ -184,6 +186,15 @@ class TopicLedger(Protocol):
 
     def trim_soon(self) -> None:
         """Delete the ledgers consumed and out of retention, soon (in the background)."""
+        ...
+
+    def set_offload_policies(self, policies: EffectiveOffloadPolicies | None) -> None:
+        """The tiered-storage policies the topic's ``offloadPolicies`` resolve to (None:
+        nothing is offloaded; what was offloaded is still read)."""
+        ...
+
+    def offload_statistics(self) -> OffloadStatistics | None:
+        """The topic's tiered storage (None: this storage offloads nothing)."""
         ...
 
     @property

@@ -1,7 +1,9 @@
 """The topic storage contract (``contract.py``) over the real managed ledger.
 
 Owns: ``ManagedLedgerStorage`` (a ``TopicStorageFactory`` over ``ManagedLedgerFactory``),
-``ManagedLedgerAdapter`` (a ``TopicLedger`` over a ``ManagedLedger``) and
+``ManagedLedgerAdapter`` (a ``TopicLedger`` over a ``ManagedLedger``; beyond the contract,
+what the admin API shows and asks of tiered storage: each ledger's offload state and
+record (``ledger_details``), a manual offload and its status) and
 ``ManagedCursorAdapter`` (a ``TopicCursor`` over a ``ManagedCursor``): thin translations —
 positions and sentinels (EARLIEST / LATEST), batch-index ack sets between the wire format
 (words of a bit set, 1 = not yet acknowledged) and the cursor's (batch size, acknowledged
@@ -16,10 +18,13 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections.abc import Callable, Iterable
+from typing import Any
 
 from magnetar.broker.ledger.cursor import ManagedCursor
 from magnetar.broker.ledger.managed_ledger import ManagedLedger, ManagedLedgerFactory
+from magnetar.broker.ledger.offloading import OffloadProcessStatus, OffloadStatistics
 from magnetar.broker.ledger.position import EARLIEST, LATEST, Position
+from magnetar.broker.offload import EffectiveOffloadPolicies
 from magnetar.broker.storage.contract import (
     Entry,
     StorageFailures,
@@ -282,6 +287,47 @@ class ManagedLedgerAdapter:
 
     def trim_soon(self) -> None:
         self.ml.trimming.trim_soon()
+
+    # -- tiered storage ---------------------------------------------------------------------
+    def set_offload_policies(self, policies: EffectiveOffloadPolicies | None) -> None:
+        self.ml.offloading.set_policies(policies)
+
+    def offload_statistics(self) -> OffloadStatistics | None:
+        return self.ml.offloading.statistics()
+
+    def trigger_offload(self, until: Position | None) -> None:
+        """Offload every sealed ledger before ``until``'s ledger (None: every sealed
+        ledger), in the background (``Offloading.trigger``: its errors say why not)."""
+        if until is None:
+            ids = self.ml.ledgers.ids
+            until = Position(ids[-1], 0) if ids else Position(0, 0)
+        self.ml.offloading.trigger(until)
+
+    def offload_status(self) -> OffloadProcessStatus:
+        return self.ml.offloading.status()
+
+    def ledger_details(self) -> list[dict[str, Any]]:
+        """Each ledger as Pulsar's internal stats show it (``ledgerId``, ``entries``,
+        ``size``, ``timestamp``, ``offloaded``), with its offload context when it has one
+        (``offloadContext``: the attempt, ``complete``, ``bookkeeperDeleted``, and the
+        record a reader opens the objects with)."""
+        ml = self.ml
+        out: list[dict[str, Any]] = []
+        for (ledger_id, entries, size), info in zip(
+            ml.ledger_sizes(), ml.ledgers.ledgers, strict=True
+        ):
+            row: dict[str, Any] = {
+                "ledgerId": ledger_id,
+                "entries": entries,
+                "size": size,
+                "timestamp": info.timestamp_ms,
+                "offloaded": info.offloaded,
+                "underReplicated": False,
+            }
+            if info.offload is not None:
+                row["offloadContext"] = info.offload.to_json()
+            out.append(row)
+        return out
 
     @property
     def index_home(self) -> ManagedLedger:

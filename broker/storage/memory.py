@@ -14,7 +14,9 @@ import itertools
 from collections.abc import Callable, Iterable
 
 from magnetar.broker.ledger.errors import ManagedLedgerTerminated
+from magnetar.broker.ledger.offloading import OffloadStatistics
 from magnetar.broker.ledger.position import Position
+from magnetar.broker.offload import EffectiveOffloadPolicies
 from magnetar.broker.storage.contract import (
     AddedCallback,
     Entry,
@@ -311,6 +313,12 @@ class MemoryLedger:
 
     def trim_soon(self) -> None:
         """Memory storage keeps every entry (it serves tests and nothing else)."""
+
+    def set_offload_policies(self, policies: EffectiveOffloadPolicies | None) -> None:
+        """Memory storage offloads nothing (it serves tests and nothing else)."""
+
+    def offload_statistics(self) -> OffloadStatistics | None:
+        return None
 
     @property
     def index_home(self) -> IndexHome | None:

@@ -25,6 +25,7 @@ from magnetar.broker.dispatch.consumer import Consumer, SubType
 from magnetar.broker.dispatch.dispatchers import Throttle
 from magnetar.broker.ledger.position import Position
 from magnetar.broker.naming import TopicName
+from magnetar.broker.offload import EffectiveOffloadPolicies
 from magnetar.broker.topics.producer import Admission, Deduplication, Producer, ProducerRegistry
 from magnetar.broker.topics.publish import PublishSink
 
@@ -73,6 +74,8 @@ class AppliedPolicies:
     delayed_delivery: bool
     retention_time_ms: int
     retention_size_bytes: int
+    offload: EffectiveOffloadPolicies | None = None
+    """Tiered storage's policies for the topic's ledgers (None: nothing is offloaded)."""
 
 
 class TopicSubscription(Protocol):

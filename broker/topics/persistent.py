@@ -909,9 +909,10 @@ class PersistentTopic:
     # -- policies
     def apply_policies(self, policies: AppliedPolicies) -> Coroutine[Any, Any, None] | None:
         """Deduplication, unacked limits (topic, subscriptions, dispatchers, consumers),
-        delayed delivery and the managed ledger's retention (then a trim) as ``policies``
-        say. Deduplication switched on live must first learn the stored sequence ids, as on
-        load (max-merged with what producers send meanwhile): returned for the caller to run."""
+        delayed delivery, the managed ledger's retention (then a trim) and offload policies
+        as ``policies`` say. Deduplication switched on live must first learn the stored
+        sequence ids, as on load (max-merged with what producers send meanwhile): returned for
+        the caller to run."""
         restore: Coroutine[Any, Any, None] | None = None
         if policies.deduplication and not self.dedup.enabled:
             self.dedup.enabled = True
@@ -927,6 +928,7 @@ class PersistentTopic:
                 self._deliver_at_of,
             )
         self.ledger.set_retention(policies.retention_time_ms, policies.retention_size_bytes)
+        self.ledger.set_offload_policies(policies.offload)
         return restore
 
     async def delete_side_storage(self) -> None:

@@ -44,6 +44,7 @@ Topic and subscription operations:
   expire         Expire messages older than a duration
   peek           Show messages of a subscription or a topic without consuming them
   compact        Compact a topic (--wait for the end)
+  offload        Move a topic's sealed ledgers to tiered storage (--until, --wait)
   terminate      Terminate a topic: no more messages, ever (prints the last message id)
   truncate       Delete every message of a topic (all ledgers but the current one)
   scale          Grow a partitioned topic (--partitions N)
@@ -279,6 +280,15 @@ def build() -> Parser:
     _resource_args(p)
     p.add_argument("--wait", action="store_true", help="wait until compaction ends")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds to wait at most")
+
+    p = _sub(subs, "offload", "Move a topic's sealed ledgers to tiered storage")
+    _resource_args(p)
+    p.add_argument(
+        "--until",
+        help="offload every ledger before this message's (L:E); default: every sealed ledger",
+    )
+    p.add_argument("--wait", action="store_true", help="wait until the offload ends")
+    p.add_argument("--timeout", type=float, default=600.0, help="seconds to wait at most")
 
     p = _sub(subs, "terminate", "Terminate a topic: no more messages, ever")
     _resource_args(p)

@@ -28,6 +28,7 @@ OPERATION_VERBS = (
     "expire",
     "peek",
     "compact",
+    "offload",
     "terminate",
     "truncate",
     "scale",

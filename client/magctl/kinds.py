@@ -21,7 +21,6 @@ from magnetar.client.magctl.resources import (
     API_VERSION,
     DOMAINS,
     TopicName,
-    resolve,
     split_namespace,
 )
 from magnetar.client.magctl.units import format_duration_s, human_bytes
@@ -311,9 +310,27 @@ def _summary(stats: dict[str, Any]) -> dict[str, Any]:
         "subscriptions": len(subs),
         "backlog": sum(int(s.get("msgBacklog", 0)) for s in subs.values()),
         "storageSize": int(stats.get("storageSize", 0)),
+        **(
+            {"offloadedStorageSize": int(stats["offloadedStorageSize"])}
+            if "offloadedStorageSize" in stats
+            else {}
+        ),
         "msgInCounter": int(stats.get("msgInCounter", 0)),
         "bytesInCounter": int(stats.get("bytesInCounter", 0)),
     }
+
+
+def _offload_status(raw: Any) -> dict[str, Any] | None:
+    """The last manual offload (Pulsar's OffloadProcessStatus), for ``describe``."""
+    if not isinstance(raw, dict) or "status" not in raw:
+        return None
+    out: dict[str, Any] = {"status": raw["status"]}
+    if raw.get("lastError"):
+        out["lastError"] = raw["lastError"]
+    first = raw.get("firstUnoffloadedMessage") or {}
+    if int(first.get("ledgerId", -1)) >= 0:
+        out["firstUnoffloadedMessage"] = f"{first['ledgerId']}:{first.get('entryId', 0)}"
+    return out
 
 
 class Topics(Kind):
@@ -360,6 +377,10 @@ class Topics(Kind):
             except ServerError:
                 policies = {}
             spec["policies"] = {k: v for k, v in policies.items() if v is not None}
+            if tn.persistent and partitions == 0:
+                offload = _offload_status(api.try_get(f"{base}/offload"))
+                if offload is not None:
+                    status["offload"] = offload
         labels = api.try_get(f"/admin/v2/{tn.path}/properties")
         return make(
             "Topic",
@@ -663,10 +684,6 @@ KINDS: dict[str, Kind] = {
 }
 
 
-def kind_for(resource: str) -> Kind:
-    return KINDS[resolve(resource).plural]
-
-
 __all__ = [
     "CLUSTER_FIELDS",
     "KINDS",
@@ -676,7 +693,6 @@ __all__ = [
     "cluster_spec",
     "dig",
     "format_duration_s",
-    "kind_for",
     "make",
     "position_body",
     "topic_stats",

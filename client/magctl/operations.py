@@ -1,9 +1,10 @@
 """Topic, subscription and bundle operations as verbs: unload, split, seek, skip, clear,
-expire, peek, compact, terminate, truncate, scale, lookup.
+expire, peek, compact, offload, terminate, truncate, scale, lookup.
 
 Owns: each verb's REST call with Pulsar's paths (``.../subscription/{s}/resetcursor/{ts}``,
 ``.../skip/{n}``, ``.../skip_all``, ``.../expireMessages/{s}``, ``.../position/{n}``,
-``.../examinemessage``, ``.../compaction``, ``.../terminate[/partitions]``, ``.../truncate``,
+``.../examinemessage``, ``.../compaction``, ``.../offload``, ``.../terminate[/partitions]``,
+``.../truncate``,
 ``.../partitions``, ``/lookup/v2/topic/...``, ``/admin/v2/namespaces/{t}/{ns}[/{bundle}]/unload``,
 ``.../{bundle}/split``)
 and their one-line results. A partitioned topic is operated partition by partition where
@@ -52,6 +53,7 @@ def run(verb: str, args: argparse.Namespace, *, out: IO[str], err: IO[str]) -> i
         "expire": ("subscriptions",),
         "peek": ("subscriptions", "topics"),
         "compact": ("topics",),
+        "offload": ("topics",),
         "terminate": ("topics",),
         "truncate": ("topics",),
         "scale": ("topics",),
@@ -313,6 +315,56 @@ def _compact(op: _Op, name: str) -> None:
                 progress.status(f"{part.full} (running)")
                 time.sleep(0.5)  # polling period of a deadline-bounded wait
     out.write(f"topic/{tn.full} compacted\n")
+
+
+def _offload(op: _Op, name: str) -> None:
+    """Pulsar's ``topics offload``: every sealed ledger (or every ledger before ``--until``)
+    moves to tiered storage, partition by partition; ``--wait`` follows each one's status
+    (``GET .../offload``) and how many of its ledgers are offloaded (internal stats)."""
+    api, scope, _plural, args, out, err = op
+    tn, n = _topic(api, scope, name)
+    if args.until and n > 0:
+        raise UsageError(
+            f"--until names a message of one partition: give the partition ({tn.full}-partition-N)"
+        )
+    body = position_body(args.until) if args.until else None
+    started: list[TopicName] = []
+    for part in _parts(tn, n):
+        try:
+            api.put(f"/admin/v2/{part.path}/offload", body, what=("topics", part.full))
+        except ServerError as exc:
+            if n > 0 and exc.status == 404:
+                continue  # a partition never written to has nothing to offload
+            raise
+        started.append(part)
+    if not args.wait:
+        out.write(f"topic/{tn.full} offload started\n")
+        return
+    deadline = time.monotonic() + args.timeout
+    firsts: list[str] = []
+    with Progress(err, len(started), "offloading") as progress:
+        for part in started:
+            progress.advance(part.full)
+            while True:
+                status = api.get(f"/admin/v2/{part.path}/offload", what=("topics", part.full))
+                state = str((status or {}).get("status", "")).upper()
+                if state == "ERROR":
+                    raise MagctlError(f"offload of {part.full} failed: {status.get('lastError')}")
+                if state != "RUNNING":
+                    first = (status or {}).get("firstUnoffloadedMessage") or {}
+                    firsts.append(f"{first.get('ledgerId', -1)}:{first.get('entryId', -1)}")
+                    break
+                if time.monotonic() > deadline:
+                    raise MagctlError(
+                        f"offload of {part.full} still running after {args.timeout:g} s"
+                    )
+                stats = api.get(f"/admin/v2/{part.path}/internalStats", what=("topics", part.full))
+                ledgers = (stats or {}).get("ledgers") or []
+                done = sum(1 for ledger in ledgers[:-1] if ledger.get("offloaded"))
+                progress.status(f"{part.full} ({done}/{max(0, len(ledgers) - 1)} ledgers)")
+                time.sleep(0.5)  # polling period of a deadline-bounded wait
+    before = ", ".join(firsts) if firsts else "nothing to offload"
+    out.write(f"topic/{tn.full} offloaded (messages before {before})\n")
 
 
 def _terminate(op: _Op, name: str) -> None:

@@ -2,7 +2,9 @@
 
 Owns: ``POLICIES``, one entry per manifest key under ``spec.policies`` (``retention``,
 ``messageTTL``, ``backlogQuotas``, ``deduplication``, ``delayedDelivery``, ``dispatchRate``,
-``subscriptionDispatchRate``, ``publishRate``, ``maxProducersPerTopic``, ...): the REST path
+``subscriptionDispatchRate``, ``publishRate``, ``maxProducersPerTopic``, tiered storage's
+``offloadPolicies``, ``offloadThreshold``, ``offloadThresholdInSeconds``,
+``offloadDeletionLag``, ...): the REST path
 segment under ``/admin/v2/namespaces/{t}/{ns}/`` (or a topic's path), how the value the
 server shows becomes the manifest's canonical value, and how a manifest value becomes the
 body to POST. ``canonical`` of a manifest value and ``from_server`` of the stored value are
@@ -250,6 +252,50 @@ def _auto_topic_canonical(v: Any) -> Any:
     return _auto_topic_from_server(d)
 
 
+# -- tiered storage: offloadPolicies as Pulsar's JSON; thresholds and lag with units
+_OFFLOAD_TWINS = frozenset(
+    {
+        "managedLedgerOffloadThresholdInBytes",
+        "managedLedgerOffloadThresholdInSeconds",
+        "managedLedgerOffloadDeletionLagInMillis",
+    }
+)
+"""Kept by the server in step with offloadThreshold, offloadThresholdInSeconds and
+offloadDeletionLag: a manifest sets them through those keys."""
+
+
+def _offload_policies_from_server(v: Any) -> Any:
+    if not isinstance(v, dict):
+        return None
+    return {k: v[k] for k in sorted(v) if v[k] is not None and k not in _OFFLOAD_TWINS} or None
+
+
+def _offload_policies_canonical(v: Any) -> Any:
+    d = _dict(v, "offloadPolicies")
+    for k in d:
+        if not isinstance(k, str):
+            raise UsageError(f"spec.policies.offloadPolicies: field names are strings, got {k!r}")
+    return _offload_policies_from_server(d)
+
+
+def _threshold_bytes_from_server(v: Any) -> Any:
+    if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+        return None  # -1: not set (the broker's threshold applies)
+    return format_size_bytes(v) if v > 0 else 0
+
+
+def _threshold_seconds_from_server(v: Any) -> Any:
+    if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+        return None
+    return format_duration_s(v) if v > 0 else 0
+
+
+def _lag_from_server(v: Any) -> Any:
+    if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+        return None
+    return format_duration_s(v // 1000) if v % 1000 == 0 and v > 0 else v // 1000
+
+
 POLICIES: dict[str, PolicySpec] = {
     p.key: p
     for p in (
@@ -326,6 +372,50 @@ POLICIES: dict[str, PolicySpec] = {
             "compactionThreshold",
             "compactionThreshold",
             "bytes not yet compacted that trigger compaction; 0 = off",
+        ),
+        PolicySpec(
+            "offloadPolicies",
+            "offloadPolicies",
+            _offload_policies_from_server,
+            _offload_policies_canonical,
+            lambda v: v,
+            "tiered storage, Pulsar's OffloadPolicies JSON names: {managedLedgerOffloadDriver: "
+            "S3, s3ManagedLedgerOffloadBucket: b, s3ManagedLedgerOffloadServiceEndpoint: ...} "
+            "(thresholds and deletion lag: their own keys below)",
+        ),
+        PolicySpec(
+            "offloadThreshold",
+            "offloadThreshold",
+            _threshold_bytes_from_server,
+            lambda v: _threshold_bytes_from_server(
+                parse_size_bytes(v, "spec.policies.offloadThreshold")
+            ),
+            parse_size_bytes,
+            "namespace only: bytes kept on bookies before older ledgers are offloaded: 10G "
+            "(0: offload every sealed ledger)",
+            topic_level=False,
+        ),
+        PolicySpec(
+            "offloadThresholdInSeconds",
+            "offloadThresholdInSeconds",
+            _threshold_seconds_from_server,
+            lambda v: _threshold_seconds_from_server(
+                parse_duration_s(v, "spec.policies.offloadThresholdInSeconds")
+            ),
+            parse_duration_s,
+            "namespace only: ledgers closed longer ago are offloaded: 1d",
+            topic_level=False,
+        ),
+        PolicySpec(
+            "offloadDeletionLag",
+            "offloadDeletionLagMs",
+            _lag_from_server,
+            lambda v: _lag_from_server(
+                parse_duration_s(v, "spec.policies.offloadDeletionLag") * 1000
+            ),
+            lambda v: parse_duration_s(v) * 1000,
+            "namespace only: how long an offloaded ledger stays on bookies too: 4h",
+            topic_level=False,
         ),
         PolicySpec(
             "autoTopicCreation",

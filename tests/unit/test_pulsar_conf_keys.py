@@ -14,6 +14,7 @@ from support import pulsar_conf
 from magnetar import settings
 from magnetar.bookie.main import BookieConfig
 from magnetar.broker.config import BrokerConfig
+from magnetar.broker.policies.offload import broker_level
 
 pytestmark = pytest.mark.unit
 
@@ -91,7 +92,7 @@ def test_every_accepted_row_fits_the_shipped_values() -> None:
         ),
         ("maxSubscriptionsPerTopic=5", ["maxSubscriptionsPerTopic=5", "0 (no limit)"]),
         ("transactionCoordinatorEnabled=true", ["transactionCoordinatorEnabled=true", "'false'"]),
-        ("managedLedgerOffloadDriver=aws-s3", ["managedLedgerOffloadDriver=aws-s3", "empty"]),
+        ("functionsWorkerEnabled=true", ["functionsWorkerEnabled=true", "'false'"]),
         ("enableNonPersistentTopics=false", ["enableNonPersistentTopics=false", "'true'"]),
         ("brokerMaxConnections=many", ["brokerMaxConnections=many", "0 (no limit)"]),
         ("httpMaxRequestSize=1000", ["httpMaxRequestSize=1000", "8388608 or more"]),
@@ -160,3 +161,27 @@ def test_deprecated_unset_values_leave_the_current_setting(tmp_path: pathlib.Pat
     config = BrokerConfig.load(path)
     assert config.metadata_store_session_timeout_millis == 12000
     assert config.backlog_quota_default_limit_bytes == 5000
+
+
+def test_the_offload_keys_configure_the_brokers_offload_policies(tmp_path: pathlib.Path) -> None:
+    """Pulsar's broker.conf offload keys are implemented: they make the broker level of the
+    offload policies; a driver without what it needs stops the broker at start."""
+    path = tmp_path / "broker.conf"
+    path.write_text("managedLedgerOffloadDriver=aws-s3\n")
+    with pytest.raises(ValueError, match="s3ManagedLedgerOffloadBucket"):
+        broker_level(BrokerConfig.load(path)).resolve()
+    path.write_text(
+        "managedLedgerOffloadDriver=aws-s3\n"
+        "s3ManagedLedgerOffloadBucket=b\n"
+        "s3ManagedLedgerOffloadRegion=eu-west-1\n"
+        "managedLedgerOffloadAutoTriggerSizeThresholdBytes=1048576\n"
+        "managedLedgerOffloadDeletionLagMs=0\n"
+        "managedLedgerOffloadMaxBlockSizeInBytes=10485760\n"
+        "fileSystemProfilePath=conf/filesystem_offload_core_site.xml\n"
+    )
+    resolved = broker_level(BrokerConfig.load(path)).resolve()
+    assert resolved is not None
+    assert (resolved.bucket, resolved.region) == ("b", "eu-west-1")
+    assert resolved.threshold_bytes == 1 << 20 and resolved.deletion_lag_ms == 0
+    assert resolved.max_block_size_bytes == 10 << 20  # the universal name, none more specific
+    assert broker_level(BrokerConfig()).resolve() is None  # Pulsar's default: no driver

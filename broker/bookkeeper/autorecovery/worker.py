@@ -79,6 +79,9 @@ class WorkerStatistics:
     bytes_copied: int = 0
     cas_conflicts: int = 0
     failures: int = 0
+    ledgers_gone: int = 0
+    """Marked ledgers deleted before or while they were repaired (trimmed, or offloaded to
+    tiered storage and their bookie copy deleted): nothing to re-replicate."""
     history: collections.deque[tuple[int, float, float]] = field(
         default_factory=lambda: collections.deque(maxlen=HISTORY_MAX)
     )
@@ -157,15 +160,20 @@ class ReplicationWorker:
         return repaired
 
     async def replicate(self, ledger_id: int) -> str:
-        """Repair one ledger under its lock: 'repaired', 'deferred', 'busy' or 'failed'."""
+        """Repair one ledger under its lock: 'repaired', 'deferred', 'busy', 'failed' or
+        'gone' (deleted meanwhile: unmarked, never retried)."""
         lock = self.marks.lock(ledger_id, self.worker_id)
         try:
             await lock.acquire()
         except LockBusy:
             return "busy"
         start = self.clock.monotonic_ms()
+        done: bool | None
         try:
             done = await self._repair(ledger_id)
+        except LedgerNotFound:
+            await self._gone(ledger_id)
+            done = None
         except (LedgerError, BookieError, MetadataError, TimeoutError) as exc:
             log.warning("ledger %d: re-replication failed: %r", ledger_id, exc)
             self.stats.failures += 1
@@ -174,6 +182,8 @@ class ReplicationWorker:
         finally:
             self.stats.history.append((ledger_id, start, self.clock.monotonic_ms()))
             await lock.release()
+        if done is None:
+            return "gone"
         if done:
             self.stats.ledgers_repaired += 1
             self._deferred_until.pop(ledger_id, None)
@@ -185,14 +195,19 @@ class ReplicationWorker:
     def _defer(self, ledger_id: int) -> None:
         self._deferred_until[ledger_id] = self.clock.monotonic_ms() + DEFER_S * 1000
 
+    async def _gone(self, ledger_id: int) -> None:
+        """The ledger's metadata is gone (retention, or tiered storage deleted its bookie
+        copy after offloading it): there is nothing to re-replicate, now or later."""
+        await self.marks.unmark(ledger_id)
+        self._deferred_until.pop(ledger_id, None)
+        self.stats.ledgers_gone += 1
+        log.info("ledger %d: deleted (trimmed or offloaded): nothing to re-replicate", ledger_id)
+
     # -- one ledger ---------------------------------------------------------------------------
     async def _repair(self, ledger_id: int) -> bool:
-        """True when the ledger is fully replicated (and unmarked)."""
-        try:
-            meta, _version = await self.ledgers.read_metadata(ledger_id)
-        except LedgerNotFound:
-            await self.marks.unmark(ledger_id)  # deleted: nothing to repair
-            return True
+        """True when the ledger is fully replicated (and unmarked); ``LedgerNotFound`` when
+        it was deleted (before or while it was repaired)."""
+        meta, _version = await self.ledgers.read_metadata(ledger_id)
         if meta.state is LedgerState.IN_RECOVERY:
             return False  # someone is recovering it; its result is repaired later
         view = await ClusterView.read(self.store)

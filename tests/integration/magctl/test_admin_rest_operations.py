@@ -272,9 +272,9 @@ def test_namespace_and_topic_properties(server: StandaloneProcess) -> None:
 
 
 def test_a_namespace_path_we_lack_is_an_unknown_route(server: StandaloneProcess) -> None:
-    status, body = call(server, "PUT", "/admin/v2/namespaces/public/x/offloadThreshold", 10)
+    status, body = call(server, "PUT", "/admin/v2/namespaces/public/x/noSuchPolicy", 10)
     assert status == 404
-    assert body == {"reason": "Unknown route: PUT /admin/v2/namespaces/public/x/offloadThreshold"}
+    assert body == {"reason": "Unknown route: PUT /admin/v2/namespaces/public/x/noSuchPolicy"}
     status, body = call(server, "GET", "/admin/v2/namespaces/public/default/no/such")
     assert status == 404 and body["reason"].startswith("Unknown route: GET")
 

@@ -408,3 +408,38 @@ async def test_marks_merge_and_unmark_cleans_the_hex_levels(
     await marks.unmark(70_000)
     assert await marks.marked() == []
     assert await store.children(paths.UNDERREPLICATED_LEDGERS) == []
+
+
+async def test_a_ledger_deleted_while_it_is_repaired_is_dropped_never_retried(
+    meta_server: MemoryMetadataServer,
+) -> None:
+    """Tiered storage deletes an offloaded ledger's bookie copy (its metadata) whenever the
+    deletion lag ends, and retention deletes ledgers too: a worker copying such a ledger
+    stops with no error and no retry, and the mark goes; one marked but already deleted is
+    never even read."""
+    bookies = FakeBookieCluster(meta_server, count=4)
+    client = make_client(meta_server, bookies)
+    first, second = await _write_ledgers(client, 2, 12)
+    victim = first.metadata.last_ensemble[0]
+    bookies.crash(victim)
+    marks = UnderReplication(client.store)
+    for h in (first, second):
+        await marks.mark(h.ledger_id, {victim}, "test", 0)
+    worker = ReplicationWorker(
+        make_client(meta_server, bookies), AutoRecoveryConfig(rereplication_entry_batch_size=4)
+    )
+
+    class DeletesMidCopy:
+        """The throttle a copy waits on after each batch: the ledger goes meanwhile."""
+
+        async def consume(self, nbytes: int) -> None:
+            await client.delete_ledger(first.ledger_id)
+
+    worker.throttle = DeletesMidCopy()  # type: ignore[assignment]
+    assert await worker.replicate(first.ledger_id) == "gone"
+    await client.delete_ledger(second.ledger_id)  # deleted before any worker looked
+    copied = worker.stats.entries_copied
+    assert await worker.replicate(second.ledger_id) == "gone"
+    assert worker.stats.entries_copied == copied
+    assert await marks.marked() == []
+    assert worker.stats.failures == 0 and worker.stats.ledgers_gone == 2

@@ -193,10 +193,6 @@ def test_driver_specific_names_win_over_the_universal_ones_as_in_pulsar() -> Non
             "s3ManagedLedgerOffloadReadBufferSizeInBytes",
         ),
         (
-            {**S3, "managedLedgerOffloadThresholdInBytes": -5},
-            "managedLedgerOffloadThresholdInBytes",
-        ),
-        (
             {**S3, "managedLedgerOffloadedReadPriority": "soonest"},
             "managedLedgerOffloadedReadPriority",
         ),
@@ -369,3 +365,39 @@ def test_filesystem_mapping(tmp_path: pathlib.Path) -> None:
     assert spec.kind is StoreKind.LOCAL and spec.location == f"{tmp_path}/tier"
     assert not spec.supports_attributes
     assert resolved.driver_metadata()["bucket"] == f"{tmp_path}/tier"
+
+
+def test_a_negative_threshold_disables_automatic_offload_over_a_lower_level() -> None:
+    """Pulsar: a threshold < 0 disables automatic offloading; set at the namespace it
+    overrides the broker's threshold (unset would fall back to it)."""
+    broker = OffloadPolicies.from_json({**S3, "managedLedgerOffloadThresholdInBytes": 0})
+    namespace = OffloadPolicies(threshold_bytes=-1)
+    resolved = OffloadPolicies.merge(None, namespace, broker).resolve()
+    assert resolved is not None and resolved.threshold_bytes is None
+    assert OffloadPolicies.merge(None, None, broker).resolve().threshold_bytes == 0  # type: ignore[union-attr]
+
+
+def test_namespace_level_reads_offload_policies_and_the_older_fields_as_pulsar() -> None:
+    assert OffloadPolicies.from_namespace_policies({}) is None
+    # Pulsar's defaults of the older fields mean "not set"
+    assert (
+        OffloadPolicies.from_namespace_policies(
+            {"offload_threshold": -1, "offload_threshold_in_seconds": -1}
+        )
+        is None
+    )
+    older = OffloadPolicies.from_namespace_policies(
+        {"offload_threshold": 10, "offload_deletion_lag_ms": 5}
+    )
+    assert older == OffloadPolicies(threshold_bytes=10, deletion_lag_ms=5)
+    both = OffloadPolicies.from_namespace_policies(
+        {
+            "offload_policies": {**S3, "managedLedgerOffloadThresholdInBytes": 7},
+            "offload_threshold": 10,
+            "offload_threshold_in_seconds": 60,
+        }
+    )
+    assert both is not None
+    assert both.threshold_bytes == 7  # offload_policies' own value wins
+    assert both.threshold_seconds == 60  # the older field fills what it leaves unset
+    assert both.driver == S3["managedLedgerOffloadDriver"]

@@ -219,3 +219,38 @@ async def test_the_source_is_read_ahead_by_prefetch_rounds() -> None:
         assert source.reads == expected
         gate.set()
         await task
+
+
+async def test_concurrent_reads_of_one_handle_never_cancel_each_other() -> None:
+    """A cursor's read-ahead reads one ledger in several chunks at once: a read that looks
+    like a jump to the handle must not drop (cancel) the blocks another read waits for, and
+    a read-ahead budget lent to prefetched blocks all comes back."""
+
+    class Budget:
+        def __init__(self) -> None:
+            self.held = 0
+
+        def available(self) -> int:
+            return (1 << 30) - self.held
+
+        def take(self, nbytes: int) -> None:
+            self.held += nbytes
+
+        def give_back(self, nbytes: int) -> None:
+            self.held -= nbytes
+
+    async with AutojumpClock() as clock:
+        store = FaultInjectingBlobStore(memory_blob_store(), clock=clock)
+        off = _offloader(store, clock, read_ahead_bytes_max=64 * BLOCK)
+        source = MemoryLedgerSource(9, payloads_of([700] * 400))
+        budget = Budget()
+        handle = await off.open(await off.offload(source, uuid.uuid4(), {}), read_budget=budget)
+        await handle.read(0, 9)
+        store.delay_next("", 0.5, operations="get_range", count=1000)
+        ranges = [(10, 59), (60, 109), (200, 249), (110, 159), (300, 399), (160, 199)]
+        got = await asyncio.gather(*(handle.read(a, b) for a, b in ranges))
+        for (a, b), entries in zip(ranges, got, strict=True):
+            assert [e.payload for e in entries] == source.payloads[a : b + 1]
+        handle.check_invariants()
+        await handle.close()
+        assert budget.held == 0
