@@ -10,8 +10,9 @@ recognises), applied whatever the namespace's deduplication policy:
   is stored; in between it is ``UNKNOWN`` (an earlier copy is still being written, Pulsar's
   ``MessageDupStatus.Unknown``): refused with a retriable error, so the sender sends it again
   once the first copy's fate is known. The highest is exactly the SEND's sequence id.
-- a link whose SEND could not be stored is ``broken``: every later SEND of it is refused
-  (never stored) until a new producer of the link is admitted, so what is stored of a link is
+- a link whose SEND could not be stored is ``broken`` (and its producer closed by the
+  topic): every later SEND of it is refused (never stored) until a new producer of the link
+  is admitted, so what is stored of a link is
   always a prefix of what it sent. (The managed ledger fails every add after a failed one —
   it fences or closes — except a refusal at submission, which the topic sees at once.)
 - the recovery point, stored in the managed ledger's properties as Pulsar's deduplication

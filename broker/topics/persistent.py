@@ -479,10 +479,22 @@ class PersistentTopic:
         try:
             self.ledger.add_entries_then(datas, item.finish)
         except Exception as exc:  # refused at once (state, too many pending adds)
-            for p in batch:  # before any later batch is submitted: nothing of a link after it
-                if p.link is not None:
-                    self.inbound.failed(p.link)
+            self._links_failed(batch)  # before any later batch: nothing of a link after it
             item.finish(None, exc)
+
+    def _links_failed(self, batch: list[PendingSend]) -> None:
+        """SENDs of replication links in ``batch`` cannot be stored: each link is broken and
+        its producer closed (it reconnects and sends again from its cursor), so nothing it
+        sent later is stored before them."""
+        for p in batch:
+            if p.link is None or self.inbound.is_broken(p.link):
+                continue
+            self.inbound.failed(p.link)
+            producer = p.producer
+            if self.producers.producers.get(producer.name) is producer:
+                if producer.cnx is not None:
+                    producer.cnx.send_close_producer(producer)
+                self.producers.remove(producer)
 
     def complete_ready(self) -> None:
         """Report the appends done at the head of the in-flight queue, in order."""
@@ -515,8 +527,7 @@ class PersistentTopic:
         for p in batch:
             if p.dedup_name is not None:
                 self.dedup.failed(p.dedup_name)
-            if p.link is not None:
-                self.inbound.failed(p.link)
+        self._links_failed(batch)
         for sink, items, _ in runs_by_sink(batch, None):
             sink.on_publish_failed(items, exc)
 

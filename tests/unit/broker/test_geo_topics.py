@@ -154,7 +154,7 @@ async def test_nothing_a_link_sends_after_a_failed_send_is_stored_before_it() ->
     await _settled(topic, sink, 3)
     assert isinstance(sink.got[1], Exception) and isinstance(sink.got[2], Exception)
     assert ledger.num_entries == 1  # 3 was not stored without 2
-    topic.remove_producer(producer)
+    assert producer.closed and LINK not in topic.producers.producers  # closed by the topic
     again = await _link_producer(topic)  # the replicator reconnects and sends from 2 again
     for entry in (2, 3):
         _send(topic, sink, again, entry)
