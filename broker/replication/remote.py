@@ -56,6 +56,9 @@ CLOSE_TIMEOUT_S = 2.0
 sent again by the next replicator, and recognised: a close never waits for a remote that
 stopped answering)."""
 ADMIN_TIMEOUT_S = 10.0
+RECONNECT_BACKOFF_MAX_MS = 2_000
+"""The longest wait between two attempts to reach a remote that went away: a remote coming
+back is replicated to within 2 s (a client's default, 60 s, would hold a catch-up back)."""
 OPERATION_TIMEOUT_S = 5.0
 """How long making the producer on the remote may take (lookups and connections retried
 meanwhile) before the replicator shows why and backs off: a remote down is visible in its
@@ -228,6 +231,7 @@ class ClientRemoteCluster:
             tls_certificate_file_path=auth.cert_file or None,
             tls_private_key_file_path=auth.key_file or None,
             listener_name=self.data.listener_name or None,
+            max_backoff_interval_ms=RECONNECT_BACKOFF_MAX_MS,
         )
         return self._client
 
