@@ -264,7 +264,10 @@ class GeoReplication:
         self.topics[topic.full_name] = tr
         self._policies[topic.full_name] = policies
         topic.attachments.append(_Detach(self, topic.full_name, tr))
-        await self._apply(tr, policies)
+        try:
+            await self._apply(tr, policies)
+        except Exception as exc:  # the topic is served anyway; the next check tries again
+            log.warning("replication of %s not started yet: %s", topic.full_name, exc)
 
     def policies_applied(self, topic: Topic, policies: TopicPolicies) -> None:
         """The policy manager applied (changed) policies to a loaded topic."""

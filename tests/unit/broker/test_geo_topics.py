@@ -343,3 +343,23 @@ async def test_a_topic_with_a_replication_backlog_is_kept() -> None:
         await topic.close()  # detaches its replication
         assert TOPIC not in geo.topics
         await geo.close()
+
+
+async def test_a_compacted_view_never_holds_a_marker() -> None:
+    """Even keeping keyless messages (``topicCompactionRetainNullKey``), compaction leaves
+    markers out: a compacted reader never gets one."""
+    from magnetar.broker.compaction import TopicCompaction
+
+    storage = MemoryStorageFactory()
+    topic = await local_topic(storage, TOPIC, "east")
+    topic.compaction = TopicCompaction(
+        storage, topic.name.managed_ledger_name, retain_null_key=True
+    )
+    await topic.compaction.load()
+    await topic.markers.expect()
+    keyless = await topic.ledger.add_entries([entry_bytes(b"keyless")])
+    await topic.publish_marker(markers.snapshot_request("s", "east", publish_time_ms=1))
+    await topic.compaction.compact(topic)
+    view = topic.compaction.view
+    assert view is not None
+    assert [view.originals[i] for i in range(len(view))] == keyless
