@@ -15,6 +15,16 @@ when the managed ledger refuses writes for good (another owner), after which the
 unloads the topic so clients look up the new owner.
 Policies it applies itself (``apply_policies``): deduplication, unacked limits, delayed
 delivery, retention.
+Geo-replication, the parts a topic owns: the receiving side of other clusters' replication
+links (``inbound_links``: their SENDs deduplicated whatever the policy, refused after one
+failed and the producer closed; the recovery point stored by ``inbound_snapshots`` and read
+back on load), markers (``markers``: stored through ``publish_marker`` or a link,
+acknowledged on every subscription at once, filtered from every read, the last message
+behind them answered to GetLastMessageId; ``marker_listener`` hears them), the replicated
+flag of subscriptions (``pulsar.replicated.subscriptions``) and ``mark_delete_listener``,
+moving a replicated subscription to another cluster's position, and the ``attachments``
+(``replication/``'s replicators) detached first on close. Replicator cursors
+(``pulsar.repl.*``) are not subscriptions.
 Invariant: every SEND gets exactly one outcome, in arrival order per topic: a ``PublishSink``
 (the connection) hears once per run of its consecutive SENDs in a completed append (so it
 writes that run's receipts as one buffer). On
@@ -66,6 +76,7 @@ from magnetar.broker.topics.inbound_links import (
     Verdict,
     link_of_producer,
 )
+from magnetar.broker.topics.inbound_snapshots import InboundSnapshots
 from magnetar.broker.topics.markers import MarkerSkippingCursor, TopicMarkers
 from magnetar.broker.topics.producer import (
     AccessMode,
@@ -263,8 +274,7 @@ class PersistentTopic:
         self.inbound = InboundLinks(local_cluster)
         self._reported: Position | None = ledger.last_confirmed
         """Every add up to here is reported (the inbound links' recovery point)."""
-        self._inbound_writing: asyncio.Task[None] | None = None
-        self._inbound_again = False
+        self.inbound_snapshots = InboundSnapshots(ledger, self.inbound, lambda: self._reported)
         self.markers = TopicMarkers(ledger)
         self.marker_listener: MarkerListener | None = None
         self.mark_delete_listener: Callable[[Subscription], None] | None = None
@@ -348,7 +358,7 @@ class PersistentTopic:
             return
         self.inbound.producer_admitted(link)
         if link not in self.inbound.snapshotted:
-            await self._store_inbound_snapshot()
+            await self.inbound_snapshots.now()
 
     def remove_producer(self, producer: Producer) -> list[Producer]:
         return self.producers.remove(producer)
@@ -583,7 +593,7 @@ class PersistentTopic:
         if stored_markers:
             self._markers_stored(stored_markers)
         if stored and inbound.count_stored(len(stored)):
-            self._snapshot_inbound_soon()
+            self.inbound_snapshots.soon()
 
     def _markers_stored(self, stored: list[tuple[Position, PendingSend]]) -> None:
         """Markers are never a backlog: acknowledged on every subscription at once (the
@@ -597,36 +607,6 @@ class PersistentTopic:
         if listener is not None:
             for pos, p in stored:
                 listener(pos, p.data, p.link is not None)
-
-    # -- the inbound links' recovery point
-    def _snapshot_inbound_soon(self) -> None:
-        if self._inbound_writing is not None and not self._inbound_writing.done():
-            self._inbound_again = True
-            return
-        self._inbound_writing = asyncio.get_running_loop().create_task(self._write_inbound())
-        self._inbound_writing.add_done_callback(_retrieve)
-
-    async def _write_inbound(self) -> None:
-        while True:
-            self._inbound_again = False
-            at = self._reported or Position(-1, -1)
-            snap = self.inbound.snapshot(at)
-            try:
-                await self.ledger.set_property(SNAPSHOT_PROPERTY, snap.to_property())
-            except Exception as exc:  # the next one will do; recovery reads a little more
-                log.warning("%s: storing the replication links' snapshot: %s", self.name, exc)
-                return
-            self.inbound.snapshot_stored(snap)
-            if not self._inbound_again:
-                return
-
-    async def _store_inbound_snapshot(self) -> None:
-        """Store the recovery point now (and wait for it)."""
-        running = self._inbound_writing
-        if running is not None and not running.done():
-            await asyncio.wait([running])
-        self._inbound_writing = asyncio.ensure_future(self._write_inbound())
-        await asyncio.shield(self._inbound_writing)
 
     def _spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
         task = asyncio.get_running_loop().create_task(coro)
@@ -1017,7 +997,7 @@ class PersistentTopic:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
         if self.inbound:
             try:  # the next owner reads nothing again
-                await self._store_inbound_snapshot()
+                await self.inbound_snapshots.now()
             except Exception as exc:
                 log.warning("%s: replication links' snapshot not stored: %s", self.name, exc)
         self.ledger.remove_tail_listener(self._on_new_entries)
