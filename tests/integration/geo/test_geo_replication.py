@@ -559,3 +559,39 @@ def test_a_changed_cluster_registration_is_used(geo_pair: GeoStandalones) -> Non
         east.ok("POST", "/admin/v2/clusters/west", west.cluster_data())
         ce.close()
         cw.close()
+
+
+def test_a_topic_level_policy_overrides_the_namespace(geo_pair: GeoStandalones) -> None:
+    """A topic's own replication clusters (``POST .../{topic}/replication``) win over its
+    namespace's, live: the topic stops replicating to west while its namespace still does."""
+    east, west = geo_pair["east"], geo_pair["west"]
+    ns = _ns(geo_pair)
+    topic = f"persistent://{ns}/own-policy"
+    ce, cw = _client(east), _client(west)
+    try:
+        sub = cw.subscribe(topic, "s", initial_position=pulsar.InitialPosition.Earliest)
+        pe = ce.create_producer(topic)
+        pe.send(b"replicated")
+        assert sub.receive(30_000).data() == b"replicated"
+        east.ok("POST", f"/admin/v2/persistent/{ns}/own-policy/replication", ["east"])
+        wait_until(
+            lambda: (
+                "pulsar.repl.west"
+                not in east.ok("GET", f"/admin/v2/persistent/{ns}/own-policy/internalStats")[
+                    "cursors"
+                ]
+            ),
+            30,
+            "the topic's replicator to west gone",
+        )
+        pe.send(b"kept in east")
+        cw.create_producer(topic).send(BARRIER)
+        assert sub.receive(30_000).data() == BARRIER
+        # the namespace's other topics still replicate
+        other = f"persistent://{ns}/other"
+        other_sub = cw.subscribe(other, "s", initial_position=pulsar.InitialPosition.Earliest)
+        ce.create_producer(other).send(b"still replicated")
+        assert other_sub.receive(30_000).data() == b"still replicated"
+    finally:
+        ce.close()
+        cw.close()
