@@ -303,7 +303,9 @@ def _top_verb(subs: argparse._SubParsersAction[Parser]) -> None:
     p.add_argument("--once", action="store_true", help="print once and exit (for scripts)")
     p.add_argument("--interval", type=float, default=2.0, help="seconds between refreshes")
     p.add_argument(
-        "--sort-by", default="rate-in", help="rate-in, rate-out, throughput-in or backlog"
+        "--sort-by",
+        default="rate-in",
+        help="rate-in, rate-out, throughput-in, backlog or replication-backlog",
     )
 
 
