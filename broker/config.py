@@ -131,6 +131,16 @@ class BrokerConfig:
     # threshold (namespace / topic policy ``compaction_threshold`` overrides; 0 = off)
     broker_service_compaction_monitor_interval_seconds: int = 60
     broker_service_compaction_threshold_in_bytes: int = 0
+    # geo-replication (docs/geo-replication.md): replicators' pending messages, the
+    # periodic re-check of every topic's replicators against its policies, replicated
+    # subscriptions (PIP-33) and their snapshots
+    replication_producer_queue_size: int = 1000
+    replication_policy_check_duration_seconds: int = 600
+    replication_metrics_enabled: bool = True
+    enable_replicated_subscriptions: bool = True
+    replicated_subscriptions_snapshot_frequency_millis: int = 1000
+    replicated_subscriptions_snapshot_timeout_seconds: int = 30
+    replicated_subscriptions_snapshot_max_cached_per_subscription: int = 10
     # load manager (Pulsar's loadBalancer* names; docs/cluster.md): reports, placement,
     # bundle split, shedding, and failure detection of dead brokers
     load_balancer_enabled: bool = True

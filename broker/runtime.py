@@ -110,12 +110,13 @@ class BrokerServiceRunner:
 
     ``start``: TLS reloading and authentication, the namespace service (ownership; the
     default cluster, ``public`` tenant and ``public/default`` namespace), the policy
-    manager's watches and periodic checks, the ``CompactionMonitor`` (the loaded persistent
-    topics over their resolved ``compaction_threshold``). ``start_cluster`` (once the web URL
-    is known) joins load management when it is enabled. ``close``: hand the bundles over
-    (load management), stop loading topics and accepting connections, leave load
-    management, stop the periodic work and security, close the topics and connections, then
-    release what is still owned.
+    manager's watches and periodic checks, geo-replication, the ``CompactionMonitor`` (the
+    loaded persistent topics over their resolved ``compaction_threshold``). ``start_cluster``
+    (once the web URL is known) joins load management when it is enabled and starts resuming
+    replication (at once, then every ``replicationPolicyCheckDurationSeconds``). ``close``:
+    hand the bundles over (load management), stop loading topics and accepting connections,
+    leave load management, stop the periodic work and security, close the topics and
+    connections, then release what is still owned.
     """
 
     def __init__(self, service: BrokerService) -> None:
@@ -127,9 +128,27 @@ class BrokerServiceRunner:
             service.clock,
         )
         self.closed = False
+        self._resume: asyncio.Task[None] | None = None
 
     def __repr__(self) -> str:
         return f"<BrokerServiceRunner {self.service!r}>"
+
+    async def _resume_replication(self) -> None:
+        """Topics with a replication backlog are loaded at start and every
+        ``replicationPolicyCheckDurationSeconds`` (``BrokerService.resume_replication``)."""
+        service = self.service
+        clock = service.clock or SystemClock()
+        interval_s = float(service.config.replication_policy_check_duration_seconds)
+        while not self.closed:
+            try:
+                n = await service.resume_replication()
+                if n:
+                    log.info("resumed the replication of %d topics", n)
+            except Exception as exc:  # metadata unreachable now: the next round
+                log.warning("resuming replication: %s", exc)
+            if interval_s <= 0:
+                return
+            await clock.sleep(interval_s)
 
     def _persistent_topics(self) -> list[PersistentTopic]:
         return [t for t in self.service.topics.values() if isinstance(t, PersistentTopic)]
@@ -142,20 +161,23 @@ class BrokerServiceRunner:
         service.namespaces.start()
         await service.namespaces.ensure_defaults()
         service.policies.start()
+        service.replication.start()
         self.compaction_monitor.start()
         log.info("broker service listening on %s", service.namespaces.service_url)
 
     async def start_cluster(self) -> None:
-        """Join the cluster's load management (once the web URL is known)."""
+        """Join the cluster's load management (once the web URL is known), then resume the
+        replication of topics with a backlog (their bundles placed as lookups place them)."""
         service = self.service
-        if not service.config.load_balancer_enabled or service.cluster is not None:
-            return
-        credentials = BrokerClientAuth.from_config(service.config)  # bad settings: ValueError
-        service.cluster = BrokerCluster(
-            service, service.clock or SystemClock(), credentials=credentials
-        )
-        service.namespaces.placement = service.cluster
-        await service.cluster.start(service.namespaces.web_service_url)
+        if service.config.load_balancer_enabled and service.cluster is None:
+            credentials = BrokerClientAuth.from_config(service.config)  # bad settings: error
+            service.cluster = BrokerCluster(
+                service, service.clock or SystemClock(), credentials=credentials
+            )
+            service.namespaces.placement = service.cluster
+            await service.cluster.start(service.namespaces.web_service_url)
+        if self._resume is None and not self.closed:
+            self._resume = asyncio.get_running_loop().create_task(self._resume_replication())
 
     async def close(self) -> None:
         if self.closed:
@@ -166,6 +188,8 @@ class BrokerServiceRunner:
         if cluster is not None:
             await cluster.drain(service.namespaces.unload_bundle)
         service.stop_loading()
+        if self._resume is not None:
+            self._resume.cancel()
         if cluster is not None:
             await cluster.close()
         service.policies.close()
@@ -174,6 +198,7 @@ class BrokerServiceRunner:
             service.tls.close()
         service.authn.close()
         await service.close()
+        await service.replication.close()
         try:
             await service.namespaces.release_all()
         except MetadataError as exc:

@@ -4,9 +4,10 @@ Owns: the loaded ``Topic`` of each name and loading it when this broker owns its
 (``NamespaceService.ensure_owned``; a topic whose bundle moved while it loaded is closed, not
 installed), topic auto-creation and partitioned metadata (with auto-creation), what a loaded
 persistent topic is made of (its managed ledger, ``TopicCompaction`` with its stored view,
-policies attached), unloading and deleting topics, closing the topics of a bundle
-(``close_topics_of``, for the namespace service's unloads) or of bundles lost, topic listings
-and the ``TopicRegistry`` the HTTP API uses; and the parts topics and connections reach
+policies attached, its geo-replication attached: ``replication.GeoReplication``), unloading
+and deleting topics, closing the topics of a bundle (``close_topics_of``, for the namespace
+service's unloads) or of bundles lost, topic listings and the ``TopicRegistry`` the HTTP API
+uses; and the parts topics and connections reach
 through it (settings, metadata store, namespace resources and ``namespaces``, schemas,
 policies, security, the connections served).
 Lookup, ownership and the broker's advertised identity are ``namespaces``'
@@ -35,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from magnetar.broker.compaction import TopicCompaction
 from magnetar.broker.config import BrokerConfig
-from magnetar.broker.errors import ServerError
+from magnetar.broker.errors import ResourceError, ServerError
 from magnetar.broker.namespace.bundles import BundleRange, topic_hash
 from magnetar.broker.namespace.lookup import (
     LookupResult,
@@ -59,6 +60,7 @@ from magnetar.broker.policies.model import (
     InactiveTopicDeleteMode,
     resolve_auto_topic_creation,
 )
+from magnetar.broker.replication.geo import GeoReplication
 from magnetar.broker.schema import topic_schemas_for
 from magnetar.broker.security.authentication import AuthenticationService
 from magnetar.broker.security.authorization import AuthorizationService
@@ -67,7 +69,9 @@ from magnetar.broker.storage.contract import TopicStorageFactory
 from magnetar.broker.topics.contract import Topic
 from magnetar.broker.topics.nonpersistent import NonPersistentTopic
 from magnetar.broker.topics.persistent import PersistentTopic
+from magnetar.broker.topics.replication_names import remote_of_cursor
 from magnetar.clock import Clock
+from magnetar.zk import paths
 from magnetar.zk.store import MetadataStore
 
 if TYPE_CHECKING:
@@ -110,6 +114,9 @@ class BrokerService:
         self.authn = AuthenticationService.from_config(config)
         self.authz = AuthorizationService(config, self.resources)
         self.policies = PolicyManager(self, clock)
+        self.replication = GeoReplication(config, self.resources, self.schemas, store, clock)
+        """Geo-replication: the replicators of the loaded topics, remote clusters' clients."""
+        self.policies.listeners.append(self.replication.policies_applied)
         self.cluster: BrokerCluster | None = None
         """This broker's part in load management (set by the runner when enabled)."""
         self.topics: dict[str, Topic] = {}
@@ -272,6 +279,7 @@ class BrokerService:
             dispatcher_min_read_batch_size=self.config.dispatcher_min_read_batch_size,
             redelivery_tracker_enabled=self.config.subscription_redelivery_tracker_enabled,
             max_unacked_per_subscription=policies.max_unacked_per_subscription,
+            local_cluster=self.config.cluster_name,
         )
         await topic.load()
         topic.compaction = TopicCompaction(self.storage, ml_name, clock=self.clock)
@@ -287,8 +295,55 @@ class BrokerService:
         self.topics[tn.full] = topic
         self.topics_loaded_total += 1
         self.policies.attach(topic, policies)
+        await self.replication.attach(topic, policies)  # replicators start in the background
         log.info("loaded topic %s", tn.full)
         return topic
+
+    async def resume_replication(self) -> int:
+        """Load the topics of replicated namespaces that keep a backlog for another cluster
+        (a replicator cursor ``pulsar.repl.*``) and are not loaded, so their replicators
+        run without waiting for a client: after a restart, or a bundle that came here. A
+        topic whose bundle nobody owns is looked up first (placed as a client's lookup
+        would be); one owned by another broker is left to it. Returns the topics loaded."""
+        loaded = 0
+        local = self.config.cluster_name
+        for tenant in await self.resources.list_tenants():
+            try:
+                namespaces = await self.resources.list_namespaces(tenant)
+            except ResourceNotFound:
+                continue
+            for ns_name in namespaces:
+                ns = ns_name.partition("/")[2]
+                try:
+                    policies = await self.resources.get_policies(tenant, ns)
+                except ResourceNotFound:
+                    continue
+                clusters = policies.get("replication_clusters") or []
+                if local not in clusters or not set(clusters) - {local}:
+                    continue
+                prefix = f"{tenant}/{ns}/persistent/"
+                for ml in await self.storage.list(prefix):
+                    loaded += await self._resume_one(tenant, ns, ml[len(prefix) :], ml)
+        return loaded
+
+    async def _resume_one(self, tenant: str, ns: str, encoded_local: str, ml: str) -> int:
+        from urllib.parse import unquote
+
+        topic = f"persistent://{tenant}/{ns}/{unquote(encoded_local)}"
+        if topic in self.topics or self.closed:
+            return 0
+        cursors = await self.store.children(paths.managed_ledger(ml))
+        if not any(remote_of_cursor(c) is not None for c in cursors):
+            return 0
+        try:
+            found = await self.namespaces.lookup(topic, authoritative=False)
+            if found.redirect:
+                return 0
+            got = await self.get_topic(topic, create=False)
+        except (ServiceError, ResourceError) as exc:
+            log.info("replication of %s not resumed here: %s", topic, exc)
+            return 0
+        return 1 if got is not None else 0
 
     async def _auto_topic_creation(self, tn: TopicName) -> AutoTopicCreation:
         """The namespace's ``autoTopicCreationOverride`` over the broker settings, as Pulsar."""
@@ -503,9 +558,13 @@ class BrokerService:
         ServiceNotReady until the delete is done, so a producer or consumer arriving
         meanwhile finds the topic again (re-created) or keeps it. With
         ``brokerDeleteInactivePartitionedTopicMetadataEnabled``, the last partition of a
-        partitioned topic to go takes the partitioned metadata with it."""
+        partitioned topic to go takes the partitioned metadata with it. A topic whose
+        replicators still have a backlog is kept (Pulsar closes them first, once caught up).
+        """
         topic = self.topics.get(name)
         if topic is None or topic.closed or name in self._deleting or is_active(topic, mode):
+            return False
+        if self.replication.keeps(topic):  # not yet replicated everywhere: kept, as Pulsar
             return False
         tn = topic.name
         self.topics.pop(name)

@@ -33,7 +33,13 @@ from magnetar.client._config import (
     RedeliveryBackoff,
 )
 from magnetar.client._consumer import Consumer, ConsumerConfig, MessageListener
-from magnetar.client._errors import AlreadyClosed, InvalidTopicName, PulsarException, Timeout
+from magnetar.client._errors import (
+    AlreadyClosed,
+    InvalidConfiguration,
+    InvalidTopicName,
+    PulsarException,
+    Timeout,
+)
 from magnetar.client._handler import ClientContext
 from magnetar.client._lookup import (
     BinaryLookupService,
@@ -88,9 +94,15 @@ class Client:
         listener_name: str | None = None,
         max_lookup_redirects: int = 20,
         partitions_update_interval_seconds: float = 60,
+        max_backoff_interval_ms: int = 60_000,
         clock: Clock | None = None,
         rng: random.Random | None = None,
     ) -> None:
+        """``max_backoff_interval_ms``: the longest wait between two reconnection attempts of
+        a producer or consumer (the Java client's ``maxBackoffInterval``; 100 ms doubling up
+        to it)."""
+        if max_backoff_interval_ms < 100:
+            raise InvalidConfiguration("max_backoff_interval_ms must be >= 100")
         self.service_url = service_url
         self._address = parse_service_url(service_url)
         if use_tls and self._address.scheme == "pulsar":
@@ -139,7 +151,12 @@ class Client:
                 max_redirects=max_lookup_redirects,
             )
         self._ctx = ClientContext(
-            self._pool, lookup, self._clock, self._operation_timeout_ms, self._rng
+            self._pool,
+            lookup,
+            self._clock,
+            self._operation_timeout_ms,
+            self._rng,
+            max_backoff_ms=max_backoff_interval_ms,
         )
         ctx_holder.append(self._ctx)
         self._producers: set[Producer] = set()

@@ -4,7 +4,8 @@ Owns: ``HandlerState`` and its transition table (state machine as data), the ``C
 a handler needs (pool, lookup, clock, id counters, timeouts), and ``Handler``: first connection
 with retries until the operation timeout (retriable errors only), then, whenever the
 connection is lost or the broker closes the producer/consumer, re-lookup and reconnect with
-exponential backoff (100 ms doubling to 60 s, jitter from the client's seeded ``Random``).
+exponential backoff (100 ms doubling to ``max_backoff_ms``, 60 s unless the client sets it,
+jitter from the client's seeded ``Random``).
 Subclasses implement ``_establish(cnx)`` (PRODUCER / SUBSCRIBE on that connection).
 
 States::
@@ -83,6 +84,8 @@ class ClientContext:
     clock: Clock
     operation_timeout_ms: int
     rng: random.Random = field(default_factory=random.Random)
+    max_backoff_ms: float = 60_000.0
+    """The longest wait between two reconnection attempts of a handler."""
     _request_ids: itertools.count[int] = field(default_factory=itertools.count)
     _producer_ids: itertools.count[int] = field(default_factory=itertools.count)
     _consumer_ids: itertools.count[int] = field(default_factory=itertools.count)
@@ -107,7 +110,7 @@ class Handler:
         self.topic = topic
         self.state = HandlerState.INITIAL
         self.cnx: ClientConnection | None = None
-        self.backoff = Backoff(100, 60_000, ctx.rng)
+        self.backoff = Backoff(100, ctx.max_backoff_ms, ctx.rng)
         self._reconnect_task: asyncio.Task[None] | None = None
         self.reconnects = 0
         self.failure: PulsarException | None = None

@@ -25,7 +25,6 @@ from urllib.parse import quote
 from magnetar.client._errors import (
     ConnectError,
     LookupError_,
-    PulsarException,
     Timeout,
     TopicNotFound,
     for_code,
@@ -309,14 +308,9 @@ def _dechunk(body: bytes) -> bytes:
         pos = end + 2 + size + 2
 
 
-def is_retriable(exc: BaseException) -> bool:
-    return isinstance(exc, PulsarException) and exc.retriable
-
-
 __all__ = [
     "BinaryLookupService",
     "HttpLookupService",
     "LookupResult",
     "LookupService",
-    "is_retriable",
 ]

@@ -37,6 +37,7 @@ from magnetar.client._config import (
 from magnetar.client._connection import ClientConnection
 from magnetar.client._errors import (
     AlreadyClosed,
+    ConnectError,
     InvalidConfiguration,
     MessageTooBig,
     ProducerQueueIsFull,
@@ -48,8 +49,8 @@ from magnetar.client._handler import ClientContext, Handler, HandlerState
 from magnetar.client._message import Message, MessageId
 from magnetar.client._routing import HashingScheme, hash_key
 from magnetar.client._wire import SimpleSendEncoder
-from magnetar.client.protocol import MessageId as _Id
 from magnetar.client.protocol import (
+    CommandType,
     TopicName,
     batch_metadata,
     commands,
@@ -58,6 +59,7 @@ from magnetar.client.protocol import (
     encode_plain_batch,
     pb,
 )
+from magnetar.client.protocol import MessageId as _Id
 
 log = logging.getLogger(__name__)
 
@@ -1249,6 +1251,32 @@ class Producer:
         if part.socket_backlogged():
             await part.drain_socket()
         return future
+
+    async def get_or_create_schema(self, schema: pb.Schema) -> bytes:
+        """The topic's version of ``schema``, registered by the broker if it has none
+        (``GET_OR_CREATE_SCHEMA`` on this producer's connection, as Pulsar's replicator asks
+        the remote cluster): what ``send_entry_async`` puts in the metadata of an entry of
+        that schema. Raises the broker's error (``IncompatibleSchema``, ...) or
+        ``ConnectError`` while the producer has no connection."""
+        if self._closed:
+            raise AlreadyClosed("producer closed")
+        if len(self._parts) != 1 or self._num_partitions > 0:
+            raise InvalidConfiguration("get_or_create_schema needs a producer on one partition")
+        part = self._parts[0]
+        cnx = part.cnx
+        if cnx is None:
+            raise ConnectError(f"producer on {part.topic} is not connected")
+        rid = part.ctx.next_request_id()
+        body = pb.CommandGetOrCreateSchema(
+            request_id=rid, topic=part.topic.full_name, schema=schema
+        )
+        event = await cnx.request(
+            commands.make_command(CommandType.GET_OR_CREATE_SCHEMA, body), rid
+        )
+        resp = event.base.getOrCreateSchemaResponse
+        if resp.HasField("error_code"):
+            raise for_code(resp.error_code, resp.error_message or "schema refused")
+        return bytes(resp.schema_version)
 
     def _next_round_robin(self) -> PartitionProducer:
         part = self._parts[self._rr % len(self._parts)]

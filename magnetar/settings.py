@@ -218,6 +218,22 @@ BROKER_ALIASES: tuple[Alias, ...] = (
     Alias(
         "brokerServiceCompactionThresholdInBytes", "broker_service_compaction_threshold_in_bytes"
     ),
+    Alias("replicationProducerQueueSize", "replication_producer_queue_size"),
+    Alias("replicationPolicyCheckDurationSeconds", "replication_policy_check_duration_seconds"),
+    Alias("replicationMetricsEnabled", "replication_metrics_enabled"),
+    Alias("enableReplicatedSubscriptions", "enable_replicated_subscriptions"),
+    Alias(
+        "replicatedSubscriptionsSnapshotFrequencyMillis",
+        "replicated_subscriptions_snapshot_frequency_millis",
+    ),
+    Alias(
+        "replicatedSubscriptionsSnapshotTimeoutSeconds",
+        "replicated_subscriptions_snapshot_timeout_seconds",
+    ),
+    Alias(
+        "replicatedSubscriptionsSnapshotMaxCachedPerSubscription",
+        "replicated_subscriptions_snapshot_max_cached_per_subscription",
+    ),
     Alias("managedLedgerCacheEvictionWatermark", "managed_ledger_cache_eviction_watermark"),
     Alias(
         "managedLedgerCacheEvictionTimeThresholdMillis",

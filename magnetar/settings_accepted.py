@@ -111,10 +111,6 @@ BUILT_IN_OFFLOADERS = (
     "of offloader packages to load"
 )
 NO_WEBSOCKET = "Magnetar serves no WebSocket API"
-NO_REPL = (
-    "topics do not start geo-replicators yet (docs/geo-replication.md, not done yet): "
-    "nothing replicates, so there is nothing to tune"
-)
 MODULAR_LB = (
     "a knob of Pulsar's extensible load manager (ExtensibleLoadManagerImpl); Magnetar's "
     "load manager is the modular one"
@@ -396,10 +392,6 @@ ACCEPTED_BROKER: tuple[Accepted, ...] = (
         "always kept, durably; with false Pulsar keeps only whole-entry acks and would "
         "redeliver acknowledged messages of a partly acknowledged batch",
     ),
-    any_value("enableReplicatedSubscriptions", NO_REPL),
-    any_value("replicatedSubscriptionsSnapshotFrequencyMillis", NO_REPL),
-    any_value("replicatedSubscriptionsSnapshotTimeoutSeconds", NO_REPL),
-    any_value("replicatedSubscriptionsSnapshotMaxCachedPerSubscription", NO_REPL),
     any_value(
         "maxMessagePublishBufferSizeInMB",
         "publishes in flight are bounded per connection (maxPendingPublishRequestsPer"
@@ -813,20 +805,21 @@ ACCEPTED_BROKER: tuple[Accepted, ...] = (
     any_value("loadBalancerNamespaceBundleSplitConditionHitCountThreshold", MODULAR_LB),
     any_value("loadBalancerServiceUnitStateTombstoneDelayTimeInSeconds", MODULAR_LB),
     # --- replication --------------------------------------------------------------------
-    any_value("replicationMetricsEnabled", NO_REPL),
-    any_value("replicationConnectionsPerBroker", NO_REPL),
-    only(
-        "replicationProducerQueueSize",
-        "1000",
-        reason="a replicator's producer keeps at most 1000 messages pending",
+    any_value(
+        "replicationConnectionsPerBroker",
+        "a broker's replicators reach each remote cluster through one client, whose "
+        "connections are one per remote broker",
     ),
     only(
         "replicatorPrefix",
         "pulsar.repl",
         reason="replicator cursors and producers are named pulsar.repl.<cluster>",
     ),
-    any_value("replicationPolicyCheckDurationSeconds", NO_REPL),
-    any_value("replicationTlsEnabled", "deprecated in Pulsar; and: " + NO_REPL),
+    any_value(
+        "replicationTlsEnabled",
+        "deprecated in Pulsar: a replicator uses TLS when the remote cluster's registration "
+        "says so (brokerServiceUrlTls, brokerClientTlsEnabled)",
+    ),
     unset("bootstrapNamespaces", "no namespaces are bootstrapped besides public/default"),
     # --- WebSocket ----------------------------------------------------------------------
     Accepted(
@@ -1019,16 +1012,11 @@ ACCEPTED_BOOKIE: tuple[Accepted, ...] = (
 """The bookie's accepted keys (``magnetar bookie --config bk_server.conf``)."""
 
 
-def by_key(rows: tuple[Accepted, ...]) -> dict[str, Accepted]:
-    return {row.key: row for row in rows}
-
-
 __all__ = [
     "ACCEPTED_BOOKIE",
     "ACCEPTED_BROKER",
     "Accepted",
     "any_value",
-    "by_key",
     "no_limit",
     "only",
     "same_set",

@@ -3,7 +3,8 @@
 Owns: ``BrokerMetrics`` (a prometheus-client collector over a ``BrokerService``: topic
 series labelled ``cluster``/``namespace``/``topic``, or summed per namespace when
 ``expose_topic_level_metrics_in_prometheus`` is off; subscription series add
-``subscription``; managed-ledger series ``pulsar_ml_*`` per namespace; broker-wide counts;
+``subscription``; managed-ledger series ``pulsar_ml_*`` per namespace; geo-replication's
+``pulsar_replication_*`` per remote cluster (``remote_cluster``); broker-wide counts;
 the process collector's ``process_*``) and ``RateSampler`` (Pulsar's ``rate_in``/``rate_out``
 and ``throughput_*``: counter deltas over the time since the previous sample, resampled at
 most once per ``min_interval_s`` so frequent scrapes do not make the rates jumpy).
@@ -73,6 +74,15 @@ ML_GAUGES: dict[str, str] = {
     "pulsar_ml_AddEntryLatencyBuckets_count": "Batches added to the namespace's ledgers",
 }
 LATENCY_PREFIX = "pulsar_storage_write_latency_le_"
+REPLICATION_GAUGES: dict[str, str] = {
+    "pulsar_replication_backlog": "Entries not yet replicated to the remote cluster",
+    "pulsar_replication_rate_in": "Messages per second received from the remote cluster",
+    "pulsar_replication_rate_out": "Messages per second replicated to the remote cluster",
+    "pulsar_replication_throughput_in": "Bytes per second received from the remote cluster",
+    "pulsar_replication_throughput_out": "Bytes per second replicated to the remote cluster",
+    "pulsar_replication_delay_in_seconds": "Age of the oldest message not yet replicated",
+    "pulsar_replication_connected_count": "Replicators connected to the remote cluster",
+}
 
 
 class RateSampler:
@@ -218,8 +228,39 @@ class BrokerMetrics:
             *subs.values(),
             *ml.values(),
             *compaction.values(),
+            *self._replication_series(cluster, topic_level),
             *self._broker_series(cluster),
         ]
+
+    def _replication_series(self, cluster: str, topic_level: bool) -> list[Metric]:
+        """``pulsar_replication_*`` per (topic or namespace, remote cluster), Pulsar's
+        ``remote_cluster`` label; none when ``replicationMetricsEnabled`` is off."""
+        if not self.service.config.replication_metrics_enabled:
+            return []
+        labels = ["cluster", "namespace", *(["topic"] if topic_level else []), "remote_cluster"]
+        per_key: dict[tuple[str, ...], dict[str, float]] = {}
+        for row in self.service.replication.values():
+            key: tuple[str, ...] = (cluster, row.namespace)
+            key += (row.topic, row.remote) if topic_level else (row.remote,)
+            v = per_key.setdefault(key, {})
+            for name, value in (
+                ("pulsar_replication_backlog", row.backlog),
+                ("pulsar_replication_rate_in", row.rate_in),
+                ("pulsar_replication_rate_out", row.rate_out),
+                ("pulsar_replication_throughput_in", row.throughput_in),
+                ("pulsar_replication_throughput_out", row.throughput_out),
+                ("pulsar_replication_connected_count", 1.0 if row.connected else 0.0),
+            ):
+                v[name] = v.get(name, 0.0) + value
+            delay = "pulsar_replication_delay_in_seconds"
+            v[delay] = max(v.get(delay, 0.0), row.delay_s)
+        families: list[Metric] = []
+        for name, help_text in REPLICATION_GAUGES.items():
+            fam = GaugeMetricFamily(name, help_text, labels=labels)
+            for key, values in sorted(per_key.items()):
+                fam.add_metric(list(key), values.get(name, 0.0))
+            families.append(fam)
+        return families
 
     def _topic_values(
         self,

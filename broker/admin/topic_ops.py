@@ -30,6 +30,7 @@ from magnetar.broker.namespace.resources import (
     ResourceNotFound,
 )
 from magnetar.broker.naming import InvalidTopicName, TopicName
+from magnetar.broker.replication.stats import merge_replication
 from magnetar.broker.storage.contract import Entry
 from magnetar.broker.topics.contract import Topic
 from magnetar.broker.topics.persistent import PersistentTopic
@@ -167,6 +168,7 @@ class TopicOperations:
         return {
             **t.stats(),
             **self.service.policies.topic_stats(t),
+            **self.service.replication.topic_stats(t),
             **(offload_topic_stats(t.ledger) if isinstance(t, PersistentTopic) else {}),
         }
 
@@ -497,6 +499,16 @@ class TopicOperations:
                 "active": bool(s.consumers),
                 "properties": {},
             }
+        for remote, c in sorted(self.service.replication.replicator_cursors(t).items()):
+            cursors[c.name] = {
+                "markDeletePosition": str(c.mark_delete_position),
+                "readPosition": str(c.read_position),
+                "numberOfEntriesSinceFirstNotAckedMessage": c.backlog(),
+                "state": "Open",
+                "active": True,
+                "properties": {},
+                "remoteCluster": remote,
+            }
         current = ledgers[-1] if ledgers else {"entries": 0, "size": 0}
         return {
             "entriesAddedCounter": t.counters.entries_in,
@@ -508,6 +520,7 @@ class TopicOperations:
             "state": state,
             "ledgers": ledgers,
             "cursors": cursors,
+            **self.service.replication.topic_stats(t),
         }
 
     async def partitioned_stats(self, topic: str, *, per_partition: bool) -> dict[str, Any]:
@@ -525,6 +538,7 @@ class TopicOperations:
             "metadata": {"partitions": n},
         }
         parts: dict[str, Any] = {}
+        replication: list[dict[str, Any]] = []
         for i in range(n):
             name = f"{base}-partition-{i}"
             try:
@@ -532,6 +546,7 @@ class TopicOperations:
             except ResourceNotFound:
                 continue  # a partition nobody has written to or subscribed yet
             parts[name] = stats
+            replication.append(stats.get("replication") or {})
             for key in ("msgInCounter", "bytesInCounter", "storageSize", "numberOfEntries"):
                 totals[key] += int(stats.get(key, 0))
             totals["publishers"] += stats.get("publishers") or []
@@ -549,6 +564,7 @@ class TopicOperations:
                 into["msgBacklog"] += int(s.get("msgBacklog", 0))
                 into["unackedMessages"] += int(s.get("unackedMessages", 0))
                 into["consumers"] += s.get("consumers") or []
+        totals["replication"] = merge_replication(replication)
         if per_partition:
             totals["partitions"] = parts
         return totals

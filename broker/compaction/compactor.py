@@ -43,6 +43,7 @@ from magnetar.broker.compaction.view import (
 )
 from magnetar.broker.ledger.position import Position
 from magnetar.broker.storage.contract import TopicLedger, TopicStorageFactory
+from magnetar.client.protocol import entry_marker_type
 from magnetar.clock import Clock, SystemClock
 
 log = logging.getLogger(__name__)
@@ -261,6 +262,8 @@ class TopicCompaction:
         fold = LatestPerKey(retain_null_key=self.retain_null_key)
         async for pos, mask, data in self._source(ledger, previous, horizon):
             try:
+                if entry_marker_type(data):
+                    continue  # a marker (geo-replication's): never a message of the view
                 _, msgs = entry_messages(data)
             except Exception:
                 continue  # not a message entry: never retained

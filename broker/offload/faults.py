@@ -180,10 +180,6 @@ class FaultInjectingBlobStore:
     def bring_back(self) -> None:
         self._down = False
 
-    def clear_faults(self) -> None:
-        self._faults.clear()
-        self._down = False
-
     def statistics(self) -> FaultStatistics:
         return FaultStatistics(
             operations=self._operations,

@@ -188,6 +188,9 @@ class PolicyManager:
         self._checking = False
         self._inactivity = InactivityTracker()
         self.closed = False
+        self.listeners: list[Callable[[Topic, TopicPolicies], None]] = []
+        """Told after policies are applied to a loaded topic (geo-replication follows the
+        topic's replication clusters and replicator rate)."""
 
     def __repr__(self) -> str:
         return f"<PolicyManager topics={len(self._states)}>"
@@ -336,6 +339,8 @@ class PolicyManager:
             self._set_throttle(state, sub)
         if state.quota_action is not None and not policies.backlog_quotas:
             self._quota_cleared(topic, state)
+        for listener in self.listeners:
+            listener(topic, policies)
 
     # -- hooks (called synchronously by the connection)
     def check_producer(self, topic: Topic) -> None:

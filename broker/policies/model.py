@@ -139,6 +139,9 @@ class TopicPolicies:
     """Per subscription."""
     replicator_dispatch_rate: Rate = NO_RATE
     """Per replicator (one topic partition towards one remote cluster)."""
+    replication_clusters: tuple[str, ...] = ()
+    """The clusters the topic lives in (the topic's own list over its namespace's); empty:
+    the local cluster alone."""
     inactive_topic_policies: InactiveTopicPolicies = InactiveTopicPolicies()
     offload: EffectiveOffloadPolicies | None = None
     """Tiered storage (``policies/offload.py``): None = no driver, nothing is offloaded."""
@@ -346,9 +349,17 @@ def resolve_policies(config: BrokerConfig, ns: dict[str, Any]) -> TopicPolicies:
         dispatch_rate=dispatch_rate,
         subscription_dispatch_rate=sub_rate,
         replicator_dispatch_rate=replicator_rate,
+        replication_clusters=_replication_clusters(ns),
         inactive_topic_policies=_inactive_topic_policies(config, ns),
         offload=resolve_offload(config, ns),
     )
+
+
+def _replication_clusters(policies: dict[str, Any]) -> tuple[str, ...]:
+    value = policies.get("replication_clusters")
+    if not isinstance(value, list):
+        return ()
+    return tuple(sorted({c for c in value if isinstance(c, str) and c}))
 
 
 # -- the REST table ------------------------------------------------------------------------

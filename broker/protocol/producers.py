@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import time
 from typing import TYPE_CHECKING
 
 from magnetar.broker.errors import BrokerError, CodedError, ServerError
@@ -183,6 +184,8 @@ class ProducerCommands:
             cnx=self,
             user_provided_name=req.user_provided_producer_name,
             topic_epoch=epoch,
+            address=self.cnx.peer,
+            connected_since_ms=int(time.time() * 1000),
         )
 
     async def _prepare(
@@ -196,6 +199,7 @@ class ProducerCommands:
         (exclusive modes), the initial subscription made. Raises ``BrokerError``."""
         if admission is Admission.ADMITTED and producer.access_mode is not AccessMode.SHARED:
             await store_topic_epoch(topic)
+        await topic.prepare_producer(producer)
         name = req.initial_subscription_name if req.HasField("initial_subscription_name") else ""
         if name:
             check_subscription_name(name)

@@ -29,9 +29,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-async def subscription_target(
-    cnx: ConnectionContext, req: pb.CommandSubscribe
-) -> Topic | None:
+async def subscription_target(cnx: ConnectionContext, req: pb.CommandSubscribe) -> Topic | None:
     """The topic a SUBSCRIBE may attach to, after the checks Pulsar makes; raises the
     refusal, or returns None when the connection closed meanwhile."""
     check_subscription_name(req.subscription)
@@ -98,6 +96,8 @@ async def attach(
     start = start_of(req.start_message_id) if req.HasField("start_message_id") else None
     cnx.service.policies.check_consumer(topic, consumer)  # max consumers, unacked
     extra = {"read_compacted": True} if req.read_compacted else {}
+    if req.replicate_subscription_state:
+        extra["replicated"] = True
     try:
         return await topic.subscribe(
             consumer,

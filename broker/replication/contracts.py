@@ -4,9 +4,8 @@ Owns:
 - ``ReplicationSource``: one topic partition seen through its durable cursor
   ``pulsar.repl.<remote>``: read entries from the read position, mark everything up to a
   position as replicated (mark-delete), rewind to just after the mark-delete position, be
-  told when entries are added, and the schema a stored schema version names. A topic
-  adapter (``topics/``, phase 2) implements it over ``storage.TopicCursor``,
-  ``TopicLedger.add_tail_listener`` and the topic's schema registry.
+  told when entries are added, and the schema a stored schema version names
+  (``source.CursorSource`` over a loaded topic; a fake in the unit tiers).
 - ``RemoteCluster`` and ``RemoteProducer``: a producer on the remote cluster's topic of the
   same name that sends stored entries unchanged (``remote.ClientRemoteCluster`` on
   ``magnetar.client``; in-memory fakes in the unit tiers).

@@ -13,8 +13,12 @@ again from its cursor: the remote recognises what it stored). A send timeout wou
 entry fail while later ones are still stored, which recognition by highest position could
 not tell from a duplicate.
 
-Not done here yet: registering a schema on the remote (``schema_version_for`` refuses with
-a reason shown in stats; entries with a schema version wait).
+Before a producer is made on a partition, the partitioned topic is made on the remote with
+this cluster's partition count, or its count raised to it (``RemoteAdmin``, the remote's
+admin REST, ``PUT`` / ``POST .../partitions``; with a shared configuration store it already
+is). A schema is registered on the remote through the producer's connection
+(``GET_OR_CREATE_SCHEMA``, as Pulsar's replicator does): the remote's version of it is what
+the replicated entries carry there.
 Must not know: cursors, topics, the replicator's states.
 """
 
@@ -25,6 +29,10 @@ import base64
 import contextlib
 import functools
 import logging
+from collections.abc import Awaitable, Callable
+from urllib.parse import quote
+
+import aiohttp
 
 from magnetar.broker.namespace.cluster_data import ClusterData
 from magnetar.broker.replication.contracts import ReplicationError
@@ -39,16 +47,25 @@ from magnetar.client import (
     Producer,
     PulsarException,
 )
-from magnetar.client.protocol import pb
+from magnetar.client.protocol import TopicName, pb
 
 log = logging.getLogger(__name__)
 
-CLOSE_TIMEOUT_S = 10.0
-"""How long closing a producer may wait for the receipts still due."""
-SCHEMA_NOT_WIRED = (
-    "replicating entries with a schema is not wired yet: the remote cluster's version of "
-    "the schema cannot be registered"
-)
+CLOSE_TIMEOUT_S = 2.0
+"""How long closing a producer may wait for the receipts still due (what is not receipted is
+sent again by the next replicator, and recognised: a close never waits for a remote that
+stopped answering)."""
+ADMIN_TIMEOUT_S = 10.0
+RECONNECT_BACKOFF_MAX_MS = 2_000
+"""The longest wait between two attempts to reach a remote that went away: a remote coming
+back is replicated to within 2 s (a client's default, 60 s, would hold a catch-up back)."""
+OPERATION_TIMEOUT_S = 5.0
+"""How long making the producer on the remote may take (lookups and connections retried
+meanwhile) before the replicator shows why and backs off: a remote down is visible in its
+stats within seconds."""
+
+PartitionCount = Callable[[str], Awaitable[int]]
+"""This cluster's partition count of a partitioned topic (its full name)."""
 
 
 def replication_auth(data: ClusterData) -> BrokerClientAuth:
@@ -143,7 +160,12 @@ class ClientRemoteProducer:
             done.add_done_callback(lambda f: f.exception())
 
     async def schema_version_for(self, schema: pb.Schema) -> bytes:
-        raise ReplicationError(SCHEMA_NOT_WIRED)
+        try:
+            return await self._producer.get_or_create_schema(schema)
+        except PulsarException as exc:
+            raise ReplicationError(
+                f"schema of {self._producer.topic()} refused by cluster {self._cluster}: {exc}"
+            ) from None
 
     async def close(self) -> None:
         self._sender.cancel()
@@ -167,8 +189,9 @@ class ClientRemoteCluster:
         *,
         producer_queue_size: int = 1000,
         send_timeout_ms: int = 0,
-        connection_timeout_ms: int = 10_000,
-        operation_timeout_s: float = 30.0,
+        connection_timeout_ms: int = 5_000,
+        operation_timeout_s: float = OPERATION_TIMEOUT_S,
+        partitions_of: PartitionCount | None = None,
     ) -> None:
         self.data = data
         self.producer_queue_size = producer_queue_size
@@ -176,6 +199,8 @@ class ClientRemoteCluster:
         self.connection_timeout_ms = connection_timeout_ms
         self.operation_timeout_s = operation_timeout_s
         self._client: Client | None = None
+        self._partitions_of = partitions_of
+        self._admin: RemoteAdmin | None = None
 
     def __repr__(self) -> str:
         return f"<ClientRemoteCluster {self.data.name} {self.data.replication_service_url}>"
@@ -206,11 +231,18 @@ class ClientRemoteCluster:
             tls_certificate_file_path=auth.cert_file or None,
             tls_private_key_file_path=auth.key_file or None,
             listener_name=self.data.listener_name or None,
+            max_backoff_interval_ms=RECONNECT_BACKOFF_MAX_MS,
         )
         return self._client
 
     async def create_producer(self, topic: str, producer_name: str) -> ClientRemoteProducer:
         client = self.client()
+        name = TopicName.parse(topic)
+        if name.partition_index >= 0 and self._partitions_of is not None:
+            base = name.partitioned_topic_name
+            await self.admin().ensure_partitions(
+                TopicName.parse(base), await self._partitions_of(base)
+            )
         try:
             producer = await client.create_producer(
                 topic,
@@ -226,15 +258,98 @@ class ClientRemoteCluster:
             ) from None
         return ClientRemoteProducer(producer, self.name)
 
+    def admin(self) -> RemoteAdmin:
+        if self._admin is None:
+            self._admin = RemoteAdmin(self.data)
+        return self._admin
+
     async def close(self) -> None:
+        if self._admin is not None:
+            admin, self._admin = self._admin, None
+            await admin.close()
         if self._client is not None:
             client, self._client = self._client, None
             await client.close()
 
 
+class RemoteAdmin:
+    """The remote cluster's admin REST, as its replicators need it (its ``serviceUrl`` or
+    ``serviceUrlTls``, each host in turn, with the cluster's credentials)."""
+
+    def __init__(self, data: ClusterData) -> None:
+        self.data = data
+        self._session: aiohttp.ClientSession | None = None
+        self._ensured: dict[str, int] = {}
+        """Partitioned topics known to have at least that many partitions there."""
+
+    def __repr__(self) -> str:
+        return f"<RemoteAdmin {self.data.name} {self.data.admin_url}>"
+
+    def _urls(self) -> list[str]:
+        url = self.data.admin_url
+        if not url:
+            raise ReplicationError(
+                f"cluster {self.data.name} has no serviceUrl (or serviceUrlTls): its "
+                "partitioned topics cannot be made"
+            )
+        scheme, _, hosts = url.partition("://")
+        return [f"{scheme}://{h.strip().rstrip('/')}" for h in hosts.split(",") if h.strip()]
+
+    async def _call(self, method: str, path: str, body: object = None) -> tuple[int, object]:
+        if self._session is None:
+            self._session = aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=ADMIN_TIMEOUT_S)
+            )
+        options = replication_auth(self.data).request_options()
+        last = ""
+        for base in self._urls():
+            try:
+                async with self._session.request(method, base + path, json=body, **options) as resp:
+                    text = await resp.text()
+                    try:
+                        answer: object = await resp.json(content_type=None) if text else None
+                    except ValueError:
+                        answer = text
+                    return resp.status, answer
+            except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+                last = f"{base}: {exc or type(exc).__name__}"
+        raise ReplicationError(f"cluster {self.data.name} admin unreachable ({last})")
+
+    async def ensure_partitions(self, topic: TopicName, partitions: int) -> None:
+        """The remote has ``topic`` partitioned into at least ``partitions`` (made, or its
+        count raised); ``ReplicationError`` when it cannot be done."""
+        if partitions <= 0 or self._ensured.get(topic.full_name, 0) >= partitions:
+            return
+        path = (
+            f"/admin/v2/{topic.domain}/{topic.tenant}/{topic.namespace_portion}/"
+            f"{quote(topic.local_name, safe='')}/partitions"
+        )
+        status, answer = await self._call("GET", path)
+        have = answer.get("partitions", 0) if status == 200 and isinstance(answer, dict) else 0
+        if not isinstance(have, int):
+            have = 0
+        if have < partitions:
+            method = "PUT" if have == 0 else "POST"
+            status, answer = await self._call(method, path, partitions)
+            if status == 409 and method == "PUT":  # made meanwhile: raise it if needed
+                status, answer = await self._call("POST", path, partitions)
+            if status not in (200, 204, 409):
+                raise ReplicationError(
+                    f"cannot make {topic.full_name} with {partitions} partitions on cluster "
+                    f"{self.data.name}: {status} {answer}"
+                )
+        self._ensured[topic.full_name] = partitions
+
+    async def close(self) -> None:
+        if self._session is not None:
+            session, self._session = self._session, None
+            await session.close()
+
+
 __all__ = [
-    "SCHEMA_NOT_WIRED",
     "ClientRemoteCluster",
     "ClientRemoteProducer",
+    "PartitionCount",
+    "RemoteAdmin",
     "replication_auth",
 ]

@@ -44,11 +44,11 @@ from magnetar.broker.replication.contracts import (
     ReplicationError,
     ReplicationSource,
 )
-from magnetar.broker.replication.names import ReplicationLink
 from magnetar.broker.replication.republish import Skip, SkipReason, inspect, rewrite
 from magnetar.broker.replication.states import Action, Event, State, next_transition
 from magnetar.broker.replication.stats import RateMeter, ReplicatorCounters, ReplicatorStatistics
 from magnetar.broker.storage.contract import Entry
+from magnetar.broker.topics.replication_names import ReplicationLink
 from magnetar.clock import Clock, SystemClock, TimerHandle
 
 log = logging.getLogger(__name__)

@@ -7,8 +7,10 @@ Owns: ``inspect`` (the decision, from the entry's ``MessageMetadata`` alone) and
   crosses each link once, whatever the topology);
 - its ``replicate_to`` is set and does not name the remote (the official client's
   ``replication_clusters=[...]``; ``disable_replication=True`` sends ``["__local__"]``);
-- it is a marker (transaction or replicated-subscription snapshot markers: those are not
-  replicated as messages);
+- it is a marker other than the three replicated subscriptions exchange between clusters
+  (snapshot request, snapshot response, subscription update: those are sent, as Pulsar does,
+  to the clusters their ``replicate_to`` names, or to all; a completed snapshot and
+  transaction markers stay in their cluster);
 - it expired under the topic's message TTL before it could be replicated (as Pulsar).
 Otherwise it is re-published as stored: the payload bytes are sent untouched (a batch
 entry stays one batch entry; compression, keys, ordering keys, properties, event times,
@@ -28,14 +30,17 @@ import enum
 from dataclasses import dataclass
 
 from magnetar.broker.ledger.position import Position
-from magnetar.broker.replication.names import ReplicationLink
-from magnetar.broker.replication.positions import SOURCE_POSITION_PROPERTY, SourcePosition
+from magnetar.broker.topics.replication_names import ReplicationLink
+from magnetar.broker.topics.replication_positions import SOURCE_POSITION_PROPERTY, SourcePosition
 from magnetar.client.protocol import (
     RemoteProtocolError,
     encode_headers_and_payload,
     entry_metadata,
+    markers,
     pb,
 )
+
+MarkerType = markers.MarkerType
 
 
 class SkipReason(enum.Enum):
@@ -116,7 +121,14 @@ def inspect(
     if len(md.replicate_to) and remote not in md.replicate_to:
         return Skip(position, SkipReason.NOT_FOR_REMOTE)
     if md.HasField("marker_type"):
-        return Skip(position, SkipReason.MARKER)
+        try:
+            kind = MarkerType(md.marker_type)
+        except ValueError:
+            return Skip(position, SkipReason.MARKER)
+        if not kind.replicated_subscription:
+            return Skip(position, SkipReason.MARKER)
+        source = SourcePosition(position.ledger_id, position.entry_id)
+        return Inspected(position, source, md, data[payload_at:], len(data))
     if message_ttl_s > 0 and md.publish_time + message_ttl_s * 1000 <= now_ms:
         return Skip(position, SkipReason.EXPIRED)
     source = SourcePosition(position.ledger_id, position.entry_id)

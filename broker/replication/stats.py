@@ -3,12 +3,13 @@
 Owns: ``ReplicatorCounters`` (running totals a replicator adds to: messages and bytes sent,
 messages expired, skipped, retries), ``RateMeter`` (rates of change of those totals between
 two samples, on an injected clock), ``InboundReplication`` (what the remote side measures
-of a link: phase 2 fills it from the replicator producers connected to it) and
+of a link, from the replicator producer connected to it) and
 ``ReplicatorStatistics``, whose ``to_json`` is Pulsar's ``ReplicatorStats``:
 ``msgRateIn``, ``msgThroughputIn``, ``msgRateOut``, ``msgThroughputOut``,
 ``msgRateExpired``, ``replicationBacklog``, ``connected``, ``replicationDelayInSeconds``,
 ``inboundConnection``, ``inboundConnectedSince``, ``outboundConnection``,
-``outboundConnectedSince``; Magnetar adds ``state``, ``lastError`` (why the replicator is
+``outboundConnectedSince`` (``InboundReplication.to_json``: a cluster only received from);
+Magnetar adds ``state``, ``lastError`` (why the replicator is
 not replicating, kept until it replicates again) and ``retries``.
 Pure. Must not know: cursors, producers.
 """
@@ -66,6 +67,23 @@ class InboundReplication:
     connection: str = ""
     connected_since_ms: int = 0
 
+    def to_json(self) -> dict[str, Any]:
+        """Pulsar's ``ReplicatorStats`` of a cluster this topic only receives from."""
+        return {
+            "msgRateIn": self.msg_rate_in,
+            "msgThroughputIn": self.msg_throughput_in,
+            "msgRateOut": 0.0,
+            "msgThroughputOut": 0.0,
+            "msgRateExpired": 0.0,
+            "replicationBacklog": 0,
+            "connected": False,
+            "replicationDelayInSeconds": 0,
+            "inboundConnection": self.connection,
+            "inboundConnectedSince": _iso(self.connected_since_ms),
+            "outboundConnection": "",
+            "outboundConnectedSince": "",
+        }
+
 
 def _iso(ms: int) -> str:
     if ms <= 0:
@@ -111,9 +129,44 @@ class ReplicatorStatistics:
         }
 
 
+_SUMMED = (
+    "msgRateIn",
+    "msgThroughputIn",
+    "msgRateOut",
+    "msgThroughputOut",
+    "msgRateExpired",
+    "replicationBacklog",
+    "retries",
+)
+
+
+def merge_replication(maps: list[dict[str, Any]]) -> dict[str, Any]:
+    """The ``replication`` maps of a partitioned topic's partitions as one (Pulsar's
+    ``ReplicatorStatsImpl.add``): rates, throughputs, backlogs and retries summed, the delay
+    the largest, ``connected`` only when every partition's replicator is."""
+    out: dict[str, dict[str, Any]] = {}
+    for replication in maps:
+        for remote, stats in replication.items():
+            into = out.get(remote)
+            if into is None:
+                out[remote] = dict(stats)
+                continue
+            for key in _SUMMED:
+                if key in stats:
+                    into[key] = into.get(key, 0) + stats[key]
+            into["replicationDelayInSeconds"] = max(
+                into.get("replicationDelayInSeconds", 0), stats.get("replicationDelayInSeconds", 0)
+            )
+            into["connected"] = bool(into.get("connected")) and bool(stats.get("connected"))
+            if stats.get("lastError") and not into.get("lastError"):
+                into["lastError"] = stats["lastError"]
+    return out
+
+
 __all__ = [
     "InboundReplication",
     "RateMeter",
     "ReplicatorCounters",
     "ReplicatorStatistics",
+    "merge_replication",
 ]

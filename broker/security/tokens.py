@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 import os
 import pathlib
 import re
@@ -279,11 +278,6 @@ class TokenValidator:
         return TokenClaims(role, expires_at_ms, dict(claims))
 
 
-def claims_json(token: str) -> str:
-    header, body = show_token(token)
-    return json.dumps(header) + "\n---\n" + json.dumps(body)
-
-
 __all__ = [
     "EC_ALGS",
     "HMAC_ALGS",
@@ -291,7 +285,6 @@ __all__ = [
     "TokenClaims",
     "TokenError",
     "TokenValidator",
-    "claims_json",
     "create_token",
     "generate_key_pair",
     "generate_secret_key",

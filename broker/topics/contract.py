@@ -180,6 +180,11 @@ class Topic(Protocol):
     # -- producers and publishing
     def add_producer(self, producer: Producer) -> Admission: ...
 
+    async def prepare_producer(self, producer: Producer) -> None:
+        """What the topic stores before an admitted producer is ready (a replication link's
+        recovery point)."""
+        ...
+
     def remove_producer(self, producer: Producer) -> list[Producer]:
         """Remove ``producer``; returns the waiting producers admitted in its place."""
         ...
@@ -213,7 +218,11 @@ class Topic(Protocol):
         initial_earliest: bool = False,
         start: Position | None = None,
         read_compacted: bool = False,
-    ) -> TopicSubscription: ...
+        replicated: bool = False,
+    ) -> TopicSubscription:
+        """``replicated``: the subscription's state is replicated to the topic's other
+        clusters (``replicate_subscription_state``; persistent topics only)."""
+        ...
 
     async def create_subscription(self, sub_name: str, *, earliest: bool = True) -> None: ...
 

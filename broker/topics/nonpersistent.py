@@ -238,6 +238,10 @@ class NonPersistentTopic:
     def add_producer(self, producer: Producer) -> Admission:
         return self.producers.admit(producer)
 
+    async def prepare_producer(self, producer: Producer) -> None:
+        """Nothing to store before a producer is ready (no replication of non-persistent
+        topics: ``replicate_subscription_state`` and replicators are persistent only)."""
+
     def remove_producer(self, producer: Producer) -> list[Producer]:
         return self.producers.remove(producer)
 
@@ -282,6 +286,7 @@ class NonPersistentTopic:
         initial_earliest: bool = False,
         start: Position | None = None,
         read_compacted: bool = False,
+        replicated: bool = False,
     ) -> NonPersistentSubscription:
         if read_compacted:
             raise _not_allowed("readCompacted is not supported")

@@ -15,6 +15,16 @@ when the managed ledger refuses writes for good (another owner), after which the
 unloads the topic so clients look up the new owner.
 Policies it applies itself (``apply_policies``): deduplication, unacked limits, delayed
 delivery, retention.
+Geo-replication, the parts a topic owns: the receiving side of other clusters' replication
+links (``inbound_links``: their SENDs deduplicated whatever the policy, refused after one
+failed and the producer closed; the recovery point stored by ``inbound_snapshots`` and read
+back on load), markers (``markers``: stored through ``publish_marker`` or a link,
+acknowledged on every subscription at once, filtered from every read, the last message
+behind them answered to GetLastMessageId; ``marker_listener`` hears them), the replicated
+flag of subscriptions (``pulsar.replicated.subscriptions``) and ``mark_delete_listener``,
+moving a replicated subscription to another cluster's position, and the ``attachments``
+(``replication/``'s replicators) detached first on close. Replicator cursors
+(``pulsar.repl.*``) are not subscriptions.
 Invariant: every SEND gets exactly one outcome, in arrival order per topic: a ``PublishSink``
 (the connection) hears once per run of its consecutive SENDs in a completed append (so it
 writes that run's receipts as one buffer). On
@@ -28,6 +38,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import enum
+import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Coroutine
@@ -58,19 +69,38 @@ from magnetar.broker.topics.entries import (
     publish_time_or_zero,
     slot_of,
 )
-from magnetar.broker.topics.producer import Admission, Deduplication, Producer, ProducerRegistry
+from magnetar.broker.topics.inbound_links import (
+    SNAPSHOT_PROPERTY,
+    InboundLinks,
+    InboundSnapshot,
+    Verdict,
+    link_of_producer,
+)
+from magnetar.broker.topics.inbound_snapshots import InboundSnapshots
+from magnetar.broker.topics.markers import MarkerSkippingCursor, TopicMarkers
+from magnetar.broker.topics.producer import (
+    AccessMode,
+    Admission,
+    Deduplication,
+    Producer,
+    ProducerRegistry,
+)
 from magnetar.broker.topics.publish import (
     PendingSend,
     PublishSink,
     runs_by_sink,
 )
+from magnetar.broker.topics.replication_names import remote_of_cursor
 from magnetar.broker.topics.stats_buckets import StatsBuckets
 from magnetar.broker.topics.subscription import Subscription, SubscriptionError
 from magnetar.client.protocol import (
     RemoteProtocolError,
     entry_chunk,
     entry_deliver_at,
+    entry_marker_type,
+    markers,
     parse_entry_metadata,
+    pb,
 )
 
 log = logging.getLogger(__name__)
@@ -170,6 +200,28 @@ def _stored_topic_epoch(ledger: TopicLedger) -> int | None:
         return None
 
 
+REPLICATED_SUBSCRIPTIONS_PROPERTY = "pulsar.replicated.subscriptions"
+"""Managed-ledger property: the subscriptions whose state is replicated (a JSON list; Pulsar
+keeps the flag in each cursor's properties)."""
+
+
+class LinkRefused(Exception):
+    """A replication link's SEND not stored (the sender retries it): an earlier copy is still
+    being written, or the link failed and its producer has not reconnected yet."""
+
+
+class TopicAttachment(Protocol):
+    """Work attached to a loaded topic by a layer above (its replicators): detached, before
+    anything else, when the topic closes."""
+
+    async def detach(self) -> None: ...
+
+
+MarkerListener = Callable[[Position, bytes, bool], None]
+"""``(position, entry, over_a_link)``: a marker was stored (written here, or received from
+another cluster's replicator)."""
+
+
 class PersistentTopic:
     def __init__(
         self,
@@ -183,6 +235,7 @@ class PersistentTopic:
         dispatcher_max_read_size_bytes: int = 5 << 20,
         dispatcher_min_read_batch_size: int = 1,
         redelivery_tracker_enabled: bool = True,
+        local_cluster: str = "",
     ) -> None:
         self.name = name
         self.dispatcher_max_read_batch_size = dispatcher_max_read_batch_size
@@ -216,43 +269,96 @@ class PersistentTopic:
         # the compacted view and its compactions; set by the service when it loads the
         # topic (None: read_compacted reads the topic as is)
         self.compaction: TopicCompaction | None = None
+        # geo-replication: the receiving side of other clusters' links, markers, the work a
+        # layer above attaches (replicators), replicated subscriptions
+        self.inbound = InboundLinks(local_cluster)
+        self._reported: Position | None = ledger.last_confirmed
+        """Every add up to here is reported (the inbound links' recovery point)."""
+        self.inbound_snapshots = InboundSnapshots(ledger, self.inbound, lambda: self._reported)
+        self.markers = TopicMarkers(ledger)
+        self.marker_listener: MarkerListener | None = None
+        self.mark_delete_listener: Callable[[Subscription], None] | None = None
+        self.attachments: list[TopicAttachment] = []
+        self._marker_producer = Producer(-1, markers.MARKER_PRODUCER_NAME, AccessMode.SHARED)
+        self._tasks: set[asyncio.Task[Any]] = set()
         ledger.add_tail_listener(self._on_new_entries)
 
     def __repr__(self) -> str:
         return f"<PersistentTopic {self.name} subs={len(self.subscriptions)}>"
 
     async def load(self) -> None:
-        """Reopen the durable subscriptions stored with the ledger."""
+        """Reopen the durable subscriptions stored with the ledger (not the replicators'
+        cursors: ``replication/`` opens those), recover what the inbound replication links
+        stored (from their snapshot on) and, with deduplication on, every producer's highest
+        sequence id (the whole ledger)."""
+        replicated = self._replicated_names()
         for cursor_name in self.ledger.cursor_names():
-            if cursor_name not in self.subscriptions:
+            if cursor_name not in self.subscriptions and remote_of_cursor(cursor_name) is None:
                 cursor = await self.ledger.open_cursor(cursor_name, initial_earliest=True)
-                self.subscriptions[cursor_name] = self._new_subscription(cursor_name, cursor)
+                sub = self._new_subscription(cursor_name, cursor)
+                sub.replicated = cursor_name in replicated
+                self.subscriptions[cursor_name] = sub
+        await self.markers.load()
+        snap = InboundSnapshot.from_property(self.ledger.properties.get(SNAPSHOT_PROPERTY))
+        if snap is not None:
+            self.inbound.restore(snap)
         if self.dedup.enabled:
             await self.restore_dedup()
+        elif snap is not None:
+            await self._replay(snap.position, self._recover_inbound)
 
     async def restore_dedup(self) -> None:
-        start = self.ledger.first_position
+        await self._replay(None, self._recover_producers)
+
+    def _recover_producers(self, md: pb.MessageMetadata) -> None:
+        highest = md.highest_sequence_id if md.highest_sequence_id else md.sequence_id
+        if md.HasField("num_messages_in_batch") and not md.highest_sequence_id:
+            highest = md.sequence_id + md.num_messages_in_batch - 1
+        self.dedup.restore(md.producer_name, highest)
+        self.inbound.recover(md)
+
+    def _recover_inbound(self, md: pb.MessageMetadata) -> None:
+        self.inbound.recover(md)
+
+    async def _replay(
+        self, after: Position | None, visit: Callable[[pb.MessageMetadata], None]
+    ) -> None:
+        """Read every stored entry after ``after`` (None: all) and ``visit`` its metadata."""
+        first = self.ledger.first_position
         last = self.ledger.last_confirmed
-        if start is None or last is None:
+        if first is None or last is None:
             return
-        while True:
+        start = first
+        if after is not None and after >= first:
+            start = Position(after.ledger_id, after.entry_id + 1)
+        while start <= last:
             entries = await self.ledger.read_entries(start, 1000)
             for entry in entries:
                 try:
                     md = parse_entry_metadata(entry.data)
-                except (RemoteProtocolError, Exception):
+                except RemoteProtocolError:
                     continue
-                highest = md.highest_sequence_id if md.highest_sequence_id else md.sequence_id
-                if md.HasField("num_messages_in_batch") and not md.highest_sequence_id:
-                    highest = md.sequence_id + md.num_messages_in_batch - 1
-                self.dedup.restore(md.producer_name, highest)
+                visit(md)
             if not entries or entries[-1].position >= last:
                 break
             start = Position(entries[-1].position.ledger_id, entries[-1].position.entry_id + 1)
 
     # -- producers
     def add_producer(self, producer: Producer) -> Admission:
-        return self.producers.admit(producer)
+        admission = self.producers.admit(producer)
+        producer.link = link_of_producer(producer.name)
+        return admission
+
+    async def prepare_producer(self, producer: Producer) -> None:
+        """Before an admitted producer is ready: a replication link's producer sends again
+        from its cursor (the link is usable again), and a link this topic never heard of gets
+        its recovery point stored first (so one missing from the snapshot stored nothing)."""
+        link = producer.link
+        if link is None:
+            return
+        self.inbound.producer_admitted(link)
+        if link not in self.inbound.snapshotted:
+            await self.inbound_snapshots.now()
 
     def remove_producer(self, producer: Producer) -> list[Producer]:
         return self.producers.remove(producer)
@@ -273,6 +379,9 @@ class PersistentTopic:
         self.producers.revert_epoch(self._stored_epoch)
 
     def last_sequence_id(self, producer_name: str) -> int:
+        link = link_of_producer(producer_name)
+        if link is not None:
+            return self.inbound.last_sequence_id(link)
         return self.dedup.last_sequence_id(producer_name)
 
     # -- termination (Pulsar's ``terminate``: no more messages, ever; reads continue)
@@ -308,7 +417,12 @@ class PersistentTopic:
         """Append ``data``; its outcome goes to ``sink`` (see ``PublishSink``), with the
         SENDs completed in the same append and the same sink."""
         item = PendingSend(producer, data, num_msgs, sink, sequence_id, highest_sequence_id)
-        if check_dedup and self.dedup.enabled:
+        link = producer.link
+        if link is not None:  # another cluster's replicator: deduplicated whatever the policy
+            self._admit_link_send(item, link)
+        elif producer is self._marker_producer:
+            item.marker = 1
+        elif check_dedup and self.dedup.enabled:
             highest = max(highest_sequence_id, sequence_id + num_msgs - 1)
             if self.dedup.is_duplicate(producer.name, sequence_id, highest):
                 item.duplicate = True
@@ -319,6 +433,32 @@ class PersistentTopic:
             self._submit_scheduled = True
             asyncio.get_running_loop().call_soon(self._submit)
 
+    def _admit_link_send(self, item: PendingSend, link: str) -> None:
+        item.link = link
+        verdict = self.inbound.admit(link, item.sequence_id)
+        if verdict is Verdict.DUPLICATE:
+            item.duplicate = True
+        elif verdict is Verdict.STORE:
+            try:
+                item.marker = entry_marker_type(item.data)
+            except RemoteProtocolError:
+                item.marker = 0  # checked by the connection; stored as any entry
+        else:
+            item.error = LinkRefused(
+                f"{link}: an earlier copy of {item.sequence_id} is still being stored"
+                if verdict is Verdict.UNKNOWN
+                else f"{link}: an earlier send failed; reconnect and send again"
+            )
+
+    def publish_marker(self, data: bytes) -> asyncio.Future[Position]:
+        """Store a marker entry (``client.protocol.markers``) in publish order; the future
+        gives its position. Markers are acknowledged on every subscription once stored."""
+        if self.closed:
+            raise ManagedLedgerClosed(f"{self.name} is closing")
+        sink = _MarkerSink(asyncio.get_running_loop().create_future())
+        self.publish_message(sink, self._marker_producer, 0, 0, 1, data, False)
+        return sink.stored
+
     def _submit(self) -> None:
         """End of a loop iteration: append what arrived as one batch, without waiting for
         earlier batches (the managed ledger completes adds in order); completions are then
@@ -328,7 +468,17 @@ class PersistentTopic:
         batch, self._pending = self._pending, []
         if not batch:
             return
-        datas = [p.data for p in batch if not p.duplicate]
+        if not self.inbound:
+            datas = [p.data for p in batch if not p.duplicate]
+        else:
+            datas = []
+            for p in batch:
+                if p.duplicate or p.error is not None:
+                    continue
+                if p.link is not None and self.inbound.is_broken(p.link):
+                    p.error = LinkRefused(f"{p.link}: an earlier send failed")
+                    continue
+                datas.append(p.data)
         item = _Inflight(self, batch)
         self._inflight.append(item)
         if not datas:  # duplicates only: reported once everything before them is
@@ -339,7 +489,22 @@ class PersistentTopic:
         try:
             self.ledger.add_entries_then(datas, item.finish)
         except Exception as exc:  # refused at once (state, too many pending adds)
+            self._links_failed(batch)  # before any later batch: nothing of a link after it
             item.finish(None, exc)
+
+    def _links_failed(self, batch: list[PendingSend]) -> None:
+        """SENDs of replication links in ``batch`` cannot be stored: each link is broken and
+        its producer closed (it reconnects and sends again from its cursor), so nothing it
+        sent later is stored before them."""
+        for p in batch:
+            if p.link is None or self.inbound.is_broken(p.link):
+                continue
+            self.inbound.failed(p.link)
+            producer = p.producer
+            if self.producers.producers.get(producer.name) is producer:
+                if producer.cnx is not None:
+                    producer.cnx.send_close_producer(producer)
+                self.producers.remove(producer)
 
     def complete_ready(self) -> None:
         """Report the appends done at the head of the in-flight queue, in order."""
@@ -372,6 +537,7 @@ class PersistentTopic:
         for p in batch:
             if p.dedup_name is not None:
                 self.dedup.failed(p.dedup_name)
+        self._links_failed(batch)
         for sink, items, _ in runs_by_sink(batch, None):
             sink.on_publish_failed(items, exc)
 
@@ -380,16 +546,25 @@ class PersistentTopic:
         positions: list[Position | None]
         if len(stored) == len(batch):
             positions = stored  # type: ignore[assignment]  # read-only from here
-        else:  # duplicates ride along without a position
+        else:  # duplicates and refusals ride along without a position
             it = iter(stored)
-            positions = [None if p.duplicate else next(it) for p in batch]
+            positions = [None if p.duplicate or p.error is not None else next(it) for p in batch]
         counts = self.counts
         if stored:
             counts.reporting(stored[0])
         msgs = nbytes = entries = 0
         dedup = self.dedup
+        inbound = self.inbound
+        stored_markers: list[tuple[Position, PendingSend]] = []
+        refused = False
         for p, pos in zip(batch, positions, strict=True):
             if pos is None:
+                refused = refused or p.error is not None
+                continue
+            if p.link is not None:
+                inbound.stored(p.link, p.sequence_id)
+            if p.marker:
+                stored_markers.append((pos, p))
                 continue
             n = p.num_messages
             if n != 1:
@@ -401,12 +576,43 @@ class PersistentTopic:
                 dedup.persisted(p.dedup_name, p.highest)
         if stored:
             counts.reported(stored[-1])  # counts of this batch recorded: single if absent
+            self._reported = stored[-1]
+            if entries:
+                self.markers.message_stored(
+                    stored[-1] if not stored_markers else _last_message(batch, positions)
+                )
         counters = self.counters
         counters.msg_in += msgs
         counters.bytes_in += nbytes
         counters.entries_in += entries
-        for sink, items, poss in runs_by_sink(batch, positions):
-            sink.on_published(items, poss)  # type: ignore[arg-type]  # not None here
+        if not refused:
+            for sink, items, poss in runs_by_sink(batch, positions):
+                sink.on_published(items, poss)  # type: ignore[arg-type]  # not None here
+        else:
+            _report_with_refusals(batch, positions)
+        if stored_markers:
+            self._markers_stored(stored_markers)
+        if stored and inbound.count_stored(len(stored)):
+            self.inbound_snapshots.soon()
+
+    def _markers_stored(self, stored: list[tuple[Position, PendingSend]]) -> None:
+        """Markers are never a backlog: acknowledged on every subscription at once (the
+        replicators' cursors are not subscriptions: they send what is for their remote)."""
+        if self.markers.received():
+            self._spawn(self.markers.expect())
+        positions = [pos for pos, _ in stored]
+        for sub in self.subscriptions.values():
+            sub.ack_markers(positions)
+        listener = self.marker_listener
+        if listener is not None:
+            for pos, p in stored:
+                listener(pos, p.data, p.link is not None)
+
+    def _spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(_retrieve)
 
     async def _drain_publishes(self) -> None:
         """Wait until every SEND received so far has been reported."""
@@ -423,10 +629,10 @@ class PersistentTopic:
 
     # -- subscriptions
     def _new_subscription(self, name: str, cursor: Any) -> Subscription:
-        return Subscription(
+        sub = Subscription(
             self.full_name,
             name,
-            cursor,
+            MarkerSkippingCursor(cursor, self.markers.active),
             self.count_of,
             partition_index=self.name.partition_index,
             max_unacked_per_subscription=self.max_unacked_per_subscription,
@@ -441,6 +647,54 @@ class PersistentTopic:
             redelivery_tracker=self.redelivery_tracker_enabled,
             terminated=lambda: self.ledger.terminated,
         )
+        sub.on_mark_delete_moved = self._mark_delete_moved
+        return sub
+
+    def _mark_delete_moved(self, sub: Subscription) -> None:
+        listener = self.mark_delete_listener
+        if listener is not None and sub.replicated:
+            listener(sub)
+
+    # -- replicated subscriptions (PIP-33): the flag, and positions other clusters send
+    def _replicated_names(self) -> set[str]:
+        raw = self.ledger.properties.get(REPLICATED_SUBSCRIPTIONS_PROPERTY)
+        try:
+            names = json.loads(raw) if raw else []
+        except ValueError:
+            names = []
+        return {n for n in names if isinstance(n, str)} if isinstance(names, list) else set()
+
+    async def _store_replicated_names(self) -> None:
+        names = sorted(n for n, sub in self.subscriptions.items() if sub.replicated)
+        if set(names) != self._replicated_names():
+            await self.ledger.set_property(REPLICATED_SUBSCRIPTIONS_PROPERTY, json.dumps(names))
+
+    async def replicate_subscription(self, sub: Subscription) -> None:
+        """The subscription's state is replicated from now on (``replicateSubscriptionState``
+        on subscribe; as Pulsar, it is never turned off by a subscribe without it)."""
+        if not sub.replicated:
+            sub.replicated = True
+            await self._store_replicated_names()
+
+    async def move_replicated_subscription(self, sub_name: str, position: Position) -> bool:
+        """Another cluster's replicated subscription moved: this one's mark-delete position
+        goes to ``position`` (never back, never past the end); made there when it does not
+        exist (replicated). True when it moved."""
+        last = self.ledger.last_confirmed
+        if last is None or self.closed:
+            return False
+        position = min(position, last)
+        sub = self.subscriptions.get(sub_name)
+        if sub is None:
+            await self.create_subscription(sub_name, earliest=True)
+            sub = self.subscriptions.get(sub_name)
+            if sub is None:
+                return False
+            await self.replicate_subscription(sub)
+        if position <= sub.cursor.mark_delete_position:
+            return False
+        await sub.skip_to(position)
+        return True
 
     async def subscribe(
         self,
@@ -451,6 +705,7 @@ class PersistentTopic:
         initial_earliest: bool = False,
         start: Position | None = None,
         read_compacted: bool = False,
+        replicated: bool = False,
     ) -> Subscription:
         if sub_name == COMPACTION_SUBSCRIPTION:
             raise SubscriptionError(
@@ -488,6 +743,8 @@ class PersistentTopic:
             earliest = (start == EARLIEST) if start is not None else initial_earliest
             self._apply_read_compacted(sub, read_compacted, from_earliest=fresh and earliest)
         await sub.prepare(consumer.sub_type)  # Shared / Key_Shared: the delayed index is open
+        if replicated and sub.durable:
+            await self.replicate_subscription(sub)
         sub.add_consumer(consumer)
         return sub
 
@@ -552,11 +809,14 @@ class PersistentTopic:
             await self.compaction.delete()  # so do the compacted views
         if sub.durable:
             await self.ledger.delete_cursor(sub_name)
+        if sub.replicated:
+            await self._store_replicated_names()
         return dropped
 
     # -- positions
     def last_message_id(self, sub: Subscription | None) -> LastMessageId:
-        last = self.ledger.last_confirmed
+        # the last message, not a marker after it (a reader would wait for it forever)
+        last = self.markers.last_data if self.markers.possible else self.ledger.last_confirmed
         mark = sub.cursor.mark_delete_position if sub is not None else None
         if last is None:
             ledger_id = mark.ledger_id if mark is not None and mark.ledger_id >= 0 else 0
@@ -684,6 +944,14 @@ class PersistentTopic:
         if self.closed:
             return
         self.state = next_topic_state(self.state, TopicEvent.CLOSE)
+        for attachment in self.attachments:  # replicators first: they read the cursors
+            try:
+                await attachment.detach()
+            except Exception:
+                log.exception("%s: detaching %r", self.name, attachment)
+        self.attachments.clear()
+        self.marker_listener = None
+        self.mark_delete_listener = None
         # consumers acknowledge what they hold before they hear CLOSE_CONSUMER (bounded;
         # dispatch has stopped); producers keep publishing meanwhile (what they store is
         # delivered by the next owner), so this wait is not part of their publish gap
@@ -724,6 +992,13 @@ class PersistentTopic:
             await sub.close_delayed_index()  # seal the tail, store a snapshot
         if self.compaction is not None:
             await self.compaction.close()
+        if self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        if self.inbound:
+            try:  # the next owner reads nothing again
+                await self.inbound_snapshots.now()
+            except Exception as exc:
+                log.warning("%s: replication links' snapshot not stored: %s", self.name, exc)
         self.ledger.remove_tail_listener(self._on_new_entries)
         try:
             await self.ledger.close()
@@ -786,12 +1061,66 @@ class PersistentTopic:
         }
 
 
+class _MarkerSink:
+    """The ``PublishSink`` of one marker the topic writes: its position, or the error."""
+
+    __slots__ = ("stored",)
+
+    def __init__(self, stored: asyncio.Future[Position]) -> None:
+        self.stored = stored
+
+    def on_published(self, items: list[PendingSend], positions: list[Position | None]) -> None:
+        if not self.stored.done() and positions and positions[0] is not None:
+            self.stored.set_result(positions[0])
+
+    def on_publish_failed(self, items: list[PendingSend], exc: Exception) -> None:
+        if not self.stored.done():
+            self.stored.set_exception(exc)
+
+
+def _retrieve(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()
+
+
+def _last_message(batch: list[PendingSend], positions: list[Position | None]) -> Position:
+    """The position of the last stored message (not marker) of a batch that has one."""
+    for p, pos in zip(reversed(batch), reversed(positions), strict=True):
+        if pos is not None and not p.marker:
+            return pos
+    raise AssertionError("a batch with a stored message")
+
+
+def _report_with_refusals(batch: list[PendingSend], positions: list[Position | None]) -> None:
+    """Outcomes of a batch holding refused SENDs, in order: runs of one sink and one kind
+    (stored or duplicate / refused)."""
+    start = 0
+    for i in range(1, len(batch) + 1):
+        first = batch[start]
+        if (
+            i < len(batch)
+            and batch[i].sink is first.sink
+            and (batch[i].error is None) == (first.error is None)
+        ):
+            continue
+        items = batch[start:i]
+        if first.error is not None:
+            first.sink.on_publish_failed(items, first.error)
+        else:
+            first.sink.on_published(items, positions[start:i])
+        start = i
+
+
 __all__ = [
+    "REPLICATED_SUBSCRIPTIONS_PROPERTY",
     "TOPIC_EPOCH_PROPERTY",
     "TOPIC_TRANSITIONS",
     "AckBarrierSink",
     "InvalidTopicTransition",
+    "LinkRefused",
+    "MarkerListener",
     "PersistentTopic",
+    "TopicAttachment",
     "TopicEvent",
     "TopicState",
     "next_topic_state",

@@ -51,6 +51,12 @@ class Producer:
     closed: bool = False
     topic_epoch: int | None = None
     """The epoch the client sent (a reconnecting exclusive producer), else None."""
+    address: str = ""
+    """The client's address (``inboundConnection`` of a replicator's producer)."""
+    connected_since_ms: int = 0
+    link: str | None = None
+    """Another cluster's replicator (Pulsar's ``isRemote``): the link it sends for, set by
+    the topic on admission; its SENDs are deduplicated by ``InboundLinks``."""
 
     def __repr__(self) -> str:
         return f"<Producer {self.producer_id} {self.name!r} {self.access_mode.name}>"

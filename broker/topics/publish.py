@@ -1,7 +1,8 @@
 """A SEND on its way into a topic, and where its outcome goes.
 
 Owns: ``PendingSend`` (one SEND waiting for its outcome: the producer, the entry bytes, the
-message count, the sequence ids as the SEND carried them, and what deduplication decided),
+message count, the sequence ids as the SEND carried them, what deduplication decided, the
+replication link it came over and whether it is a marker, or the error it was refused with),
 ``PublishSink`` (where a topic reports outcomes: once per run of consecutive SENDs of one sink
 in a completed append, in arrival order, so a connection writes a run's receipts as one
 buffer) and ``runs_by_sink`` (a completed batch cut into those runs).
@@ -18,6 +19,7 @@ from magnetar.broker.ledger.position import Position
 if TYPE_CHECKING:
     from magnetar.broker.topics.producer import Producer
 
+
 class PendingSend:
     """One SEND waiting for its outcome (positional init: one is made per SEND)."""
 
@@ -25,8 +27,11 @@ class PendingSend:
         "data",
         "dedup_name",
         "duplicate",
+        "error",
         "highest",
         "highest_sequence_id",
+        "link",
+        "marker",
         "num_messages",
         "producer",
         "sequence_id",
@@ -51,6 +56,9 @@ class PendingSend:
         self.duplicate = False
         self.dedup_name: str | None = None
         self.highest = -1  # the highest sequence id deduplication records
+        self.error: Exception | None = None  # refused before storage (reported in order)
+        self.link: str | None = None  # another cluster's replicator: its link's name
+        self.marker = 0  # the entry's marker type (0: a message)
 
     def __repr__(self) -> str:
         return f"<PendingSend {self.producer.name!r} seq={self.sequence_id}>"
@@ -60,9 +68,7 @@ class PublishSink(Protocol):
     """Where a topic reports its SENDs' outcomes: once per run of consecutive SENDs of one
     sink in a completed append, in arrival order (a duplicate's position is None)."""
 
-    def on_published(
-        self, items: list[PendingSend], positions: list[Position | None]
-    ) -> None: ...
+    def on_published(self, items: list[PendingSend], positions: list[Position | None]) -> None: ...
 
     def on_publish_failed(self, items: list[PendingSend], exc: Exception) -> None: ...
 

@@ -5,6 +5,9 @@ refused while consumers are attached; Exclusive admits one consumer), routing of
 (individual, batch-index, cumulative where allowed) to the cursor and the dispatcher,
 redelivery requests, seek (disconnect consumers, then reset the cursor), unsubscribe.
 Redelivery counts are in memory per subscription (Pulsar's InMemoryRedeliveryTracker).
+Markers (``markers``) are acknowledged as soon as the topic stores them (``ack_markers``).
+Replicated subscriptions: ``replicated`` (set by the topic) and ``on_mark_delete_moved``,
+called whenever its mark-delete position moved (acks, expiry, another cluster's position).
 Delayed delivery: a Shared / Key_Shared subscription owns one ``DelayedDeliveryIndex`` for
 as long as this broker owns the topic (persisted next to the cursor when durable and on
 managed-ledger storage, memory-backed otherwise), shared by its successive dispatchers;
@@ -108,6 +111,10 @@ class Subscription:
         self._index_opening: asyncio.Future[DelayedDeliveryIndex] | None = None
         # the dispatch rate limit (the policy manager's), handed to each dispatcher
         self._throttle: Throttle | None = None
+        # replicated subscriptions (PIP-33): the flag, and who hears the mark-delete moving
+        self.replicated = False
+        self.on_mark_delete_moved: Callable[[Subscription], None] | None = None
+        self._mark_delete_seen = cursor.mark_delete_position
 
     def __repr__(self) -> str:
         return f"<Subscription {self.topic_name} {self.name!r} {self.sub_type}>"
@@ -421,7 +428,28 @@ class Subscription:
                 c.told_end_of_topic = True
                 c.sink.send_reached_end_of_topic(c)
 
+    def ack_markers(self, positions: list[Position]) -> None:
+        """Markers stored in the topic: acknowledged at once (never delivered, never a
+        backlog); tracked like acks, so a close waits for them."""
+        fut = asyncio.ensure_future(self.cursor.ack(positions))
+        self._ack_ops.add(fut)
+        fut.add_done_callback(self._ack_ops.discard)
+        fut.add_done_callback(self._markers_acked)
+
+    def _markers_acked(self, fut: asyncio.Future[Any]) -> None:
+        if fut.cancelled() or fut.exception() is not None:
+            return  # the dispatcher's cursor skips them when it reads them
+        self._notify_mark_delete()
+
+    def _notify_mark_delete(self) -> None:
+        md = self.cursor.mark_delete_position
+        if md != self._mark_delete_seen:
+            self._mark_delete_seen = md
+            if self.on_mark_delete_moved is not None:
+                self.on_mark_delete_moved(self)
+
     def _after_ack(self, unblocked: bool) -> None:
+        self._notify_mark_delete()
         self.check_end_of_topic()
         d = self.dispatcher
         if isinstance(d, MultipleConsumersDispatcher):

@@ -134,17 +134,8 @@ def _resource_args(p: Parser, *, names: bool = True) -> None:
     p.add_argument("--topic", "-t", help="the topic of subscriptions, partitions or ledgers")
 
 
-def build() -> Parser:
-    parser = Parser(
-        prog="magctl",
-        description=DESCRIPTION,
-        allow_abbrev=False,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        parents=[_globals()],
-        usage="magctl <verb> <resource> [name...] [flags]",
-    )
-    subs = parser.add_subparsers(dest="verb", metavar="<verb>", parser_class=Parser)
-
+def _resource_verbs(subs: argparse._SubParsersAction[Parser]) -> None:
+    """get, describe, create, delete, edit: one resource type and names."""
     p = _sub(subs, "get", "Display one or many resources")
     _resource_args(p)
     p.add_argument(
@@ -182,6 +173,9 @@ def build() -> Parser:
     p = _sub(subs, "edit", "Edit a resource in $EDITOR (MAGCTL_EDITOR, EDITOR, vi)")
     _resource_args(p)
 
+
+def _manifest_verbs(subs: argparse._SubParsersAction[Parser]) -> None:
+    """apply and diff: manifests from files, folders or stdin."""
     for verb, help_ in (
         ("apply", "Apply manifests to the cluster"),
         ("diff", "Diff manifests against the live cluster"),
@@ -207,6 +201,9 @@ def build() -> Parser:
                 help="client|server: print what would change, change nothing",
             )
 
+
+def _discovery_verbs(subs: argparse._SubParsersAction[Parser]) -> None:
+    """explain and api-resources: answered without a server."""
     p = _sub(subs, "explain", "Documentation of a kind and its fields")
     p.add_argument("target", help="KIND or KIND.field.path")
 
@@ -214,6 +211,9 @@ def build() -> Parser:
     p.add_argument("-o", "--output", help="wide|name")
     p.add_argument("--no-headers", action="store_true")
 
+
+def _bundle_verbs(subs: argparse._SubParsersAction[Parser]) -> None:
+    """unload (topics, namespaces, bundles) and split (bundles)."""
     p = _sub(subs, "unload", "Unload a topic, namespace or bundle")
     _resource_args(p)
 
@@ -238,15 +238,10 @@ def build() -> Parser:
         help="unload both halves (their clients move; the leader places them)",
     )
 
-    p = _sub(subs, "top", "Rates, throughput and backlog, refreshed")
-    p.add_argument("resource", help="topics, subscriptions, bundles or brokers")
-    p.add_argument("--topic", "-t", help="subscriptions of this topic only")
-    p.add_argument("--once", action="store_true", help="print once and exit (for scripts)")
-    p.add_argument("--interval", type=float, default=2.0, help="seconds between refreshes")
-    p.add_argument(
-        "--sort-by", default="rate-in", help="rate-in, rate-out, throughput-in or backlog"
-    )
 
+def _cursor_and_topic_verbs(subs: argparse._SubParsersAction[Parser]) -> None:
+    """seek, skip, clear, expire (subscriptions); peek, lookup, compact, offload, terminate,
+    truncate, scale (topics)."""
     p = _sub(subs, "seek", "Move a subscription's cursor")
     _resource_args(p)
     g = p.add_mutually_exclusive_group(required=True)
@@ -299,6 +294,23 @@ def build() -> Parser:
     _resource_args(p)
     p.add_argument("--partitions", type=int, required=True)
 
+
+def _top_verb(subs: argparse._SubParsersAction[Parser]) -> None:
+    """top: rates, throughput and backlog, refreshed."""
+    p = _sub(subs, "top", "Rates, throughput and backlog, refreshed")
+    p.add_argument("resource", help="topics, subscriptions, bundles or brokers")
+    p.add_argument("--topic", "-t", help="subscriptions of this topic only")
+    p.add_argument("--once", action="store_true", help="print once and exit (for scripts)")
+    p.add_argument("--interval", type=float, default=2.0, help="seconds between refreshes")
+    p.add_argument(
+        "--sort-by",
+        default="rate-in",
+        help="rate-in, rate-out, throughput-in, backlog or replication-backlog",
+    )
+
+
+def _config_verb(subs: argparse._SubParsersAction[Parser]) -> None:
+    """config: the contexts of the config file."""
     p = _sub(subs, "config", "Contexts of the config file")
     csub = p.add_subparsers(
         dest="config_verb", metavar="<subcommand>", parser_class=Parser, required=True
@@ -334,12 +346,36 @@ def build() -> Parser:
     for cp in csub.choices.values():
         cp.prog = f"magctl config {cp.prog.split()[-1]}"
 
+
+def _tooling_verbs(subs: argparse._SubParsersAction[Parser]) -> None:
+    """completion and version."""
     p = _sub(subs, "completion", "Shell completion script")
     p.add_argument("shell", choices=("bash", "zsh", "fish"))
 
     p = _sub(subs, "version", "Client and server versions")
     p.add_argument("--client", action="store_true", help="client version only")
     p.add_argument("-o", "--output", help="json|yaml")
+
+
+def build() -> Parser:
+    parser = Parser(
+        prog="magctl",
+        description=DESCRIPTION,
+        allow_abbrev=False,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        parents=[_globals()],
+        usage="magctl <verb> <resource> [name...] [flags]",
+    )
+    subs = parser.add_subparsers(dest="verb", metavar="<verb>", parser_class=Parser)
+
+    _resource_verbs(subs)
+    _manifest_verbs(subs)
+    _discovery_verbs(subs)
+    _bundle_verbs(subs)
+    _top_verb(subs)
+    _cursor_and_topic_verbs(subs)
+    _config_verb(subs)
+    _tooling_verbs(subs)
     return parser
 
 

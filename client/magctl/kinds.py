@@ -21,7 +21,6 @@ from magnetar.client.magctl.resources import (
     API_VERSION,
     DOMAINS,
     TopicName,
-    resolve,
     split_namespace,
 )
 from magnetar.client.magctl.units import format_duration_s, human_bytes
@@ -685,10 +684,6 @@ KINDS: dict[str, Kind] = {
 }
 
 
-def kind_for(resource: str) -> Kind:
-    return KINDS[resolve(resource).plural]
-
-
 __all__ = [
     "CLUSTER_FIELDS",
     "KINDS",
@@ -698,7 +693,6 @@ __all__ = [
     "cluster_spec",
     "dig",
     "format_duration_s",
-    "kind_for",
     "make",
     "position_body",
     "topic_stats",

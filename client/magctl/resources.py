@@ -134,10 +134,6 @@ def lookup(name: str) -> ResourceType | None:
     return _BY_NAME.get(name.lower())
 
 
-def by_kind(kind: str) -> ResourceType | None:
-    return _BY_KIND.get(kind)
-
-
 def targets(resource: str, names: list[str]) -> tuple[ResourceType, list[str]]:
     """kubectl's forms: ``TYPE``, ``TYPE NAME...`` and ``TYPE/NAME``."""
     head, sep, rest = resource.partition("/")
@@ -222,7 +218,6 @@ __all__ = [
     "RESOURCES",
     "ResourceType",
     "TopicName",
-    "by_kind",
     "lookup",
     "resolve",
     "split_namespace",

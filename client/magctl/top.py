@@ -1,7 +1,8 @@
-"""``magctl top topics|subscriptions|bundles|brokers``: rates, throughput and backlog.
+"""``magctl top topics|subscriptions|bundles|brokers``: rates, throughput and backlogs.
 
 Owns: sampling the admin stats twice ``--interval`` seconds apart and printing rates from
 the counters' deltas (``msgInCounter``, ``bytesInCounter``, consumers' ``msgOutCounter``),
+and the backlogs (subscriptions', and the replicators' for other clusters: ``REPL-BACKLOG``),
 sorted, as a table; redrawn in place on a terminal, printed once with ``--once``. Bundles
 sum their topics (a topic's bundle from ``/lookup/v2/topic/.../bundle``); brokers sum
 what each broker's ``/admin/v2/broker-stats/topics`` reports. Must not know: output
@@ -22,7 +23,7 @@ from magnetar.client.magctl.output import table
 from magnetar.client.magctl.resources import TopicName, resolve
 from magnetar.client.magctl.units import human_bytes
 
-_SORTS = ("rate-in", "rate-out", "throughput-in", "backlog")
+_SORTS = ("rate-in", "rate-out", "throughput-in", "backlog", "replication-backlog")
 Sample = dict[tuple[str, str], dict[str, float]]
 
 
@@ -40,11 +41,15 @@ def _topic_counters(stats: dict[str, Any]) -> tuple[dict[str, float], Sample]:
             "backlog": int(s.get("msgBacklog", 0)),
             "consumers": len(s.get("consumers") or []),
         }
+    replication = stats.get("replication") or {}
     return {
         "in": int(stats.get("msgInCounter", 0)),
         "in_bytes": int(stats.get("bytesInCounter", 0)),
         "out": topic_out,
         "backlog": backlog,
+        "replication_backlog": sum(
+            int(r.get("replicationBacklog", 0)) for r in replication.values()
+        ),
         "storage": int(stats.get("storageSize", 0)),
         "topics": 1,
     }, per_sub
@@ -137,7 +142,7 @@ def _render(plural: str, rows: list[tuple[dict[str, float], str, str, dict[str, 
                 for r, t, s, v in rows
             ],
         )
-    headers = ["NAME", "RATE-IN", "RATE-OUT", "THROUGHPUT-IN", "BACKLOG"]
+    headers = ["NAME", "RATE-IN", "RATE-OUT", "THROUGHPUT-IN", "BACKLOG", "REPL-BACKLOG"]
     headers.append("STORAGE" if plural == "topics" else "TOPICS")
     return table(
         headers,
@@ -148,6 +153,7 @@ def _render(plural: str, rows: list[tuple[dict[str, float], str, str, dict[str, 
                 f"{r['rate-out']:.1f}",
                 human_bytes(r["throughput-in"]) + "/s",
                 str(int(r["backlog"])),
+                str(int(r["replication-backlog"])),
                 human_bytes(v.get("storage", 0))
                 if plural == "topics"
                 else str(int(v.get("topics", 0))),
@@ -184,6 +190,7 @@ def run(args: argparse.Namespace, api: Api, scope: Scope, out: IO[str]) -> int:
                 "rate-out": _rate(v, prev, "out", dt),
                 "throughput-in": _rate(v, prev, "in_bytes", dt),
                 "backlog": v.get("backlog", 0),
+                "replication-backlog": v.get("replication_backlog", 0),
             }
             rows.append((rates, name, sub, v))
         rows.sort(key=lambda r: (-float(r[0][args.sort_by]), r[1], r[2]))

@@ -150,7 +150,8 @@ def cmd_describe(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
 
 
 def _describe_topic_extras(api: Api, obj: dict[str, Any]) -> None:
-    """Owner broker and subscriptions, as far as the server tells them."""
+    """Owner broker, subscriptions and replication per remote cluster, as far as the server
+    tells them."""
     from magnetar.client.magctl.kinds import dig, topic_stats
     from magnetar.client.magctl.resources import TopicName
 
@@ -179,6 +180,22 @@ def _describe_topic_extras(api: Api, obj: dict[str, Any]) -> None:
     pubs = stats.get("publishers") or []
     if pubs:
         obj["producers"] = [p.get("producerName") for p in pubs]
+    replication = stats.get("replication") or {}
+    if replication:
+        obj["replication"] = {
+            remote: {
+                "connected": r.get("connected"),
+                "backlog": r.get("replicationBacklog"),
+                "delaySeconds": r.get("replicationDelayInSeconds"),
+                "rateOut": round(float(r.get("msgRateOut", 0.0)), 1),
+                "rateIn": round(float(r.get("msgRateIn", 0.0)), 1),
+                "outbound": r.get("outboundConnection") or "<none>",
+                "inbound": r.get("inboundConnection") or "<none>",
+                **({"state": r["state"]} if "state" in r else {}),
+                **({"lastError": r["lastError"]} if r.get("lastError") else {}),
+            }
+            for remote, r in sorted(replication.items())
+        }
 
 
 # ------------------------------------------------------------------------- create/delete

@@ -16,6 +16,7 @@ No I/O here: never import asyncio, sockets or anything of the broker.
 from __future__ import annotations
 
 from . import _commands as commands
+from . import _markers as markers
 from ._batch import (
     SingleMessage,
     batch_metadata,
@@ -44,6 +45,7 @@ from ._entry import (
     MAGIC_CRC32C_BYTES,
     SLOT_MEMO_MAX,
     TAG_DELIVER_AT_TIME,
+    TAG_MARKER_TYPE,
     TAG_PRODUCER_NAME,
     TAG_PUBLISH_TIME,
     TAG_SEQUENCE_ID,
@@ -57,6 +59,7 @@ from ._entry import (
     entries_metadata,
     entry_chunk,
     entry_deliver_at,
+    entry_marker_type,
     entry_metadata,
     entry_num_messages,
     entry_publish_time,
@@ -145,6 +148,7 @@ __all__ = [
     "PUBLIC_TENANT",
     "SLOT_MEMO_MAX",
     "TAG_DELIVER_AT_TIME",
+    "TAG_MARKER_TYPE",
     "TAG_PRODUCER_NAME",
     "TAG_PUBLISH_TIME",
     "TAG_SEQUENCE_ID",
@@ -197,12 +201,14 @@ __all__ = [
     "entries_metadata",
     "entry_chunk",
     "entry_deliver_at",
+    "entry_marker_type",
     "entry_metadata",
     "entry_num_messages",
     "entry_publish_time",
     "entry_slot",
     "is_batch",
     "key_shared_slot",
+    "markers",
     "murmur3_32_hash",
     "num_messages_of",
     "parse_batch",

@@ -8,20 +8,23 @@ Wire layout of an entry (the tail of a SEND after its command; reference §1)::
 ``MessageMetadata`` fields read here without a full parse (proto2 tags: field << 3 | wire type)::
 
     1 producer_name (0x0a)   2 sequence_id (0x10)   3 publish_time (0x18)
-    19 deliver_at_time (0x98 0x01, varint)    26 uuid (0xd2 0x01, length-delimited)
+    19 deliver_at_time (0x98 0x01, varint)    20 marker_type (0xa0 0x01, varint)
+    26 uuid (0xd2 0x01, length-delimited)
 
 Owns: ``EntryView`` (one entry read lazily: it finds the metadata once, parses it only when a
 property needs it, and answers slot key, deliver-at, chunk info, message count, publish time,
-payload and the checksum check), and the per-entry functions a broker's hot paths call on
-bytes (``entry_slot``, ``entry_deliver_at``, ``entry_chunk``, ``entry_num_messages``,
-``entry_publish_time``, ``entry_metadata``), which ``EntryView``'s properties use too: the
-only place that knows an entry's magic numbers and metadata tags; ``entries_metadata``, the
-metadata of many entries of one buffer at once (a reader decoding entries in bulk). Also the
-encoder of the simplest metadata (``encode_simple_metadata``, a producer's hot path).
+payload, marker type and the checksum check), and the per-entry functions a broker's hot paths
+call on bytes (``entry_slot``, ``entry_deliver_at``, ``entry_chunk``, ``entry_marker_type``,
+``entry_num_messages``, ``entry_publish_time``, ``entry_metadata``), which ``EntryView``'s
+properties use too: the only place that knows an entry's magic numbers and metadata tags;
+``entries_metadata``, the metadata of many entries of one buffer at once (a reader decoding
+entries in bulk). Also the encoder of the simplest metadata (``encode_simple_metadata``, a
+producer's hot path).
 
 Cheap paths, each giving the answer of the full ``MessageMetadata`` parse:
-- ``entry_deliver_at`` / ``entry_chunk``: the metadata bytes are scanned for the field's tag
-  first; without it (nearly every entry) the field is absent and nothing is parsed.
+- ``entry_deliver_at`` / ``entry_chunk`` / ``entry_marker_type``: the metadata bytes are
+  scanned for the field's tag first; without it (nearly every entry) the field is absent and
+  nothing is parsed.
 - ``entries_metadata``: one Python step per entry (locate its metadata); the parsing is two
   protobuf parses of all the entries together, in C: ``MetadataList`` (each entry's metadata
   one element: every element checked as the full parse checks one entry, its wire format and
@@ -73,6 +76,7 @@ TAG_PRODUCER_NAME = b"\x0a"
 TAG_SEQUENCE_ID = b"\x10"
 TAG_PUBLISH_TIME = b"\x18"
 TAG_DELIVER_AT_TIME = b"\x98\x01"
+TAG_MARKER_TYPE = b"\xa0\x01"
 TAG_UUID = b"\xd2\x01"
 
 SLOT_MEMO_MAX = 16_384
@@ -252,6 +256,18 @@ def entry_chunk(data: bytes) -> ChunkInfo | None:
     if TAG_UUID not in data[off + 4 : off + 4 + size]:
         return None
     return _dispatch_chunk(parse_entry_metadata(data))
+
+
+def entry_marker_type(data: bytes) -> int:
+    """The entry's ``marker_type`` (0: not a marker; a tag scan first: nothing is parsed when
+    the tag is absent). Markers are entries brokers write for each other (replicated
+    subscriptions, transactions): never delivered to consumers."""
+    off = 6 if data[:2] == MAGIC_CRC32C_BYTES else 0  # CHECKSUM_HEADER_BYTES
+    size = int.from_bytes(data[off : off + 4], "big")
+    if TAG_MARKER_TYPE not in data[off + 4 : off + 4 + size]:
+        return 0
+    md = parse_entry_metadata(data)
+    return md.marker_type if md.HasField("marker_type") else 0
 
 
 def _slot_of_key(key: bytes) -> int:
@@ -509,6 +525,14 @@ class EntryView:
         if self._metadata is None and TAG_UUID not in self.metadata_bytes:
             return None
         return _dispatch_chunk(self.metadata)
+
+    @property
+    def marker_type(self) -> int:
+        """``marker_type`` (0: not a marker)."""
+        if self._metadata is None and TAG_MARKER_TYPE not in self.metadata_bytes:
+            return 0
+        md = self.metadata
+        return md.marker_type if md.HasField("marker_type") else 0
 
     @property
     def slot(self) -> int:

@@ -16,5 +16,5 @@ from support.bookie_storage import open_bookie  # noqa: F401
 from support.admin import admin  # noqa: F401
 from support.broker_process import broker_processes  # noqa: F401
 from support.interop import interop_broker, official, ours  # noqa: F401
-from support.geo import geo_shared_configuration, geo_standalones  # noqa: F401
+from support.geo import geo_pair, geo_shared_configuration, geo_standalones  # noqa: F401
 from support.s3 import private_s3_server, s3_bucket, s3_server  # noqa: F401

@@ -1,13 +1,14 @@
 """Two clusters for geo-replication tests, in Pulsar's two deployments, with real processes.
 
 Owns:
-- ``GeoStandalones`` / fixture ``geo_standalones``: clusters configured separately, each a
-  ``magnetar standalone`` with its own metadata store on its own ports (``--port``,
-  ``--web-port``, ``--bookie-port``), named ``east`` (``--cluster-name``) and ``west``
-  (``clusterName`` in its config file: both ways are exercised), each registering the
-  other with ``PUT /admin/v2/clusters/{name}``. ``replicated_namespace`` makes the same
-  tenant and namespace, replicated to both, in each cluster (separately configured
-  clusters need the same tenants, namespaces and policies set in each).
+- ``GeoStandalones`` / fixtures ``geo_standalones`` (per test) and ``geo_pair`` (per module;
+  ``restart`` brings a killed cluster back on its data and ports): clusters configured
+  separately, each a ``magnetar standalone`` with its own metadata store on its own ports
+  (``--port``, ``--web-port``, ``--bookie-port``), named ``east`` (``--cluster-name``) and
+  ``west`` (``clusterName`` in its config file: both ways are exercised), each registering the
+  other with ``PUT /admin/v2/clusters/{name}``. ``replicated_namespace`` makes the same tenant
+  and namespace, replicated to both, in each cluster (separately configured clusters need the
+  same tenants, namespaces and policies set in each).
 - ``SharedConfiguration`` / fixture ``geo_shared_configuration``: one instance, Pulsar's
   global ZooKeeper: a configuration store (a ZooKeeper chroot) holding clusters, tenants
   and policies once for both clusters, and per cluster its own local store (another
@@ -89,6 +90,16 @@ class GeoStandalones:
                     cluster.ok("PUT", f"/admin/v2/clusters/{other.name}", other.cluster_data())
         return self
 
+    def restart(self, name: str, *, kill: bool = True) -> None:
+        """SIGKILL (or stop) a cluster's standalone and start it again on the same data and
+        ports."""
+        process = self.processes[name]
+        if kill:
+            process.kill()
+        else:
+            process.stop()
+        process.start()
+
     def replicated_namespace(
         self, namespace: str = "geo/ns", clusters: tuple[str, ...] = CLUSTERS
     ) -> str:
@@ -107,6 +118,17 @@ class GeoStandalones:
 def geo_standalones(standalone_factory: StandaloneFactory) -> Iterator[GeoStandalones]:
     """``east`` and ``west``: two standalones registered with each other."""
     yield GeoStandalones(standalone_factory).start()
+
+
+@pytest.fixture(scope="module")
+def geo_pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GeoStandalones]:
+    """``east`` and ``west`` shared by the tests of a module (each test its own namespace;
+    a test that stops a cluster starts it again)."""
+    factory = StandaloneFactory(tmp_path_factory.mktemp("geo"))
+    try:
+        yield GeoStandalones(factory).start()
+    finally:
+        factory.close()
 
 
 @dataclass
@@ -224,6 +246,7 @@ __all__ = [
     "GeoCluster",
     "GeoStandalones",
     "SharedConfiguration",
+    "geo_pair",
     "geo_shared_configuration",
     "geo_standalones",
 ]

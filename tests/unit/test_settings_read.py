@@ -56,8 +56,6 @@ CASES = [
 ]
 
 
-
-
 @pytest.mark.parametrize(
     ("cls", "folders", "declaring"), CASES, ids=lambda c: getattr(c, "__module__", "")
 )

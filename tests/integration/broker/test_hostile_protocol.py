@@ -87,7 +87,8 @@ def _position(got: pb.BaseCommand) -> Position:
 
 def _cursor(broker: InProcessBroker, topic: str, sub: str = "s"):  # type: ignore[no-untyped-def]
     assert broker.service is not None
-    return broker.service.topics[topic].subscriptions[sub].cursor.cursor
+    # the managed cursor, under the subscription's marker filter
+    return broker.service.topics[topic].subscriptions[sub].cursor.inner.cursor
 
 
 def test_batch_declaring_more_messages_than_its_bytes_is_refused(broker: InProcessBroker) -> None:

@@ -473,6 +473,7 @@ def test_top_once(magctl: Magctl, url: str, client: pulsar.Client) -> None:
         "RATE-OUT",
         "THROUGHPUT-IN",
         "BACKLOG",
+        "REPL-BACKLOG",
         "STORAGE",
     ]
     assert topic in out
@@ -502,6 +503,7 @@ def test_top_once(magctl: Magctl, url: str, client: pulsar.Client) -> None:
         "RATE-OUT",
         "THROUGHPUT-IN",
         "BACKLOG",
+        "REPL-BACKLOG",
         "TOPICS",
     ]
     assert all(line.startswith("0x") for line in bundles.splitlines()[1:])

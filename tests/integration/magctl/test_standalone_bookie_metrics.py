@@ -33,12 +33,20 @@ METRIC_NAME = re.compile(r"(?<![$\w])((?:pulsar|bookie|bookkeeper|process)_[A-Za
 
 
 def _exposed_names(text: str) -> set[str]:
-    """Sample names exactly as written in the exposition text (what PromQL selects)."""
-    return {
+    """Sample names exactly as written in the exposition text (what PromQL selects), and the
+    gauges declared without a sample yet (``pulsar_replication_*`` of a broker that
+    replicates nothing: ``tests/integration/geo`` checks their samples)."""
+    samples = {
         line.split("{")[0].split(" ")[0]
         for line in text.splitlines()
         if line and not line.startswith("#")
     }
+    declared = {
+        line.split()[2]
+        for line in text.splitlines()
+        if line.startswith("# TYPE ") and line.split()[2].startswith("pulsar_replication_")
+    }
+    return samples | declared
 
 
 def _dashboard_names() -> set[str]:

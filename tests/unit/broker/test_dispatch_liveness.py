@@ -387,9 +387,7 @@ async def test_key_shared_keys_moved_by_a_join_flow_once_the_old_consumer_acks(
     rng = random.Random(1)
     ledger = MemoryLedger("t", LEDGER)
     cursor = await ledger.open_cursor("s", initial_earliest=True)
-    sub = Subscription(
-        "t", "s", cursor, lambda e: entry_num_messages(e.data), slot_of=slot_of
-    )
+    sub = Subscription("t", "s", cursor, lambda e: entry_num_messages(e.data), slot_of=slot_of)
     world = World(sub, ordered=True)
     a = Consumer(1, "a", SubType.KEY_SHARED, sink=world)
     world.join(a, 1000)

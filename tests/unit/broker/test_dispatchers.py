@@ -260,9 +260,7 @@ async def make_key_shared_sub(ledger: MemoryLedger) -> Subscription:
     from magnetar.client.protocol import entry_num_messages
 
     cursor = await ledger.open_cursor("s", initial_earliest=True)
-    return Subscription(
-        "t", "s", cursor, lambda e: entry_num_messages(e.data), slot_of=slot_of
-    )
+    return Subscription("t", "s", cursor, lambda e: entry_num_messages(e.data), slot_of=slot_of)
 
 
 def test_sticky_ranges_must_not_overlap() -> None:

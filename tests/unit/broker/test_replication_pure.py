@@ -13,18 +13,6 @@ from support.replication_fakes import batch_entry_bytes, entry_bytes
 
 from magnetar.broker.ledger.position import Position
 from magnetar.broker.replication.clusters import replication_plan
-from magnetar.broker.replication.names import (
-    ReplicationLink,
-    cursor_name,
-    is_replicator_producer,
-    remote_of_cursor,
-)
-from magnetar.broker.replication.positions import (
-    ENTRY_ID_MAX,
-    LEDGER_ID_MAX,
-    SOURCE_POSITION_PROPERTY,
-    SourcePosition,
-)
 from magnetar.broker.replication.republish import (
     Inspected,
     Skip,
@@ -41,7 +29,19 @@ from magnetar.broker.replication.states import (
     State,
     next_transition,
 )
-from magnetar.client.protocol import EntryView, parse_batch
+from magnetar.broker.topics.replication_names import (
+    ReplicationLink,
+    cursor_name,
+    is_replicator_producer,
+    remote_of_cursor,
+)
+from magnetar.broker.topics.replication_positions import (
+    ENTRY_ID_MAX,
+    LEDGER_ID_MAX,
+    SOURCE_POSITION_PROPERTY,
+    SourcePosition,
+)
+from magnetar.client.protocol import EntryView, markers, parse_batch
 
 LINK = ReplicationLink("east", "west")
 AT = Position(12, 34)
@@ -143,11 +143,36 @@ def _inspected(data: bytes, **kw: int) -> Inspected:
         (entry_bytes(b"x", replicated_from="central"), SkipReason.REPLICATED),
         (entry_bytes(b"x", replicate_to=["central"]), SkipReason.NOT_FOR_REMOTE),
         (entry_bytes(b"x", replicate_to=["__local__"]), SkipReason.NOT_FOR_REMOTE),
-        (entry_bytes(b"x", marker_type=10), SkipReason.MARKER),
+        (entry_bytes(b"x", marker_type=12), SkipReason.MARKER),  # a completed snapshot
+        (entry_bytes(b"x", marker_type=20), SkipReason.MARKER),  # transactions
+        (entry_bytes(b"x", marker_type=99), SkipReason.MARKER),  # unknown
+        (entry_bytes(b"x", marker_type=10, replicated_from="central"), SkipReason.REPLICATED),
+        (entry_bytes(b"x", marker_type=11, replicate_to=["central"]), SkipReason.NOT_FOR_REMOTE),
     ],
 )
 def test_what_is_never_replicated(data: bytes, reason: SkipReason) -> None:
     assert inspect(AT, data, "west", now_ms=10_000) == Skip(AT, reason)
+
+
+@pytest.mark.parametrize(
+    "marker",
+    [
+        markers.snapshot_request("s1", "east", publish_time_ms=1),
+        markers.snapshot_response(
+            "s1", "west", markers.ClusterPosition("east", 3, 4), publish_time_ms=1
+        ),
+        markers.subscription_update("sub", {"west": (3, 4)}, publish_time_ms=1),
+    ],
+)
+def test_replicated_subscription_markers_cross_the_link(marker: bytes) -> None:
+    """Snapshot requests, responses (to the cluster named) and updates go to the other
+    clusters, as stored, with the link's source position; a marker never expires."""
+    got = inspect(AT, marker, "west", now_ms=10**12, message_ttl_s=1)
+    assert isinstance(got, Inspected)
+    out = EntryView(rewrite(got, LINK).headers_and_payload)
+    assert out.marker_type == EntryView(marker).marker_type
+    assert out.payload == EntryView(marker).payload
+    assert out.metadata.replicated_from == "east"
 
 
 def test_ttl_expired_entries_are_skipped() -> None:

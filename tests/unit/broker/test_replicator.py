@@ -15,9 +15,9 @@ from support.waiting import wait_for
 
 from magnetar.broker.ledger.position import Position
 from magnetar.broker.policies.model import Rate
-from magnetar.broker.replication.names import ReplicationLink
 from magnetar.broker.replication.replicator import Replicator, ReplicatorSettings
 from magnetar.broker.replication.states import State
+from magnetar.broker.topics.replication_names import ReplicationLink
 from magnetar.client.protocol import EntryView, pb
 
 LINK = ReplicationLink("east", "west")
@@ -87,7 +87,7 @@ async def test_skipped_entries_move_the_cursor_and_are_never_sent() -> None:
         source.add(entry_bytes(b"from-central", replicated_from="central"))
         source.add(entry_bytes(b"local-only", replicate_to=["__local__"]))
         source.add(entry_bytes(b"b", replicate_to=["west"]))
-        source.add(entry_bytes(b"marker", marker_type=10))
+        source.add(entry_bytes(b"marker", marker_type=12))
         rep = _replicator(source, remote, clock)
         rep.start()
         await _caught_up(rep, source)

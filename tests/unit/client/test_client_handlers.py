@@ -295,3 +295,17 @@ async def test_pending_queue_is_bounded() -> None:
     await prod2.close()
     with pytest.raises(AlreadyClosed):
         await prod2.send_async(b"c")
+
+
+def test_the_reconnection_back_off_stops_at_the_client_s_maximum() -> None:
+    """``Client(max_backoff_interval_ms=...)`` (the Java client's ``maxBackoffInterval``):
+    a replicator's client comes back to a returned remote within that much."""
+    from magnetar.client import Client, InvalidConfiguration
+    from magnetar.client._handler import Handler
+
+    ctx = ClientContext(None, None, SystemClock(), 1000, max_backoff_ms=2_000)  # type: ignore[arg-type]
+    handler = Handler(ctx, TopicName.parse("t"))
+    waits = [handler.backoff.next_ms() for _ in range(20)]
+    assert max(waits) <= 2_000 and waits[-1] > 1_500
+    with pytest.raises(InvalidConfiguration):
+        Client("pulsar://localhost:6650", max_backoff_interval_ms=10)

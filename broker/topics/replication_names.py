@@ -1,5 +1,9 @@
 """The names geo-replication gives to what it creates, as Pulsar names them.
 
+Here, below ``replication/``, because both sides use them: the replicator names its cursor
+and producer with them; a topic hides replicator cursors from its subscriptions and
+recognises the SENDs of another cluster's replicator (``inbound_links``).
+
 Owns: the replicator prefix (Pulsar's ``replicatorPrefix``, ``pulsar.repl``), the durable
 cursor of a replicator (``pulsar.repl.<remote cluster>``) and the name of its producer on
 the remote cluster (``pulsar.repl.<local cluster>--><remote cluster>``), and recognising

@@ -1,5 +1,8 @@
 """The exactly-once link: each replicated entry named by its position in the source topic.
 
+Here, below ``replication/``, because both sides use it: the replicator sends the positions,
+the receiving topic recognises them (``inbound_links``).
+
 Owns: ``SourcePosition`` (ledger id, entry id in the source cluster's topic partition),
 its 64-bit ``sequence_id`` (the SEND's sequence id; the position's order is the id's
 order) and the message property that carries it in the replicated entry
@@ -15,16 +18,18 @@ is 50,000), else ``ValueError``: the replicator stops with that reason rather th
 an id that would not sort.
 
 What the remote side does with them (the producer path of the receiving broker), whatever
-the namespace's deduplication policy, for a producer whose name is a ``names.ReplicationLink``
-one: per (topic, producer name), the highest source sequence id stored; a SEND at or below
-it is answered with a receipt and not stored; a SEND above it is stored and raises it when
-persisted; the highest is exactly the SEND's sequence id (an entry is one id, whatever its
-number of messages); a SEND that cannot be stored closes that producer before anything it
-sent later is stored (so what is stored of a link is always a prefix of what it sent); on
-loading the topic, the highest of each link is recovered from the stored entries'
-``replicated_from`` and source position property (from a snapshot on). The replicator sends
-in source order and, after any failure, again from its cursor, so this recognises exactly
-the entries already stored. Pure. Must not know: topics, producers, the wire.
+the namespace's deduplication policy, for a producer whose name is a
+``replication_names.ReplicationLink`` one (``inbound_links`` carries it out): per (topic,
+producer name), the highest source sequence id stored; a SEND at or below it is answered
+with a receipt and not stored; a SEND above it (and above what is being stored) is stored
+and raises it when persisted; the highest is exactly the SEND's sequence id (an entry is one
+id, whatever its number of messages); a SEND that cannot be stored breaks the link until its
+producer reconnects, so nothing it sent later is stored before it (so what is stored of a
+link is always a prefix of what it sent); on loading the topic, the highest of each link is
+recovered from the stored entries' ``replicated_from`` and source position property (from a
+snapshot on). The replicator sends in source order and, after any failure, again from its
+cursor, so this recognises exactly the entries already stored. Pure. Must not know: topics,
+producers, the wire.
 """
 
 from __future__ import annotations
