@@ -16,8 +16,10 @@ decode a whole batch's payloads per writer schema at once (``TopicSchema.decode_
 
 Which messages of an entry are taken: those after/at the read's ``start`` and up to its
 ``end`` (only the first and last entries of a read hold others), published before
-``ending_time_ms`` when set. A chunked message cannot be assembled from one task's entries
-alone: ``ChunkedEntry`` tells the caller to read those entries through the broker.
+``ending_time_ms`` when set; none of a marker (an entry brokers write for each other, as
+replicated subscriptions do: never delivered, as the broker's cursors skip them). A chunked
+message cannot be assembled from one task's entries alone: ``ChunkedEntry`` tells the caller
+to read those entries through the broker.
 
 Invariants: the columns of one built batch have equal lengths; rows are in entry order and
 member order; a batch holds at most what was added since the last ``build``.
@@ -351,6 +353,8 @@ class EntryColumns:
         payload_starts = mds.payload_starts
         for i, md in enumerate(mds.metadata):
             entry = first + i
+            if md.marker_type:
+                continue  # a marker: brokers write them for each other, never delivered
             if md.HasField("num_chunks_from_msg"):
                 raise ChunkedEntry(ledger, entry)
             publish = md.publish_time

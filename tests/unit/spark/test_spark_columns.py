@@ -26,6 +26,7 @@ from magnetar.client.protocol import (
     build_batch,
     encode_headers_and_payload,
     encode_plain_batch,
+    markers,
     pb,
 )
 from magnetar.spark.columns import ChunkedEntry, EntryColumns, message_id_bytes
@@ -272,3 +273,16 @@ def test_message_id_bytes_are_the_codec_s(partition: int) -> None:
     assert got.to_pylist() == [
         MessageId(ledger, entry, partition, batch).serialize() for ledger, entry, batch in rows
     ]
+
+
+def test_markers_are_never_rows() -> None:
+    """Markers (entries brokers write for each other: replicated subscriptions' snapshots)
+    are skipped as the broker's cursors skip them, in a plain run as alone."""
+    marker = markers.snapshot_request("s-1", "east", publish_time_ms=1_700_000_000_005)
+    data = [*plain_entries(3), marker, *plain_entries(2)]
+    got = by_runs(data, *EVERYTHING)
+    assert got.column("value").to_pylist() == [b"v0", b"v1", b"v2", b"v0", b"v1"]
+    assert got.column("__messageIdString").to_pylist() == [
+        f"{LEDGER}:{e}:-1" for e in (0, 1, 2, 4, 5)
+    ]
+    assert by_entries([marker], *EVERYTHING).num_rows == 0
