@@ -163,8 +163,6 @@ class _Values:
 
 _UINT64 = (1 << 64) - 1
 _VARINT_BYTES_MAX = 10
-
-
 _VARINT_LIMITS = np.array([1 << (7 * k) for k in range(1, _VARINT_BYTES_MAX)], dtype=np.uint64)
 """A value below ``_VARINT_LIMITS[k]`` takes ``k + 1`` varint bytes."""
 
@@ -337,8 +335,9 @@ class EntryColumns:
         """Take the messages of consecutive stored entries ``first``, ``first + 1``, ...,
         entry ``first + i`` being ``data[starts[i]:ends[i]]`` (``EntryError`` when one does
         not decode). Their checksums are the storage's (verified where they were read), as
-        the broker reads entries. A run of plain messages costs a slice per entry and list
-        extensions; other entries are taken one by one from their parsed metadata."""
+        the broker reads entries. A run of plain messages is taken whole (its values spans
+        of ``data``, its per-row columns numpy arrays); other entries one by one from their
+        parsed metadata."""
         if not len(starts):
             return
         try:
@@ -393,16 +392,15 @@ class EntryColumns:
     ) -> None:
         """A run of plain messages: each entry one row, nothing of its own but its payload and
         publish time."""
-        k = len(payload_starts)
         take = self._plain_taken(ledger, first, publish)
-        if take is not None:  # the read's edges or its ending time leave some out
+        if take is None:
+            entries = np.arange(first, first + len(publish), dtype=np.int64)
+        else:  # the read's edges or its ending time leave some out
             payload_starts = [payload_starts[i] for i in take]
             ends = [ends[i] for i in take]
             publish = [publish[i] for i in take]
-            entries: Sequence[int] = [first + i for i in take]
-            k = len(take)
-        else:
-            entries = range(first, first + k)
+            entries = np.array(take, dtype=np.int64) + first
+        k = len(entries)
         self.values.add_spans(data, payload_starts, ends)
         self.nbytes += len(data)
         self._flush()
@@ -410,9 +408,7 @@ class EntryColumns:
         self._blocks.append(
             (
                 np.full(k, ledger, dtype=np.int64),
-                np.arange(first, first + k, dtype=np.int64)
-                if take is None
-                else np.array(entries, dtype=np.int64),
+                entries,
                 ones,
                 -ones,
                 np.array(publish, dtype=np.int64),
