@@ -280,6 +280,7 @@ class ManagedLedger:
                 log.warning("%s: last ledger %d has no metadata: empty", self.name, last.ledger_id)
                 handle = None
             if handle is None or handle.last_add_confirmed < 0:
+                log.info("%s: dropping empty last ledger %d", self.name, last.ledger_id)
                 ledgers.pop()
                 empty_last = last.ledger_id
             else:

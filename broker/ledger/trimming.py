@@ -7,7 +7,12 @@ after it: that trim may have read the cursors before they moved), and Pulsar's t
 (roll the current ledger over, move every durable cursor past the earlier ledgers, delete
 them whatever retention says). Deleting is: the list without them is stored (CAS), then
 their reads and cached entries are dropped and their ledger metadata deleted (bookies
-reclaim the space in GC), and their offloaded objects deleted from the object store.
+reclaim the space in GC), and their offloaded objects deleted from the object store. The
+ids are logged (``trimming ledgers [...]``) before the list is stored: a broker killed
+between the store's write and its answer has still said which ledgers may be gone. The
+deletion runs shielded from its caller's cancellation (once the list is stored, the metadata
+deletion follows); a list write that fails without fencing puts the ledgers back in the
+in-memory list, so no later write of the list drops them unsaid.
 Invariants: the current ledger is never trimmed; nothing at or after a durable mark-delete
 is deleted (the stored cursor state never names a deleted ledger); when every entry is
 deleted the last confirmed position is the start of the current ledger.
@@ -148,6 +153,7 @@ class Trimming:
             total -= info.size
         if not removed:
             return []
+        log.info("%s: trimming ledgers %s", host.name, [i.ledger_id for i in removed])
         try:
             gone = await self._delete({i.ledger_id for i in removed})
         except ManagedLedgerFenced:
@@ -173,17 +179,32 @@ class Trimming:
         for cursor in host.cursors.values():
             if cursor.mark_delete_position < end:
                 await cursor.mark_delete(end)
+        log.info("%s: truncating ledgers %s", host.name, [i.ledger_id for i in earlier])
         gone = await self._delete({i.ledger_id for i in earlier})
         log.info("%s: truncated ledgers %s", host.name, gone)
         return gone
 
     async def _delete(self, gone: set[int]) -> list[int]:
-        """Store the list without ``gone``, then drop their reads and metadata."""
+        """Store the list without ``gone``, then drop their reads and metadata (in a task
+        of its own: the caller's cancellation does not stop it half-way)."""
+        task = asyncio.ensure_future(self._delete_now(gone))
+        task.add_done_callback(_retrieve)
+        return await asyncio.shield(task)
+
+    async def _delete_now(self, gone: set[int]) -> list[int]:
         host = self._host
         ledgers = host.ledgers
         infos = [i for i in ledgers.ledgers if i.ledger_id in gone]
         ledgers.remove(gone)
-        await host.write_info()
+        try:
+            await host.write_info()
+        except ManagedLedgerFenced:
+            raise
+        except BaseException:
+            # not stored (or not known to be): they stay listed, so a later write of the
+            # list does not drop them with no deletion and no log
+            ledgers.ledgers = sorted([*ledgers.ledgers, *infos], key=_ledger_id)
+            raise
         current = ledgers.current
         if ledgers.last_confirmed.ledger_id in gone and current is not None:
             # Every entry is gone (the current ledger is still empty): the last position
@@ -195,6 +216,16 @@ class Trimming:
             await host.ledger_client.delete_ledger(ledger_id)
         await host.offloading.delete_objects([i for i in infos if i.offload is not None])
         return sorted(gone)
+
+
+def _ledger_id(info: LedgerInfo) -> int:
+    return info.ledger_id
+
+
+def _retrieve(task: asyncio.Future[list[int]]) -> None:
+    """Mark a shielded deletion's outcome retrieved (its caller may be gone)."""
+    if not task.cancelled():
+        task.exception()
 
 
 __all__ = ["Trimming", "TrimmingHost"]
