@@ -237,6 +237,16 @@ def main() -> None:
     seconds: dict[str, float] = {}
     scratch = pathlib.Path(tempfile.mkdtemp(prefix="spark-perf-"))
     with StandaloneServer() as server:
+        # A pipeline's topics have retention: without it the broker deletes a topic with no
+        # producer and no subscription after 60 s (inactive-topic deletion, as Pulsar), and
+        # storage reads are not connections to it (the reference reader came last and found
+        # the batched topic gone).
+        _admin(
+            server.web_url,
+            "POST",
+            "/admin/v2/namespaces/public/default/retention",
+            {"retentionTimeInMinutes": -1, "retentionSizeInMB": -1},
+        )
         for name in ("batched", "unbatched", "client"):
             _admin(
                 server.web_url,
