@@ -48,16 +48,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from magnetar.broker.bookkeeper.client import LedgerClient
 from magnetar.broker.bookkeeper.entry import LedgerEntry
 from magnetar.broker.bookkeeper.read_handle import ReadHandle
-from magnetar.broker.ledger.config import ManagedLedgerConfig
 from magnetar.broker.ledger.errors import (
     ManagedLedgerClosed,
     ManagedLedgerError,
     ManagedLedgerFenced,
 )
-from magnetar.broker.ledger.ledger_list import LedgerInfo, LedgerList, OffloadContext
+from magnetar.broker.ledger.host import LedgerParts
+from magnetar.broker.ledger.ledger_list import LedgerInfo, OffloadContext
 from magnetar.broker.ledger.position import Position
 from magnetar.broker.ledger.states import ManagedLedgerState
 from magnetar.broker.offload import (
@@ -188,26 +187,11 @@ class ReadBudgetOwner(Protocol):
     def offloaders(self) -> OffloaderRegistry: ...
 
 
-class OffloadingHost(Protocol):
+class OffloadingHost(LedgerParts, Protocol):
     """What offloading needs of its managed ledger (``ManagedLedger`` is one)."""
 
     @property
-    def name(self) -> str: ...
-
-    @property
-    def config(self) -> ManagedLedgerConfig: ...
-
-    @property
-    def clock(self) -> Clock: ...
-
-    @property
     def state(self) -> ManagedLedgerState: ...
-
-    @property
-    def ledgers(self) -> LedgerList: ...
-
-    @property
-    def ledger_client(self) -> LedgerClient: ...
 
     @property
     def reads(self) -> ReadsPart: ...

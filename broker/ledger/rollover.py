@@ -25,17 +25,15 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Protocol, TypeVar
 
-from magnetar.broker.bookkeeper.client import LedgerClient
 from magnetar.broker.bookkeeper.errors import LedgerFenced, NotEnoughBookies, TooManyPendingAdds
 from magnetar.broker.bookkeeper.read_handle import ReadHandle
 from magnetar.broker.bookkeeper.write_handle import WriteHandle
-from magnetar.broker.ledger.config import ManagedLedgerConfig
 from magnetar.broker.ledger.errors import (
     LedgerError,
     LedgerOutOfOrder,
     ManagedLedgerFenced,
 )
-from magnetar.broker.ledger.ledger_list import LedgerList
+from magnetar.broker.ledger.host import LedgerParts
 from magnetar.broker.ledger.position import Position
 from magnetar.broker.ledger.reads import LedgerReads
 from magnetar.broker.ledger.states import (
@@ -43,7 +41,7 @@ from magnetar.broker.ledger.states import (
     ManagedLedgerEvent,
     ManagedLedgerState,
 )
-from magnetar.clock import Clock, TimerHandle
+from magnetar.clock import TimerHandle
 from magnetar.zk.errors import MetadataError
 
 log = logging.getLogger(__name__)
@@ -71,25 +69,10 @@ class FailureCounts(Protocol):
     adds_moved: int
 
 
-class RolloverHost(Protocol):
+class RolloverHost(LedgerParts, Protocol):
     """What rollover needs of its managed ledger (``ManagedLedger`` is one)."""
 
     state: ManagedLedgerState
-
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def config(self) -> ManagedLedgerConfig: ...
-
-    @property
-    def clock(self) -> Clock: ...
-
-    @property
-    def ledgers(self) -> LedgerList: ...
-
-    @property
-    def ledger_client(self) -> LedgerClient: ...
 
     @property
     def reads(self) -> LedgerReads: ...

@@ -25,15 +25,13 @@ import asyncio
 import logging
 from typing import Protocol
 
-from magnetar.broker.bookkeeper.client import LedgerClient
-from magnetar.broker.ledger.config import ManagedLedgerConfig
 from magnetar.broker.ledger.cursor_registry import CursorRegistry
 from magnetar.broker.ledger.errors import LedgerError, ManagedLedgerFenced
-from magnetar.broker.ledger.ledger_list import LedgerInfo, LedgerList
+from magnetar.broker.ledger.host import LedgerParts
+from magnetar.broker.ledger.ledger_list import LedgerInfo
 from magnetar.broker.ledger.position import Position
 from magnetar.broker.ledger.reads import LedgerReads
 from magnetar.broker.ledger.states import ManagedLedgerState
-from magnetar.clock import Clock
 
 log = logging.getLogger(__name__)
 
@@ -50,26 +48,11 @@ class DeletesOffloaded(Protocol):
     async def delete_objects(self, infos: list[LedgerInfo]) -> None: ...
 
 
-class TrimmingHost(Protocol):
+class TrimmingHost(LedgerParts, Protocol):
     """What trimming needs of its managed ledger (``ManagedLedger`` is one)."""
 
     @property
-    def name(self) -> str: ...
-
-    @property
-    def config(self) -> ManagedLedgerConfig: ...
-
-    @property
-    def clock(self) -> Clock: ...
-
-    @property
     def state(self) -> ManagedLedgerState: ...
-
-    @property
-    def ledgers(self) -> LedgerList: ...
-
-    @property
-    def ledger_client(self) -> LedgerClient: ...
 
     @property
     def reads(self) -> LedgerReads: ...
