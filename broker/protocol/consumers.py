@@ -105,7 +105,7 @@ class ConsumerCommands:
             consumer = subscribe.new_consumer(cnx, req, topic, self)
             sub = await subscribe.attach(cnx, req, topic, consumer)
         except BrokerError as exc:
-            cnx.error_response(rid, exc.code, exc.message)
+            self._refuse(cid, rid, exc.code, exc.message)
             return
         if cnx.closed:
             topic.remove_consumer(sub, consumer)
@@ -115,8 +115,8 @@ class ConsumerCommands:
             # told the consumers it had then, not this one, which would wait on a topic that
             # is gone; the client retries and finds the next owner
             topic.remove_consumer(sub, consumer)
-            cnx.error_response(
-                rid, ServerError.ServiceNotReady, f"Topic {req.topic} is being unloaded"
+            self._refuse(
+                cid, rid, ServerError.ServiceNotReady, f"Topic {req.topic} is being unloaded"
             )
             return
         self.sessions[cid] = ConsumerSession(consumer, sub, topic)
@@ -131,6 +131,17 @@ class ConsumerCommands:
         )
         cnx.service.policies.after_subscribe(topic, sub)  # dispatch rate on a new dispatcher
         cnx.success(rid)
+
+    def _refuse(self, cid: int, rid: int, code: ServerError, message: str) -> None:
+        """Answer a SUBSCRIBE with ERROR. A ServiceNotReady (the bundle is being unloaded or
+        split, storage is not ready: "try again, maybe elsewhere") is followed, for the C++
+        client core, by CLOSE_CONSUMER: that core keeps the connection it subscribed on after
+        a retryable refusal of its first SUBSCRIBE, takes its own retry for "already
+        connected" and waits out the operation timeout (pulsar-client 3.x); CLOSE_CONSUMER
+        drops that connection from the consumer, whose retry then looks the topic up again."""
+        self.cnx.error_response(rid, code, message)
+        if code == ServerError.ServiceNotReady and self.cnx.cpp_core_client:
+            self.cnx.write_command(commands.close_consumer(cid))
 
     # ------------------------------------------------------------------ a consumer's commands
     def on_flow(self, cmd: pb.BaseCommand) -> None:
