@@ -491,9 +491,15 @@ def test_a_bundle_over_the_topic_threshold_splits_on_its_own(cluster: Cluster) -
     brokers = [
         # SHED: placement by this process's CPU alone, so the idle broker is clearly the less
         # used one however loaded the machine is (with memory weighed in, a CI run on a busy
-        # machine once placed every split bundle back on the busy broker)
+        # machine once placed every split bundle back on the busy broker). A low shedding
+        # threshold: with a CPU burner beside it, the busy broker's own CPU share stayed
+        # within the default 10 % of the average and nothing was shed to the idle one in 120 s
         cluster.start_broker(
-            SESSION + FAST_ROUNDS + SHED + "load_balancer_namespace_bundle_max_topics=3\n"
+            SESSION
+            + FAST_ROUNDS
+            + SHED
+            + "load_balancer_namespace_bundle_max_topics=3\n"
+            + "load_balancer_broker_threshold_shedder_percentage=2\n"
         )
         for _ in range(2)
     ]
