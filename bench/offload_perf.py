@@ -325,12 +325,15 @@ def _publish_latencies(producer: Any, count: int, stop: Any = None) -> list[floa
     return sorted(out)
 
 
-def _broker_run(name: str, extra: dict[str, object], args: argparse.Namespace) -> dict[str, Any]:
+def _broker_run(
+    name: str, extra: dict[str, object], args: argparse.Namespace, flow_permits: int
+) -> dict[str, Any]:
     import pulsar
 
     data_dir = pathlib.Path(tempfile.mkdtemp(prefix="offload-perf-broker-"))
     conf = broker_settings(entries_per_ledger=args.ledger_entries, **extra)
     conf["managedLedgerOffloadReadBufferSizeInBytes"] = args.block_bytes
+    conf["managedLedgerOffloadFlowPermitsPerSecond"] = flow_permits
     os.environ["MAGNETAR_BOOKIE_GC_INTERVAL_S"] = "1"
     sa = StandaloneProcess(data_dir / "sa", data_dir / "sa.log", config=conf)
     try:
@@ -384,6 +387,7 @@ def _broker_run(name: str, extra: dict[str, object], args: argparse.Namespace) -
         "messages": count,
         "message_bytes": args.message_bytes,
         "ledger_entries": args.ledger_entries,
+        "flow_permits_per_second": flow_permits,
         "offloaded_bytes": offloaded,
         "offload_mb_s": round(offloaded / MIB / offload_s, 1),
         "bookie_read_msgs_s": round(bookie_rate),
@@ -418,6 +422,14 @@ def main() -> None:
     p.add_argument("--message-bytes", type=int, default=1024)
     p.add_argument("--ledger-entries", type=int, default=500, help="entries (batches) a ledger")
     p.add_argument("--probe-messages", type=int, default=2000, help="publishes timed per phase")
+    p.add_argument(
+        "--flow-permits",
+        type=int,
+        nargs="+",
+        default=[-1],
+        help="managedLedgerOffloadFlowPermitsPerSecond (bytes/s, -1 unlimited); several: one\n"
+        "run of each per driver, in this order",
+    )
     args = p.parse_args()
     print("command:", shlex.join([sys.executable, *sys.argv]), flush=True)
     if args.broker:
@@ -466,11 +478,13 @@ def _main_broker(args: argparse.Namespace) -> None:
         if args.driver in ("s3", "both"):
             server = S3Server()
             server.start()
-            bucket = S3Bucket(server, server.create_bucket())
-            results.append(_broker_run("s3 (moto)", {"bucket": bucket}, args))
+            for flow in args.flow_permits:
+                bucket = S3Bucket(server, server.create_bucket())
+                results.append(_broker_run("s3 (moto)", {"bucket": bucket}, args, flow))
         if args.driver in ("filesystem", "both"):
-            root = pathlib.Path(tempfile.mkdtemp(prefix="offload-perf-fs-"))
-            results.append(_broker_run("filesystem", {"directory": root}, args))
+            for flow in args.flow_permits:
+                root = pathlib.Path(tempfile.mkdtemp(prefix="offload-perf-fs-"))
+                results.append(_broker_run("filesystem", {"directory": root}, args, flow))
     finally:
         if server is not None:
             server.close()

@@ -256,6 +256,9 @@ class BrokerConfig:
     managed_ledger_offload_store_timeout_ms: int = 30_000
     managed_ledger_offload_store_retries: int = 10
     managed_ledger_offload_read_deadline_ms: int = 120_000
+    # Pulsar's offload flow permits: bytes/s the broker's offloads together read from the
+    # bookies (<= 0: unlimited, Pulsar's default), so offloading leaves the loop to publishes
+    managed_ledger_offload_flow_permits_per_second: int = -1
     # bounds against hostile input (docs/operations.md "Hostile input")
     max_num_partitions_per_partitioned_topic: int = 0  # 0: Magnetar's ceiling, 65,536
     max_buffered_partial_frames_size_in_mb: int = 128

@@ -32,6 +32,7 @@ from magnetar.broker.compaction import CompactionMonitor
 from magnetar.broker.config import BrokerConfig
 from magnetar.broker.ledger import ManagedLedgerConfig, ManagedLedgerFactory
 from magnetar.broker.loadbalance.cluster import BrokerCluster
+from magnetar.broker.offload.flow import FlowPermits
 from magnetar.broker.offload.offloader import OffloaderTuning
 from magnetar.broker.offload.registry import OffloaderRegistry
 from magnetar.broker.offload.retry import RetryPolicy
@@ -76,8 +77,10 @@ def managed_ledger_config(config: BrokerConfig) -> ManagedLedgerConfig:
 
 
 def offloader_tuning(config: BrokerConfig) -> OffloaderTuning:
-    """The object-store request bounds and the read deadline of tiered storage."""
+    """The object-store request bounds, the read deadline and the offload read rate of tiered
+    storage."""
     return OffloaderTuning(
+        flow=FlowPermits(config.managed_ledger_offload_flow_permits_per_second),
         read_retry=RetryPolicy(deadline_ms=config.managed_ledger_offload_read_deadline_ms),
         store_request_timeout_ms=config.managed_ledger_offload_store_timeout_ms,
         store_retries=config.managed_ledger_offload_store_retries,

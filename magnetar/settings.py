@@ -500,6 +500,11 @@ BROKER_ALIASES: tuple[Alias, ...] = (
         "managed_ledger_offload_read_deadline_ms",
         note="Magnetar only: how long an offloaded read waits for an unavailable store",
     ),
+    Alias(
+        "managedLedgerOffloadFlowPermitsPerSecond",
+        "managed_ledger_offload_flow_permits_per_second",
+        note="tiered storage: bytes/s the broker's offloads read from the bookies, <= 0 unlimited",
+    ),
     # -- inactive-topic deletion (policies/inactive.py; the namespace and topic policy
     # inactiveTopicPolicies overrides them) ----------------------------------------------
     Alias(

@@ -29,6 +29,7 @@ from typing import Protocol
 
 from magnetar.broker.offload.drivers import StoreSpec, store_spec
 from magnetar.broker.offload.errors import OffloadError
+from magnetar.broker.offload.flow import FlowPermits
 from magnetar.broker.offload.index import OffloadIndex
 from magnetar.broker.offload.keys import data_key, index_key, parse_key
 from magnetar.broker.offload.policies import EffectiveOffloadPolicies
@@ -85,6 +86,8 @@ class OffloaderTuning:
     """One request's timeout (None: the library's, 30 s)."""
     store_retries: int | None = None
     """The library's retries of one request (None: its own, 10 with back-off)."""
+    flow: FlowPermits = field(default_factory=lambda: FlowPermits(-1))
+    """The broker's offload read rate, shared by all its offloads (unlimited by default)."""
 
     def spec_of(self, spec: StoreSpec) -> StoreSpec:
         """``spec`` with these request bounds."""
@@ -162,6 +165,7 @@ class BlobStoreOffloader:
             part_bytes=part_bytes,
             part_concurrency=self._tuning.upload_part_concurrency,
             prefetch_rounds=prefetch_rounds,
+            flow=self._tuning.flow if self._tuning.flow.limited else None,
         )
         self._clock = clock or SystemClock()
         self._rng = rng or random.Random()

@@ -1,11 +1,12 @@
 """Writing one sealed ledger to the object store, then proving it is there.
 
 Owns: ``upload_ledger``: reads the source in batches (``prefetch_rounds`` batches ahead, so the
-bookie reads overlap the upload), packs entries into blocks of ``block_bytes`` (the unit a
-reader later fetches), streams the blocks as one multipart upload in parts of ``part_bytes``,
-writes the index object, then reads both back: the index byte for byte, the data object in one
-streamed GET, every block parsed and every entry's checksum verified and compared with the one
-computed during the upload. Only then does it return. On any failure it deletes what it wrote
+bookie reads overlap the upload; paced by the broker's ``FlowPermits`` when it has a rate),
+packs entries into blocks of ``block_bytes`` (the unit a reader later fetches), streams the
+blocks as one multipart upload in parts of ``part_bytes``, writes the index object, then reads
+both back: the index byte for byte, the data object in one streamed GET, every block parsed
+and every entry's checksum verified and compared with the one computed during the upload.
+Only then does it return. On any failure it deletes what it wrote
 (best effort) and raises; a crash leaves at most the two objects of this attempt's UUID.
 Must not know: managed ledgers, topics, the library behind ``BlobStore``.
 Bounded: the source prefetch queue (``prefetch_rounds`` batches of ``ENTRIES_PER_READ``), one
@@ -30,6 +31,7 @@ from magnetar.broker.offload.errors import (
     OffloadError,
     SourceMismatch,
 )
+from magnetar.broker.offload.flow import FlowPermits
 from magnetar.broker.offload.index import LedgerSummary, OffloadIndex, build_index
 from magnetar.broker.offload.records import LedgerSource
 from magnetar.broker.offload.store import BlobStore
@@ -46,6 +48,8 @@ class UploadPlan:
     part_bytes: int
     part_concurrency: int = 2
     prefetch_rounds: int = 1
+    flow: FlowPermits | None = None
+    """The broker's offload read rate: each source read waits for it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,9 +106,10 @@ class _Packer:
 
 
 async def _source_batches(
-    source: LedgerSource, last: int, prefetch_rounds: int
+    source: LedgerSource, last: int, prefetch_rounds: int, flow: FlowPermits | None
 ) -> AsyncIterator[Sequence[LedgerEntry]]:
-    """Batches of entries 0..last, up to ``prefetch_rounds`` read ahead of the consumer."""
+    """Batches of entries 0..last, up to ``prefetch_rounds`` read ahead of the consumer, at
+    the pace ``flow`` allows."""
     queue: asyncio.Queue[Sequence[LedgerEntry] | BaseException | None] = asyncio.Queue(
         maxsize=prefetch_rounds
     )
@@ -121,6 +126,8 @@ async def _source_batches(
                     )
                 await queue.put(batch)
                 first = stop + 1
+                if flow is not None:
+                    await flow.pace(sum(len(e.payload) for e in batch))
             await queue.put(None)
         except asyncio.CancelledError:
             raise
@@ -163,7 +170,7 @@ async def upload_ledger(
 
     async def blocks() -> AsyncGenerator[bytes, None]:
         try:
-            async for batch in _source_batches(source, last, plan.prefetch_rounds):
+            async for batch in _source_batches(source, last, plan.prefetch_rounds, plan.flow):
                 for entry in batch:
                     block = packer.add(entry)
                     if block is not None:

@@ -1,0 +1,78 @@
+"""Offload flow permits (``managedLedgerOffloadFlowPermitsPerSecond``): a broker's offloads
+read the bookies at most at the configured rate, all of them together; unlimited by default.
+On virtual time: the test reads how long the pacing made the offload wait, never the wall."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+from support.autojump import AutojumpClock
+
+from magnetar.broker.config import BrokerConfig
+from magnetar.broker.offload.flow import BURST_SECONDS, FlowPermits
+from magnetar.broker.offload.offloader import BlobStoreOffloader, OffloaderTuning
+from magnetar.broker.offload.store import memory_blob_store
+from magnetar.broker.offload.testing import MemoryLedgerSource, payloads_of
+from magnetar.broker.runtime import offloader_tuning
+
+MIB = 1 << 20
+
+
+async def test_reads_beyond_the_burst_wait_for_the_rate() -> None:
+    async with AutojumpClock() as clock:
+        flow = FlowPermits(MIB, clock)
+        start = clock.monotonic_ms()
+        for _ in range(5):
+            await flow.pace(MIB)
+        # 5 MiB at 1 MiB/s, the first second's worth free
+        assert clock.monotonic_ms() - start == (5 - BURST_SECONDS) * 1000
+        assert flow.waited_ms == (5 - BURST_SECONDS) * 1000
+
+
+async def test_an_idle_broker_gets_one_burst_not_its_whole_idle_time() -> None:
+    async with AutojumpClock() as clock:
+        flow = FlowPermits(MIB, clock)
+        await flow.pace(MIB)
+        await clock.sleep(60)
+        start = clock.monotonic_ms()
+        for _ in range(3):
+            await flow.pace(MIB)
+        assert clock.monotonic_ms() - start == (3 - BURST_SECONDS) * 1000
+
+
+async def test_unlimited_never_waits() -> None:
+    async with AutojumpClock() as clock:
+        flow = FlowPermits(-1, clock)
+        for _ in range(100):
+            await flow.pace(64 * MIB)
+        assert flow.waited_ms == 0 and not flow.limited
+
+
+def _offloader(flow: FlowPermits) -> BlobStoreOffloader:
+    return BlobStoreOffloader(
+        memory_blob_store(),
+        driver="memory",
+        driver_metadata={},
+        block_bytes=256 << 10,
+        part_bytes=5 * MIB,
+        tuning=OffloaderTuning(flow=flow),
+    )
+
+
+async def test_offloads_together_read_at_the_brokers_rate() -> None:
+    async with AutojumpClock() as clock:
+        flow = FlowPermits(MIB, clock)
+        sources = [MemoryLedgerSource(i, payloads_of([10_000] * 300, seed=i)) for i in (1, 2)]
+        start = clock.monotonic_ms()
+        await asyncio.gather(*(_offloader(flow).offload(s, uuid.uuid4(), {}) for s in sources))
+        total = sum(s.length - 8 * 300 for s in sources)  # payload bytes (no frame headers)
+        elapsed_s = (clock.monotonic_ms() - start) / 1000
+        # two offloads of ~2.9 MB each at 1 MiB/s together: ~5.7 s less the burst
+        assert elapsed_s >= total / MIB - BURST_SECONDS - 0.1, (elapsed_s, total)
+
+
+def test_the_setting_reaches_every_offloader_of_the_broker() -> None:
+    tuning = offloader_tuning(BrokerConfig(managed_ledger_offload_flow_permits_per_second=123))
+    assert tuning.flow.bytes_per_second == 123
+    assert not offloader_tuning(BrokerConfig()).flow.limited
