@@ -107,6 +107,16 @@ def _peeked(entry: Entry) -> PeekedMessage:
     return PeekedMessage(pos, headers, bytes(stored.payload))
 
 
+_SUMMED = (
+    "msgInCounter",
+    "bytesInCounter",
+    "storageSize",
+    "offloadedStorageSize",
+    "numberOfEntries",
+)
+"""Counters a partitioned topic's stats add up over its partitions (as Pulsar's)."""
+
+
 class TopicOperations:
     def __init__(self, service: BrokerService, *, clock_ms: Callable[[], int] | None = None):
         self.service = service
@@ -532,6 +542,7 @@ class TopicOperations:
             "msgInCounter": 0,
             "bytesInCounter": 0,
             "storageSize": 0,
+            "offloadedStorageSize": 0,
             "numberOfEntries": 0,
             "publishers": [],
             "subscriptions": {},
@@ -547,7 +558,7 @@ class TopicOperations:
                 continue  # a partition nobody has written to or subscribed yet
             parts[name] = stats
             replication.append(stats.get("replication") or {})
-            for key in ("msgInCounter", "bytesInCounter", "storageSize", "numberOfEntries"):
+            for key in _SUMMED:
                 totals[key] += int(stats.get(key, 0))
             totals["publishers"] += stats.get("publishers") or []
             for sub, s in (stats.get("subscriptions") or {}).items():
