@@ -4,6 +4,7 @@ service on in-memory metadata and storage for it to talk to."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator
 
 import pytest
@@ -90,10 +91,12 @@ class Client:
         return await wait_for(found, what=f"a {kind.name}")
 
 
-@pytest.fixture
-async def service() -> AsyncIterator[BrokerService]:
+@contextlib.asynccontextmanager
+async def running_service(config: BrokerConfig | None = None) -> AsyncIterator[BrokerService]:
+    """A started broker service on in-memory metadata and storage (by default: any port, no
+    keep-alive pings)."""
     svc = BrokerService(
-        BrokerConfig(broker_service_port=0, keep_alive_interval_seconds=0),
+        config or BrokerConfig(broker_service_port=0, keep_alive_interval_seconds=0),
         MemoryMetadataServer().connect(),
         MemoryStorageFactory(),
     )
@@ -105,4 +108,10 @@ async def service() -> AsyncIterator[BrokerService]:
         await runner.close()
 
 
-__all__ = ["Client", "service"]
+@pytest.fixture
+async def service() -> AsyncIterator[BrokerService]:
+    async with running_service() as svc:
+        yield svc
+
+
+__all__ = ["Client", "running_service", "service"]

@@ -3,17 +3,12 @@ when it is refused (the C++ client matches no ERROR against them)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import pytest
 from support.fake_transport import FakeTransport
 from support.waiting import wait_for
 
-from magnetar.broker.config import BrokerConfig
 from magnetar.broker.protocol.connection import ServerConnection
-from magnetar.broker.runtime import BrokerServiceRunner
 from magnetar.broker.service import BrokerService, ServiceError
-from magnetar.broker.storage.memory import MemoryStorageFactory
 from magnetar.client.protocol import (
     NEED_DATA,
     Command,
@@ -25,22 +20,6 @@ from magnetar.client.protocol import (
     commands,
     pb,
 )
-from magnetar.zk.memory import MemoryMetadataServer
-
-
-@pytest.fixture
-async def service() -> AsyncIterator[BrokerService]:
-    svc = BrokerService(
-        BrokerConfig(broker_service_port=0, keep_alive_interval_seconds=0),
-        MemoryMetadataServer().connect(),
-        MemoryStorageFactory(),
-    )
-    runner = BrokerServiceRunner(svc)
-    await runner.start()
-    try:
-        yield svc
-    finally:
-        await runner.close()
 
 
 async def connected(service: BrokerService) -> tuple[ServerConnection, FakeTransport, Connection]:

@@ -10,6 +10,7 @@ import struct
 from collections.abc import AsyncIterator
 
 import pytest
+from support.broker_connection import running_service
 from support.fake_transport import CONNECT, PONG, FakeTransport
 from support.waiting import wait_for
 
@@ -17,12 +18,9 @@ from magnetar.broker.config import BrokerConfig
 from magnetar.broker.dispatch.consumer import Consumer, SubType
 from magnetar.broker.protocol.connection import ServerConnection
 from magnetar.broker.protocol.consumers import ConsumerSession
-from magnetar.broker.runtime import BrokerServiceRunner
 from magnetar.broker.service import BrokerService
-from magnetar.broker.storage.memory import MemoryStorageFactory
 from magnetar.client.protocol.proto import pulsar_api_pb2 as pb
 from magnetar.clock import VirtualClock
-from magnetar.zk.memory import MemoryMetadataServer
 
 T = pb.BaseCommand
 INTERVAL_S = 30
@@ -30,17 +28,9 @@ INTERVAL_S = 30
 
 @pytest.fixture
 async def service() -> AsyncIterator[BrokerService]:
-    svc = BrokerService(
-        BrokerConfig(broker_service_port=0, keep_alive_interval_seconds=INTERVAL_S),
-        MemoryMetadataServer().connect(),
-        MemoryStorageFactory(),
-    )
-    runner = BrokerServiceRunner(svc)
-    await runner.start()
-    try:
+    config = BrokerConfig(broker_service_port=0, keep_alive_interval_seconds=INTERVAL_S)
+    async with running_service(config) as svc:
         yield svc
-    finally:
-        await runner.close()
 
 
 def connect(service: BrokerService) -> tuple[ServerConnection, FakeTransport, VirtualClock]:
