@@ -9,7 +9,7 @@ and every entry's checksum verified and compared with the one computed during th
 Only then does it return. On any failure it deletes what it wrote
 (best effort) and raises; a crash leaves at most the two objects of this attempt's UUID.
 Must not know: managed ledgers, topics, the library behind ``BlobStore``.
-Bounded: the source prefetch queue (``prefetch_rounds`` batches of ``ENTRIES_PER_READ``), one
+Bounded: the source prefetch queue (``prefetch_rounds`` batches of about ``READ_BYTES``), one
 block being packed, the library's parts in flight (``concurrency`` x ``part_bytes``), one block
 during verification.
 """
@@ -39,6 +39,18 @@ from magnetar.broker.offload.store import BlobStore
 log = logging.getLogger(__name__)
 
 ENTRIES_PER_READ = 100
+READ_BYTES = 1 << 20
+"""About this many bytes per source read (and never more than ``ENTRIES_PER_READ`` entries):
+a read's decoding and checksums run on the broker's loop in one piece, so a ledger of large
+entries (a producer's batches) is read a few entries at a time, not 100 at 128 KB each."""
+
+
+def entries_per_read(ledger_bytes: int, entry_count: int) -> int:
+    """Entries one source read asks for: ``READ_BYTES`` of the ledger's average entry."""
+    average = max(1, ledger_bytes // max(1, entry_count))
+    return max(1, min(ENTRIES_PER_READ, READ_BYTES // average))
+
+
 FORMAT_ATTRIBUTE = "magnetar-offload-format"
 
 
@@ -114,11 +126,13 @@ async def _source_batches(
         maxsize=prefetch_rounds
     )
 
+    per_read = entries_per_read(source.length, last + 1)
+
     async def reader() -> None:
         try:
             first = 0
             while first <= last:
-                stop = min(last, first + ENTRIES_PER_READ - 1)
+                stop = min(last, first + per_read - 1)
                 batch = await source.read(first, stop)
                 if len(batch) != stop - first + 1:
                     raise SourceMismatch(
@@ -277,4 +291,12 @@ async def _discard(store: BlobStore, keys: Sequence[str]) -> None:
             log.warning("could not delete %s after a failed offload (an orphan now): %s", key, exc)
 
 
-__all__ = ["ENTRIES_PER_READ", "FORMAT_ATTRIBUTE", "UploadPlan", "UploadResult", "upload_ledger"]
+__all__ = [
+    "ENTRIES_PER_READ",
+    "FORMAT_ATTRIBUTE",
+    "READ_BYTES",
+    "UploadPlan",
+    "UploadResult",
+    "entries_per_read",
+    "upload_ledger",
+]

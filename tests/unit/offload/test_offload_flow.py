@@ -9,11 +9,13 @@ import uuid
 
 from support.autojump import AutojumpClock
 
+from magnetar.broker.bookkeeper.entry import LedgerEntry
 from magnetar.broker.config import BrokerConfig
 from magnetar.broker.offload.flow import BURST_SECONDS, FlowPermits
 from magnetar.broker.offload.offloader import BlobStoreOffloader, OffloaderTuning
 from magnetar.broker.offload.store import memory_blob_store
 from magnetar.broker.offload.testing import MemoryLedgerSource, payloads_of
+from magnetar.broker.offload.upload import ENTRIES_PER_READ, READ_BYTES, entries_per_read
 from magnetar.broker.runtime import offloader_tuning
 
 MIB = 1 << 20
@@ -76,3 +78,26 @@ def test_the_setting_reaches_every_offloader_of_the_broker() -> None:
     tuning = offloader_tuning(BrokerConfig(managed_ledger_offload_flow_permits_per_second=123))
     assert tuning.flow.bytes_per_second == 123
     assert not offloader_tuning(BrokerConfig()).flow.limited
+
+
+class _CountingSource(MemoryLedgerSource):
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.sizes: list[int] = []
+
+    async def read(self, first_entry_id: int, last_entry_id: int) -> list[LedgerEntry]:
+        self.sizes.append(last_entry_id - first_entry_id + 1)
+        return await super().read(first_entry_id, last_entry_id)
+
+
+async def test_large_entries_are_read_a_few_at_a_time() -> None:
+    """One source read is decoded and checksummed on the loop in one piece: a ledger of
+    128 KB batches is read about 1 MiB at a time (8 entries), small entries 100 at a time."""
+    large = _CountingSource(1, payloads_of([128 << 10] * 40))
+    small = _CountingSource(2, payloads_of([100] * 250))
+    for source in (large, small):
+        await _offloader(FlowPermits(-1)).offload(source, uuid.uuid4(), {})
+    assert max(large.sizes) <= READ_BYTES // (128 << 10)
+    assert sum(large.sizes) == 40
+    assert max(small.sizes) == ENTRIES_PER_READ and sum(small.sizes) == 250
+    assert entries_per_read(10 << 20, 1) == 1  # an entry over READ_BYTES: one at a time
