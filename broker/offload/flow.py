@@ -28,7 +28,6 @@ class FlowPermits:
         self._clock = clock or SystemClock()
         self._due_ms: float | None = None
         """When the bytes read so far are paid for, on the monotonic clock."""
-        self.waited_ms = 0.0
 
     def __repr__(self) -> str:
         rate = self.bytes_per_second
@@ -47,7 +46,6 @@ class FlowPermits:
         self._due_ms = start + read_bytes * 1000.0 / self.bytes_per_second
         wait_ms = self._due_ms - now - BURST_SECONDS * 1000
         if wait_ms > 0:
-            self.waited_ms += wait_ms
             await self._clock.sleep(wait_ms / 1000)
 
 

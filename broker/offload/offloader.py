@@ -165,7 +165,7 @@ class BlobStoreOffloader:
             part_bytes=part_bytes,
             part_concurrency=self._tuning.upload_part_concurrency,
             prefetch_rounds=prefetch_rounds,
-            flow=self._tuning.flow if self._tuning.flow.limited else None,
+            flow=self._tuning.flow,
         )
         self._clock = clock or SystemClock()
         self._rng = rng or random.Random()

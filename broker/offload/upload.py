@@ -6,8 +6,8 @@ packs entries into blocks of ``block_bytes`` (the unit a reader later fetches), 
 blocks as one multipart upload in parts of ``part_bytes``, writes the index object, then reads
 both back: the index byte for byte, the data object in one streamed GET, every block parsed
 and every entry's checksum verified and compared with the one computed during the upload.
-Only then does it return. On any failure it deletes what it wrote
-(best effort) and raises; a crash leaves at most the two objects of this attempt's UUID.
+Only then does it return. On any failure it deletes what it wrote (best effort) and raises; a
+crash leaves at most the two objects of this attempt's UUID.
 Must not know: managed ledgers, topics, the library behind ``BlobStore``.
 Bounded: the source prefetch queue (``prefetch_rounds`` batches of about ``READ_BYTES``), one
 block being packed, the library's parts in flight (``concurrency`` x ``part_bytes``), one block
@@ -21,7 +21,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from magnetar.broker.bookkeeper.entry import LedgerEntry
 from magnetar.broker.offload.blocks import BlockBuilder, parse_block
@@ -60,8 +60,8 @@ class UploadPlan:
     part_bytes: int
     part_concurrency: int = 2
     prefetch_rounds: int = 1
-    flow: FlowPermits | None = None
-    """The broker's offload read rate: each source read waits for it."""
+    flow: FlowPermits = field(default_factory=lambda: FlowPermits(-1))
+    """The broker's offload read rate: each source read waits for it (unlimited: never)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,7 +118,7 @@ class _Packer:
 
 
 async def _source_batches(
-    source: LedgerSource, last: int, prefetch_rounds: int, flow: FlowPermits | None
+    source: LedgerSource, last: int, prefetch_rounds: int, flow: FlowPermits
 ) -> AsyncIterator[Sequence[LedgerEntry]]:
     """Batches of entries 0..last, up to ``prefetch_rounds`` read ahead of the consumer, at
     the pace ``flow`` allows."""
@@ -140,7 +140,7 @@ async def _source_batches(
                     )
                 await queue.put(batch)
                 first = stop + 1
-                if flow is not None:
+                if flow.limited:
                     await flow.pace(sum(len(e.payload) for e in batch))
             await queue.put(None)
         except asyncio.CancelledError:
