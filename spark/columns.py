@@ -43,6 +43,7 @@ from magnetar.client.protocol import (
     encode_varint,
     entries_metadata,
     entry_metadata,
+    plain_runs,
     scan_batch,
 )
 from magnetar.spark.positions import Position, Start, ends_by
@@ -486,6 +487,17 @@ class EntryColumns:
         n = md.num_messages_in_batch
         lo, hi = self._bounds(ledger, entry, n) if edge else (0, n)
         if lo >= hi:
+            return
+        runs = plain_runs(payload, n)
+        if runs is not None:  # plain members (as batching producers write them), found in C
+            starts = np.concatenate(
+                [np.arange(at, at + count * stride, stride) for at, stride, _, count in runs]
+            )
+            ends = starts + np.repeat([r[2] for r in runs], [r[3] for r in runs])
+            self.values.add_spans(payload, starts[lo:hi], ends[lo:hi])
+            self.nbytes += len(payload)
+            self._run(ledger, entry, hi - lo, lo, md.publish_time, md.event_time)
+            self._versions.append(md.schema_version)
             return
         try:
             spans = scan_batch(payload, n)

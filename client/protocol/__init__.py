@@ -18,12 +18,14 @@ from __future__ import annotations
 from . import _commands as commands
 from . import _markers as markers
 from ._batch import (
+    PLAIN_RUNS_MAX,
     SingleMessage,
     batch_metadata,
     build_batch,
     encode_plain_batch,
     is_batch,
     parse_batch,
+    plain_runs,
     scan_batch,
     serialize_single_message,
     split_batch,
@@ -144,6 +146,7 @@ __all__ = [
     "NONE_KEY",
     "PARTITIONED_TOPIC_SUFFIX",
     "PAYLOAD_TYPES",
+    "PLAIN_RUNS_MAX",
     "PROTOCOL_VERSION_MAX",
     "PUBLIC_TENANT",
     "SLOT_MEMO_MAX",
@@ -215,6 +218,7 @@ __all__ = [
     "parse_entry_metadata",
     "partition_index_of",
     "pb",
+    "plain_runs",
     "repair_strings",
     "scan_batch",
     "serialize_command",

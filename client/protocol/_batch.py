@@ -15,6 +15,8 @@ Must not know: compression codecs, consumers, receive queues.
 
 from __future__ import annotations
 
+import functools
+import itertools
 import re
 import struct
 from collections.abc import Iterable, Sequence
@@ -142,7 +144,14 @@ def scan_batch(payload: bytes, num_messages: int) -> list[int]:
     Same errors as ``split_batch``."""
     if num_messages < 0:
         raise BatchDeserializeError(f"negative message count {num_messages}")
-    out: list[int] = []
+    runs = plain_runs(payload, num_messages)
+    if runs is not None:  # members alike, found in C: their spans made of ranges
+        out = [-1] * (3 * num_messages)
+        chain = itertools.chain.from_iterable
+        out[1::3] = chain(range(at, at + k * stride, stride) for at, stride, _, k in runs)
+        out[2::3] = chain(range(at + n, at + n + k * stride, stride) for at, stride, n, k in runs)
+        return out
+    out = []
     append = out.append
     unpack = _U32.unpack_from
     parse = _parse_smm
@@ -195,6 +204,83 @@ def scan_batch(payload: bytes, num_messages: int) -> list[int]:
     if pos != end:
         raise BatchDeserializeError(f"{end - pos} stray bytes after {num_messages} messages")
     return out
+
+
+PlainRun = tuple[int, int, int, int]
+"""Consecutive plain members alike: (first payload start, stride, payload size, count)."""
+
+PLAIN_RUNS_MAX = 16
+"""Runs ``plain_runs`` finds in one batch before it leaves the batch to ``scan_batch``."""
+
+
+def plain_runs(payload: bytes, num_messages: int) -> list[PlainRun] | None:
+    """The members of an uncompressed batch payload as runs of plain members alike, found in
+    C: ``[(start, stride, size, count), ...]``, member ``j`` of a run has its payload at
+    ``start + j * stride`` for ``size`` bytes. None when a member is not plain (its metadata
+    holds more than ``payload_size`` and ``sequence_id``, as ``scan_batch`` says), the batch
+    is irregular (more than ``PLAIN_RUNS_MAX`` runs: payload sizes that vary) or malformed:
+    the caller then uses ``scan_batch``, which says what is wrong.
+
+    Members alike share their size prefix, ``0x18 varint(payload_size)``, the length of
+    their ``0x40 varint(sequence_id)`` and their payload size, so a run is one regular
+    expression matched over the buffer (``_plain_member``); a batch of messages of one size
+    has one run, or two where its sequence ids pass a power of 128."""
+    runs: list[PlainRun] = []
+    pos, end, left = 0, len(payload), num_messages
+    while left > 0:
+        if len(runs) == PLAIN_RUNS_MAX:
+            return None
+        head = _plain_head(payload, pos, end)
+        if head is None:
+            return None
+        prefix, seq_bytes, size = head
+        stride = len(prefix) + (seq_bytes + 1 if seq_bytes else 0) + size
+        m = _plain_member(prefix, seq_bytes, size).match(payload, pos)
+        count = 0 if m is None else min(left, (m.end() - pos) // stride)
+        if count == 0:
+            return None
+        runs.append((pos + stride - size, stride, size, count))
+        pos += count * stride
+        left -= count
+    return runs if pos == end else None
+
+
+def _plain_head(payload: bytes, pos: int, end: int) -> tuple[bytes, int, int] | None:
+    """The member at ``pos`` when it is plain: (its bytes up to and with its payload size's
+    varint, its sequence id's varint length (0: none), its payload size)."""
+    if pos + 6 > end:
+        return None
+    (md_size,) = _U32.unpack_from(payload, pos)
+    start = pos + 4
+    md_end = start + md_size
+    if md_size < 2 or md_end > end or payload[start] != 0x18:
+        return None
+    at, size, shift = start + 1, 0, 0
+    while True:
+        if at >= md_end or shift > 63:
+            return None
+        byte = payload[at]
+        size |= (byte & 0x7F) << shift
+        at += 1
+        if byte < _HIGH_BITS:
+            break
+        shift += 7
+    if at == md_end:
+        return payload[pos:at], 0, size
+    seq_bytes = md_end - at - 1
+    if payload[at] != 0x40 or not 1 <= seq_bytes <= 10 or payload[md_end - 1] >= _HIGH_BITS:
+        return None
+    if _LOW_BYTE.search(payload, at + 1, md_end - 1) is not None:
+        return None
+    return payload[pos:at], seq_bytes, size
+
+
+@functools.lru_cache(maxsize=64)
+def _plain_member(prefix: bytes, seq_bytes: int, size: int) -> re.Pattern[bytes]:
+    """Members alike, as many as follow each other: the prefix, a sequence id's varint of
+    ``seq_bytes`` bytes (continuation bytes, then a last byte), the payload."""
+    seq = b"\\x40[\\x80-\\xff]{%d}[\\x00-\\x7f]" % (seq_bytes - 1) if seq_bytes else b""
+    return re.compile(b"(?:%s%s.{%d})*" % (re.escape(prefix), seq, size), re.DOTALL)
 
 
 def parse_batch(payload: bytes, num_messages: int) -> list[SingleMessage]:

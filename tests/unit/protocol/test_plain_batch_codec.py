@@ -12,11 +12,13 @@ from hypothesis import strategies as st
 from magnetar.client._entry_decode import decode_entry
 from magnetar.client._message_batch import EntryMembers, MessageBatch
 from magnetar.client.protocol import (
+    PLAIN_RUNS_MAX,
     BatchDeserializeError,
     LocalProtocolError,
     build_batch,
     encode_plain_batch,
     pb,
+    plain_runs,
     scan_batch,
     split_batch,
 )
@@ -101,6 +103,47 @@ def test_scan_batch_agrees_with_split_batch(members: list[tuple[tuple, bytes]]) 
             assert pb.SingleMessageMetadata.FromString(raw) == smm
     plain = encode_plain_batch([b"a", b"bb"], 1000)
     assert scan_batch(plain, 2)[0::3] == [-1, -1]
+
+
+def _expand(runs: list[tuple[int, int, int, int]]) -> list[tuple[int, int]]:
+    return [(at + j * stride, at + j * stride + n) for at, stride, n, k in runs for j in range(k)]
+
+
+@given(st.lists(st.integers(0, 300), max_size=60), sequence_ids)
+def test_plain_runs_cut_plain_batches_as_split_batch(sizes: list[int], first: int) -> None:
+    if first + len(sizes) >= 2**63:
+        first = 0
+    payloads = [bytes([i % 251]) * n for i, n in enumerate(sizes)]
+    batch = encode_plain_batch(payloads, first)
+    runs = plain_runs(batch, len(payloads))
+    if runs is None:  # only a batch of too many runs is left to scan_batch
+        assert len({*sizes}) > 1
+        return
+    assert len(runs) <= PLAIN_RUNS_MAX
+    assert [batch[a:b] for a, b in _expand(runs)] == [d for _, d in split_batch(batch, len(sizes))]
+
+
+def test_plain_runs_take_a_batch_of_one_size_in_one_run_per_varint_length() -> None:
+    batch = encode_plain_batch([b"x" * 100] * 1000, 16_000)  # sequence ids pass 128**2
+    runs = plain_runs(batch, 1000)
+    assert runs is not None
+    assert [(n, k) for _, _, n, k in runs] == [(100, 384), (100, 616)]
+
+
+@pytest.mark.parametrize(
+    "batch, n",
+    [
+        (_members([pb.SingleMessageMetadata(payload_size=1, partition_key="k")], [b"a"]), 1),
+        (_members([pb.SingleMessageMetadata(payload_size=1, event_time=5)], [b"a"]), 1),
+        (encode_plain_batch([b"a", b"b"], 0) + b"x", 2),  # stray byte
+        (encode_plain_batch([b"a", b"b"], 0)[:-1], 2),  # truncated
+        (encode_plain_batch([b"a", b"b"], 0), 3),  # fewer members than the entry says
+        (encode_plain_batch([b"a" * n for n in range(2 * PLAIN_RUNS_MAX)], 0), 2 * PLAIN_RUNS_MAX),
+        (b"\x00\x00\x00\x04\x18\x01\x40\x80a", 1),  # a sequence id's varint cut short
+    ],
+)
+def test_plain_runs_leave_other_batches_to_scan_batch(batch: bytes, n: int) -> None:
+    assert plain_runs(batch, n) is None
 
 
 def test_scan_batch_is_not_fooled_by_a_repeated_payload_size() -> None:
