@@ -8,10 +8,12 @@ message: the entries' metadata parsed together by the codec's ``entries_metadata
 (checksums are the storage's); a run of plain messages (no key, properties, batch,
 compression, event time: ``EntriesMetadata.plain``) is taken whole, its per-row columns
 extended in C; other entries one by one from their parsed metadata, a batch payload cut by
-the codec's ``scan_batch`` (members that carry nothing but their size and sequence id, as
-batching producers write them, are never parsed); payloads sliced and joined into one Arrow
+the codec's ``plain_runs`` (members that carry nothing but their size and sequence id, as
+batching producers write them, found in runs of members alike: never parsed, their spans
+numpy ranges) or else ``scan_batch``; payloads sliced and joined into one Arrow
 buffer (``binary_array``), and the per-row columns (ids, times) computed with numpy: the
-``__messageId`` bytes of every row at once (``message_id_bytes``). Typed (schema'd) topics
+``__messageId`` bytes and ``__messageIdString`` text of every row at once
+(``message_ids``). Typed (schema'd) topics
 decode a whole batch's payloads per writer schema at once (``TopicSchema.decode_column``).
 
 Which messages of an entry are taken: those after/at the read's ``start`` and up to its
@@ -35,17 +37,16 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from magnetar.client._compression import DecompressionError, decompress
 from magnetar.client.protocol import (
     RemoteProtocolError,
-    encode_varint,
     entries_metadata,
     entry_metadata,
     plain_runs,
     scan_batch,
 )
+from magnetar.spark.message_ids import message_id_columns
 from magnetar.spark.positions import Position, Start, ends_by
 from magnetar.spark.rows import arrow_schema
 
@@ -85,13 +86,17 @@ def binary_array(values: Sequence[bytes], kind: Any = None) -> Any:
     return arr.cast(kind or pa.binary())
 
 
+Offsets = Sequence[int] | np.ndarray[Any, Any]
+"""Offsets into a buffer: a list, or a numpy array (a batch's plain runs)."""
+
+
 class _Spans:
     """Values that are slices of one buffer: ``data[starts[i]:ends[i]]`` (disjoint, in
     order)."""
 
     __slots__ = ("data", "ends", "starts")
 
-    def __init__(self, data: bytes, starts: Sequence[int], ends: Sequence[int]) -> None:
+    def __init__(self, data: bytes, starts: Offsets, ends: Offsets) -> None:
         self.data = data
         self.starts = starts
         self.ends = ends
@@ -141,7 +146,7 @@ class _Values:
         self._loose.extend(values)
         self._rows += len(values)
 
-    def add_spans(self, data: bytes, starts: Sequence[int], ends: Sequence[int]) -> None:
+    def add_spans(self, data: bytes, starts: Offsets, ends: Offsets) -> None:
         self._segments.append(_Spans(data, starts, ends))
         self._loose = None
         self._rows += len(starts)
@@ -160,75 +165,6 @@ class _Values:
             binary_array(seg) if isinstance(seg, list) else seg.array() for seg in self._segments
         ]
         return pa.concat_arrays(parts)
-
-
-_UINT64 = (1 << 64) - 1
-_VARINT_BYTES_MAX = 10
-_VARINT_LIMITS = np.array([1 << (7 * k) for k in range(1, _VARINT_BYTES_MAX)], dtype=np.uint64)
-"""A value below ``_VARINT_LIMITS[k]`` takes ``k + 1`` varint bytes."""
-
-
-def _varints(values: Any) -> tuple[Any, Any]:
-    """(bytes, lengths) of the base-128 varints of ``values`` (uint64, one row each):
-    ``bytes[i, :lengths[i]]`` is value i's varint, as protobuf writes it."""
-    v = np.asarray(values).astype(np.uint64)
-    lengths = np.searchsorted(_VARINT_LIMITS, v, side="right").astype(np.int64) + 1
-    width = int(lengths.max()) if len(v) else 1
-    out = np.empty((len(v), width), dtype=np.uint8)
-    for k in range(width):
-        byte = ((v >> np.uint64(7 * k)) & np.uint64(0x7F)).astype(np.uint8)
-        out[:, k] = byte | ((lengths > k + 1).astype(np.uint8) << 7)
-    return out, lengths
-
-
-def _constant(data: bytes, n: int) -> tuple[Any, Any]:
-    """``data`` on every one of ``n`` rows, as ``_varints`` gives its columns."""
-    row = np.frombuffer(data, dtype=np.uint8)
-    return np.broadcast_to(row, (n, len(data))), np.full(n, len(data), dtype=np.int64)
-
-
-def message_id_bytes(ledgers: Any, entries: Any, batches: Any, partition: int) -> Any:
-    """``MessageIdData`` bytes (``MessageId.serialize()``, Pulsar's ``toByteArray``) of every
-    row, as one Arrow binary array: ledgerId (1), entryId (2), partition (3), then
-    batch_index (4) for a batch member (``batches[i] >= 0``); the varints of all rows are
-    made at once (numpy), the rows' bytes picked out of one matrix in row order."""
-    n = len(ledgers)
-    if n == 0:
-        return pa.array([], pa.binary())
-    ledger_bytes, ledger_len = _varints(ledgers)
-    entry_bytes, entry_len = _varints(entries)
-    parts = [
-        _constant(b"\x08", n),
-        (ledger_bytes, ledger_len),
-        _constant(b"\x10", n),
-        (entry_bytes, entry_len),
-        _constant(b"\x18" + encode_varint(partition & _UINT64), n),
-    ]
-    member = np.asarray(batches) >= 0
-    if member.any():
-        index, index_len = _varints(np.where(member, batches, 0))
-        parts.append((np.full((n, 1), 0x20, dtype=np.uint8), member.astype(np.int64)))
-        parts.append((index, np.where(member, index_len, 0)))
-    matrix = np.hstack([m for m, _ in parts])
-    lengths = sum(lens for _, lens in parts)
-    if lengths.min() == matrix.shape[1]:  # every row fills the matrix: no mask
-        data = matrix.tobytes()
-    else:
-        keep = np.empty(matrix.shape, dtype=np.bool_)
-        at = 0
-        for m, lens in parts:
-            width = m.shape[1]
-            if lens.min() == width:
-                keep[:, at : at + width] = True
-            else:
-                np.less(np.arange(width), lens[:, None], out=keep[:, at : at + width])
-            at += width
-        data = matrix[keep].tobytes()
-    offsets = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(lengths, out=offsets[1:])
-    return pa.Array.from_buffers(
-        pa.binary(), n, [None, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(data)]
-    )
 
 
 def _smm(raw: bytes) -> Any:
@@ -546,8 +482,6 @@ class EntryColumns:
         if len(counts) != n:  # batch members: an entry's columns repeated for its rows
             run_start = np.zeros(len(counts), dtype=np.int64)
             np.cumsum(counts[:-1], out=run_start[1:])
-            ledgers = np.repeat(ledgers, counts)
-            entries = np.repeat(entries, counts)
             batches = np.arange(n, dtype=np.int64) - np.repeat(run_start - first, counts)
             batches[np.repeat(first < 0, counts)] = -1
             publish = np.repeat(publish, counts)
@@ -557,12 +491,7 @@ class EntryColumns:
         publish = publish * 1000
         for r, ms in self._member_event.items():
             event[r] = ms
-        id_string = pc.binary_join_element_wise(
-            pc.cast(pa.array(ledgers), pa.string()),
-            pc.cast(pa.array(entries), pa.string()),
-            pc.cast(pa.array(batches), pa.string()),
-            ":",
-        )
+        ids, id_string = message_id_columns(ledgers, entries, counts, batches, self.partition)
         topic = self.topic.encode()
         topic_offsets = np.arange(n + 1, dtype=np.int32) * len(topic)
         topic_col = pa.Array.from_buffers(
@@ -571,7 +500,7 @@ class EntryColumns:
         meta = [
             self._sparse(self._keys, n, s.field("__key").type),
             topic_col,
-            message_id_bytes(ledgers, entries, batches, self.partition),
+            ids,
             id_string,
             pa.array(publish, s.field("__publishTime").type),
             pa.array(event * 1000, s.field("__eventTime").type, mask=event == 0),
@@ -595,4 +524,4 @@ def _partition_index(topic: str) -> int:
     return int(tail) if sep and head and tail.isdigit() else -1
 
 
-__all__ = ["ChunkedEntry", "EntryColumns", "EntryError", "binary_array", "message_id_bytes"]
+__all__ = ["ChunkedEntry", "EntryColumns", "EntryError", "binary_array"]

@@ -29,8 +29,9 @@ from magnetar.client.protocol import (
     markers,
     pb,
 )
-from magnetar.spark.columns import ChunkedEntry, EntryColumns, message_id_bytes
+from magnetar.spark.columns import ChunkedEntry, EntryColumns
 from magnetar.spark.layout import Fragment, LedgerLayout, PartitionLayout
+from magnetar.spark.message_ids import message_id_bytes
 from magnetar.spark.positions import Position, Start, ends_by
 from magnetar.spark.rows import BatchBuilder
 from magnetar.spark.splits import locate
