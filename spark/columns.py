@@ -40,6 +40,7 @@ import pyarrow as pa
 
 from magnetar.client._compression import DecompressionError, decompress
 from magnetar.client.protocol import (
+    PlainRun,
     RemoteProtocolError,
     entries_metadata,
     entry_metadata,
@@ -124,12 +125,45 @@ class _Spans:
         return list(map(data.__getitem__, map(slice, self.starts, self.ends)))
 
 
+class _Block:
+    """Values copied out of a buffer together, one after the other: ``data`` and each
+    value's length."""
+
+    __slots__ = ("data", "lengths")
+
+    def __init__(self, data: bytes, lengths: Any) -> None:
+        self.data = data
+        self.lengths = lengths
+
+    @staticmethod
+    def array_of(blocks: list[_Block]) -> Any:
+        """Consecutive blocks as one Arrow binary array."""
+        lengths = np.concatenate([b.lengths for b in blocks])
+        data = blocks[0].data if len(blocks) == 1 else b"".join(b.data for b in blocks)
+        offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        if len(data) >= 1 << 31:
+            return pa.Array.from_buffers(
+                pa.large_binary(), len(lengths), [None, pa.py_buffer(offsets), pa.py_buffer(data)]
+            ).cast(pa.binary())
+        return pa.Array.from_buffers(
+            pa.binary(),
+            len(lengths),
+            [None, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(data)],
+        )
+
+    def values(self) -> list[bytes]:
+        ends = np.cumsum(self.lengths).tolist()
+        return list(map(self.data.__getitem__, map(slice, [0, *ends[:-1]], ends)))
+
+
 class _Values:
     """The value column of a batch being built: ``bytes`` (decompressed payloads, batch
-    members) and spans of read buffers (plain messages: no bytes object per row)."""
+    members), spans of read buffers (plain messages: no bytes object per row) and blocks of
+    values copied out together (the plain members of batches)."""
 
     def __init__(self) -> None:
-        self._segments: list[list[bytes] | _Spans] = []
+        self._segments: list[list[bytes] | _Spans | _Block] = []
         self._loose: list[bytes] | None = None
         self._rows = 0
 
@@ -151,6 +185,11 @@ class _Values:
         self._loose = None
         self._rows += len(starts)
 
+    def add_block(self, data: bytes, lengths: Any) -> None:
+        self._segments.append(_Block(data, lengths))
+        self._loose = None
+        self._rows += len(lengths)
+
     def as_list(self) -> list[bytes]:
         out: list[bytes] = []
         for seg in self._segments:
@@ -158,13 +197,22 @@ class _Values:
         return out
 
     def array(self) -> Any:
-        """The values as one Arrow binary array."""
+        """The values as one Arrow binary array (consecutive blocks as one)."""
         if all(isinstance(seg, list) for seg in self._segments):
             return binary_array(self.as_list())
-        parts = [
-            binary_array(seg) if isinstance(seg, list) else seg.array() for seg in self._segments
-        ]
-        return pa.concat_arrays(parts)
+        parts: list[Any] = []
+        blocks: list[_Block] = []
+        for seg in self._segments:
+            if isinstance(seg, _Block):
+                blocks.append(seg)
+                continue
+            if blocks:
+                parts.append(_Block.array_of(blocks))
+                blocks = []
+            parts.append(binary_array(seg) if isinstance(seg, list) else seg.array())
+        if blocks:
+            parts.append(_Block.array_of(blocks))
+        return parts[0] if len(parts) == 1 else pa.concat_arrays(parts)
 
 
 def _smm(raw: bytes) -> Any:
@@ -426,12 +474,9 @@ class EntryColumns:
             return
         runs = plain_runs(payload, n)
         if runs is not None:  # plain members (as batching producers write them), found in C
-            starts = np.concatenate(
-                [np.arange(at, at + count * stride, stride) for at, stride, _, count in runs]
-            )
-            ends = starts + np.repeat([r[2] for r in runs], [r[3] for r in runs])
-            self.values.add_spans(payload, starts[lo:hi], ends[lo:hi])
-            self.nbytes += len(payload)
+            data, lengths = _copy_runs(payload, runs, lo, hi)
+            self.values.add_block(data, lengths)
+            self.nbytes += len(data)
             self._run(ledger, entry, hi - lo, lo, md.publish_time, md.event_time)
             self._versions.append(md.schema_version)
             return
@@ -480,18 +525,12 @@ class EntryColumns:
         ]
         ledgers, entries, counts, first, publish, event = by_entry
         if len(counts) != n:  # batch members: an entry's columns repeated for its rows
-            run_start = np.zeros(len(counts), dtype=np.int64)
-            np.cumsum(counts[:-1], out=run_start[1:])
-            batches = np.arange(n, dtype=np.int64) - np.repeat(run_start - first, counts)
-            batches[np.repeat(first < 0, counts)] = -1
             publish = np.repeat(publish, counts)
             event = np.repeat(event, counts)
-        else:
-            batches = first
         publish = publish * 1000
         for r, ms in self._member_event.items():
             event[r] = ms
-        ids, id_string = message_id_columns(ledgers, entries, counts, batches, self.partition)
+        ids, id_string = message_id_columns(ledgers, entries, counts, first, self.partition)
         topic = self.topic.encode()
         topic_offsets = np.arange(n + 1, dtype=np.int32) * len(topic)
         topic_col = pa.Array.from_buffers(
@@ -516,6 +555,26 @@ class EntryColumns:
         batch = pa.RecordBatch.from_arrays([*columns, *meta], schema=s)
         self.clear()
         return batch
+
+
+def _copy_runs(payload: bytes, runs: list[PlainRun], lo: int, hi: int) -> tuple[bytes, Any]:
+    """The payloads of members ``lo .. hi-1`` of a batch cut in ``runs``, copied out one
+    after the other (each run one strided numpy copy), and their lengths."""
+    buffer = np.frombuffer(payload, dtype=np.uint8)
+    chunks: list[bytes] = []
+    lengths: list[Any] = []
+    member = 0
+    for at, stride, size, count in runs:
+        a, b = max(lo - member, 0), min(hi - member, count)
+        member += count
+        if a >= b:
+            continue
+        rows = np.lib.stride_tricks.as_strided(
+            buffer[at + a * stride :], shape=(b - a, size), strides=(stride, 1), writeable=False
+        )
+        chunks.append(rows.tobytes())
+        lengths.append(np.full(b - a, size, dtype=np.int64))
+    return b"".join(chunks) if len(chunks) != 1 else chunks[0], np.concatenate(lengths)
 
 
 def _partition_index(topic: str) -> int:

@@ -5,9 +5,10 @@ Owns: ``message_id_columns``: ``MessageIdData`` bytes as ``MessageId.serialize()
 them (ledgerId (1), entryId (2), partition (3), then batch_index (4) for a batch member) and
 ``ledger:entry:batch`` text (batch -1 for a message that is a whole entry). A row's id is
 its entry's part (made once per entry: ``message_id_bytes`` of the entry, ``ledger:entry:``)
-followed by its batch index's part, taken from a table of every index's bytes and text
-(``_MemberParts``, grown to the largest index met): per row, two Arrow ``take``s and one
-join, all in C, instead of varints and decimal text computed per row.
+followed by its batch index's part, from a table of every index's bytes and text
+(``_MemberParts``, grown to the largest index met): a batch entry's rows are one
+``bytes.join`` of its members' parts (in C), instead of varints and decimal text computed
+per row.
 
 ``message_id_bytes``: the ids of rows given one by one (their varints made with numpy, the
 rows' bytes picked out of one matrix): the entries' part above, and a reference for tests.
@@ -98,21 +99,23 @@ def message_id_bytes(ledgers: Any, entries: Any, batches: Any, partition: int) -
 
 
 class _MemberParts:
-    """Every batch index's part of an id, up to the largest met: row ``i + 1`` for index
-    ``i``, row 0 for a whole entry (-1)."""
+    """Every batch index's part of an id, up to the largest met: index ``i``'s ``0x20
+    varint(i)`` and ``str(i)``, as ``bytes`` (joined in C) and their lengths (numpy)."""
 
     def __init__(self) -> None:
         self.size = 0
-        self.binary: Any = None  # b"" | 0x20 varint(i)
-        self.text: Any = None  # "-1" | str(i)
+        self.binary: list[bytes] = []
+        self.binary_len: Any = None
+        self.text: list[bytes] = []
+        self.text_len: Any = None
 
     def upto(self, largest: int) -> _MemberParts:
         if largest >= self.size:
             size = max(1024, 1 << int(largest).bit_length())
-            self.binary = pa.array(
-                [b"", *(b"\x20" + encode_varint(i) for i in range(size))], pa.binary()
-            )
-            self.text = pa.array(["-1", *map(str, range(size))], pa.string())
+            self.binary = [b"\x20" + encode_varint(i) for i in range(size)]
+            self.text = [b"%d" % i for i in range(size)]
+            self.binary_len = np.fromiter(map(len, self.binary), dtype=np.int64, count=size)
+            self.text_len = np.fromiter(map(len, self.text), dtype=np.int64, count=size)
             self.size = size
         return self
 
@@ -121,41 +124,89 @@ _MEMBERS = _MemberParts()
 
 
 def message_id_columns(
-    ledgers: Any, entries: Any, counts: Any, batches: Any, partition: int
+    ledgers: Any, entries: Any, counts: Any, firsts: Any, partition: int
 ) -> tuple[Any, Any]:
-    """The ``__messageId`` bytes and ``__messageIdString`` text of every row: ``ledgers``,
-    ``entries`` and ``counts`` (rows) per entry, ``batches`` per row (-1: not a batch
-    member)."""
-    n = len(batches)
+    """The ``__messageId`` bytes and ``__messageIdString`` text of every row, given per
+    entry: ``ledgers``, ``entries``, ``counts`` (rows) and ``firsts`` (the batch index of its
+    first row, its members consecutive; -1: the entry is one whole message).
+
+    A batch entry's rows are its part followed by each member's (``prefix + prefix.join(
+    members)`` is all of them, joined in C); entries that are whole messages are made per
+    row in numpy and Arrow (an unbatched run)."""
     ledgers = np.asarray(ledgers, dtype=np.int64)
     entries = np.asarray(entries, dtype=np.int64)
-    batches = np.asarray(batches, dtype=np.int64)
+    counts = np.asarray(counts, dtype=np.int64)
+    firsts = np.asarray(firsts, dtype=np.int64)
+    n = int(counts.sum())
     if n == 0:
         return pa.array([], pa.binary()), pa.array([], pa.string())
-    largest = int(batches.max())
-    if largest >= MEMBER_TABLE_MAX:
-        rows_ledgers = np.repeat(ledgers, counts)
-        rows_entries = np.repeat(entries, counts)
+    whole = firsts < 0
+    if whole.all():  # an entry a row
+        text_parts = (
+            pc.cast(pa.array(ledgers), pa.string()),
+            pc.cast(pa.array(entries), pa.string()),
+        )
+        return message_id_bytes(ledgers, entries, firsts, partition), (
+            pc.binary_join_element_wise(*text_parts, pa.scalar("-1"), ":")
+        )
+    largest = int((firsts + counts).max()) - 1
+    if largest >= MEMBER_TABLE_MAX or len(counts) * 8 > n:  # huge or small batches: per row
+        of_row = np.repeat(np.arange(len(counts)), counts)
+        start = np.zeros(len(counts), dtype=np.int64)
+        np.cumsum(counts[:-1], out=start[1:])
+        batches = np.arange(n, dtype=np.int64) - (start - firsts)[of_row]
+        batches[whole[of_row]] = -1
+        rows_ledgers, rows_entries = ledgers[of_row], entries[of_row]
         return message_id_bytes(rows_ledgers, rows_entries, batches, partition), (
             pc.binary_join_element_wise(
-                *(pc.cast(pa.array(c), pa.string()) for c in (rows_ledgers, rows_entries)),
-                pc.cast(pa.array(batches), pa.string()),
+                *(pc.cast(pa.array(c), pa.string()) for c in (rows_ledgers, rows_entries, batches)),
                 ":",
             )
         )
-    ids = message_id_bytes(ledgers, entries, np.full(len(entries), -1), partition)
-    text_parts = (pc.cast(pa.array(ledgers), pa.string()), pc.cast(pa.array(entries), pa.string()))
-    if largest < 0:  # no batch member: an entry a row
-        return ids, pc.binary_join_element_wise(*text_parts, pa.scalar("-1"), ":")
     members = _MEMBERS.upto(largest)
-    texts = pc.binary_join_element_wise(*text_parts, "", ":")
-    if len(entries) != n:  # batch members: their entry's part on each of its rows
-        of_row = pa.array(np.repeat(np.arange(len(entries), dtype=np.int64), counts))
-        ids, texts = ids.take(of_row), texts.take(of_row)
-    index = pa.array(batches + 1)
-    ids = pc.binary_join_element_wise(ids, members.binary.take(index), b"")
-    texts = pc.binary_join_element_wise(texts, members.text.take(index), "")
-    return ids, texts
+    id_heads = message_id_bytes(ledgers, entries, np.full(len(entries), -1), partition)
+    ids: list[bytes] = []
+    texts: list[bytes] = []
+    id_lens: list[Any] = []
+    text_lens: list[Any] = []
+    for head, ledger, entry, first, count in zip(
+        id_heads.to_pylist(),
+        ledgers.tolist(),
+        entries.tolist(),
+        firsts.tolist(),
+        counts.tolist(),
+        strict=True,
+    ):
+        text_head = b"%d:%d:" % (ledger, entry)
+        if first < 0:
+            ids.append(head)
+            texts.append(text_head + b"-1")
+            id_lens.append(np.array([len(head)], dtype=np.int64))
+            text_lens.append(np.array([len(text_head) + 2], dtype=np.int64))
+            continue
+        these = slice(first, first + count)
+        ids.append(head + head.join(members.binary[these]))
+        texts.append(text_head + text_head.join(members.text[these]))
+        id_lens.append(members.binary_len[these] + len(head))
+        text_lens.append(members.text_len[these] + len(text_head))
+    return _joined(ids, id_lens, pa.binary()), _joined(texts, text_lens, pa.string())
+
+
+def _joined(datas: list[bytes], lengths: list[Any], kind: Any) -> Any:
+    """Rows whose bytes are ``datas`` joined, of ``lengths``, as one Arrow array."""
+    lens = np.concatenate(lengths)
+    offsets = np.zeros(len(lens) + 1, dtype=np.int64)
+    np.cumsum(lens, out=offsets[1:])
+    data = b"".join(datas)
+    if len(data) >= 1 << 31:
+        large = pa.large_binary() if kind == pa.binary() else pa.large_string()
+        arr = pa.Array.from_buffers(
+            large, len(lens), [None, pa.py_buffer(offsets), pa.py_buffer(data)]
+        )
+        return arr.cast(kind)
+    return pa.Array.from_buffers(
+        kind, len(lens), [None, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(data)]
+    )
 
 
 __all__ = ["MEMBER_TABLE_MAX", "message_id_bytes", "message_id_columns"]

@@ -19,6 +19,7 @@ from . import _commands as commands
 from . import _markers as markers
 from ._batch import (
     PLAIN_RUNS_MAX,
+    PlainRun,
     SingleMessage,
     batch_metadata,
     build_batch,
@@ -174,6 +175,7 @@ __all__ = [
     "LocalProtocolError",
     "MessageId",
     "PayloadCommand",
+    "PlainRun",
     "ProtocolError",
     "RemoteProtocolError",
     "Role",

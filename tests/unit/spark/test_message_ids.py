@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from magnetar.client.protocol import MessageId
@@ -25,18 +25,14 @@ entries = st.lists(
 
 
 def _check(rows: list[tuple[int, int, int | None]], partition: int) -> None:
-    by_entry: list[tuple[int, int, int]] = []
-    for ledger, entry, _ in rows:
-        if by_entry and by_entry[-1][:2] == (ledger, entry):
-            by_entry[-1] = (ledger, entry, by_entry[-1][2] + 1)
+    by_entry: list[list[int]] = []  # ledger, entry, rows, first row's batch index
+    for ledger, entry, b in rows:
+        if by_entry and by_entry[-1][:2] == [ledger, entry]:
+            by_entry[-1][2] += 1
         else:
-            by_entry.append((ledger, entry, 1))
+            by_entry.append([ledger, entry, 1, -1 if b is None else b])
     ids, texts = message_id_columns(
-        np.array([e[0] for e in by_entry], dtype=np.int64),
-        np.array([e[1] for e in by_entry], dtype=np.int64),
-        np.array([e[2] for e in by_entry], dtype=np.int64),
-        np.array([-1 if b is None else b for _, _, b in rows], dtype=np.int64),
-        partition,
+        *(np.array([e[k] for e in by_entry], dtype=np.int64) for k in range(4)), partition
     )
     want = [
         MessageId(ledger, entry, partition, -1 if b is None else b) for ledger, entry, b in rows
@@ -47,6 +43,7 @@ def _check(rows: list[tuple[int, int, int | None]], partition: int) -> None:
     ]
 
 
+@settings(deadline=None)  # the first call loads Arrow's compute functions
 @given(entries, st.sampled_from([-1, 0, 7, 300]))
 def test_ids_are_message_id_s(spec: list[tuple[int, int, tuple[int, int] | None]], p: int) -> None:
     rows: list[tuple[int, int, int | None]] = []
@@ -64,9 +61,13 @@ def test_ids_are_message_id_s(spec: list[tuple[int, int, tuple[int, int] | None]
 
 
 def test_a_batch_index_past_the_table_is_made_per_row() -> None:
-    _check([(5, 6, 0), (5, 6, MEMBER_TABLE_MAX + 3), (5, 7, None)], -1)
+    _check([(5, 6, 0), (5, 7, MEMBER_TABLE_MAX + 3), (5, 7, MEMBER_TABLE_MAX + 4), (5, 8, None)], -1)
+
+
+def test_small_batches_among_whole_entries_are_made_per_row() -> None:
+    _check([(1, 2, None), (1, 3, 0), (1, 4, None), (1, 5, None), (1, 6, 3), (1, 6, 4)], 2)
 
 
 def test_no_rows() -> None:
-    ids, texts = message_id_columns([], [], [], np.zeros(0, dtype=np.int64), -1)
+    ids, texts = message_id_columns([], [], [], [], -1)
     assert len(ids) == len(texts) == 0
