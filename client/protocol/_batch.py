@@ -211,6 +211,9 @@ PlainRun = tuple[int, int, int, int]
 
 PLAIN_RUNS_MAX = 16
 """Runs ``plain_runs`` finds in one batch before it leaves the batch to ``scan_batch``."""
+PLAIN_SINGLES_MAX = 2
+"""Runs of one member it finds before it does (members of varying sizes: each its own run;
+a batch of one size has one at most each side of a sequence id's varint growing a byte)."""
 
 
 def plain_runs(payload: bytes, num_messages: int) -> list[PlainRun] | None:
@@ -218,7 +221,8 @@ def plain_runs(payload: bytes, num_messages: int) -> list[PlainRun] | None:
     C: ``[(start, stride, size, count), ...]``, member ``j`` of a run has its payload at
     ``start + j * stride`` for ``size`` bytes. None when a member is not plain (its metadata
     holds more than ``payload_size`` and ``sequence_id``, as ``scan_batch`` says), the batch
-    is irregular (more than ``PLAIN_RUNS_MAX`` runs: payload sizes that vary) or malformed:
+    is irregular (payload sizes that vary: more than ``PLAIN_SINGLES_MAX`` runs of one member,
+    or ``PLAIN_RUNS_MAX`` runs in all) or malformed:
     the caller then uses ``scan_batch``, which says what is wrong.
 
     Members alike share their size prefix, ``0x18 varint(payload_size)``, the length of
@@ -227,6 +231,7 @@ def plain_runs(payload: bytes, num_messages: int) -> list[PlainRun] | None:
     has one run, or two where its sequence ids pass a power of 128."""
     runs: list[PlainRun] = []
     pos, end, left = 0, len(payload), num_messages
+    singles = 0
     while left > 0:
         if len(runs) == PLAIN_RUNS_MAX:
             return None
@@ -235,10 +240,18 @@ def plain_runs(payload: bytes, num_messages: int) -> list[PlainRun] | None:
             return None
         prefix, seq_bytes, size = head
         stride = len(prefix) + (seq_bytes + 1 if seq_bytes else 0) + size
-        m = _plain_member(prefix, seq_bytes, size).match(payload, pos)
-        count = 0 if m is None else min(left, (m.end() - pos) // stride)
-        if count == 0:
-            return None
+        if left == 1 or not payload.startswith(prefix, pos + stride):
+            # a run of one (its metadata read by _plain_head): at a sequence id's varint
+            # growing a byte, or members of varying sizes, left to scan_batch after a few
+            singles += 1
+            if singles > PLAIN_SINGLES_MAX or pos + stride > end:
+                return None
+            count = 1
+        else:
+            m = _plain_member(prefix, seq_bytes, size).match(payload, pos)
+            count = 0 if m is None else min(left, (m.end() - pos) // stride)
+            if count == 0:
+                return None
         runs.append((pos + stride - size, stride, size, count))
         pos += count * stride
         left -= count
