@@ -61,7 +61,9 @@ def test_ids_are_message_id_s(spec: list[tuple[int, int, tuple[int, int] | None]
 
 
 def test_a_batch_index_past_the_table_is_made_per_row() -> None:
-    _check([(5, 6, 0), (5, 7, MEMBER_TABLE_MAX + 3), (5, 7, MEMBER_TABLE_MAX + 4), (5, 8, None)], -1)
+    _check(
+        [(5, 6, 0), (5, 7, MEMBER_TABLE_MAX + 3), (5, 7, MEMBER_TABLE_MAX + 4), (5, 8, None)], -1
+    )
 
 
 def test_small_batches_among_whole_entries_are_made_per_row() -> None:
