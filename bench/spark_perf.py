@@ -23,10 +23,11 @@ Issue 28 §5. One ``magnetar standalone`` (free ports, temporary data dir), one 
   the ceiling of Spark's Python data source API; its second run, the first starts the
   workers).
 
-The storage reads run twice, as the in-memory source does: ``read_storage_<topic>_first``
-pays the warm-up of the query's first run (Spark's JIT of the Arrow-to-row path, the reading
-module's first imports in each worker), ``read_storage_<topic>`` is the warm figure the
-ratios use (the in-memory source's ratio is of its second run too). Each figure is rows per
+The storage reads and the streams run twice, as the in-memory source does:
+``read_storage_<topic>_first`` and ``stream_<topic>_first`` pay the warm-up of a query's
+first run (Spark's JIT of the Arrow-to-row path, the reading module's first imports in each
+worker), ``read_storage_<topic>`` and ``stream_<topic>`` are the warm figures the ratios use
+(the in-memory source's is its second run too). Each figure is rows per
 second of wall time from the action's start to its end (planning
 included: what a user waits for; the session's Python workers are started by a small warm-up
 write and read first, as in a long-running pipeline). ``worker_rss_mb_max``: the largest
@@ -337,6 +338,7 @@ def main() -> None:
                     got = sum(p["numInputRows"] for p in query.recentProgress)
                     assert got == n, (got, n)
 
+                timed(f"stream_{topic}_first", stream)  # first and warm, as the reads
                 timed(f"stream_{topic}", stream)
             # references: Parquet and the in-memory Python source, same rows and columns
             parquet = str(scratch / "rows.parquet")
