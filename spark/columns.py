@@ -9,8 +9,8 @@ message: the entries' metadata parsed together by the codec's ``entries_metadata
 compression, event time: ``EntriesMetadata.plain``) is taken whole, its per-row columns
 extended in C; other entries one by one from their parsed metadata, a batch payload cut by
 the codec's ``plain_runs`` (members that carry nothing but their size and sequence id, as
-batching producers write them, found in runs of members alike: never parsed, their spans
-numpy ranges) or else ``scan_batch``; payloads sliced and joined into one Arrow
+batching producers write them, found in runs of members alike: never parsed, their values
+copied out a run at a time) or else ``scan_batch``; payloads sliced and joined into one Arrow
 buffer (``binary_array``), and the per-row columns (ids, times) computed with numpy: the
 ``__messageId`` bytes and ``__messageIdString`` text of every row at once
 (``message_ids``). Typed (schema'd) topics
@@ -87,17 +87,13 @@ def binary_array(values: Sequence[bytes], kind: Any = None) -> Any:
     return arr.cast(kind or pa.binary())
 
 
-Offsets = Sequence[int] | np.ndarray[Any, Any]
-"""Offsets into a buffer: a list, or a numpy array (a batch's plain runs)."""
-
-
 class _Spans:
     """Values that are slices of one buffer: ``data[starts[i]:ends[i]]`` (disjoint, in
     order)."""
 
     __slots__ = ("data", "ends", "starts")
 
-    def __init__(self, data: bytes, starts: Offsets, ends: Offsets) -> None:
+    def __init__(self, data: bytes, starts: Sequence[int], ends: Sequence[int]) -> None:
         self.data = data
         self.starts = starts
         self.ends = ends
@@ -180,7 +176,7 @@ class _Values:
         self._loose.extend(values)
         self._rows += len(values)
 
-    def add_spans(self, data: bytes, starts: Offsets, ends: Offsets) -> None:
+    def add_spans(self, data: bytes, starts: Sequence[int], ends: Sequence[int]) -> None:
         self._segments.append(_Spans(data, starts, ends))
         self._loose = None
         self._rows += len(starts)
