@@ -37,6 +37,7 @@ from magnetar.broker.namespace.resources import (
     TenantInfo,
 )
 from magnetar.broker.naming import InvalidTopicName, TopicName
+from magnetar.zk.errors import MetadataError
 from magnetar.zk.store import MetadataStore
 
 log = logging.getLogger(__name__)
@@ -372,6 +373,15 @@ class NamespaceService:
             if listener_name and exc.message == str(ListenerNotFound(listener_name)):
                 raise ResourceError(exc.message) from None  # Pulsar: 500 with the reason
             raise to_resource_error(exc) from None
+        except (ResourceError, MetadataError):
+            raise  # the admin API's own answers (a retriable metadata error: 503)
+        except Exception as exc:
+            # as the binary lookup answers it (protocol/lookups.py): logged, then
+            # ServiceNotReady, which a client retries: 503 here, not a 500
+            log.exception("lookup of %s failed", topic)
+            raise to_resource_error(
+                ServiceError(ServerError.ServiceNotReady, f"lookup of {topic} failed: {exc}")
+            ) from None
         return got.broker_url, got.http_url, got.broker_url_tls, got.http_url_tls
 
     # ------------------------------------------------------------------ unloading
