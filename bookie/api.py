@@ -90,8 +90,8 @@ class EntryRun:
     ledger_id: int
     first_entry_id: int
     data: bytes
-    starts: list[int]
-    ends: list[int]
+    starts: Sequence[int]
+    ends: Sequence[int]
 
     def __len__(self) -> int:
         return len(self.starts)

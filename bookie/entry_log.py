@@ -32,6 +32,7 @@ import crc32c as _crc32c
 from magnetar.bookie.errors import CorruptEntry
 from magnetar.bookie.files import AppendFile, FileSystem, ReadFile
 from magnetar.bookie.journal import ENTRY_HEADER, ENTRY_HEADER_LEN
+from magnetar.bookie.records import uniform_records
 
 log = logging.getLogger(__name__)
 
@@ -271,6 +272,15 @@ class EntryLogger:
         count = 1
         size = length
         expect = first_entry_id + 1
+        # records of one length are found in bulk; the walk below goes on from where they stop
+        uniform, _, _ = uniform_records(
+            block, 0, ledger_id, first_entry_id, min(last_entry_id - first_entry_id + 1, n)
+        )
+        if uniform > 1:
+            count = min(uniform, max(1, max_bytes // length) if length else uniform)
+            pos = count * end
+            size = count * length
+            expect = first_entry_id + count
         while expect <= last_entry_id and pos + ENTRY_HEADER_LEN <= n:
             lid, eid, _lac, _crc_value, length = unpack(block, pos)
             stop = pos + ENTRY_HEADER_LEN + length

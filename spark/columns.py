@@ -50,6 +50,7 @@ from magnetar.client.protocol import (
 from magnetar.spark.message_ids import message_id_columns
 from magnetar.spark.positions import Position, Start, ends_by
 from magnetar.spark.rows import arrow_schema
+from magnetar.spark.uniform import uniform_plain
 
 _parse_smm: Callable[[bytes], Any] | None = None
 
@@ -321,6 +322,13 @@ class EntryColumns:
         parsed metadata."""
         if not len(starts):
             return
+        if type(starts) is range and type(ends) is range:
+            uniform = uniform_plain(data, starts, ends)
+            if uniform is not None:
+                self._add_plain(
+                    ledger, first, data, uniform.payload_starts, ends, uniform.publish_times
+                )
+                return
         try:
             mds = entries_metadata(data, starts, ends)
         except RemoteProtocolError:
@@ -369,7 +377,7 @@ class EntryColumns:
         data: bytes,
         payload_starts: Sequence[int],
         ends: Sequence[int],
-        publish: Sequence[int],
+        publish: Sequence[int] | np.ndarray,
     ) -> None:
         """A run of plain messages: each entry one row, nothing of its own but its payload and
         publish time."""
@@ -382,7 +390,10 @@ class EntryColumns:
             publish = [publish[i] for i in take]
             entries = np.array(take, dtype=np.int64) + first
         k = len(entries)
-        self.values.add_spans(data, payload_starts, ends)
+        if type(payload_starts) is range and type(ends) is range:
+            self.values.add_block(*_strided_copy(data, payload_starts, ends))
+        else:
+            self.values.add_spans(data, payload_starts, ends)
         self.nbytes += len(data)
         self._flush()
         ones = np.ones(k, dtype=np.int64)
@@ -392,7 +403,7 @@ class EntryColumns:
                 entries,
                 ones,
                 -ones,
-                np.array(publish, dtype=np.int64),
+                np.asarray(publish, dtype=np.int64),
                 np.zeros(k, dtype=np.int64),
             )
         )
@@ -425,7 +436,9 @@ class EntryColumns:
         ):
             column.clear()
 
-    def _plain_taken(self, ledger: int, first: int, publish: Sequence[int]) -> list[int] | None:
+    def _plain_taken(
+        self, ledger: int, first: int, publish: Sequence[int] | np.ndarray
+    ) -> list[int] | None:
         """The entries of a plain run the read takes (None: all of them)."""
         last = first + len(publish) - 1
         drop = {
@@ -551,6 +564,14 @@ class EntryColumns:
         batch = pa.RecordBatch.from_arrays([*columns, *meta], schema=s)
         self.clear()
         return batch
+
+
+def _strided_copy(data: bytes, starts: range, ends: range) -> tuple[bytes, Any]:
+    """(values, lengths): the spans of one length at one stride copied out together."""
+    k = len(starts)
+    width = ends.start - starts.start
+    rows = np.ndarray((k, width), np.uint8, data, starts.start, (starts.step, 1))
+    return rows.tobytes(), np.full(k, width, dtype=np.int64)
 
 
 def _copy_runs(payload: bytes, runs: list[PlainRun], lo: int, hi: int) -> tuple[bytes, Any]:

@@ -111,13 +111,19 @@ class LedgerEntries:
 
 def unframe_run(run: EntryRun) -> LedgerEntries:
     """A packed read's entries (their checksums verified by the bookie client) without their
-    framing header; ``EntryCorrupt`` when one is too short to have it."""
-    starts = run.starts
-    if starts and min(map(operator.sub, run.ends, starts)) < HEADER_BYTES:
+    framing header; ``EntryCorrupt`` when one is too short to have it. Entries of one size
+    (``range`` starts and ends) stay ``range``s."""
+    starts, ends = run.starts, run.ends
+    if type(starts) is range and type(ends) is range and starts.step == ends.step:
+        short = len(starts) and ends[0] - starts[0] < HEADER_BYTES
+        at = starts.start + HEADER_BYTES
+        opened: Sequence[int] = range(at, at + len(starts) * starts.step, starts.step)
+    else:
+        short = len(starts) and min(map(operator.sub, ends, starts)) < HEADER_BYTES
+        opened = [a + HEADER_BYTES for a in starts]
+    if short:
         raise EntryCorrupt(f"an entry of {run.ledger_id}:{run.first_entry_id}.. has no header")
-    return LedgerEntries(
-        run.ledger_id, run.first_entry_id, run.data, [a + HEADER_BYTES for a in starts], run.ends
-    )
+    return LedgerEntries(run.ledger_id, run.first_entry_id, run.data, opened, ends)
 
 
 __all__ = [
