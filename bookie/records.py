@@ -12,15 +12,17 @@ lengths make the records the rows of a 2-D array: numpy checks each header colum
 Must not know: where the buffer came from (a log file, a gRPC response) or what the payloads
 hold. Sans-I/O.
 
-How the checksums of ``k`` payloads ``m_1 .. m_k`` of ``L`` bytes are verified at once:
-CRC-32C is affine, so with ``R(s, m)`` the CRC register after ``m`` from state ``s``,
-``R(0, m_1 .. m_k) = XOR_i Z^((k - i) L)(R(0, m_i))`` where ``Z^n`` (appending ``n`` zero
-bytes) is linear and invertible, and ``R(0, m_i) = crc32c(m_i) ^ crc32c(bytes(L))``. The
-left side is one ``crc32c`` call over the payloads copied together; the right side folds the
-stored checksums pairwise in ``log2 k`` numpy steps, each applying a ``Z`` as four 256-entry
-tables. A corruption confined to one record changes the two sides differently exactly when
-it changes that record's own crc32c (``Z`` is invertible), so the bulk check refuses what
-record-by-record checks refuse; on a mismatch the caller finds the record record by record.
+How the checksums of ``k`` payloads ``m_1 .. m_k`` of ``L`` bytes are verified at once: each
+payload is followed by its stored checksum (little-endian) in one ``(k, L + 4)`` matrix and
+one ``crc32c`` runs over it all. A CRC-32C followed by its own value leaves a constant
+residue (``crc32c(m + crc32c(m).to_bytes(4, "little"))`` is the same for every ``m``), and
+``crc32c(a + b) = Z^|b|(crc32c(a)) ^ crc32c(b)`` with ``Z^n`` (appending ``n`` zero bytes)
+linear and invertible, so ``k`` rows that each check out give one value that depends on
+``k`` and ``L`` only: the CRC of ``k`` copies of any good row (``_all_good``, cached). A
+stored checksum is the one whose row gives the residue (a 4-byte CRC is a bijection), and a
+corruption confined to one record changes the total exactly when that record's own check
+fails (``Z`` is invertible), so the bulk check refuses what record-by-record checks refuse;
+on a mismatch the caller finds the record record by record.
 """
 
 from __future__ import annotations
@@ -32,7 +34,6 @@ import numpy as np
 from crc32c import crc32c as _crc32c
 
 HEADER_BYTES = 32
-_MASK = 0xFFFFFFFF
 _HEADER_ROW = np.dtype(
     [("ledger", ">i8"), ("entry", ">i8"), ("lac", ">i8"), ("crc", ">u4"), ("length", ">u4")]
 )
@@ -101,51 +102,21 @@ def payload_rows(buf: bytes | memoryview, pos: int, count: int, length: int) -> 
 
 def crc32c_rows_match(payloads: np.ndarray, checksums: np.ndarray) -> bool:
     """Whether every row of ``payloads`` (``(k, L)`` uint8) has the crc32c ``checksums[i]``:
-    one CRC over the rows and a fold of the stored values (the module docstring)."""
+    one CRC over the rows each followed by its checksum (the module docstring)."""
     k, length = payloads.shape
     if k == 0:
         return True
-    together = np.ascontiguousarray(payloads)
-    register = ~_crc32c(together.data, _MASK) & _MASK  # R(0, m_1 .. m_k)
-    folded = checksums.astype(np.uint32) ^ np.uint32(_crc32c(bytes(length)))
-    size = 1 << (k - 1).bit_length()
-    if size != k:  # leading zero registers change nothing
-        folded = np.concatenate((np.zeros(size - k, np.uint32), folded))
-    for tables in _shifts(length, size.bit_length() - 1):
-        folded = _apply(tables, folded[0::2]) ^ folded[1::2]
-    return int(folded[0]) == register
+    rows = np.empty((k, length + 4), np.uint8)
+    rows[:, :length] = payloads
+    rows[:, length:].view("<u4")[:, 0] = checksums
+    return _crc32c(rows.data) == _all_good(k, length)
 
 
-@functools.lru_cache(maxsize=64)
-def _shifts(length: int, levels: int) -> tuple[np.ndarray, ...]:
-    """The tables of ``Z^(length * 2**j)`` for ``j`` below ``levels``."""
-    images = np.array([~_crc32c(bytes(length), ~(1 << j) & _MASK) & _MASK for j in range(32)])
-    images = images.astype(np.uint32)
-    out = []
-    for _ in range(levels):
-        tables = _tables(images)
-        out.append(tables)
-        images = _apply(tables, images)  # Z^(2n) = Z^n after Z^n
-    return tuple(out)
-
-
-def _tables(images: np.ndarray) -> np.ndarray:
-    """The linear map whose image of bit ``j`` is ``images[j]``, as four byte tables."""
-    tables = np.zeros((4, 256), np.uint32)
-    for p in range(4):
-        row = tables[p]
-        for j in range(8):
-            row[1 << j : 2 << j] = row[: 1 << j] ^ images[8 * p + j]
-    return tables
-
-
-def _apply(tables: np.ndarray, v: np.ndarray) -> np.ndarray:
-    return (
-        tables[0][v & 0xFF]
-        ^ tables[1][(v >> 8) & 0xFF]
-        ^ tables[2][(v >> 16) & 0xFF]
-        ^ tables[3][v >> 24]
-    )
+@functools.lru_cache(maxsize=256)
+def _all_good(k: int, length: int) -> int:
+    """The crc32c of ``k`` rows of ``length`` bytes each followed by its own crc32c."""
+    zeros = bytes(length)
+    return _crc32c((zeros + _crc32c(zeros).to_bytes(4, "little")) * k)
 
 
 __all__ = ["UNIFORM_MIN", "crc32c_rows_match", "payload_rows", "uniform_records"]

@@ -12,6 +12,9 @@ per row.
 
 ``message_id_bytes``: the ids of rows given one by one (their varints made with numpy, the
 rows' bytes picked out of one matrix): the entries' part above, and a reference for tests.
+Rows that are whole entries of one ledger (an unbatched run) have their text made the same
+way (``_decimals``: the entry ids' digits in one matrix, between a constant ``ledger:`` and
+``:-1``), not by Arrow's per-value number formatting and joining.
 
 Must not know: entries' contents, storage, Spark.
 """
@@ -30,6 +33,8 @@ _UINT64 = (1 << 64) - 1
 _VARINT_BYTES_MAX = 10
 _VARINT_LIMITS = np.array([1 << (7 * k) for k in range(1, _VARINT_BYTES_MAX)], dtype=np.uint64)
 """A value below ``_VARINT_LIMITS[k]`` takes ``k + 1`` varint bytes."""
+_POWERS_OF_TEN = np.array([10**k for k in range(1, 19)], dtype=np.int64)
+"""A non-negative value below ``_POWERS_OF_TEN[k]`` takes ``k + 1`` decimal digits."""
 MEMBER_TABLE_MAX = 1 << 17
 """Batch indexes up to this many have their parts in the table; a batch beyond it (a
 producer's ``batchingMaxMessages`` is far below) has its members' ids made per row."""
@@ -76,6 +81,30 @@ def message_id_bytes(ledgers: Any, entries: Any, batches: Any, partition: int) -
         index, index_len = _varints(np.where(member, batches, 0))
         parts.append((np.full((n, 1), 0x20, dtype=np.uint8), member.astype(np.int64)))
         parts.append((index, np.where(member, index_len, 0)))
+    return _packed(parts, pa.binary())
+
+
+def _decimals(values: Any) -> tuple[Any, Any]:
+    """(digits, lengths) of the decimal text of ``values`` (non-negative int64), as
+    ``_varints`` gives its columns but right-aligned: row i's text is the last
+    ``lengths[i]`` bytes of ``digits[i]`` (``_packed`` takes them with ``right=True``)."""
+    v = np.asarray(values, dtype=np.int64)
+    lengths = np.searchsorted(_POWERS_OF_TEN, v, side="right").astype(np.int64) + 1
+    width = int(lengths.max()) if len(v) else 1
+    out = np.empty((len(v), width), dtype=np.uint8)
+    q = v.astype(np.uint32) if width <= 9 else v.copy()
+    for k in range(width - 1, -1, -1):
+        q, digit = np.divmod(q, 10)
+        out[:, k] = digit
+    out += ord("0")
+    return out, lengths
+
+
+def _packed(parts: list[tuple[Any, Any]], kind: Any, right: frozenset[int] = frozenset()) -> Any:
+    """Rows made of ``parts`` side by side, each ``(matrix, lengths)``: row i takes the first
+    ``lengths[i]`` bytes of each part's row (the last, for the parts numbered in ``right``),
+    as one Arrow array of ``kind``; one matrix, one mask, one copy."""
+    n = len(parts[0][1])
     matrix = np.hstack([m for m, _ in parts])
     lengths = sum(lens for _, lens in parts)
     if lengths.min() == matrix.shape[1]:  # every row fills the matrix: no mask
@@ -83,10 +112,14 @@ def message_id_bytes(ledgers: Any, entries: Any, batches: Any, partition: int) -
     else:
         keep = np.empty(matrix.shape, dtype=np.bool_)
         at = 0
-        for m, lens in parts:
+        for p, (m, lens) in enumerate(parts):
             width = m.shape[1]
             if lens.min() == width:
                 keep[:, at : at + width] = True
+            elif p in right:
+                np.greater_equal(
+                    np.arange(width), (width - lens)[:, None], out=keep[:, at : at + width]
+                )
             else:
                 np.less(np.arange(width), lens[:, None], out=keep[:, at : at + width])
             at += width
@@ -94,7 +127,7 @@ def message_id_bytes(ledgers: Any, entries: Any, batches: Any, partition: int) -
     offsets = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
     return pa.Array.from_buffers(
-        pa.binary(), n, [None, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(data)]
+        kind, n, [None, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(data)]
     )
 
 
@@ -142,13 +175,23 @@ def message_id_columns(
         return pa.array([], pa.binary()), pa.array([], pa.string())
     whole = firsts < 0
     if whole.all():  # an entry a row
+        whole_ids = message_id_bytes(ledgers, entries, firsts, partition)
+        if ledgers.min() == ledgers.max() >= 0 and entries.min() >= 0:  # one ledger
+            text = _packed(
+                [
+                    _constant(b"%d:" % ledgers[0], n),
+                    _decimals(entries),
+                    _constant(b":-1", n),
+                ],
+                pa.string(),
+                right=frozenset({1}),
+            )
+            return whole_ids, text
         text_parts = (
             pc.cast(pa.array(ledgers), pa.string()),
             pc.cast(pa.array(entries), pa.string()),
         )
-        return message_id_bytes(ledgers, entries, firsts, partition), (
-            pc.binary_join_element_wise(*text_parts, pa.scalar("-1"), ":")
-        )
+        return whole_ids, pc.binary_join_element_wise(*text_parts, pa.scalar("-1"), ":")
     largest = int((firsts + counts).max()) - 1
     if largest >= MEMBER_TABLE_MAX or len(counts) * 8 > n:  # huge or small batches: per row
         of_row = np.repeat(np.arange(len(counts)), counts)

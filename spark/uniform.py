@@ -69,38 +69,49 @@ def uniform_plain(data: bytes, starts: range, ends: range) -> UniformRun | None:
     layout = _layout(data[first + _META_AT : first + _META_AT + meta_size])
     if layout is None:
         return None
-    rows = np.ndarray((k, _META_AT + meta_size), np.uint8, data, first, (step, 1))
-    model = rows[0]
-    same = np.zeros(_META_AT + meta_size, dtype=bool)  # the columns equal in every row
-    same[:2] = same[6:_META_AT] = True  # magic and metadata size
+    width = _META_AT + meta_size
+    rows = np.ndarray((k, width), np.uint8, data, first, (step, 1))
+    # one masked comparison checks every row: the columns equal in all of them (magic,
+    # metadata size, tags, string lengths) whole, and each varint's continuation bits (all
+    # of its bytes but the last continue: the same length)
+    mask = np.zeros(width, np.uint8)
+    want = np.zeros(width, np.uint8)
+    mask[:2] = mask[6:_META_AT] = 0xFF  # magic and metadata size
     publish: tuple[int, int] | None = None
     for field in layout:
         a, b, e = _META_AT + field.tag_at, _META_AT + field.value_at, _META_AT + field.end
+        mask[a:b] = 0xFF  # the tag
         if field.varint:
-            same[a:b] = True
-            body = rows[:, b:e]
-            # a varint of the same length: every byte but the last continues, the last stops
-            if not ((body[:, :-1] >= 0x80).all() and (body[:, -1] < 0x80).all()):
-                return None
+            mask[b:e] = 0x80
+            want[b : e - 1] = 0x80
             if field.number == _PUBLISH_TIME:
                 publish = (b, e)
-        else:  # the tag and the length: the text may differ (producers' names, say)
-            same[a:b] = True
-            length_at = _META_AT + field.value_at
-            same[length_at : length_at + field.length_bytes] = True
-    if publish is None or not (rows[:, same] == model[same]).all():
+        else:  # the length prefix; the text may differ (producers' names, say)
+            mask[b : b + field.length_bytes] = 0xFF
+    whole = mask == 0xFF
+    want[whole] = rows[0][whole]
+    if publish is None or not (np.bitwise_and(rows, mask) == want).all():
         return None
     times = _varints(rows[:, publish[0] : publish[1]])
     payload_at = first + _META_AT + meta_size
     return UniformRun(times, range(payload_at, payload_at + k * step, step))
 
 
+_EXACT_BYTES = 7
+"""Varints of up to this many bytes (49 bits) are summed in float64 exactly."""
+_WEIGHTS = 128.0 ** np.arange(_EXACT_BYTES)
+
+
 def _varints(body: np.ndarray) -> np.ndarray:
     """The values of varints of ``body.shape[1]`` bytes each, one per row (at most 63 bits:
-    publish times)."""
+    publish times; up to ``_EXACT_BYTES``, one matrix product)."""
+    width = body.shape[1]
+    groups = body & 0x7F
+    if width <= _EXACT_BYTES:
+        return (groups.astype(np.float64) @ _WEIGHTS[:width]).astype(np.int64)
     out = np.zeros(len(body), dtype=np.uint64)
-    for j in range(min(body.shape[1], 9)):
-        out |= (body[:, j] & 0x7F).astype(np.uint64) << np.uint64(7 * j)
+    for j in range(min(width, 9)):
+        out |= groups[:, j].astype(np.uint64) << np.uint64(7 * j)
     return out.astype(np.int64)
 
 

@@ -73,3 +73,8 @@ def test_small_batches_among_whole_entries_are_made_per_row() -> None:
 def test_no_rows() -> None:
     ids, texts = message_id_columns([], [], [], [], -1)
     assert len(ids) == len(texts) == 0
+
+
+@pytest.mark.parametrize("entries", [range(0, 12), range(95, 1005), range(10**12 - 3, 10**12 + 3)])
+def test_whole_entries_of_one_ledger_have_their_text_made_at_once(entries: range) -> None:
+    _check([(77, e, None) for e in entries], 3)
