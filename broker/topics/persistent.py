@@ -76,12 +76,14 @@ from magnetar.broker.topics.inbound_links import (
     Verdict,
     link_of_producer,
 )
-from magnetar.broker.topics.inbound_snapshots import InboundSnapshots
+from magnetar.broker.topics.inbound_snapshots import NOTHING_YET, InboundSnapshots
 from magnetar.broker.topics.markers import MarkerSkippingCursor, TopicMarkers
 from magnetar.broker.topics.producer import (
+    DEDUP_SNAPSHOT_PROPERTY,
     AccessMode,
     Admission,
     Deduplication,
+    DedupSnapshot,
     Producer,
     ProducerRegistry,
 )
@@ -90,6 +92,7 @@ from magnetar.broker.topics.publish import (
     PublishSink,
     runs_by_sink,
 )
+from magnetar.broker.topics.recovery_snapshots import RecoverySnapshots
 from magnetar.broker.topics.replication_names import remote_of_cursor
 from magnetar.broker.topics.stats_buckets import StatsBuckets
 from magnetar.broker.topics.subscription import Subscription, SubscriptionError
@@ -275,6 +278,14 @@ class PersistentTopic:
         self._reported: Position | None = ledger.last_confirmed
         """Every add up to here is reported (the inbound links' recovery point)."""
         self.inbound_snapshots = InboundSnapshots(ledger, self.inbound, lambda: self._reported)
+        self.dedup_snapshots: RecoverySnapshots[DedupSnapshot] = RecoverySnapshots(
+            ledger,
+            DEDUP_SNAPSHOT_PROPERTY,
+            take=lambda: self.dedup.snapshot(self._reported or NOTHING_YET),
+            encode=DedupSnapshot.encode,
+            stored=lambda snap: None,
+            what="deduplication snapshot",
+        )
         self.markers = TopicMarkers(ledger)
         self.marker_listener: MarkerListener | None = None
         self.mark_delete_listener: Callable[[Subscription], None] | None = None
@@ -290,7 +301,7 @@ class PersistentTopic:
         """Reopen the durable subscriptions stored with the ledger (not the replicators'
         cursors: ``replication/`` opens those), recover what the inbound replication links
         stored (from their snapshot on) and, with deduplication on, every producer's highest
-        sequence id (the whole ledger)."""
+        sequence id (from the deduplication snapshot on: ``restore_dedup``)."""
         replicated = self._replicated_names()
         for cursor_name in self.ledger.cursor_names():
             if cursor_name not in self.subscriptions and remote_of_cursor(cursor_name) is None:
@@ -303,12 +314,22 @@ class PersistentTopic:
         if snap is not None:
             self.inbound.restore(snap)
         if self.dedup.enabled:
-            await self.restore_dedup()
+            await self.restore_dedup(snap.position if snap is not None else None)
         elif snap is not None:
             await self._replay(snap.position, self._recover_inbound)
 
-    async def restore_dedup(self) -> None:
-        await self._replay(None, self._recover_producers)
+    async def restore_dedup(self, inbound_from: Position | None = None) -> None:
+        """Every producer's highest stored sequence id: the deduplication snapshot's, then
+        the entries after it read again (all of them without one), which recovers the inbound
+        links too from ``inbound_from`` (their snapshot's position) on."""
+        dedup = DedupSnapshot.decode(self.ledger.properties.get(DEDUP_SNAPSHOT_PROPERTY))
+        after: Position | None = None
+        if dedup is not None:
+            self.dedup.restore_snapshot(dedup)
+            after = dedup.position
+            if inbound_from is not None:
+                after = min(after, inbound_from)
+        await self._replay(after, self._recover_producers)
 
     def _recover_producers(self, md: pb.MessageMetadata) -> None:
         highest = md.highest_sequence_id if md.highest_sequence_id else md.sequence_id
@@ -594,6 +615,8 @@ class PersistentTopic:
             self._markers_stored(stored_markers)
         if stored and inbound.count_stored(len(stored)):
             self.inbound_snapshots.soon()
+        if stored and dedup.count_stored(len(stored)):
+            self.dedup_snapshots.soon()
 
     def _markers_stored(self, stored: list[tuple[Position, PendingSend]]) -> None:
         """Markers are never a backlog: acknowledged on every subscription at once (the
@@ -999,6 +1022,11 @@ class PersistentTopic:
                 await self.inbound_snapshots.now()
             except Exception as exc:
                 log.warning("%s: replication links' snapshot not stored: %s", self.name, exc)
+        if self.dedup.enabled and self.dedup.entries_since_snapshot:
+            try:  # the next owner reads nothing again
+                await self.dedup_snapshots.now()
+            except Exception as exc:
+                log.warning("%s: deduplication snapshot not stored: %s", self.name, exc)
         self.ledger.remove_tail_listener(self._on_new_entries)
         try:
             await self.ledger.close()

@@ -10,17 +10,31 @@ ProducerFenced, one carrying its epoch keeps it), producer-name uniqueness per t
 ``Deduplication``: per producer name, the highest sequence id persisted; a SEND whose
 sequence id is not above it is a duplicate (answered with a receipt but not stored). Chunks
 share a sequence id, so only the last chunk of a chunked message is checked and recorded.
+Its recovery point, ``DedupSnapshot``: every producer's highest persisted sequence id at a
+position, due every ``DEDUP_SNAPSHOT_EVERY_ENTRIES`` entries stored (Pulsar's
+``brokerDeduplicationEntriesInterval`` default) so a load reads only the entries after it
+again, not the whole topic.
 Pure: no I/O.
 """
 
 from __future__ import annotations
 
 import enum
+import json
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
 from magnetar.broker.errors import CodedError, ServerError
+from magnetar.broker.ledger.position import Position
+
+DEDUP_SNAPSHOT_PROPERTY = "pulsar.dedup.snapshot"
+DEDUP_SNAPSHOT_EVERY_ENTRIES = 1000
+"""Entries stored (with deduplication on) between two snapshots: a bound on what a load
+after a crash reads again (Pulsar's ``brokerDeduplicationEntriesInterval`` default)."""
+DEDUP_SNAPSHOT_MAX_BYTES = 256 << 10
+"""A larger snapshot (thousands of producer names) is not stored: the managed ledger's
+metadata must stay small. The older one stays valid (a load reads more); see ``encode``."""
 
 
 class AccessMode(enum.IntEnum):
@@ -200,12 +214,39 @@ class ProducerRegistry:
         assert not (set(map(id, self.producers.values())) & set(map(id, self.waiting)))
 
 
+@dataclass(frozen=True, slots=True)
+class DedupSnapshot:
+    """Every producer's highest sequence id persisted up to ``position`` (inclusive)."""
+
+    position: Position
+    producers: dict[str, int]
+
+    def encode(self) -> str | None:
+        """The property's value; None when it is over ``DEDUP_SNAPSHOT_MAX_BYTES``."""
+        raw = json.dumps({"position": str(self.position), "producers": self.producers})
+        return raw if len(raw) <= DEDUP_SNAPSHOT_MAX_BYTES else None
+
+    @classmethod
+    def decode(cls, raw: str | None) -> DedupSnapshot | None:
+        """The stored snapshot (None when absent or unreadable: a load reads everything)."""
+        if not raw:
+            return None
+        try:
+            doc = json.loads(raw)
+            ledger, _, entry = str(doc["position"]).partition(":")
+            ids = {str(k): int(v) for k, v in dict(doc["producers"]).items()}
+            return cls(Position(int(ledger), int(entry)), ids)
+        except (ValueError, KeyError, TypeError):
+            return None
+
+
 class Deduplication:
     """Highest persisted sequence id per producer name (bounded, least recent dropped)."""
 
     def __init__(self, enabled: bool, max_producers: int = 10_000) -> None:
         self.enabled = enabled
         self.max_producers = max_producers
+        self.entries_since_snapshot = 0
         self._pushed: OrderedDict[str, int] = OrderedDict()  # accepted, maybe not persisted
         self._persisted: OrderedDict[str, int] = OrderedDict()
 
@@ -248,10 +289,29 @@ class Deduplication:
         self.persisted(producer_name, highest)
         self._pushed[producer_name] = max(self._pushed.get(producer_name, -1), highest)
 
+    def count_stored(self, entries: int) -> bool:
+        """``entries`` more were stored: True when a snapshot is due."""
+        if not self.enabled:
+            return False
+        self.entries_since_snapshot += entries
+        return self.entries_since_snapshot >= DEDUP_SNAPSHOT_EVERY_ENTRIES
+
+    def snapshot(self, position: Position) -> DedupSnapshot:
+        """The recovery point at ``position`` (every completed add up to it recorded)."""
+        self.entries_since_snapshot = 0
+        return DedupSnapshot(position, dict(self._persisted))
+
+    def restore_snapshot(self, snap: DedupSnapshot) -> None:
+        for name, highest in snap.producers.items():
+            self.restore(name, highest)
+
 
 __all__ = [
+    "DEDUP_SNAPSHOT_EVERY_ENTRIES",
+    "DEDUP_SNAPSHOT_PROPERTY",
     "AccessMode",
     "Admission",
+    "DedupSnapshot",
     "Deduplication",
     "Producer",
     "ProducerError",
