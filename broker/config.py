@@ -50,6 +50,8 @@ class BrokerConfig:
     allow_auto_subscription_creation: bool = True
     default_number_of_namespace_bundles: int = 4
     broker_deduplication_enabled: bool = False
+    # entries stored between two deduplication snapshots (what a new owner reads again)
+    broker_deduplication_entries_interval: int = 1000
     # the topic-level policy endpoints (/admin/v2/{domain}/{t}/{ns}/{topic}/...policies);
     # off: they answer 405 as Pulsar's topicLevelPoliciesEnabled=false
     topic_level_policies_enabled: bool = True
@@ -300,6 +302,11 @@ class BrokerConfig:
             overrides=overrides,
         )
         config = cls(**values)
+        if config.broker_deduplication_entries_interval < 1:
+            raise ValueError(
+                "brokerDeduplicationEntriesInterval: expected a positive number of entries, "
+                f"got {config.broker_deduplication_entries_interval}"
+            )
         if config.broker_delete_inactive_topics_mode not in INACTIVE_TOPIC_MODES:
             raise ValueError(
                 "brokerDeleteInactiveTopicsMode: expected one of "

@@ -273,6 +273,7 @@ class BrokerService:
             tn,
             ledger,
             dedup_enabled=policies.deduplication,
+            dedup_snapshot_every=self.config.broker_deduplication_entries_interval,
             max_unacked_per_consumer=policies.max_unacked_per_consumer,
             dispatcher_max_read_batch_size=self.config.dispatcher_max_read_batch_size,
             dispatcher_max_read_size_bytes=self.config.dispatcher_max_read_size_bytes,

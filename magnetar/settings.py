@@ -155,6 +155,7 @@ BROKER_ALIASES: tuple[Alias, ...] = (
     Alias("allowAutoSubscriptionCreation", "allow_auto_subscription_creation"),
     Alias("defaultNumberOfNamespaceBundles", "default_number_of_namespace_bundles"),
     Alias("brokerDeduplicationEnabled", "broker_deduplication_enabled"),
+    Alias("brokerDeduplicationEntriesInterval", "broker_deduplication_entries_interval"),
     Alias("schemaCompatibilityStrategy", "schema_compatibility_strategy"),
     Alias("isAllowAutoUpdateSchemaEnabled", "is_allow_auto_update_schema_enabled"),
     Alias("isSchemaValidationEnforced", "is_schema_validation_enforced"),

@@ -228,15 +228,15 @@ ACCEPTED_BROKER: tuple[Accepted, ...] = (
     ),
     any_value(
         "brokerDeduplicationSnapshotFrequencyInSeconds",
-        "the snapshot cadence only trades recovery time; what is deduplicated is the same",
+        "deduplication snapshots are taken every brokerDeduplicationEntriesInterval entries "
+        "and when the topic closes, not by time: a new owner reads at most that many entries "
+        "again; what is deduplicated is the same",
     ),
     any_value(
         "brokerDeduplicationSnapshotIntervalSeconds",
-        "the snapshot cadence only trades recovery time; what is deduplicated is the same",
-    ),
-    any_value(
-        "brokerDeduplicationEntriesInterval",
-        "the snapshot cadence only trades recovery time; what is deduplicated is the same",
+        "deduplication snapshots are taken every brokerDeduplicationEntriesInterval entries "
+        "and when the topic closes, not by time: a new owner reads at most that many entries "
+        "again; what is deduplicated is the same",
     ),
     any_value(
         "brokerDeduplicationProducerInactivityTimeoutMinutes",

@@ -79,6 +79,7 @@ from magnetar.broker.topics.inbound_links import (
 from magnetar.broker.topics.inbound_snapshots import NOTHING_YET, InboundSnapshots
 from magnetar.broker.topics.markers import MarkerSkippingCursor, TopicMarkers
 from magnetar.broker.topics.producer import (
+    DEDUP_SNAPSHOT_EVERY_ENTRIES,
     DEDUP_SNAPSHOT_PROPERTY,
     AccessMode,
     Admission,
@@ -232,6 +233,7 @@ class PersistentTopic:
         ledger: TopicLedger,
         *,
         dedup_enabled: bool = False,
+        dedup_snapshot_every: int = DEDUP_SNAPSHOT_EVERY_ENTRIES,
         max_unacked_per_consumer: int = 50_000,
         max_unacked_per_subscription: int = 200_000,
         dispatcher_max_read_batch_size: int = 100,
@@ -250,7 +252,7 @@ class PersistentTopic:
         self._stored_epoch = _stored_topic_epoch(ledger)
         self.producers = ProducerRegistry(topic_epoch=self._stored_epoch)
         self._epoch_lock = asyncio.Lock()
-        self.dedup = Deduplication(dedup_enabled)
+        self.dedup = Deduplication(dedup_enabled, snapshot_every=dedup_snapshot_every)
         self.subscriptions: dict[str, Subscription] = {}
         self.max_unacked_per_consumer = max_unacked_per_consumer
         self.max_unacked_per_subscription = max_unacked_per_subscription

@@ -11,9 +11,9 @@ ProducerFenced, one carrying its epoch keeps it), producer-name uniqueness per t
 sequence id is not above it is a duplicate (answered with a receipt but not stored). Chunks
 share a sequence id, so only the last chunk of a chunked message is checked and recorded.
 Its recovery point, ``DedupSnapshot``: every producer's highest persisted sequence id at a
-position, due every ``DEDUP_SNAPSHOT_EVERY_ENTRIES`` entries stored (Pulsar's
-``brokerDeduplicationEntriesInterval`` default) so a load reads only the entries after it
-again, not the whole topic.
+position, due every ``brokerDeduplicationEntriesInterval`` entries stored (default
+``DEDUP_SNAPSHOT_EVERY_ENTRIES``, Pulsar's) and when the topic closes, so a load reads
+only the entries after it again, not the whole topic.
 Pure: no I/O.
 """
 
@@ -243,9 +243,15 @@ class DedupSnapshot:
 class Deduplication:
     """Highest persisted sequence id per producer name (bounded, least recent dropped)."""
 
-    def __init__(self, enabled: bool, max_producers: int = 10_000) -> None:
+    def __init__(
+        self,
+        enabled: bool,
+        max_producers: int = 10_000,
+        snapshot_every: int = DEDUP_SNAPSHOT_EVERY_ENTRIES,
+    ) -> None:
         self.enabled = enabled
         self.max_producers = max_producers
+        self.snapshot_every = snapshot_every
         self.entries_since_snapshot = 0
         self._pushed: OrderedDict[str, int] = OrderedDict()  # accepted, maybe not persisted
         self._persisted: OrderedDict[str, int] = OrderedDict()
@@ -294,7 +300,7 @@ class Deduplication:
         if not self.enabled:
             return False
         self.entries_since_snapshot += entries
-        return self.entries_since_snapshot >= DEDUP_SNAPSHOT_EVERY_ENTRIES
+        return self.entries_since_snapshot >= self.snapshot_every
 
     def snapshot(self, position: Position) -> DedupSnapshot:
         """The recovery point at ``position`` (every completed add up to it recorded)."""

@@ -67,6 +67,7 @@ def test_a_pulsar_broker_conf_with_camel_case_names_loads(tmp_path: pathlib.Path
         "managedLedgerDefaultWriteQuorum=2\n"
         "managedLedgerCacheSizeMB=64\n"
         "brokerDeduplicationEnabled=true\n"
+        "brokerDeduplicationEntriesInterval=250\n"
         "brokerServiceCompactionMonitorIntervalInSeconds=30\n"
     )
     config = BrokerConfig.load(conf)
@@ -79,7 +80,15 @@ def test_a_pulsar_broker_conf_with_camel_case_names_loads(tmp_path: pathlib.Path
     assert config.managed_ledger_default_write_quorum == 2
     assert config.managed_ledger_cache_size_mb == 64
     assert config.broker_deduplication_enabled is True
+    assert config.broker_deduplication_entries_interval == 250
     assert config.broker_service_compaction_monitor_interval_seconds == 30
+
+
+def test_a_deduplication_snapshot_interval_below_one_is_refused(tmp_path: pathlib.Path) -> None:
+    conf = tmp_path / "broker.conf"
+    conf.write_text("brokerDeduplicationEntriesInterval=0\n")
+    with pytest.raises(ValueError, match="brokerDeduplicationEntriesInterval"):
+        BrokerConfig.load(conf)
 
 
 def test_zookeeper_servers_maps_onto_the_metadata_store_url(tmp_path: pathlib.Path) -> None:

@@ -37,7 +37,9 @@ class _Outcomes:
         self.got.extend(exc for _ in items)
 
 
-async def _open(storage: MemoryStorageFactory) -> tuple[PersistentTopic, list[int]]:
+async def _open(
+    storage: MemoryStorageFactory, every: int = DEDUP_SNAPSHOT_EVERY_ENTRIES
+) -> tuple[PersistentTopic, list[int]]:
     """The topic's next owner, and the number of entries its load read."""
     name = TopicName.parse(TOPIC)
     ledger = await storage.open(name.managed_ledger_name)
@@ -50,7 +52,7 @@ async def _open(storage: MemoryStorageFactory) -> tuple[PersistentTopic, list[in
         return got
 
     ledger.read_entries = counted  # type: ignore[method-assign]
-    topic = PersistentTopic(name, ledger, dedup_enabled=True)
+    topic = PersistentTopic(name, ledger, dedup_enabled=True, dedup_snapshot_every=every)
     await topic.load()
     return topic, read
 
@@ -126,3 +128,12 @@ def test_a_snapshot_too_large_for_the_metadata_is_not_stored() -> None:
     small = DedupSnapshot(Position(1, 2), {"a": 5})
     assert DedupSnapshot.decode(small.encode()) == small
     assert DedupSnapshot.decode("") is None and DedupSnapshot.decode('{"position": 3}') is None
+
+
+async def test_brokerDeduplicationEntriesInterval_sets_the_cadence() -> None:
+    storage = MemoryStorageFactory()
+    topic, _ = await _open(storage, every=10)
+    assert all(await _publish(topic, range(10)))
+    await wait_for(lambda: _stored_snapshot(topic) is not None, 10, "a snapshot at 10 entries")
+    snap = _stored_snapshot(topic)
+    assert snap is not None and snap.producers == {"app": 9}
