@@ -18,7 +18,8 @@ Must not know: how storage works, gRPC.
 
 Invariant: at most one live registration node per bookie id is ours; a stale node left by a
 previous incarnation of this same bookie (same instance id, older session) is replaced, a
-node of another instance is never deleted.
+node of another instance is never deleted: its deletion (its session expiring) is watched and
+ours is created at once, so the id is not seen missing between.
 """
 
 from __future__ import annotations
@@ -36,7 +37,13 @@ from typing import Any
 from magnetar.clock import Clock, SystemClock
 from magnetar.zk import paths
 from magnetar.zk.errors import AlreadyExists, MetadataError, NotFound
-from magnetar.zk.store import CREATE_ONLY, MetadataStore, SessionEvent
+from magnetar.zk.store import (
+    CREATE_ONLY,
+    MetadataStore,
+    Notification,
+    NotificationType,
+    SessionEvent,
+)
 
 log = logging.getLogger(__name__)
 
@@ -231,6 +238,7 @@ class BookieRegistration:
 
     async def start(self) -> None:
         self.store.add_session_listener(self._on_session)
+        self.store.add_listener(self._on_change)
         await self._ensure()
         self._task = asyncio.create_task(self._run(), name="bookie-registration")
 
@@ -240,6 +248,15 @@ class BookieRegistration:
             self._lost = True
             self._registered_path = None
         if event in (SessionEvent.LOST, SessionEvent.RECONNECTED):
+            self._kick.set()
+
+    def _on_change(self, event: Notification) -> None:
+        """Our node deleted (a previous incarnation's expiring, or by hand): register again
+        at once, not at the next check (the auditor would see this bookie missing between)."""
+        if event.type is NotificationType.DELETED and event.path in (
+            self._path(False),
+            self._path(True),
+        ):
             self._kick.set()
 
     async def _run(self) -> None:
@@ -266,6 +283,7 @@ class BookieRegistration:
             await old.close()
         self.store = await self._reopen()
         self.store.add_session_listener(self._on_session)
+        self.store.add_listener(self._on_change)
         self._lost = False
         log.info("metadata store reopened session=0x%x", self.store.session_id)
 

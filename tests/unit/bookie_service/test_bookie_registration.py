@@ -86,6 +86,22 @@ async def test_stale_node_of_previous_incarnation_is_replaced_but_not_a_stranger
     await reg2.stop()
 
 
+async def test_registers_as_soon_as_the_other_instance_s_node_expires() -> None:
+    """Not at the next check (an hour here): the auditor must not see the id missing."""
+    server = MemoryMetadataServer()
+    old = server.connect()
+    before = RegistrationInfo(bookie_id="b1", address="127.0.0.1:3181", instance_id="wiped")
+    await old.put(paths.bookie_registration("b1"), before.encode(False), ephemeral=True)
+    store = server.connect()
+    reg = BookieRegistration(store, INFO, check_interval_s=3600)
+    await reg.start()
+    assert not await _owned_by(store)  # another instance's node: waits for it to expire
+    server.expire_session(old.session_id)
+    await wait_for(lambda: _owned_by(store), 5, "registered on the deletion")
+    assert reg.registrations == 1
+    await reg.stop()
+
+
 async def _owned_by(store: MetadataStore) -> bool:
     stat = await store.exists(paths.bookie_registration("b1"))
     return stat is not None and stat.ephemeral_owner == store.session_id
