@@ -327,7 +327,11 @@ def _publish_latencies(producer: Any, count: int, stop: Any = None) -> list[floa
 
 
 def _broker_run(
-    name: str, extra: dict[str, object], args: argparse.Namespace, flow_permits: int
+    name: str,
+    extra: dict[str, object],
+    args: argparse.Namespace,
+    flow_permits: int,
+    worker: str,
 ) -> dict[str, Any]:
     import pulsar
 
@@ -335,6 +339,7 @@ def _broker_run(
     conf = broker_settings(entries_per_ledger=args.ledger_entries, **extra)
     conf["managedLedgerOffloadReadBufferSizeInBytes"] = args.block_bytes
     conf["managedLedgerOffloadFlowPermitsPerSecond"] = flow_permits
+    conf["managedLedgerOffloadWorker"] = worker
     os.environ["MAGNETAR_BOOKIE_GC_INTERVAL_S"] = "1"
     sa = StandaloneProcess(data_dir / "sa", data_dir / "sa.log", config=conf)
     try:
@@ -355,6 +360,7 @@ def _broker_run(
 
         client = pulsar.Client(sa.service_url, log_conf_file_path=None)
         probe = client.create_producer(TOPIC + "-probe", batching_enabled=False)
+        _publish_latencies(probe, 200)  # warm-up (connection, first ledger): not timed
         idle = _publish_latencies(probe, args.probe_messages)
         admin = OffloadAdmin(sa.web_url, TOPIC)
         t0 = time.perf_counter()
@@ -392,6 +398,7 @@ def _broker_run(
         "message_bytes": args.message_bytes,
         "ledger_entries": args.ledger_entries,
         "flow_permits_per_second": flow_permits,
+        "worker": worker,
         "offloaded_bytes": offloaded,
         "offload_mb_s": round(offloaded / MIB / offload_s, 1),
         "bookie_read_msgs_s": round(bookie_rate),
@@ -436,6 +443,14 @@ def main() -> None:
         help="managedLedgerOffloadFlowPermitsPerSecond (bytes/s, -1 unlimited); several: one\n"
         "run of each per driver, in this order",
     )
+    p.add_argument(
+        "--worker",
+        choices=["idle", "normal", "off"],
+        nargs="+",
+        default=["idle"],
+        help="managedLedgerOffloadWorker; several: one run of each per round, alternating",
+    )
+    p.add_argument("--rounds", type=int, default=1, help="--broker: repeat the runs (A B A B)")
     args = p.parse_args()
     print("command:", shlex.join([sys.executable, *sys.argv]), flush=True)
     if args.broker:
@@ -484,23 +499,47 @@ def _main_broker(args: argparse.Namespace) -> None:
         if args.driver in ("s3", "both"):
             server = S3Server()
             server.start()
-            for flow in args.flow_permits:
-                bucket = S3Bucket(server, server.create_bucket())
-                results.append(_broker_run("s3 (moto)", {"bucket": bucket}, args, flow))
-        if args.driver in ("filesystem", "both"):
-            for flow in args.flow_permits:
-                root = pathlib.Path(tempfile.mkdtemp(prefix="offload-perf-fs-"))
-                results.append(_broker_run("filesystem", {"directory": root}, args, flow))
+        for _ in range(args.rounds):
+            for worker in args.worker:
+                for flow in args.flow_permits:
+                    if server is not None:
+                        bucket = S3Bucket(server, server.create_bucket())
+                        results.append(
+                            _broker_run("s3 (moto)", {"bucket": bucket}, args, flow, worker)
+                        )
+                    if args.driver in ("filesystem", "both"):
+                        root = pathlib.Path(tempfile.mkdtemp(prefix="offload-perf-fs-"))
+                        results.append(
+                            _broker_run("filesystem", {"directory": root}, args, flow, worker)
+                        )
     finally:
         if server is not None:
             server.close()
     for row in results:
         print(json.dumps(row), file=sys.stderr)
+    # per driver, worker and rate: the median of the runs (this machine's p99 moves by
+    # several times between minutes; compare the settings by their alternating runs)
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for row in results:
+        key = f"{row['driver']} worker={row['worker']} flow={row['flow_permits_per_second']}"
+        groups.setdefault(key, []).append(row)
+    summary = {
+        key: {
+            "runs": len(rows),
+            "publish_p99_increase_pct_median": statistics.median(
+                r["publish_p99_increase_pct"] for r in rows
+            ),
+            "publish_p99_increase_pct_each": [r["publish_p99_increase_pct"] for r in rows],
+            "offload_mb_s_median": statistics.median(r["offload_mb_s"] for r in rows),
+        }
+        for key, rows in groups.items()
+    }
     print(
         json.dumps(
             {
                 "bench": "offload_perf",
                 "mode": "broker",
+                "summary": summary,
                 "drivers": results,
                 "loadavg": [round(x, 2) for x in os.getloadavg()],
             }

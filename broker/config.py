@@ -19,6 +19,8 @@ from magnetar import settings
 from magnetar.broker.listeners import parse_advertised_listeners
 
 INACTIVE_TOPIC_MODES = ("delete_when_no_subscriptions", "delete_when_subscriptions_caught_up")
+OFFLOAD_WORKER_MODES = ("idle", "normal", "off")
+"""Where offloads run (``managedLedgerOffloadWorker``): see ``broker.offload.worker``."""
 
 
 @dataclass(slots=True)
@@ -261,6 +263,10 @@ class BrokerConfig:
     # Pulsar's offload flow permits: bytes/s the broker's offloads together read from the
     # bookies (<= 0: unlimited, Pulsar's default), so offloading leaves the loop to publishes
     managed_ledger_offload_flow_permits_per_second: int = -1
+    # Magnetar only: where offloads run. idle: a child process in the SCHED_IDLE class (the
+    # CPU it uses is only ever what the broker and bookies leave); normal: a child process at
+    # normal priority; off: on the broker's event loop, as Pulsar's run in the broker's JVM
+    managed_ledger_offload_worker: str = "idle"
     # bounds against hostile input (docs/operations.md "Hostile input")
     max_num_partitions_per_partitioned_topic: int = 0  # 0: Magnetar's ceiling, 65,536
     max_buffered_partial_frames_size_in_mb: int = 128
@@ -306,6 +312,12 @@ class BrokerConfig:
             raise ValueError(
                 "brokerDeduplicationEntriesInterval: expected a positive number of entries, "
                 f"got {config.broker_deduplication_entries_interval}"
+            )
+        if config.managed_ledger_offload_worker not in OFFLOAD_WORKER_MODES:
+            raise ValueError(
+                "managedLedgerOffloadWorker: expected one of "
+                f"{', '.join(OFFLOAD_WORKER_MODES)}, got "
+                f"{config.managed_ledger_offload_worker!r}"
             )
         if config.broker_delete_inactive_topics_mode not in INACTIVE_TOPIC_MODES:
             raise ValueError(

@@ -33,6 +33,7 @@ from magnetar.broker.config import BrokerConfig
 from magnetar.broker.ledger import ManagedLedgerConfig, ManagedLedgerFactory
 from magnetar.broker.loadbalance.cluster import BrokerCluster
 from magnetar.broker.offload.flow import FlowPermits
+from magnetar.broker.offload.isolation import OffloadWorker
 from magnetar.broker.offload.offloader import OffloaderTuning
 from magnetar.broker.offload.registry import OffloaderRegistry
 from magnetar.broker.offload.retry import RetryPolicy
@@ -79,7 +80,11 @@ def managed_ledger_config(config: BrokerConfig) -> ManagedLedgerConfig:
 def offloader_tuning(config: BrokerConfig) -> OffloaderTuning:
     """The object-store request bounds, the read deadline and the offload read rate of tiered
     storage."""
+    worker = None
+    if config.managed_ledger_offload_worker != "off":
+        worker = OffloadWorker(config.managed_ledger_offload_worker, bookie_tls=bookie_tls(config))
     return OffloaderTuning(
+        worker=worker,
         flow=FlowPermits(config.managed_ledger_offload_flow_permits_per_second),
         read_retry=RetryPolicy(deadline_ms=config.managed_ledger_offload_read_deadline_ms),
         store_request_timeout_ms=config.managed_ledger_offload_store_timeout_ms,

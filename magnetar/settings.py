@@ -506,6 +506,12 @@ BROKER_ALIASES: tuple[Alias, ...] = (
         "managed_ledger_offload_flow_permits_per_second",
         note="tiered storage: bytes/s the broker's offloads read from the bookies, <= 0 unlimited",
     ),
+    Alias(
+        "managedLedgerOffloadWorker",
+        "managed_ledger_offload_worker",
+        note="Magnetar only: offloads run in a child process at idle CPU priority (idle), "
+        "at normal priority (normal), or on the broker's loop (off)",
+    ),
     # -- inactive-topic deletion (policies/inactive.py; the namespace and topic policy
     # inactiveTopicPolicies overrides them) ----------------------------------------------
     Alias(

@@ -330,6 +330,13 @@ class BookieRegistry:
             else:
                 self._learn(bookie_id, got.value)
 
+    async def addresses(self, bookie_ids: Iterable[str]) -> dict[str, str]:
+        """``host:port`` of each of ``bookie_ids`` (what a process without the metadata
+        store needs to reach a ledger's bookies: the offload worker)."""
+        ids = list(bookie_ids)
+        await self.resolve(ids)
+        return {b: self._addresses.get(b, b) for b in ids}
+
     def _learn(self, bookie_id: str, value: bytes) -> None:
         address = self._addresses[bookie_id] = parse_registration(bookie_id, value)
         fast = fast_add_address_of_registration(value)

@@ -49,7 +49,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from magnetar.broker.bookkeeper.entry import LedgerEntry
-from magnetar.broker.bookkeeper.read_handle import ReadHandle
+from magnetar.broker.bookkeeper.read_handle import BookieReadHandle, ReadHandle
 from magnetar.broker.ledger.errors import (
     ManagedLedgerClosed,
     ManagedLedgerError,
@@ -68,6 +68,7 @@ from magnetar.broker.offload import (
     OffloadPolicies,
     ReadPriority,
 )
+from magnetar.broker.offload.jobs import LocatedLedger
 from magnetar.broker.offload.reader import ReadBudget
 from magnetar.broker.offload.registry import OffloaderRegistry, policies_for_location
 from magnetar.clock import Clock, TimerHandle
@@ -571,8 +572,16 @@ class Offloading:
             await host.write_info()  # (1) the attempt is recorded before any object exists
             try:
                 source = await host.reads.bookie_reader(ledger_id)
+                located = None
+                if offloader.isolated and isinstance(source, BookieReadHandle):
+                    meta = source.metadata
+                    addresses = await host.ledger_client.registry.addresses(meta.all_bookies)
+                    located = LocatedLedger(meta, addresses)
                 record = await offloader.offload(
-                    source, uid, {"ManagedLedgerName": host.name, "LedgerId": str(ledger_id)}
+                    source,
+                    uid,
+                    {"ManagedLedgerName": host.name, "LedgerId": str(ledger_id)},
+                    located,
                 )
             except BaseException as exc:
                 self._failed(ledger_id, exc)

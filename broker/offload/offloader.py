@@ -31,6 +31,8 @@ from magnetar.broker.offload.drivers import StoreSpec, store_spec
 from magnetar.broker.offload.errors import OffloadError
 from magnetar.broker.offload.flow import FlowPermits
 from magnetar.broker.offload.index import OffloadIndex
+from magnetar.broker.offload.isolation import OffloadWorker
+from magnetar.broker.offload.jobs import LocatedLedger, OffloadJob
 from magnetar.broker.offload.keys import data_key, index_key, parse_key
 from magnetar.broker.offload.policies import EffectiveOffloadPolicies
 from magnetar.broker.offload.reader import OffloadedReadHandle, ReadBudget, ReadCounters
@@ -49,8 +51,17 @@ class Offloader(Protocol):
 
     def driver_metadata(self) -> Mapping[str, str]: ...
 
+    @property
+    def isolated(self) -> bool:
+        """Offloads run in the broker's offload worker process (given a ``LocatedLedger``)."""
+        ...
+
     async def offload(
-        self, source: LedgerSource, attempt: uuid_mod.UUID, extra_metadata: Mapping[str, str]
+        self,
+        source: LedgerSource,
+        attempt: uuid_mod.UUID,
+        extra_metadata: Mapping[str, str],
+        located: LocatedLedger | None = None,
     ) -> OffloadedLedger: ...
 
     async def open(
@@ -88,6 +99,9 @@ class OffloaderTuning:
     """The library's retries of one request (None: its own, 10 with back-off)."""
     flow: FlowPermits = field(default_factory=lambda: FlowPermits(-1))
     """The broker's offload read rate, shared by all its offloads (unlimited by default)."""
+    worker: OffloadWorker | None = None
+    """The broker's offload worker process (``managedLedgerOffloadWorker``); None: offloads
+    run on the caller's loop."""
 
     def spec_of(self, spec: StoreSpec) -> StoreSpec:
         """``spec`` with these request bounds."""
@@ -147,6 +161,7 @@ class BlobStoreOffloader:
         self,
         store: BlobStore,
         *,
+        spec: StoreSpec | None = None,
         driver: str,
         driver_metadata: Mapping[str, str],
         block_bytes: int,
@@ -157,6 +172,9 @@ class BlobStoreOffloader:
         rng: random.Random | None = None,
     ) -> None:
         self._store = store
+        self._spec = spec
+        """What opened the store (None: a store given as it is, which only this process
+        can write to)."""
         self._driver = driver
         self._driver_metadata = dict(driver_metadata)
         self._tuning = tuning or OffloaderTuning()
@@ -175,6 +193,7 @@ class BlobStoreOffloader:
         self._counters = ReadCounters()
         self._started = 0
         self._completed = 0
+        self._in_worker = 0
         self._failed = 0
         self._ledger_bytes = 0
         self._data_bytes = 0
@@ -195,21 +214,51 @@ class BlobStoreOffloader:
     def driver_metadata(self) -> Mapping[str, str]:
         return dict(self._driver_metadata)
 
+    @property
+    def isolated(self) -> bool:
+        return self._tuning.worker is not None and self._spec is not None
+
     async def offload(
-        self, source: LedgerSource, attempt: uuid_mod.UUID, extra_metadata: Mapping[str, str]
+        self,
+        source: LedgerSource,
+        attempt: uuid_mod.UUID,
+        extra_metadata: Mapping[str, str],
+        located: LocatedLedger | None = None,
     ) -> OffloadedLedger:
+        """Upload ``source`` as ``attempt``. With ``located`` (where its bookies are) and an
+        offload worker, the worker process does it; else this loop does."""
         ledger_id = source.ledger_id
         keys = (data_key(ledger_id, attempt), index_key(ledger_id, attempt))
         self._started += 1
         try:
-            result = await upload_ledger(
-                self._store,
-                source,
-                data_key=keys[0],
-                index_key=keys[1],
-                extra=extra_metadata,
-                plan=self._plan,
-            )
+            worker = self._tuning.worker
+            if worker is not None and self._spec is not None and located is not None:
+                plan = self._plan
+                job = OffloadJob(
+                    ledger=located,
+                    spec=self._spec,
+                    data_key=keys[0],
+                    index_key=keys[1],
+                    extra=dict(extra_metadata),
+                    block_bytes=plan.block_bytes,
+                    part_bytes=plan.part_bytes,
+                    part_concurrency=plan.part_concurrency,
+                    prefetch_rounds=plan.prefetch_rounds,
+                    paced=plan.flow.limited,
+                    bookie_tls=worker.bookie_tls,
+                    bookie_timeout_ms=worker.bookie_timeout_ms,
+                )
+                result = await worker.run(job, plan.flow)
+                self._in_worker += 1
+            else:
+                result = await upload_ledger(
+                    self._store,
+                    source,
+                    data_key=keys[0],
+                    index_key=keys[1],
+                    extra=extra_metadata,
+                    plan=self._plan,
+                )
         except BaseException:
             self._failed += 1
             raise
@@ -324,6 +373,7 @@ class BlobStoreOffloader:
             offloads_started=self._started,
             offloads_completed=self._completed,
             offloads_failed=self._failed,
+            offloads_in_worker=self._in_worker,
             ledger_bytes_offloaded=self._ledger_bytes,
             data_bytes_written=self._data_bytes,
             opens=self._opens,
@@ -361,9 +411,14 @@ def create_offloader(
     (timeouts, the library's retries); ``store`` replaces the store (a fault wrapper)."""
     if store is None:
         spec = spec or store_spec(policies)
-        store = open_blob_store(tuning.spec_of(spec) if tuning is not None else spec)
+        if tuning is not None:
+            spec = tuning.spec_of(spec)
+        store = open_blob_store(spec)
+    else:
+        spec = None  # a store given as it is (a fault wrapper, memory): only here
     return BlobStoreOffloader(
         store,
+        spec=spec,
         driver=policies.driver.value,
         driver_metadata=policies.driver_metadata(),
         block_bytes=policies.read_buffer_size_bytes,

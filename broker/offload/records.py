@@ -118,6 +118,8 @@ class OffloaderStatistics:
     block_fetch_ms_total: float
     index_fetches: int
     index_fetch_ms_total: float
+    offloads_in_worker: int = 0
+    """Offloads the broker's offload worker process did (``managedLedgerOffloadWorker``)."""
 
 
 __all__ = ["LedgerSource", "OffloadedLedger", "OffloaderStatistics"]

@@ -179,6 +179,8 @@ class OffloaderRegistry:
         self._slots.clear()
         for offloader in offloaders:
             await offloader.close()
+        if self.tuning.worker is not None:
+            await self.tuning.worker.close()
 
 
 @contextlib.asynccontextmanager

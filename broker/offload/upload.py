@@ -45,10 +45,10 @@ a read's decoding and checksums run on the broker's loop in one piece, so a ledg
 entries (a producer's batches) is read a few entries at a time, not 100 at 128 KB each."""
 
 
-def entries_per_read(ledger_bytes: int, entry_count: int) -> int:
-    """Entries one source read asks for: ``READ_BYTES`` of the ledger's average entry."""
+def entries_per_read(ledger_bytes: int, entry_count: int, read_bytes: int = READ_BYTES) -> int:
+    """Entries one source read asks for: ``read_bytes`` of the ledger's average entry."""
     average = max(1, ledger_bytes // max(1, entry_count))
-    return max(1, min(ENTRIES_PER_READ, READ_BYTES // average))
+    return max(1, min(ENTRIES_PER_READ, read_bytes // average))
 
 
 FORMAT_ATTRIBUTE = "magnetar-offload-format"
@@ -62,6 +62,8 @@ class UploadPlan:
     prefetch_rounds: int = 1
     flow: FlowPermits = field(default_factory=lambda: FlowPermits(-1))
     """The broker's offload read rate: each source read waits for it (unlimited: never)."""
+    read_bytes: int = READ_BYTES
+    """About this many bytes per source read."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,7 +120,7 @@ class _Packer:
 
 
 async def _source_batches(
-    source: LedgerSource, last: int, prefetch_rounds: int, flow: FlowPermits
+    source: LedgerSource, last: int, prefetch_rounds: int, flow: FlowPermits, read_bytes: int
 ) -> AsyncIterator[Sequence[LedgerEntry]]:
     """Batches of entries 0..last, up to ``prefetch_rounds`` read ahead of the consumer, at
     the pace ``flow`` allows."""
@@ -126,7 +128,7 @@ async def _source_batches(
         maxsize=prefetch_rounds
     )
 
-    per_read = entries_per_read(source.length, last + 1)
+    per_read = entries_per_read(source.length, last + 1, read_bytes)
 
     async def reader() -> None:
         try:
@@ -184,7 +186,9 @@ async def upload_ledger(
 
     async def blocks() -> AsyncGenerator[bytes, None]:
         try:
-            async for batch in _source_batches(source, last, plan.prefetch_rounds, plan.flow):
+            async for batch in _source_batches(
+                source, last, plan.prefetch_rounds, plan.flow, plan.read_bytes
+            ):
                 for entry in batch:
                     block = packer.add(entry)
                     if block is not None:

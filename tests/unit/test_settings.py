@@ -160,6 +160,8 @@ def test_every_broker_setting_is_reachable_through_the_environment() -> None:
         )
         if f.name == "broker_delete_inactive_topics_mode":  # one of two modes
             changed = "delete_when_subscriptions_caught_up"
+        if f.name == "managed_ledger_offload_worker":  # one of three modes
+            changed = "off"
         environ = {f"MAGNETAR_{f.name.upper()}": str(changed)}
         if f.name in ("advertised_listeners", "internal_listener_name"):  # checked at load
             changed = "x" if f.name == "internal_listener_name" else "x:pulsar://h:1"
