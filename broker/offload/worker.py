@@ -87,8 +87,8 @@ def lower_priority(priority: str) -> str:
     ``SCHED_IDLE``) or ``normal``."""
     if priority == "normal":
         return "normal"
-    sched_idle = getattr(os, "SCHED_IDLE", None)
-    if sched_idle is not None:
+    if sys.platform.startswith("linux"):
+        sched_idle = os.SCHED_IDLE
         try:
             # each thread has its own class (imports may have started some): all of them;
             # threads started from now on inherit it

@@ -29,7 +29,6 @@ Pure: the topic carries out the reads and writes. Must not know: the wire, stora
 from __future__ import annotations
 
 import enum
-import json
 from dataclasses import dataclass
 
 from magnetar.broker.ledger.position import Position
@@ -38,6 +37,7 @@ from magnetar.broker.topics.replication_positions import (
     SOURCE_POSITION_PROPERTY,
     SourcePosition,
 )
+from magnetar.broker.topics.sequence_snapshots import SequenceSnapshot, SnapshotCodec
 from magnetar.client.protocol import pb
 
 SNAPSHOT_PROPERTY = "pulsar.repl.inbound"
@@ -65,27 +65,9 @@ class _Link:
     broken: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class InboundSnapshot:
-    position: Position
-    links: dict[str, int]
-
-    def to_property(self) -> str:
-        return json.dumps({"position": str(self.position), "links": self.links}, sort_keys=True)
-
-    @classmethod
-    def from_property(cls, raw: str | None) -> InboundSnapshot | None:
-        """The stored snapshot (None when absent or unreadable: then nothing is restored,
-        which only ever makes the receiving side store a resent entry again)."""
-        if not raw:
-            return None
-        try:
-            doc = json.loads(raw)
-            ledger, _, entry = str(doc["position"]).partition(":")
-            links = {str(k): int(v) for k, v in dict(doc["links"]).items()}
-            return cls(Position(int(ledger), int(entry)), links)
-        except (ValueError, KeyError, TypeError):
-            return None
+INBOUND_SNAPSHOTS = SnapshotCodec("links")
+"""The links' recovery point (absent or unreadable: nothing is restored, which only ever
+makes the receiving side store a resent entry again)."""
 
 
 def link_of_producer(producer_name: str) -> str | None:
@@ -160,20 +142,20 @@ class InboundLinks:
         self.entries_since_snapshot += entries
         return self.entries_since_snapshot >= SNAPSHOT_EVERY_ENTRIES
 
-    def snapshot(self, position: Position) -> InboundSnapshot:
+    def snapshot(self, position: Position) -> SequenceSnapshot:
         """The recovery point at ``position`` (every completed add up to it reported)."""
         self.entries_since_snapshot = 0
-        return InboundSnapshot(position, {n: link.persisted for n, link in self._links.items()})
+        return SequenceSnapshot(position, {n: link.persisted for n, link in self._links.items()})
 
-    def snapshot_stored(self, snap: InboundSnapshot) -> None:
-        self.snapshotted = self.snapshotted | frozenset(snap.links)
+    def snapshot_stored(self, snap: SequenceSnapshot) -> None:
+        self.snapshotted = self.snapshotted | frozenset(snap.ids)
 
-    def restore(self, snap: InboundSnapshot) -> None:
-        for name, highest in snap.links.items():
+    def restore(self, snap: SequenceSnapshot) -> None:
+        for name, highest in snap.ids.items():
             link = self._link(name)
             link.persisted = max(link.persisted, highest)
             link.accepted = max(link.accepted, link.persisted)
-        self.snapshotted = frozenset(snap.links)
+        self.snapshotted = frozenset(snap.ids)
 
     def recover(self, metadata: pb.MessageMetadata) -> None:
         """A stored entry read on load, after the snapshot's position."""
@@ -198,11 +180,11 @@ class InboundLinks:
 
 
 __all__ = [
+    "INBOUND_SNAPSHOTS",
     "LINKS_MAX",
     "SNAPSHOT_EVERY_ENTRIES",
     "SNAPSHOT_PROPERTY",
     "InboundLinks",
-    "InboundSnapshot",
     "Verdict",
     "link_of_producer",
 ]

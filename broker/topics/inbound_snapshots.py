@@ -17,14 +17,15 @@ from collections.abc import Callable
 
 from magnetar.broker.ledger.position import Position
 from magnetar.broker.storage.contract import TopicLedger
-from magnetar.broker.topics.inbound_links import SNAPSHOT_PROPERTY, InboundLinks, InboundSnapshot
+from magnetar.broker.topics.inbound_links import INBOUND_SNAPSHOTS, SNAPSHOT_PROPERTY, InboundLinks
 from magnetar.broker.topics.recovery_snapshots import RecoverySnapshots
+from magnetar.broker.topics.sequence_snapshots import SequenceSnapshot
 
 NOTHING_YET = Position(-1, -1)
 """The position of a snapshot taken before anything was stored: a load reads everything."""
 
 
-class InboundSnapshots(RecoverySnapshots[InboundSnapshot]):
+class InboundSnapshots(RecoverySnapshots[SequenceSnapshot]):
     def __init__(
         self, ledger: TopicLedger, links: InboundLinks, reported: Callable[[], Position | None]
     ) -> None:
@@ -32,7 +33,7 @@ class InboundSnapshots(RecoverySnapshots[InboundSnapshot]):
             ledger,
             SNAPSHOT_PROPERTY,
             take=lambda: links.snapshot(reported() or NOTHING_YET),
-            encode=InboundSnapshot.to_property,
+            encode=INBOUND_SNAPSHOTS.encode,
             stored=links.snapshot_stored,
             what="replication links' snapshot",
         )

@@ -70,9 +70,9 @@ from magnetar.broker.topics.entries import (
     slot_of,
 )
 from magnetar.broker.topics.inbound_links import (
+    INBOUND_SNAPSHOTS,
     SNAPSHOT_PROPERTY,
     InboundLinks,
-    InboundSnapshot,
     Verdict,
     link_of_producer,
 )
@@ -81,10 +81,10 @@ from magnetar.broker.topics.markers import MarkerSkippingCursor, TopicMarkers
 from magnetar.broker.topics.producer import (
     DEDUP_SNAPSHOT_EVERY_ENTRIES,
     DEDUP_SNAPSHOT_PROPERTY,
+    DEDUP_SNAPSHOTS,
     AccessMode,
     Admission,
     Deduplication,
-    DedupSnapshot,
     Producer,
     ProducerRegistry,
 )
@@ -95,6 +95,7 @@ from magnetar.broker.topics.publish import (
 )
 from magnetar.broker.topics.recovery_snapshots import RecoverySnapshots
 from magnetar.broker.topics.replication_names import remote_of_cursor
+from magnetar.broker.topics.sequence_snapshots import SequenceSnapshot
 from magnetar.broker.topics.stats_buckets import StatsBuckets
 from magnetar.broker.topics.subscription import Subscription, SubscriptionError
 from magnetar.client.protocol import (
@@ -280,12 +281,11 @@ class PersistentTopic:
         self._reported: Position | None = ledger.last_confirmed
         """Every add up to here is reported (the inbound links' recovery point)."""
         self.inbound_snapshots = InboundSnapshots(ledger, self.inbound, lambda: self._reported)
-        self.dedup_snapshots: RecoverySnapshots[DedupSnapshot] = RecoverySnapshots(
+        self.dedup_snapshots: RecoverySnapshots[SequenceSnapshot] = RecoverySnapshots(
             ledger,
             DEDUP_SNAPSHOT_PROPERTY,
             take=lambda: self.dedup.snapshot(self._reported or NOTHING_YET),
-            encode=DedupSnapshot.encode,
-            stored=lambda snap: None,
+            encode=DEDUP_SNAPSHOTS.encode,
             what="deduplication snapshot",
         )
         self.markers = TopicMarkers(ledger)
@@ -312,7 +312,7 @@ class PersistentTopic:
                 sub.replicated = cursor_name in replicated
                 self.subscriptions[cursor_name] = sub
         await self.markers.load()
-        snap = InboundSnapshot.from_property(self.ledger.properties.get(SNAPSHOT_PROPERTY))
+        snap = INBOUND_SNAPSHOTS.decode(self.ledger.properties.get(SNAPSHOT_PROPERTY))
         if snap is not None:
             self.inbound.restore(snap)
         if self.dedup.enabled:
@@ -324,7 +324,7 @@ class PersistentTopic:
         """Every producer's highest stored sequence id: the deduplication snapshot's, then
         the entries after it read again (all of them without one), which recovers the inbound
         links too from ``inbound_from`` (their snapshot's position) on."""
-        dedup = DedupSnapshot.decode(self.ledger.properties.get(DEDUP_SNAPSHOT_PROPERTY))
+        dedup = DEDUP_SNAPSHOTS.decode(self.ledger.properties.get(DEDUP_SNAPSHOT_PROPERTY))
         after: Position | None = None
         if dedup is not None:
             self.dedup.restore_snapshot(dedup)

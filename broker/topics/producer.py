@@ -10,23 +10,23 @@ ProducerFenced, one carrying its epoch keeps it), producer-name uniqueness per t
 ``Deduplication``: per producer name, the highest sequence id persisted; a SEND whose
 sequence id is not above it is a duplicate (answered with a receipt but not stored). Chunks
 share a sequence id, so only the last chunk of a chunked message is checked and recorded.
-Its recovery point, ``DedupSnapshot``: every producer's highest persisted sequence id at a
-position, due every ``brokerDeduplicationEntriesInterval`` entries stored (default
-``DEDUP_SNAPSHOT_EVERY_ENTRIES``, Pulsar's) and when the topic closes, so a load reads
-only the entries after it again, not the whole topic.
+Its recovery point (a ``SequenceSnapshot`` encoded by ``DEDUP_SNAPSHOTS``): every producer's
+highest persisted sequence id at a position, due every ``brokerDeduplicationEntriesInterval``
+entries stored (default ``DEDUP_SNAPSHOT_EVERY_ENTRIES``, Pulsar's) and when the topic closes,
+so a load reads only the entries after it again, not the whole topic.
 Pure: no I/O.
 """
 
 from __future__ import annotations
 
 import enum
-import json
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
 from magnetar.broker.errors import CodedError, ServerError
 from magnetar.broker.ledger.position import Position
+from magnetar.broker.topics.sequence_snapshots import SequenceSnapshot, SnapshotCodec
 
 DEDUP_SNAPSHOT_PROPERTY = "pulsar.dedup.snapshot"
 DEDUP_SNAPSHOT_EVERY_ENTRIES = 1000
@@ -35,6 +35,9 @@ after a crash reads again (Pulsar's ``brokerDeduplicationEntriesInterval`` defau
 DEDUP_SNAPSHOT_MAX_BYTES = 256 << 10
 """A larger snapshot (thousands of producer names) is not stored: the managed ledger's
 metadata must stay small. The older one stays valid (a load reads more); see ``encode``."""
+
+DEDUP_SNAPSHOTS = SnapshotCodec("producers", DEDUP_SNAPSHOT_MAX_BYTES)
+"""Deduplication's recovery point: every producer's highest persisted sequence id."""
 
 
 class AccessMode(enum.IntEnum):
@@ -214,32 +217,6 @@ class ProducerRegistry:
         assert not (set(map(id, self.producers.values())) & set(map(id, self.waiting)))
 
 
-@dataclass(frozen=True, slots=True)
-class DedupSnapshot:
-    """Every producer's highest sequence id persisted up to ``position`` (inclusive)."""
-
-    position: Position
-    producers: dict[str, int]
-
-    def encode(self) -> str | None:
-        """The property's value; None when it is over ``DEDUP_SNAPSHOT_MAX_BYTES``."""
-        raw = json.dumps({"position": str(self.position), "producers": self.producers})
-        return raw if len(raw) <= DEDUP_SNAPSHOT_MAX_BYTES else None
-
-    @classmethod
-    def decode(cls, raw: str | None) -> DedupSnapshot | None:
-        """The stored snapshot (None when absent or unreadable: a load reads everything)."""
-        if not raw:
-            return None
-        try:
-            doc = json.loads(raw)
-            ledger, _, entry = str(doc["position"]).partition(":")
-            ids = {str(k): int(v) for k, v in dict(doc["producers"]).items()}
-            return cls(Position(int(ledger), int(entry)), ids)
-        except (ValueError, KeyError, TypeError):
-            return None
-
-
 class Deduplication:
     """Highest persisted sequence id per producer name (bounded, least recent dropped)."""
 
@@ -302,22 +279,22 @@ class Deduplication:
         self.entries_since_snapshot += entries
         return self.entries_since_snapshot >= self.snapshot_every
 
-    def snapshot(self, position: Position) -> DedupSnapshot:
+    def snapshot(self, position: Position) -> SequenceSnapshot:
         """The recovery point at ``position`` (every completed add up to it recorded)."""
         self.entries_since_snapshot = 0
-        return DedupSnapshot(position, dict(self._persisted))
+        return SequenceSnapshot(position, dict(self._persisted))
 
-    def restore_snapshot(self, snap: DedupSnapshot) -> None:
-        for name, highest in snap.producers.items():
+    def restore_snapshot(self, snap: SequenceSnapshot) -> None:
+        for name, highest in snap.ids.items():
             self.restore(name, highest)
 
 
 __all__ = [
+    "DEDUP_SNAPSHOTS",
     "DEDUP_SNAPSHOT_EVERY_ENTRIES",
     "DEDUP_SNAPSHOT_PROPERTY",
     "AccessMode",
     "Admission",
-    "DedupSnapshot",
     "Deduplication",
     "Producer",
     "ProducerError",

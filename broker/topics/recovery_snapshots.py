@@ -6,7 +6,8 @@ into one more write after it, which takes the state of then); ``soon()`` from th
 path (a failure is logged: the next write covers it, and a load reads a little more),
 ``now()`` where the caller must know it is stored. What a snapshot holds and when one is due
 is the caller's: the inbound replication links' (``inbound_snapshots``) and deduplication's
-(``producer.DedupSnapshot``) recovery points share this writer.
+(``producer.DEDUP_SNAPSHOTS``) recovery points share this writer; both are
+``sequence_snapshots.SequenceSnapshot``s.
 Must not know: the wire, how the topic publishes, what the snapshots mean.
 """
 
@@ -32,7 +33,7 @@ class RecoverySnapshots(Generic[T]):
         *,
         take: Callable[[], T],
         encode: Callable[[T], str | None],
-        stored: Callable[[T], None],
+        stored: Callable[[T], None] | None = None,
         what: str,
     ) -> None:
         """``encode`` returning None skips that write (the stored snapshot stays)."""
@@ -56,7 +57,8 @@ class RecoverySnapshots(Generic[T]):
             raw = self._encode(snap)
             if raw is not None:
                 await self._ledger.set_property(self._prop, raw)
-                self._stored(snap)
+                if self._stored is not None:
+                    self._stored(snap)
                 self.written += 1
             if not self._again:
                 return

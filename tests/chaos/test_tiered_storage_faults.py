@@ -20,7 +20,7 @@ from collections.abc import Iterator
 
 import pulsar
 import pytest
-from support.offload import OffloadAdmin, broker_settings, payloads
+from support.offload import OffloadAdmin, broker_settings, payloads, publish, read_all
 from support.s3 import S3Bucket, S3Server
 from support.standalone import StandaloneFactory, StandaloneProcess
 from support.waiting import wait_until
@@ -58,19 +58,11 @@ def _recorded(admin: OffloadAdmin) -> set[str]:
 
 
 def _publish(sa: StandaloneProcess, data: list[bytes]) -> None:
-    client = pulsar.Client(sa.service_url, operation_timeout_seconds=30)
-    producer = client.create_producer(TOPIC, batching_enabled=False)
-    for p in data:
-        producer.send(p)
-    client.close()
+    publish(sa.service_url, TOPIC, data)
 
 
 def _read_all(sa: StandaloneProcess, n: int, timeout_ms: int = 30_000) -> list[bytes]:
-    client = pulsar.Client(sa.service_url, operation_timeout_seconds=30)
-    reader = client.create_reader(TOPIC, pulsar.MessageId.earliest)
-    got = [reader.read_next(timeout_ms).data() for _ in range(n)]
-    client.close()
-    return got
+    return read_all(sa.service_url, TOPIC, n, timeout_ms)
 
 
 def test_the_store_down_during_an_offload_leaves_ledgers_on_bookies_and_the_offload_resumes(

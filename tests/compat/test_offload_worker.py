@@ -16,8 +16,7 @@ import pathlib
 import signal
 import time
 
-import pulsar
-from support.offload import OffloadAdmin, broker_settings, payloads
+from support.offload import OffloadAdmin, broker_settings, payloads, publish, read_all
 from support.s3 import S3Bucket, S3Server
 from support.standalone import StandaloneFactory, StandaloneProcess
 from support.waiting import wait_until
@@ -44,19 +43,11 @@ def _worker_pids(parent: int) -> list[int]:
 
 
 def _publish(sa: StandaloneProcess, data: list[bytes]) -> None:
-    client = pulsar.Client(sa.service_url, operation_timeout_seconds=30)
-    producer = client.create_producer(TOPIC, batching_enabled=False)
-    for payload in data:
-        producer.send(payload)
-    client.close()
+    publish(sa.service_url, TOPIC, data)
 
 
 def _read_all(sa: StandaloneProcess, n: int) -> list[bytes]:
-    client = pulsar.Client(sa.service_url, operation_timeout_seconds=30)
-    reader = client.create_reader(TOPIC, pulsar.MessageId.earliest)
-    got = [reader.read_next(30_000).data() for _ in range(n)]
-    client.close()
-    return got
+    return read_all(sa.service_url, TOPIC, n)
 
 
 def _broker_pid(sa: StandaloneProcess) -> int:

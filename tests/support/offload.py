@@ -3,7 +3,8 @@
 Owns: ``OffloadAdmin`` (a topic's ``PUT/GET .../offload``, its internal stats and stats, and
 waiting on them with deadlines, never sleeps), ``broker_settings`` (broker.conf names for a
 small-ledger topic offloading to a filesystem directory or an S3 bucket, with deletion lag 0
-and short object-store timeouts) and ``payloads`` (deterministic, distinct message bodies).
+and short object-store timeouts), ``payloads`` (deterministic, distinct message bodies), and
+``publish`` / ``read_all`` (a topic written and read back whole with the official client).
 """
 
 from __future__ import annotations
@@ -17,6 +18,28 @@ from typing import Any
 
 from support.s3 import S3Bucket
 from support.waiting import wait_until
+
+
+def publish(service_url: str, topic: str, data: list[bytes]) -> None:
+    """``data`` sent one message at a time (unbatched: an entry each), each acknowledged."""
+    import pulsar
+
+    client = pulsar.Client(service_url, operation_timeout_seconds=30)
+    producer = client.create_producer(topic, batching_enabled=False)
+    for payload in data:
+        producer.send(payload)
+    client.close()
+
+
+def read_all(service_url: str, topic: str, n: int, timeout_ms: int = 30_000) -> list[bytes]:
+    """The first ``n`` messages of ``topic``, read by a reader from the earliest."""
+    import pulsar
+
+    client = pulsar.Client(service_url, operation_timeout_seconds=30)
+    reader = client.create_reader(topic, pulsar.MessageId.earliest)
+    got = [reader.read_next(timeout_ms).data() for _ in range(n)]
+    client.close()
+    return got
 
 
 def payloads(n: int, size: int, seed: int = 7) -> list[bytes]:

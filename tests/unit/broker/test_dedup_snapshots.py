@@ -1,4 +1,4 @@
-"""Deduplication's recovery point (``producer.DedupSnapshot``), on memory storage: a new
+"""Deduplication's recovery point (``producer.DEDUP_SNAPSHOTS``), on memory storage: a new
 owner of a deduplicated topic reads again only the entries after the last snapshot, not the
 whole topic (a topic of millions of entries loaded within its lookup's timeout), and still
 refuses what was stored before it."""
@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from support.publish_sink import PublishOutcomes
 from support.replication_fakes import entry_bytes
 from support.waiting import wait_for
 
@@ -17,24 +18,13 @@ from magnetar.broker.topics.persistent import PersistentTopic
 from magnetar.broker.topics.producer import (
     DEDUP_SNAPSHOT_EVERY_ENTRIES,
     DEDUP_SNAPSHOT_PROPERTY,
+    DEDUP_SNAPSHOTS,
     AccessMode,
-    DedupSnapshot,
     Producer,
 )
-from magnetar.broker.topics.publish import PendingSend
+from magnetar.broker.topics.sequence_snapshots import SequenceSnapshot
 
 TOPIC = "persistent://t/ns/orders"
-
-
-class _Outcomes:
-    def __init__(self) -> None:
-        self.got: list[Position | Exception | None] = []
-
-    def on_published(self, items: list[PendingSend], positions: list[Position | None]) -> None:
-        self.got.extend(positions)
-
-    def on_publish_failed(self, items: list[PendingSend], exc: Exception) -> None:
-        self.got.extend(exc for _ in items)
 
 
 async def _open(
@@ -61,7 +51,7 @@ async def _publish(topic: PersistentTopic, seqs: range | list[int]) -> list[bool
     """Whether each was stored (False: a duplicate)."""
     producer = Producer(1, "app", AccessMode.SHARED)
     topic.add_producer(producer)
-    sink = _Outcomes()
+    sink = PublishOutcomes()
     for seq in seqs:
         data = entry_bytes(b"m%d" % seq, sequence_id=seq)
         topic.publish_message(sink, producer, seq, seq, 1, data)
@@ -71,8 +61,8 @@ async def _publish(topic: PersistentTopic, seqs: range | list[int]) -> list[bool
     return [isinstance(g, Position) for g in sink.got]
 
 
-def _stored_snapshot(topic: PersistentTopic) -> DedupSnapshot | None:
-    return DedupSnapshot.decode(topic.ledger.properties.get(DEDUP_SNAPSHOT_PROPERTY))
+def _stored_snapshot(topic: PersistentTopic) -> SequenceSnapshot | None:
+    return DEDUP_SNAPSHOTS.decode(topic.ledger.properties.get(DEDUP_SNAPSHOT_PROPERTY))
 
 
 async def test_a_new_owner_reads_again_only_what_follows_the_snapshot() -> None:
@@ -105,7 +95,7 @@ async def test_a_clean_close_leaves_nothing_to_read_again() -> None:
     assert all(await _publish(topic, range(10)))
     await topic.close()
     snap = _stored_snapshot(topic)
-    assert snap is not None and snap.producers == {"app": 9}
+    assert snap is not None and snap.ids == {"app": 9}
     assert snap.position == topic.ledger.last_confirmed
     successor, read = await _open(storage)
     assert sum(read) == 0
@@ -123,11 +113,12 @@ async def test_without_a_readable_snapshot_the_whole_topic_is_read() -> None:
 
 
 def test_a_snapshot_too_large_for_the_metadata_is_not_stored() -> None:
-    big = DedupSnapshot(Position(1, 2), {f"producer-{i:08d}": i for i in range(20_000)})
-    assert big.encode() is None
-    small = DedupSnapshot(Position(1, 2), {"a": 5})
-    assert DedupSnapshot.decode(small.encode()) == small
-    assert DedupSnapshot.decode("") is None and DedupSnapshot.decode('{"position": 3}') is None
+    big = SequenceSnapshot(Position(1, 2), {f"producer-{i:08d}": i for i in range(20_000)})
+    assert DEDUP_SNAPSHOTS.encode(big) is None
+    small = SequenceSnapshot(Position(1, 2), {"a": 5})
+    assert DEDUP_SNAPSHOTS.decode(DEDUP_SNAPSHOTS.encode(small)) == small
+    assert DEDUP_SNAPSHOTS.decode("") is None
+    assert DEDUP_SNAPSHOTS.decode('{"position": 3}') is None
 
 
 async def test_brokerDeduplicationEntriesInterval_sets_the_cadence() -> None:
@@ -136,4 +127,4 @@ async def test_brokerDeduplicationEntriesInterval_sets_the_cadence() -> None:
     assert all(await _publish(topic, range(10)))
     await wait_for(lambda: _stored_snapshot(topic) is not None, 10, "a snapshot at 10 entries")
     snap = _stored_snapshot(topic)
-    assert snap is not None and snap.producers == {"app": 9}
+    assert snap is not None and snap.ids == {"app": 9}

@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 import pytest
 from support.autojump import AutojumpClock
+from support.publish_sink import PublishOutcomes
 from support.replication_fakes import FakeRemote, entry_bytes
 from support.topic_link import LinkedRemote, local_topic
 from support.waiting import wait_for
@@ -23,30 +24,15 @@ from magnetar.broker.replication.contracts import RemoteCluster
 from magnetar.broker.replication.topic_replication import ReplicationSettings, TopicReplication
 from magnetar.broker.storage.contract import AddedCallback
 from magnetar.broker.storage.memory import MemoryLedger, MemoryStorageFactory
-from magnetar.broker.topics.inbound_links import SNAPSHOT_PROPERTY, InboundSnapshot
+from magnetar.broker.topics.inbound_links import INBOUND_SNAPSHOTS, SNAPSHOT_PROPERTY
 from magnetar.broker.topics.persistent import PersistentTopic
 from magnetar.broker.topics.producer import AccessMode, Producer
-from magnetar.broker.topics.publish import PendingSend
 from magnetar.broker.topics.replication_positions import SOURCE_POSITION_PROPERTY
 from magnetar.client.protocol import markers
 from magnetar.clock import Clock
 
 TOPIC = "persistent://geo/ns/orders"
 LINK = "pulsar.repl.east-->west"
-
-
-class _Outcomes:
-    """A ``PublishSink`` keeping every outcome in order: a position, None (duplicate) or
-    the error."""
-
-    def __init__(self) -> None:
-        self.got: list[Position | Exception | None] = []
-
-    def on_published(self, items: list[PendingSend], positions: list[Position | None]) -> None:
-        self.got.extend(positions)
-
-    def on_publish_failed(self, items: list[PendingSend], exc: Exception) -> None:
-        self.got.extend(exc for _ in items)
 
 
 def _replicated(source_entry: int) -> bytes:
@@ -62,7 +48,7 @@ def _seq(source_entry: int) -> int:
     return 1 << 32 | source_entry
 
 
-def _send(topic: PersistentTopic, sink: _Outcomes, producer: Producer, entry: int) -> None:
+def _send(topic: PersistentTopic, sink: PublishOutcomes, producer: Producer, entry: int) -> None:
     topic.publish_message(sink, producer, _seq(entry), _seq(entry), 1, _replicated(entry))
 
 
@@ -74,7 +60,7 @@ async def _link_producer(topic: PersistentTopic) -> Producer:
     return producer
 
 
-async def _settled(topic: PersistentTopic, sink: _Outcomes, n: int) -> None:
+async def _settled(topic: PersistentTopic, sink: PublishOutcomes, n: int) -> None:
     await wait_for(lambda: len(sink.got) >= n, 5, f"{n} outcomes")
 
 
@@ -82,7 +68,7 @@ async def test_a_link_is_deduplicated_whatever_the_policy() -> None:
     storage = MemoryStorageFactory()
     topic = await local_topic(storage, TOPIC, "west", dedup=False)
     producer = await _link_producer(topic)
-    sink = _Outcomes()
+    sink = PublishOutcomes()
     for entry in (0, 1, 1, 0, 2):
         _send(topic, sink, producer, entry)
     await _settled(topic, sink, 5)
@@ -95,8 +81,8 @@ async def test_a_crashed_owner_s_successor_recognises_what_the_link_stored() -> 
     storage = MemoryStorageFactory()
     topic = await local_topic(storage, TOPIC, "west")
     producer = await _link_producer(topic)  # its recovery point stored first
-    assert InboundSnapshot.from_property(topic.ledger.properties[SNAPSHOT_PROPERTY]) is not None
-    sink = _Outcomes()
+    assert INBOUND_SNAPSHOTS.decode(topic.ledger.properties[SNAPSHOT_PROPERTY]) is not None
+    sink = PublishOutcomes()
     for entry in range(5):
         _send(topic, sink, producer, entry)
     await _settled(topic, sink, 5)
@@ -104,7 +90,7 @@ async def test_a_crashed_owner_s_successor_recognises_what_the_link_stored() -> 
     successor = await local_topic(storage, TOPIC, "west")
     assert successor.last_sequence_id(LINK) == _seq(4)
     again = await _link_producer(successor)
-    sink2 = _Outcomes()
+    sink2 = PublishOutcomes()
     for entry in range(3, 7):
         _send(successor, sink2, again, entry)
     await _settled(successor, sink2, 4)
@@ -116,12 +102,12 @@ async def test_a_clean_close_leaves_nothing_to_read_again() -> None:
     storage = MemoryStorageFactory()
     topic = await local_topic(storage, TOPIC, "west")
     producer = await _link_producer(topic)
-    sink = _Outcomes()
+    sink = PublishOutcomes()
     _send(topic, sink, producer, 9)
     await _settled(topic, sink, 1)
     await topic.close()
-    snap = InboundSnapshot.from_property(topic.ledger.properties[SNAPSHOT_PROPERTY])
-    assert snap is not None and snap.links == {LINK: _seq(9)}
+    snap = INBOUND_SNAPSHOTS.decode(topic.ledger.properties[SNAPSHOT_PROPERTY])
+    assert snap is not None and snap.ids == {LINK: _seq(9)}
     assert snap.position == topic.ledger.last_confirmed
 
 
@@ -144,7 +130,7 @@ async def test_nothing_a_link_sends_after_a_failed_send_is_stored_before_it() ->
     topic = PersistentTopic(TopicName.parse(TOPIC), ledger, local_cluster="west")
     await topic.load()
     producer = await _link_producer(topic)
-    sink = _Outcomes()
+    sink = PublishOutcomes()
     _send(topic, sink, producer, 1)
     await _settled(topic, sink, 1)
     ledger.refuse_next = True
@@ -168,7 +154,7 @@ async def test_markers_are_stored_acknowledged_and_never_read() -> None:
     await topic.create_subscription("idle", earliest=True)
     producer = Producer(7, "app", AccessMode.SHARED)
     topic.add_producer(producer)
-    sink = _Outcomes()
+    sink = PublishOutcomes()
     topic.publish_message(sink, producer, 0, 0, 1, entry_bytes(b"one"))
     await _settled(topic, sink, 1)
     await topic.markers.expect()
@@ -213,7 +199,7 @@ async def test_replicators_follow_the_plan() -> None:
         topic = await local_topic(storage, TOPIC, "east")
         producer = Producer(7, "app", AccessMode.SHARED)
         topic.add_producer(producer)
-        sink = _Outcomes()
+        sink = PublishOutcomes()
         topic.publish_message(sink, producer, 0, 0, 1, entry_bytes(b"before"))
         await _settled(topic, sink, 1)
         west = FakeRemote("west")
@@ -270,7 +256,7 @@ async def test_replicated_subscriptions_between_two_linked_topics(acked: int) ->
         )
         producer = Producer(7, "app", AccessMode.SHARED)
         east.add_producer(producer)
-        sink = _Outcomes()
+        sink = PublishOutcomes()
         for i in range(100):
             east.publish_message(sink, producer, i, i, 1, entry_bytes(f"m{i}".encode()))
             if i % 10 == 9:
@@ -330,7 +316,7 @@ async def test_a_topic_with_a_replication_backlog_is_kept() -> None:
         assert not geo.keeps(topic)
         producer = Producer(7, "app", AccessMode.SHARED)
         topic.add_producer(producer)
-        sink = _Outcomes()
+        sink = PublishOutcomes()
         topic.publish_message(sink, producer, 0, 0, 1, entry_bytes(b"for west"))
         await _settled(topic, sink, 1)
         shown = await wait_for(

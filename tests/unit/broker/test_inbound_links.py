@@ -10,10 +10,10 @@ from support.replication_fakes import entry_bytes
 
 from magnetar.broker.ledger.position import Position
 from magnetar.broker.topics.inbound_links import (
+    INBOUND_SNAPSHOTS,
     LINKS_MAX,
     SNAPSHOT_EVERY_ENTRIES,
     InboundLinks,
-    InboundSnapshot,
     Verdict,
     link_of_producer,
 )
@@ -73,9 +73,9 @@ def test_snapshots_round_trip_and_are_due_by_entries() -> None:
     assert not links.count_stored(SNAPSHOT_EVERY_ENTRIES - 1)
     assert links.count_stored(1)
     snap = links.snapshot(Position(3, 9))
-    assert snap.links == {LINK: 7}
+    assert snap.ids == {LINK: 7}
     assert not links.count_stored(1)  # counting starts again
-    back = InboundSnapshot.from_property(snap.to_property())
+    back = INBOUND_SNAPSHOTS.decode(INBOUND_SNAPSHOTS.encode(snap))
     assert back == snap
     again = InboundLinks("west")
     again.restore(back)
@@ -85,7 +85,7 @@ def test_snapshots_round_trip_and_are_due_by_entries() -> None:
 
 @pytest.mark.parametrize("raw", [None, "", "{", '{"position": "x"}', '{"links": {}}', "[]"])
 def test_an_unreadable_snapshot_is_ignored(raw: str | None) -> None:
-    assert InboundSnapshot.from_property(raw) is None
+    assert INBOUND_SNAPSHOTS.decode(raw) is None
 
 
 def test_recovery_reads_the_source_position_of_replicated_entries() -> None:
