@@ -19,7 +19,10 @@ offload MB/s), then idle again (the idle p99 is the mean of before and after); t
 copies deleted (deletion lag 0) and the bookie's disk bytes before
 and after (its GC every second); the standalone restarted again and the same backlog read
 by a new consumer from the object store (msg/s, and its ratio to the bookie read: the
-targets are >= 0.5 with the filesystem driver, >= 0.25 through S3).
+targets are >= 0.5 with the filesystem driver, >= 0.25 through S3), with the broker
+process's RSS before and at most during that read. ``--worker`` names where offloads run
+(``managedLedgerOffloadWorker``; several: alternating runs), ``--rounds`` repeats the set; the
+last line's ``summary`` has each setting's median publish p99 increase.
 
 The first line printed is the command; the last is one JSON object. Against moto (a Python
 server) the figures measure moto more than the client: compare drivers and libraries with
@@ -28,6 +31,8 @@ each other, not with S3.
     .venv/bin/python bench/offload_perf.py --driver both --ledger-mb 64 --entry-bytes 1024
     .venv/bin/python bench/offload_perf.py --driver s3 --ledger-mb 4 --compare-libraries
     .venv/bin/python bench/offload_perf.py --broker --driver both --backlog-mb 256
+    .venv/bin/python bench/offload_perf.py --broker --driver s3 --backlog-mb 64 \
+        --probe-messages 3000 --worker off idle --rounds 4
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ import shlex
 import statistics
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from typing import Any
@@ -296,6 +302,40 @@ def _disk_bytes(path: pathlib.Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
 
+def _rss_bytes(pid: int) -> int:
+    """A process's resident set size now (0 once it is gone)."""
+    try:
+        for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+class _RssPeak:
+    """The highest RSS of a process, sampled every 50 ms on a thread while in ``with``."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.05):
+            self.peak = max(self.peak, _rss_bytes(self.pid))
+
+    def __enter__(self) -> _RssPeak:
+        self.peak = _rss_bytes(self.pid)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
 def _consume_rate(sa: StandaloneProcess, sub: str, expected: int) -> float:
     """Messages per second of one consumer reading the topic from its start."""
     import pulsar
@@ -381,7 +421,10 @@ def _broker_run(
         disk_after = _disk_bytes(bookie_dir)
         sa.stop()
         sa.start()  # cold again: what is read comes from the object store
-        store_rate = _consume_rate(sa, "from-store", count)
+        assert sa.proc is not None
+        rss_before_read = _rss_bytes(sa.proc.pid)
+        with _RssPeak(sa.proc.pid) as rss:
+            store_rate = _consume_rate(sa, "from-store", count)
     finally:
         sa.stop()
         os.environ.pop("MAGNETAR_BOOKIE_GC_INTERVAL_S", None)
@@ -404,6 +447,8 @@ def _broker_run(
         "bookie_read_msgs_s": round(bookie_rate),
         "offloaded_read_msgs_s": round(store_rate),
         "offloaded_to_bookie_read_ratio": round(store_rate / bookie_rate, 2),
+        "broker_rss_mb_before_store_read": round(rss_before_read / MIB),
+        "broker_rss_mb_max_during_store_read": round(rss.peak / MIB),
         "ratio_target": target,
         "publish_p99_ms_idle_before": round(_percentile(idle, 0.99), 2),
         "publish_p99_ms_idle_after": round(_percentile(idle_after, 0.99), 2),
