@@ -919,6 +919,18 @@ class BookieClient:
             await self._channel.close(None)
 
 
+def read_clients(
+    *, tls: GrpcTls | None = None, timeout_ms: int = 30_000
+) -> Callable[[str], BookieClient]:
+    """A factory of clients that only read (no fast add connection): what a reader outside
+    the broker (a Spark task, the offload worker) hands ``BookiePool``."""
+
+    def make(address: str) -> BookieClient:
+        return BookieClient(address, timeout_ms=timeout_ms, tls=tls, fast_add=False)
+
+    return make
+
+
 def _raise_for(status: int, message: str) -> None:
     if status != StatusCode.OK:
         raise BookieError.for_code(status, message)
@@ -947,4 +959,5 @@ __all__ = [
     "BookieClientStatistics",
     "encode_batch_header",
     "encode_entries",
+    "read_clients",
 ]

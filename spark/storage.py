@@ -43,7 +43,7 @@ import collections
 import logging
 from collections.abc import AsyncIterator
 
-from magnetar.bookie.client import BookieClient
+from magnetar.bookie.client import read_clients
 from magnetar.bookie.tls import GrpcTls
 from magnetar.broker.bookkeeper.entry import LedgerEntries
 from magnetar.broker.bookkeeper.errors import LedgerError
@@ -87,9 +87,7 @@ class LedgerReader:
         offload: dict[str, str] | None = None,
         timeout_ms: int = 30_000,
     ) -> None:
-        self.pool = BookiePool(
-            lambda address: BookieClient(address, timeout_ms=timeout_ms, tls=tls, fast_add=False)
-        )
+        self.pool = BookiePool(read_clients(tls=tls, timeout_ms=timeout_ms))
         self._handles: dict[int, BookieReadHandle] = {}
         self._offloaded = OffloadedLedgers(offload or {})
 

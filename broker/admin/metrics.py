@@ -434,6 +434,44 @@ class BrokerMetrics:
             fam = kind(name, help_text, labels=["cluster"])
             fam.add_metric([cluster], value)
             yield fam
+        yield from self._offload_worker_series(cluster)
+
+    def _offload_worker_series(self, cluster: str) -> Iterator[Metric]:
+        """The broker's offload worker process (``managedLedgerOffloadWorker``; Magnetar's:
+        Pulsar offloads on the broker's own threads)."""
+        w = self.service.storage.offload_worker_statistics()
+        gauge, counter = GaugeMetricFamily, CounterMetricFamily
+        Family = type[GaugeMetricFamily] | type[CounterMetricFamily]
+        series: tuple[tuple[Family, str, str, int], ...] = (
+            (
+                gauge,
+                "magnetar_offload_worker_running",
+                "1 while the broker's offload worker process is alive",
+                int(w.running),
+            ),
+            (
+                counter,
+                "magnetar_offload_worker_starts",
+                "Offload worker processes started",
+                w.starts,
+            ),
+            (
+                counter,
+                "magnetar_offload_worker_jobs",
+                "Ledger offloads given to the worker",
+                w.jobs,
+            ),
+            (
+                counter,
+                "magnetar_offload_worker_jobs_failed",
+                "Worker offloads that failed (in the worker, or because it exited)",
+                w.jobs_failed,
+            ),
+        )
+        for kind, name, help_text, value in series:
+            fam = kind(name, help_text, labels=["cluster"])
+            fam.add_metric([cluster], value)
+            yield fam
 
 
 LB_GAUGES: dict[str, str] = {

@@ -29,7 +29,7 @@ from magnetar.broker.bookkeeper.metadata import (
     write_sets,
 )
 from magnetar.broker.bookkeeper.placement import BookieClientFactory, BookieRegistry, RackPolicy
-from magnetar.broker.bookkeeper.read_handle import BookieReadHandle
+from magnetar.broker.bookkeeper.read_handle import BookieReadHandle, ReadHandle
 from magnetar.broker.bookkeeper.states import LedgerState
 from magnetar.broker.bookkeeper.write_handle import WriteHandle
 from magnetar.clock import Clock, SystemClock
@@ -132,6 +132,15 @@ class LedgerClient:
 
     def _reader(self, meta: LedgerMetadata, version: int) -> BookieReadHandle:
         return BookieReadHandle(self.registry, meta, version, reload=self.context.reload_metadata)
+
+    async def located(self, handle: ReadHandle) -> tuple[LedgerMetadata, dict[str, str]] | None:
+        """A ledger read over bookies, as a process without the metadata store needs it to
+        read the same entries (the offload worker): its metadata and its bookies' ``host:port``
+        by bookie id. None for a handle that is not read from bookies."""
+        if not isinstance(handle, BookieReadHandle):
+            return None
+        meta = handle.metadata
+        return meta, await self.registry.addresses(meta.all_bookies)
 
     async def delete_ledger(self, ledger_id: int) -> None:
         try:

@@ -49,7 +49,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from magnetar.broker.bookkeeper.entry import LedgerEntry
-from magnetar.broker.bookkeeper.read_handle import BookieReadHandle, ReadHandle
+from magnetar.broker.bookkeeper.read_handle import ReadHandle
 from magnetar.broker.ledger.errors import (
     ManagedLedgerClosed,
     ManagedLedgerError,
@@ -572,11 +572,8 @@ class Offloading:
             await host.write_info()  # (1) the attempt is recorded before any object exists
             try:
                 source = await host.reads.bookie_reader(ledger_id)
-                located = None
-                if offloader.isolated and isinstance(source, BookieReadHandle):
-                    meta = source.metadata
-                    addresses = await host.ledger_client.registry.addresses(meta.all_bookies)
-                    located = LocatedLedger(meta, addresses)
+                where = await host.ledger_client.located(source) if offloader.isolated else None
+                located = LocatedLedger(*where) if where is not None else None
                 record = await offloader.offload(
                     source,
                     uid,

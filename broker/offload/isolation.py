@@ -65,6 +65,7 @@ class OffloadWorker:
         """What the child got: ``idle`` (SCHED_IDLE), ``nice`` or ``normal``."""
         self.starts = 0
         self.jobs = 0
+        self.jobs_failed = 0
 
     def __repr__(self) -> str:
         return f"<OffloadWorker {self.priority} pid={self.pid} jobs={self.jobs}>"
@@ -72,16 +73,23 @@ class OffloadWorker:
     async def run(self, job: OffloadJob, flow: FlowPermits) -> UploadResult:
         """``job`` done in the child; raises the ``OffloadError`` it answered, or one saying
         it exited."""
-        proc = await self._process()
+        self.jobs += 1
+        try:
+            proc = await self._process()
+        except OffloadError:
+            self.jobs_failed += 1  # the worker could not be started
+            raise
         job_id = next(self._ids)
         answer: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._pending[job_id] = answer
         self._flows[job_id] = flow
-        self.jobs += 1
         try:
             self._send(proc, {"id": job_id, "job": job.to_json()})
             try:
                 got = await asyncio.shield(answer)
+            except OffloadError:
+                self.jobs_failed += 1  # the child exited under it
+                raise
             except asyncio.CancelledError:
                 if proc.returncode is None:
                     with contextlib.suppress(OSError, RuntimeError):
@@ -91,11 +99,17 @@ class OffloadWorker:
             self._pending.pop(job_id, None)
             self._flows.pop(job_id, None)
         if "error" in got:
+            self.jobs_failed += 1
             raise error_from_json(got["error"])
         ok = got["ok"]
         return UploadResult(
             OffloadIndex.decode(bytes_from_json(ok["index"])), int(ok["index_object_bytes"])
         )
+
+    @property
+    def running(self) -> bool:
+        """The child process is alive."""
+        return self._proc is not None and self._proc.returncode is None
 
     def _send(self, proc: asyncio.subprocess.Process, message: dict[str, Any]) -> None:
         assert proc.stdin is not None
@@ -121,6 +135,7 @@ class OffloadWorker:
             stdout=asyncio.subprocess.PIPE,
             limit=LINE_LIMIT,
         )
+        self.starts += 1  # spawned (one killed before it said it was ready counts too)
         assert proc.stdout is not None
         try:
             line = await asyncio.wait_for(proc.stdout.readline(), START_TIMEOUT_S)
@@ -134,7 +149,6 @@ class OffloadWorker:
             raise OffloadError(f"the offload worker did not start (exit code {proc.returncode})")
         self.pid = int(ready["pid"])
         self.granted_priority = str(ready["priority"])
-        self.starts += 1
         log.info("offload worker started: pid %d, priority %s", self.pid, self.granted_priority)
         self._proc = proc
         self._reader = asyncio.ensure_future(self._read(proc))

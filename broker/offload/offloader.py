@@ -216,7 +216,13 @@ class BlobStoreOffloader:
 
     @property
     def isolated(self) -> bool:
+        """A worker is configured and the store has a ``StoreSpec`` to name it to another
+        process (a store handed over as an object has none: this loop writes it)."""
         return self._tuning.worker is not None and self._spec is not None
+
+    def _worker_for(self, located: LocatedLedger | None) -> OffloadWorker | None:
+        """The worker process that offloads ``located``, or None: this loop does."""
+        return self._tuning.worker if self.isolated and located is not None else None
 
     async def offload(
         self,
@@ -231,8 +237,9 @@ class BlobStoreOffloader:
         keys = (data_key(ledger_id, attempt), index_key(ledger_id, attempt))
         self._started += 1
         try:
-            worker = self._tuning.worker
-            if worker is not None and self._spec is not None and located is not None:
+            worker = self._worker_for(located)
+            if worker is not None:
+                assert located is not None and self._spec is not None
                 plan = self._plan
                 job = OffloadJob(
                     ledger=located,

@@ -33,7 +33,7 @@ import signal
 import sys
 from typing import IO, Any
 
-from magnetar.bookie.client import BookieClient
+from magnetar.bookie.client import read_clients
 from magnetar.broker.bookkeeper.read_handle import open_sealed_ledger
 from magnetar.broker.bookkeeper.replicas import BookiePool
 from magnetar.broker.offload.errors import OffloadError
@@ -173,12 +173,8 @@ class Worker:
                 flow=flow,
                 read_bytes=WORKER_READ_BYTES,
             )
-            tls = job.bookie_tls
-            timeout_ms = job.bookie_timeout_ms
             async with BookiePool(
-                lambda address: BookieClient(
-                    address, timeout_ms=timeout_ms, tls=tls, fast_add=False
-                ),
+                read_clients(tls=job.bookie_tls, timeout_ms=job.bookie_timeout_ms),
                 job.ledger.addresses,
             ) as pool:
                 result = await upload_ledger(

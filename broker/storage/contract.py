@@ -240,6 +240,17 @@ class StorageFailures(NamedTuple):
     """Adds such a ledger had not confirmed, re-added to the next ledger."""
 
 
+class OffloadWorkerStatistics(NamedTuple):
+    """The broker's offload worker process, since the broker started (``/metrics``); a
+    storage without one (none configured, or in memory) shows zeros."""
+
+    running: bool
+    starts: int
+    jobs: int
+    jobs_failed: int
+    """Jobs that failed in the worker, or because it exited under them."""
+
+
 class TopicStorageFactory(Protocol):
     async def open(self, name: str, *, keep_all: bool = False) -> TopicLedger:
         """Open (creating) ``name``. ``keep_all``: never trim it, whatever the retention
@@ -264,11 +275,14 @@ class TopicStorageFactory(Protocol):
         """The entry cache and the read-ahead budget, broker-wide."""
         ...
 
+    def offload_worker_statistics(self) -> OffloadWorkerStatistics: ...
+
 
 __all__ = [
     "AddedCallback",
     "Entry",
     "IndexHome",
+    "OffloadWorkerStatistics",
     "StorageFailures",
     "StorageMemory",
     "TopicCursor",

@@ -27,6 +27,7 @@ from magnetar.broker.ledger.position import EARLIEST, LATEST, Position
 from magnetar.broker.offload import EffectiveOffloadPolicies
 from magnetar.broker.storage.contract import (
     Entry,
+    OffloadWorkerStatistics,
     StorageFailures,
     StorageMemory,
     int_to_words,
@@ -374,6 +375,14 @@ class ManagedLedgerStorage:
         budget = self.factory.read_ahead_budget
         return StorageMemory(
             cache.size_bytes, cache.max_bytes, budget.held, budget.capacity, budget.refused
+        )
+
+    def offload_worker_statistics(self) -> OffloadWorkerStatistics:
+        worker = self.factory.offloaders.tuning.worker
+        if worker is None:
+            return OffloadWorkerStatistics(False, 0, 0, 0)
+        return OffloadWorkerStatistics(
+            worker.running, worker.starts, worker.jobs, worker.jobs_failed
         )
 
 

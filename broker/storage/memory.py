@@ -21,6 +21,7 @@ from magnetar.broker.storage.contract import (
     AddedCallback,
     Entry,
     IndexHome,
+    OffloadWorkerStatistics,
     StorageFailures,
     StorageMemory,
 )
@@ -396,6 +397,10 @@ class MemoryStorageFactory:
     def memory_statistics(self) -> StorageMemory:
         """No cache and no read-ahead: everything is in the ledgers' lists."""
         return StorageMemory(0, 0, 0, 0, 0)
+
+    def offload_worker_statistics(self) -> OffloadWorkerStatistics:
+        """No ledgers to offload."""
+        return OffloadWorkerStatistics(False, 0, 0, 0)
 
 
 __all__ = ["MemoryCursor", "MemoryLedger", "MemoryStorageFactory", "next_ledger_id"]

@@ -506,6 +506,9 @@ class _FencingOnce:
     def failure_statistics(self):  # type: ignore[no-untyped-def]
         return self.inner.failure_statistics()
 
+    def offload_worker_statistics(self):  # type: ignore[no-untyped-def]
+        return self.inner.offload_worker_statistics()
+
 
 def test_fenced_topic_is_unloaded_and_the_client_recovers() -> None:
     b = InProcessBroker(storage=_FencingOnce()).start()

@@ -15,7 +15,9 @@ import os
 import pathlib
 import signal
 import time
+import urllib.request
 
+from prometheus_client.parser import text_string_to_metric_families
 from support.offload import OffloadAdmin, broker_settings, payloads, publish, read_all
 from support.s3 import S3Bucket, S3Server
 from support.standalone import StandaloneFactory, StandaloneProcess
@@ -48,6 +50,19 @@ def _publish(sa: StandaloneProcess, data: list[bytes]) -> None:
 
 def _read_all(sa: StandaloneProcess, n: int) -> list[bytes]:
     return read_all(sa.service_url, TOPIC, n)
+
+
+def _worker_metrics(sa: StandaloneProcess) -> dict[str, float]:
+    """The broker's ``magnetar_offload_worker_*`` series (counters without ``_total``)."""
+    with urllib.request.urlopen(sa.web_url + "/metrics", timeout=10) as resp:
+        text = resp.read().decode()
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        if family.name.startswith("magnetar_offload_worker"):
+            for sample in family.samples:
+                if not sample.name.endswith("_created"):
+                    out[sample.name.removesuffix("_total")] = sample.value
+    return out
 
 
 def _broker_pid(sa: StandaloneProcess) -> int:
@@ -89,6 +104,12 @@ def test_with_the_worker_off_the_broker_offloads_itself(
     admin.wait_status("SUCCESS")
     admin.wait_offloaded(bookie_deleted=True)
     assert _worker_pids(_broker_pid(sa)) == []
+    assert _worker_metrics(sa) == {
+        "magnetar_offload_worker_running": 0,
+        "magnetar_offload_worker_starts": 0,
+        "magnetar_offload_worker_jobs": 0,
+        "magnetar_offload_worker_jobs_failed": 0,
+    }
     assert _read_all(sa, len(data)) == data
 
 
@@ -120,6 +141,14 @@ def test_a_killed_worker_fails_its_attempt_and_the_next_offload_succeeds(
     admin.wait_offloaded(bookie_deleted=True)
     (again,) = _worker_pids(_broker_pid(sa))
     assert again != worker
+    metrics = _worker_metrics(sa)  # the kill and the new worker, as /metrics shows them
+    assert metrics["magnetar_offload_worker_running"] == 1
+    assert metrics["magnetar_offload_worker_starts"] == 2
+    assert metrics["magnetar_offload_worker_jobs_failed"] >= 1
+    assert (
+        metrics["magnetar_offload_worker_jobs"]
+        >= metrics["magnetar_offload_worker_jobs_failed"] + 3
+    )
     listed = bucket.server.client().list_objects_v2(Bucket=bucket.name).get("Contents", [])
     records = [ledger["offloadContext"]["record"] for ledger in admin.sealed_ledgers()]
     recorded = {r["dataKey"] for r in records} | {r["indexKey"] for r in records}

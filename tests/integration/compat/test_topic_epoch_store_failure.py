@@ -51,6 +51,9 @@ class _FailingProperties:
     def failure_statistics(self):  # type: ignore[no-untyped-def]
         return self.inner.failure_statistics()
 
+    def offload_worker_statistics(self):  # type: ignore[no-untyped-def]
+        return self.inner.offload_worker_statistics()
+
 
 def test_a_failed_epoch_store_fails_the_create_not_the_broker() -> None:
     storage = _FailingProperties()
