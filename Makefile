@@ -71,7 +71,7 @@ image: $(STAMP_SERVER) docker-deps
 
 # The deploy tier uses the images just built (MAGNETAR_TEST_IMAGES_BUILT: no second build).
 test: $(STAMP_ALL) system-deps docker-deps image proto-check lint typecheck imports
-	MAGNETAR_TEST_IMAGES_BUILT=1 $(PY) -m pytest --durations=15 $(PYTEST_ARGS)
+	MAGNETAR_TEST_IMAGES_BUILT=1 $(PY) -m pytest --durations=60 $(PYTEST_ARGS)
 
 unit: $(STAMP_ALL)
 	$(PY) -m pytest -m "unit or contract" $(PYTEST_ARGS)
