@@ -67,10 +67,30 @@ class InvalidResource(ResourceError):
     http_status = 400
 
 
+class OwnedElsewhere(ResourceError):
+    """The topic's bundle is another broker's: the admin API redirects (307) the request
+    there, as Pulsar's topic-ownership validation does. ``http_url`` / ``http_url_tls``: the
+    owner's web service URLs (plain, TLS)."""
+
+    http_status = 307
+
+    def __init__(self, reason: str, http_url: str, http_url_tls: str = "") -> None:
+        super().__init__(reason)
+        self.http_url = http_url
+        self.http_url_tls = http_url_tls
+
+    def location(self, path_and_query: str, *, secure: bool) -> str:
+        """Where the same request goes: the owner's HTTPS URL for a request that came over
+        HTTPS (when the owner has one), else its HTTP URL."""
+        base = self.http_url_tls if secure and self.http_url_tls else self.http_url
+        return base.rstrip("/") + path_and_query
+
+
 __all__ = [
     "BrokerError",
     "CodedError",
     "InvalidResource",
+    "OwnedElsewhere",
     "PreconditionFailed",
     "ResourceConflict",
     "ResourceError",

@@ -28,6 +28,7 @@ from magnetar.broker.admin.ops_api import OperationRoutes, json_unknown_routes
 from magnetar.broker.admin.replication_api import ReplicationRoutes
 from magnetar.broker.admin.schema_api import SchemaAdminRoutes
 from magnetar.broker.admin.topic_ops import TopicOperations
+from magnetar.broker.errors import OwnedElsewhere
 from magnetar.broker.namespace.bundles import BundleRange
 from magnetar.broker.namespace.resources import (
     InvalidResource,
@@ -172,6 +173,9 @@ def _error(status: int, reason: str) -> web.Response:
 async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
         return await handler(request)
+    except OwnedElsewhere as exc:  # Pulsar's topic-ownership validation: 307 to the owner
+        location = exc.location(str(request.rel_url), secure=request.secure)
+        raise web.HTTPTemporaryRedirect(location) from None
     except ResourceError as exc:
         return _error(exc.http_status, exc.reason)
     except web.HTTPException:

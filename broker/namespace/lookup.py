@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from magnetar.broker.config import BrokerConfig
-from magnetar.broker.errors import CodedError, ServerError
+from magnetar.broker.errors import CodedError, OwnedElsewhere, ServerError
 from magnetar.broker.listeners import ListenerNotFound, parse_advertised_listeners
 from magnetar.broker.namespace.bundles import NamespaceBundles
 from magnetar.broker.namespace.ownership import NamespaceBundle, OwnerInfo, OwnershipCache
@@ -45,6 +45,15 @@ log = logging.getLogger(__name__)
 
 class ServiceError(CodedError):
     """A refusal of the service (lookup, topic load, ownership), answered with ``code``."""
+
+
+class NotOwnedHere(ServiceError):
+    """The topic's bundle is owned by another broker (``owner``): a binary-protocol client
+    gets ``ServiceNotReady`` (and looks the topic up again); the admin API redirects."""
+
+    def __init__(self, message: str, owner: OwnerInfo) -> None:
+        super().__init__(ServerError.ServiceNotReady, message)
+        self.owner = owner
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +109,8 @@ def parse_topic(topic: str) -> TopicName:
 
 def to_resource_error(exc: ServiceError) -> ResourceError:
     """A service refusal as the admin API answers it."""
+    if isinstance(exc, NotOwnedHere):
+        return OwnedElsewhere(exc.message, exc.owner.http_url, exc.owner.http_url_tls)
     if exc.code == ServerError.TopicNotFound:
         return ResourceNotFound(exc.message)
     if exc.code == ServerError.InvalidTopicName:
@@ -270,10 +281,7 @@ class NamespaceService:
             return
         owner = await self.ownership.try_acquire(bundle)
         if owner.native_url != self.service_url:
-            raise ServiceError(
-                ServerError.ServiceNotReady,
-                f"Namespace bundle {bundle} is not owned by this broker",
-            )
+            raise NotOwnedHere(f"Namespace bundle {bundle} is not owned by this broker", owner)
 
     # ------------------------------------------------------------------ lookup
     async def lookup(

@@ -3,7 +3,10 @@
 Owns: ``AdminHttp`` (one base URL, an optional bearer token, TLS options, a request timeout)
 and the translation of transport failures into magctl errors: an HTTP error status becomes
 ``HttpError`` (status and the server's ``reason``), an unreachable server ``ConnectionFailed``
-with kubectl's wording. Must not know: resources, verbs or output.
+with kubectl's wording. A 307/308 (a broker that does not own the topic sends the request to
+the one that does, as Pulsar's brokers do) is followed for every method, with the same body
+and ``Authorization``, at most ``REDIRECTS_MAX`` times, as pulsar-admin follows it.
+Must not know: resources, verbs or output.
 """
 
 from __future__ import annotations
@@ -18,6 +21,17 @@ import urllib.request
 from typing import Any
 
 from magnetar.client.magctl.errors import ConnectionFailed, UsageError
+
+
+REDIRECTS_MAX = 5
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """Redirects surface as ``HTTPError`` so ``AdminHttp.request`` follows them itself:
+    urllib follows a 307 only for GET, and would drop a PUT's body."""
+
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
 
 
 class HttpError(Exception):
@@ -88,9 +102,37 @@ class AdminHttp:
                 ctx.check_hostname = False
                 ctx.verify_mode = ssl.CERT_NONE
             self._context = ctx
+        self._opener = urllib.request.build_opener(
+            _NoRedirect(), urllib.request.HTTPSHandler(context=self._context)
+        )
 
     def __repr__(self) -> str:
         return f"AdminHttp({self.base_url!r})"
+
+    def _send(self, method: str, url: str, data: bytes | None) -> bytes:
+        """The answer's body, following redirects; ``HttpError`` for an error status."""
+        for hop in range(REDIRECTS_MAX + 1):
+            try:
+                req = urllib.request.Request(url, data=data, method=method)
+            except ValueError:
+                raise UsageError(
+                    f'invalid admin URL "{self.base_url}": expected http://host:port or https://...'
+                ) from None
+            req.add_header("Accept", "application/json")
+            if data is not None:
+                req.add_header("Content-Type", "application/json")
+            if self.authorization:
+                req.add_header("Authorization", self.authorization)
+            try:
+                with self._opener.open(req, timeout=self.timeout_s) as r:
+                    payload: bytes = r.read()
+                    return payload
+            except urllib.error.HTTPError as exc:
+                location = exc.headers.get("Location") if exc.code in (307, 308) else None
+                if location is None or hop == REDIRECTS_MAX:
+                    raise HttpError(exc.code, reason_of(exc.code, exc.read())) from None
+                url = urllib.parse.urljoin(url, location)
+        raise AssertionError("unreachable")
 
     def request(
         self,
@@ -109,21 +151,7 @@ class AdminHttp:
             )
         data = None if body is None else json.dumps(body).encode()
         try:
-            req = urllib.request.Request(url, data=data, method=method)
-        except ValueError:
-            raise UsageError(
-                f'invalid admin URL "{self.base_url}": expected http://host:port or https://...'
-            ) from None
-        req.add_header("Accept", "application/json")
-        if data is not None:
-            req.add_header("Content-Type", "application/json")
-        if self.authorization:
-            req.add_header("Authorization", self.authorization)
-        try:
-            with urllib.request.urlopen(req, timeout=self.timeout_s, context=self._context) as r:
-                payload: bytes = r.read()
-        except urllib.error.HTTPError as exc:
-            raise HttpError(exc.code, reason_of(exc.code, exc.read())) from None
+            payload = self._send(method, url, data)
         except (TimeoutError, urllib.error.URLError, OSError) as exc:
             where = urllib.parse.urlsplit(self.base_url).netloc or self.base_url
             cause = getattr(exc, "reason", exc)

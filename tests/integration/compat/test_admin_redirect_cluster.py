@@ -1,0 +1,74 @@
+"""A topic's admin request sent to a broker that does not own the topic is redirected (307)
+to the owner, as Pulsar's brokers answer it (topic-ownership validation), on a real
+two-broker cluster: the ``Location`` is the owner's web URL with the same path and query; a
+client that follows it (urllib for a GET, magctl's transport for every method) gets the
+owner's answer, and a PUT reaches the owner with its effect."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+
+import pytest
+from support.bookies import BookieFactory
+from support.cluster import Cluster, running_cluster
+from support.waiting import wait_until
+from support.zookeeper import ZooKeeperServer
+
+from magnetar.client.magctl.http import AdminHttp
+
+
+@pytest.fixture
+def cluster(
+    zookeeper_server: ZooKeeperServer, bookie_factory: BookieFactory, tmp_path: pathlib.Path
+) -> Iterator[Cluster]:
+    with running_cluster(
+        zookeeper_server,
+        bookie_factory,
+        tmp_path,
+        brokers=2,
+        extra_config="metadata_store_session_timeout_millis=30000\n",
+    ) as c:
+        yield c
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args: object, **kwargs: object) -> None:
+        return None
+
+
+def test_topic_admin_on_a_non_owner_redirects_to_the_owner(cluster: Cluster) -> None:
+    first, _second = cluster.brokers
+    first.admin("PUT", "/admin/v2/namespaces/public/redir", {"bundles": {"numBundles": 16}})
+    wait_until(
+        lambda: len(json.loads(first.admin("GET", "/admin/v2/brokers/test"))) == 2,
+        60,
+        "two load reports",
+    )
+    topic = "persistent://public/redir/stats-here"
+    producer = cluster.client(first.service_url).create_producer(topic)
+    for i in range(3):
+        producer.send(b"m%d" % i)
+    owner = cluster.owner(topic)
+    other = next(b for b in cluster.brokers if b is not owner)
+    path = "/admin/v2/persistent/public/redir/stats-here/stats?getPreciseBacklog=false"
+
+    opener = urllib.request.build_opener(_NoRedirect())
+    with pytest.raises(urllib.error.HTTPError) as redirect:
+        opener.open(other.web_url + path, timeout=30)
+    assert redirect.value.code == 307
+    assert redirect.value.headers["Location"] == owner.web_url.rstrip("/") + path
+
+    followed = json.loads(other.admin("GET", path))  # urllib follows a GET's 307
+    assert followed["msgInCounter"] == 3
+
+    admin = AdminHttp(other.web_url)  # magctl's transport follows a PUT's too
+    admin.request("PUT", "/admin/v2/persistent/public/redir/stats-here/compaction")
+    status = json.loads(
+        owner.admin("GET", "/admin/v2/persistent/public/redir/stats-here/compaction")
+    )
+    assert status["status"] in ("RUNNING", "SUCCESS")
+    assert admin.request("GET", path)["msgInCounter"] == 3
