@@ -68,14 +68,15 @@ class InvalidResource(ResourceError):
 
 
 class OwnedElsewhere(ResourceError):
-    """The topic's bundle is another broker's: the admin API redirects (307) the request
-    there, as Pulsar's topic-ownership validation does. ``http_url`` / ``http_url_tls``: the
-    owner's web service URLs (plain, TLS)."""
+    """``topic``'s bundle is another broker's: the admin API redirects (307) a request for
+    that topic there, as Pulsar's topic-ownership validation does. ``http_url`` /
+    ``http_url_tls``: the owner's web service URLs (plain, TLS)."""
 
     http_status = 307
 
-    def __init__(self, reason: str, http_url: str, http_url_tls: str = "") -> None:
+    def __init__(self, reason: str, topic: str, http_url: str, http_url_tls: str = "") -> None:
         super().__init__(reason)
+        self.topic = topic
         self.http_url = http_url
         self.http_url_tls = http_url_tls
 

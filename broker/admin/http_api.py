@@ -173,9 +173,13 @@ def _error(status: int, reason: str) -> web.Response:
 async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
         return await handler(request)
-    except OwnedElsewhere as exc:  # Pulsar's topic-ownership validation: 307 to the owner
-        location = exc.location(str(request.rel_url), secure=request.secure)
-        raise web.HTTPTemporaryRedirect(location) from None
+    except OwnedElsewhere as exc:
+        if exc.topic == _requested_topic(request):  # Pulsar's ownership validation: 307
+            location = exc.location(str(request.rel_url), secure=request.secure)
+            raise web.HTTPTemporaryRedirect(location) from None
+        # a partition of the partitioned topic asked for, owned elsewhere: the request as a
+        # whole has no one owner to go to (partitioned stats ask the partitions' owners)
+        return _error(503, f"{exc.reason} (topic {exc.topic}, owned by {exc.http_url})")
     except ResourceError as exc:
         return _error(exc.http_status, exc.reason)
     except web.HTTPException:
@@ -195,6 +199,16 @@ async def _body_json(request: web.Request, default: Any = None) -> Any:
         return await read_json(request, default)
     except BadRequest as exc:
         raise InvalidResource(exc.reason) from None
+
+
+def _requested_topic(request: web.Request) -> str | None:
+    """The topic a request names in its path (``{domain}/{tenant}/{namespace}/{topic}``),
+    None for a request that names none."""
+    m = request.match_info
+    try:
+        return f"{m['domain']}://{m['tenant']}/{m['namespace']}/{unquote(m['topic'])}"
+    except KeyError:
+        return None
 
 
 def _topic_name(request: web.Request) -> str:

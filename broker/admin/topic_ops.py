@@ -19,9 +19,12 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import aiohttp
+
 from magnetar.broker.compaction import CompactionAlreadyRunning, TopicCompaction
-from magnetar.broker.errors import ServerError
+from magnetar.broker.errors import OwnedElsewhere, ServerError
 from magnetar.broker.ledger.position import EARLIEST, LATEST, Position
+from magnetar.broker.namespace.lookup import NotOwnedHere, to_resource_error
 from magnetar.broker.namespace.ownership import NamespaceBundle
 from magnetar.broker.namespace.resources import (
     PreconditionFailed,
@@ -200,10 +203,14 @@ class TopicOperations:
         )
 
     async def topic(self, topic: str) -> Topic:
+        """The loaded or stored topic; ``OwnedElsewhere`` when another broker owns it (the
+        API redirects there), ``ResourceNotFound`` for the rest."""
         from magnetar.broker.service import ServiceError
 
         try:
             got = await self.service.get_topic(topic, create=False)
+        except NotOwnedHere as exc:
+            raise to_resource_error(exc) from None
         except ServiceError as exc:
             raise ResourceNotFound(exc.message) from None
         if got is None:
@@ -556,6 +563,11 @@ class TopicOperations:
                 stats = await self.topic_stats(name)
             except ResourceNotFound:
                 continue  # a partition nobody has written to or subscribed yet
+            except OwnedElsewhere as elsewhere:
+                got = await self._owner_stats(name, elsewhere)
+                if got is None:
+                    continue
+                stats = got
             parts[name] = stats
             replication.append(stats.get("replication") or {})
             for key in _SUMMED:
@@ -579,6 +591,22 @@ class TopicOperations:
         if per_partition:
             totals["partitions"] = parts
         return totals
+
+    async def _owner_stats(self, name: str, elsewhere: OwnedElsewhere) -> dict[str, Any] | None:
+        """A partition's stats asked of the broker that owns it (Pulsar's partitioned stats
+        gather them the same way); None if it does not know the partition. Without a cluster
+        to ask through, the request is redirected as a whole."""
+        cluster = self.service.cluster
+        if cluster is None:
+            raise elsewhere
+        try:
+            return await cluster.topic_stats(
+                elsewhere.http_url, elsewhere.http_url_tls, self.parse(name)
+            )
+        except (OSError, RuntimeError, aiohttp.ClientError, TimeoutError) as exc:
+            err = ResourceError(f"Stats of {name} from its owner {elsewhere.http_url}: {exc}")
+            err.http_status = 503
+            raise err from None
 
     async def unload(self, topic: str) -> int:
         """Unload the topic, or every partition of a partitioned topic; how many were loaded."""

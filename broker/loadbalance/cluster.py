@@ -415,6 +415,30 @@ class BrokerCluster:
             raise RuntimeError("the answer is not a list")
         return [str(name) for name in data][:LISTED_TOPICS_MAX]
 
+    async def topic_stats(
+        self, http_url: str, http_url_tls: str, topic: TopicName
+    ) -> dict[str, Any] | None:
+        """A topic's stats as its owner (at ``http_url``, or ``http_url_tls`` when this
+        broker's client TLS is on) answers them, with this broker's own role; None when the
+        owner does not know the topic (404)."""
+        auth = self.actions.auth
+        base = auth.pick_url(http_url, http_url_tls)
+        url = (
+            f"{base.rstrip('/')}/admin/v2/{topic.domain}/{topic.tenant}/{topic.namespace}/"
+            f"{topic.local}/stats"
+        )
+        async with self.actions.http().get(
+            url, allow_redirects=False, **auth.request_options()
+        ) as resp:
+            if resp.status == 404:
+                return None
+            if resp.status != 200:
+                raise RuntimeError(f"GET {url}: HTTP {resp.status} {await resp.text()}")
+            data = await resp.json()
+        if not isinstance(data, dict):
+            raise RuntimeError(f"GET {url}: the answer is not an object")
+        return data
+
     async def http_lookup(
         self,
         leader_http_url: str,

@@ -51,8 +51,9 @@ class NotOwnedHere(ServiceError):
     """The topic's bundle is owned by another broker (``owner``): a binary-protocol client
     gets ``ServiceNotReady`` (and looks the topic up again); the admin API redirects."""
 
-    def __init__(self, message: str, owner: OwnerInfo) -> None:
+    def __init__(self, message: str, topic: str, owner: OwnerInfo) -> None:
         super().__init__(ServerError.ServiceNotReady, message)
+        self.topic = topic
         self.owner = owner
 
 
@@ -110,7 +111,7 @@ def parse_topic(topic: str) -> TopicName:
 def to_resource_error(exc: ServiceError) -> ResourceError:
     """A service refusal as the admin API answers it."""
     if isinstance(exc, NotOwnedHere):
-        return OwnedElsewhere(exc.message, exc.owner.http_url, exc.owner.http_url_tls)
+        return OwnedElsewhere(exc.message, exc.topic, exc.owner.http_url, exc.owner.http_url_tls)
     if exc.code == ServerError.TopicNotFound:
         return ResourceNotFound(exc.message)
     if exc.code == ServerError.InvalidTopicName:
@@ -281,7 +282,9 @@ class NamespaceService:
             return
         owner = await self.ownership.try_acquire(bundle)
         if owner.native_url != self.service_url:
-            raise NotOwnedHere(f"Namespace bundle {bundle} is not owned by this broker", owner)
+            raise NotOwnedHere(
+                f"Namespace bundle {bundle} is not owned by this broker", tn.full, owner
+            )
 
     # ------------------------------------------------------------------ lookup
     async def lookup(

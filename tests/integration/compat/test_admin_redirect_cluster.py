@@ -12,6 +12,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 
+import pulsar
 import pytest
 from support.bookies import BookieFactory
 from support.cluster import Cluster, running_cluster
@@ -72,3 +73,33 @@ def test_topic_admin_on_a_non_owner_redirects_to_the_owner(cluster: Cluster) -> 
     )
     assert status["status"] in ("RUNNING", "SUCCESS")
     assert admin.request("GET", path)["msgInCounter"] == 3
+
+
+def test_partitioned_stats_gather_partitions_from_their_owners(cluster: Cluster) -> None:
+    first, second = cluster.brokers
+    first.admin("PUT", "/admin/v2/namespaces/public/parts", {"bundles": {"numBundles": 16}})
+    wait_until(
+        lambda: len(json.loads(first.admin("GET", "/admin/v2/brokers/test"))) == 2,
+        60,
+        "two load reports",
+    )
+    first.admin("PUT", "/admin/v2/persistent/public/parts/spread/partitions", 12)
+    topic = "persistent://public/parts/spread"
+    producer = cluster.client(first.service_url).create_producer(
+        topic, message_routing_mode=pulsar.PartitionsRoutingMode.RoundRobinDistribution
+    )
+    for i in range(24):
+        producer.send(b"m%d" % i)
+    owners = {cluster.owner(f"{topic}-partition-{i}").name for i in range(12)}
+    assert owners == {first.name, second.name}, "the leader placed partitions on both"
+    path = "/admin/v2/persistent/public/parts/spread/partitioned-stats?perPartition=true"
+    for b in (first, second):  # either broker gathers every partition's stats
+        stats = json.loads(b.admin("GET", path))
+        assert stats["msgInCounter"] == 24, b.name
+        assert len(stats["partitions"]) == 12, b.name
+    # a partition-wide call that is not gathered (yet) answers 503 naming a partition's
+    # owner, never a redirect of the whole request to one partition's owner
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        first.admin("GET", "/admin/v2/persistent/public/parts/spread/subscriptions")
+    assert refused.value.code == 503
+    assert "owned by" in json.loads(refused.value.read())["reason"]
