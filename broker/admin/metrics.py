@@ -391,8 +391,7 @@ class BrokerMetrics:
         mem = self.service.storage.memory_statistics()
         failures = self.service.storage.failure_statistics()
         gauge, counter = GaugeMetricFamily, CounterMetricFamily
-        Family = type[GaugeMetricFamily] | type[CounterMetricFamily]
-        series: tuple[tuple[Family, str, str, int], ...] = (
+        series: tuple[tuple[_Family, str, str, int], ...] = (
             (
                 gauge,
                 "pulsar_ml_cache_used_size",
@@ -430,10 +429,7 @@ class BrokerMetrics:
                 failures.adds_moved,
             ),
         )
-        for kind, name, help_text, value in series:
-            fam = kind(name, help_text, labels=["cluster"])
-            fam.add_metric([cluster], value)
-            yield fam
+        yield from _broker_families(cluster, series)
         yield from self._offload_worker_series(cluster)
 
     def _offload_worker_series(self, cluster: str) -> Iterator[Metric]:
@@ -441,8 +437,7 @@ class BrokerMetrics:
         Pulsar offloads on the broker's own threads)."""
         w = self.service.storage.offload_worker_statistics()
         gauge, counter = GaugeMetricFamily, CounterMetricFamily
-        Family = type[GaugeMetricFamily] | type[CounterMetricFamily]
-        series: tuple[tuple[Family, str, str, int], ...] = (
+        series: tuple[tuple[_Family, str, str, int], ...] = (
             (
                 gauge,
                 "magnetar_offload_worker_running",
@@ -468,10 +463,20 @@ class BrokerMetrics:
                 w.jobs_failed,
             ),
         )
-        for kind, name, help_text, value in series:
-            fam = kind(name, help_text, labels=["cluster"])
-            fam.add_metric([cluster], value)
-            yield fam
+        yield from _broker_families(cluster, series)
+
+
+_Family = type[GaugeMetricFamily] | type[CounterMetricFamily]
+
+
+def _broker_families(
+    cluster: str, series: tuple[tuple[_Family, str, str, int], ...]
+) -> Iterator[Metric]:
+    """One family a (kind, name, help, value), labelled with the cluster only."""
+    for kind, name, help_text, value in series:
+        fam = kind(name, help_text, labels=["cluster"])
+        fam.add_metric([cluster], value)
+        yield fam
 
 
 LB_GAUGES: dict[str, str] = {

@@ -19,6 +19,7 @@ import uuid
 from collections.abc import Iterator
 
 import pulsar
+import pytest
 
 from support.bookies import BookieFactory
 from support.broker_process import BrokerProcess
@@ -217,6 +218,32 @@ def running_cluster(
         cluster.close_clients()
         for b in made:
             b.kill()
+
+
+@pytest.fixture
+def two_broker_cluster(
+    zookeeper_server: ZooKeeperServer, bookie_factory: BookieFactory, tmp_path: pathlib.Path
+) -> Iterator[Cluster]:
+    """Two bookies and two brokers, started; ``wait_for_brokers`` before counting on the
+    leader placing bundles on both."""
+    with running_cluster(
+        zookeeper_server,
+        bookie_factory,
+        tmp_path,
+        brokers=2,
+        extra_config="metadata_store_session_timeout_millis=30000\n",
+    ) as c:
+        yield c
+
+
+def wait_for_brokers(via: BrokerProcess, n: int, timeout_s: float = 60) -> None:
+    """Until ``via`` holds ``n`` brokers' load reports (the leader then places bundles on
+    each of them)."""
+    wait_until(
+        lambda: len(json.loads(via.admin("GET", "/admin/v2/brokers/test"))) == n,
+        timeout_s,
+        f"{n} load reports",
+    )
 
 
 @contextlib.contextmanager

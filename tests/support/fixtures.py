@@ -15,6 +15,7 @@ from support.standalone import standalone_factory  # noqa: F401
 from support.bookie_storage import open_bookie  # noqa: F401
 from support.admin import admin  # noqa: F401
 from support.broker_process import broker_processes  # noqa: F401
+from support.cluster import two_broker_cluster  # noqa: F401
 from support.interop import interop_broker, official, ours  # noqa: F401
 from support.geo import geo_pair, geo_shared_configuration, geo_standalones  # noqa: F401
 from support.s3 import private_s3_server, s3_bucket, s3_server  # noqa: F401

@@ -7,33 +7,14 @@ owner's answer, and a PUT reaches the owner with its effect."""
 from __future__ import annotations
 
 import json
-import pathlib
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 
 import pulsar
 import pytest
-from support.bookies import BookieFactory
-from support.cluster import Cluster, running_cluster
-from support.waiting import wait_until
-from support.zookeeper import ZooKeeperServer
+from support.cluster import Cluster, wait_for_brokers
 
 from magnetar.client.magctl.http import AdminHttp
-
-
-@pytest.fixture
-def cluster(
-    zookeeper_server: ZooKeeperServer, bookie_factory: BookieFactory, tmp_path: pathlib.Path
-) -> Iterator[Cluster]:
-    with running_cluster(
-        zookeeper_server,
-        bookie_factory,
-        tmp_path,
-        brokers=2,
-        extra_config="metadata_store_session_timeout_millis=30000\n",
-    ) as c:
-        yield c
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
@@ -41,14 +22,11 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
         return None
 
 
-def test_topic_admin_on_a_non_owner_redirects_to_the_owner(cluster: Cluster) -> None:
+def test_topic_admin_on_a_non_owner_redirects_to_the_owner(two_broker_cluster: Cluster) -> None:
+    cluster = two_broker_cluster
     first, _second = cluster.brokers
     first.admin("PUT", "/admin/v2/namespaces/public/redir", {"bundles": {"numBundles": 16}})
-    wait_until(
-        lambda: len(json.loads(first.admin("GET", "/admin/v2/brokers/test"))) == 2,
-        60,
-        "two load reports",
-    )
+    wait_for_brokers(first, 2)
     topic = "persistent://public/redir/stats-here"
     producer = cluster.client(first.service_url).create_producer(topic)
     for i in range(3):
@@ -75,14 +53,11 @@ def test_topic_admin_on_a_non_owner_redirects_to_the_owner(cluster: Cluster) -> 
     assert admin.request("GET", path)["msgInCounter"] == 3
 
 
-def test_partitioned_stats_gather_partitions_from_their_owners(cluster: Cluster) -> None:
+def test_partitioned_stats_gather_partitions_from_their_owners(two_broker_cluster: Cluster) -> None:
+    cluster = two_broker_cluster
     first, second = cluster.brokers
     first.admin("PUT", "/admin/v2/namespaces/public/parts", {"bundles": {"numBundles": 16}})
-    wait_until(
-        lambda: len(json.loads(first.admin("GET", "/admin/v2/brokers/test"))) == 2,
-        60,
-        "two load reports",
-    )
+    wait_for_brokers(first, 2)
     first.admin("PUT", "/admin/v2/persistent/public/parts/spread/partitions", 12)
     topic = "persistent://public/parts/spread"
     producer = cluster.client(first.service_url).create_producer(

@@ -7,40 +7,17 @@ from __future__ import annotations
 
 import itertools
 import json
-import pathlib
 import re
-from collections.abc import Iterator
 
 import pulsar
-import pytest
-from support.bookies import BookieFactory
-from support.cluster import Cluster, running_cluster
-from support.waiting import wait_until
-from support.zookeeper import ZooKeeperServer
+from support.cluster import Cluster, wait_for_brokers
 
 
-@pytest.fixture
-def cluster(
-    zookeeper_server: ZooKeeperServer, bookie_factory: BookieFactory, tmp_path: pathlib.Path
-) -> Iterator[Cluster]:
-    with running_cluster(
-        zookeeper_server,
-        bookie_factory,
-        tmp_path,
-        brokers=2,
-        extra_config="metadata_store_session_timeout_millis=30000\n",
-    ) as c:
-        yield c
-
-
-def test_each_broker_lists_the_non_persistent_topics_of_both(cluster: Cluster) -> None:
+def test_each_broker_lists_the_non_persistent_topics_of_both(two_broker_cluster: Cluster) -> None:
+    cluster = two_broker_cluster
     first, second = cluster.brokers
     first.admin("PUT", "/admin/v2/namespaces/public/np", {"bundles": {"numBundles": 16}})
-    wait_until(
-        lambda: len(json.loads(first.admin("GET", "/admin/v2/brokers/test"))) == 2,
-        60,
-        "two load reports",
-    )
+    wait_for_brokers(first, 2)
     client = cluster.client(first.service_url, 60)
     topics = [f"non-persistent://public/np/t{i}" for i in range(12)]
     producers = {t: client.create_producer(t) for t in topics}
