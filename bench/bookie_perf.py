@@ -249,6 +249,16 @@ def start_bookie(args: argparse.Namespace) -> tuple[subprocess.Popen[bytes], str
     return proc, address, data_dir
 
 
+def stop_bookie(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM (a graceful stop), SIGKILL after 30 s."""
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(10)
+
+
 async def main_async(args: argparse.Namespace) -> list[Result]:
     proc: subprocess.Popen[bytes] | None = None
     scratch: str | None = None  # a data dir this run created, removed at the end
@@ -326,12 +336,7 @@ async def main_async(args: argparse.Namespace) -> list[Result]:
         if spy is not None:
             spy.wait()
         if proc is not None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(10)
+            stop_bookie(proc)
         if scratch is not None:
             shutil.rmtree(scratch, ignore_errors=True)
     return results

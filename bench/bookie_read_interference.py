@@ -40,7 +40,7 @@ import time
 
 import crc32c
 from _common import install_uvloop
-from bookie_perf import proc_cpu_s, start_bookie
+from bookie_perf import proc_cpu_s, start_bookie, stop_bookie
 
 from magnetar.bookie.api import AddRequest
 from magnetar.bookie.client import BookieClient
@@ -194,12 +194,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, object]:
             )
     finally:
         await client.close()
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
+        stop_bookie(proc)
         if not args.data_dir:
             shutil.rmtree(data_dir, ignore_errors=True)
     return {
