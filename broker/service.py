@@ -490,7 +490,7 @@ class BrokerService:
             try:
                 names.update(
                     await self.cluster.non_persistent_in_bundle(
-                        owner.http_url, tenant, namespace, rng.name
+                        owner.http_url, owner.http_url_tls, tenant, namespace, rng.name
                     )
                 )
             except Exception as exc:

@@ -403,11 +403,14 @@ class BrokerCluster:
         return Assignment(leader.pulsar_service_url, leader.service_url, False)
 
     async def non_persistent_in_bundle(
-        self, http_url: str, tenant: str, namespace: str, bundle: str
+        self, http_url: str, http_url_tls: str, tenant: str, namespace: str, bundle: str
     ) -> list[str]:
-        """The non-persistent topics the owner at ``http_url`` has loaded in ``bundle``."""
-        url = f"{http_url.rstrip('/')}/admin/v2/non-persistent/{tenant}/{namespace}/{bundle}"
-        async with self.actions.http().get(url) as resp:
+        """The non-persistent topics the owner at ``http_url`` (``http_url_tls`` when this
+        broker's client TLS is on) has loaded in ``bundle``, asked with this broker's role."""
+        auth = self.actions.auth
+        base = auth.pick_url(http_url, http_url_tls)
+        url = f"{base.rstrip('/')}/admin/v2/non-persistent/{tenant}/{namespace}/{bundle}"
+        async with self.actions.http().get(url, **auth.request_options()) as resp:
             if resp.status != 200:
                 raise RuntimeError(f"HTTP {resp.status}")
             data = await resp.json()

@@ -145,6 +145,20 @@ def test_the_leader_splits_a_bundle_of_another_broker_with_its_own_role(
     )
     assert "refused with HTTP" not in leader.log_text()
     assert leader.running and other.running
+    # the non-persistent listing asks each bundle's owner, with the broker's role too:
+    # without it the other broker's answer is refused (401) and its topics are left out
+    client = secured.client("pulsar://" + ",".join(f"127.0.0.1:{b.port}" for b in (leader, other)))
+    np_topics = sorted(f"non-persistent://public/sec/np{i}" for i in range(8))
+    producers = [client.create_producer(t) for t in np_topics]
+
+    def listed_by_both() -> bool:
+        return all(
+            sorted(json.loads(b.admin("GET", "/admin/v2/non-persistent/public/sec"))) == np_topics
+            for b in (leader, other)
+        )
+
+    wait_until(listed_by_both, 90, "both brokers to list every non-persistent topic")
+    assert len(producers) == len(np_topics)
     # an HTTP lookup of an unowned bundle at the other broker is asked of the leader, with
     # the broker's role too
     url = other.lookup("persistent/public/default/looked-up-through-the-leader")
