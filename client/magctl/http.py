@@ -22,7 +22,6 @@ from typing import Any
 
 from magnetar.client.magctl.errors import ConnectionFailed, UsageError
 
-
 REDIRECTS_MAX = 5
 
 
