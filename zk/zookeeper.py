@@ -212,13 +212,21 @@ class ZooKeeperMetadataStore(MetadataStore):
         client = self._new_client()
         self._client = client
         client.add_listener(self._on_kazoo_state)
+        # Not ``client.start(timeout)`` in a thread: a cancelled start (SIGTERM while the
+        # server is away) would leave that thread blocked for the whole connect timeout and
+        # the process unable to exit until it ends. Waiting in short slices lets a cancel stop
+        # the client at once.
+        live = await asyncio.to_thread(client.start_async)
+        deadline = self._loop.time() + self._connect_timeout_ms / 1000.0
         try:
-            await asyncio.to_thread(client.start, self._connect_timeout_ms / 1000.0)
-        except KazooTimeoutError as exc:
+            while not await asyncio.to_thread(live.wait, _START_SLICE_S):
+                if self._loop.time() >= deadline:
+                    raise ConnectionLoss(f"cannot connect to ZooKeeper at {self._hosts}")
+        except BaseException:
             self._closing = True
-            await asyncio.to_thread(_stop_quietly, client)
+            await asyncio.shield(asyncio.to_thread(_stop_quietly, client))
             self._closed = True
-            raise ConnectionLoss(f"cannot connect to ZooKeeper at {self._hosts}") from exc
+            raise
         self._session_id = client.client_id[0]
         if self._chroot:
             await self._call(lambda: client.ensure_path_async(self._chroot), self._chroot)
@@ -520,6 +528,9 @@ class ZooKeeperMetadataStore(MetadataStore):
         client = self._check()
         version = -1 if expected_version is None else expected_version
         await self._call(lambda: client.delete_async(path, version=version), path)
+
+
+_START_SLICE_S = 0.1
 
 
 def _stop_quietly(client: KazooClient) -> None:

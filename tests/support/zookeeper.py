@@ -21,6 +21,7 @@ import socket
 import subprocess
 import tempfile
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -88,6 +89,7 @@ class ZooKeeperServer:
         port: int | None = None,
         data_dir: pathlib.Path | None = None,
         tick_time_ms: int = 1000,
+        max_session_timeout_ms: int | None = None,
         host: str = "127.0.0.1",
     ) -> None:
         reason = zookeeper_missing_reason()
@@ -96,6 +98,8 @@ class ZooKeeperServer:
         self.host = host
         self.port = port or free_port(host)
         self.tick_time_ms = tick_time_ms
+        # ZooKeeper's own default is 20 ticks; a restart test raises it to outlast a slow JVM.
+        self.max_session_timeout_ms = max_session_timeout_ms or 20 * tick_time_ms
         self._own_dir = data_dir is None
         self.base_dir = (
             pathlib.Path(tempfile.mkdtemp(prefix="magnetar-zk-")) if data_dir is None else data_dir
@@ -134,6 +138,7 @@ class ZooKeeperServer:
             "\n".join(
                 [
                     f"tickTime={self.tick_time_ms}",
+                    f"maxSessionTimeout={self.max_session_timeout_ms}",
                     f"dataDir={self.data_dir}",
                     f"clientPort={self.port}",
                     f"clientPortAddress={self.host}",
@@ -262,15 +267,16 @@ def zookeeper_server() -> Iterator[ZooKeeperServer]:
 
 
 @pytest.fixture
-def zookeeper_server_factory() -> Iterator[Callable[[], ZooKeeperServer]]:
-    """Start private ZooKeeper servers (for tests that stop/kill them); all killed at teardown."""
+def zookeeper_server_factory() -> Iterator[Callable[..., ZooKeeperServer]]:
+    """Start private ZooKeeper servers (for tests that stop/kill them); all killed at teardown.
+    Keyword arguments go to ``ZooKeeperServer``."""
     reason = zookeeper_missing_reason()
     if reason is not None:
         pytest.skip(reason)
     servers: list[ZooKeeperServer] = []
 
-    def make() -> ZooKeeperServer:
-        server = ZooKeeperServer()
+    def make(**options: Any) -> ZooKeeperServer:
+        server = ZooKeeperServer(**options)
         servers.append(server)
         server.start()
         return server
