@@ -10,6 +10,12 @@ alternates two phases ``--rounds`` times, each ``--seconds`` long:
            catch-up cursor read), in ``SCHED_IDLE`` with ``--reader-idle`` (the offload
            worker's class) or at normal priority
 
+``--reads fg bg`` runs the busy phase twice per round, alternating: once with plain reads
+(``fg``) and once with reads marked background (``bg``: ``ReadRequest.background``, as the
+offload worker marks its reads), which the bookie spaces to ``--share`` percent of its time
+while adds come in (its ``background_read_share_percent``; bookie/background.py). Each busy
+phase has its own idle phase just before it.
+
 Before the phases it measures, alone, what one call costs the bookie: an empty RPC (``Info``)
 and one packed read of ``--read-kib`` (wall time per call, one in flight, and the bookie
 process's CPU per call, all its threads).
@@ -109,14 +115,14 @@ async def _call_costs(
     return out
 
 
-def _reader_main(address: str, last: int, read_kib: int, idle: bool) -> None:
+def _reader_main(address: str, last: int, read_kib: int, idle: bool, background: bool) -> None:
     """The reader child: packed reads of the filled ledger, start to end, over and over;
     prints the bytes read so far on each SIGTERM-free line of stdout."""
     if idle:
         os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
 
     async def run() -> None:
-        client = BookieClient(address)
+        client = BookieClient(address, background_reads=background)
         total = 0
         t0 = time.perf_counter()
         try:
@@ -142,7 +148,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, object]:
     args.storage = "disk"
     proc, address, data_dir = start_bookie(args)
     client = BookieClient(address)
-    rounds: list[dict[str, float]] = []
+    rounds: list[dict[str, float | str]] = []
     costs: dict[str, float] = {}
     try:
         count = await _fill(client, args.fill_mb, args.entry_bytes)
@@ -156,7 +162,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, object]:
         )
         next_entry = 0
         _, next_entry = await _probe(client, 1.0, next_entry)  # warm-up
-        for n in range(args.rounds):
+        for n, mode in ((n, mode) for n in range(args.rounds) for mode in args.reads):
             idle, next_entry = await _probe(client, args.seconds, next_entry)
             if args.drop_caches:
                 _drop_caches()
@@ -168,6 +174,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, object]:
                 str(count - 1),
                 str(args.read_kib),
                 "1" if args.reader_idle else "0",
+                "1" if mode == "bg" else "0",
             ]
             reader = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)  # noqa: ASYNC220
             assert reader.stdout is not None
@@ -177,19 +184,22 @@ async def main_async(args: argparse.Namespace) -> dict[str, object]:
             lines = reader.stdout.read().split()
             reader.wait()
             read_mb = int(lines[-1]) / 1e6 if lines else 0.0
-            r = {
+            r: dict[str, float | str] = {
+                "reads": mode,
                 "idle_p50_ms": round(_percentile(idle, 0.5), 3),
                 "idle_p99_ms": round(_percentile(idle, 0.99), 3),
                 "busy_p50_ms": round(_percentile(busy, 0.5), 3),
                 "busy_p99_ms": round(_percentile(busy, 0.99), 3),
                 "reader_mb_per_s": round(read_mb / args.seconds, 1),
             }
-            r["p99_increase_pct"] = round(100 * (r["busy_p99_ms"] / r["idle_p99_ms"] - 1), 1)
+            r["p99_increase_pct"] = round(
+                100 * (float(r["busy_p99_ms"]) / float(r["idle_p99_ms"]) - 1), 1
+            )
             rounds.append(r)
             print(
-                f"round {n + 1}: idle p50 {r['idle_p50_ms']} p99 {r['idle_p99_ms']} ms | busy "
-                f"p50 {r['busy_p50_ms']} p99 {r['busy_p99_ms']} ms ({r['p99_increase_pct']:+}%) "
-                f"| reader {r['reader_mb_per_s']} MB/s",
+                f"round {n + 1} {mode}: idle p50 {r['idle_p50_ms']} p99 {r['idle_p99_ms']} ms | "
+                f"busy p50 {r['busy_p50_ms']} p99 {r['busy_p99_ms']} ms "
+                f"({r['p99_increase_pct']:+}%) | reader {r['reader_mb_per_s']} MB/s",
                 flush=True,
             )
     finally:
@@ -201,19 +211,26 @@ async def main_async(args: argparse.Namespace) -> dict[str, object]:
         "bench": "bookie_read_interference",
         "read_kib": args.read_kib,
         "reader_idle": args.reader_idle,
+        "share_percent": args.share,
         "alone_per_call": costs,
         "rounds": rounds,
-        "median_p99_increase_pct": round(
-            statistics.median(r["p99_increase_pct"] for r in rounds), 1
-        ),
-        "median_reader_mb_per_s": round(statistics.median(r["reader_mb_per_s"] for r in rounds), 1),
+        "median_p99_increase_pct": {
+            mode: _median(rounds, mode, "p99_increase_pct") for mode in args.reads
+        },
+        "median_reader_mb_per_s": {
+            mode: _median(rounds, mode, "reader_mb_per_s") for mode in args.reads
+        },
     }
+
+
+def _median(rounds: list[dict[str, float | str]], mode: str, key: str) -> float:
+    return round(statistics.median(float(r[key]) for r in rounds if r["reads"] == mode), 1)
 
 
 def main() -> int:
     if len(sys.argv) > 1 and sys.argv[1] == "--reader":
-        address, last, kib, idle = sys.argv[2:6]
-        _reader_main(address, int(last), int(kib), idle == "1")
+        address, last, kib, idle, background = sys.argv[2:7]
+        _reader_main(address, int(last), int(kib), idle == "1", background == "1")
         return 0
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--fill-mb", type=int, default=256)
@@ -225,7 +242,21 @@ def main() -> int:
     p.add_argument("--drop-caches", action="store_true", help="root: drop the page cache")
     p.add_argument("--data-dir", help="where the bookie keeps its data (default: tmp)")
     p.add_argument("--bookie-config", help="YAML config for the bookie")
+    p.add_argument(
+        "--reads",
+        nargs="+",
+        choices=["fg", "bg"],
+        default=["fg"],
+        help="busy phases per round, alternating: plain reads (fg), reads marked background (bg)",
+    )
+    p.add_argument(
+        "--share",
+        type=int,
+        help="the bookie's background_read_share_percent (default: the bookie's default)",
+    )
     args = p.parse_args()
+    if args.share is not None:
+        os.environ["MAGNETAR_BOOKIE_BACKGROUND_READ_SHARE_PERCENT"] = str(args.share)
     print(f"# command: {shlex.join([sys.executable, *sys.argv])}", flush=True)
     install_uvloop()
     result = asyncio.run(main_async(args))

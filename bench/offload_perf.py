@@ -21,7 +21,9 @@ and after (its GC every second); the standalone restarted again and the same bac
 by a new consumer from the object store (msg/s, and its ratio to the bookie read: the
 targets are >= 0.5 with the filesystem driver, >= 0.25 through S3), with the broker
 process's RSS before and at most during that read. ``--worker`` names where offloads run
-(``managedLedgerOffloadWorker``; several: alternating runs), ``--rounds`` repeats the set; the
+(``managedLedgerOffloadWorker``; several: alternating runs), ``--bookie-share`` the bookies'
+``background_read_share_percent`` (how much of a bookie's time the worker's background reads
+may take while it takes adds; several: alternating runs), ``--rounds`` repeats the set; the
 last line's ``summary`` has each setting's median publish p99 increase.
 
 The first line printed is the command; the last is one JSON object. Against moto (a Python
@@ -40,6 +42,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import io
+import itertools
 import json
 import os
 import pathlib
@@ -70,6 +73,9 @@ from magnetar.broker.offload.policies import EffectiveOffloadPolicies  # noqa: E
 from magnetar.broker.offload.testing import MemoryLedgerSource  # noqa: E402
 
 MIB = 1024 * 1024
+
+
+SHARE_ENV = "MAGNETAR_BOOKIE_BACKGROUND_READ_SHARE_PERCENT"
 
 
 def _percentile(sorted_ms: list[float], q: float) -> float:
@@ -356,10 +362,21 @@ def _consume_rate(sa: StandaloneProcess, sub: str, expected: int) -> float:
 
 
 def _publish_latencies(producer: Any, count: int, stop: Any = None) -> list[float]:
-    """Milliseconds of ``count`` sends one at a time (more while ``stop()`` says go on)."""
+    """Milliseconds of ``count`` sends one at a time (more while ``stop()`` says go on,
+    asked at most twice a second: it is an admin call to the same broker, and asked before
+    every send it would load the broker between the sends it times)."""
     out: list[float] = []
     body = b"p" * 256
-    while len(out) < count or (stop is not None and not stop()):
+    asked = time.perf_counter()
+    while True:
+        if len(out) >= count:
+            if stop is None:
+                break
+            now = time.perf_counter()
+            if now - asked >= 0.5:
+                asked = now
+                if stop():
+                    break
         t0 = time.perf_counter()
         producer.send(body)
         out.append((time.perf_counter() - t0) * 1000)
@@ -372,6 +389,8 @@ def _broker_run(
     args: argparse.Namespace,
     flow_permits: int,
     worker: str,
+    *,
+    share: int | None = None,
 ) -> dict[str, Any]:
     import pulsar
 
@@ -381,6 +400,8 @@ def _broker_run(
     conf["managedLedgerOffloadFlowPermitsPerSecond"] = flow_permits
     conf["managedLedgerOffloadWorker"] = worker
     os.environ["MAGNETAR_BOOKIE_GC_INTERVAL_S"] = "1"
+    if share is not None:  # the standalone's bookie children read it
+        os.environ[SHARE_ENV] = str(share)
     sa = StandaloneProcess(data_dir / "sa", data_dir / "sa.log", config=conf)
     try:
         sa.start()
@@ -428,6 +449,7 @@ def _broker_run(
     finally:
         sa.stop()
         os.environ.pop("MAGNETAR_BOOKIE_GC_INTERVAL_S", None)
+        os.environ.pop(SHARE_ENV, None)
     target = 0.5 if name == "filesystem" else 0.25
     # idle before and after the offload (A B A): this machine's p99 drifts by several times
     # between minutes, so the offload's phase is compared with the mean of the two around it
@@ -442,6 +464,7 @@ def _broker_run(
         "ledger_entries": args.ledger_entries,
         "flow_permits_per_second": flow_permits,
         "worker": worker,
+        "bookie_background_read_share_percent": share,
         "offloaded_bytes": offloaded,
         "offload_mb_s": round(offloaded / MIB / offload_s, 1),
         "bookie_read_msgs_s": round(bookie_rate),
@@ -495,6 +518,14 @@ def main() -> None:
         default=["idle"],
         help="managedLedgerOffloadWorker; several: one run of each per round, alternating",
     )
+    p.add_argument(
+        "--bookie-share",
+        type=int,
+        nargs="+",
+        default=[None],
+        help="the bookies' background_read_share_percent (default: theirs); several: one run\n"
+        "of each per round, alternating",
+    )
     p.add_argument("--rounds", type=int, default=1, help="--broker: repeat the runs (A B A B)")
     args = p.parse_args()
     print("command:", shlex.join([sys.executable, *sys.argv]), flush=True)
@@ -545,18 +576,19 @@ def _main_broker(args: argparse.Namespace) -> None:
             server = S3Server()
             server.start()
         for _ in range(args.rounds):
-            for worker in args.worker:
-                for flow in args.flow_permits:
-                    if server is not None:
-                        bucket = S3Bucket(server, server.create_bucket())
-                        results.append(
-                            _broker_run("s3 (moto)", {"bucket": bucket}, args, flow, worker)
-                        )
-                    if args.driver in ("filesystem", "both"):
-                        root = pathlib.Path(tempfile.mkdtemp(prefix="offload-perf-fs-"))
-                        results.append(
-                            _broker_run("filesystem", {"directory": root}, args, flow, worker)
-                        )
+            for worker, flow, share in itertools.product(
+                args.worker, args.flow_permits, args.bookie_share
+            ):
+                if server is not None:
+                    bucket = S3Bucket(server, server.create_bucket())
+                    extra: dict[str, object] = {"bucket": bucket}
+                    run = _broker_run("s3 (moto)", extra, args, flow, worker, share=share)
+                    results.append(run)
+                if args.driver in ("filesystem", "both"):
+                    root = pathlib.Path(tempfile.mkdtemp(prefix="offload-perf-fs-"))
+                    extra = {"directory": root}
+                    run = _broker_run("filesystem", extra, args, flow, worker, share=share)
+                    results.append(run)
     finally:
         if server is not None:
             server.close()
@@ -566,7 +598,10 @@ def _main_broker(args: argparse.Namespace) -> None:
     # several times between minutes; compare the settings by their alternating runs)
     groups: dict[str, list[dict[str, Any]]] = {}
     for row in results:
-        key = f"{row['driver']} worker={row['worker']} flow={row['flow_permits_per_second']}"
+        key = (
+            f"{row['driver']} worker={row['worker']} flow={row['flow_permits_per_second']} "
+            f"share={row['bookie_background_read_share_percent']}"
+        )
         groups.setdefault(key, []).append(row)
     summary = {
         key: {

@@ -505,12 +505,17 @@ class BookieClient:
         add_address: str | None = None,
         fast_add_retry_ms: int = 30_000,
         fast_add: bool = True,
+        background_reads: bool = False,
     ) -> None:
         """``add_address``: the bookie's fast add port (``host:port``, announced in its
         registration): Add streams use it; when a connection to it cannot be made, the adds
         queued on it (none of which was sent) move to a gRPC stream, and streams use gRPC
         for ``fast_add_retry_ms``. None: adds over the gRPC ``Add`` stream. ``fast_add``
-        False (or TLS: the fast add transport is plaintext): never, whatever the address."""
+        False (or TLS: the fast add transport is plaintext): never, whatever the address.
+        ``background_reads``: range reads are marked ``background`` (they may wait while the
+        bookie takes adds: ``bookie/background.py``); for readers that can wait, such as
+        offloads."""
+        self.background_reads = background_reads
         self._fast_add = fast_add and tls is None
         self._address = address
         self._add_address = add_address if self._fast_add else None
@@ -771,6 +776,7 @@ class BookieClient:
                 first_entry_id=first_entry_id,
                 last_entry_id=last_entry_id,
                 max_bytes=max_bytes,
+                background=self.background_reads,
             ),
         )
         _raise_for(resp.status, resp.message)
@@ -796,6 +802,7 @@ class BookieClient:
                 last_entry_id=max(first_entry_id, last_entry_id),
                 max_bytes=max_bytes,
                 packed=True,
+                background=self.background_reads,
             ),
         )
         _raise_for(resp.status, resp.message)
@@ -920,13 +927,16 @@ class BookieClient:
 
 
 def read_clients(
-    *, tls: GrpcTls | None = None, timeout_ms: int = 30_000
+    *, tls: GrpcTls | None = None, timeout_ms: int = 30_000, background: bool = False
 ) -> Callable[[str], BookieClient]:
     """A factory of clients that only read (no fast add connection): what a reader outside
-    the broker (a Spark task, the offload worker) hands ``BookiePool``."""
+    the broker (a Spark task, the offload worker) hands ``BookiePool``. ``background``: their
+    range reads may wait while a bookie takes adds (the offload worker's do)."""
 
     def make(address: str) -> BookieClient:
-        return BookieClient(address, timeout_ms=timeout_ms, tls=tls, fast_add=False)
+        return BookieClient(
+            address, timeout_ms=timeout_ms, tls=tls, fast_add=False, background_reads=background
+        )
 
     return make
 

@@ -80,6 +80,11 @@ class BookieConfig:
     announced in the registration as ``fast_add_port``; brokers with
     ``bookkeeper_fast_add_enabled`` send adds there). 0: disabled, adds over gRPC only.
     Plaintext: refused together with TLS (``tls_certificate_path``)."""
+    background_read_share_percent: int = 1
+    """Magnetar only: while the bookie takes adds, reads marked background (the offload
+    worker's) use at most this share of its time, so they do not hold up the adds
+    (``bookie/background.py``; docs/tiered-storage.md). With no add in the last second they
+    run at full speed. 1..100; 100: never spaced."""
     storage: str = "disk"  # "disk" (the engine) or "memory" (testing; nothing durable)
     max_entry_bytes: int = ENTRY_BYTES_MAX
     journal_sync: bool = True
@@ -167,6 +172,12 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     )
     p.add_argument(
         "--http-port", type=int, help="HTTP port for /metrics and /health (default: none)"
+    )
+    p.add_argument(
+        "--background-read-share-percent",
+        type=int,
+        help="share of the bookie's time background reads (offloads) may use while it takes "
+        "adds (1..100, default 1; 100: never spaced)",
     )
     p.add_argument("--storage", choices=["disk", "memory"], help="storage engine")
     p.add_argument("--max-entry-bytes", type=int)
@@ -474,8 +485,16 @@ class _Process:
             cookie = await check_cookie(self.store, self.bookie_id, [config.data_dir])
         except CookieError as exc:
             raise StartRefused(str(exc)) from exc
+        if not 1 <= config.background_read_share_percent <= 100:
+            raise StartRefused(
+                "background_read_share_percent must be 1..100, not "
+                f"{config.background_read_share_percent}"
+            )
         self.engine = await open_engine(config, self.bookie_id)
-        service = BookieService(self.engine.storage)
+        service = BookieService(
+            self.engine.storage,
+            background_read_share_percent=config.background_read_share_percent,
+        )
         service.ready = False  # Health says serving once registered
         server = await self._serve(service)
         if self.store is not None:

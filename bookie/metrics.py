@@ -94,6 +94,22 @@ class BookieMetrics:
         )
         yield _counter("bookie_WRITE_BYTES", "bytes of entries added", stats.add_bytes_received)
         yield _counter("bookie_READ_BYTES", "bytes of entries read", stats.read_bytes_sent)
+        background = self.service.background.statistics()
+        yield _counter(
+            "bookie_background_READ_count",
+            "reads marked background (offloads; also in bookkeeper_server_READ_ENTRY_count)",
+            background.reads,
+        )
+        yield _counter(
+            "bookie_background_READ_PACED_count",
+            "background reads that waited for their turn while adds came in",
+            background.paced,
+        )
+        yield _counter(
+            "bookie_background_READ_WAIT_seconds",
+            "time background reads waited for their turn, added up",
+            background.wait_s,
+        )
         if self.engine is not None:
             yield from self._engine_series(self.engine)
 

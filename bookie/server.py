@@ -38,6 +38,7 @@ from typing import Any, TypeVar
 import grpc
 
 from magnetar.bookie.api import NO_ENTRY_ID, BookieStorage, Entry
+from magnetar.bookie.background import BackgroundReads
 from magnetar.bookie.errors import (
     BadRequest,
     BookieError,
@@ -140,6 +141,7 @@ class BookieService(pb_grpc.BookieServicer):
         *,
         max_inflight_batches: int = 512,
         max_inflight_bytes: int = 64 * 1024 * 1024,
+        background_read_share_percent: int = 100,
     ) -> None:
         self.storage = storage
         self.max_inflight_batches = max_inflight_batches
@@ -161,6 +163,8 @@ class BookieService(pb_grpc.BookieServicer):
         self._fast_streams_open = 0
         self._fast_batches = 0
         self._drain_hooks: list[Callable[[], None]] = []
+        self.background = BackgroundReads(background_read_share_percent)
+        """Spaces reads marked ``background`` while adds come in (``background.py``)."""
 
     def begin_shutdown(self) -> None:
         """Refuse new adds (READ_ONLY) and end every Add stream once its in-flight batches
@@ -252,6 +256,7 @@ class BookieService(pb_grpc.BookieServicer):
             log.warning("add stream ended: %s", state.error)
             return False
         self._batches += 1
+        self.background.note_add()
         if state.transport != "grpc":
             self._fast_batches += 1
         n, size, codes = self._submit(batch, data)
@@ -371,6 +376,9 @@ class BookieService(pb_grpc.BookieServicer):
         self, request: pb.ReadRequest, context: grpc.aio.ServicerContext
     ) -> pb.ReadResponse:
         self._reads += 1
+        if request.background and not request.long_poll:
+            work = self.background.run(lambda: self._read(request), _answer_bytes)
+            return await _answer("read", work, _read_error)
         return await _answer("read", self._read(request), _read_error)
 
     async def _read(self, request: pb.ReadRequest) -> pb.ReadResponse:
@@ -511,6 +519,10 @@ async def _answer(what: str, work: Awaitable[Reply], error: Callable[[int, str],
     except Exception as exc:
         log.exception("%s failed", what)
         return error(StatusCode.IO_ERROR, repr(exc))
+
+
+def _answer_bytes(resp: pb.ReadResponse) -> int:
+    return len(resp.packed) + sum(len(e.payload) for e in resp.entries)
 
 
 def _read_error(code: int, message: str) -> pb.ReadResponse:

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0c\x62ookie.proto\x12\x12magnetar.bookie.v1\"X\n\x08\x41\x64\x64\x42\x61tch\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\x04\x12\x12\n\nmaster_key\x18\x02 \x01(\x0c\x12\x0e\n\x06packed\x18\x04 \x01(\x0c\x12\x10\n\x08recovery\x18\x05 \x01(\x08J\x04\x08\x03\x10\x04\"c\n\nAddFailure\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\x04\x12\r\n\x05index\x18\x02 \x01(\r\x12\x0e\n\x06status\x18\x03 \x01(\x05\x12\x0f\n\x07message\x18\x04 \x01(\t\x12\x13\n\x0bwhole_batch\x18\x05 \x01(\x08\"n\n\x0b\x41\x64\x64Response\x12\x16\n\x0e\x66irst_batch_id\x18\x01 \x01(\x04\x12\x15\n\rlast_batch_id\x18\x02 \x01(\x04\x12\x30\n\x08\x66\x61ilures\x18\x03 \x03(\x0b\x32\x1e.magnetar.bookie.v1.AddFailure\"Z\n\x05\x45ntry\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x10\n\x08\x65ntry_id\x18\x02 \x01(\x03\x12\x0b\n\x03lac\x18\x03 \x01(\x03\x12\x0e\n\x06\x63rc32c\x18\x04 \x01(\x07\x12\x0f\n\x07payload\x18\x05 \x01(\x0c\"\xaf\x01\n\x0bReadRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x16\n\x0e\x66irst_entry_id\x18\x02 \x01(\x03\x12\x15\n\rlast_entry_id\x18\x03 \x01(\x03\x12\x11\n\tmax_bytes\x18\x04 \x01(\x03\x12\x11\n\tlong_poll\x18\x05 \x01(\x08\x12\x14\n\x0cprevious_lac\x18\x06 \x01(\x03\x12\x12\n\ntimeout_ms\x18\x07 \x01(\x03\x12\x0e\n\x06packed\x18\x08 \x01(\x08\"x\n\x0cReadResponse\x12\x0e\n\x06status\x18\x01 \x01(\x05\x12\x0f\n\x07message\x18\x02 \x01(\t\x12*\n\x07\x65ntries\x18\x03 \x03(\x0b\x32\x19.magnetar.bookie.v1.Entry\x12\x0b\n\x03lac\x18\x04 \x01(\x03\x12\x0e\n\x06packed\x18\x05 \x01(\x0c\"\"\n\rLedgerRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x03\"?\n\x0fReadLacResponse\x12\x0e\n\x06status\x18\x01 \x01(\x05\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x0b\n\x03lac\x18\x03 \x01(\x03\"5\n\x0c\x46\x65nceRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x12\n\nmaster_key\x18\x02 \x01(\x0c\"G\n\rFenceResponse\x12\x0e\n\x06status\x18\x01 \x01(\x05\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x15\n\rlast_entry_id\x18\x03 \x01(\x03\"E\n\x0fWriteLacRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x12\n\nmaster_key\x18\x02 \x01(\x0c\x12\x0b\n\x03lac\x18\x03 \x01(\x03\"1\n\x0eStatusResponse\x12\x0e\n\x06status\x18\x01 \x01(\x05\x12\x0f\n\x07message\x18\x02 \x01(\t\"\x0f\n\rHealthRequest\"G\n\x0eHealthResponse\x12\x0f\n\x07serving\x18\x01 \x01(\x08\x12\x11\n\tread_only\x18\x02 \x01(\x08\x12\x11\n\tbookie_id\x18\x03 \x01(\t\"\r\n\x0bInfoRequest\"\xa3\x01\n\x0cInfoResponse\x12\x0e\n\x06status\x18\x01 \x01(\x05\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x11\n\tbookie_id\x18\x03 \x01(\t\x12\x11\n\tread_only\x18\x04 \x01(\x08\x12\x18\n\x10total_disk_bytes\x18\x05 \x01(\x03\x12\x17\n\x0f\x66ree_disk_bytes\x18\x06 \x01(\x03\x12\x19\n\x11journal_lag_bytes\x18\x07 \x01(\x03\x32\x85\x05\n\x06\x42ookie\x12H\n\x03\x41\x64\x64\x12\x1c.magnetar.bookie.v1.AddBatch\x1a\x1f.magnetar.bookie.v1.AddResponse(\x01\x30\x01\x12I\n\x04Read\x12\x1f.magnetar.bookie.v1.ReadRequest\x1a .magnetar.bookie.v1.ReadResponse\x12Q\n\x07ReadLac\x12!.magnetar.bookie.v1.LedgerRequest\x1a#.magnetar.bookie.v1.ReadLacResponse\x12L\n\x05\x46\x65nce\x12 .magnetar.bookie.v1.FenceRequest\x1a!.magnetar.bookie.v1.FenceResponse\x12S\n\x08WriteLac\x12#.magnetar.bookie.v1.WriteLacRequest\x1a\".magnetar.bookie.v1.StatusResponse\x12T\n\x0b\x46orceLedger\x12!.magnetar.bookie.v1.LedgerRequest\x1a\".magnetar.bookie.v1.StatusResponse\x12O\n\x06Health\x12!.magnetar.bookie.v1.HealthRequest\x1a\".magnetar.bookie.v1.HealthResponse\x12I\n\x04Info\x12\x1f.magnetar.bookie.v1.InfoRequest\x1a .magnetar.bookie.v1.InfoResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0c\x62ookie.proto\x12\x12magnetar.bookie.v1\"X\n\x08\x41\x64\x64\x42\x61tch\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\x04\x12\x12\n\nmaster_key\x18\x02 \x01(\x0c\x12\x0e\n\x06packed\x18\x04 \x01(\x0c\x12\x10\n\x08recovery\x18\x05 \x01(\x08J\x04\x08\x03\x10\x04\"c\n\nAddFailure\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\x04\x12\r\n\x05index\x18\x02 \x01(\r\x12\x0e\n\x06status\x18\x03 \x01(\x05\x12\x0f\n\x07message\x18\x04 \x01(\t\x12\x13\n\x0bwhole_batch\x18\x05 \x01(\x08\"n\n\x0b\x41\x64\x64Response\x12\x16\n\x0e\x66irst_batch_id\x18\x01 \x01(\x04\x12\x15\n\rlast_batch_id\x18\x02 \x01(\x04\x12\x30\n\x08\x66\x61ilures\x18\x03 \x03(\x0b\x32\x1e.magnetar.bookie.v1.AddFailure\"Z\n\x05\x45ntry\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x10\n\x08\x65ntry_id\x18\x02 \x01(\x03\x12\x0b\n\x03lac\x18\x03 \x01(\x03\x12\x0e\n\x06\x63rc32c\x18\x04 \x01(\x07\x12\x0f\n\x07payload\x18\x05 \x01(\x0c\"\xc3\x01\n\x0bReadRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x16\n\x0e\x66irst_entry_id\x18\x02 \x01(\x03\x12\x15\n\rlast_entry_id\x18\x03 \x01(\x03\x12\x11\n\tmax_bytes\x18\x04 \x01(\x03\x12\x11\n\tlong_poll\x18\x05 \x01(\x08\x12\x14\n\x0cprevious_lac\x18\x06 \x01(\x03\x12\x12\n\ntimeout_ms\x18\x07 \x01(\x03\x12\x0e\n\x06packed\x18\x08 \x01(\x08\x12\x12\n\nbackground\x18\t \x01(\x08\"x\n\x0cReadResponse\x12\x0e\n\x06status\x18\x01 \x01(\x05\x12\x0f\n\x07message\x18\x02 \x01(\t\x12*\n\x07\x65ntries\x18\x03 \x03(\x0b\x32\x19.magnetar.bookie.v1.Entry\x12\x0b\n\x03lac\x18\x04 \x01(\x03\x12\x0e\n\x06packed\x18\x05 \x01(\x0c\"\"\n\rLedgerRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x03\"?\n\x0fReadLacResponse\x12\x0e\n\x06status\x18\x01 \x01(\x05\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x0b\n\x03lac\x18\x03 \x01(\x03\"5\n\x0c\x46\x65nceRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x12\n\nmaster_key\x18\x02 \x01(\x0c\"G\n\rFenceResponse\x12\x0e\n\x06status\x18\x01 \x01(\x05\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x15\n\rlast_entry_id\x18\x03 \x01(\x03\"E\n\x0fWriteLacRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x12\n\nmaster_key\x18\x02 \x01(\x0c\x12\x0b\n\x03lac\x18\x03 \x01(\x03\"1\n\x0eStatusResponse\x12\x0e\n\x06status\x18\x01 \x01(\x05\x12\x0f\n\x07message\x18\x02 \x01(\t\"\x0f\n\rHealthRequest\"G\n\x0eHealthResponse\x12\x0f\n\x07serving\x18\x01 \x01(\x08\x12\x11\n\tread_only\x18\x02 \x01(\x08\x12\x11\n\tbookie_id\x18\x03 \x01(\t\"\r\n\x0bInfoRequest\"\xa3\x01\n\x0cInfoResponse\x12\x0e\n\x06status\x18\x01 \x01(\x05\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x11\n\tbookie_id\x18\x03 \x01(\t\x12\x11\n\tread_only\x18\x04 \x01(\x08\x12\x18\n\x10total_disk_bytes\x18\x05 \x01(\x03\x12\x17\n\x0f\x66ree_disk_bytes\x18\x06 \x01(\x03\x12\x19\n\x11journal_lag_bytes\x18\x07 \x01(\x03\x32\x85\x05\n\x06\x42ookie\x12H\n\x03\x41\x64\x64\x12\x1c.magnetar.bookie.v1.AddBatch\x1a\x1f.magnetar.bookie.v1.AddResponse(\x01\x30\x01\x12I\n\x04Read\x12\x1f.magnetar.bookie.v1.ReadRequest\x1a .magnetar.bookie.v1.ReadResponse\x12Q\n\x07ReadLac\x12!.magnetar.bookie.v1.LedgerRequest\x1a#.magnetar.bookie.v1.ReadLacResponse\x12L\n\x05\x46\x65nce\x12 .magnetar.bookie.v1.FenceRequest\x1a!.magnetar.bookie.v1.FenceResponse\x12S\n\x08WriteLac\x12#.magnetar.bookie.v1.WriteLacRequest\x1a\".magnetar.bookie.v1.StatusResponse\x12T\n\x0b\x46orceLedger\x12!.magnetar.bookie.v1.LedgerRequest\x1a\".magnetar.bookie.v1.StatusResponse\x12O\n\x06Health\x12!.magnetar.bookie.v1.HealthRequest\x1a\".magnetar.bookie.v1.HealthResponse\x12I\n\x04Info\x12\x1f.magnetar.bookie.v1.InfoRequest\x1a .magnetar.bookie.v1.InfoResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -40,29 +40,29 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_ENTRY']._serialized_start=339
   _globals['_ENTRY']._serialized_end=429
   _globals['_READREQUEST']._serialized_start=432
-  _globals['_READREQUEST']._serialized_end=607
-  _globals['_READRESPONSE']._serialized_start=609
-  _globals['_READRESPONSE']._serialized_end=729
-  _globals['_LEDGERREQUEST']._serialized_start=731
-  _globals['_LEDGERREQUEST']._serialized_end=765
-  _globals['_READLACRESPONSE']._serialized_start=767
-  _globals['_READLACRESPONSE']._serialized_end=830
-  _globals['_FENCEREQUEST']._serialized_start=832
-  _globals['_FENCEREQUEST']._serialized_end=885
-  _globals['_FENCERESPONSE']._serialized_start=887
-  _globals['_FENCERESPONSE']._serialized_end=958
-  _globals['_WRITELACREQUEST']._serialized_start=960
-  _globals['_WRITELACREQUEST']._serialized_end=1029
-  _globals['_STATUSRESPONSE']._serialized_start=1031
-  _globals['_STATUSRESPONSE']._serialized_end=1080
-  _globals['_HEALTHREQUEST']._serialized_start=1082
-  _globals['_HEALTHREQUEST']._serialized_end=1097
-  _globals['_HEALTHRESPONSE']._serialized_start=1099
-  _globals['_HEALTHRESPONSE']._serialized_end=1170
-  _globals['_INFOREQUEST']._serialized_start=1172
-  _globals['_INFOREQUEST']._serialized_end=1185
-  _globals['_INFORESPONSE']._serialized_start=1188
-  _globals['_INFORESPONSE']._serialized_end=1351
-  _globals['_BOOKIE']._serialized_start=1354
-  _globals['_BOOKIE']._serialized_end=1999
+  _globals['_READREQUEST']._serialized_end=627
+  _globals['_READRESPONSE']._serialized_start=629
+  _globals['_READRESPONSE']._serialized_end=749
+  _globals['_LEDGERREQUEST']._serialized_start=751
+  _globals['_LEDGERREQUEST']._serialized_end=785
+  _globals['_READLACRESPONSE']._serialized_start=787
+  _globals['_READLACRESPONSE']._serialized_end=850
+  _globals['_FENCEREQUEST']._serialized_start=852
+  _globals['_FENCEREQUEST']._serialized_end=905
+  _globals['_FENCERESPONSE']._serialized_start=907
+  _globals['_FENCERESPONSE']._serialized_end=978
+  _globals['_WRITELACREQUEST']._serialized_start=980
+  _globals['_WRITELACREQUEST']._serialized_end=1049
+  _globals['_STATUSRESPONSE']._serialized_start=1051
+  _globals['_STATUSRESPONSE']._serialized_end=1100
+  _globals['_HEALTHREQUEST']._serialized_start=1102
+  _globals['_HEALTHREQUEST']._serialized_end=1117
+  _globals['_HEALTHRESPONSE']._serialized_start=1119
+  _globals['_HEALTHRESPONSE']._serialized_end=1190
+  _globals['_INFOREQUEST']._serialized_start=1192
+  _globals['_INFOREQUEST']._serialized_end=1205
+  _globals['_INFORESPONSE']._serialized_start=1208
+  _globals['_INFORESPONSE']._serialized_end=1371
+  _globals['_BOOKIE']._serialized_start=1374
+  _globals['_BOOKIE']._serialized_end=2019
 # @@protoc_insertion_point(module_scope)

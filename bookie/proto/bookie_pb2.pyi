@@ -57,7 +57,7 @@ class Entry(_message.Message):
     def __init__(self, ledger_id: _Optional[int] = ..., entry_id: _Optional[int] = ..., lac: _Optional[int] = ..., crc32c: _Optional[int] = ..., payload: _Optional[bytes] = ...) -> None: ...
 
 class ReadRequest(_message.Message):
-    __slots__ = ("ledger_id", "first_entry_id", "last_entry_id", "max_bytes", "long_poll", "previous_lac", "timeout_ms", "packed")
+    __slots__ = ("ledger_id", "first_entry_id", "last_entry_id", "max_bytes", "long_poll", "previous_lac", "timeout_ms", "packed", "background")
     LEDGER_ID_FIELD_NUMBER: _ClassVar[int]
     FIRST_ENTRY_ID_FIELD_NUMBER: _ClassVar[int]
     LAST_ENTRY_ID_FIELD_NUMBER: _ClassVar[int]
@@ -66,6 +66,7 @@ class ReadRequest(_message.Message):
     PREVIOUS_LAC_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
     PACKED_FIELD_NUMBER: _ClassVar[int]
+    BACKGROUND_FIELD_NUMBER: _ClassVar[int]
     ledger_id: int
     first_entry_id: int
     last_entry_id: int
@@ -74,7 +75,8 @@ class ReadRequest(_message.Message):
     previous_lac: int
     timeout_ms: int
     packed: bool
-    def __init__(self, ledger_id: _Optional[int] = ..., first_entry_id: _Optional[int] = ..., last_entry_id: _Optional[int] = ..., max_bytes: _Optional[int] = ..., long_poll: _Optional[bool] = ..., previous_lac: _Optional[int] = ..., timeout_ms: _Optional[int] = ..., packed: _Optional[bool] = ...) -> None: ...
+    background: bool
+    def __init__(self, ledger_id: _Optional[int] = ..., first_entry_id: _Optional[int] = ..., last_entry_id: _Optional[int] = ..., max_bytes: _Optional[int] = ..., long_poll: _Optional[bool] = ..., previous_lac: _Optional[int] = ..., timeout_ms: _Optional[int] = ..., packed: _Optional[bool] = ..., background: _Optional[bool] = ...) -> None: ...
 
 class ReadResponse(_message.Message):
     __slots__ = ("status", "message", "entries", "lac", "packed")

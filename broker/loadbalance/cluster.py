@@ -428,7 +428,7 @@ class BrokerCluster:
         base = auth.pick_url(http_url, http_url_tls)
         url = (
             f"{base.rstrip('/')}/admin/v2/{topic.domain}/{topic.tenant}/{topic.namespace}/"
-            f"{topic.local}/stats"
+            f"{urllib.parse.quote(topic.local, safe='')}/stats"
         )
         async with self.actions.http().get(
             url, allow_redirects=False, **auth.request_options()

@@ -18,6 +18,7 @@ import time
 import urllib.request
 
 from prometheus_client.parser import text_string_to_metric_families
+from support.net import free_port
 from support.offload import OffloadAdmin, broker_settings, payloads, publish, read_all
 from support.s3 import S3Bucket, S3Server
 from support.standalone import StandaloneFactory, StandaloneProcess
@@ -65,6 +66,18 @@ def _worker_metrics(sa: StandaloneProcess) -> dict[str, float]:
     return out
 
 
+def _background_reads(http_port: int) -> float:
+    """The bookie's ``bookie_background_READ_count``: reads marked background."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{http_port}/metrics", timeout=10) as resp:
+        text = resp.read().decode()
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            # the parser adds OpenMetrics' _total to a counter's sample; the bookie writes none
+            if sample.name.removesuffix("_total") == "bookie_background_READ_count":
+                return sample.value
+    raise AssertionError("no bookie_background_READ_count on the bookie's /metrics")
+
+
 def _broker_pid(sa: StandaloneProcess) -> int:
     assert sa.proc is not None
     return sa.proc.pid
@@ -74,10 +87,14 @@ def test_offloads_run_in_an_idle_priority_child_process_of_the_broker(
     standalone_factory: StandaloneFactory, tmp_path: pathlib.Path
 ) -> None:
     conf = broker_settings(directory=tmp_path / "offloaded")
-    sa = standalone_factory.create(config=conf).start()
+    bookie_http = free_port()
+    sa = standalone_factory.create(
+        config=conf, extra_args=["--bookie-http-port", str(bookie_http)]
+    ).start()
     data = payloads(130, 2_000)
     _publish(sa, data)
     assert _worker_pids(_broker_pid(sa)) == []  # started on the first offload, not before
+    assert _background_reads(bookie_http) == 0
     admin = OffloadAdmin(sa.web_url, TOPIC)
     admin.trigger()
     admin.wait_status("SUCCESS")
@@ -87,6 +104,8 @@ def test_offloads_run_in_an_idle_priority_child_process_of_the_broker(
     assert len(threads) > 1  # the library's and gRPC's threads too
     assert {os.sched_getscheduler(t) for t in threads} == {os.SCHED_IDLE}
     assert os.sched_getscheduler(_broker_pid(sa)) == os.SCHED_OTHER
+    # the worker's bookie reads are marked background: a bookie taking adds spaces them
+    assert _background_reads(bookie_http) > 0
     assert _read_all(sa, len(data)) == data  # read back from the store
     sa.stop()
     wait_until(lambda: not pathlib.Path(f"/proc/{worker}").exists(), 10, "the worker ends")
@@ -96,7 +115,10 @@ def test_with_the_worker_off_the_broker_offloads_itself(
     standalone_factory: StandaloneFactory, tmp_path: pathlib.Path
 ) -> None:
     conf = broker_settings(directory=tmp_path / "offloaded", managedLedgerOffloadWorker="off")
-    sa = standalone_factory.create(config=conf).start()
+    bookie_http = free_port()
+    sa = standalone_factory.create(
+        config=conf, extra_args=["--bookie-http-port", str(bookie_http)]
+    ).start()
     data = payloads(130, 2_000)
     _publish(sa, data)
     admin = OffloadAdmin(sa.web_url, TOPIC)
@@ -104,6 +126,7 @@ def test_with_the_worker_off_the_broker_offloads_itself(
     admin.wait_status("SUCCESS")
     admin.wait_offloaded(bookie_deleted=True)
     assert _worker_pids(_broker_pid(sa)) == []
+    assert _background_reads(bookie_http) == 0  # the broker's own reads are not background
     assert _worker_metrics(sa) == {
         "magnetar_offload_worker_running": 0,
         "magnetar_offload_worker_starts": 0,

@@ -23,6 +23,9 @@ COUNTERS = (
     "bookkeeper_server_READ_ENTRY_count",
     "bookkeeper_server_BAD_REQUEST_count",
     "bookie_fast_add_BATCH_count",
+    "bookie_background_READ_count",
+    "bookie_background_READ_PACED_count",
+    "bookie_background_READ_WAIT_seconds",
     "bookie_WRITE_BYTES",
     "bookie_READ_BYTES",
 )
