@@ -95,8 +95,13 @@ def make_spec(images: dict[str, str], *, bookies: int = 3, brokers: int = 2) -> 
     )
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def cluster(images: dict[str, str], engine: Any) -> Iterator[Launcher]:
+    """The compose-like cluster of test_cluster.py, down at the end of that module: left up
+    for the whole session it ran beside every later tier, and its five containers'
+    healthchecks (a Python process each every 10 s; slower than their timeout on a loaded
+    machine, so the containers turned unhealthy) took about half the machine from them (a CI
+    run: 46 min of user CPU against 18, and a load-balancer test that sheds by CPU failed)."""
     launcher = Launcher(make_spec(images), client=engine)
     try:
         launcher.up(timeout_s=180)
