@@ -45,10 +45,16 @@ a read's decoding and checksums run on the broker's loop in one piece, so a ledg
 entries (a producer's batches) is read a few entries at a time, not 100 at 128 KB each."""
 
 
-def entries_per_read(ledger_bytes: int, entry_count: int, read_bytes: int = READ_BYTES) -> int:
-    """Entries one source read asks for: ``read_bytes`` of the ledger's average entry."""
+def entries_per_read(
+    ledger_bytes: int,
+    entry_count: int,
+    read_bytes: int = READ_BYTES,
+    entries_max: int = ENTRIES_PER_READ,
+) -> int:
+    """Entries one source read asks for: ``read_bytes`` of the ledger's average entry, at most
+    ``entries_max``."""
     average = max(1, ledger_bytes // max(1, entry_count))
-    return max(1, min(ENTRIES_PER_READ, read_bytes // average))
+    return max(1, min(entries_max, read_bytes // average))
 
 
 FORMAT_ATTRIBUTE = "magnetar-offload-format"
@@ -63,6 +69,9 @@ class UploadPlan:
     flow: FlowPermits = field(default_factory=lambda: FlowPermits(-1))
     """The broker's offload read rate: each source read waits for it (unlimited: never)."""
     read_bytes: int = READ_BYTES
+    read_entries_max: int = ENTRIES_PER_READ
+    """At most this many entries a source read (the offload worker, which decodes on its own
+    loop, reads ``read_bytes`` of small entries too: a background read's cost is per call)."""
     """About this many bytes per source read."""
 
 
@@ -120,15 +129,15 @@ class _Packer:
 
 
 async def _source_batches(
-    source: LedgerSource, last: int, prefetch_rounds: int, flow: FlowPermits, read_bytes: int
+    source: LedgerSource, last: int, plan: UploadPlan
 ) -> AsyncIterator[Sequence[LedgerEntry]]:
     """Batches of entries 0..last, up to ``prefetch_rounds`` read ahead of the consumer, at
     the pace ``flow`` allows."""
     queue: asyncio.Queue[Sequence[LedgerEntry] | BaseException | None] = asyncio.Queue(
-        maxsize=prefetch_rounds
+        maxsize=plan.prefetch_rounds
     )
-
-    per_read = entries_per_read(source.length, last + 1, read_bytes)
+    flow = plan.flow
+    per_read = entries_per_read(source.length, last + 1, plan.read_bytes, plan.read_entries_max)
 
     async def reader() -> None:
         try:
@@ -186,9 +195,7 @@ async def upload_ledger(
 
     async def blocks() -> AsyncGenerator[bytes, None]:
         try:
-            async for batch in _source_batches(
-                source, last, plan.prefetch_rounds, plan.flow, plan.read_bytes
-            ):
+            async for batch in _source_batches(source, last, plan):
                 for entry in batch:
                     block = packer.add(entry)
                     if block is not None:

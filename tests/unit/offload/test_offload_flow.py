@@ -15,7 +15,13 @@ from magnetar.broker.offload.flow import BURST_SECONDS, FlowPermits
 from magnetar.broker.offload.offloader import BlobStoreOffloader, OffloaderTuning
 from magnetar.broker.offload.store import memory_blob_store
 from magnetar.broker.offload.testing import MemoryLedgerSource, payloads_of
-from magnetar.broker.offload.upload import ENTRIES_PER_READ, READ_BYTES, entries_per_read
+from magnetar.broker.offload.upload import (
+    ENTRIES_PER_READ,
+    READ_BYTES,
+    UploadPlan,
+    entries_per_read,
+    upload_ledger,
+)
 from magnetar.broker.runtime import offloader_tuning
 
 MIB = 1 << 20
@@ -101,3 +107,23 @@ async def test_large_entries_are_read_a_few_at_a_time() -> None:
     assert sum(large.sizes) == 40
     assert max(small.sizes) == ENTRIES_PER_READ and sum(small.sizes) == 250
     assert entries_per_read(10 << 20, 1) == 1  # an entry over READ_BYTES: one at a time
+
+
+async def test_the_plan_can_read_more_small_entries_a_time() -> None:
+    """The offload worker's plan: 1 MiB of 1 KB entries in one read, not 100 of them (its
+    reads are background reads, whose cost on the bookie is mostly per call)."""
+    from magnetar.broker.offload.worker import WORKER_READ_BYTES, WORKER_READ_ENTRIES_MAX
+
+    small = _CountingSource(3, payloads_of([1024] * 3000))
+    plan = UploadPlan(
+        block_bytes=1 << 20,
+        part_bytes=64 << 20,
+        read_bytes=WORKER_READ_BYTES,
+        read_entries_max=WORKER_READ_ENTRIES_MAX,
+    )
+    await upload_ledger(
+        memory_blob_store(), small, data_key="d", index_key="i", extra={}, plan=plan
+    )
+    assert max(small.sizes) == WORKER_READ_BYTES // 1024
+    assert sum(small.sizes) == 3000
+    assert entries_per_read(1024 * 3000, 3000, WORKER_READ_BYTES) == ENTRIES_PER_READ
