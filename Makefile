@@ -12,7 +12,7 @@ DATA_DIR ?= data/standalone
 PROTO_OUT := build/proto-check
 PYTEST_ARGS ?=
 
-.PHONY: run test venv venv-all system-deps docker-deps image proto proto-check lint typecheck imports unit bench clean
+.PHONY: run test venv venv-all system-deps docker-deps azurite image proto proto-check lint typecheck imports unit bench clean
 
 run: $(STAMP_SERVER)
 	@echo "Starting Magnetar standalone: service URL pulsar://localhost:6650, admin URL http://localhost:8080"
@@ -65,12 +65,21 @@ docker-deps:
 	fi
 	@docker info >/dev/null 2>&1 && echo "Docker engine: running"
 
+# Azurite, Microsoft's Azure Blob Storage emulator (the Azure offload tests' real server), from
+# the npm registry with the machine's Node.js into .deps/azurite. Idempotent.
+AZURITE := .deps/azurite/node_modules/.bin/azurite-blob
+azurite: $(AZURITE)
+$(AZURITE):
+	@command -v npm >/dev/null 2>&1 || { echo "npm not found: install Node.js (20+) and npm"; exit 1; }
+	npm install --silent --no-audit --no-fund --prefix .deps/azurite azurite@3
+	@test -x $@ && echo "Azurite: installed"
+
 # magnetar and magnetar-zookeeper images (the Debian base is made once, then reused).
 image: $(STAMP_SERVER) docker-deps
 	PYTHON=$(PY) deploy/build-images.sh
 
 # The deploy tier uses the images just built (MAGNETAR_TEST_IMAGES_BUILT: no second build).
-test: $(STAMP_ALL) system-deps docker-deps image proto-check lint typecheck imports
+test: $(STAMP_ALL) system-deps docker-deps azurite image proto-check lint typecheck imports
 	MAGNETAR_TEST_IMAGES_BUILT=1 $(PY) -m pytest --durations=60 $(PYTEST_ARGS)
 
 unit: $(STAMP_ALL)
@@ -98,4 +107,4 @@ bench: $(STAMP_ALL)
 	$(PY) bench/run_all.py
 
 clean:
-	rm -rf $(VENV) build .mypy_cache .ruff_cache .pytest_cache .import_linter_cache
+	rm -rf $(VENV) .deps build .mypy_cache .ruff_cache .pytest_cache .import_linter_cache

@@ -362,25 +362,63 @@ def _consume_rate(sa: StandaloneProcess, sub: str, expected: int) -> float:
 
 
 def _publish_latencies(producer: Any, count: int, stop: Any = None) -> list[float]:
-    """Milliseconds of ``count`` sends one at a time (more while ``stop()`` says go on,
-    asked at most twice a second: it is an admin call to the same broker, and asked before
-    every send it would load the broker between the sends it times)."""
+    """Milliseconds of ``count`` sends one at a time; with ``stop``, it is asked at most
+    twice a second throughout (it is an admin call to the same broker: asked before every
+    send it would load the broker between the sends it times), and sends go on past
+    ``count`` until it says true."""
     out: list[float] = []
     body = b"p" * 256
     asked = time.perf_counter()
-    while True:
-        if len(out) >= count:
-            if stop is None:
-                break
+    stopped = stop is None
+    while not (stopped and len(out) >= count):
+        if stop is not None:
             now = time.perf_counter()
             if now - asked >= 0.5:
                 asked = now
-                if stop():
-                    break
+                stopped = bool(stop())
         t0 = time.perf_counter()
         producer.send(body)
         out.append((time.perf_counter() - t0) * 1000)
     return sorted(out)
+
+
+def _interleaved(
+    probe: Any, admin: OffloadAdmin, args: argparse.Namespace
+) -> tuple[list[float], list[float], float, list[dict[str, Any]]]:
+    """The offload one ledger at a time (``PUT .../offload`` up to the next ledger's start),
+    each followed by an idle phase of as many publishes as the offload phase before it took:
+    idle and offloading phases alternate every few seconds, so the machine's drift between
+    minutes falls on both alike. Both kinds of phase ask the offload's status twice a second
+    (the offloading one to know when it ends), so that admin call loads both alike too.
+    Returns the offloading and idle latencies, the seconds spent offloading, and per phase
+    its p99s."""
+    ledgers = [ledger["ledgerId"] for ledger in admin.sealed_ledgers()]
+    busy: list[float] = []
+    idle: list[float] = []
+    phases: list[dict[str, Any]] = []
+    offload_s = 0.0
+    # every ledger but the newest sealed one; the last trigger (no position) takes the rest
+    ends: list[dict[str, int] | None] = [
+        {"ledgerId": ledger_id, "entryId": 0, "partitionIndex": -1} for ledger_id in ledgers[1:]
+    ]
+    for until in [*ends, None]:
+        t0 = time.perf_counter()
+        admin.trigger(until)
+        one = _publish_latencies(probe, 1, stop=lambda: admin.status()["status"] != "RUNNING")
+        admin.wait_status("SUCCESS", timeout_s=3600)
+        offload_s += time.perf_counter() - t0
+        rest = _publish_latencies(probe, len(one), stop=lambda: bool(admin.status()) or True)
+        busy += one
+        idle += rest
+        phases.append(
+            {
+                "offloading_p99_ms": round(_percentile(one, 0.99), 2),
+                "idle_p99_ms": round(_percentile(rest, 0.99), 2),
+                "publishes": len(one),
+                "seconds": round(time.perf_counter() - t0, 2),
+            }
+        )
+    return sorted(busy), sorted(idle), offload_s, phases
 
 
 def _broker_run(
@@ -424,13 +462,18 @@ def _broker_run(
         _publish_latencies(probe, 200)  # warm-up (connection, first ledger): not timed
         idle = _publish_latencies(probe, args.probe_messages)
         admin = OffloadAdmin(sa.web_url, TOPIC)
-        t0 = time.perf_counter()
-        admin.trigger()
-        busy = _publish_latencies(
-            probe, args.probe_messages, stop=lambda: admin.status()["status"] != "RUNNING"
-        )
-        admin.wait_status("SUCCESS", timeout_s=3600)
-        offload_s = time.perf_counter() - t0
+        phases: list[dict[str, Any]] = []
+        if args.interleave:
+            busy, idle_between, offload_s, phases = _interleaved(probe, admin, args)
+            idle = sorted(idle + idle_between)
+        else:
+            t0 = time.perf_counter()
+            admin.trigger()
+            busy = _publish_latencies(
+                probe, args.probe_messages, stop=lambda: admin.status()["status"] != "RUNNING"
+            )
+            admin.wait_status("SUCCESS", timeout_s=3600)
+            offload_s = time.perf_counter() - t0
         admin.wait_offloaded(bookie_deleted=True, timeout_s=600)
         idle_after = _publish_latencies(probe, args.probe_messages)
         offloaded = admin.stats()["offloadedStorageSize"]
@@ -481,6 +524,10 @@ def _broker_run(
         "publish_p99_increase_target_pct": 20,
         "bookie_disk_bytes_before": disk_before,
         "bookie_disk_bytes_after": disk_after,
+        "interleaved": bool(args.interleave),
+        "publishes_idle": len(idle) + len(idle_after),
+        "publishes_offloading": len(busy),
+        "phases": phases,
     }
 
 
@@ -527,6 +574,12 @@ def main() -> None:
         "of each per round, alternating",
     )
     p.add_argument("--rounds", type=int, default=1, help="--broker: repeat the runs (A B A B)")
+    p.add_argument(
+        "--interleave",
+        action="store_true",
+        help="--broker: offload one ledger at a time, each followed by an idle phase as long\n"
+        "(idle and offloading alternate every few seconds within the run)",
+    )
     args = p.parse_args()
     print("command:", shlex.join([sys.executable, *sys.argv]), flush=True)
     if args.broker:

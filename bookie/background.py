@@ -43,6 +43,11 @@ MIB_COST_S = 0.0025
 """Bookie CPU per MiB a read answers: a packed 1 MiB read cost 2.0 ms more than an empty
 call on a fast day, 2.7 ms on a slow one."""
 
+SHARE_PERCENT_DEFAULT = 1
+"""The bookie setting ``background_read_share_percent``'s default, the one share everywhere:
+with 1 MiB reads a 1 % share kept a lone add's p99 within +20 % (docs/benchmarks.md, issue 30,
+session 13)."""
+
 WAIT_MAX_S = 5.0
 """The longest a background read waits for its turn (a client times a read out at 30 s)."""
 
@@ -62,7 +67,9 @@ class BackgroundReadStatistics:
 class BackgroundReads:
     """Spaces background reads while the bookie takes adds (see the module docstring)."""
 
-    def __init__(self, share_percent: int = 100, clock: Clock | None = None) -> None:
+    def __init__(
+        self, share_percent: int = SHARE_PERCENT_DEFAULT, clock: Clock | None = None
+    ) -> None:
         if not 1 <= share_percent <= 100:
             raise ValueError(f"share_percent must be 1..100, not {share_percent}")
         self.share_percent = share_percent

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from magnetar import settings
 from magnetar.bookie.api import BookieStorage
+from magnetar.bookie.background import SHARE_PERCENT_DEFAULT
 from magnetar.bookie.fast_add import FastAddServer
 from magnetar.bookie.registration import (
     BookieRegistration,
@@ -80,7 +81,7 @@ class BookieConfig:
     announced in the registration as ``fast_add_port``; brokers with
     ``bookkeeper_fast_add_enabled`` send adds there). 0: disabled, adds over gRPC only.
     Plaintext: refused together with TLS (``tls_certificate_path``)."""
-    background_read_share_percent: int = 1
+    background_read_share_percent: int = SHARE_PERCENT_DEFAULT
     """Magnetar only: while the bookie takes adds, reads marked background (the offload
     worker's) use at most this share of its time, so they do not hold up the adds
     (``bookie/background.py``; docs/tiered-storage.md). With no add in the last second they

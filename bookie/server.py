@@ -38,7 +38,7 @@ from typing import Any, TypeVar
 import grpc
 
 from magnetar.bookie.api import NO_ENTRY_ID, BookieStorage, Entry
-from magnetar.bookie.background import BackgroundReads
+from magnetar.bookie.background import SHARE_PERCENT_DEFAULT, BackgroundReads
 from magnetar.bookie.errors import (
     BadRequest,
     BookieError,
@@ -141,7 +141,7 @@ class BookieService(pb_grpc.BookieServicer):
         *,
         max_inflight_batches: int = 512,
         max_inflight_bytes: int = 64 * 1024 * 1024,
-        background_read_share_percent: int = 100,
+        background_read_share_percent: int = SHARE_PERCENT_DEFAULT,
     ) -> None:
         self.storage = storage
         self.max_inflight_batches = max_inflight_batches

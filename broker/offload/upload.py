@@ -57,7 +57,10 @@ def entries_per_read(
     return max(1, min(entries_max, read_bytes // average))
 
 
-FORMAT_ATTRIBUTE = "magnetar-offload-format"
+FORMAT_ATTRIBUTE = "magnetarOffloadFormat"
+"""The user-metadata name marking our objects. Letters only: Azure allows only C# identifiers
+as metadata names (it refused ``magnetar-offload-format`` with InvalidMetadata, found on
+Azurite), S3 and GCS take any; Pulsar's own are camel case for the same reason."""
 
 
 @dataclass(frozen=True, slots=True)

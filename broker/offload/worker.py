@@ -67,6 +67,19 @@ costs it is mostly per call, so bigger reads carry more bytes in the same share
 beside lone adds with their p99 within +13 %, 256 KiB reads 1.1 MB/s)."""
 
 
+def worker_plan(job: OffloadJob, flow: FlowPermits) -> UploadPlan:
+    """How the worker uploads ``job``: the job's sizes, with the worker's bigger reads."""
+    return UploadPlan(
+        block_bytes=job.block_bytes,
+        part_bytes=job.part_bytes,
+        part_concurrency=job.part_concurrency,
+        prefetch_rounds=job.prefetch_rounds,
+        flow=flow,
+        read_bytes=WORKER_READ_BYTES,
+        read_entries_max=WORKER_READ_ENTRIES_MAX,
+    )
+
+
 def die_with_parent() -> None:
     """On Linux, be killed when the broker that started this process dies (a SIGKILLed
     broker's worker must not finish an upload its successor does not know of); elsewhere the
@@ -172,15 +185,7 @@ class Worker:
             flow: FlowPermits = FlowPermits(-1)
             if job.paced:
                 flow = self._pacers[job_id] = _AskTheBroker(self._channel, job_id)
-            plan = UploadPlan(
-                block_bytes=job.block_bytes,
-                part_bytes=job.part_bytes,
-                part_concurrency=job.part_concurrency,
-                prefetch_rounds=job.prefetch_rounds,
-                flow=flow,
-                read_bytes=WORKER_READ_BYTES,
-                read_entries_max=WORKER_READ_ENTRIES_MAX,
-            )
+            plan = worker_plan(job, flow)
             async with BookiePool(
                 # Background: a bookie taking adds spaces these reads (bookie/background.py).
                 read_clients(tls=job.bookie_tls, timeout_ms=job.bookie_timeout_ms, background=True),

@@ -2,7 +2,8 @@
 
 A real ``magnetar standalone`` (broker and bookie processes) writes a topic until its ledgers
 roll over; ``PUT .../offload`` moves every sealed ledger to the object store (the filesystem
-driver, or the S3 driver against a real S3 server: moto over HTTP); the bookie copies are
+driver, the S3 driver against a real S3 server: moto over HTTP, or the azureblob driver against
+Azurite, Microsoft's Azure Blob Storage emulator); the bookie copies are
 deleted (deletion lag 0); the whole standalone restarts, so no cache helps; then a consumer
 and a reader read the whole topic back byte for byte, and a consumer seeks by time into the
 offloaded part. Then the namespace's offload threshold offloads by itself.
@@ -14,6 +15,7 @@ import pathlib
 
 import pulsar
 import pytest
+from support.azurite import AzureContainer
 from support.offload import OffloadAdmin, broker_settings, payloads
 from support.s3 import S3Bucket
 from support.standalone import StandaloneFactory
@@ -31,7 +33,7 @@ def _read_all(receive: object, n: int) -> list[pulsar.Message]:
     return got
 
 
-@pytest.mark.parametrize("driver", ["filesystem", "s3"])
+@pytest.mark.parametrize("driver", ["filesystem", "s3", "azure"])
 def test_offloaded_topic_reads_back_whole_after_a_full_restart(
     driver: str,
     standalone_factory: StandaloneFactory,
@@ -39,9 +41,16 @@ def test_offloaded_topic_reads_back_whole_after_a_full_restart(
     request: pytest.FixtureRequest,
 ) -> None:
     bucket: S3Bucket | None = request.getfixturevalue("s3_bucket") if driver == "s3" else None
+    box: AzureContainer | None = (
+        request.getfixturevalue("azure_container") if driver == "azure" else None
+    )
     directory = tmp_path / "offloaded"
-    conf = broker_settings(directory=None if bucket else directory, bucket=bucket)
-    sa = standalone_factory.create(config=conf).start()
+    if box is not None:  # Pulsar's azureblob: the account and its key in the environment
+        conf = broker_settings(**box.policies_json())
+        sa = standalone_factory.create(config=conf, environ=box.server.environment()).start()
+    else:
+        conf = broker_settings(directory=None if bucket else directory, bucket=bucket)
+        sa = standalone_factory.create(config=conf).start()
     data = payloads(MESSAGES, SIZE)
     client = pulsar.Client(sa.service_url, operation_timeout_seconds=30)
     producer = client.create_producer(TOPIC, batching_enabled=False)
@@ -62,6 +71,8 @@ def test_offloaded_topic_reads_back_whole_after_a_full_restart(
     if bucket is not None:
         listed = bucket.server.client().list_objects_v2(Bucket=bucket.name).get("Contents", [])
         keys = {o["Key"] for o in listed}
+    elif box is not None:
+        keys = box.keys()
     else:
         keys = {p.name for p in directory.iterdir()}
     assert {r["dataKey"] for r in records} | {r["indexKey"] for r in records} <= keys

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from support.azurite import AzureContainer
 from support.s3 import S3Bucket, S3Server
 from support.waiting import wait_for
 
@@ -82,6 +83,16 @@ def _s3_policies(bucket: S3Bucket) -> EffectiveOffloadPolicies:
     return resolved
 
 
+def _azure_policies(container: AzureContainer) -> EffectiveOffloadPolicies:
+    doc = {
+        **container.policies_json(),
+        "managedLedgerOffloadReadBufferSizeInBytes": BLOCK_BYTES,
+    }
+    resolved = OffloadPolicies.from_json(doc).resolve()
+    assert resolved is not None
+    return resolved
+
+
 def _fs_policies(root: str) -> EffectiveOffloadPolicies:
     resolved = OffloadPolicies.from_json(
         {
@@ -110,6 +121,12 @@ def _env(name: str, request: pytest.FixtureRequest, tmp_path: Any) -> Env:
         bucket: S3Bucket = request.getfixturevalue("s3_bucket")
         policies = _s3_policies(bucket)
         return Env("s3", policies, lambda: open_blob_store(store_spec(policies)))
+    if name == "azure":
+        box: AzureContainer = request.getfixturevalue("azure_container")
+        azure = _azure_policies(box)
+        # the account and its key from the environment, as Pulsar's azureblob driver reads them
+        environ = {**os.environ, **box.server.environment()}
+        return Env("azure", azure, lambda: open_blob_store(store_spec(azure, environ)))
     policies = _fs_policies(str(tmp_path / "offload"))
     if name == "filesystem":
         return Env("filesystem", policies, lambda: open_blob_store(store_spec(policies)))
@@ -120,7 +137,7 @@ def _env(name: str, request: pytest.FixtureRequest, tmp_path: Any) -> Env:
     )
 
 
-@pytest.fixture(params=["s3", "filesystem", "faults"])
+@pytest.fixture(params=["s3", "azure", "filesystem", "faults"])
 def env(request: pytest.FixtureRequest, tmp_path: Any) -> Env:
     return _env(request.param, request, tmp_path)
 
@@ -150,6 +167,7 @@ SHAPES = {
     "entries bigger than a block": [3 * BLOCK_BYTES, 10, 5 * BLOCK_BYTES + 7, 1],
     "thousands of small entries": [40] * 3000,
     "mixed": [random.Random(3).choice([0, 1, 90, 4000, 20_000]) for _ in range(400)],
+    "several upload parts": [200_000] * 60,  # 12 MB: three PART_BYTES parts (multipart)
 }
 
 

@@ -18,4 +18,5 @@ from support.broker_process import broker_processes  # noqa: F401
 from support.cluster import two_broker_cluster  # noqa: F401
 from support.interop import interop_broker, official, ours  # noqa: F401
 from support.geo import geo_pair, geo_shared_configuration, geo_standalones  # noqa: F401
+from support.azurite import azure_container, azurite_server  # noqa: F401
 from support.s3 import private_s3_server, s3_bucket, s3_server  # noqa: F401

@@ -34,8 +34,11 @@ class StandaloneProcess:
         config: dict[str, object] | None = None,
         token: str | None = None,
         authorization: str | None = None,
+        environ: dict[str, str] | None = None,
     ) -> None:
         self.data_dir = data_dir
+        self.environ = dict(environ or {})
+        """Environment variables the standalone gets beside this process's."""
         self.token = token  # for the health check when authentication is on
         self.authorization = authorization  # ... or this Authorization header (Basic)
         self.extra_args = list(extra_args)
@@ -81,7 +84,8 @@ class StandaloneProcess:
             conf.write_text("".join(f"{k}={v}\n" for k, v in self.config.items()))
             cmd += ["--config", str(conf)]
         log = open(self.log_path, "ab")  # noqa: SIM115 - owned by the child for its lifetime
-        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+        env = {**os.environ, **self.environ} if self.environ else None
+        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
         log.close()
         proc = self.proc
 

@@ -87,3 +87,22 @@ def test_an_offload_error_keeps_its_class_and_message(exc: errors.OffloadError) 
 def test_any_other_failure_becomes_an_offload_error_naming_it() -> None:
     back = error_from_json(error_to_json(KeyError("b9")))
     assert type(back) is errors.OffloadError and "KeyError" in str(back) and "b9" in str(back)
+
+
+def test_the_worker_reads_a_job_in_big_background_reads() -> None:
+    """The worker's plan keeps the job's sizes and reads up to 1 MiB or 4,096 entries a call
+    (test_offload_flow.py shows such a plan reading 1 KB entries 1,024 at a time)."""
+    from magnetar.broker.offload.flow import FlowPermits
+    from magnetar.broker.offload.upload import ENTRIES_PER_READ
+    from magnetar.broker.offload.worker import (
+        WORKER_READ_BYTES,
+        WORKER_READ_ENTRIES_MAX,
+        worker_plan,
+    )
+
+    job = _job()
+    plan = worker_plan(job, FlowPermits(-1))
+    assert (plan.read_bytes, plan.read_entries_max) == (WORKER_READ_BYTES, WORKER_READ_ENTRIES_MAX)
+    assert plan.read_entries_max > ENTRIES_PER_READ and plan.read_bytes >= 1 << 20
+    assert (plan.block_bytes, plan.part_bytes) == (job.block_bytes, job.part_bytes)
+    assert (plan.part_concurrency, plan.prefetch_rounds) == (2, 1)
