@@ -24,7 +24,11 @@ process's RSS before and at most during that read. ``--worker`` names where offl
 (``managedLedgerOffloadWorker``; several: alternating runs), ``--bookie-share`` the bookies'
 ``background_read_share_percent`` (how much of a bookie's time the worker's background reads
 may take while it takes adds; several: alternating runs), ``--rounds`` repeats the set; the
-last line's ``summary`` has each setting's median publish p99 increase.
+last line's ``summary`` has each setting's median publish p99 increase. ``--interleave``
+offloads one ledger at a time instead, each offload phase followed by an idle phase of as many
+publishes, so idle and offloading alternate every few seconds within the run (the idle p99 is
+then of all idle phases; per phase p99s in ``phases``): the design that separates the
+offload's effect from this machine's drift between minutes.
 
 The first line printed is the command; the last is one JSON object. Against moto (a Python
 server) the figures measure moto more than the client: compare drivers and libraries with
@@ -35,6 +39,8 @@ each other, not with S3.
     .venv/bin/python bench/offload_perf.py --broker --driver both --backlog-mb 256
     .venv/bin/python bench/offload_perf.py --broker --driver s3 --backlog-mb 64 \
         --probe-messages 3000 --worker off idle --rounds 4
+    .venv/bin/python bench/offload_perf.py --broker --driver both --backlog-mb 64 \
+        --ledger-entries 5000 --probe-messages 3000 --interleave --bookie-share 1 --rounds 2
 """
 
 from __future__ import annotations
