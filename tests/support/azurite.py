@@ -13,13 +13,8 @@ teardown (and with the test process, through ``setpriv --pdeathsig``).
 
 from __future__ import annotations
 
-import contextlib
-import os
 import pathlib
 import shutil
-import signal
-import subprocess
-import tempfile
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -27,9 +22,7 @@ from typing import Any
 
 import pytest
 
-from support.net import free_port
-from support.waiting import wait_until
-from support.zookeeper import _die_with_parent_prefix
+from support.store_server import StoreServer
 
 ACCOUNT = "devstoreaccount1"
 ACCOUNT_KEY = (
@@ -49,19 +42,15 @@ def azurite_command() -> list[str] | None:
     return [found] if found else None
 
 
-class AzuriteServer:
+class AzuriteServer(StoreServer):
+    name = "azurite"
+
     def __init__(self, host: str = "127.0.0.1") -> None:
         command = azurite_command()
         if command is None:
-            raise RuntimeError(
-                "azurite-blob not found: `make azurite` installs it (make test does)"
-            )
+            raise RuntimeError("azurite-blob not found: `make azurite` installs it")
         self._command = command
-        self.host = host
-        self.port = free_port(host)
-        self._dir = pathlib.Path(tempfile.mkdtemp(prefix="magnetar-azurite-"))
-        self.log_path = self._dir / "azurite.log"
-        self._process: subprocess.Popen[bytes] | None = None
+        super().__init__(host)
 
     def __repr__(self) -> str:
         return f"<AzuriteServer {self.endpoint}>"
@@ -71,48 +60,25 @@ class AzuriteServer:
         """The account's URL: what ``managedLedgerOffloadServiceEndpoint`` names."""
         return f"http://{self.host}:{self.port}/{ACCOUNT}"
 
-    @property
-    def running(self) -> bool:
-        return self._process is not None and self._process.poll() is None
-
     def environment(self) -> dict[str, str]:
         """Pulsar's variables for the account, as a broker reads them."""
         return {"AZURE_STORAGE_ACCOUNT": ACCOUNT, "AZURE_STORAGE_ACCESS_KEY": ACCOUNT_KEY}
 
     def start(self, timeout_s: float = 60.0) -> None:
-        log = self.log_path.open("ab")
-        try:
-            self._process = subprocess.Popen(
-                [
-                    *_die_with_parent_prefix(),
-                    *self._command,
-                    "--blobHost",
-                    self.host,
-                    "--blobPort",
-                    str(self.port),
-                    "--inMemoryPersistence",
-                    "--skipApiVersionCheck",
-                    "--disableProductStyleUrl",
-                    "--silent",
-                ],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
-        finally:
-            log.close()
-
-        def ready() -> bool:
-            if self._process is not None and self._process.poll() is not None:
-                raise RuntimeError(f"azurite exited; log:\n{self.log_tail()}")
-            try:
-                self.create_container(f"ready-{uuid.uuid4().hex[:8]}")
-            except Exception:  # not listening yet
-                return False
-            return True
-
-        wait_until(ready, timeout_s, lambda: f"azurite ready; log:\n{self.log_tail()}")
+        self.spawn(
+            [
+                *self._command,
+                "--blobHost",
+                self.host,
+                "--blobPort",
+                str(self.port),
+                "--inMemoryPersistence",
+                "--skipApiVersionCheck",
+                "--disableProductStyleUrl",
+                "--silent",
+            ]
+        )
+        self.wait_ready(lambda: self.create_container(f"ready-{uuid.uuid4().hex[:8]}"), timeout_s)
 
     def connection_string(self) -> str:
         return (
@@ -130,26 +96,6 @@ class AzuriteServer:
         with client:
             client.create_container(container)
         return container
-
-    def log_tail(self, lines: int = 30) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return "<no log>"
-
-    def kill(self) -> None:
-        proc = self._process
-        if proc is None:
-            return
-        if proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(10)
-        self._process = None
-
-    def close(self) -> None:
-        self.kill()
-        shutil.rmtree(self._dir, ignore_errors=True)
 
 
 @dataclass(frozen=True)

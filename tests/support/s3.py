@@ -11,14 +11,9 @@ teardown (and with the test process, through ``setpriv --pdeathsig``).
 
 from __future__ import annotations
 
-import contextlib
-import os
 import pathlib
 import shutil
-import signal
-import subprocess
 import sys
-import tempfile
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -26,9 +21,7 @@ from typing import Any
 
 import pytest
 
-from support.net import free_port
-from support.waiting import wait_until
-from support.zookeeper import _die_with_parent_prefix
+from support.store_server import StoreServer
 
 ACCESS_KEY = "testing"
 SECRET_KEY = "testing"
@@ -44,17 +37,15 @@ def moto_server_command() -> list[str] | None:
     return [found] if found else None
 
 
-class S3Server:
+class S3Server(StoreServer):
+    name = "moto_server"
+
     def __init__(self, host: str = "127.0.0.1") -> None:
         command = moto_server_command()
         if command is None:
             raise RuntimeError("moto_server not found: pip install 'moto[server]' (make test does)")
         self._command = command
-        self.host = host
-        self.port = free_port(host)
-        self._dir = pathlib.Path(tempfile.mkdtemp(prefix="magnetar-s3-"))
-        self.log_path = self._dir / "moto.log"
-        self._process: subprocess.Popen[bytes] | None = None
+        super().__init__(host)
 
     def __repr__(self) -> str:
         return f"<S3Server {self.endpoint} {'running' if self.running else 'stopped'}>"
@@ -62,14 +53,6 @@ class S3Server:
     @property
     def endpoint(self) -> str:
         return f"http://{self.host}:{self.port}"
-
-    @property
-    def running(self) -> bool:
-        return self._process is not None and self._process.poll() is None
-
-    @property
-    def pid(self) -> int | None:
-        return None if self._process is None else self._process.pid
 
     def client(self) -> Any:
         import boto3
@@ -83,67 +66,17 @@ class S3Server:
         )
 
     def start(self, timeout_s: float = 30.0) -> None:
-        log = self.log_path.open("ab")
-        try:
-            self._process = subprocess.Popen(
-                [*_die_with_parent_prefix(), *self._command, "-H", self.host, "-p", str(self.port)],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-                env={**os.environ, "MOTO_ALLOW_NONEXISTENT_REGION": "True"},
-            )
-        finally:
-            log.close()
-        client = self.client()
-
-        def ready() -> bool:
-            if self._process is not None and self._process.poll() is not None:
-                raise RuntimeError(f"moto_server exited; log:\n{self.log_tail()}")
-            client.list_buckets()
-            return True
-
-        wait_until(
-            ready,
-            timeout_s,
-            lambda: f"moto_server ready; log:\n{self.log_tail()}",
-            ignore=(Exception,),
+        self.spawn(
+            [*self._command, "-H", self.host, "-p", str(self.port)],
+            env={"MOTO_ALLOW_NONEXISTENT_REGION": "True"},
         )
+        client = self.client()
+        self.wait_ready(client.list_buckets, timeout_s)
 
     def create_bucket(self, name: str | None = None) -> str:
         bucket = name or f"offload-{uuid.uuid4().hex[:12]}"
         self.client().create_bucket(Bucket=bucket)
         return bucket
-
-    def pause(self) -> None:
-        """SIGSTOP: connections are accepted by the kernel but nothing answers."""
-        assert self._process is not None
-        os.killpg(self._process.pid, signal.SIGSTOP)
-
-    def resume(self) -> None:
-        assert self._process is not None
-        os.killpg(self._process.pid, signal.SIGCONT)
-
-    def log_tail(self, lines: int = 30) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return "<no log>"
-
-    def kill(self) -> None:
-        proc = self._process
-        if proc is None:
-            return
-        if proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGCONT)
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(10)
-        self._process = None
-
-    def close(self) -> None:
-        self.kill()
-        shutil.rmtree(self._dir, ignore_errors=True)
 
 
 @dataclass(frozen=True)
