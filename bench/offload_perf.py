@@ -394,10 +394,12 @@ def _interleaved(
     """The offload one ledger at a time (``PUT .../offload`` up to the next ledger's start),
     each followed by an idle phase of as many publishes as the offload phase before it took:
     idle and offloading phases alternate every few seconds, so the machine's drift between
-    minutes falls on both alike. Both kinds of phase ask the offload's status twice a second
-    (the offloading one to know when it ends), so that admin call loads both alike too.
-    Returns the offloading and idle latencies, the seconds spent offloading, and per phase
-    its p99s."""
+    minutes falls on both alike. An offload phase lasts until the offload succeeded and the
+    bookie copies of its ledgers are deleted (deletion lag 0: the deletion is part of what an
+    offload costs, and would otherwise fall on the idle phase after it). Both kinds of phase
+    ask the offload's status and the internal stats twice a second (the offloading one to
+    know when it ends), so those admin calls load both alike. Returns the offloading and idle
+    latencies, the seconds spent offloading, and per phase its p99s."""
     ledgers = [ledger["ledgerId"] for ledger in admin.sealed_ledgers()]
     busy: list[float] = []
     idle: list[float] = []
@@ -407,13 +409,30 @@ def _interleaved(
     ends: list[dict[str, int] | None] = [
         {"ledgerId": ledger_id, "entryId": 0, "partitionIndex": -1} for ledger_id in ledgers[1:]
     ]
+
+    def done(upto: int | None) -> bool:
+        status = admin.status()["status"]
+        if status == "ERROR":
+            raise AssertionError(f"offload failed: {admin.status()}")
+        ledgers = admin.sealed_ledgers()
+        return status == "SUCCESS" and all(
+            ledger.get("offloadContext", {}).get("bookkeeperDeleted", False)
+            for ledger in ledgers
+            if upto is None or ledger["ledgerId"] < upto
+        )
+
+    def asked() -> bool:  # the same admin calls as ``done``, for the idle phases
+        admin.status()
+        admin.sealed_ledgers()
+        return True
+
     for until in [*ends, None]:
         t0 = time.perf_counter()
         admin.trigger(until)
-        one = _publish_latencies(probe, 1, stop=lambda: admin.status()["status"] != "RUNNING")
-        admin.wait_status("SUCCESS", timeout_s=3600)
+        upto = None if until is None else until["ledgerId"]
+        one = _publish_latencies(probe, 1, stop=lambda: done(upto))  # noqa: B023
         offload_s += time.perf_counter() - t0
-        rest = _publish_latencies(probe, len(one), stop=lambda: bool(admin.status()) or True)
+        rest = _publish_latencies(probe, len(one), stop=asked)
         busy += one
         idle += rest
         phases.append(
