@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import io
 import itertools
 import json
@@ -389,7 +390,7 @@ def _publish_latencies(producer: Any, count: int, stop: Any = None) -> list[floa
 
 
 def _interleaved(
-    probe: Any, admin: OffloadAdmin, args: argparse.Namespace
+    probe: Any, admin: OffloadAdmin
 ) -> tuple[list[float], list[float], float, list[dict[str, Any]]]:
     """The offload one ledger at a time (``PUT .../offload`` up to the next ledger's start),
     each followed by an idle phase of as many publishes as the offload phase before it took:
@@ -411,9 +412,10 @@ def _interleaved(
     ]
 
     def done(upto: int | None) -> bool:
-        status = admin.status()["status"]
+        doc = admin.status()
+        status = doc["status"]
         if status == "ERROR":
-            raise AssertionError(f"offload failed: {admin.status()}")
+            raise AssertionError(f"offload failed: {doc}")
         ledgers = admin.sealed_ledgers()
         return status == "SUCCESS" and all(
             ledger.get("offloadContext", {}).get("bookkeeperDeleted", False)
@@ -430,7 +432,7 @@ def _interleaved(
         t0 = time.perf_counter()
         admin.trigger(until)
         upto = None if until is None else until["ledgerId"]
-        one = _publish_latencies(probe, 1, stop=lambda: done(upto))  # noqa: B023
+        one = _publish_latencies(probe, 1, stop=functools.partial(done, upto))
         offload_s += time.perf_counter() - t0
         rest = _publish_latencies(probe, len(one), stop=asked)
         busy += one
@@ -489,7 +491,7 @@ def _broker_run(
         admin = OffloadAdmin(sa.web_url, TOPIC)
         phases: list[dict[str, Any]] = []
         if args.interleave:
-            busy, idle_between, offload_s, phases = _interleaved(probe, admin, args)
+            busy, idle_between, offload_s, phases = _interleaved(probe, admin)
             idle = sorted(idle + idle_between)
         else:
             t0 = time.perf_counter()

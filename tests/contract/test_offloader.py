@@ -125,7 +125,7 @@ def _env(name: str, request: pytest.FixtureRequest, tmp_path: Any) -> Env:
         box: AzureContainer = request.getfixturevalue("azure_container")
         azure = _azure_policies(box)
         # the account and its key from the environment, as Pulsar's azureblob driver reads them
-        environ = {**os.environ, **box.server.environment()}
+        environ = box.server.environment()
         return Env("azure", azure, lambda: open_blob_store(store_spec(azure, environ)))
     policies = _fs_policies(str(tmp_path / "offload"))
     if name == "filesystem":

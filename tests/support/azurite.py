@@ -32,6 +32,7 @@ ACCOUNT_KEY = (
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 INSTALLED = ROOT / ".deps" / "azurite" / "node_modules" / ".bin" / "azurite-blob"
+MISSING = "azurite-blob not found: `make azurite` installs it (make test does)"
 
 
 def azurite_command() -> list[str] | None:
@@ -46,11 +47,7 @@ class AzuriteServer(StoreServer):
     name = "azurite"
 
     def __init__(self, host: str = "127.0.0.1") -> None:
-        command = azurite_command()
-        if command is None:
-            raise RuntimeError("azurite-blob not found: `make azurite` installs it")
-        self._command = command
-        super().__init__(host)
+        super().__init__(azurite_command(), MISSING, host)
 
     def __repr__(self) -> str:
         return f"<AzuriteServer {self.endpoint}>"
@@ -67,7 +64,7 @@ class AzuriteServer(StoreServer):
     def start(self, timeout_s: float = 60.0) -> None:
         self.spawn(
             [
-                *self._command,
+                *self.command,
                 "--blobHost",
                 self.host,
                 "--blobPort",
@@ -132,7 +129,7 @@ class AzureContainer:
 def azurite_server() -> Iterator[AzuriteServer]:
     """One Azurite server for the whole run."""
     if azurite_command() is None:
-        pytest.skip("azurite-blob not found: `make azurite` (make test does) installs it")
+        pytest.skip(MISSING)
     server = AzuriteServer()
     try:
         server.start()

@@ -26,6 +26,7 @@ from support.store_server import StoreServer
 ACCESS_KEY = "testing"
 SECRET_KEY = "testing"
 REGION = "us-east-1"
+MISSING = "moto_server not found: pip install 'moto[server]' (make test does)"
 
 
 def moto_server_command() -> list[str] | None:
@@ -41,11 +42,7 @@ class S3Server(StoreServer):
     name = "moto_server"
 
     def __init__(self, host: str = "127.0.0.1") -> None:
-        command = moto_server_command()
-        if command is None:
-            raise RuntimeError("moto_server not found: pip install 'moto[server]' (make test does)")
-        self._command = command
-        super().__init__(host)
+        super().__init__(moto_server_command(), MISSING, host)
 
     def __repr__(self) -> str:
         return f"<S3Server {self.endpoint} {'running' if self.running else 'stopped'}>"
@@ -67,7 +64,7 @@ class S3Server(StoreServer):
 
     def start(self, timeout_s: float = 30.0) -> None:
         self.spawn(
-            [*self._command, "-H", self.host, "-p", str(self.port)],
+            [*self.command, "-H", self.host, "-p", str(self.port)],
             env={"MOTO_ALLOW_NONEXISTENT_REGION": "True"},
         )
         client = self.client()
@@ -107,7 +104,7 @@ class S3Bucket:
 def s3_server() -> Iterator[S3Server]:
     """One moto S3 server for the whole run (shared: tests that pause it use their own)."""
     if moto_server_command() is None:
-        pytest.skip("moto_server not found: pip install 'moto[server]' (make test does)")
+        pytest.skip(MISSING)
     server = S3Server()
     try:
         server.start()
@@ -125,7 +122,7 @@ def s3_bucket(s3_server: S3Server) -> S3Bucket:
 def private_s3_server() -> Iterator[S3Server]:
     """A moto server of this test's own (for tests that pause or kill it)."""
     if moto_server_command() is None:
-        pytest.skip("moto_server not found: pip install 'moto[server]' (make test does)")
+        pytest.skip(MISSING)
     server = S3Server()
     try:
         server.start()

@@ -27,7 +27,12 @@ from support.zookeeper import _die_with_parent_prefix
 class StoreServer:
     name = "store server"
 
-    def __init__(self, host: str = "127.0.0.1") -> None:
+    def __init__(self, command: list[str] | None, missing: str, host: str = "127.0.0.1") -> None:
+        """``command``: how to start the server, None when it is not installed (then
+        ``missing`` says how to install it)."""
+        if command is None:
+            raise RuntimeError(missing)
+        self.command = command
         self.host = host
         self.port = free_port(host)
         self._dir = pathlib.Path(tempfile.mkdtemp(prefix=f"magnetar-{self.name.split()[0]}-"))
